@@ -1,0 +1,97 @@
+/* Models: what the projectors render. One xt_model_t per object in the room.
+ *
+ * A model has a kind (dense float32 mu voxels, uint8 label voxels + material table; later NanoVDB
+ * grids and Gaussian mixtures), a name, its own coordinate frame (patient LPS mm as the file
+ * states it), and a placement: the rigid or affine map from that frame to the patient frame.
+ * Projectors receive models through this header only; kind-specific payloads are reached with
+ * the accessor of their kind, so adding a kind adds a payload, not fields to every model. */
+#ifndef XT_MODEL_H
+#define XT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xt_err.h"
+#include "xt_vec.h"
+
+typedef enum xt_model_kind {
+  XT_MODEL_DENSE = 1, /* float32 mu (1/mm) per voxel */
+  XT_MODEL_LABELS = 2 /* uint8 material label per voxel + xt_material_table */
+  /* XT_MODEL_NVDB, XT_MODEL_GMM: their issues add them here */
+} xt_model_kind;
+
+#define XT_MAX_MATERIALS 256
+#define XT_MATERIAL_NAME_MAX 32
+
+typedef struct xt_material_table {
+  int count;                                       /* entries in use, 1..256 */
+  double energy_kev;                               /* effective energy the mu values are for */
+  float mu[XT_MAX_MATERIALS];                      /* linear attenuation, 1/mm; unused entries 0 */
+  double density[XT_MAX_MATERIALS];                /* g/cm^3, informational */
+  char name[XT_MAX_MATERIALS][XT_MATERIAL_NAME_MAX];
+  char source[160];                                /* where the values come from */
+} xt_material_table;
+
+/* A regular voxel grid. Voxel (i,j,k) is stored at data[i + dim[0]*(j + dim[1]*k)] and its
+ * centre lies at index_to_model * (i,j,k); it fills the cube [i-0.5, i+0.5] x ... in index space. */
+typedef struct xt_volume {
+  int dim[3];
+  double spacing[3];        /* mm, as the file states (also implied by index_to_model) */
+  xt_affine index_to_model; /* voxel-centre index -> model LPS mm (origin, spacing, direction) */
+  int type;                 /* XT_VOXEL_F32 or XT_VOXEL_U8 */
+  void *data;               /* owned */
+  size_t nbytes;
+  xt_material_table *materials; /* owned; labels only, NULL for dense */
+} xt_volume;
+
+enum { XT_VOXEL_F32 = 1, XT_VOXEL_U8 = 2 };
+
+typedef struct xt_model {
+  char name[64];
+  xt_model_kind kind;
+  xt_affine placement; /* model frame -> patient frame */
+  xt_volume *volume;   /* DENSE and LABELS */
+} xt_model;
+
+/* --- volumes ------------------------------------------------------------------------------ */
+
+/* Allocates a zero-filled volume with the given dims/spacing and index_to_model = diag(spacing)
+ * with the grid centred on the model origin. Fails on absurd sizes (see XT_VOLUME_MAX_VOXELS). */
+#define XT_VOLUME_MAX_VOXELS ((size_t)4096 * 1024 * 1024)
+#define XT_VOLUME_MAX_DIM 16384
+int xt_volume_create(int nx, int ny, int nz, const double spacing[3], int type, xt_volume **out, xt_msg *msg);
+void xt_volume_free(xt_volume *v);
+size_t xt_volume_voxels(const xt_volume *v);
+/* Mu at voxel (i,j,k) for either type (labels through the table); no bounds check. */
+double xt_volume_mu(const xt_volume *v, int i, int j, int k);
+/* Checks the data: NaN/inf in float volumes, labels beyond the table; msg names what is wrong. */
+int xt_volume_validate(const xt_volume *v, const char *what, xt_msg *msg);
+/* The axis-aligned bounds, in model mm, of the voxel cubes (not just the centres). */
+void xt_volume_bounds(const xt_volume *v, xt_vec3 *lo, xt_vec3 *hi);
+
+/* --- models ------------------------------------------------------------------------------- */
+
+/* Wraps a volume (takes ownership) in a model with identity placement. */
+int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg);
+void xt_model_free(xt_model *m);
+const char *xt_model_kind_name(xt_model_kind k);
+
+/* --- materials ---------------------------------------------------------------------------- */
+
+/* Default materials, indices fixed: the label values used by phantoms and HU conversion. */
+enum {
+  XT_MAT_AIR = 0,
+  XT_MAT_FAT = 1,
+  XT_MAT_SOFT = 2,
+  XT_MAT_BRAIN = 3,
+  XT_MAT_BLOOD = 4,
+  XT_MAT_BONE = 5,
+  XT_MAT_IODINE = 6,
+  XT_MAT_METAL = 7,
+  XT_MAT_DEFAULT_COUNT = 8
+};
+#define XT_DEFAULT_ENERGY_KEV 60.0
+/* Fills t with the default table at energy_kev (20..150 keV) from xraylib's NIST data. */
+int xt_materials_default(double energy_kev, xt_material_table *t, xt_msg *msg);
+
+#endif /* XT_MODEL_H */

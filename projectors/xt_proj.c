@@ -1,0 +1,97 @@
+/* Backend dispatch: picks the function table for a backend and forwards every call to it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_proj.h"
+#include "xt_proj_internal.h"
+
+struct xt_proj {
+  const xt_proj_ops *ops;
+  void *impl;
+  int cols, rows; /* detector size of the last batch check */
+};
+
+const char *xt_backend_name(xt_backend b) {
+  switch (b) {
+  case XT_BACKEND_CPU: return "cpu";
+  case XT_BACKEND_CUDA: return "cuda";
+  }
+  return "unknown";
+}
+
+int xt_backend_parse(const char *s, xt_backend *out) {
+  if (s && strcmp(s, "cpu") == 0) *out = XT_BACKEND_CPU;
+  else if (s && strcmp(s, "cuda") == 0) *out = XT_BACKEND_CUDA;
+  else return XT_EINVAL;
+  return 0;
+}
+
+static const xt_proj_ops *ops_for(xt_backend b) {
+  switch (b) {
+  case XT_BACKEND_CPU: return &xt_proj_cpu_ops;
+  case XT_BACKEND_CUDA:
+#ifdef XT_HAVE_CUDA
+    return &xt_proj_cuda_ops;
+#else
+    return NULL;
+#endif
+  }
+  return NULL;
+}
+
+int xt_proj_available(xt_backend b, xt_msg *msg) {
+  const xt_proj_ops *ops = ops_for(b);
+  if (!ops) {
+    if (b == XT_BACKEND_CUDA)
+      return xt_fail(msg, XT_ENODEV, "backend cuda: this build has no CUDA support (nvcc was not found at configure time)");
+    return xt_fail(msg, XT_EINVAL, "backend %d: unknown", (int)b);
+  }
+  return ops->available(msg);
+}
+
+int xt_proj_create(const xt_proj_options *opt, xt_proj **out, xt_msg *msg) {
+  int rc = xt_proj_available(opt->backend, msg);
+  if (rc) return rc;
+  xt_proj *p = calloc(1, sizeof *p);
+  if (!p) return xt_fail(msg, XT_ENOMEM, "projector: out of memory");
+  p->ops = ops_for(opt->backend);
+  rc = p->ops->create(opt, &p->impl, msg);
+  if (rc) {
+    free(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+int xt_proj_add_model(xt_proj *p, const xt_model *m, xt_msg *msg) {
+  if (!m) return xt_fail(msg, XT_EINVAL, "projector: NULL model");
+  return p->ops->add_model(p->impl, m, msg);
+}
+
+int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg) {
+  return p->ops->render(p->impl, g, lineint, msg);
+}
+
+int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
+  if (n <= 0) return xt_fail(msg, XT_EINVAL, "render batch: %d frames", n);
+  for (int i = 1; i < n; i++)
+    if (g[i].mode.cols != g[0].mode.cols || g[i].mode.rows != g[0].mode.rows)
+      return xt_fail(msg, XT_EINVAL, "render batch: frame %d has a different detector size", i);
+  return p->ops->render_batch(p->impl, g, n, out, msg);
+}
+
+void xt_proj_destroy(xt_proj *p) {
+  if (!p) return;
+  p->ops->destroy(p->impl);
+  free(p);
+}
+
+void xt_intensity_u16(const float *lineint, size_t n, uint16_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    double L = lineint[i];
+    double v = (L > 0 ? exp(-L) : 1.0) * 65535.0 + 0.5;
+    out[i] = (uint16_t)(v > 65535.0 ? 65535.0 : v);
+  }
+}

@@ -1,0 +1,63 @@
+/* Projectors: render the line integral of mu through the loaded models for every detector pixel.
+ *
+ * One interface, several backends behind a table of function pointers (xt_proj_ops): the CPU
+ * reference (proj_cpu.c) and CUDA (proj_cuda.cu when built). Callers never branch on the backend
+ * or the model kind. Models are added once (uploaded once for GPU backends) and must outlive the
+ * projector; each render writes rows*cols float32 line integrals, row-major, row 0 first. */
+#ifndef XT_PROJ_H
+#define XT_PROJ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xt_geom.h"
+#include "xt_model.h"
+
+typedef enum xt_backend { XT_BACKEND_CPU = 1, XT_BACKEND_CUDA = 2 } xt_backend;
+
+typedef struct xt_proj_options {
+  xt_backend backend;
+  int threads; /* CPU: worker threads, 0 = all cores */
+  int device;  /* CUDA: device ordinal */
+} xt_proj_options;
+
+typedef struct xt_proj xt_proj;
+
+/* The backend's function table; each backend source file defines one. */
+typedef struct xt_proj_ops {
+  const char *name;
+  int (*available)(xt_msg *msg);
+  int (*create)(const xt_proj_options *opt, void **impl, xt_msg *msg);
+  int (*add_model)(void *impl, const xt_model *m, xt_msg *msg);
+  int (*render)(void *impl, const xt_geometry *g, float *lineint, xt_msg *msg);
+  /* g points to n geometries of one detector mode; out holds n * rows * cols floats. */
+  int (*render_batch)(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg);
+  void (*destroy)(void *impl);
+} xt_proj_ops;
+
+const char *xt_backend_name(xt_backend b);
+/* Parses "cpu" / "cuda"; returns 0 or XT_EINVAL. */
+int xt_backend_parse(const char *s, xt_backend *out);
+/* 0 when the backend is compiled in and usable here, else XT_ENODEV with the reason. */
+int xt_proj_available(xt_backend b, xt_msg *msg);
+
+int xt_proj_create(const xt_proj_options *opt, xt_proj **out, xt_msg *msg);
+int xt_proj_add_model(xt_proj *p, const xt_model *m, xt_msg *msg);
+int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg);
+int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg);
+void xt_proj_destroy(xt_proj *p);
+
+/* --- the exact reference (double precision, CPU) ------------------------------------------ */
+
+/* Line integral of mu (dimensionless) along the world segment a->b through the models. */
+double xt_ref_segment(const xt_model *const *models, int n, xt_vec3 a, xt_vec3 b);
+/* Whole frame in double; threads 0 = all cores. */
+int xt_ref_render_f64(const xt_model *const *models, int n, const xt_geometry *g, double *out, int threads,
+                      xt_msg *msg);
+
+/* --- Beer-Lambert ------------------------------------------------------------------------- */
+
+/* I/I0 = exp(-L), written as round(65535 * exp(-L)) into 16 bits. */
+void xt_intensity_u16(const float *lineint, size_t n, uint16_t *out);
+
+#endif /* XT_PROJ_H */

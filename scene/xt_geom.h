@@ -1,0 +1,79 @@
+/* C-arm geometry: pose, detector modes, and the derived source, detector frame and 3x4
+ * projection matrix. docs/geometry.md states the conventions and formulas; this is the only
+ * code that implements them.
+ *
+ * World frame ("room"): origin at the isocentre, axes those of patient LPS for a head-first
+ * supine patient on an untranslated table (+x patient left, +y posterior, +z superior), mm. */
+#ifndef XT_GEOM_H
+#define XT_GEOM_H
+
+#include "xt_err.h"
+#include "xt_vec.h"
+
+/* Defaults of the FD20 systems (Azurion IFU, reference air-kerma setup). */
+#define XT_DEFAULT_SOD_MM 810.0
+#define XT_DEFAULT_SID_MM 1195.0
+
+/* Accepted ranges; anything outside is rejected with XT_ERANGE. */
+#define XT_PRIMARY_MAX_DEG 180.0
+#define XT_SECONDARY_MAX_DEG 90.0
+#define XT_DETROT_MAX_DEG 180.0
+#define XT_TABLE_MAX_MM 2000.0
+#define XT_DIST_MAX_MM 5000.0
+
+typedef struct xt_pose {
+  double primary_deg;      /* LAO + / RAO -, about the patient's long axis */
+  double secondary_deg;    /* CRAN + / CAUD -, tilt of the beam toward the head */
+  double detector_rot_deg; /* rotation of the detector in its plane about the central beam */
+  double sod_mm;           /* source to isocentre */
+  double sid_mm;           /* source to image (detector plane) */
+  xt_vec3 table_mm;        /* patient displacement in the room, LPS axes: world = patient + table */
+} xt_pose;
+
+typedef struct xt_detector_mode {
+  const char *name;
+  const char *description;
+  int cols, rows;         /* output pixels */
+  double pitch_u_mm;      /* pixel spacing along columns (u) at the detector plane */
+  double pitch_v_mm;      /* pixel spacing along rows (v) */
+  double sod_mm, sid_mm;  /* the distances this mode's pose defaults to */
+} xt_detector_mode;
+
+typedef struct xt_geometry {
+  xt_pose pose;
+  xt_detector_mode mode;
+  xt_vec3 source;     /* focal spot, world mm */
+  xt_vec3 det_center; /* where the central beam meets the detector plane */
+  xt_vec3 det_origin; /* centre of pixel (col 0, row 0) */
+  xt_vec3 u;          /* unit, +column direction */
+  xt_vec3 v;          /* unit, +row direction */
+  xt_vec3 d;          /* unit, isocentre -> detector (the beam's direction) */
+  double c0, r0;      /* pixel coordinates of the principal point ((cols-1)/2, (rows-1)/2) */
+  double P[3][4];     /* world (mm, homogeneous) -> (col*w, row*w, w); w = depth along d in mm */
+} xt_geometry;
+
+/* The preset detector modes. */
+int xt_mode_count(void);
+const xt_detector_mode *xt_mode_at(int i);
+/* NULL when unknown. */
+const xt_detector_mode *xt_mode_find(const char *name);
+
+/* A pose at 0/0 with the mode's distances (or the FD20 defaults when mode is NULL). */
+xt_pose xt_pose_default(const xt_detector_mode *mode);
+
+/* Range and sanity checks of a pose; names the offending field in msg. */
+int xt_pose_validate(const xt_pose *pose, xt_msg *msg);
+
+/* Derives the full geometry; fails (XT_ERANGE/XT_EINVAL) on an invalid pose or mode. */
+int xt_geom_compute(const xt_pose *pose, const xt_detector_mode *mode, xt_geometry *g, xt_msg *msg);
+
+/* World position of the centre of pixel (col, row); fractional coordinates allowed. */
+xt_vec3 xt_geom_pixel_pos(const xt_geometry *g, double col, double row);
+
+/* Applies P to a world point: returns 0 when the point is at or behind the source plane. */
+int xt_geom_project(const xt_geometry *g, xt_vec3 p, double *col, double *row);
+
+/* Patient -> world for the pose (the table translation). */
+xt_affine xt_geom_patient_to_world(const xt_pose *pose);
+
+#endif /* XT_GEOM_H */

@@ -1,0 +1,26 @@
+/* Loading CT and label volumes from the formats they arrive in: NIfTI-1/2 (.nii, .nii.gz, via
+ * libnifti2), NRRD (.nrrd, .nhdr + raw/gzip data, via Teem's nrrd) and MetaImage (.mha, .mhd +
+ * raw, our own parser: no C library exists). Origin, spacing and direction are honoured and
+ * expressed in patient LPS (NIfTI's RAS is converted). Every failure is one line in msg naming
+ * the file and what is wrong; nothing is half-loaded. */
+#ifndef XT_LOAD_H
+#define XT_LOAD_H
+
+#include "xt_model.h"
+
+typedef enum xt_load_convert {
+  XT_LOAD_MU = 0,        /* voxels already hold mu in 1/mm: keep as float32 */
+  XT_LOAD_HU_TO_MU = 1,  /* voxels are Hounsfield units: mu = mu_water * (1 + HU/1000), clamped at 0 */
+  XT_LOAD_HU_TO_LABELS = 2, /* Hounsfield units -> default material labels by HU ranges */
+  XT_LOAD_LABELS = 3     /* voxels are integer labels 0..255 into the default material table */
+} xt_load_convert;
+
+typedef struct xt_load_options {
+  xt_load_convert convert;
+  double energy_kev; /* for the material table / mu_water; 0 = XT_DEFAULT_ENERGY_KEV */
+} xt_load_options;
+
+/* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd). */
+int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
+
+#endif /* XT_LOAD_H */

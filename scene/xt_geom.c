@@ -14,6 +14,9 @@ static const xt_detector_mode modes[] = {
      810.0, 1195.0},
     {"fd20-512", "FD20 central 29.57 cm square, 512 x 512 at 0.5775 mm", 512, 512, 0.5775, 0.5775, 810.0,
      1195.0},
+    /* Small square outputs for previews and for tests that the CPU backend must keep up with. */
+    {"fd20-256", "FD20 central 29.57 cm square, 256 x 256 at 1.155 mm", 256, 256, 1.155, 1.155, 810.0, 1195.0},
+    {"fd20-128", "FD20 central 29.57 cm square, 128 x 128 at 2.31 mm", 128, 128, 2.31, 2.31, 810.0, 1195.0},
     {"thesis", "thesis scene: 40 x 40 cm at 1024 x 1024 (0.390625 mm), SOD 800 mm, SID 1205 mm", 1024, 1024,
      0.390625, 0.390625, 800.0, 1205.0},
 };

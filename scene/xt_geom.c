@@ -81,9 +81,14 @@ xt_affine xt_geom_patient_to_world(const xt_pose *pose) {
   return a;
 }
 
-int xt_geom_compute(const xt_pose *pose, const xt_detector_mode *mode, xt_geometry *g, xt_msg *msg) {
+int xt_geom_compute(const xt_pose *pose_in, const xt_detector_mode *mode_in, xt_geometry *g, xt_msg *msg) {
   int rc;
-  if ((rc = xt_pose_validate(pose, msg)) || (rc = validate_mode(mode, msg))) return rc;
+  if ((rc = xt_pose_validate(pose_in, msg)) || (rc = validate_mode(mode_in, msg))) return rc;
+  /* Copies first: callers may pass g's own pose and mode to recompute it. */
+  const xt_pose pose_copy = *pose_in;
+  const xt_detector_mode mode_copy = *mode_in;
+  const xt_pose *pose = &pose_copy;
+  const xt_detector_mode *mode = &mode_copy;
   memset(g, 0, sizeof *g);
   g->pose = *pose;
   g->mode = *mode;

@@ -58,7 +58,7 @@ int xt_materials_default(double energy_kev, xt_material_table *t, xt_msg *msg) {
   t->count = XT_MAT_DEFAULT_COUNT;
   t->energy_kev = energy_kev;
   snprintf(t->source, sizeof t->source,
-           "xraylib %s NIST compounds, CS_Total_CP at %.1f keV; iodine = blood + 10 mg I/mL; metal = Ti", "4", energy_kev);
+           "xraylib 4.0 NIST compound data (CS_Total_CP, coherent included) at %.1f keV; iodine = blood + 10 mg I/mL; metal = Ti", energy_kev);
   for (int i = 0; i < XT_MAT_DEFAULT_COUNT; i++) {
     const mat_def *d = &defs[i];
     double mu_cm = 0, rho = 0;

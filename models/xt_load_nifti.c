@@ -1,0 +1,181 @@
+/* NIfTI-1 and NIfTI-2 (.nii, .nii.gz) through libnifti2.
+ *
+ * The header is read first (nifti_image_read without data) and everything is checked before the
+ * library allocates the voxel buffer: dims, type, and that the file can hold the data the header
+ * claims (exactly for .nii, through deflate's 1032:1 bound for .nii.gz). The voxel-to-world map
+ * is the sform if sform_code > 0, else the qform if qform_code > 0, else pixdim scaling; NIfTI
+ * world is RAS, so rows x and y are negated to get LPS. scl_slope/scl_inter apply when slope != 0.
+ *
+ * libnifti2 keeps global state (debug level) and prints to stderr when its debug level is above
+ * zero, so calls are serialised and the level forced to 0; we always write our own message. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <nifti2_io.h>
+#include <zlib.h>
+
+#include "xt_load_internal.h"
+
+static pthread_mutex_t nifti_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint32_t rd32(const unsigned char *p, int swap) {
+  uint32_t v = swap ? ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3])
+                    : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
+  return v;
+}
+
+/* Our own look at the fixed-size header before libnifti2 sees it: which version, and where the
+ * data starts (vox_offset), so absurd offsets are refused before the library reads extensions. */
+static int peek_header(const char *path, int *version, int *compressed, double *vox_offset, xt_msg *msg) {
+  unsigned char h[540];
+  FILE *f = fopen(path, "rb");
+  if (!f) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
+  unsigned char magic[2] = {0, 0};
+  size_t got = fread(magic, 1, 2, f);
+  fclose(f);
+  *compressed = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  gzFile gz = gzopen(path, "rb");
+  if (!gz) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
+  int n = gzread(gz, h, sizeof h);
+  gzclose(gz);
+  if (n < 4) return xt_fail(msg, XT_ETRUNCATED, "%s: truncated NIfTI header (%d bytes)", path, n < 0 ? 0 : n);
+  uint32_t le = rd32(h, 0), be = rd32(h, 1);
+  int swap = 0;
+  if (le == 348 || le == 540)
+    *version = le == 348 ? 1 : 2;
+  else if (be == 348 || be == 540) {
+    *version = be == 348 ? 1 : 2;
+    swap = 1;
+  } else
+    return xt_fail(msg, XT_EFORMAT, "%s: not a NIfTI-1/2 file (sizeof_hdr is %u, expected 348 or 540)", path, le);
+  int need = *version == 1 ? 348 : 540;
+  if (n < need) return xt_fail(msg, XT_ETRUNCATED, "%s: truncated NIfTI-%d header (%d of %d bytes)", path, *version, n, need);
+  if (*version == 1) {
+    uint32_t bits = rd32(h + 108, swap);
+    float fo;
+    memcpy(&fo, &bits, sizeof fo);
+    *vox_offset = fo;
+  } else {
+    uint64_t lo = rd32(h + 168, swap), hi = rd32(h + 172, swap);
+    uint64_t v = swap ? (lo << 32 | hi) : (hi << 32 | lo);
+    *vox_offset = (double)(int64_t)v;
+  }
+  return 0;
+}
+
+static int elem_of(int dt, xt__elem *e) {
+  switch (dt) {
+  case DT_UINT8: *e = XT__U8; return 1;
+  case DT_INT8: *e = XT__I8; return 1;
+  case DT_INT16: *e = XT__I16; return 1;
+  case DT_UINT16: *e = XT__U16; return 1;
+  case DT_INT32: *e = XT__I32; return 1;
+  case DT_UINT32: *e = XT__U32; return 1;
+  case DT_FLOAT32: *e = XT__F32; return 1;
+  case DT_FLOAT64: *e = XT__F64; return 1;
+  }
+  return 0;
+}
+
+int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg) {
+  nifti_image *nim = NULL;
+  int version = 0, compressed = 0, locked = 0;
+  double vox_offset = 0;
+  uint64_t fsize = 0;
+  int rc = xt__file_size(path, NULL, &fsize, msg);
+  if (rc) goto fail;
+  rc = peek_header(path, &version, &compressed, &vox_offset, msg);
+  if (rc) goto fail;
+  uint64_t avail = compressed ? xt__inflate_bound(fsize) : fsize;
+  if (!(vox_offset >= 0) || vox_offset > (double)avail) {
+    rc = xt_fail(msg, compressed ? XT_EFORMAT : XT_ETRUNCATED, "%s: vox_offset %g lies beyond the end of the file (%llu bytes%s)",
+                 path, vox_offset, (unsigned long long)fsize, compressed ? " compressed" : "");
+    goto fail;
+  }
+
+  pthread_mutex_lock(&nifti_lock);
+  locked = 1;
+  nifti_set_debug_level(0);
+  nim = nifti_image_read(path, 0);
+  if (!nim) {
+    rc = xt_fail(msg, XT_EFORMAT, "%s: libnifti2 rejected the NIfTI-%d header (bad dims, datatype or magic)", path, version);
+    goto fail;
+  }
+  if (nim->nifti_type != NIFTI_FTYPE_NIFTI1_1 && nim->nifti_type != NIFTI_FTYPE_NIFTI2_1) {
+    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: %s header; only single-file NIfTI (magic n+1/n+2) is supported", path,
+                 nim->nifti_type == NIFTI_FTYPE_ANALYZE ? "ANALYZE 7.5" : "two-file or ASCII NIfTI");
+    goto fail;
+  }
+  if (!(nim->dim[0] == 3 || (nim->dim[0] == 4 && nim->dim[4] == 1))) {
+    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: %lld-dimensional image (dim[4] = %lld); only 3D volumes are supported", path,
+                 (long long)nim->dim[0], (long long)(nim->dim[0] >= 4 ? nim->dim[4] : 1));
+    goto fail;
+  }
+  xt__grid g;
+  memset(&g, 0, sizeof g);
+  if (!elem_of(nim->datatype, &g.elem)) {
+    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: voxel type %s (%d) is not supported (need an 8/16/32-bit integer or float type)",
+                 path, nifti_datatype_string(nim->datatype), nim->datatype);
+    goto fail;
+  }
+  for (int a = 0; a < 3; a++) g.dim[a] = nim->dim[a + 1];
+  size_t bytes = 0;
+  rc = xt__check_dims(path, g.dim, xt__elem_size(g.elem), &bytes, msg);
+  if (rc) goto fail;
+  if ((double)bytes + vox_offset > (double)avail) {
+    if (compressed)
+      rc = xt_fail(msg, XT_ETRUNCATED, "%s: header claims %zu data bytes but %llu compressed bytes cannot hold them", path,
+                   bytes, (unsigned long long)fsize);
+    else
+      rc = xt_fail(msg, XT_ETRUNCATED, "%s: truncated: header claims %zu data bytes from offset %.0f but the file has %llu",
+                   path, bytes, vox_offset, (unsigned long long)fsize);
+    goto fail;
+  }
+
+  /* index -> RAS mm, then RAS -> LPS (negate x and y) */
+  double m[3][4];
+  if (nim->sform_code > 0 || nim->qform_code > 0) {
+    const nifti_dmat44 *s = nim->sform_code > 0 ? &nim->sto_xyz : &nim->qto_xyz;
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 4; c++) m[r][c] = s->m[r][c];
+  } else {
+    /* no orientation: NIfTI "method 1", x = pixdim * index */
+    const double pd[3] = {nim->dx, nim->dy, nim->dz};
+    memset(m, 0, sizeof m);
+    for (int a = 0; a < 3; a++) {
+      if (!(pd[a] > 0) || !isfinite(pd[a])) {
+        rc = xt_fail(msg, XT_ERANGE, "%s: pixdim[%d] is %g; voxel spacing must be positive", path, a + 1, pd[a]);
+        goto fail;
+      }
+      m[a][a] = pd[a];
+    }
+  }
+  for (int r = 0; r < 3; r++) {
+    double sgn = r < 2 ? -1.0 : 1.0;
+    for (int c = 0; c < 3; c++) g.index_to_lps.m[r][c] = sgn * m[r][c];
+    g.index_to_lps.t[r] = sgn * m[r][3];
+  }
+  g.slope = 1.0;
+  g.inter = 0.0;
+  if (nim->scl_slope != 0) {
+    g.slope = nim->scl_slope;
+    g.inter = nim->scl_inter;
+  }
+
+  if (nifti_image_load(nim) < 0 || !nim->data) {
+    rc = xt_fail(msg, XT_ETRUNCATED, "%s: could not read %zu bytes of voxel data (truncated or corrupt%s)", path, bytes,
+                 compressed ? " gzip stream" : "");
+    goto fail;
+  }
+  g.data = nim->data;
+  /* the mutex guards libnifti2 only; the conversion needs no lock */
+  pthread_mutex_unlock(&nifti_lock);
+  locked = 0;
+  rc = xt__finish(path, &g, opt, out, msg);
+fail:
+  if (nim) nifti_image_free(nim);
+  if (locked) pthread_mutex_unlock(&nifti_lock);
+  return rc;
+}

@@ -1,0 +1,44 @@
+# tools.cmake: the xtwin command-line program and its output writers.
+#
+# xt_cli   static library of the writers (NPY, PNG via libpng, JSON sidecar via jansson), the
+#          all-or-nothing output set and the option-table parser; the tests link it too.
+# xtwin    the program. Optional parts, each detected rather than required:
+#            xt_loaders (models/xt_load*.c)  -> XT_HAVE_LOADERS: `render --volume`
+#            xt_bench   (bench/, added after tools/, so linked from a deferred call at the end of
+#                        the top-level directory)  -> XT_HAVE_BENCH: `xtwin bench`
+pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET libpng)
+
+add_library(xt_cli STATIC xt_out.c xt_opt.c xt_sidecar.c)
+target_include_directories(xt_cli PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(xt_cli PUBLIC xt_models xt_scene PkgConfig::JANSSON PkgConfig::LIBPNG ${M_LIB}
+  PRIVATE xt_warnings)
+
+add_executable(xtwin xtwin.c xt_render_cmd.c)
+target_link_libraries(xtwin PRIVATE xt_cli xt_proj xt_models xt_scene ${M_LIB} xt_warnings)
+target_compile_definitions(xtwin PRIVATE XT_VERSION="${PROJECT_VERSION}")
+
+option(XT_CLI_LOADERS "Link xtwin with xt_loaders (render --volume) when that target exists" ON)
+if(TARGET xt_loaders AND XT_CLI_LOADERS)
+  target_link_libraries(xtwin PRIVATE xt_loaders)
+  target_compile_definitions(xtwin PRIVATE XT_HAVE_LOADERS)
+  message(STATUS "xtwin: volume loading ON")
+else()
+  message(STATUS "xtwin: volume loading OFF (no xt_loaders target)")
+endif()
+
+# Runs after every subdirectory of the top level has been processed, so bench/ is known.
+function(xt__tools_link_bench)
+  if(TARGET xt_bench)
+    get_target_property(_type xt_bench TYPE)
+    if(_type MATCHES "LIBRARY$")
+      target_link_libraries(xtwin PRIVATE xt_bench)
+      target_include_directories(xtwin PRIVATE ${CMAKE_SOURCE_DIR}/bench)
+      target_compile_definitions(xtwin PRIVATE XT_HAVE_BENCH)
+      message(STATUS "xtwin: bench ON")
+      return()
+    endif()
+  endif()
+  message(STATUS "xtwin: bench OFF (no xt_bench library target)")
+endfunction()
+cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL xt__tools_link_bench)

@@ -1,0 +1,19 @@
+/* Subcommands of the xtwin program (tools/xtwin.c dispatches to them). Each returns the process
+ * exit status: 0 success, 1 a runtime failure (file, device, write), 2 a usage error. Every
+ * failure is exactly one line on stderr, prefixed with "xtwin <command>: ". */
+#ifndef XT_CLI_H
+#define XT_CLI_H
+
+#include <stdio.h>
+
+enum { XT_EXIT_OK = 0, XT_EXIT_RUNTIME = 1, XT_EXIT_USAGE = 2 };
+
+#ifndef XT_VERSION
+#define XT_VERSION "0.0.0"
+#endif
+
+/* argv[0] is "render"; the options follow. */
+int xt_cmd_render(int argc, char **argv);
+void xt_cmd_render_help(FILE *out);
+
+#endif /* XT_CLI_H */

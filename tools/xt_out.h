@@ -1,0 +1,58 @@
+/* The xtwin command's output writers: NPY (float32 line integrals), 16-bit PNG (intensity) and a
+ * set of output files that appears all at once or not at all.
+ *
+ * An xt_outset collects the files of one run. Each file is written to a temporary name in its
+ * target directory (".<name>.XXXXXX"); xt_outset_commit renames all of them into place, and
+ * xt_outset_abort (or a failed commit) unlinks every temporary and every file this commit had
+ * already renamed, and removes the directories the set created. A run therefore leaves either
+ * all of its outputs or none. */
+#ifndef XT_OUT_H
+#define XT_OUT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "xt_err.h"
+
+/* --- NPY ------------------------------------------------------------------------------------ */
+
+/* NPY v1.0, dtype '<f4', C order, shape (rows, cols); header padded to a multiple of 64 bytes. */
+int xt_npy_write_f32(FILE *f, const float *data, int rows, int cols, xt_msg *msg);
+
+/* --- PNG ------------------------------------------------------------------------------------ */
+
+/* 16-bit grayscale, rows*cols samples (row 0 first), written big-endian as PNG requires.
+ * description, when non-NULL, goes into a tEXt "Description" chunk. */
+int xt_png_write_u16(FILE *f, const uint16_t *px, int rows, int cols, const char *description, xt_msg *msg);
+
+/* --- all-or-nothing output sets ------------------------------------------------------------- */
+
+typedef struct xt_outfile {
+  char *final_path; /* where it goes on commit */
+  char *tmp_path;   /* where it is written until then; NULL once renamed */
+  int renamed;
+} xt_outfile;
+
+typedef struct xt_outset {
+  xt_outfile *files;
+  int count, cap;
+  char **made_dirs; /* directories created by xt_outset_mkdirs, outermost first */
+  int ndirs;
+  int fail_rename_at; /* testing: make the rename of file #n fail (-1 = never) */
+} xt_outset;
+
+void xt_outset_init(xt_outset *s);
+/* mkdir -p of the directory part of path (nothing when path has none); records what it made. */
+int xt_outset_mkdirs(xt_outset *s, const char *path, xt_msg *msg);
+/* Opens a temporary file next to final_path for writing ("wb"); the set owns the name. */
+int xt_outset_open(xt_outset *s, const char *final_path, FILE **out, xt_msg *msg);
+/* Flushes, syncs and closes f (opened by xt_outset_open); reports write errors. */
+int xt_outset_close(xt_outset *s, FILE *f, const char *final_path, xt_msg *msg);
+/* Renames every file into place; on any failure rolls the whole set back (see above). */
+int xt_outset_commit(xt_outset *s, xt_msg *msg);
+/* Unlinks every temporary (and renamed file) and the directories the set created. */
+void xt_outset_abort(xt_outset *s);
+/* Frees the bookkeeping; call after commit or abort. */
+void xt_outset_free(xt_outset *s);
+
+#endif /* XT_OUT_H */

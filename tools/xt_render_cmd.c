@@ -1,0 +1,411 @@
+/* `xtwin render`: builds or loads one model, renders one frame per pose and writes each frame as
+ * PREFIX.npy (float32 line integrals), PREFIX.png (16-bit intensity) and PREFIX.json (sidecar).
+ *
+ * The options are one table (render_opts below) that drives parsing and --help. The command
+ * checks everything it can before doing work (options, mode, poses, backend, input file, output
+ * directory), then renders; outputs go through an xt_outset so that a failure anywhere leaves no
+ * output file behind. Every failure is one line on stderr; exit 2 for usage, 1 for runtime. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "xt_cli.h"
+#include "xt_geom.h"
+#include "xt_model.h"
+#include "xt_opt.h"
+#include "xt_out.h"
+#include "xt_phantom.h"
+#include "xt_proj.h"
+#include "xt_sidecar.h"
+#ifdef XT_HAVE_LOADERS
+#include "xt_load.h"
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Options                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct render_opts {
+  int phantom;
+  int phantom_size;
+  double phantom_spacing;
+  const char *volume;
+  int convert;
+  double energy;
+  int place;
+  double primary, secondary, detector_rot, sod, sid;
+  double table[3];
+  const char *mode;
+  xt_opt_list angles;
+  int backend;
+  int threads;
+  const char *out;
+  int help;
+} render_opts;
+
+#define OFF(f) offsetof(render_opts, f)
+/* The order of the words in these choices is the order of the arrays that map them. */
+#define PHANTOM_CHOICES "head|head-labels"
+#define CONVERT_CHOICES "mu|hu|hu-labels|labels"
+#define PLACE_CHOICES "center|native"
+#define BACKEND_CHOICES "cpu|cuda"
+static const char *const convert_names[] = {"mu", "hu", "hu-labels", "labels"};
+static const char *const place_names[] = {"center", "native"};
+
+static const xt_opt render_tab[] = {
+    {"phantom", XT_OPT_CHOICE, NULL, "head", NULL, 0, 0, PHANTOM_CHOICES, OFF(phantom),
+     "built-in Shepp-Logan head: dense mu, or uint8 material labels (used unless --volume)"},
+    {"phantom-size", XT_OPT_INT, "N", "256", NULL, 2, 1024, NULL, OFF(phantom_size), "phantom voxels per side"},
+    {"phantom-spacing", XT_OPT_REAL, "MM", "1", NULL, 0.01, 20, NULL, OFF(phantom_spacing),
+     "phantom voxel size in mm (the head is 138 x 184 x 180 mm)"},
+    {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
+     "render a volume file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd"},
+    {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
+     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
+    {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
+     "effective energy for --volume's HU conversion and material table"},
+    {"place", XT_OPT_CHOICE, NULL, "center", NULL, 0, 0, PLACE_CHOICES, OFF(place),
+     "center: the model's bounding-box centre at the isocentre; native: its file LPS coordinates as they are"},
+    {"primary", XT_OPT_REAL, "DEG", "0", NULL, -XT_PRIMARY_MAX_DEG, XT_PRIMARY_MAX_DEG, NULL, OFF(primary),
+     "primary angle, LAO + / RAO -"},
+    {"secondary", XT_OPT_REAL, "DEG", "0", NULL, -XT_SECONDARY_MAX_DEG, XT_SECONDARY_MAX_DEG, NULL, OFF(secondary),
+     "secondary angle, CRAN + / CAUD -"},
+    {"detector-rot", XT_OPT_REAL, "DEG", "0", NULL, -XT_DETROT_MAX_DEG, XT_DETROT_MAX_DEG, NULL, OFF(detector_rot),
+     "detector rotation in its plane about the central beam"},
+    {"sod", XT_OPT_REAL, "MM", NULL, "the mode's", 1, XT_DIST_MAX_MM, NULL, OFF(sod), "source to isocentre distance"},
+    {"sid", XT_OPT_REAL, "MM", NULL, "the mode's", 1, XT_DIST_MAX_MM, NULL, OFF(sid),
+     "source to image (detector) distance; must exceed the SOD"},
+    {"table", XT_OPT_VEC3, "X,Y,Z", "0,0,0", NULL, -XT_TABLE_MAX_MM, XT_TABLE_MAX_MM, NULL, OFF(table),
+     "patient (table) translation in the room, LPS mm: world = patient + table"},
+    {"mode", XT_OPT_STRING, "NAME", "fd20-512", NULL, 0, 0, NULL, OFF(mode), "detector mode (see: xtwin modes)"},
+    {"angles", XT_OPT_LIST, "DEG,DEG,...", NULL, "none", -XT_PRIMARY_MAX_DEG, XT_PRIMARY_MAX_DEG, NULL, OFF(angles),
+     "one frame per primary angle instead of --primary; files are named PREFIX_p<angle>.*"},
+    {"backend", XT_OPT_CHOICE, NULL, "cpu", NULL, 0, 0, BACKEND_CHOICES, OFF(backend), "projector backend"},
+    {"threads", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(threads), "CPU backend worker threads, 0 = all cores"},
+    {"out", XT_OPT_STRING, "PREFIX", "out/xtwin", NULL, 0, 0, NULL, OFF(out),
+     "output prefix: PREFIX.npy, PREFIX.png, PREFIX.json; missing directories are created"},
+    {"help", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(help), "print this help and exit"},
+};
+#define NOPT ((int)(sizeof render_tab / sizeof render_tab[0]))
+
+void xt_cmd_render_help(FILE *out) {
+  fprintf(out,
+          "usage: xtwin render [options]\n"
+          "\n"
+          "Renders X-ray line integrals of a model (the built-in head phantom or a volume file) for one\n"
+          "C-arm pose, or one frame per --angles entry, and writes for each frame:\n"
+          "  PREFIX.npy   float32 line integrals L = integral of mu dl, shape (rows, cols)\n"
+          "  PREFIX.png   16-bit grayscale intensity, pixel = round(65535 * exp(-L))\n"
+          "  PREFIX.json  sidecar: units, pose, detector, geometry and projection matrix, model\n"
+          "All outputs of a run appear together or not at all.\n"
+          "\n"
+          "options:\n");
+  xt_opt_print_help(render_tab, NOPT, out);
+  fprintf(out,
+          "\n"
+          "examples:\n"
+          "  xtwin render --phantom head --mode fd20-512 --primary 30 --secondary 15 --out out/head\n"
+          "  xtwin render --phantom-size 128 --phantom-spacing 1.5 --angles -90,-45,0,45,90 --out out/sweep\n"
+          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Prints "xtwin render: <text>" as exactly one line and returns code. */
+static int say(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static int say(int code, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  for (char *p = line; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  fprintf(stderr, "xtwin render: %s\n", line);
+  return code;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+static int is_seen(const int *seen, const char *name) {
+  int i = xt_opt_find(render_tab, NOPT, name);
+  return i >= 0 && seen[i];
+}
+
+typedef struct frame {
+  xt_geometry geom;
+  char stem[4096]; /* PREFIX or PREFIX_p<angle> */
+  double lmin, lmax, ms;
+} frame;
+
+/* Builds (phantom) or loads (volume file) the model; places it. */
+static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
+  int rc = 0;
+  xt_model *m = NULL;
+  *out = NULL;
+  if (!o->volume) {
+    int dim[3] = {o->phantom_size, o->phantom_size, o->phantom_size};
+    rc = xt_phantom_head_model(dim, o->phantom_spacing, o->phantom == 1 ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, msg);
+    if (rc) return rc;
+  } else {
+#ifdef XT_HAVE_LOADERS
+    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
+    xt_load_options lo = {conv[o->convert], o->energy};
+    xt_volume *v = NULL;
+    if ((rc = xt_volume_load(o->volume, &lo, &v, msg))) return rc;
+    if ((rc = xt_volume_validate(v, base_name(o->volume), msg)) ||
+        (rc = xt_model_from_volume(v, base_name(o->volume), &m, msg))) {
+      xt_volume_free(v);
+      return rc;
+    }
+#else
+    return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");
+#endif
+  }
+  if (o->place == 0) { /* center: the bounding box's centre at the patient origin (the isocentre) */
+    xt_vec3 lo, hi;
+    xt_volume_bounds(m->volume, &lo, &hi);
+    m->placement = xt_aff_identity();
+    m->placement.t[0] = -0.5 * (lo.x + hi.x);
+    m->placement.t[1] = -0.5 * (lo.y + hi.y);
+    m->placement.t[2] = -0.5 * (lo.z + hi.z);
+  }
+  *out = m;
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The command                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+int xt_cmd_render(int argc, char **argv) {
+  render_opts o;
+  int seen[XT_OPT_MAX];
+  xt_msg msg = {{0}};
+  int code = XT_EXIT_OK, rc;
+  frame *frames = NULL;
+  int nframes = 0;
+  xt_model *model = NULL;
+  xt_proj *proj = NULL;
+  float *lineint = NULL;
+  uint16_t *pix = NULL;
+  xt_outset set;
+  int set_live = 0;
+  xt_outset_init(&set);
+  memset(&o, 0, sizeof o);
+
+  /* --- options ---------------------------------------------------------------------------- */
+  if (xt_opt_parse(render_tab, NOPT, argc - 1, argv + 1, &o, seen, &msg))
+    return say(XT_EXIT_USAGE, "%s (see xtwin render --help)", msg.text);
+  if (o.help) {
+    xt_cmd_render_help(stdout);
+    return XT_EXIT_OK;
+  }
+  if (o.volume && is_seen(seen, "phantom")) return say(XT_EXIT_USAGE, "--phantom and --volume exclude each other");
+  if (o.volume && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
+    return say(XT_EXIT_USAGE, "--%s: applies to the phantom only, not to --volume",
+               is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
+  if (!o.volume && (is_seen(seen, "convert") || is_seen(seen, "energy")))
+    return say(XT_EXIT_USAGE, "--%s: applies to --volume only", is_seen(seen, "convert") ? "convert" : "energy");
+  if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
+
+  const xt_detector_mode *mode = xt_mode_find(o.mode);
+  if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);
+
+  size_t plen = strlen(o.out);
+  const char *pbase = base_name(o.out);
+  if (!*pbase || strcmp(pbase, ".") == 0 || strcmp(pbase, "..") == 0)
+    return say(XT_EXIT_USAGE, "--out: \"%s\" names a directory; give a file prefix such as \"%s%sxtwin\"", o.out, o.out,
+               (plen && o.out[plen - 1] == '/') ? "" : "/");
+  if (plen > 3900) return say(XT_EXIT_USAGE, "--out: prefix longer than 3900 characters");
+
+  /* --- poses ------------------------------------------------------------------------------ */
+  xt_pose pose = xt_pose_default(mode);
+  pose.secondary_deg = o.secondary;
+  pose.detector_rot_deg = o.detector_rot;
+  if (is_seen(seen, "sod")) pose.sod_mm = o.sod;
+  if (is_seen(seen, "sid")) pose.sid_mm = o.sid;
+  pose.table_mm = xt_v3(o.table[0], o.table[1], o.table[2]);
+  if (!(pose.sid_mm > pose.sod_mm))
+    return say(XT_EXIT_USAGE, "--%s: the SID (%g mm) must exceed the SOD (%g mm)", is_seen(seen, "sid") ? "sid" : "sod",
+               pose.sid_mm, pose.sod_mm);
+  nframes = o.angles.n ? o.angles.n : 1;
+  frames = calloc((size_t)nframes, sizeof *frames);
+  if (!frames) return say(XT_EXIT_RUNTIME, "out of memory");
+  for (int i = 0; i < nframes; i++) {
+    frame *f = &frames[i];
+    pose.primary_deg = o.angles.n ? o.angles.v[i] : o.primary;
+    if ((rc = xt_geom_compute(&pose, mode, &f->geom, &msg))) {
+      code = say(XT_EXIT_USAGE, "%s", msg.text);
+      goto done;
+    }
+    if (o.angles.n) snprintf(f->stem, sizeof f->stem, "%s_p%g", o.out, o.angles.v[i]);
+    else snprintf(f->stem, sizeof f->stem, "%s", o.out);
+    for (int j = 0; j < i; j++)
+      if (strcmp(frames[j].stem, f->stem) == 0) {
+        code = say(XT_EXIT_USAGE, "--angles: %g is given twice", o.angles.v[i]);
+        goto done;
+      }
+  }
+
+  /* --- backend, input, output directory: checked before any heavy work ---------------------- */
+  xt_backend backend = o.backend == 1 ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
+  if ((rc = xt_proj_available(backend, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), msg.text);
+    goto done;
+  }
+  if (o.volume) {
+    struct stat st;
+    if (stat(o.volume, &st) != 0) {
+      code = say(XT_EXIT_RUNTIME, "--volume: \"%s\": %s", o.volume, strerror(errno));
+      goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      code = say(XT_EXIT_RUNTIME, "--volume: \"%s\": is a directory", o.volume);
+      goto done;
+    }
+  }
+  set_live = 1;
+  if ((rc = xt_outset_mkdirs(&set, o.out, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
+    goto done;
+  }
+  {
+    xt_outset probe;
+    FILE *pf = NULL;
+    char path[4200];
+    xt_outset_init(&probe);
+    snprintf(path, sizeof path, "%s.npy", frames[0].stem);
+    rc = xt_outset_open(&probe, path, &pf, &msg);
+    if (pf) fclose(pf);
+    xt_outset_abort(&probe);
+    xt_outset_free(&probe);
+    if (rc) {
+      code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
+      goto done;
+    }
+  }
+
+  /* --- model and projector ------------------------------------------------------------------ */
+  if ((rc = make_model(&o, &model, &msg))) {
+    if (o.volume && !strstr(msg.text, o.volume))
+      code = say(XT_EXIT_RUNTIME, "--volume: \"%s\": %s", o.volume, msg.text);
+    else code = say(XT_EXIT_RUNTIME, "%s%s", o.volume ? "--volume: " : "", msg.text);
+    goto done;
+  }
+  xt_proj_options po = {backend, o.threads, 0};
+  if ((rc = xt_proj_create(&po, &proj, &msg)) || (rc = xt_proj_add_model(proj, model, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), msg.text);
+    goto done;
+  }
+
+  /* --- frames ------------------------------------------------------------------------------- */
+  size_t npx = (size_t)mode->rows * (size_t)mode->cols;
+  lineint = malloc(npx * sizeof *lineint);
+  pix = malloc(npx * sizeof *pix);
+  if (!lineint || !pix) {
+    code = say(XT_EXIT_RUNTIME, "out of memory for a %d x %d frame", mode->cols, mode->rows);
+    goto done;
+  }
+  for (int i = 0; i < nframes; i++) {
+    frame *f = &frames[i];
+    double t0 = now_ms();
+    if ((rc = xt_proj_render(proj, &f->geom, lineint, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "render: %s", msg.text);
+      goto done;
+    }
+    f->ms = now_ms() - t0;
+    f->lmin = INFINITY;
+    f->lmax = -INFINITY;
+    for (size_t k = 0; k < npx; k++) {
+      double L = lineint[k];
+      if (!isfinite(L)) {
+        code = say(XT_EXIT_RUNTIME, "render: non-finite line integral at pixel (row %zu, col %zu)", k / (size_t)mode->cols,
+                   k % (size_t)mode->cols);
+        goto done;
+      }
+      if (L < f->lmin) f->lmin = L;
+      if (L > f->lmax) f->lmax = L;
+    }
+    xt_intensity_u16(lineint, npx, pix);
+
+    char npy_path[4200], png_path[4200], json_path[4200], desc[4400];
+    snprintf(npy_path, sizeof npy_path, "%s.npy", f->stem);
+    snprintf(png_path, sizeof png_path, "%s.png", f->stem);
+    snprintf(json_path, sizeof json_path, "%s.json", f->stem);
+    snprintf(desc, sizeof desc, "xtwin intensity I/I0 = pixel/65535, pixel = round(65535*exp(-L)); geometry in %s",
+             base_name(json_path));
+    xt_sidecar_info si = {&f->geom,
+                          model,
+                          o.volume ? o.volume : "phantom",
+                          o.volume ? convert_names[o.convert] : NULL,
+                          place_names[o.place],
+                          xt_backend_name(backend),
+                          o.threads,
+                          base_name(npy_path),
+                          base_name(png_path),
+                          f->lmin,
+                          f->lmax,
+                          f->ms,
+                          XT_VERSION};
+    const char *paths[3] = {npy_path, png_path, json_path};
+    for (int k = 0; k < 3; k++) {
+      FILE *fp = NULL;
+      if ((rc = xt_outset_open(&set, paths[k], &fp, &msg))) {
+        code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
+        goto done;
+      }
+      if (k == 0) rc = xt_npy_write_f32(fp, lineint, mode->rows, mode->cols, &msg);
+      else if (k == 1) rc = xt_png_write_u16(fp, pix, mode->rows, mode->cols, desc, &msg);
+      else rc = xt_sidecar_write(fp, &si, &msg);
+      if (rc) {
+        fclose(fp);
+        code = say(XT_EXIT_RUNTIME, "\"%s\": %s", paths[k], msg.text);
+        goto done;
+      }
+      if ((rc = xt_outset_close(&set, fp, paths[k], &msg))) {
+        code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+        goto done;
+      }
+    }
+  }
+  if ((rc = xt_outset_commit(&set, &msg))) { /* rolls back by itself */
+    code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+    goto done;
+  }
+  set_live = 0;
+  for (int i = 0; i < nframes; i++)
+    printf("wrote %s.{npy,png,json}  %dx%d  line integral min %.6g max %.6g  %.1f ms (%s)\n", frames[i].stem,
+           mode->cols, mode->rows, frames[i].lmin, frames[i].lmax, frames[i].ms, xt_backend_name(backend));
+
+done:
+  if (set_live && code != XT_EXIT_OK) xt_outset_abort(&set);
+  xt_outset_free(&set);
+  free(lineint);
+  free(pix);
+  xt_proj_destroy(proj);
+  xt_model_free(model);
+  free(frames);
+  return code;
+}

@@ -1,0 +1,202 @@
+/* The per-frame JSON sidecar, built with jansson (see xt_sidecar.h, docs/cli.md). */
+#include "xt_sidecar.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+/* Builders that record the first failure instead of checking every call: json_object_set_new
+ * and json_array_append_new take ownership of the value even when they fail (or it is NULL). */
+typedef struct jb {
+  int bad;
+} jb;
+
+static void put(jb *b, json_t *obj, const char *key, json_t *val) {
+  if (!obj || json_object_set_new(obj, key, val) != 0) b->bad = 1;
+}
+static void push(jb *b, json_t *arr, json_t *val) {
+  if (!arr || json_array_append_new(arr, val) != 0) b->bad = 1;
+}
+static json_t *num(double v) { return json_real(v); } /* NULL (an error) for NaN/inf */
+
+static json_t *str(const char *s) { return json_string(s ? s : ""); }
+
+static json_t *vec3(jb *b, xt_vec3 v) {
+  json_t *a = json_array();
+  push(b, a, num(v.x));
+  push(b, a, num(v.y));
+  push(b, a, num(v.z));
+  return a;
+}
+
+static json_t *affine34(jb *b, const xt_affine *m) {
+  json_t *a = json_array();
+  for (int i = 0; i < 3; i++) {
+    json_t *row = json_array();
+    for (int j = 0; j < 3; j++) push(b, row, num(m->m[i][j]));
+    push(b, row, num(m->t[i]));
+    push(b, a, row);
+  }
+  return a;
+}
+
+static json_t *build(const xt_sidecar_info *in, jb *b) {
+  const xt_geometry *g = in->geom;
+  const xt_model *m = in->model;
+  const xt_volume *v = m->volume;
+  json_t *root = json_object();
+
+  put(b, root, "format", str("xtwin-projection"));
+  put(b, root, "format_version", json_integer(1));
+  put(b, root, "xtwin_version", str(in->version));
+  char ts[40] = "";
+  time_t now = time(NULL);
+  struct tm tmv;
+  if (gmtime_r(&now, &tmv)) strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+  put(b, root, "created_utc", str(ts));
+
+  json_t *units = json_object();
+  put(b, units, "length", str("mm"));
+  put(b, units, "angle", str("deg"));
+  put(b, units, "mu", str("1/mm"));
+  put(b, units, "line_integral", str("dimensionless: integral of mu dl along the ray, source to pixel"));
+  put(b, units, "energy", str("keV"));
+  put(b, root, "units", units);
+
+  json_t *files = json_object();
+  put(b, files, "npy", str(in->npy_file));
+  put(b, files, "npy_content", str("float32 line integrals L, shape (rows, cols), C order, row 0 first"));
+  put(b, files, "png", str(in->png_file));
+  put(b, files, "png_content", str("16-bit grayscale intensity I/I0 scaled to 0..65535"));
+  put(b, root, "files", files);
+
+  json_t *inten = json_object();
+  put(b, inten, "formula", str("png = round(65535 * exp(-L)); L <= 0 gives 65535"));
+  put(b, inten, "inverse", str("L = -ln(png / 65535); exact to the 16-bit quantisation, png = 0 means L > ~11.09"));
+  put(b, inten, "bit_depth", json_integer(16));
+  put(b, inten, "line_integral_min", num(in->lineint_min));
+  put(b, inten, "line_integral_max", num(in->lineint_max));
+  put(b, root, "intensity", inten);
+
+  json_t *pose = json_object();
+  put(b, pose, "primary_deg", num(g->pose.primary_deg));
+  put(b, pose, "primary_convention", str("LAO + / RAO -"));
+  put(b, pose, "secondary_deg", num(g->pose.secondary_deg));
+  put(b, pose, "secondary_convention", str("CRAN + / CAUD -"));
+  put(b, pose, "detector_rot_deg", num(g->pose.detector_rot_deg));
+  put(b, pose, "sod_mm", num(g->pose.sod_mm));
+  put(b, pose, "sid_mm", num(g->pose.sid_mm));
+  put(b, pose, "table_mm", vec3(b, g->pose.table_mm));
+  put(b, root, "pose", pose);
+
+  json_t *det = json_object();
+  put(b, det, "mode", str(g->mode.name));
+  put(b, det, "description", str(g->mode.description));
+  put(b, det, "rows", json_integer(g->mode.rows));
+  put(b, det, "cols", json_integer(g->mode.cols));
+  put(b, det, "pitch_u_mm", num(g->mode.pitch_u_mm));
+  put(b, det, "pitch_v_mm", num(g->mode.pitch_v_mm));
+  put(b, root, "detector", det);
+
+  json_t *geo = json_object();
+  put(b, geo, "frame", str("world (room) mm: origin at the isocentre, +x patient left, +y posterior, +z superior "
+                           "(patient LPS of a head-first supine patient on an untranslated table)"));
+  put(b, geo, "source", vec3(b, g->source));
+  put(b, geo, "det_center", vec3(b, g->det_center));
+  put(b, geo, "det_origin", vec3(b, g->det_origin));
+  put(b, geo, "det_origin_note", str("centre of pixel (col 0, row 0)"));
+  put(b, geo, "u", vec3(b, g->u));
+  put(b, geo, "u_note", str("unit vector, +column direction"));
+  put(b, geo, "v", vec3(b, g->v));
+  put(b, geo, "v_note", str("unit vector, +row direction"));
+  put(b, geo, "d", vec3(b, g->d));
+  put(b, geo, "d_note", str("unit vector, isocentre -> detector (the central beam's direction)"));
+  json_t *pp = json_array();
+  push(b, pp, num(g->c0));
+  push(b, pp, num(g->r0));
+  put(b, geo, "principal_point", pp);
+  put(b, geo, "principal_point_note", str("(col, row) where the central beam meets the detector"));
+  json_t *P = json_array();
+  for (int i = 0; i < 3; i++) {
+    json_t *row = json_array();
+    for (int j = 0; j < 4; j++) push(b, row, num(g->P[i][j]));
+    push(b, P, row);
+  }
+  put(b, geo, "P", P);
+  put(b, geo, "P_convention",
+      str("3x4, world mm (homogeneous x,y,z,1) -> (col*w, row*w, w): col = h0/h2, row = h1/h2; pixel centres at "
+          "integer coordinates from 0 (col 0 = first column, row 0 = first row of the npy/png); the third row gives "
+          "w = depth along d in mm from the source"));
+  put(b, root, "geometry", geo);
+
+  xt_affine p2w = xt_geom_patient_to_world(&g->pose);
+  put(b, root, "patient_to_world", affine34(b, &p2w));
+  put(b, root, "patient_to_world_note", str("3x4 [M | t], world = M * patient + t (the table translation)"));
+
+  json_t *mod = json_object();
+  put(b, mod, "name", str(m->name));
+  put(b, mod, "kind", str(xt_model_kind_name(m->kind)));
+  put(b, mod, "source", str(in->model_source));
+  if (in->convert) put(b, mod, "convert", str(in->convert));
+  if (v) {
+    json_t *dims = json_array();
+    for (int a = 0; a < 3; a++) push(b, dims, json_integer(v->dim[a]));
+    put(b, mod, "dims", dims);
+    json_t *sp = json_array();
+    for (int a = 0; a < 3; a++) push(b, sp, num(v->spacing[a]));
+    put(b, mod, "spacing_mm", sp);
+    put(b, mod, "voxel_type", str(v->type == XT_VOXEL_U8 ? "uint8 label" : "float32 mu (1/mm)"));
+    put(b, mod, "index_to_model", affine34(b, &v->index_to_model));
+    put(b, mod, "index_to_model_note", str("3x4 [M | t]: voxel-centre index (i,j,k) -> model mm (LPS)"));
+  }
+  put(b, mod, "place", str(in->place));
+  put(b, mod, "placement", affine34(b, &m->placement));
+  put(b, mod, "placement_note", str("3x4 [M | t]: model mm -> patient mm"));
+  if (v && v->materials) {
+    const xt_material_table *t = v->materials;
+    json_t *mat = json_object();
+    put(b, mat, "energy_kev", num(t->energy_kev));
+    put(b, mat, "source", str(t->source));
+    json_t *ents = json_array();
+    for (int i = 0; i < t->count && i < XT_MAX_MATERIALS; i++) {
+      json_t *e = json_object();
+      char name[XT_MATERIAL_NAME_MAX + 1];
+      memcpy(name, t->name[i], XT_MATERIAL_NAME_MAX);
+      name[XT_MATERIAL_NAME_MAX] = 0;
+      put(b, e, "label", json_integer(i));
+      put(b, e, "name", str(name));
+      put(b, e, "mu_per_mm", num(t->mu[i]));
+      put(b, e, "density_g_cm3", num(t->density[i]));
+      push(b, ents, e);
+    }
+    put(b, mat, "entries", ents);
+    put(b, mod, "materials", mat);
+  }
+  put(b, root, "model", mod);
+
+  json_t *be = json_object();
+  put(b, be, "name", str(in->backend));
+  put(b, be, "threads", json_integer(in->threads));
+  put(b, be, "render_ms", num(in->render_ms));
+  put(b, root, "backend", be);
+  return root;
+}
+
+int xt_sidecar_write(FILE *f, const xt_sidecar_info *in, xt_msg *msg) {
+  jb b = {0};
+  json_t *root = build(in, &b);
+  int rc = 0;
+  if (!root || b.bad) {
+    rc = xt_fail(msg, XT_EINTERNAL, "json sidecar: cannot encode (out of memory or a non-finite value)");
+    goto fail;
+  }
+  if (json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 || fputc('\n', f) == EOF) {
+    rc = xt_fail(msg, XT_EIO, "json sidecar: write failed: %s", strerror(errno));
+    goto fail;
+  }
+fail:
+  json_decref(root);
+  return rc;
+}

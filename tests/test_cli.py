@@ -295,6 +295,48 @@ def test_errors():
     expect_error("rename", [*SMALL], 1, ["x.png"], setup=block_png, keep=["sub/x.png/keep"])
 
 
+def write_ball_mha(path, n=40):
+    """A water ball (HU 0, radius 15 voxels) with a bone core in air, 2 mm voxels, origin far
+    from the isocentre: (100, 200, 300) mm."""
+    z, y, x = np.mgrid[0:n, 0:n, 0:n]
+    r2 = (x - 20) ** 2 + (y - 20) ** 2 + (z - 20) ** 2
+    hu = np.full((n, n, n), -1000, np.int16)
+    hu[r2 < 15 ** 2] = 0
+    hu[r2 < 5 ** 2] = 1000
+    hdr = (f"ObjectType = Image\nNDims = 3\nDimSize = {n} {n} {n}\nElementSpacing = 2 2 2\n"
+           "Offset = 100 200 300\nElementType = MET_SHORT\nElementByteOrderMSB = False\n"
+           "ElementDataFile = LOCAL\n")
+    write_file(path, hdr.encode() + hu.astype("<i2").tobytes())
+
+
+def test_volume():
+    rc, out, err = run("--version")
+    if "volume loading: yes" not in out:
+        print("  (volume loading not built: skipped)")
+        return
+    d = fresh("volume")
+    write_ball_mha(d + "/ball.mha")
+    rc, out, err = run("render", "--volume", d + "/ball.mha", "--convert", "hu", "--mode", "fd20-128",
+                       "--out", d + "/c")
+    if not check(rc == 0, f"volume render exit {rc}: {err}"):
+        return
+    L = read_npy(d + "/c.npy")
+    check(L[64, 64] > 0.5 and L[0, 0] == 0.0, f"centred ball: centre {L[64, 64]}, corner {L[0, 0]}")
+    with open(d + "/c.json") as f:
+        m = json.load(f)["model"]
+    # bounds of the voxel cubes: 99 .. 179 mm etc., so the centre goes to the isocentre
+    check(m["placement"] == [[1, 0, 0, -139], [0, 1, 0, -239], [0, 0, 1, -339]], f"placement {m['placement']}")
+    check(m["index_to_model"][0] == [2, 0, 0, 100] and m["convert"] == "hu" and m["dims"] == [40, 40, 40], f"{m}")
+    rc, out, err = run("render", "--volume", d + "/ball.mha", "--place", "native", "--mode", "fd20-128",
+                       "--out", d + "/n")
+    check(rc == 0 and float(read_npy(d + "/n.npy").max()) == 0.0, "native placement: the ball is out of view")
+    rc, out, err = run("render", "--volume", d + "/ball.mha", "--convert", "hu-labels", "--mode", "fd20-128",
+                       "--out", d + "/l")
+    if check(rc == 0, f"hu-labels exit {rc}: {err}"):
+        with open(d + "/l.json") as f:
+            check("materials" in json.load(f)["model"], "hu-labels sidecar has the material table")
+
+
 def test_cuda():
     rc, out, err = run("--version")
     if "cuda" in out.split("backends:")[1].split(";")[0]:
@@ -339,7 +381,7 @@ def test_no_temporaries():
 
 def main():
     os.makedirs(SCRATCH, exist_ok=True)
-    tests = [test_render_outputs, test_pose_options, test_angles, test_labels, test_errors, test_cuda,
+    tests = [test_render_outputs, test_pose_options, test_angles, test_labels, test_volume, test_errors, test_cuda,
              test_help_and_commands, test_no_temporaries]
     for t in tests:
         before = len(failures)

@@ -153,6 +153,14 @@ static int is_seen(const int *seen, const char *name) {
   return i >= 0 && seen[i];
 }
 
+/* The projector's messages start with "backend cuda: "; ours already name the option. */
+static const char *skip_backend(const char *text, xt_backend b) {
+  char pre[32];
+  snprintf(pre, sizeof pre, "backend %s: ", xt_backend_name(b));
+  size_t n = strlen(pre);
+  return strncmp(text, pre, n) == 0 ? text + n : text;
+}
+
 typedef struct frame {
   xt_geometry geom;
   char stem[4096]; /* PREFIX or PREFIX_p<angle> */
@@ -216,8 +224,10 @@ int xt_cmd_render(int argc, char **argv) {
   memset(&o, 0, sizeof o);
 
   /* --- options ---------------------------------------------------------------------------- */
-  if (xt_opt_parse(render_tab, NOPT, argc - 1, argv + 1, &o, seen, &msg))
-    return say(XT_EXIT_USAGE, "%s (see xtwin render --help)", msg.text);
+  if (xt_opt_parse(render_tab, NOPT, argc - 1, argv + 1, &o, seen, &msg)) {
+    int hint = strncmp(msg.text, "unknown option", 14) == 0 || strncmp(msg.text, "unexpected", 10) == 0;
+    return say(XT_EXIT_USAGE, "%s%s", msg.text, hint ? " (see xtwin render --help)" : "");
+  }
   if (o.help) {
     xt_cmd_render_help(stdout);
     return XT_EXIT_OK;
@@ -272,7 +282,7 @@ int xt_cmd_render(int argc, char **argv) {
   /* --- backend, input, output directory: checked before any heavy work ---------------------- */
   xt_backend backend = o.backend == 1 ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
   if ((rc = xt_proj_available(backend, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), msg.text);
+    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
   if (o.volume) {
@@ -316,7 +326,7 @@ int xt_cmd_render(int argc, char **argv) {
   }
   xt_proj_options po = {backend, o.threads, 0};
   if ((rc = xt_proj_create(&po, &proj, &msg)) || (rc = xt_proj_add_model(proj, model, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), msg.text);
+    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
 

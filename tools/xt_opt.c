@@ -159,25 +159,54 @@ int xt_opt_parse(const xt_opt *tab, int n, int argc, char **argv, void *dst, int
   return 0;
 }
 
+/* Prints text word-wrapped into columns [indent, width), the first line already at indent. */
+static void print_wrapped(FILE *out, const char *text, int indent, int width) {
+  int col = indent;
+  const char *p = text;
+  while (*p) {
+    while (*p == ' ') p++;
+    const char *e = p;
+    while (*e && *e != ' ') e++;
+    int len = (int)(e - p);
+    if (!len) break;
+    if (col > indent && col + 1 + len > width) {
+      fprintf(out, "\n%*s", indent, "");
+      col = indent;
+    } else if (col > indent) {
+      fputc(' ', out);
+      col++;
+    }
+    for (int c = 0; c < len; c++) fputc(p[c] == '\x01' ? ' ' : p[c], out); /* \x01: a space that never breaks */
+    col += len;
+    p = e;
+  }
+  fputc('\n', out);
+}
+
 void xt_opt_print_help(const xt_opt *tab, int n, FILE *out) {
+  enum { INDENT = 30, WIDTH = 100 };
   for (int i = 0; i < n; i++) {
     const xt_opt *o = &tab[i];
-    char form[80];
+    char form[96], text[768];
     const char *mv = o->type == XT_OPT_CHOICE ? o->choices : o->metavar;
     if (o->type == XT_OPT_FLAG || !mv) snprintf(form, sizeof form, "--%s", o->name);
     else snprintf(form, sizeof form, "--%s %s", o->name, mv);
-    fprintf(out, "  %-28s %s", form, o->help);
+    size_t k = (size_t)snprintf(text, sizeof text, "%s", o->help);
     const char *def = o->def ? o->def : o->def_note;
     int paren = 0;
-    if (def && o->type != XT_OPT_FLAG) {
-      fprintf(out, " (default: %s", def);
+    if (def && o->type != XT_OPT_FLAG && k < sizeof text) {
+      k += (size_t)snprintf(text + k, sizeof text - k, " (default: %s", def);
       paren = 1;
     }
-    if (o->type == XT_OPT_INT || o->type == XT_OPT_REAL || o->type == XT_OPT_VEC3 || o->type == XT_OPT_LIST) {
-      fprintf(out, "%s%s[%g, %g]", paren ? "; " : " (", o->type == XT_OPT_REAL || o->type == XT_OPT_INT ? "range " : "each in ",
-              o->lo, o->hi);
+    int numeric = o->type == XT_OPT_INT || o->type == XT_OPT_REAL || o->type == XT_OPT_VEC3 || o->type == XT_OPT_LIST;
+    if (numeric && k < sizeof text) {
+      k += (size_t)snprintf(text + k, sizeof text - k, "%s%s[%g,\x01%g]", paren ? "; " : " (",
+                            o->type == XT_OPT_REAL || o->type == XT_OPT_INT ? "range " : "each in ", o->lo, o->hi);
       paren = 1;
     }
-    fprintf(out, "%s\n", paren ? ")" : "");
+    if (paren && k < sizeof text) snprintf(text + k, sizeof text - k, ")");
+    if ((int)strlen(form) + 2 >= INDENT - 1) fprintf(out, "  %s\n%*s", form, INDENT, "");
+    else fprintf(out, "  %-*s", INDENT - 2, form);
+    print_wrapped(out, text, INDENT, WIDTH);
   }
 }

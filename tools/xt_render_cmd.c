@@ -71,7 +71,8 @@ static const xt_opt render_tab[] = {
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
      "effective energy for --volume's HU conversion and material table"},
     {"place", XT_OPT_CHOICE, NULL, "center", NULL, 0, 0, PLACE_CHOICES, OFF(place),
-     "center: the model's bounding-box centre at the isocentre; native: its file LPS coordinates as they are"},
+     "center: the model's bounding-box centre at the patient origin (the isocentre at --table 0,0,0); "
+     "native: the file's LPS coordinates as they are"},
     {"primary", XT_OPT_REAL, "DEG", "0", NULL, -XT_PRIMARY_MAX_DEG, XT_PRIMARY_MAX_DEG, NULL, OFF(primary),
      "primary angle, LAO + / RAO -"},
     {"secondary", XT_OPT_REAL, "DEG", "0", NULL, -XT_SECONDARY_MAX_DEG, XT_SECONDARY_MAX_DEG, NULL, OFF(secondary),
@@ -191,7 +192,7 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");
 #endif
   }
-  if (o->place == 0) { /* center: the bounding box's centre at the patient origin (the isocentre) */
+  if (o->place == 0) { /* center: the bounding box's centre at the patient origin */
     xt_vec3 lo, hi;
     xt_volume_bounds(m->volume, &lo, &hi);
     m->placement = xt_aff_identity();

@@ -6,6 +6,9 @@
  * is the sform if sform_code > 0, else the qform if qform_code > 0, else pixdim scaling; NIfTI
  * world is RAS, so rows x and y are negated to get LPS. scl_slope/scl_inter apply when slope != 0.
  *
+ * The voxels are read by us (zlib's gzread handles .nii and .nii.gz alike) because
+ * nifti_image_load replaces NaN/inf floats by 0, which would hide bad data.
+ *
  * libnifti2 keeps global state (debug level) and prints to stderr when its debug level is above
  * zero, so calls are serialised and the level forced to 0; we always write our own message. */
 #include <math.h>
@@ -28,7 +31,8 @@ static uint32_t rd32(const unsigned char *p, int swap) {
 
 /* Our own look at the fixed-size header before libnifti2 sees it: which version, and where the
  * data starts (vox_offset), so absurd offsets are refused before the library reads extensions. */
-static int peek_header(const char *path, int *version, int *compressed, double *vox_offset, xt_msg *msg) {
+static int peek_header(const char *path, int *version, int *compressed, double *vox_offset, double pixdim[3],
+                       xt_msg *msg) {
   unsigned char h[540];
   FILE *f = fopen(path, "rb");
   if (!f) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
@@ -52,15 +56,24 @@ static int peek_header(const char *path, int *version, int *compressed, double *
     return xt_fail(msg, XT_EFORMAT, "%s: not a NIfTI-1/2 file (sizeof_hdr is %u, expected 348 or 540)", path, le);
   int need = *version == 1 ? 348 : 540;
   if (n < need) return xt_fail(msg, XT_ETRUNCATED, "%s: truncated NIfTI-%d header (%d of %d bytes)", path, *version, n, need);
+  /* NIfTI-1: pixdim float[8] at 76, vox_offset float at 108; NIfTI-2: pixdim double[8] at 104,
+   * vox_offset int64 at 168. The raw pixdims matter because libnifti2 quietly replaces zero ones. */
   if (*version == 1) {
-    uint32_t bits = rd32(h + 108, swap);
-    float fo;
-    memcpy(&fo, &bits, sizeof fo);
-    *vox_offset = fo;
+    float fv;
+    for (int a = 0; a < 4; a++) {
+      uint32_t bits = rd32(h + (a < 3 ? 80 + 4 * a : 108), swap);
+      memcpy(&fv, &bits, sizeof fv);
+      if (a < 3) pixdim[a] = fv;
+      else *vox_offset = fv;
+    }
   } else {
-    uint64_t lo = rd32(h + 168, swap), hi = rd32(h + 172, swap);
-    uint64_t v = swap ? (lo << 32 | hi) : (hi << 32 | lo);
-    *vox_offset = (double)(int64_t)v;
+    for (int a = 0; a < 4; a++) {
+      int off = a < 3 ? 112 + 8 * a : 168;
+      uint64_t lo = rd32(h + off, swap), hi = rd32(h + off + 4, swap);
+      uint64_t v = swap ? (lo << 32 | hi) : (hi << 32 | lo);
+      if (a < 3) memcpy(&pixdim[a], &v, sizeof v);
+      else *vox_offset = (double)(int64_t)v;
+    }
   }
   return 0;
 }
@@ -82,11 +95,13 @@ static int elem_of(int dt, xt__elem *e) {
 int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg) {
   nifti_image *nim = NULL;
   int version = 0, compressed = 0, locked = 0;
-  double vox_offset = 0;
+  double vox_offset = 0, raw_pixdim[3] = {0, 0, 0};
+  unsigned char *data = NULL;
+  gzFile gz = NULL;
   uint64_t fsize = 0;
   int rc = xt__file_size(path, NULL, &fsize, msg);
   if (rc) goto fail;
-  rc = peek_header(path, &version, &compressed, &vox_offset, msg);
+  rc = peek_header(path, &version, &compressed, &vox_offset, raw_pixdim, msg);
   if (rc) goto fail;
   uint64_t avail = compressed ? xt__inflate_bound(fsize) : fsize;
   if (!(vox_offset >= 0) || vox_offset > (double)avail) {
@@ -136,13 +151,19 @@ int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out
 
   /* index -> RAS mm, then RAS -> LPS (negate x and y) */
   double m[3][4];
+  if (nim->sform_code <= 0 && nim->qform_code > 0)
+    for (int a = 0; a < 3; a++)
+      if (!(raw_pixdim[a] > 0) || !isfinite(raw_pixdim[a])) {
+        rc = xt_fail(msg, XT_ERANGE, "%s: pixdim[%d] is %g; the qform needs positive voxel sizes", path, a + 1, raw_pixdim[a]);
+        goto fail;
+      }
   if (nim->sform_code > 0 || nim->qform_code > 0) {
     const nifti_dmat44 *s = nim->sform_code > 0 ? &nim->sto_xyz : &nim->qto_xyz;
     for (int r = 0; r < 3; r++)
       for (int c = 0; c < 4; c++) m[r][c] = s->m[r][c];
   } else {
     /* no orientation: NIfTI "method 1", x = pixdim * index */
-    const double pd[3] = {nim->dx, nim->dy, nim->dz};
+    const double *pd = raw_pixdim;
     memset(m, 0, sizeof m);
     for (int a = 0; a < 3; a++) {
       if (!(pd[a] > 0) || !isfinite(pd[a])) {
@@ -164,18 +185,52 @@ int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out
     g.inter = nim->scl_inter;
   }
 
-  if (nifti_image_load(nim) < 0 || !nim->data) {
-    rc = xt_fail(msg, XT_ETRUNCATED, "%s: could not read %zu bytes of voxel data (truncated or corrupt%s)", path, bytes,
-                 compressed ? " gzip stream" : "");
+  /* The voxels are read here rather than by nifti_image_load, which silently zeroes NaN and inf
+   * floats; non-finite data must reach xt_volume_validate and be reported. gzopen reads plain
+   * and gzip files alike. */
+  if ((size_t)nim->nbyper != xt__elem_size(g.elem)) {
+    rc = xt_fail(msg, XT_EFORMAT, "%s: %d bytes per voxel do not match datatype %s", path, nim->nbyper,
+                 nifti_datatype_string(nim->datatype));
     goto fail;
   }
-  g.data = nim->data;
-  /* the mutex guards libnifti2 only; the conversion needs no lock */
+  int64_t offset = nim->iname_offset;
+  int swap = nim->byteorder != nifti_short_order();
   pthread_mutex_unlock(&nifti_lock);
   locked = 0;
+  data = malloc(bytes ? bytes : 1);
+  if (!data) {
+    rc = xt_fail(msg, XT_ENOMEM, "%s: out of memory for %zu bytes", path, bytes);
+    goto fail;
+  }
+  gz = gzopen(path, "rb");
+  if (!gz || gzseek(gz, (z_off_t)offset, SEEK_SET) != (z_off_t)offset) {
+    rc = xt_fail(msg, XT_ETRUNCATED, "%s: cannot reach the voxel data at byte %lld", path, (long long)offset);
+    goto fail;
+  }
+  for (size_t done = 0; done < bytes;) {
+    unsigned want = bytes - done < (1u << 30) ? (unsigned)(bytes - done) : (1u << 30);
+    int got = gzread(gz, data + done, want);
+    if (got <= 0) {
+      rc = xt_fail(msg, XT_ETRUNCATED, "%s: truncated%s: read %zu of %zu voxel bytes", path,
+                   compressed ? " or corrupt gzip stream" : "", done, bytes);
+      goto fail;
+    }
+    done += (size_t)got;
+  }
+  size_t es = xt__elem_size(g.elem);
+  if (swap && es > 1)
+    for (size_t i = 0; i < bytes; i += es)
+      for (size_t a = 0, b = es - 1; a < b; a++, b--) {
+        unsigned char t = data[i + a];
+        data[i + a] = data[i + b];
+        data[i + b] = t;
+      }
+  g.data = data;
   rc = xt__finish(path, &g, opt, out, msg);
 fail:
-  if (nim) nifti_image_free(nim);
+  if (gz) gzclose(gz);
+  free(data);
   if (locked) pthread_mutex_unlock(&nifti_lock);
+  if (nim) nifti_image_free(nim);
   return rc;
 }

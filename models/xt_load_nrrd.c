@@ -42,7 +42,8 @@ static int biff_fail(xt_msg *msg, const char *path, const char *doing) {
     }
   }
   int code = XT_EFORMAT;
-  if (err && (strstr(err, "No such file") || strstr(err, "couldn't fopen"))) code = XT_ENOTFOUND;
+  if (err && (strstr(err, "No such file") || strstr(err, "couldn't open") || strstr(err, "couldn't fopen")))
+    code = XT_ENOTFOUND; /* Teem's wording when a detached data file is missing */
   else if (err && (strstr(err, "expected") && strstr(err, "got"))) code = XT_ETRUNCATED;
   int rc = xt_fail(msg, code, "%s: %s: %s", path, doing, line);
   for (char *c = msg ? msg->text : NULL; c && *c; c++)
@@ -191,6 +192,7 @@ int xt__load_nrrd(const char *path, const xt_load_options *opt, xt_volume **out,
     return xt_fail(msg, got < 8 ? XT_ETRUNCATED : XT_EFORMAT, "%s: not a NRRD file (no \"NRRD000x\" magic)", path);
 
   pthread_mutex_lock(&teem_lock);
+  nrrdStateVerboseIO = 0; /* Teem prints warnings to stderr otherwise */
   nrrd = nrrdNew();
   nio = nrrdIoStateNew();
   if (!nrrd || !nio) {

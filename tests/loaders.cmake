@@ -1,0 +1,20 @@
+# Volume loaders and HU conversion (models/xt_load*.c, models/xt_hu.c).
+find_path(XT_NIFTI_INCLUDE_DIR nifti2_io.h PATH_SUFFIXES nifti)
+find_library(XT_NIFTI2_LIB nifti2)
+find_library(XT_ZNZ_LIB znz)
+pkg_check_modules(XT_ZLIB REQUIRED IMPORTED_TARGET zlib)
+
+# The test writes NIfTI-2 through libnifti2 and compresses with zlib itself.
+xt_add_test(test_loaders SOURCES test_loaders.c
+  LIBS xt_loaders ${XT_NIFTI2_LIB} ${XT_ZNZ_LIB} PkgConfig::XT_ZLIB ${M_LIB} LABELS cpu)
+target_include_directories(test_loaders PRIVATE ${XT_NIFTI_INCLUDE_DIR})
+target_compile_definitions(test_loaders PRIVATE XT_FUZZ_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/loaders")
+
+# libFuzzer target: clang only (-fsanitize=fuzzer). Not part of ctest; run it by hand:
+#   build/tests/fuzz_loaders -max_total_time=60 tests/fuzz/loaders
+if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+  add_executable(fuzz_loaders fuzz/fuzz_loaders.c)
+  target_compile_options(fuzz_loaders PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_loaders PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_loaders PRIVATE xt_loaders xt_warnings)
+endif()

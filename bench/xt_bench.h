@@ -1,0 +1,20 @@
+/* xtwin bench: the fixed projector benchmark of issue 3 (docs/BENCHMARKS.md), and the generated
+ * phantoms it renders, which the GPU tests reuse. */
+#ifndef XT_BENCH_H
+#define XT_BENCH_H
+
+#include "xt_model.h"
+
+/* `xtwin bench [options]`; prints the tables, returns 0 or 1. */
+int xt_bench_main(int argc, char **argv);
+
+/* The thesis-sized head: 181 x 178 x 216 voxels of 1 mm, 7 materials (fat, soft tissue, brain,
+ * blood, bone, iodine vessels, metal) painted from ellipsoids. XT_VOXEL_U8 gives labels + the
+ * default table at 60 keV; XT_VOXEL_F32 gives the same voxels as float mu. */
+int xt_bench_head(int type, xt_model **out, xt_msg *msg);
+/* A CT-like torso, 512^3 voxels of 0.5 mm, float mu with 2% texture noise. */
+int xt_bench_ct(int n, double spacing_mm, xt_model **out, xt_msg *msg);
+/* Fraction of voxels whose mu is not zero. */
+double xt_bench_nonair(const xt_volume *v);
+
+#endif /* XT_BENCH_H */

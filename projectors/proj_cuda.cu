@@ -1,0 +1,778 @@
+/* The CUDA projector: exact voxel traversal of dense float mu volumes and uint8 label volumes
+ * with a material table, one launch per frame (or per chunk of many poses), volumes resident.
+ *
+ * Exactness. The CPU reference (proj_cpu.c) is the oracle. Each ray's set-up - pixel position,
+ * direction, the world->cell map applied to it, box clipping, the entry voxel and the number of
+ * planes crossed per axis - is computed in double with the reference's own formulas, operation
+ * for operation, with FMA contraction prevented by the _rn intrinsics, so the GPU picks the same
+ * entry voxel and the same voxel count as the reference (on Hopper FP64 runs at half the FP32
+ * rate, and the set-up is ~5% of a ray's work). The march itself is FP32, in a ray-local frame:
+ * t is measured from the entry point (not from the source, 800 mm away, whose float rounding
+ * alone would shift every ray by 5e-5 voxels and move the crossing of a nearly parallel plane
+ * by millimetres), and the k-th crossing of axis a is t_a(k) = tn0_a + k * dt_a, one FMA from
+ * the entry values, never accumulated. Each axis stops after its exact plane count (its next
+ * crossing becomes +inf), so the march needs no bounds test and can never leave the volume.
+ *
+ * Layout: one kernel, k_render, templated on where voxels live (linear memory or a 3D texture
+ * array), where the label table lives (shared or constant memory) and whether it counts steps
+ * (for the benchmark's bound). docs/gpu-notes.md records what each variant measured. */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "xt_cuda_config.h"
+#include "xt_proj_cuda.h"
+#include "xt_proj_internal.h"
+#include "xt_raycast.h"
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device descriptors                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A resident model: set at add_model, passed by value in every launch. */
+typedef struct dev_model {
+  int n[3];
+  int labels; /* 1: u8 voxels through table `lut`; 0: f32 mu */
+  const float *f32;
+  const unsigned char *u8;
+  cudaTextureObject_t tex;
+  int lut; /* table index, labels only */
+} dev_model;
+
+/* Per frame and model: the world->cell map's linear part and the source in cell space (double,
+ * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does). */
+typedef struct dev_frame_model {
+  double m[3][3];
+  double o[3];
+  int ok;
+} dev_frame_model;
+
+typedef struct dev_frame {
+  double src[3], det0[3], u[3], v[3];
+  double pu, pv;
+  dev_frame_model fm[XT_CUDA_MAX_MODELS];
+} dev_frame;
+
+/* Kernel parameters (by value, __grid_constant__). */
+typedef struct dev_scene {
+  int nmodels, cols, rows;
+  dev_model model[XT_CUDA_MAX_MODELS];
+  const dev_frame *frames; /* one per blockIdx.z */
+  const float *luts;       /* XT_CUDA_MAX_MODELS * 256, device memory */
+  float *out;              /* frames * rows * cols */
+} dev_scene;
+
+__constant__ float c_lut[XT_CUDA_MAX_MODELS * 256];
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ray set-up in double, operation for operation as proj_cpu.c                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ double dm(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ double da(double a, double b) { return __dadd_rn(a, b); }
+
+/* The march's start: everything the FP32 loop needs, relative to the entry point. */
+typedef struct ray_start {
+  int i[3];        /* entry voxel */
+  int step[3];     /* +1 / -1 (0: axis not crossed) */
+  float tn0[3];    /* first plane crossing per axis, mm from the entry */
+  float dt[3];     /* mm between crossings per axis */
+  float nplanes[3];/* planes crossed per axis before the exit */
+  float tend;      /* exit, mm from the entry */
+  int total;       /* sum of nplanes */
+} ray_start;
+
+/* Clips and prepares the cell-space ray o + s q (s in [0, len]); 0 on a miss. */
+static __device__ __forceinline__ int ray_setup(const int n[3], const double o[3], const double q[3], double len,
+                                                ray_start *rs) {
+  double s0, s1;
+  if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) return 0;
+  rs->total = 0;
+#pragma unroll
+  for (int a = 0; a < 3; a++) {
+    double p = da(o[a], dm(s0, q[a]));
+    int i = (int)floor(p);
+    if (i < 0) i = 0;
+    if (i > n[a] - 1) i = n[a] - 1;
+    rs->i[a] = i;
+    double e = da(o[a], dm(s1, q[a]));
+    double snext, dt;
+    int np;
+    if (q[a] > 0) {
+      double inv = 1.0 / q[a];
+      snext = ((double)(i + 1) - o[a]) * inv;
+      dt = inv;
+      int last = (int)ceil(e) - 1;
+      if (last > n[a] - 1) last = n[a] - 1;
+      np = last - i;
+      rs->step[a] = 1;
+    } else if (q[a] < 0) {
+      double inv = 1.0 / q[a];
+      snext = ((double)i - o[a]) * inv;
+      dt = -inv;
+      int last = (int)floor(e);
+      if (last < 0) last = 0;
+      np = i - last;
+      rs->step[a] = -1;
+    } else {
+      snext = INFINITY;
+      dt = 0;
+      np = 0;
+      rs->step[a] = 0;
+    }
+    if (np < 0) np = 0;
+    rs->nplanes[a] = (float)np;
+    rs->total += np;
+    rs->tn0[a] = np > 0 ? (float)(snext - s0) : INFINITY;
+    rs->dt[a] = (float)dt;
+  }
+  rs->tend = (float)(s1 - s0);
+  return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The FP32 march                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Voxel access: linear memory (a running linear index) or a texture (running cell coordinates). */
+template <int LUT> static __device__ __forceinline__ float lut_get(const float *slut, int base, unsigned lab) {
+  if (LUT == XT_CUDA_LUT_CONST) return c_lut[base + lab];
+  return slut[base + lab];
+}
+
+template <int VOX, int LUT, bool LABELS> struct voxels;
+
+template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_LINEAR, LUT, LABELS> {
+  const float *f32;
+  const unsigned char *u8;
+  const float *slut;
+  int base, lin, sx, sy, sz;
+  __device__ __forceinline__ void init(const dev_model &m, const float *sl, const ray_start &r) {
+    f32 = m.f32;
+    u8 = m.u8;
+    slut = sl;
+    base = m.lut * 256;
+    lin = r.i[0] + m.n[0] * (r.i[1] + m.n[1] * r.i[2]);
+    sx = r.step[0];
+    sy = r.step[1] * m.n[0];
+    sz = r.step[2] * m.n[0] * m.n[1];
+  }
+  __device__ __forceinline__ float mu() const {
+    if (LABELS) return lut_get<LUT>(slut, base, __ldg(u8 + lin));
+    return __ldg(f32 + lin);
+  }
+  __device__ __forceinline__ void step(bool bx, bool by) { lin += bx ? sx : (by ? sy : sz); }
+};
+
+template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> {
+  cudaTextureObject_t tex;
+  const float *slut;
+  int base;
+  float x, y, z, sx, sy, sz;
+  __device__ __forceinline__ void init(const dev_model &m, const float *sl, const ray_start &r) {
+    tex = m.tex;
+    slut = sl;
+    base = m.lut * 256;
+    x = (float)r.i[0] + 0.5f;
+    y = (float)r.i[1] + 0.5f;
+    z = (float)r.i[2] + 0.5f;
+    sx = (float)r.step[0];
+    sy = (float)r.step[1];
+    sz = (float)r.step[2];
+  }
+  __device__ __forceinline__ float mu() const {
+    if (LABELS) return lut_get<LUT>(slut, base, tex3D<unsigned char>(tex, x, y, z));
+    return tex3D<float>(tex, x, y, z);
+  }
+  __device__ __forceinline__ void step(bool bx, bool by) {
+    x += bx ? sx : 0.f;
+    y += by ? sy : 0.f;
+    z += (!bx && !by) ? sz : 0.f;
+  }
+};
+
+/* Sum of mu * length over the ray's voxels. Per step: pick the nearest crossing (ties to x, then
+ * y, as the reference), add its segment, move one voxel and recompute the crossings of the axes
+ * from their plane counts. Branch-free except the trip count, registers only. */
+template <class V> static __device__ __forceinline__ float march(V &v, const ray_start &r) {
+  const float dtx = r.dt[0], dty = r.dt[1], dtz = r.dt[2];
+  const float t0x = r.tn0[0], t0y = r.tn0[1], t0z = r.tn0[2];
+  const float nx = r.nplanes[0], ny = r.nplanes[1], nz = r.nplanes[2];
+  float tx = t0x, ty = t0y, tz = t0z;
+  float kx = 0.f, ky = 0.f, kz = 0.f, t = 0.f, acc = 0.f;
+  for (int s = 0; s < r.total; s++) {
+    const float mu = v.mu();
+    const bool bx = (tx <= ty) && (tx <= tz);
+    const bool by = !bx && (ty <= tz);
+    const float tm = fminf(tx, fminf(ty, tz));
+    acc = fmaf(tm - t, mu, acc);
+    t = tm;
+    v.step(bx, by);
+    kx += bx ? 1.f : 0.f;
+    ky += by ? 1.f : 0.f;
+    kz += (!bx && !by) ? 1.f : 0.f;
+    tx = kx < nx ? fmaf(kx, dtx, t0x) : INFINITY;
+    ty = ky < ny ? fmaf(ky, dty, t0y) : INFINITY;
+    tz = kz < nz ? fmaf(kz, dtz, t0z) : INFINITY;
+  }
+  return fmaf(r.tend - t, v.mu(), acc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The kernel                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Thread mapping: one thread per detector pixel; a block is a TILE_W x TILE_H tile, each warp an
+ * WARP_W x WARP_H sub-tile; blockIdx.z is the frame. In: sc.frames[z] (pose), the resident
+ * models and tables. Out: sc.out[z][row][col], every pixel written (0 where no model is hit).
+ * COUNT writes the number of voxels visited instead of the line integral. */
+template <int VOX, int LUT, bool COUNT>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
+    k_render(const __grid_constant__ dev_scene sc) {
+  __shared__ float s_lut[LUT == XT_CUDA_LUT_SHARED ? XT_CUDA_MAX_MODELS * 256 : 1];
+  if (LUT == XT_CUDA_LUT_SHARED) {
+    const int nl = sc.nmodels * 256;
+    for (int i = threadIdx.x; i < nl; i += blockDim.x) s_lut[i] = sc.luts[i];
+    __syncthreads();
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
+  const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
+  const int row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+  if (col >= sc.cols || row >= sc.rows) return;
+  const dev_frame *f = sc.frames + blockIdx.z;
+
+  /* World ray: xt_geom_pixel_pos, then d / |d| as in proj_cpu.c's frame_worker. */
+  const double a = dm((double)col, f->pu), b = dm((double)row, f->pv);
+  const double dx = da(da(f->det0[0], da(dm(f->u[0], a), dm(f->v[0], b))), -f->src[0]);
+  const double dy = da(da(f->det0[1], da(dm(f->u[1], a), dm(f->v[1], b))), -f->src[1]);
+  const double dz = da(da(f->det0[2], da(dm(f->u[2], a), dm(f->v[2], b))), -f->src[2]);
+  const double len = __dsqrt_rn(da(da(dm(dx, dx), dm(dy, dy)), dm(dz, dz)));
+  const double il = __ddiv_rn(1.0, len);
+  const double w[3] = {dm(dx, il), dm(dy, il), dm(dz, il)};
+
+  float total = 0.f;
+  for (int mi = 0; mi < sc.nmodels; mi++) {
+    const dev_frame_model *fm = &f->fm[mi];
+    if (!fm->ok) continue;
+    const dev_model &md = sc.model[mi];
+    double q[3], o[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      q[k] = da(da(dm(fm->m[k][0], w[0]), dm(fm->m[k][1], w[1])), dm(fm->m[k][2], w[2]));
+      o[k] = fm->o[k];
+    }
+    const int n[3] = {md.n[0], md.n[1], md.n[2]};
+    ray_start rs;
+    if (!ray_setup(n, o, q, len, &rs)) continue;
+    if (COUNT) {
+      total += (float)(rs.total + 1);
+    } else if (md.labels) {
+      voxels<VOX, LUT, true> v;
+      v.init(md, s_lut, rs);
+      total += march(v, rs);
+    } else {
+      voxels<VOX, LUT, false> v;
+      v.init(md, s_lut, rs);
+      total += march(v, rs);
+    }
+  }
+  sc.out[(size_t)blockIdx.z * sc.rows * sc.cols + (size_t)row * sc.cols + col] = total;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host side                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+struct xt_cuda_proj {
+  xt_cuda_options opt;
+  int nmodels;
+  const xt_model *models[XT_CUDA_MAX_MODELS];
+  dev_model dm[XT_CUDA_MAX_MODELS];
+  void *d_vox[XT_CUDA_MAX_MODELS];
+  cudaArray_t arr[XT_CUDA_MAX_MODELS];
+  float h_luts[XT_CUDA_MAX_MODELS * 256];
+  float *d_luts;
+  int nluts;
+  cudaStream_t s_render, s_copy;
+  cudaEvent_t ev_k[2], ev_c[2], ev_a, ev_b;
+  /* Frame pipeline scratch, sized for one detector (cols x rows) and `chunk` frames. */
+  int cols, rows, chunk;
+  float *d_out[2], *h_out[2];
+  dev_frame *d_fr[2], *h_fr[2];
+  int debug_sync;
+};
+
+static xt_cuda_proj *g_const_owner; /* constant memory holds one projector's tables */
+
+#define CK(call)                                                                                               \
+  do {                                                                                                         \
+    cudaError_t e_ = (call);                                                                                   \
+    if (e_ != cudaSuccess)                                                                                     \
+      return xt_fail(msg, XT_EDEVICE, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+  } while (0)
+
+extern "C" xt_cuda_options xt_cuda_default_options(void) {
+  xt_cuda_options o;
+  o.device = 0;
+  o.voxels = XT_CUDA_VOX_LINEAR;
+  o.lut = XT_CUDA_LUT_SHARED;
+  return o;
+}
+
+extern "C" int xt_cuda_available(xt_msg *msg) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return xt_fail(msg, XT_ENODEV, "backend cuda: no usable CUDA device (%s)", cudaGetErrorString(e));
+  }
+  if (n <= 0) return xt_fail(msg, XT_ENODEV, "backend cuda: no CUDA device present");
+  return 0;
+}
+
+extern "C" int xt_cuda_device_info(int device, xt_cuda_info *info, xt_msg *msg) {
+  int rc = xt_cuda_available(msg);
+  if (rc) return rc;
+  cudaDeviceProp p;
+  CK(cudaGetDeviceProperties(&p, device));
+  memset(info, 0, sizeof *info);
+  snprintf(info->name, sizeof info->name, "%s", p.name);
+  info->sm_count = p.multiProcessorCount;
+  info->cc_major = p.major;
+  info->cc_minor = p.minor;
+  info->l2_bytes = (size_t)p.l2CacheSize;
+  info->global_bytes = p.totalGlobalMem;
+  int khz = 0;
+  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  info->sm_clock_mhz = khz / 1000.0;
+  CK(cudaDriverGetVersion(&info->driver_version));
+  CK(cudaRuntimeGetVersion(&info->runtime_version));
+  return 0;
+}
+
+extern "C" int xt_cuda_copy_bandwidth(int device, size_t bytes, int reps, double *gbps, xt_msg *msg) {
+  int rc = xt_cuda_available(msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(device));
+  void *a = NULL, *b = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  float best = 1e30f;
+  rc = XT_EDEVICE;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) goto done;
+  if (cudaMemset(a, 1, bytes) != cudaSuccess) goto done;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto done;
+  for (int i = 0; i < reps + 1; i++) {
+    float ms = 0;
+    if (cudaEventRecord(e0) != cudaSuccess || cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) != cudaSuccess ||
+        cudaEventRecord(e1) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+      goto done;
+    if (i > 0 && ms < best) best = ms; /* the first copy warms up */
+  }
+  *gbps = 2.0 * (double)bytes / (best * 1e-3) / 1e9;
+  rc = 0;
+done:
+  if (rc) xt_fail(msg, rc, "cuda: bandwidth probe failed: %s", cudaGetErrorString(cudaGetLastError()));
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return rc;
+}
+
+static void free_scratch(xt_cuda_proj *p) {
+  for (int i = 0; i < 2; i++) {
+    cudaFree(p->d_out[i]);
+    cudaFree(p->d_fr[i]);
+    cudaFreeHost(p->h_out[i]);
+    cudaFreeHost(p->h_fr[i]);
+    p->d_out[i] = p->h_out[i] = NULL;
+    p->d_fr[i] = p->h_fr[i] = NULL;
+  }
+  p->cols = p->rows = p->chunk = 0;
+}
+
+extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
+  if (!p) return;
+  cudaSetDevice(p->opt.device);
+  if (p->s_render) cudaStreamSynchronize(p->s_render);
+  if (p->s_copy) cudaStreamSynchronize(p->s_copy);
+  free_scratch(p);
+  for (int i = 0; i < p->nmodels; i++) {
+    if (p->dm[i].tex) cudaDestroyTextureObject(p->dm[i].tex);
+    if (p->arr[i]) cudaFreeArray(p->arr[i]);
+    cudaFree(p->d_vox[i]);
+  }
+  cudaFree(p->d_luts);
+  for (int i = 0; i < 2; i++) {
+    if (p->ev_k[i]) cudaEventDestroy(p->ev_k[i]);
+    if (p->ev_c[i]) cudaEventDestroy(p->ev_c[i]);
+  }
+  if (p->ev_a) cudaEventDestroy(p->ev_a);
+  if (p->ev_b) cudaEventDestroy(p->ev_b);
+  if (p->s_render) cudaStreamDestroy(p->s_render);
+  if (p->s_copy) cudaStreamDestroy(p->s_copy);
+  if (g_const_owner == p) g_const_owner = NULL;
+  free(p);
+}
+
+extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt_msg *msg) {
+  int rc = xt_cuda_available(msg);
+  if (rc) return rc;
+  int ndev = 0;
+  CK(cudaGetDeviceCount(&ndev));
+  if (opt->device < 0 || opt->device >= ndev)
+    return xt_fail(msg, XT_ENODEV, "backend cuda: device %d does not exist (%d present)", opt->device, ndev);
+  if (opt->voxels != XT_CUDA_VOX_LINEAR && opt->voxels != XT_CUDA_VOX_TEXTURE)
+    return xt_fail(msg, XT_EINVAL, "backend cuda: unknown voxel storage %d", opt->voxels);
+  if (opt->lut != XT_CUDA_LUT_SHARED && opt->lut != XT_CUDA_LUT_CONST)
+    return xt_fail(msg, XT_EINVAL, "backend cuda: unknown table placement %d", opt->lut);
+  if (opt->lut == XT_CUDA_LUT_CONST && g_const_owner)
+    return xt_fail(msg, XT_EBUSY, "backend cuda: constant-memory tables are held by another projector");
+  xt_cuda_proj *p = (xt_cuda_proj *)calloc(1, sizeof *p);
+  if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
+  p->opt = *opt;
+  const char *dbg = getenv("XT_CUDA_SYNC");
+  p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
+  cudaError_t e = cudaSetDevice(opt->device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_render, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_copy, cudaStreamNonBlocking);
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+    e = cudaEventCreateWithFlags(&p->ev_k[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&p->ev_c[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(p->ev_c[i], p->s_copy);
+  }
+  if (e == cudaSuccess) e = cudaEventCreate(&p->ev_a);
+  if (e == cudaSuccess) e = cudaEventCreate(&p->ev_b);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&p->d_luts, sizeof p->h_luts);
+  if (e == cudaSuccess) e = cudaMemset(p->d_luts, 0, sizeof p->h_luts);
+  if (e != cudaSuccess) {
+    rc = xt_fail(msg, XT_EDEVICE, "backend cuda: set-up on device %d failed: %s", opt->device, cudaGetErrorString(e));
+    xt_cuda_destroy(p);
+    return rc;
+  }
+  if (opt->lut == XT_CUDA_LUT_CONST) g_const_owner = p;
+  *out = p;
+  return 0;
+}
+
+extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
+  if (m->kind != XT_MODEL_DENSE && m->kind != XT_MODEL_LABELS)
+    return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s: kind %s not supported", m->name,
+                   xt_model_kind_name(m->kind));
+  const xt_volume *v = m->volume;
+  const int labels = m->kind == XT_MODEL_LABELS;
+  if (!v || !v->data || (labels && (!v->materials || v->type != XT_VOXEL_U8)) || (!labels && v->type != XT_VOXEL_F32))
+    return xt_fail(msg, XT_EINVAL, "cuda projector: model %s: no voxel data of its kind", m->name);
+  if (p->nmodels == XT_CUDA_MAX_MODELS)
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: at most %d models", XT_CUDA_MAX_MODELS);
+  size_t nvox = xt_volume_voxels(v);
+  if (nvox >= ((size_t)1 << 31))
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: %zu voxels (limit 2^31)", m->name, nvox);
+  CK(cudaSetDevice(p->opt.device));
+  const int i = p->nmodels;
+  dev_model *d = &p->dm[i];
+  memset(d, 0, sizeof *d);
+  for (int a = 0; a < 3; a++) d->n[a] = v->dim[a];
+  d->labels = labels;
+  const size_t elem = labels ? 1 : sizeof(float);
+  if (p->opt.voxels == XT_CUDA_VOX_LINEAR) {
+    CK(cudaMalloc(&p->d_vox[i], nvox * elem));
+    CK(cudaMemcpy(p->d_vox[i], v->data, nvox * elem, cudaMemcpyHostToDevice));
+    if (labels) d->u8 = (const unsigned char *)p->d_vox[i];
+    else d->f32 = (const float *)p->d_vox[i];
+  } else {
+    int lim = 0;
+    CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
+    if (v->dim[0] > lim || v->dim[1] > lim || v->dim[2] > lim)
+      return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: dims exceed the 3D texture limit %d", m->name, lim);
+    cudaChannelFormatDesc cd = labels ? cudaCreateChannelDesc<unsigned char>() : cudaCreateChannelDesc<float>();
+    cudaExtent ext = make_cudaExtent((size_t)v->dim[0], (size_t)v->dim[1], (size_t)v->dim[2]);
+    CK(cudaMalloc3DArray(&p->arr[i], &cd, ext));
+    cudaMemcpy3DParms cp;
+    memset(&cp, 0, sizeof cp);
+    cp.srcPtr = make_cudaPitchedPtr(v->data, (size_t)v->dim[0] * elem, (size_t)v->dim[0], (size_t)v->dim[1]);
+    cp.dstArray = p->arr[i];
+    cp.extent = ext;
+    cp.kind = cudaMemcpyHostToDevice;
+    CK(cudaMemcpy3D(&cp));
+    cudaResourceDesc rd;
+    memset(&rd, 0, sizeof rd);
+    rd.resType = cudaResourceTypeArray;
+    rd.res.array.array = p->arr[i];
+    cudaTextureDesc td;
+    memset(&td, 0, sizeof td);
+    td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    td.normalizedCoords = 0;
+    CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
+  }
+  if (labels) {
+    d->lut = p->nluts++;
+    memcpy(&p->h_luts[d->lut * 256], v->materials->mu, 256 * sizeof(float));
+    CK(cudaMemcpy(p->d_luts, p->h_luts, sizeof p->h_luts, cudaMemcpyHostToDevice));
+    if (p->opt.lut == XT_CUDA_LUT_CONST) CK(cudaMemcpyToSymbol(c_lut, p->h_luts, sizeof p->h_luts));
+  }
+  p->models[i] = m;
+  p->nmodels++;
+  return 0;
+}
+
+/* Sizes the pipeline scratch for a detector; allocations happen only when the detector changes. */
+static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, xt_msg *msg) {
+  if (p->cols == cols && p->rows == rows && p->d_out[0]) return 0;
+  CK(cudaStreamSynchronize(p->s_render));
+  CK(cudaStreamSynchronize(p->s_copy));
+  free_scratch(p);
+  const size_t frame = (size_t)cols * rows * sizeof(float);
+  size_t chunk = XT_CUDA_BATCH_CHUNK_BYTES / frame;
+  if (chunk < 1) chunk = 1;
+  if (chunk > XT_CUDA_BATCH_MAX_FRAMES) chunk = XT_CUDA_BATCH_MAX_FRAMES;
+  for (int i = 0; i < 2; i++) {
+    CK(cudaMalloc((void **)&p->d_out[i], frame * chunk));
+    CK(cudaMalloc((void **)&p->d_fr[i], sizeof(dev_frame) * chunk));
+    CK(cudaHostAlloc((void **)&p->h_out[i], frame * chunk, cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&p->h_fr[i], sizeof(dev_frame) * chunk, cudaHostAllocDefault));
+  }
+  p->cols = cols;
+  p->rows = rows;
+  p->chunk = (int)chunk;
+  return 0;
+}
+
+/* The per-frame constants, on the host in double: what proj_cpu.c's setup_models computes. */
+static void fill_frame(const xt_cuda_proj *p, const xt_geometry *g, dev_frame *f) {
+  memset(f, 0, sizeof *f);
+  const xt_vec3 vs[4] = {g->source, g->det_origin, g->u, g->v};
+  double *dst[4] = {f->src, f->det0, f->u, f->v};
+  for (int k = 0; k < 4; k++) {
+    dst[k][0] = vs[k].x;
+    dst[k][1] = vs[k].y;
+    dst[k][2] = vs[k].z;
+  }
+  f->pu = g->mode.pitch_u_mm;
+  f->pv = g->mode.pitch_v_mm;
+  for (int i = 0; i < p->nmodels; i++) {
+    xt_affine w2c;
+    dev_frame_model *fm = &f->fm[i];
+    fm->ok = xt_world_to_cell(p->models[i], &g->pose, &w2c);
+    if (!fm->ok) continue;
+    memcpy(fm->m, w2c.m, sizeof fm->m);
+    xt_vec3 o = xt_aff_apply(&w2c, g->source);
+    fm->o[0] = o.x;
+    fm->o[1] = o.y;
+    fm->o[2] = o.z;
+  }
+}
+
+typedef void (*kernel_fn)(const dev_scene);
+
+static kernel_fn pick_kernel(const xt_cuda_proj *p, int count) {
+  const int vox = p->opt.voxels, lut = p->opt.lut;
+  if (count) {
+    return vox == XT_CUDA_VOX_LINEAR ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, true>
+                                     : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_SHARED, true>;
+  }
+  if (vox == XT_CUDA_VOX_LINEAR)
+    return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, false>
+                                     : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false>;
+  return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_SHARED, false>
+                                   : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false>;
+}
+
+/* One launch: `nf` frames whose descriptors are at d_frames, output to d_out. Checked. */
+static int launch(xt_cuda_proj *p, const dev_frame *d_frames, int nf, int cols, int rows, float *d_out, int count,
+                  cudaStream_t st, xt_msg *msg) {
+  dev_scene sc;
+  memset(&sc, 0, sizeof sc);
+  sc.nmodels = p->nmodels;
+  sc.cols = cols;
+  sc.rows = rows;
+  memcpy(sc.model, p->dm, sizeof sc.model);
+  sc.frames = d_frames;
+  sc.luts = p->d_luts;
+  sc.out = d_out;
+  dim3 grid((unsigned)((cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
+            (unsigned)((rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)nf);
+  pick_kernel(p, count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, st>>>(sc);
+  CK(cudaGetLastError());
+  if (p->debug_sync) CK(cudaStreamSynchronize(st));
+  return 0;
+}
+
+static int check_geom(const xt_cuda_proj *p, const xt_geometry *g, xt_msg *msg) {
+  if (g->mode.cols < 1 || g->mode.rows < 1 || g->mode.cols > 65535 * XT_CUDA_TILE_W ||
+      g->mode.rows > 65535 * XT_CUDA_TILE_H)
+    return xt_fail(msg, XT_ERANGE, "cuda projector: detector %d x %d", g->mode.cols, g->mode.rows);
+  return 0;
+}
+
+/* The batch pipeline: chunks of up to p->chunk poses per launch on s_render; the copy-out of
+ * chunk i (s_copy, into pinned memory) overlaps the render of chunk i+1, and the host's copy of
+ * chunk i into `out` overlaps both. out may be NULL (streaming: frames stay in pinned memory). */
+static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, int per_chunk, float *out, xt_msg *msg) {
+  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
+  int rc = check_geom(p, g, msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, msg))) return rc;
+  if (per_chunk < 1 || per_chunk > p->chunk) per_chunk = p->chunk;
+  const size_t fpx = (size_t)cols * rows;
+  const int nch = (frames + per_chunk - 1) / per_chunk;
+  for (int c = 0; c <= nch; c++) {
+    if (c < nch) {
+      const int b = c & 1, first = c * per_chunk;
+      const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
+      /* Chunk c-2 used these buffers; its D2H finished before the host consumed it below. */
+      for (int j = 0; j < nf; j++) fill_frame(p, &g[(first + j) % n], &p->h_fr[b][j]);
+      CK(cudaMemcpyAsync(p->d_fr[b], p->h_fr[b], sizeof(dev_frame) * nf, cudaMemcpyHostToDevice, p->s_render));
+      CK(cudaStreamWaitEvent(p->s_render, p->ev_c[b], 0));
+      if ((rc = launch(p, p->d_fr[b], nf, cols, rows, p->d_out[b], 0, p->s_render, msg))) return rc;
+      CK(cudaEventRecord(p->ev_k[b], p->s_render));
+      CK(cudaStreamWaitEvent(p->s_copy, p->ev_k[b], 0));
+      CK(cudaMemcpyAsync(p->h_out[b], p->d_out[b], fpx * sizeof(float) * nf, cudaMemcpyDeviceToHost, p->s_copy));
+      CK(cudaEventRecord(p->ev_c[b], p->s_copy));
+    }
+    if (c > 0) {
+      const int pb = (c - 1) & 1, first = (c - 1) * per_chunk;
+      const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
+      CK(cudaEventSynchronize(p->ev_c[pb]));
+      if (out) memcpy(out + fpx * (size_t)first, p->h_out[pb], fpx * sizeof(float) * nf);
+    }
+  }
+  return 0;
+}
+
+extern "C" int xt_cuda_render(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *msg) {
+  return pipeline(p, g, 1, 1, 1, out, msg);
+}
+
+extern "C" int xt_cuda_render_batch(xt_cuda_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
+  for (int i = 1; i < n; i++)
+    if (g[i].mode.cols != g[0].mode.cols || g[i].mode.rows != g[0].mode.rows)
+      return xt_fail(msg, XT_EINVAL, "cuda projector: batch frame %d has a different detector", i);
+  return pipeline(p, g, n, n, 0, out, msg);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+extern "C" int xt_cuda_stream(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, double *seconds, xt_msg *msg) {
+  int rc = pipeline(p, g, n, 2, 1, NULL, msg); /* warm-up, and scratch allocation */
+  if (rc) return rc;
+  double t0 = now_s();
+  rc = pipeline(p, g, n, frames, 1, NULL, msg);
+  *seconds = now_s() - t0;
+  return rc;
+}
+
+extern "C" int xt_cuda_render_timed(xt_cuda_proj *p, const xt_geometry *g, float *out, double *seconds, xt_msg *msg) {
+  double t0 = now_s();
+  int rc = xt_cuda_render(p, g, out, msg);
+  *seconds = now_s() - t0;
+  return rc;
+}
+
+/* Bench-only: own output and descriptor buffers, allocated before and freed after timing. */
+extern "C" int xt_cuda_time_kernel(xt_cuda_proj *p, const xt_geometry *g, int n, int per_launch, int warmup, int reps,
+                                   float *ms, xt_msg *msg) {
+  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
+  int rc = check_geom(p, g, msg);
+  if (rc) return rc;
+  if (per_launch < 1 || n < 1 || reps < 1 || warmup < 0) return xt_fail(msg, XT_EINVAL, "time_kernel: bad counts");
+  CK(cudaSetDevice(p->opt.device));
+  const int nlaunch = per_launch < n ? (n + per_launch - 1) / per_launch : 1;
+  const size_t nfr = (size_t)nlaunch * per_launch;
+  dev_frame *h = (dev_frame *)malloc(sizeof(dev_frame) * nfr);
+  dev_frame *d = NULL;
+  float *dout = NULL;
+  cudaError_t e = cudaSuccess;
+  if (!h) return xt_fail(msg, XT_ENOMEM, "time_kernel: out of memory");
+  for (size_t j = 0; j < nfr; j++) fill_frame(p, &g[j % (size_t)n], &h[j]);
+  e = cudaMalloc((void **)&d, sizeof(dev_frame) * nfr);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&dout, (size_t)cols * rows * sizeof(float) * per_launch);
+  if (e == cudaSuccess) e = cudaMemcpy(d, h, sizeof(dev_frame) * nfr, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
+    goto done;
+  }
+  for (int i = 0; i < warmup + reps && !rc; i++) {
+    const dev_frame *fr = d + (size_t)(i % nlaunch) * per_launch;
+    if (i >= warmup) e = cudaEventRecord(p->ev_a, p->s_render);
+    if (e == cudaSuccess) rc = launch(p, fr, per_launch, cols, rows, dout, 0, p->s_render, msg);
+    if (!rc && i >= warmup) {
+      float t = 0;
+      e = cudaEventRecord(p->ev_b, p->s_render);
+      if (e == cudaSuccess) e = cudaEventSynchronize(p->ev_b);
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&t, p->ev_a, p->ev_b);
+      ms[i - warmup] = t;
+    }
+    if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
+  }
+  if (!rc && (e = cudaStreamSynchronize(p->s_render)) != cudaSuccess)
+    rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
+done:
+  cudaFree(d);
+  cudaFree(dout);
+  free(h);
+  return rc;
+}
+
+extern "C" int xt_cuda_count_steps(xt_cuda_proj *p, const xt_geometry *g, double *steps, double *rays_hit, xt_msg *msg) {
+  const int cols = g->mode.cols, rows = g->mode.rows;
+  int rc = check_geom(p, g, msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, msg))) return rc;
+  CK(cudaStreamSynchronize(p->s_copy));
+  fill_frame(p, g, &p->h_fr[0][0]);
+  CK(cudaMemcpyAsync(p->d_fr[0], p->h_fr[0], sizeof(dev_frame), cudaMemcpyHostToDevice, p->s_render));
+  if ((rc = launch(p, p->d_fr[0], 1, cols, rows, p->d_out[0], 1, p->s_render, msg))) return rc;
+  CK(cudaMemcpyAsync(p->h_out[0], p->d_out[0], (size_t)cols * rows * sizeof(float), cudaMemcpyDeviceToHost,
+                     p->s_render));
+  CK(cudaStreamSynchronize(p->s_render));
+  double s = 0, h = 0;
+  for (size_t i = 0; i < (size_t)cols * rows; i++) {
+    s += p->h_out[0][i];
+    h += p->h_out[0][i] > 0;
+  }
+  *steps = s;
+  *rays_hit = h;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The backend table                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static int ops_create(const xt_proj_options *opt, void **impl, xt_msg *msg) {
+  xt_cuda_options o = xt_cuda_default_options();
+  o.device = opt->device;
+  return xt_cuda_create(&o, (xt_cuda_proj **)impl, msg);
+}
+static int ops_add_model(void *impl, const xt_model *m, xt_msg *msg) {
+  return xt_cuda_add_model((xt_cuda_proj *)impl, m, msg);
+}
+static int ops_render(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+  return xt_cuda_render((xt_cuda_proj *)impl, g, out, msg);
+}
+static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg) {
+  return xt_cuda_render_batch((xt_cuda_proj *)impl, g, n, out, msg);
+}
+static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
+
+extern "C" const xt_proj_ops xt_proj_cuda_ops = {
+    "cuda", xt_cuda_available, ops_create, ops_add_model, ops_render, ops_render_batch, ops_destroy,
+};

@@ -29,6 +29,20 @@ static uint32_t rd32(const unsigned char *p, int swap) {
   return v;
 }
 
+static int elem_of(int dt, xt__elem *e) {
+  switch (dt) {
+  case DT_UINT8: *e = XT__U8; return 1;
+  case DT_INT8: *e = XT__I8; return 1;
+  case DT_INT16: *e = XT__I16; return 1;
+  case DT_UINT16: *e = XT__U16; return 1;
+  case DT_INT32: *e = XT__I32; return 1;
+  case DT_UINT32: *e = XT__U32; return 1;
+  case DT_FLOAT32: *e = XT__F32; return 1;
+  case DT_FLOAT64: *e = XT__F64; return 1;
+  }
+  return 0;
+}
+
 /* Our own look at the fixed-size header before libnifti2 sees it: which version, and where the
  * data starts (vox_offset), so absurd offsets are refused before the library reads extensions. */
 static int peek_header(const char *path, int *version, int *compressed, double *vox_offset, double pixdim[3],
@@ -56,6 +70,25 @@ static int peek_header(const char *path, int *version, int *compressed, double *
     return xt_fail(msg, XT_EFORMAT, "%s: not a NIfTI-1/2 file (sizeof_hdr is %u, expected 348 or 540)", path, le);
   int need = *version == 1 ? 348 : 540;
   if (n < need) return xt_fail(msg, XT_ETRUNCATED, "%s: truncated NIfTI-%d header (%d of %d bytes)", path, *version, n, need);
+  /* dim[0] and datatype checked here too: libnifti2 prints its own complaints about them to
+   * stderr whatever the debug level. NIfTI-1: dim short[8] at 40, datatype short at 70;
+   * NIfTI-2: datatype short at 12, dim int64[8] at 16. */
+  int ndim, dt;
+  if (*version == 1) {
+    ndim = swap ? (int16_t)(h[40] << 8 | h[41]) : (int16_t)(h[41] << 8 | h[40]);
+    dt = swap ? (int16_t)(h[70] << 8 | h[71]) : (int16_t)(h[71] << 8 | h[70]);
+  } else {
+    uint32_t lo = rd32(h + 16, swap), hi = rd32(h + 20, swap);
+    ndim = (swap ? hi : lo) <= 8 && (swap ? lo : hi) == 0 ? (int)(swap ? hi : lo) : -1;
+    dt = swap ? (int16_t)(h[12] << 8 | h[13]) : (int16_t)(h[13] << 8 | h[12]);
+  }
+  if (ndim != 3 && ndim != 4)
+    return xt_fail(msg, ndim >= 1 && ndim <= 7 ? XT_EUNSUPPORTED : XT_EFORMAT,
+                   "%s: dim[0] is %d; only 3D volumes (dim[0] 3, or 4 with one time point) are supported", path, ndim);
+  xt__elem e;
+  if (!elem_of(dt, &e))
+    return xt_fail(msg, XT_EUNSUPPORTED, "%s: voxel type %s (%d) is not supported (need an 8/16/32-bit integer or float type)",
+                   path, nifti_datatype_string(dt), dt);
   /* NIfTI-1: pixdim float[8] at 76, vox_offset float at 108; NIfTI-2: pixdim double[8] at 104,
    * vox_offset int64 at 168. The raw pixdims matter because libnifti2 quietly replaces zero ones. */
   if (*version == 1) {
@@ -74,20 +107,6 @@ static int peek_header(const char *path, int *version, int *compressed, double *
       if (a < 3) memcpy(&pixdim[a], &v, sizeof v);
       else *vox_offset = (double)(int64_t)v;
     }
-  }
-  return 0;
-}
-
-static int elem_of(int dt, xt__elem *e) {
-  switch (dt) {
-  case DT_UINT8: *e = XT__U8; return 1;
-  case DT_INT8: *e = XT__I8; return 1;
-  case DT_INT16: *e = XT__I16; return 1;
-  case DT_UINT16: *e = XT__U16; return 1;
-  case DT_INT32: *e = XT__I32; return 1;
-  case DT_UINT32: *e = XT__U32; return 1;
-  case DT_FLOAT32: *e = XT__F32; return 1;
-  case DT_FLOAT64: *e = XT__F64; return 1;
   }
   return 0;
 }

@@ -12,9 +12,17 @@ target_compile_definitions(test_loaders PRIVATE XT_FUZZ_CORPUS_DIR="${CMAKE_CURR
 
 # libFuzzer target: clang only (-fsanitize=fuzzer). Not part of ctest; run it by hand:
 #   build/tests/fuzz_loaders -max_total_time=60 tests/fuzz/loaders
+# The loader sources are compiled into the fuzzer itself so that they carry libFuzzer's coverage
+# instrumentation (a prebuilt xt_loaders would leave the fuzzer blind).
 if(CMAKE_C_COMPILER_ID MATCHES "Clang")
-  add_executable(fuzz_loaders fuzz/fuzz_loaders.c)
+  set(XT_FUZZ_LOADER_SOURCES "")
+  foreach(f xt_load.c xt_load_nifti.c xt_load_nrrd.c xt_load_mha.c xt_hu.c)
+    list(APPEND XT_FUZZ_LOADER_SOURCES ${PROJECT_SOURCE_DIR}/models/${f})
+  endforeach()
+  add_executable(fuzz_loaders fuzz/fuzz_loaders.c ${XT_FUZZ_LOADER_SOURCES})
   target_compile_options(fuzz_loaders PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_options(fuzz_loaders PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_libraries(fuzz_loaders PRIVATE xt_loaders xt_warnings)
+  target_include_directories(fuzz_loaders PRIVATE ${PROJECT_SOURCE_DIR}/models ${NIFTI_INCLUDE_DIR} ${TEEM_INCLUDE_DIR})
+  target_link_libraries(fuzz_loaders PRIVATE xt_models ${NIFTI2_LIB} ${ZNZ_LIB} ${TEEM_LIB} PkgConfig::XT_ZLIB ${M_LIB}
+    xt_warnings)
 endif()

@@ -14,7 +14,7 @@ int xt_bench_main(int argc, char **argv);
 int xt_bench_head(int type, xt_model **out, xt_msg *msg);
 /* A CT-like torso, 512^3 voxels of 0.5 mm, float mu with 2% texture noise. */
 int xt_bench_ct(int n, double spacing_mm, xt_model **out, xt_msg *msg);
-/* Fraction of voxels whose mu is not zero. */
+/* Fraction of voxels denser than air (mu > 1e-4 /mm). */
 double xt_bench_nonair(const xt_volume *v);
 
 #endif /* XT_BENCH_H */

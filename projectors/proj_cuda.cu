@@ -200,11 +200,19 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> 
 
 /* Sum of mu * length over the ray's voxels. Per step: pick the nearest crossing (ties to x, then
  * y, as the reference), add its segment, move one voxel and recompute the crossings of the axes
- * from their plane counts. Branch-free except the trip count, registers only. */
+ * from their plane counts. The trip count is the exact number of planes the reference crosses;
+ * the axes are not stopped individually: in exact arithmetic the first `total` crossings are
+ * exactly those planes, so float rounding can only swap an axis's first plane beyond the exit
+ * with another axis's last plane when both lie within rounding of the exit - a segment of
+ * ~1e-5 mm, and a fetch at most one voxel outside the box, which the one-slice guard band of
+ * the linear allocation (and the texture's clamp mode) keeps in bounds. Registers only. */
 template <class V> static __device__ __forceinline__ float march(V &v, const ray_start &r) {
   const float dtx = r.dt[0], dty = r.dt[1], dtz = r.dt[2];
   const float t0x = r.tn0[0], t0y = r.tn0[1], t0z = r.tn0[2];
   const float nx = r.nplanes[0], ny = r.nplanes[1], nz = r.nplanes[2];
+  (void)nx;
+  (void)ny;
+  (void)nz;
   float tx = t0x, ty = t0y, tz = t0z;
   float kx = 0.f, ky = 0.f, kz = 0.f, t = 0.f, acc = 0.f;
   for (int s = 0; s < r.total; s++) {
@@ -215,12 +223,12 @@ template <class V> static __device__ __forceinline__ float march(V &v, const ray
     acc = fmaf(tm - t, mu, acc);
     t = tm;
     v.step(bx, by);
-    kx += bx ? 1.f : 0.f;
-    ky += by ? 1.f : 0.f;
-    kz += (!bx && !by) ? 1.f : 0.f;
-    tx = kx < nx ? fmaf(kx, dtx, t0x) : INFINITY;
-    ty = ky < ny ? fmaf(ky, dty, t0y) : INFINITY;
-    tz = kz < nz ? fmaf(kz, dtz, t0z) : INFINITY;
+    if (bx) kx += 1.f;
+    else if (by) ky += 1.f;
+    else kz += 1.f;
+    tx = fmaf(kx, dtx, t0x);
+    ty = fmaf(ky, dty, t0y);
+    tz = fmaf(kz, dtz, t0z);
   }
   return fmaf(r.tend - t, v.mu(), acc);
 }
@@ -485,10 +493,13 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
   d->labels = labels;
   const size_t elem = labels ? 1 : sizeof(float);
   if (p->opt.voxels == XT_CUDA_VOX_LINEAR) {
-    CK(cudaMalloc(&p->d_vox[i], nvox * elem));
-    CK(cudaMemcpy(p->d_vox[i], v->data, nvox * elem, cudaMemcpyHostToDevice));
-    if (labels) d->u8 = (const unsigned char *)p->d_vox[i];
-    else d->f32 = (const float *)p->d_vox[i];
+    /* A guard band of one slice + one voxel on each side: see march(). */
+    const size_t guard = (size_t)v->dim[0] * v->dim[1] + 1;
+    CK(cudaMalloc(&p->d_vox[i], (nvox + 2 * guard) * elem));
+    CK(cudaMemset(p->d_vox[i], 0, (nvox + 2 * guard) * elem));
+    CK(cudaMemcpy((char *)p->d_vox[i] + guard * elem, v->data, nvox * elem, cudaMemcpyHostToDevice));
+    if (labels) d->u8 = (const unsigned char *)p->d_vox[i] + guard;
+    else d->f32 = (const float *)p->d_vox[i] + guard;
   } else {
     int lim = 0;
     CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));

@@ -10,8 +10,9 @@
 #define XT_CUDA_TILE_W 16
 #define XT_CUDA_TILE_H 16
 #define XT_CUDA_BLOCK_THREADS (XT_CUDA_TILE_W * XT_CUDA_TILE_H)
-/* Blocks per SM asked of the compiler (__launch_bounds__): caps registers at 65536/(256*4) = 64. */
-#define XT_CUDA_MIN_BLOCKS 4
+/* Blocks per SM asked of the compiler (__launch_bounds__): caps registers at 65536/(256*5) = 51
+ * (48 used, 40 warps per SM); 6 spills (docs/BENCHMARKS.md). */
+#define XT_CUDA_MIN_BLOCKS 5
 
 /* Models one projector renders in one launch; each frame carries one world->cell map per model. */
 #define XT_CUDA_MAX_MODELS 8

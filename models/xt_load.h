@@ -20,7 +20,9 @@ typedef struct xt_load_options {
   double energy_kev; /* for the material table / mu_water; 0 = XT_DEFAULT_ENERGY_KEV */
 } xt_load_options;
 
-/* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd). */
+/* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd); anything else is
+ * XT_EUNSUPPORTED. opt may be NULL (XT_LOAD_MU). On failure *out is NULL and msg holds one line
+ * starting with the path. HU helpers and the label bands: xt_hu.h; details: docs/loaders.md. */
 int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 
 #endif /* XT_LOAD_H */

@@ -161,7 +161,7 @@ static int single_scene(bench_ctx *b, const char *title, const char *mode, xt_mo
   if ((rc = xt_cuda_create(&o, &p, msg))) return rc;
   if (!(rc = xt_cuda_add_model(p, m, msg))) {
     double med, ratio, bd;
-    rc = time_poses(b, p, g, nang, "linear/shared", vox_bytes, &med, &ratio, &bd, msg);
+    rc = time_poses(b, p, g, nang, "linear, default table", vox_bytes, &med, &ratio, &bd, msg);
     if (!rc) {
       char tgt[64];
       snprintf(tgt, sizeof tgt, "<=%.2f ms: %s", target_ms, med <= target_ms ? "met" : "MISSED");

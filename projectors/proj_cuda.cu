@@ -318,7 +318,13 @@ struct xt_cuda_proj {
   int debug_sync;
 };
 
-static xt_cuda_proj *g_const_owner; /* constant memory holds one projector's tables */
+/* Constant memory holds one projector's tables; claimed and released atomically. */
+static xt_cuda_proj *g_const_owner;
+
+static int claim_const(xt_cuda_proj *p) {
+  xt_cuda_proj *none = NULL;
+  return __atomic_compare_exchange_n(&g_const_owner, &none, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
 
 #define CK(call)                                                                                               \
   do {                                                                                                         \
@@ -331,7 +337,7 @@ extern "C" xt_cuda_options xt_cuda_default_options(void) {
   xt_cuda_options o;
   o.device = 0;
   o.voxels = XT_CUDA_VOX_LINEAR;
-  o.lut = XT_CUDA_LUT_SHARED;
+  o.lut = XT_CUDA_LUT_AUTO;
   return o;
 }
 
@@ -428,7 +434,7 @@ extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
   if (p->ev_b) cudaEventDestroy(p->ev_b);
   if (p->s_render) cudaStreamDestroy(p->s_render);
   if (p->s_copy) cudaStreamDestroy(p->s_copy);
-  if (g_const_owner == p) g_const_owner = NULL;
+  if (p->opt.lut == XT_CUDA_LUT_CONST) __atomic_store_n(&g_const_owner, (xt_cuda_proj *)NULL, __ATOMIC_RELEASE);
   free(p);
 }
 
@@ -441,13 +447,21 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
     return xt_fail(msg, XT_ENODEV, "backend cuda: device %d does not exist (%d present)", opt->device, ndev);
   if (opt->voxels != XT_CUDA_VOX_LINEAR && opt->voxels != XT_CUDA_VOX_TEXTURE)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown voxel storage %d", opt->voxels);
-  if (opt->lut != XT_CUDA_LUT_SHARED && opt->lut != XT_CUDA_LUT_CONST)
+  if (opt->lut != XT_CUDA_LUT_SHARED && opt->lut != XT_CUDA_LUT_CONST && opt->lut != XT_CUDA_LUT_AUTO)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown table placement %d", opt->lut);
-  if (opt->lut == XT_CUDA_LUT_CONST && g_const_owner)
-    return xt_fail(msg, XT_EBUSY, "backend cuda: constant-memory tables are held by another projector");
   xt_cuda_proj *p = (xt_cuda_proj *)calloc(1, sizeof *p);
   if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
   p->opt = *opt;
+  if (opt->lut != XT_CUDA_LUT_SHARED) {
+    if (claim_const(p)) {
+      p->opt.lut = XT_CUDA_LUT_CONST;
+    } else if (opt->lut == XT_CUDA_LUT_CONST) {
+      free(p);
+      return xt_fail(msg, XT_EBUSY, "backend cuda: constant-memory tables are held by another projector");
+    } else {
+      p->opt.lut = XT_CUDA_LUT_SHARED;
+    }
+  }
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
   cudaError_t e = cudaSetDevice(opt->device);
@@ -467,7 +481,6 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
     xt_cuda_destroy(p);
     return rc;
   }
-  if (opt->lut == XT_CUDA_LUT_CONST) g_const_owner = p;
   *out = p;
   return 0;
 }

@@ -308,6 +308,9 @@ XT_TEST(errors) {
   xt_cuda_proj *a = NULL, *b = NULL;
   XT_REQUIRE(xt_cuda_create(&o, &a, &msg) == 0);
   XT_CHECK(xt_cuda_create(&o, &b, &msg) == XT_EBUSY);
+  xt_cuda_options au = xt_cuda_default_options(); /* AUTO: falls back to shared memory */
+  XT_CHECK(xt_cuda_create(&au, &b, &msg) == 0);
+  xt_cuda_destroy(b);
   xt_cuda_destroy(a);
   XT_CHECK(xt_cuda_create(&o, &b, &msg) == 0);
   xt_cuda_destroy(b);

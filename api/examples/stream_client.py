@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""Minimal xtwin stream client (Debian's python3-websockets; numpy optional).
+
+    /usr/bin/python3 api/examples/stream_client.py ws://127.0.0.1:8711/v1/stream
+    /usr/bin/python3 api/examples/stream_client.py ws://127.0.0.1:8711/v1/stream --count 30 --sweep
+    /usr/bin/python3 api/examples/stream_client.py wss://host:8711/v1/stream --token SECRET --insecure
+
+Prints one line per frame: counter, the pose sequence number it carries, size, exposure-to-arrival
+latency, frames dropped for this client, and the mean pixel value. --sweep sends a pose update
+per frame (primary angle sweeping) and prints when each one shows up. The header layout is
+api/stream.md (C: api/xt_stream.h); parse_header() below is the reference Python reader.
+"""
+import argparse
+import asyncio
+import json
+import ssl
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("<IHHQQQQQQQQIIIIQ8d12d2d24sQ")
+HEADER_FIELDS = ("magic", "version", "header_size", "frame_counter", "pose_seq", "t_pose_ns",
+                 "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
+                 "frames_dropped", "rows", "cols", "pixel_format", "flags", "payload_bytes")
+MAGIC = 0x46575458  # "XTWF"
+PIX_U16, PIX_F32 = 1, 2
+assert HEADER.size == 304
+
+
+def parse_header(msg):
+    """Returns (header dict, pixel bytes) of one binary stream message."""
+    v = HEADER.unpack_from(msg, 0)
+    h = dict(zip(HEADER_FIELDS, v[:16]))
+    if h["magic"] != MAGIC:
+        raise ValueError("not an xtwin frame (magic %#x)" % h["magic"])
+    h["pose"] = dict(zip(("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm"), v[16:21]))
+    h["pose"]["table_mm"] = list(v[21:24])
+    h["P"] = [list(v[24 + 4 * r:28 + 4 * r]) for r in range(3)]
+    h["pitch_mm"] = list(v[36:38])
+    h["mode"] = v[38].split(b"\0", 1)[0].decode()
+    h["period_ns"] = v[39]
+    px = memoryview(msg)[h["header_size"]:h["header_size"] + h["payload_bytes"]]
+    return h, px
+
+
+def mean_pixel(h, px):
+    try:
+        import numpy as np
+        a = np.frombuffer(px, dtype="<u2" if h["pixel_format"] == PIX_U16 else "<f4")
+        return float(a.mean())
+    except ImportError:
+        fmt = "<%d%s" % (h["rows"] * h["cols"], "H" if h["pixel_format"] == PIX_U16 else "f")
+        a = struct.unpack(fmt, px)
+        return sum(a) / len(a)
+
+
+async def run(args):
+    import websockets
+    kw = {"max_size": 64 << 20}
+    if args.token:
+        kw["additional_headers" if hasattr(websockets, "asyncio") else "extra_headers"] = {
+            "Authorization": "Bearer " + args.token}
+    if args.url.startswith("wss:"):
+        ctx = ssl.create_default_context()
+        if args.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        kw["ssl"] = ctx
+    async with websockets.connect(args.url, **kw) as ws:
+        n, seq, sent_at = 0, 0, {}
+        while args.count <= 0 or n < args.count:
+            msg = await ws.recv()
+            now = time.monotonic_ns()
+            if isinstance(msg, str):
+                j = json.loads(msg)
+                if j.get("type") == "hello":
+                    a = j["state"]["acquisition"]
+                    print("connected: %s, %s %dx%d at %g fps (%s, %s)" % (j["server"], a["mode"], a["cols"], a["rows"],
+                          a["fps"], a["run_mode"], "running" if a["running"] else "stopped"))
+                elif not j.get("ok", True):
+                    print("error:", j.get("error"))
+                continue
+            h, px = parse_header(msg)
+            n += 1
+            extra = ""
+            if h["pose_seq"] in sent_at:
+                extra = "  pose %d shown %.1f ms after it was sent" % (h["pose_seq"], (now - sent_at.pop(h["pose_seq"])) / 1e6)
+            print("frame %6d  pose_seq %4d  %dx%d %s  latency %6.1f ms  dropped %d  mean %.1f%s" % (
+                h["frame_counter"], h["pose_seq"], h["cols"], h["rows"], h["mode"],
+                (now - h["t_exposure_ns"]) / 1e6, h["frames_dropped"], mean_pixel(h, px), extra), flush=True)
+            if args.sweep:
+                seq = max(seq, h["pose_seq"]) + 1
+                sent_at[seq] = time.monotonic_ns()
+                await ws.send(json.dumps({"type": "pose", "seq": seq,
+                                          "pose": {"primary_deg": (seq * 3) % 180 - 90}}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("url", nargs="?", default="ws://127.0.0.1:8711/v1/stream")
+    p.add_argument("--count", type=int, default=0, help="frames to receive (0: until interrupted)")
+    p.add_argument("--token", help="bearer token (server started with --token)")
+    p.add_argument("--insecure", action="store_true", help="wss: accept a self-signed certificate")
+    p.add_argument("--sweep", action="store_true", help="send a pose update after every frame")
+    args = p.parse_args()
+    try:
+        asyncio.run(run(args))
+    except KeyboardInterrupt:
+        pass
+    except Exception as e:  # a closed server, a refused token: one line, not a trace
+        print("stream_client: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

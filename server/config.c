@@ -1,0 +1,315 @@
+/* Configuration as one table: each entry (name, type, default, range, help) drives the JSON
+ * config file, the command-line flags (--rest-port for "rest_port") and the "config" object of
+ * GET /v1/info. Precedence: defaults, then --config FILE, then the other flags. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_server.h"
+
+typedef enum { CT_INT, CT_DOUBLE, CT_BOOL, CT_STRING } cfg_type;
+
+typedef struct cfg_entry {
+  const char *name;
+  cfg_type type;
+  size_t off, size; /* offset in xt_srv_config; size for strings */
+  const char *def;
+  double lo, hi; /* numbers: accepted range */
+  const char *choices; /* strings: "a|b|c", or NULL for free text */
+  int secret;          /* masked in GET /v1/info */
+  const char *help;
+} cfg_entry;
+
+#define S(f) offsetof(xt_srv_config, f), sizeof(((xt_srv_config *)0)->f)
+#define N(f) offsetof(xt_srv_config, f), 0
+
+static const cfg_entry cfg_table[] = {
+    {"bind", CT_STRING, S(bind), "127.0.0.1", 0, 0, NULL, 0,
+     "address both ports listen on (0.0.0.0 for all interfaces)"},
+    {"rest_port", CT_INT, N(rest_port), "8710", 0, 65535, NULL, 0, "REST port (0: pick a free one)"},
+    {"ws_port", CT_INT, N(ws_port), "8711", 0, 65535, NULL, 0, "WebSocket stream port (0: pick a free one)"},
+    {"backend", CT_STRING, S(backend), "auto", 0, 0, "auto|cpu|cuda", 0,
+     "projector backend; auto takes cuda when a GPU is usable, else cpu"},
+    {"threads", CT_INT, N(threads), "0", 0, 1024, NULL, 0, "CPU projector threads (0: all cores)"},
+    {"devices", CT_INT, N(devices), "0", 0, XT_SRV_MAX_WORKERS, NULL, 0,
+     "CUDA devices to render on, one worker each (0: all)"},
+    {"tls_cert", CT_STRING, S(tls_cert), "", 0, 0, NULL, 0, "PEM certificate: serve HTTPS and WSS"},
+    {"tls_key", CT_STRING, S(tls_key), "", 0, 0, NULL, 0, "PEM private key for --tls-cert"},
+    {"token", CT_STRING, S(token), "", 0, 0, NULL, 1,
+     "require 'Authorization: Bearer TOKEN' on REST and the WebSocket upgrade"},
+    {"mode", CT_STRING, S(mode), "auto", 0, 0, NULL, 0,
+     "detector mode at start (auto: fd20-1024 on cuda, fd20-256 on cpu)"},
+    {"fps", CT_DOUBLE, N(fps), "15", XT_FPS_MIN, XT_FPS_MAX, NULL, 0, "frame rate at start"},
+    {"run_mode", CT_STRING, S(run_mode), "free", 0, 0, "free|lockstep", 0,
+     "free: paced like the hardware; lockstep: one frame per trigger"},
+    {"pixel_format", CT_STRING, S(pixel_format), "uint16", 0, 0, "uint16|float32", 0,
+     "uint16 intensity or float32 line integral"},
+    {"autostart", CT_BOOL, N(autostart), "true", 0, 1, NULL, 0, "start the acquisition at launch"},
+    {"phantom", CT_STRING, S(phantom), "auto", 0, 0, "auto|head|none", 0,
+     "built-in head phantom: auto loads it when no model is configured"},
+    {"phantom_dim", CT_INT, N(phantom_dim), "256", 16, 1024, NULL, 0, "head phantom voxels per axis"},
+    {"phantom_spacing", CT_DOUBLE, N(phantom_spacing), "1", 0.05, 20, NULL, 0, "head phantom voxel size, mm"},
+    {"max_body", CT_INT, N(max_body), "65536", 1024, 16777216, NULL, 0, "largest REST request body, bytes"},
+    {"max_ws_message", CT_INT, N(max_ws_message), "16384", 512, 1048576, NULL, 0,
+     "largest WebSocket text message from a client, bytes"},
+    {"rest_threads", CT_INT, N(rest_threads), "4", 1, 64, NULL, 0, "REST worker threads"},
+    {"max_clients", CT_INT, N(max_clients), "32", 1, XT_SRV_MAX_CLIENT_STATS, NULL, 0,
+     "stream clients at once"},
+    {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
+     "write {\"rest\": port, \"ws\": port} here once listening"},
+    {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},
+};
+#define CFG_COUNT ((int)(sizeof cfg_table / sizeof cfg_table[0]))
+
+static int set_value(xt_srv_config *c, const cfg_entry *e, const char *v, xt_msg *msg) {
+  char *p = (char *)c + e->off;
+  char *end = NULL;
+  switch (e->type) {
+  case CT_INT: {
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end) return xt_fail(msg, XT_EINVAL, "%s: '%s' is not an integer", e->name, v);
+    if (x < e->lo || x > e->hi)
+      return xt_fail(msg, XT_ERANGE, "%s: %ld outside [%g, %g]", e->name, x, e->lo, e->hi);
+    *(int *)p = (int)x;
+    return 0;
+  }
+  case CT_DOUBLE: {
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end) return xt_fail(msg, XT_EINVAL, "%s: '%s' is not a number", e->name, v);
+    if (!(x >= e->lo && x <= e->hi)) return xt_fail(msg, XT_ERANGE, "%s: %g outside [%g, %g]", e->name, x, e->lo, e->hi);
+    *(double *)p = x;
+    return 0;
+  }
+  case CT_BOOL:
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *(int *)p = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *(int *)p = 0;
+    else return xt_fail(msg, XT_EINVAL, "%s: '%s' is not a boolean", e->name, v);
+    return 0;
+  case CT_STRING:
+    if (strlen(v) >= e->size) return xt_fail(msg, XT_ETOOLARGE, "%s: longer than %zu bytes", e->name, e->size - 1);
+    if (e->choices) {
+      size_t n = strlen(v);
+      const char *q = e->choices;
+      int ok = 0;
+      while (*q) {
+        const char *bar = strchr(q, '|');
+        size_t len = bar ? (size_t)(bar - q) : strlen(q);
+        if (len == n && !strncmp(q, v, n)) ok = 1;
+        q += len + (bar ? 1 : 0);
+      }
+      if (!ok) return xt_fail(msg, XT_EINVAL, "%s: '%s' is not one of %s", e->name, v, e->choices);
+    }
+    memcpy(p, v, strlen(v) + 1);
+    return 0;
+  }
+  return XT_EINTERNAL;
+}
+
+void xt_srv_config_defaults(xt_srv_config *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < CFG_COUNT; i++) {
+    int rc = set_value(c, &cfg_table[i], cfg_table[i].def, NULL);
+    (void)rc;
+  }
+}
+
+static const cfg_entry *find_entry(const char *name, int dashes) {
+  for (int i = 0; i < CFG_COUNT; i++) {
+    const char *a = cfg_table[i].name, *b = name;
+    while (*a && *b && (*a == *b || (dashes && *a == '_' && *b == '-'))) a++, b++;
+    if (!*a && !*b) return &cfg_table[i];
+  }
+  return NULL;
+}
+
+static int model_from_json(xt_srv_model_cfg *m, const json_t *j, xt_msg *msg) {
+  memset(m, 0, sizeof *m);
+  snprintf(m->convert, sizeof m->convert, "mu");
+  if (json_is_string(j)) j = json_pack("{s:O}", "path", j);
+  else json_incref((json_t *)j);
+  int rc = 0;
+  const char *key;
+  json_t *v;
+  if (!json_is_object(j)) {
+    rc = xt_fail(msg, XT_EINVAL, "models: each entry must be a path or an object");
+    goto done;
+  }
+  json_object_foreach((json_t *)j, key, v) {
+    char *dst = NULL;
+    size_t cap = 0;
+    if (!strcmp(key, "path")) dst = m->path, cap = sizeof m->path;
+    else if (!strcmp(key, "name")) dst = m->name, cap = sizeof m->name;
+    else if (!strcmp(key, "convert")) dst = m->convert, cap = sizeof m->convert;
+    else {
+      rc = xt_fail(msg, XT_EINVAL, "models: unknown key '%s'", key);
+      goto done;
+    }
+    if (!json_is_string(v) || strlen(json_string_value(v)) >= cap) {
+      rc = xt_fail(msg, XT_EINVAL, "models.%s: must be a string shorter than %zu", key, cap);
+      goto done;
+    }
+    memcpy(dst, json_string_value(v), strlen(json_string_value(v)) + 1);
+  }
+  if (!m->path[0]) rc = xt_fail(msg, XT_EINVAL, "models: entry without a path");
+done:
+  json_decref((json_t *)j);
+  return rc;
+}
+
+int xt_srv_config_file(xt_srv_config *c, const char *path, xt_msg *msg) {
+  json_error_t err;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  if (!root) return xt_fail(msg, XT_EFORMAT, "%s:%d:%d: %s", path, err.line, err.column, err.text);
+  int rc = 0;
+  const char *key;
+  json_t *v;
+  if (!json_is_object(root)) {
+    rc = xt_fail(msg, XT_EFORMAT, "%s: the config must be a JSON object", path);
+    goto done;
+  }
+  json_object_foreach(root, key, v) {
+    if (!strcmp(key, "models")) {
+      if (!json_is_array(v) || json_array_size(v) > XT_SRV_MAX_MODELS) {
+        rc = xt_fail(msg, XT_EINVAL, "%s: models: an array of at most %d entries", path, XT_SRV_MAX_MODELS);
+        goto done;
+      }
+      size_t i;
+      json_t *m;
+      c->nmodels = 0;
+      json_array_foreach(v, i, m) {
+        if ((rc = model_from_json(&c->models[c->nmodels], m, msg))) goto done;
+        c->nmodels++;
+      }
+      continue;
+    }
+    const cfg_entry *e = find_entry(key, 0);
+    if (!e) {
+      rc = xt_fail(msg, XT_EINVAL, "%s: unknown key '%s'", path, key);
+      goto done;
+    }
+    char buf[64];
+    const char *s = NULL;
+    if (json_is_string(v) && e->type == CT_STRING) s = json_string_value(v);
+    else if (json_is_integer(v) && (e->type == CT_INT || e->type == CT_DOUBLE))
+      snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v)), s = buf;
+    else if (json_is_real(v) && e->type == CT_DOUBLE) snprintf(buf, sizeof buf, "%.17g", json_real_value(v)), s = buf;
+    else if (json_is_boolean(v) && e->type == CT_BOOL) s = json_is_true(v) ? "true" : "false";
+    if (!s) {
+      rc = xt_fail(msg, XT_EINVAL, "%s: %s: wrong type", path, key);
+      goto done;
+    }
+    xt_msg m2;
+    if ((rc = set_value(c, e, s, &m2))) {
+      xt_fail(msg, rc, "%s: %s", path, m2.text);
+      goto done;
+    }
+  }
+done:
+  json_decref(root);
+  return rc;
+}
+
+int xt_srv_config_args(xt_srv_config *c, int argc, char **argv, int *action, xt_msg *msg) {
+  *action = 0;
+  /* --config first, so flags override the file wherever they appear. */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) {
+      const char *path = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!path) return xt_fail(msg, XT_EINVAL, "--config needs a file");
+      int rc = xt_srv_config_file(c, path, msg);
+      if (rc) return rc;
+    }
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      *action = 1;
+      return 0;
+    }
+    if (!strcmp(a, "--version")) {
+      *action = 2;
+      return 0;
+    }
+    if (!strcmp(a, "--routes")) {
+      *action = 3;
+      return 0;
+    }
+    if (!strcmp(a, "--config")) {
+      i++;
+      continue;
+    }
+    if (!strncmp(a, "--config=", 9)) continue;
+    if (!strcmp(a, "--model")) {
+      if (i + 1 >= argc) return xt_fail(msg, XT_EINVAL, "--model needs a path");
+      if (c->nmodels >= XT_SRV_MAX_MODELS) return xt_fail(msg, XT_ETOOLARGE, "more than %d models", XT_SRV_MAX_MODELS);
+      xt_srv_model_cfg *m = &c->models[c->nmodels];
+      memset(m, 0, sizeof *m);
+      snprintf(m->convert, sizeof m->convert, "mu");
+      if (strlen(argv[i + 1]) >= sizeof m->path) return xt_fail(msg, XT_ETOOLARGE, "--model: path too long");
+      snprintf(m->path, sizeof m->path, "%s", argv[++i]);
+      c->nmodels++;
+      continue;
+    }
+    if (strncmp(a, "--", 2) != 0) return xt_fail(msg, XT_EINVAL, "unexpected argument '%s' (see --help)", a);
+    char name[64];
+    const char *eq = strchr(a + 2, '=');
+    size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+    if (n >= sizeof name) return xt_fail(msg, XT_EINVAL, "unknown option '%s'", a);
+    memcpy(name, a + 2, n);
+    name[n] = 0;
+    int negate = 0;
+    const cfg_entry *e = find_entry(name, 1);
+    if (!e && !strncmp(name, "no-", 3) && (e = find_entry(name + 3, 1)) && e->type == CT_BOOL) negate = 1;
+    if (!e) return xt_fail(msg, XT_EINVAL, "unknown option '%s' (see --help)", a);
+    const char *v;
+    if (e->type == CT_BOOL && !eq) v = negate ? "false" : "true";
+    else if (eq) v = eq + 1;
+    else if (i + 1 < argc) v = argv[++i];
+    else return xt_fail(msg, XT_EINVAL, "%s needs a value", a);
+    int rc = set_value(c, e, v, msg);
+    if (rc) return rc;
+  }
+  if (!c->tls_cert[0] != !c->tls_key[0]) return xt_fail(msg, XT_EINVAL, "--tls-cert and --tls-key go together");
+  return 0;
+}
+
+void xt_srv_config_usage(FILE *f) {
+  fprintf(f,
+          "usage: xtwin-server [--config FILE] [--model PATH]... [--OPTION VALUE]...\n"
+          "Serves the C-arm digital twin: REST control and a WebSocket frame stream.\n"
+          "With no arguments: the built-in head phantom, default mode, 127.0.0.1:8710 (REST) and :8711 (stream).\n\n"
+          "  --config FILE        JSON object with any of the keys below, plus \"models\": [\"path\" | {path, name, convert}]\n"
+          "  --model PATH         load a volume at start (repeatable)\n"
+          "  --routes             print the REST route table and exit\n"
+          "  --version            print the version and exit\n\n");
+  for (int i = 0; i < CFG_COUNT; i++) {
+    const cfg_entry *e = &cfg_table[i];
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", e->name);
+    for (char *p = flag; *p; p++)
+      if (*p == '_') *p = '-';
+    fprintf(f, "  %-20s %s (default %s%s%s)\n", flag, e->help, e->def[0] ? e->def : "none",
+            e->choices ? "; one of " : "", e->choices ? e->choices : "");
+  }
+}
+
+json_t *xt_srv_config_json(const xt_srv_config *c) {
+  json_t *o = json_object();
+  for (int i = 0; i < CFG_COUNT; i++) {
+    const cfg_entry *e = &cfg_table[i];
+    const char *p = (const char *)c + e->off;
+    json_t *v = NULL;
+    switch (e->type) {
+    case CT_INT: v = json_integer(*(const int *)p); break;
+    case CT_DOUBLE: v = json_real(*(const double *)p); break;
+    case CT_BOOL: v = json_boolean(*(const int *)p); break;
+    case CT_STRING: v = e->secret ? json_boolean(p[0] != 0) : json_string(p); break;
+    }
+    json_object_set_new(o, e->name, v);
+  }
+  return o;
+}

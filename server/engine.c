@@ -1,0 +1,454 @@
+/* The frame engine: a pacer that stamps exposures at absolute deadlines on CLOCK_MONOTONIC, one
+ * render worker per device that turns each exposure into a finished frame ahead of the send, and
+ * the locked ring the WebSocket thread sends from.
+ *
+ * Free run: exposure k of a run is due at t0 + k*T. At each deadline the pacer latches the latest
+ * pose (and its sequence number), gives the exposure the next frame counter and queues it on a
+ * worker. A worker that is still busy when the next exposure comes gets the newer one in place
+ * of any exposure still waiting (latest wins: the clock never slows; the skipped counter shows as
+ * a gap). A pacer that wakes more than a period late (a stopped process) skips the missed
+ * deadlines and counts them; it never bunches frames to catch up.
+ *
+ * Lockstep: each trigger latches the pose and queues one exposure; none are ever replaced.
+ *
+ * Lock order: st_mu, then a worker's mu, then ring.mu, then metrics.mu. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xt_server.h"
+
+/* ---- frames and the ring ------------------------------------------------------------------ */
+
+static xt_frame *frame_get(xt_ring *r, size_t len) {
+  xt_frame *f = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < 4; i++)
+    if (r->pool[i] && r->pool[i]->cap >= len) {
+      f = r->pool[i];
+      r->pool[i] = NULL;
+      break;
+    }
+  pthread_mutex_unlock(&r->mu);
+  if (!f) {
+    f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->cap = len;
+    f->mem = malloc(XT_FRAME_PRE + len);
+    if (!f->mem) {
+      free(f);
+      return NULL;
+    }
+  }
+  f->msg = f->mem + XT_FRAME_PRE;
+  f->len = len;
+  f->pub = 0;
+  atomic_store(&f->refs, 1);
+  return f;
+}
+
+static void frame_free(xt_frame *f) {
+  if (!f) return;
+  free(f->mem);
+  free(f);
+}
+
+/* Caller holds r->mu. */
+static void frame_release_locked(xt_ring *r, xt_frame *f) {
+  for (int i = 0; i < 4; i++)
+    if (!r->pool[i]) {
+      r->pool[i] = f;
+      return;
+    }
+  /* Keep the largest buffers: replace the smallest if this one is bigger. */
+  int small = 0;
+  for (int i = 1; i < 4; i++)
+    if (r->pool[i]->cap < r->pool[small]->cap) small = i;
+  if (r->pool[small]->cap < f->cap) {
+    frame_free(r->pool[small]);
+    r->pool[small] = f;
+  } else
+    frame_free(f);
+}
+
+void xt_frame_unref(xt_ring *r, xt_frame *f) {
+  if (!f) return;
+  if (atomic_fetch_sub(&f->refs, 1) != 1) return;
+  pthread_mutex_lock(&r->mu);
+  frame_release_locked(r, f);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void ring_push(xt_ring *r, xt_frame *f) {
+  pthread_mutex_lock(&r->mu);
+  f->pub = r->next_pub++;
+  xt_frame **slot = &r->slots[f->pub % XT_RING];
+  xt_frame *old = *slot;
+  *slot = f;
+  if (old && atomic_fetch_sub(&old->refs, 1) == 1) frame_release_locked(r, old);
+  pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t xt_ring_latest_pub(xt_ring *r) {
+  pthread_mutex_lock(&r->mu);
+  uint64_t p = r->next_pub - 1;
+  pthread_mutex_unlock(&r->mu);
+  return p;
+}
+
+xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub) {
+  xt_frame *f = NULL;
+  pthread_mutex_lock(&r->mu);
+  uint64_t latest = r->next_pub - 1;
+  if (latest > last_pub) {
+    uint64_t first = last_pub + 1;
+    if (latest >= XT_RING && first < latest - XT_RING + 1) first = latest - XT_RING + 1;
+    f = r->slots[first % XT_RING];
+    /* Free-run frames: latest wins. Lockstep frames answer triggers: in order while in the ring. */
+    if (!f || !f->lockstep) f = r->slots[latest % XT_RING];
+    if (f) atomic_fetch_add(&f->refs, 1);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return f;
+}
+
+static void ring_init(xt_ring *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  r->next_pub = 1;
+}
+
+static void ring_destroy(xt_ring *r) {
+  for (int i = 0; i < XT_RING; i++) frame_free(r->slots[i]);
+  for (int i = 0; i < 4; i++) frame_free(r->pool[i]);
+  pthread_mutex_destroy(&r->mu);
+}
+
+/* ---- workers ------------------------------------------------------------------------------ */
+
+static void call_finish(xt_call *c, int rc) {
+  pthread_mutex_lock(&c->mu);
+  c->rc = rc;
+  c->done = 1;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static int ensure_scratch(xt_worker *w, size_t n) {
+  if (w->lineint_cap >= n) return 0;
+  float *p = realloc(w->lineint, n * sizeof *p);
+  if (!p) return XT_ENOMEM;
+  w->lineint = p;
+  w->lineint_cap = n;
+  return 0;
+}
+
+static void render_frame(xt_worker *w, const xt_job *j) {
+  xt_server *s = w->srv;
+  xt_msg msg;
+  xt_geometry g;
+  uint64_t t0 = xt_now_ns();
+  int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg);
+  size_t npx = (size_t)j->mode->rows * (size_t)j->mode->cols;
+  size_t bpp = j->pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
+  xt_frame *f = NULL;
+  if (!rc) rc = ensure_scratch(w, npx);
+  if (!rc) rc = xt_proj_render(w->proj, &g, w->lineint, &msg);
+  if (!rc && !(f = frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = XT_ENOMEM;
+  if (rc) {
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.render_errors++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->counter, msg.text);
+    return;
+  }
+  unsigned char *px = f->msg + XT_STREAM_HEADER_SIZE;
+  if (bpp == 2) xt_intensity_u16(w->lineint, npx, (uint16_t *)(void *)px);
+  else memcpy(px, w->lineint, npx * 4);
+  uint64_t t1 = xt_now_ns();
+
+  xt_stream_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = XT_STREAM_MAGIC;
+  h.version = XT_STREAM_VERSION;
+  h.header_size = XT_STREAM_HEADER_SIZE;
+  h.frame_counter = j->counter;
+  h.pose_seq = j->pose_seq;
+  h.t_pose_ns = j->t_pose;
+  h.t_exposure_sched_ns = j->t_sched;
+  h.t_exposure_ns = j->t_exposure;
+  h.t_render_done_ns = t1;
+  h.rows = (uint32_t)j->mode->rows;
+  h.cols = (uint32_t)j->mode->cols;
+  h.pixel_format = (uint32_t)j->pixel_format;
+  h.flags = j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0;
+  h.payload_bytes = npx * bpp;
+  const xt_pose *p = &j->pose;
+  double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm, p->sid_mm,
+                    p->table_mm.x, p->table_mm.y, p->table_mm.z};
+  memcpy(h.pose, pose, sizeof pose);
+  for (int r = 0; r < 3; r++)
+    for (int c = 0; c < 4; c++) h.P[r * 4 + c] = g.P[r][c];
+  h.pitch_mm[0] = j->mode->pitch_u_mm;
+  h.pitch_mm[1] = j->mode->pitch_v_mm;
+  snprintf(h.mode, sizeof h.mode, "%s", j->mode->name);
+  h.period_ns = j->period_ns;
+  memcpy(f->msg, &h, sizeof h);
+  f->lockstep = j->lockstep;
+
+  ring_push(&s->ring, f);
+  pthread_mutex_lock(&s->metrics.mu);
+  s->metrics.frames_rendered++;
+  s->metrics.frames_published++;
+  xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
+  pthread_mutex_unlock(&s->metrics.mu);
+  xt_ws_wake(s);
+}
+
+static void *worker_main(void *arg) {
+  xt_worker *w = arg;
+  for (;;) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && w->qn == 0) pthread_cond_wait(&w->cv, &w->mu);
+    if (w->qn == 0) {
+      pthread_mutex_unlock(&w->mu);
+      break;
+    }
+    xt_job j = w->q[w->qhead];
+    w->qhead = (w->qhead + 1) % XT_QUEUE;
+    w->qn--;
+    int stopping = w->stop;
+    pthread_mutex_unlock(&w->mu);
+
+    if (j.kind == XT_JOB_FRAME) {
+      if (!stopping) render_frame(w, &j);
+    } else if (j.kind == XT_JOB_RENDER) {
+      xt_call *c = j.call;
+      if (stopping) {
+        call_finish(c, xt_fail(&c->msg, XT_EBUSY, "server is shutting down"));
+        continue;
+      }
+      uint64_t t0 = xt_now_ns();
+      int rc = xt_proj_render(w->proj, &c->geom, c->lineint, &c->msg);
+      c->render_s = (double)(xt_now_ns() - t0) * 1e-9;
+      call_finish(c, rc);
+    } else if (j.kind == XT_JOB_ADD_MODEL) {
+      xt_call *c = j.call;
+      call_finish(c, xt_proj_add_model(w->proj, c->model, &c->msg));
+    }
+  }
+  return NULL;
+}
+
+/* Queues a job; a free-run frame replaces a free-run frame still waiting. Caller holds no w->mu. */
+static int worker_push(xt_server *s, xt_worker *w, const xt_job *j) {
+  int rc = 0, replaced = 0;
+  pthread_mutex_lock(&w->mu);
+  if (w->stop) rc = XT_EBUSY;
+  else {
+    if (j->kind == XT_JOB_FRAME && !j->lockstep) {
+      for (int i = 0; i < w->qn; i++) {
+        xt_job *q = &w->q[(w->qhead + i) % XT_QUEUE];
+        if (q->kind == XT_JOB_FRAME && !q->lockstep) {
+          *q = *j;
+          replaced = 1;
+          break;
+        }
+      }
+    }
+    if (!replaced) {
+      if (w->qn == XT_QUEUE) rc = XT_EBUSY;
+      else {
+        w->q[(w->qhead + w->qn) % XT_QUEUE] = *j;
+        w->qn++;
+      }
+    }
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  if (replaced) {
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.frames_skipped++;
+    pthread_mutex_unlock(&s->metrics.mu);
+  }
+  return rc;
+}
+
+int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  c->done = 0;
+  xt_job j;
+  memset(&j, 0, sizeof j);
+  j.kind = kind;
+  j.call = c;
+  if (worker < 0) {
+    pthread_mutex_lock(&s->st_mu);
+    worker = (int)(s->rr++ % (unsigned)s->nworkers);
+    pthread_mutex_unlock(&s->st_mu);
+  }
+  int rc = worker_push(s, &s->workers[worker], &j);
+  if (rc) {
+    xt_fail(&c->msg, rc, "render queue is full or the server is stopping");
+  } else {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    rc = c->rc;
+  }
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  return rc;
+}
+
+/* ---- the pacer ---------------------------------------------------------------------------- */
+
+/* Caller holds st_mu: latches the pose into an exposure and queues it. */
+static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_t period_ns, int lockstep,
+                         uint64_t *counter) {
+  xt_job j;
+  memset(&j, 0, sizeof j);
+  j.kind = XT_JOB_FRAME;
+  j.counter = s->next_counter;
+  j.pose_seq = s->pose_seq;
+  j.t_pose = s->t_pose;
+  j.t_sched = t_sched;
+  j.t_exposure = t_exp;
+  j.period_ns = period_ns;
+  j.pose = s->pose;
+  j.mode = s->acq.mode;
+  j.pixel_format = s->acq.pixel_format;
+  j.lockstep = lockstep;
+  xt_worker *w = &s->workers[s->rr++ % (unsigned)s->nworkers];
+  int rc = worker_push(s, w, &j);
+  if (!rc) {
+    if (counter) *counter = s->next_counter;
+    s->next_counter++;
+  }
+  return rc;
+}
+
+void xt_engine_kick(xt_server *s) { pthread_cond_broadcast(&s->st_cv); }
+
+int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg) {
+  int rc;
+  pthread_mutex_lock(&s->st_mu);
+  if (!s->acq.lockstep) rc = xt_fail(msg, XT_EBUSY, "trigger needs run_mode lockstep (the acquisition is free-running)");
+  else if (!s->acq.running) rc = xt_fail(msg, XT_EBUSY, "acquisition is stopped: POST /v1/acquisition/start first");
+  else {
+    uint64_t t = xt_now_ns();
+    rc = expose_locked(s, t, t, 0, 1, counter);
+    if (rc) xt_fail(msg, rc, "render queue is full (%d triggers pending)", XT_QUEUE);
+  }
+  pthread_mutex_unlock(&s->st_mu);
+  return rc;
+}
+
+static struct timespec ts_of(uint64_t ns) {
+  struct timespec t = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+  return t;
+}
+
+static void *pacer_main(void *arg) {
+  xt_server *s = arg;
+  uint64_t last_exposure = 0, last_sched = 0, last_period = 0;
+  pthread_mutex_lock(&s->st_mu);
+  while (!s->stopping) {
+    if (!s->acq.running || s->acq.lockstep) {
+      last_exposure = 0;
+      pthread_cond_wait(&s->st_cv, &s->st_mu);
+      continue;
+    }
+    /* A run (or a change of its settings): anchor the deadlines. A change keeps the cadence's
+     * phase: the next exposure comes one new period after the last one. */
+    uint64_t gen = s->acq_gen;
+    double T = 1e9 / s->acq.fps;
+    uint64_t now = xt_now_ns();
+    uint64_t t0 = now;
+    if (last_sched && last_period) {
+      uint64_t next = last_sched + (uint64_t)llround(T);
+      if (next > now) t0 = next;
+    }
+    for (uint64_t k = 0; !s->stopping && s->acq_gen == gen;) {
+      uint64_t due = t0 + (uint64_t)llround((double)k * T);
+      now = xt_now_ns();
+      if (now < due) {
+        struct timespec ts = ts_of(due);
+        pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);
+        continue; /* re-check the state and the clock */
+      }
+      int rc = expose_locked(s, due, now, (uint64_t)llround(T), 0, NULL);
+      uint64_t prev = last_exposure;
+      last_exposure = now;
+      last_sched = due;
+      last_period = (uint64_t)llround(T);
+      k++;
+      /* More than a period late: skip the deadlines already gone, never bunch exposures. */
+      uint64_t missed = 0;
+      uint64_t next = t0 + (uint64_t)llround((double)k * T);
+      if (now > next) {
+        uint64_t k2 = (uint64_t)floor((double)(now - t0) / T) + 1;
+        missed = k2 - k;
+        k = k2;
+      }
+      pthread_mutex_lock(&s->metrics.mu);
+      xt_hist_add(&s->metrics.jitter, (double)(now - due) * 1e-9);
+      if (prev) xt_hist_add(&s->metrics.period, (double)(now - prev) * 1e-9);
+      s->metrics.deadlines_missed += missed;
+      if (rc) s->metrics.frames_skipped++;
+      pthread_mutex_unlock(&s->metrics.mu);
+    }
+    if (!s->acq.running || s->acq.lockstep) last_sched = last_period = 0;
+  }
+  pthread_mutex_unlock(&s->st_mu);
+  return NULL;
+}
+
+/* ---- start / stop ------------------------------------------------------------------------- */
+
+int xt_engine_start(xt_server *s, xt_msg *msg) {
+  ring_init(&s->ring);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->st_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  for (int i = 0; i < s->nworkers; i++) {
+    xt_worker *w = &s->workers[i];
+    w->srv = s;
+    w->index = i;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w)) return xt_fail(msg, XT_EINTERNAL, "cannot start a render worker");
+    w->started = 1;
+  }
+  if (pthread_create(&s->pacer, NULL, pacer_main, s)) return xt_fail(msg, XT_EINTERNAL, "cannot start the pacer");
+  s->pacer_started = 1;
+  return 0;
+}
+
+void xt_engine_stop(xt_server *s) {
+  pthread_mutex_lock(&s->st_mu);
+  s->stopping = 1;
+  pthread_cond_broadcast(&s->st_cv);
+  pthread_mutex_unlock(&s->st_mu);
+  if (s->pacer_started) pthread_join(s->pacer, NULL);
+  s->pacer_started = 0;
+  for (int i = 0; i < s->nworkers; i++) {
+    xt_worker *w = &s->workers[i];
+    if (!w->started) continue;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    w->started = 0;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->lineint);
+    w->lineint = NULL;
+  }
+  ring_destroy(&s->ring);
+}

@@ -1,0 +1,203 @@
+/* xtwin-server: the detector server. With no arguments it serves the built-in head phantom in a
+ * default detector mode on 127.0.0.1 (REST :8710, stream :8711) with the CUDA backend when a GPU
+ * is usable and the CPU backend otherwise, and prints its URLs.
+ *
+ * Start-up order: configuration, backend, projectors (one per render worker), models, then the
+ * WebSocket listener, the engine (workers and pacer) and REST. SIGINT/SIGTERM are taken by a
+ * signal thread (all other threads block them); it sets quit and wakes the WebSocket loop, which
+ * sends every client a close frame; then REST stops, the engine stops and everything is freed. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xt_phantom.h"
+#include "xt_server.h"
+
+#ifndef XT_SERVER_HAVE_CUDA_INFO
+int xt_srv_gpu_list(char names[][128], int max) {
+  (void)names, (void)max;
+  return 0;
+}
+#endif
+
+static sigset_t stop_signals;
+
+static void *signal_main(void *arg) {
+  xt_server *s = arg;
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  if (sig == SIGUSR1 && atomic_load(&s->quit)) return NULL; /* main's own wake-up at exit */
+  fprintf(stderr, "xtwin-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
+  atomic_store(&s->quit, 1);
+  /* Keep waking the service loop until main has finished closing the stream. */
+  for (int i = 0; i < 100 && atomic_load(&s->quit) == 1; i++) {
+    xt_ws_wake(s);
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+static int pick_backend(xt_server *s, xt_msg *msg) {
+  xt_msg m;
+  if (!strcmp(s->cfg.backend, "cpu")) s->backend = XT_BACKEND_CPU;
+  else if (!strcmp(s->cfg.backend, "cuda")) {
+    if (xt_proj_available(XT_BACKEND_CUDA, &m)) return xt_fail(msg, XT_ENODEV, "--backend cuda: %s", m.text);
+    s->backend = XT_BACKEND_CUDA;
+  } else if (xt_proj_available(XT_BACKEND_CUDA, &m) == 0) s->backend = XT_BACKEND_CUDA;
+  else {
+    s->backend = XT_BACKEND_CPU;
+    snprintf(s->backend_note, sizeof s->backend_note, "cpu chosen: %.200s", m.text);
+  }
+  return 0;
+}
+
+static int setup(xt_server *s, xt_msg *msg) {
+  int rc = pick_backend(s, msg);
+  if (rc) return rc;
+  s->gpu_count = xt_srv_gpu_list(s->gpu_names, XT_SRV_MAX_WORKERS);
+  const char *mode = s->cfg.mode;
+  if (!strcmp(mode, "auto")) mode = s->backend == XT_BACKEND_CUDA ? "fd20-1024" : "fd20-256";
+  const xt_detector_mode *md = xt_mode_find(mode);
+  if (!md) return xt_fail(msg, XT_ENOTFOUND, "--mode: unknown detector mode '%s'", mode);
+  s->acq.mode = md;
+  s->acq.fps = s->cfg.fps;
+  s->acq.lockstep = !strcmp(s->cfg.run_mode, "lockstep");
+  xt_pixfmt_parse(s->cfg.pixel_format, &s->acq.pixel_format);
+  s->acq.running = s->cfg.autostart;
+  s->pose = xt_pose_default(md);
+  s->t_pose = xt_now_ns();
+
+  /* One render worker per device: the CPU projector is one (multithreaded) device. */
+  s->nworkers = 1;
+  if (s->backend == XT_BACKEND_CUDA) {
+    int n = s->gpu_count > 0 ? s->gpu_count : 1;
+    if (s->cfg.devices > 0 && s->cfg.devices < n) n = s->cfg.devices;
+    s->nworkers = n;
+  }
+  for (int i = 0; i < s->nworkers; i++) {
+    xt_proj_options o = {s->backend, s->cfg.threads, i};
+    if ((rc = xt_proj_create(&o, &s->workers[i].proj, msg))) return rc;
+  }
+
+  for (int i = 0; i < s->cfg.nmodels; i++) {
+    const xt_srv_model_cfg *mc = &s->cfg.models[i];
+    xt_msg m;
+    if ((rc = xt_srv_add_model_path(s, mc->path, mc->name, mc->convert, &m)))
+      return xt_fail(msg, rc, "model %s: %s", mc->path, m.text);
+  }
+  if (!strcmp(s->cfg.phantom, "head") || (!strcmp(s->cfg.phantom, "auto") && s->nmodels == 0)) {
+    int d = s->cfg.phantom_dim;
+    int dim[3] = {d, d, d};
+    xt_model *m = NULL;
+    if ((rc = xt_phantom_head_model(dim, s->cfg.phantom_spacing, XT_VOXEL_F32, &m, msg))) return rc;
+    for (int i = 0; i < s->nworkers && !rc; i++) rc = xt_proj_add_model(s->workers[i].proj, m, msg);
+    if (rc) {
+      xt_model_free(m);
+      return rc;
+    }
+    s->models[s->nmodels] = m;
+    snprintf(s->model_src[s->nmodels], sizeof s->model_src[0], "built-in head phantom, %d^3 at %g mm", d,
+             s->cfg.phantom_spacing);
+    s->nmodels++;
+  }
+  return 0;
+}
+
+static void write_ports(xt_server *s) {
+  if (!s->cfg.ports_file[0]) return;
+  char tmp[XT_SRV_STR + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", s->cfg.ports_file);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return;
+  fprintf(f, "{\"rest\": %d, \"ws\": %d, \"tls\": %s}\n", s->rest_port, s->ws_port, s->tls ? "true" : "false");
+  fclose(f);
+  rename(tmp, s->cfg.ports_file);
+}
+
+int main(int argc, char **argv) {
+  static xt_server srv; /* large (queues, stats): static storage, not the stack */
+  xt_server *s = &srv;
+  xt_msg msg = {{0}};
+  int rc = 0, action = 0;
+  xt_srv_config_defaults(&s->cfg);
+  if ((rc = xt_srv_config_args(&s->cfg, argc, argv, &action, &msg))) {
+    fprintf(stderr, "xtwin-server: %s\n", msg.text);
+    return 2;
+  }
+  if (action == 1) {
+    xt_srv_config_usage(stdout);
+    return 0;
+  }
+  if (action == 2) {
+    printf("xtwin-server %s (stream header version %d)\n", XT_SERVER_VERSION, XT_STREAM_VERSION);
+    return 0;
+  }
+  if (action == 3) {
+    for (int i = 0; i < xt_rest_route_count(); i++) {
+      const xt_route *r = xt_rest_route_at(i);
+      printf("%-6s %-26s %s\n", r->method, r->path, r->summary);
+    }
+    return 0;
+  }
+
+  /* Every thread created from here on inherits the blocked set; only the signal thread takes them. */
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  pthread_mutex_init(&s->st_mu, NULL);
+  pthread_mutex_init(&s->models_mu, NULL);
+  xt_metrics_init(&s->metrics);
+  s->tls = s->cfg.tls_cert[0] != 0;
+  pthread_t sig_thread;
+  int sig_started = 0, engine_started = 0;
+
+  if ((rc = setup(s, &msg))) goto done;
+  if ((rc = xt_ws_start(s, &msg))) goto done;
+  if ((rc = xt_engine_start(s, &msg))) goto done;
+  engine_started = 1;
+  if ((rc = xt_rest_start(s, &msg))) goto done;
+  if (pthread_create(&sig_thread, NULL, signal_main, s) == 0) sig_started = 1;
+
+  const char *h = s->cfg.bind;
+  int v6 = strchr(h, ':') != NULL;
+  const char *http = s->tls ? "https" : "http", *ws = s->tls ? "wss" : "ws";
+  printf("xtwin-server %s: backend %s, %d model(s), mode %s (%dx%d) at %g fps, %s, %s%s\n", XT_SERVER_VERSION,
+         xt_backend_name(s->backend), s->nmodels, s->acq.mode->name, s->acq.mode->cols, s->acq.mode->rows, s->acq.fps,
+         s->acq.lockstep ? "lockstep" : "free run", xt_pixfmt_name(s->acq.pixel_format),
+         s->acq.running ? ", running" : ", stopped");
+  if (s->backend_note[0]) printf("  (%s)\n", s->backend_note);
+  printf("  REST    %s://%s%s%s:%d/v1/info\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);
+  printf("  stream  %s://%s%s%s:%d/v1/stream\n", ws, v6 ? "[" : "", h, v6 ? "]" : "", s->ws_port);
+  printf("  metrics %s://%s%s%s:%d/metrics\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);
+  printf("  frames: /usr/bin/python3 api/examples/stream_client.py %s://%s%s%s:%d/v1/stream\n", ws, v6 ? "[" : "", h,
+         v6 ? "]" : "", s->ws_port);
+  printf("xtwin-server ready rest=%d ws=%d\n", s->rest_port, s->ws_port);
+  fflush(stdout);
+  write_ports(s);
+
+  xt_ws_run(s);
+
+done:
+  if (rc) fprintf(stderr, "xtwin-server: %s\n", msg.text[0] ? msg.text : xt_strerror(rc));
+  atomic_store(&s->quit, 2); /* stops the signal thread's wake-ups */
+  if (sig_started) {
+    pthread_kill(sig_thread, SIGUSR1);
+    pthread_join(sig_thread, NULL);
+  }
+  xt_rest_stop(s);
+  if (engine_started) xt_engine_stop(s);
+  xt_ws_destroy(s);
+  for (int i = 0; i < s->nworkers; i++)
+    if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);
+  for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
+  xt_metrics_destroy(&s->metrics);
+  if (!rc) fprintf(stderr, "xtwin-server: stopped\n");
+  return rc ? 1 : 0;
+}

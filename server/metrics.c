@@ -1,0 +1,145 @@
+/* Metrics: counters and fixed-bucket histograms under one mutex, written out in the Prometheus
+ * text exposition format (version 0.0.4) for GET /metrics. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_server.h"
+
+static void hist_init(xt_hist *h, const char *name, const char *help, const double *le, int nb) {
+  memset(h, 0, sizeof *h);
+  h->name = name;
+  h->help = help;
+  h->nb = nb;
+  memcpy(h->le, le, (size_t)nb * sizeof *le);
+}
+
+void xt_hist_add(xt_hist *h, double v) {
+  int i = 0;
+  while (i < h->nb && v > h->le[i]) i++;
+  h->count[i]++;
+  h->n++;
+  h->sum += v;
+}
+
+void xt_metrics_init(xt_metrics *m) {
+  memset(m, 0, sizeof *m);
+  pthread_mutex_init(&m->mu, NULL);
+  static const double render[] = {0.001, 0.002, 0.004, 0.008, 0.016, 0.025, 0.033, 0.05, 0.1, 0.2, 0.5, 1, 2};
+  static const double period[] = {0.005, 0.01, 0.0165, 0.017, 0.025, 0.033, 0.034, 0.05, 0.066, 0.067,
+                                  0.1, 0.134, 0.2, 0.267, 0.5, 1, 2, 2.01};
+  static const double jitter[] = {0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05};
+  static const double lat[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.033, 0.05, 0.067, 0.1, 0.15, 0.2, 0.3, 0.5, 1};
+  hist_init(&m->render, "xtwin_render_seconds", "Time to render one frame (projector and pixel conversion).", render,
+            (int)(sizeof render / sizeof *render));
+  hist_init(&m->period, "xtwin_frame_period_seconds", "Interval between successive free-run exposures.", period,
+            (int)(sizeof period / sizeof *period));
+  hist_init(&m->jitter, "xtwin_exposure_jitter_seconds", "Actual minus scheduled exposure time (free run).", jitter,
+            (int)(sizeof jitter / sizeof *jitter));
+  hist_init(&m->latency, "xtwin_frame_latency_seconds", "Exposure to frame handed to a client's socket.", lat,
+            (int)(sizeof lat / sizeof *lat));
+  hist_init(&m->pose_latency, "xtwin_pose_latency_seconds",
+            "Pose update received to the first frame carrying it handed to a client's socket.", lat,
+            (int)(sizeof lat / sizeof *lat));
+}
+
+void xt_metrics_destroy(xt_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+  int oom;
+} sbuf;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = 1;
+      return;
+    }
+    if ((size_t)k < b->cap - b->n) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap * 2 + (size_t)k + 1;
+    char *q = realloc(b->p, cap);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+}
+
+static void counter(sbuf *b, const char *name, const char *help, uint64_t v) {
+  sb_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+static void hist(sbuf *b, const xt_hist *h) {
+  sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+  uint64_t cum = 0;
+  for (int i = 0; i < h->nb; i++) {
+    cum += h->count[i];
+    sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->le[i], (unsigned long long)cum);
+  }
+  sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", h->name, (unsigned long long)h->n, h->name,
+            h->sum, h->name, (unsigned long long)h->n);
+}
+
+char *xt_metrics_text(xt_metrics *m, size_t *len) {
+  sbuf b = {malloc(8192), 0, 8192, 0};
+  if (!b.p) return NULL;
+  b.p[0] = 0;
+  pthread_mutex_lock(&m->mu);
+  counter(&b, "xtwin_frames_rendered_total", "Frames rendered and published to the stream.", m->frames_rendered);
+  counter(&b, "xtwin_frames_skipped_total", "Exposures replaced before rendering because the worker was busy.",
+          m->frames_skipped);
+  counter(&b, "xtwin_deadlines_missed_total", "Free-run deadlines skipped because the pacer woke a period late.",
+          m->deadlines_missed);
+  counter(&b, "xtwin_render_errors_total", "Frames that failed to render.", m->render_errors);
+  counter(&b, "xtwin_pose_updates_total", "Pose updates applied (REST and WebSocket).", m->pose_updates);
+  counter(&b, "xtwin_rest_requests_total", "REST requests answered.", m->rest_requests);
+  counter(&b, "xtwin_rest_errors_total", "REST requests answered with a 4xx or 5xx status.", m->rest_errors);
+  counter(&b, "xtwin_ws_connections_total", "Stream clients accepted.", m->ws_connections);
+  counter(&b, "xtwin_frames_sent_total", "Frames sent to stream clients, all clients.", m->sent_total);
+  counter(&b, "xtwin_frames_dropped_total", "Frames stream clients did not get (latest-wins), all clients.",
+          m->dropped_total);
+  int nclients = 0;
+  for (int i = 0; i < XT_SRV_MAX_CLIENT_STATS; i++) nclients += m->clients[i].used;
+  sb_printf(&b, "# HELP xtwin_stream_clients Stream clients connected.\n# TYPE xtwin_stream_clients gauge\n"
+                "xtwin_stream_clients %d\n", nclients);
+  sb_printf(&b, "# HELP xtwin_client_frames_sent_total Frames sent to this client.\n"
+                "# TYPE xtwin_client_frames_sent_total counter\n");
+  for (int i = 0; i < XT_SRV_MAX_CLIENT_STATS; i++)
+    if (m->clients[i].used)
+      sb_printf(&b, "xtwin_client_frames_sent_total{client=\"%u\",peer=\"%s\"} %llu\n", m->clients[i].id,
+                m->clients[i].peer, (unsigned long long)m->clients[i].sent);
+  sb_printf(&b, "# HELP xtwin_client_frames_dropped_total Frames this client did not get (latest-wins).\n"
+                "# TYPE xtwin_client_frames_dropped_total counter\n");
+  for (int i = 0; i < XT_SRV_MAX_CLIENT_STATS; i++)
+    if (m->clients[i].used)
+      sb_printf(&b, "xtwin_client_frames_dropped_total{client=\"%u\",peer=\"%s\"} %llu\n", m->clients[i].id,
+                m->clients[i].peer, (unsigned long long)m->clients[i].dropped);
+  hist(&b, &m->render);
+  hist(&b, &m->period);
+  hist(&b, &m->jitter);
+  hist(&b, &m->latency);
+  hist(&b, &m->pose_latency);
+  pthread_mutex_unlock(&m->mu);
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  *len = b.n;
+  return b.p;
+}

@@ -1,0 +1,512 @@
+/* REST control over libmicrohttpd. Routes are data: the table below (method, path, handler,
+ * summary) is what the dispatcher matches, what `xtwin-server --routes` prints and what the test
+ * checks api/openapi.yaml against. Every error answers with a JSON body
+ *   {"error": {"name": "<xt_errname>", "status": <http>, "message": "..."}}
+ * and the server keeps serving. Bodies over max_body get 413 (before the body is read when the
+ * client sends Content-Length). With --token, every route but GET /v1/health needs
+ * "Authorization: Bearer TOKEN" (401 otherwise). */
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "xt_server.h"
+
+/* ---- requests and replies ----------------------------------------------------------------- */
+
+typedef struct req {
+  char *body;
+  size_t n, cap;
+  int toolarge, first_done;
+} req;
+
+typedef struct reply {
+  int status;
+  json_t *json;         /* owned; or */
+  unsigned char *bin;   /* owned (malloc) */
+  size_t binlen;
+  const char *ctype;
+  char *text;           /* owned (malloc), text/plain */
+  size_t textlen;
+  const char *hname[4];
+  char *hval[4];        /* owned */
+  int nh;
+} reply;
+
+typedef void (*handler_fn)(xt_server *s, struct MHD_Connection *con, req *r, reply *out);
+
+static void reply_error(reply *out, int err, int status, const char *message) {
+  if (!status) status = xt_errhttp(err);
+  out->status = status;
+  json_decref(out->json);
+  out->json = xt_error_json(err, status, message);
+}
+
+static void reply_json(reply *out, int status, json_t *j) {
+  out->status = status;
+  json_decref(out->json);
+  out->json = j;
+}
+
+static void add_header(reply *out, const char *name, const char *value) {
+  if (out->nh < 4) {
+    out->hname[out->nh] = name;
+    out->hval[out->nh] = strdup(value);
+    out->nh++;
+  }
+}
+
+/* Parses the body as a JSON object; an empty body gives an empty object when allow_empty. */
+static int body_json(req *r, reply *out, int allow_empty, json_t **j) {
+  xt_msg m;
+  if (r->n == 0) {
+    if (allow_empty) {
+      *j = json_object();
+      return 0;
+    }
+    reply_error(out, XT_EINVAL, 0, "request body: expected a JSON object");
+    return -1;
+  }
+  int rc = xt_json_parse(r->body, r->n, j, &m);
+  if (rc) {
+    reply_error(out, rc, 0, m.text);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- handlers ----------------------------------------------------------------------------- */
+
+static uint64_t t_start_ns;
+static char *tls_cert_mem, *tls_key_mem; /* libmicrohttpd keeps pointers to these until stop */
+
+static void h_health(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, json_pack("{s:s,s:f}", "status", "ok", "uptime_s", (double)(xt_now_ns() - t_start_ns) * 1e-9));
+}
+
+static void h_info(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, xt_srv_info_json(s));
+}
+
+static void h_pose_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  pthread_mutex_lock(&s->st_mu);
+  json_t *j = json_pack("{s:o,s:I}", "pose", xt_pose_to_json(&s->pose), "seq", (json_int_t)s->pose_seq);
+  pthread_mutex_unlock(&s->st_mu);
+  reply_json(out, 200, j);
+}
+
+static void h_pose_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  uint64_t seq = 0;
+  int rc = xt_srv_update_pose(s, j, 1, &seq, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  h_pose_get(s, con, r, out);
+}
+
+static void h_acq_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  pthread_mutex_lock(&s->st_mu);
+  json_t *j = xt_acq_to_json(&s->acq);
+  json_object_set_new(j, "next_frame", json_integer((json_int_t)s->next_counter));
+  pthread_mutex_unlock(&s->st_mu);
+  reply_json(out, 200, j);
+}
+
+static void h_acq_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_update_acq(s, j, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  h_acq_get(s, con, r, out);
+}
+
+static void h_start(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  xt_srv_start(s, 1);
+  h_acq_get(s, con, r, out);
+}
+
+static void h_stop(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  xt_srv_start(s, 0);
+  h_acq_get(s, con, r, out);
+}
+
+static void h_trigger(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  xt_msg m;
+  uint64_t counter = 0;
+  int rc = xt_engine_trigger(s, &counter, &m);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  reply_json(out, 200, json_pack("{s:I}", "frame", (json_int_t)counter));
+}
+
+/* Which encoding the client accepts: 1 png, 2 npy, 0 none we have. */
+static int negotiate(struct MHD_Connection *con) {
+  const char *f = MHD_lookup_connection_value(con, MHD_GET_ARGUMENT_KIND, "format");
+  if (f) return !strcmp(f, "png") ? 1 : !strcmp(f, "npy") ? 2 : 0;
+  const char *a = MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+  if (!a || !*a) return 1;
+  if (strstr(a, "application/x-npy") || strstr(a, "application/octet-stream")) return 2;
+  if (strstr(a, "image/png") || strstr(a, "image/*") || strstr(a, "*/*")) return 1;
+  return 0;
+}
+
+static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j;
+  if (body_json(r, out, 1, &j)) return;
+  int enc = negotiate(con);
+  xt_msg m;
+  int rc = 0;
+  xt_call c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_lock(&s->st_mu);
+  xt_pose pose = s->pose;
+  xt_acq acq = s->acq;
+  pthread_mutex_unlock(&s->st_mu);
+  const char *key;
+  json_t *v;
+  json_object_foreach(j, key, v) {
+    if (!strcmp(key, "pose")) rc = xt_pose_from_json(v, &pose, 0, NULL, NULL, &m);
+    else if (!strcmp(key, "mode") || !strcmp(key, "pixel_format")) {
+      json_t *one = json_pack("{s:O}", key, v);
+      rc = xt_acq_from_json(one, &acq, &m);
+      json_decref(one);
+    } else
+      rc = xt_fail(&m, XT_EINVAL, "render: unknown field '%s' (pose, mode, pixel_format)", key);
+    if (rc) break;
+  }
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  if (!enc) return reply_error(out, XT_EUNSUPPORTED, 406, "Accept: image/png or application/x-npy (or ?format=png|npy)");
+  if (enc == 1 && acq.pixel_format == XT_STREAM_PIX_F32)
+    return reply_error(out, XT_EUNSUPPORTED, 406, "float32 line integrals come as .npy (Accept: application/x-npy)");
+  if ((rc = xt_geom_compute(&pose, acq.mode, &c.geom, &m))) return reply_error(out, rc, 0, m.text);
+  size_t npx = (size_t)acq.mode->rows * (size_t)acq.mode->cols;
+  c.lineint = malloc(npx * sizeof(float));
+  uint16_t *u16 = acq.pixel_format == XT_STREAM_PIX_U16 ? malloc(npx * 2) : NULL;
+  char *gj = NULL;
+  if (!c.lineint || (acq.pixel_format == XT_STREAM_PIX_U16 && !u16)) {
+    reply_error(out, XT_ENOMEM, 0, "render: out of memory");
+    goto done;
+  }
+  if ((rc = xt_engine_call(s, XT_JOB_RENDER, -1, &c))) {
+    reply_error(out, rc, 0, c.msg.text);
+    goto done;
+  }
+  if (u16) xt_intensity_u16(c.lineint, npx, u16);
+  json_t *geo = xt_geometry_to_json(&c.geom);
+  json_object_set_new(geo, "pixel_format", json_string(xt_pixfmt_name(acq.pixel_format)));
+  gj = json_dumps(geo, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(geo);
+  if (!gj) {
+    reply_error(out, XT_ENOMEM, 0, "render: out of memory");
+    goto done;
+  }
+  if (enc == 1) {
+    rc = xt_png16_encode(u16, acq.mode->rows, acq.mode->cols, gj, &out->bin, &out->binlen, &m);
+    out->ctype = "image/png";
+  } else {
+    rc = xt_npy_encode(u16 ? (const void *)u16 : (const void *)c.lineint, acq.mode->rows, acq.mode->cols,
+                       acq.pixel_format, &out->bin, &out->binlen, &m);
+    out->ctype = "application/x-npy";
+  }
+  if (rc) {
+    reply_error(out, rc, 0, m.text);
+    goto done;
+  }
+  out->status = 200;
+  add_header(out, "X-Xtwin-Geometry", gj);
+  char ms[32];
+  snprintf(ms, sizeof ms, "%.3f", c.render_s * 1e3);
+  add_header(out, "X-Xtwin-Render-Ms", ms);
+done:
+  free(gj);
+  free(c.lineint);
+  free(u16);
+}
+
+static void h_models_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, json_pack("{s:o}", "models", xt_srv_models_json(s)));
+}
+
+static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  const char *path = NULL, *name = NULL, *convert = "mu";
+  json_error_t err;
+  xt_msg m;
+  if (json_unpack_ex(j, &err, JSON_STRICT, "{s:s,s?s,s?s}", "path", &path, "name", &name, "convert", &convert)) {
+    reply_error(out, XT_EINVAL, 0, err.text);
+    json_decref(j);
+    return;
+  }
+  int rc = xt_srv_add_model_path(s, path, name, convert, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  reply_json(out, 201, json_pack("{s:o}", "models", xt_srv_models_json(s)));
+}
+
+static void h_metrics(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  size_t n = 0;
+  char *t = xt_metrics_text(&s->metrics, &n);
+  if (!t) return reply_error(out, XT_ENOMEM, 0, "metrics: out of memory");
+  out->status = 200;
+  out->text = t;
+  out->textlen = n;
+  out->ctype = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+/* ---- the route table ---------------------------------------------------------------------- */
+
+static const xt_route routes[] = {
+    {"GET", "/v1/health", "Liveness: always 200 while the server runs (no token needed)", (void *)h_health},
+    {"GET", "/v1/info", "Version, backends, GPUs, detector modes, loaded models, limits, configuration", (void *)h_info},
+    {"GET", "/v1/pose", "The current C-arm pose and its sequence number", (void *)h_pose_get},
+    {"PUT", "/v1/pose", "Update the pose; any subset of fields, optional seq", (void *)h_pose_put},
+    {"GET", "/v1/acquisition", "Detector mode, frame rate, run mode, pixel format, running", (void *)h_acq_get},
+    {"PUT", "/v1/acquisition", "Change acquisition settings; any subset of fields", (void *)h_acq_put},
+    {"POST", "/v1/acquisition/start", "Start the acquisition", (void *)h_start},
+    {"POST", "/v1/acquisition/stop", "Stop the acquisition", (void *)h_stop},
+    {"POST", "/v1/acquisition/trigger", "Lockstep: expose and stream exactly one frame", (void *)h_trigger},
+    {"POST", "/v1/render", "Render one frame for a pose; 16-bit PNG or .npy by Accept, geometry in headers", (void *)h_render},
+    {"GET", "/v1/models", "Loaded models", (void *)h_models_get},
+    {"POST", "/v1/models", "Load a volume from a path on the server and keep it resident", (void *)h_models_post},
+    {"GET", "/metrics", "Prometheus metrics: frames, per-client sent/dropped, histograms", (void *)h_metrics},
+};
+#define NROUTES ((int)(sizeof routes / sizeof routes[0]))
+
+int xt_rest_route_count(void) { return NROUTES; }
+const xt_route *xt_rest_route_at(int i) { return i >= 0 && i < NROUTES ? &routes[i] : NULL; }
+
+/* ---- libmicrohttpd glue ------------------------------------------------------------------- */
+
+static int token_ok(xt_server *s, struct MHD_Connection *con) {
+  if (!s->cfg.token[0]) return 1;
+  const char *a = MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!a || strncmp(a, "Bearer ", 7) != 0) return 0;
+  a += 7;
+  size_t n = strlen(s->cfg.token), m = strlen(a);
+  unsigned diff = (unsigned)(n ^ m);
+  for (size_t i = 0; i < n; i++) diff |= (unsigned)(s->cfg.token[i] ^ (i < m ? a[i] : 0));
+  return diff == 0;
+}
+
+static enum MHD_Result send_reply(xt_server *s, struct MHD_Connection *con, reply *out) {
+  struct MHD_Response *resp;
+  if (out->bin) {
+    resp = MHD_create_response_from_buffer(out->binlen, out->bin, MHD_RESPMEM_MUST_FREE);
+    out->bin = NULL;
+  } else if (out->text) {
+    resp = MHD_create_response_from_buffer(out->textlen, out->text, MHD_RESPMEM_MUST_FREE);
+    out->text = NULL;
+  } else {
+    if (!out->json) out->json = xt_error_json(XT_EINTERNAL, 500, "no reply");
+    char *t = json_dumps(out->json, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    size_t n = t ? strlen(t) : 0;
+    if (t) {
+      t = realloc(t, n + 2);
+      if (t) t[n++] = '\n';
+    }
+    resp = t ? MHD_create_response_from_buffer(n, t, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!t) out->status = 500;
+    out->ctype = "application/json";
+  }
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, out->ctype);
+  for (int i = 0; i < out->nh; i++) MHD_add_response_header(resp, out->hname[i], out->hval[i]);
+  enum MHD_Result rc = MHD_queue_response(con, (unsigned)out->status, resp);
+  MHD_destroy_response(resp);
+  pthread_mutex_lock(&s->metrics.mu);
+  s->metrics.rest_requests++;
+  if (out->status >= 400) s->metrics.rest_errors++;
+  pthread_mutex_unlock(&s->metrics.mu);
+  return rc;
+}
+
+static void reply_free(reply *out) {
+  json_decref(out->json);
+  free(out->bin);
+  free(out->text);
+  for (int i = 0; i < out->nh; i++) free(out->hval[i]);
+}
+
+static enum MHD_Result finish(xt_server *s, struct MHD_Connection *con, reply *out) {
+  enum MHD_Result rc = send_reply(s, con, out);
+  reply_free(out);
+  return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+  xt_server *s = cls;
+  req *r = *con_cls;
+  reply out;
+  memset(&out, 0, sizeof out);
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    *con_cls = r;
+    /* First call: headers only. Reject early what needs no body to judge. */
+    int public = !strcmp(url, "/v1/health") && !strcmp(method, "GET");
+    if (!public && !token_ok(s, con)) {
+      reply_error(&out, XT_EAUTH, 401, "missing or wrong bearer token");
+      add_header(&out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
+      return finish(s, con, &out);
+    }
+    const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg.max_body) {
+      char t[96];
+      snprintf(t, sizeof t, "request body over %d bytes", s->cfg.max_body);
+      reply_error(&out, XT_ETOOLARGE, 413, t);
+      return finish(s, con, &out);
+    }
+    return MHD_YES;
+  }
+  if (*upload_data_size) {
+    size_t n = *upload_data_size;
+    if (!r->toolarge) {
+      if (r->n + n > (size_t)s->cfg.max_body) r->toolarge = 1;
+      else {
+        if (r->n + n + 1 > r->cap) {
+          size_t cap = r->cap ? r->cap : 1024;
+          while (cap < r->n + n + 1) cap *= 2;
+          char *b = realloc(r->body, cap);
+          if (!b) return MHD_NO;
+          r->body = b;
+          r->cap = cap;
+        }
+        memcpy(r->body + r->n, upload_data, n);
+        r->n += n;
+        r->body[r->n] = 0;
+      }
+    }
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (r->toolarge) {
+    char t[96];
+    snprintf(t, sizeof t, "request body over %d bytes", s->cfg.max_body);
+    reply_error(&out, XT_ETOOLARGE, 413, t);
+    return finish(s, con, &out);
+  }
+  const xt_route *hit = NULL;
+  char allow[64] = "";
+  for (int i = 0; i < NROUTES; i++) {
+    if (strcmp(routes[i].path, url) != 0) continue;
+    if (!strcmp(routes[i].method, method)) hit = &routes[i];
+    size_t k = strlen(allow);
+    snprintf(allow + k, sizeof allow - k, "%s%s", k ? ", " : "", routes[i].method);
+  }
+  if (!hit) {
+    if (allow[0]) {
+      char t[160];
+      snprintf(t, sizeof t, "%s %s: method not allowed (allowed: %s)", method, url, allow);
+      reply_error(&out, XT_EUNSUPPORTED, 405, t);
+      add_header(&out, MHD_HTTP_HEADER_ALLOW, allow);
+    } else {
+      char t[600];
+      snprintf(t, sizeof t, "no route %s %.500s", method, url);
+      reply_error(&out, XT_ENOTFOUND, 404, t);
+    }
+    return finish(s, con, &out);
+  }
+  ((handler_fn)hit->handler)(s, con, r, &out);
+  if (s->cfg.verbose) fprintf(stderr, "xtwin-server: %s %s -> %d\n", method, url, out.status);
+  return finish(s, con, &out);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe) {
+  req *r = *con_cls;
+  if (r) {
+    free(r->body);
+    free(r);
+  }
+  *con_cls = NULL;
+}
+
+static char *slurp(const char *path, xt_msg *msg) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    xt_fail(msg, XT_EIO, "%s: cannot open", path);
+    return NULL;
+  }
+  char *b = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 4096 + 1 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      char *q = realloc(b, cap);
+      if (!q) break;
+      b = q;
+    }
+    size_t k = fread(b + n, 1, 4096, f);
+    n += k;
+    if (k < 4096) break;
+  }
+  fclose(f);
+  if (b) b[n] = 0;
+  return b;
+}
+
+int xt_rest_start(xt_server *s, xt_msg *msg) {
+  t_start_ns = xt_now_ns();
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(s->cfg.bind, "0", &hints, &ai) || !ai)
+    return xt_fail(msg, XT_EINVAL, "bind: '%s' is not a numeric IPv4 or IPv6 address", s->cfg.bind);
+  struct sockaddr_storage sa;
+  memset(&sa, 0, sizeof sa);
+  memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+  if (ai->ai_family == AF_INET6) {
+    ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)s->cfg.rest_port);
+    flags |= MHD_USE_IPv6;
+  } else
+    ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)s->cfg.rest_port);
+  freeaddrinfo(ai);
+  char *cert = NULL, *key = NULL;
+  if (s->cfg.tls_cert[0]) {
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+      return xt_fail(msg, XT_EUNSUPPORTED, "this libmicrohttpd has no TLS support");
+    if (!(cert = slurp(s->cfg.tls_cert, msg))) return XT_EIO;
+    if (!(key = slurp(s->cfg.tls_key, msg))) {
+      free(cert);
+      return XT_EIO;
+    }
+    flags |= MHD_USE_TLS;
+  }
+  if (s->cfg.verbose) flags |= MHD_USE_ERROR_LOG;
+  struct MHD_OptionItem tls_opts[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, cert},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+      {MHD_OPTION_END, 0, NULL},
+  };
+  s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+                            (unsigned)s->cfg.rest_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_ARRAY,
+                            cert ? tls_opts : tls_opts + 2, MHD_OPTION_END);
+  tls_cert_mem = cert;
+  tls_key_mem = key;
+  if (!s->mhd) return xt_fail(msg, XT_EIO, "REST: cannot listen on %s:%d (in use? bad certificate?)", s->cfg.bind, s->cfg.rest_port);
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+  s->rest_port = di ? di->port : s->cfg.rest_port;
+  return 0;
+}
+
+void xt_rest_stop(xt_server *s) {
+  if (s->mhd) MHD_stop_daemon(s->mhd);
+  s->mhd = NULL;
+  free(tls_cert_mem);
+  free(tls_key_mem);
+  tls_cert_mem = tls_key_mem = NULL;
+}

@@ -1,0 +1,327 @@
+/* Pose and acquisition state: their JSON forms, validation of (partial) updates, and the
+ * server-level operations REST and WebSocket share (update pose, update acquisition, start/stop,
+ * info, models). Everything here that touches xt_server takes st_mu. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xt_server.h"
+#ifdef XT_SERVER_HAVE_LOADERS
+#include "xt_load.h"
+#endif
+
+uint64_t xt_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* ---- JSON helpers ------------------------------------------------------------------------- */
+
+int xt_json_parse(const char *text, size_t len, json_t **out, xt_msg *msg) {
+  json_error_t err;
+  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!j) return xt_fail(msg, XT_EFORMAT, "malformed JSON at line %d column %d: %s", err.line, err.column, err.text);
+  if (!json_is_object(j)) {
+    json_decref(j);
+    return xt_fail(msg, XT_EFORMAT, "expected a JSON object");
+  }
+  *out = j;
+  return 0;
+}
+
+json_t *xt_error_json(int err, int status, const char *message) {
+  return json_pack("{s:{s:s,s:i,s:s}}", "error", "name", xt_errname(err), "status", status, "message",
+                   message ? message : xt_strerror(err));
+}
+
+static int get_number(const json_t *v, const char *field, double *out, xt_msg *msg) {
+  if (!json_is_number(v)) return xt_fail(msg, XT_EINVAL, "%s: expected a number", field);
+  double x = json_number_value(v);
+  if (!isfinite(x)) return xt_fail(msg, XT_ENANDATA, "%s: not finite", field);
+  *out = x;
+  return 0;
+}
+
+/* ---- pose --------------------------------------------------------------------------------- */
+
+int xt_pose_from_json(const json_t *obj, xt_pose *pose, int allow_seq, uint64_t *seq_out, int *has_seq,
+                      xt_msg *msg) {
+  if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "pose: expected a JSON object");
+  xt_pose p = *pose;
+  const char *key;
+  json_t *v;
+  int rc;
+  if (has_seq) *has_seq = 0;
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!strcmp(key, "primary_deg")) rc = get_number(v, key, &p.primary_deg, msg);
+    else if (!strcmp(key, "secondary_deg")) rc = get_number(v, key, &p.secondary_deg, msg);
+    else if (!strcmp(key, "detector_rot_deg")) rc = get_number(v, key, &p.detector_rot_deg, msg);
+    else if (!strcmp(key, "sod_mm")) rc = get_number(v, key, &p.sod_mm, msg);
+    else if (!strcmp(key, "sid_mm")) rc = get_number(v, key, &p.sid_mm, msg);
+    else if (!strcmp(key, "table_mm")) {
+      if (!json_is_array(v) || json_array_size(v) != 3) return xt_fail(msg, XT_EINVAL, "table_mm: expected [x, y, z]");
+      double t[3];
+      for (int i = 0; i < 3; i++)
+        if ((rc = get_number(json_array_get(v, (size_t)i), "table_mm", &t[i], msg))) return rc;
+      p.table_mm.x = t[0], p.table_mm.y = t[1], p.table_mm.z = t[2];
+      rc = 0;
+    } else if (allow_seq && !strcmp(key, "seq")) {
+      if (!json_is_integer(v) || json_integer_value(v) < 0) return xt_fail(msg, XT_EINVAL, "seq: expected an integer >= 0");
+      if (seq_out) *seq_out = (uint64_t)json_integer_value(v);
+      if (has_seq) *has_seq = 1;
+      rc = 0;
+    } else
+      return xt_fail(msg, XT_EINVAL, "pose: unknown field '%s'", key);
+    if (rc) return rc;
+  }
+  if ((rc = xt_pose_validate(&p, msg))) return rc;
+  *pose = p;
+  return 0;
+}
+
+json_t *xt_pose_to_json(const xt_pose *p) {
+  return json_pack("{s:f,s:f,s:f,s:f,s:f,s:[f,f,f]}", "primary_deg", p->primary_deg, "secondary_deg", p->secondary_deg,
+                   "detector_rot_deg", p->detector_rot_deg, "sod_mm", p->sod_mm, "sid_mm", p->sid_mm, "table_mm",
+                   p->table_mm.x, p->table_mm.y, p->table_mm.z);
+}
+
+json_t *xt_geometry_to_json(const xt_geometry *g) {
+  json_t *P = json_array();
+  for (int r = 0; r < 3; r++) {
+    json_t *row = json_array();
+    for (int c = 0; c < 4; c++) json_array_append_new(row, json_real(g->P[r][c]));
+    json_array_append_new(P, row);
+  }
+  return json_pack("{s:s,s:i,s:i,s:[f,f],s:o,s:o,s:[f,f,f],s:[f,f,f]}", "mode", g->mode.name, "rows", g->mode.rows,
+                   "cols", g->mode.cols, "pitch_mm", g->mode.pitch_u_mm, g->mode.pitch_v_mm, "pose",
+                   xt_pose_to_json(&g->pose), "P", P, "source_mm", g->source.x, g->source.y, g->source.z,
+                   "detector_center_mm", g->det_center.x, g->det_center.y, g->det_center.z);
+}
+
+/* ---- acquisition -------------------------------------------------------------------------- */
+
+const char *xt_pixfmt_name(int f) { return f == XT_STREAM_PIX_F32 ? "float32" : "uint16"; }
+
+int xt_pixfmt_parse(const char *s, int *out) {
+  if (!strcmp(s, "uint16")) *out = XT_STREAM_PIX_U16;
+  else if (!strcmp(s, "float32")) *out = XT_STREAM_PIX_F32;
+  else return XT_EINVAL;
+  return 0;
+}
+
+int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
+  if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "acquisition: expected a JSON object");
+  xt_acq a = *acq;
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!strcmp(key, "mode")) {
+      if (!json_is_string(v)) return xt_fail(msg, XT_EINVAL, "mode: expected a string");
+      const xt_detector_mode *m = xt_mode_find(json_string_value(v));
+      if (!m) return xt_fail(msg, XT_ENOTFOUND, "mode: unknown detector mode '%s'", json_string_value(v));
+      a.mode = m;
+    } else if (!strcmp(key, "fps")) {
+      double f;
+      int rc = get_number(v, key, &f, msg);
+      if (rc) return rc;
+      if (f < XT_FPS_MIN || f > XT_FPS_MAX)
+        return xt_fail(msg, XT_ERANGE, "fps: %g outside [%g, %g]", f, XT_FPS_MIN, XT_FPS_MAX);
+      a.fps = f;
+    } else if (!strcmp(key, "run_mode")) {
+      const char *s = json_string_value(v);
+      if (!s) return xt_fail(msg, XT_EINVAL, "run_mode: expected a string");
+      if (!strcmp(s, "free")) a.lockstep = 0;
+      else if (!strcmp(s, "lockstep")) a.lockstep = 1;
+      else return xt_fail(msg, XT_EINVAL, "run_mode: '%s' is not free or lockstep", s);
+    } else if (!strcmp(key, "pixel_format")) {
+      const char *s = json_string_value(v);
+      if (!s) return xt_fail(msg, XT_EINVAL, "pixel_format: expected a string");
+      if (xt_pixfmt_parse(s, &a.pixel_format)) return xt_fail(msg, XT_EINVAL, "pixel_format: '%s' is not uint16 or float32", s);
+    } else if (!strcmp(key, "running")) {
+      if (!json_is_boolean(v)) return xt_fail(msg, XT_EINVAL, "running: expected true or false");
+      a.running = json_is_true(v);
+    } else
+      return xt_fail(msg, XT_EINVAL, "acquisition: unknown field '%s'", key);
+  }
+  *acq = a;
+  return 0;
+}
+
+json_t *xt_acq_to_json(const xt_acq *a) {
+  return json_pack("{s:s,s:i,s:i,s:f,s:s,s:s,s:b,s:f}", "mode", a->mode->name, "rows", a->mode->rows, "cols",
+                   a->mode->cols, "fps", a->fps, "run_mode", a->lockstep ? "lockstep" : "free", "pixel_format",
+                   xt_pixfmt_name(a->pixel_format), "running", a->running, "period_ms", 1000.0 / a->fps);
+}
+
+/* ---- server-level operations -------------------------------------------------------------- */
+
+int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg) {
+  uint64_t t = xt_now_ns();
+  pthread_mutex_lock(&s->st_mu);
+  xt_pose p = s->pose;
+  uint64_t q = 0;
+  int has = 0;
+  int rc = xt_pose_from_json(obj, &p, allow_seq, &q, &has, msg);
+  if (!rc) {
+    s->pose = p;
+    s->pose_seq = has ? q : s->pose_seq + 1;
+    s->t_pose = t;
+    if (seq) *seq = s->pose_seq;
+  }
+  pthread_mutex_unlock(&s->st_mu);
+  if (!rc) {
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.pose_updates++;
+    pthread_mutex_unlock(&s->metrics.mu);
+  }
+  return rc;
+}
+
+int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
+  pthread_mutex_lock(&s->st_mu);
+  xt_acq a = s->acq;
+  int rc = xt_acq_from_json(obj, &a, msg);
+  if (!rc) {
+    s->acq = a;
+    s->acq_gen++;
+    xt_engine_kick(s);
+  }
+  pthread_mutex_unlock(&s->st_mu);
+  return rc;
+}
+
+int xt_srv_start(xt_server *s, int run) {
+  pthread_mutex_lock(&s->st_mu);
+  s->acq.running = run;
+  s->acq_gen++;
+  xt_engine_kick(s);
+  pthread_mutex_unlock(&s->st_mu);
+  return 0;
+}
+
+json_t *xt_srv_state_json(xt_server *s) {
+  pthread_mutex_lock(&s->st_mu);
+  json_t *o = json_pack("{s:o,s:I,s:o,s:I}", "pose", xt_pose_to_json(&s->pose), "pose_seq", (json_int_t)s->pose_seq,
+                        "acquisition", xt_acq_to_json(&s->acq), "next_frame", (json_int_t)s->next_counter);
+  pthread_mutex_unlock(&s->st_mu);
+  return o;
+}
+
+json_t *xt_srv_models_json(xt_server *s) {
+  json_t *a = json_array();
+  pthread_mutex_lock(&s->models_mu);
+  for (int i = 0; i < s->nmodels; i++) {
+    const xt_model *m = s->models[i];
+    const xt_volume *v = m->volume;
+    json_t *o = json_pack("{s:s,s:s,s:s}", "name", m->name, "kind", xt_model_kind_name(m->kind), "source", s->model_src[i]);
+    if (v) {
+      json_object_set_new(o, "dim", json_pack("[i,i,i]", v->dim[0], v->dim[1], v->dim[2]));
+      json_object_set_new(o, "spacing_mm", json_pack("[f,f,f]", v->spacing[0], v->spacing[1], v->spacing[2]));
+      json_object_set_new(o, "bytes", json_integer((json_int_t)v->nbytes));
+    }
+    json_array_append_new(a, o);
+  }
+  pthread_mutex_unlock(&s->models_mu);
+  return a;
+}
+
+json_t *xt_srv_info_json(xt_server *s) {
+  json_t *modes = json_array();
+  for (int i = 0; i < xt_mode_count(); i++) {
+    const xt_detector_mode *m = xt_mode_at(i);
+    json_array_append_new(modes, json_pack("{s:s,s:s,s:i,s:i,s:[f,f],s:f,s:f}", "name", m->name, "description",
+                                           m->description, "cols", m->cols, "rows", m->rows, "pitch_mm", m->pitch_u_mm,
+                                           m->pitch_v_mm, "sod_mm", m->sod_mm, "sid_mm", m->sid_mm));
+  }
+  json_t *backends = json_array();
+  for (int b = XT_BACKEND_CPU; b <= XT_BACKEND_CUDA; b++) {
+    xt_msg m;
+    int rc = xt_proj_available((xt_backend)b, &m);
+    json_array_append_new(backends, json_pack("{s:s,s:b,s:s}", "name", xt_backend_name((xt_backend)b), "available",
+                                              rc == 0, "note", rc ? m.text : ""));
+  }
+  json_t *gpus = json_array();
+  for (int i = 0; i < s->gpu_count && i < XT_SRV_MAX_WORKERS; i++)
+    json_array_append_new(gpus, json_pack("{s:i,s:s}", "index", i, "name", s->gpu_names[i]));
+  json_t *limits = json_pack("{s:i,s:i,s:i}", "max_body_bytes", s->cfg.max_body, "max_ws_message_bytes",
+                             s->cfg.max_ws_message, "max_clients", s->cfg.max_clients);
+  json_t *stream = json_pack("{s:s,s:i,s:i,s:I}", "path", "/v1/stream", "header_version", XT_STREAM_VERSION,
+                             "header_size", XT_STREAM_HEADER_SIZE, "magic", (json_int_t)XT_STREAM_MAGIC);
+  json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:o,s:i,s:o,s:o,s:o,s:o,s:o,s:b,s:b,s:i,s:i}", "name", "xtwin-server",
+                        "version", XT_SERVER_VERSION, "backend", xt_backend_name(s->backend), "backends", backends,
+                        "gpus", gpus, "render_workers", s->nworkers, "detector_modes", modes, "models",
+                        xt_srv_models_json(s), "stream", stream, "limits", limits, "config", xt_srv_config_json(&s->cfg),
+                        "tls", s->tls, "auth", s->cfg.token[0] != 0, "rest_port", s->rest_port, "ws_port", s->ws_port);
+  if (s->backend_note[0]) json_object_set_new(o, "backend_note", json_string(s->backend_note));
+  return o;
+}
+
+static int parse_convert(const char *c, int *out, xt_msg *msg) {
+#ifdef XT_SERVER_HAVE_LOADERS
+  if (!c || !*c || !strcmp(c, "mu")) *out = XT_LOAD_MU;
+  else if (!strcmp(c, "hu")) *out = XT_LOAD_HU_TO_MU;
+  else if (!strcmp(c, "hu-labels")) *out = XT_LOAD_HU_TO_LABELS;
+  else if (!strcmp(c, "labels")) *out = XT_LOAD_LABELS;
+  else return xt_fail(msg, XT_EINVAL, "convert: '%s' is not mu, hu, hu-labels or labels", c);
+  return 0;
+#else
+  (void)c, (void)out;
+  return xt_fail(msg, XT_EUNSUPPORTED, "this build has no volume loaders");
+#endif
+}
+
+int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, xt_msg *msg) {
+  int conv = 0;
+  int rc = parse_convert(convert, &conv, msg);
+  if (rc) return rc;
+#ifdef XT_SERVER_HAVE_LOADERS
+  xt_load_options opt = {(xt_load_convert)conv, 0.0};
+  xt_volume *v = NULL;
+  xt_model *m = NULL;
+  pthread_mutex_lock(&s->models_mu);
+  int n = s->nmodels;
+  pthread_mutex_unlock(&s->models_mu);
+  if (n >= XT_SRV_MAX_MODELS) return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
+  if ((rc = xt_volume_load(path, &opt, &v, msg))) return rc;
+  const char *base = strrchr(path, '/');
+  if ((rc = xt_model_from_volume(v, name && *name ? name : (base ? base + 1 : path), &m, msg))) {
+    xt_volume_free(v);
+    return rc;
+  }
+  pthread_mutex_lock(&s->models_mu);
+  if (s->nmodels >= XT_SRV_MAX_MODELS) {
+    pthread_mutex_unlock(&s->models_mu);
+    xt_model_free(m);
+    return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
+  }
+  /* Added to the projectors before it is listed; the projectors reference it until exit. */
+  for (int w = 0; w < s->nworkers && !rc; w++) {
+    if (!s->workers[w].started) {
+      rc = xt_proj_add_model(s->workers[w].proj, m, msg);
+      continue;
+    }
+    xt_call c;
+    memset(&c, 0, sizeof c);
+    c.model = m;
+    rc = xt_engine_call(s, XT_JOB_ADD_MODEL, w, &c);
+    if (rc) *msg = c.msg;
+  }
+  if (rc) {
+    /* A projector may hold a partial upload; keep the model alive (unlisted) rather than free
+     * memory a backend might still reference. */
+    s->models[s->nmodels] = NULL;
+  } else {
+    s->models[s->nmodels] = m;
+    snprintf(s->model_src[s->nmodels], sizeof s->model_src[0], "%s", path);
+    s->nmodels++;
+  }
+  pthread_mutex_unlock(&s->models_mu);
+  return rc;
+#else
+  (void)s, (void)path, (void)name, (void)conv;
+  return XT_EUNSUPPORTED;
+#endif
+}

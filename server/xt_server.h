@@ -1,0 +1,311 @@
+/* xtwin-server internals: the shared server object and the modules around it.
+ *
+ *   config.c   the configuration table (file, flags, GET /v1/info)
+ *   state.c    pose and acquisition state, their JSON forms and validation (REST and WS share it)
+ *   engine.c   the pacer (absolute deadlines on CLOCK_MONOTONIC), one render worker per device,
+ *              and the locked ring of finished frames the WebSocket thread sends from
+ *   rest.c     libmicrohttpd: the route table and its handlers
+ *   ws.c       libwebsockets: /v1/stream, owned by one service thread
+ *   metrics.c  counters and histograms, Prometheus text
+ *   encode.c   16-bit PNG and .npy encoders for POST /v1/render
+ *
+ * Threads: the main thread runs the WebSocket service loop (it owns every wsi); a signal thread
+ * waits for SIGINT/SIGTERM; libmicrohttpd runs its own pool; the pacer thread stamps exposures;
+ * each render worker owns one projector. Every shared field names the lock that guards it. */
+#ifndef XT_SERVER_H
+#define XT_SERVER_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "../api/xt_stream.h"
+#include "xt_geom.h"
+#include "xt_model.h"
+#include "xt_proj.h"
+
+#define XT_SERVER_VERSION "0.1.0"
+#define XT_SRV_MAX_MODELS 16
+#define XT_SRV_MAX_WORKERS 8
+#define XT_SRV_STR 512
+
+/* ---- configuration (config.c) ------------------------------------------------------------- */
+
+typedef struct xt_srv_model_cfg {
+  char path[XT_SRV_STR];
+  char name[64];
+  char convert[16]; /* mu | hu | hu-labels | labels */
+} xt_srv_model_cfg;
+
+typedef struct xt_srv_config {
+  char bind[64];
+  int rest_port, ws_port;
+  char backend[16]; /* auto | cpu | cuda */
+  int threads;      /* CPU projector threads, 0 = all cores */
+  int devices;      /* CUDA devices to use, 0 = all */
+  char tls_cert[XT_SRV_STR], tls_key[XT_SRV_STR];
+  char token[256];
+  char mode[32]; /* detector mode, or "auto" */
+  double fps;
+  char run_mode[16];     /* free | lockstep */
+  char pixel_format[16]; /* uint16 | float32 */
+  int autostart;
+  char phantom[16]; /* auto | head | none */
+  int phantom_dim;
+  double phantom_spacing;
+  int max_body;       /* bytes of a REST request body */
+  int max_ws_message; /* bytes of a WebSocket text message */
+  int rest_threads;
+  int max_clients;
+  char ports_file[XT_SRV_STR];
+  int verbose;
+  int nmodels;
+  xt_srv_model_cfg models[XT_SRV_MAX_MODELS];
+} xt_srv_config;
+
+void xt_srv_config_defaults(xt_srv_config *c);
+/* Applies a JSON config file (keys of the table, plus "models"). */
+int xt_srv_config_file(xt_srv_config *c, const char *path, xt_msg *msg);
+/* Parses argv: --config FILE first, then every --flag of the table; --help/--version/--routes
+ * set *action (1 help, 2 version, 3 routes). */
+int xt_srv_config_args(xt_srv_config *c, int argc, char **argv, int *action, xt_msg *msg);
+void xt_srv_config_usage(FILE *f);
+/* The table as JSON (secrets masked), for GET /v1/info. */
+json_t *xt_srv_config_json(const xt_srv_config *c);
+
+/* ---- time --------------------------------------------------------------------------------- */
+
+uint64_t xt_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- metrics (metrics.c) ------------------------------------------------------------------ */
+
+#define XT_HIST_MAX_BUCKETS 20
+typedef struct xt_hist {
+  const char *name, *help;
+  int nb;
+  double le[XT_HIST_MAX_BUCKETS];
+  uint64_t count[XT_HIST_MAX_BUCKETS + 1];
+  uint64_t n;
+  double sum;
+} xt_hist;
+
+typedef struct xt_client_stats {
+  unsigned id;
+  char peer[64];
+  uint64_t sent, dropped;
+  int used;
+} xt_client_stats;
+
+#define XT_SRV_MAX_CLIENT_STATS 64
+typedef struct xt_metrics {
+  pthread_mutex_t mu; /* guards everything below */
+  uint64_t frames_rendered, frames_skipped, frames_published, render_errors, deadlines_missed;
+  uint64_t pose_updates, rest_requests, rest_errors, ws_connections;
+  uint64_t sent_total, dropped_total; /* over all clients ever connected */
+  xt_hist render, period, jitter, latency, pose_latency;
+  xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
+} xt_metrics;
+
+void xt_metrics_init(xt_metrics *m);
+void xt_metrics_destroy(xt_metrics *m);
+void xt_hist_add(xt_hist *h, double v); /* caller holds m->mu */
+/* Appends the Prometheus text exposition to a malloc'd string. */
+char *xt_metrics_text(xt_metrics *m, size_t *len);
+
+/* ---- state (state.c) ---------------------------------------------------------------------- */
+
+typedef struct xt_acq {
+  const xt_detector_mode *mode;
+  double fps;
+  int lockstep;     /* run mode: 0 free, 1 lockstep */
+  int pixel_format; /* XT_STREAM_PIX_* */
+  int running;
+} xt_acq;
+
+#define XT_FPS_MIN 0.5
+#define XT_FPS_MAX 60.0
+
+/* Merges the members of obj into *pose (partial update), rejecting unknown keys, wrong types
+ * and invalid poses; msg names the field. *seq_out gets "seq" when present (else untouched). */
+int xt_pose_from_json(const json_t *obj, xt_pose *pose, int allow_seq, uint64_t *seq_out, int *has_seq,
+                      xt_msg *msg);
+json_t *xt_pose_to_json(const xt_pose *p);
+int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg);
+json_t *xt_acq_to_json(const xt_acq *a);
+const char *xt_pixfmt_name(int f);
+int xt_pixfmt_parse(const char *s, int *out);
+json_t *xt_geometry_to_json(const xt_geometry *g);
+/* Parses a JSON text with a size limit; returns XT_EFORMAT naming line/column on error. */
+int xt_json_parse(const char *text, size_t len, json_t **out, xt_msg *msg);
+/* {"error": {"name", "status", "message"}} */
+json_t *xt_error_json(int err, int status, const char *message);
+
+/* ---- frames, ring, engine (engine.c) ------------------------------------------------------ */
+
+typedef struct xt_frame {
+  atomic_int refs;
+  uint64_t pub; /* publication number in the ring, 1, 2, ... */
+  int lockstep;
+  size_t cap;          /* bytes allocated after XT_FRAME_PRE */
+  size_t len;          /* header + payload */
+  unsigned char *mem;  /* XT_FRAME_PRE bytes of room, then the message */
+  unsigned char *msg;  /* = mem + LWS_PRE: header then pixels */
+} xt_frame;
+
+#define XT_RING 8
+#define XT_FRAME_PRE 64 /* room before the message for the WebSocket framing (>= LWS_PRE) */
+
+typedef struct xt_ring {
+  pthread_mutex_t mu;         /* guards slots, next_pub, pool */
+  xt_frame *slots[XT_RING];   /* the newest frames, slots[pub % XT_RING] */
+  uint64_t next_pub;          /* pub of the next frame pushed (first is 1) */
+  xt_frame *pool[4];          /* released buffers kept for reuse */
+} xt_ring;
+
+void xt_frame_unref(xt_ring *r, xt_frame *f);
+/* The frame a client whose last sent frame was last_pub should get next (latest-wins for free
+ * run; in order for lockstep frames); NULL when none. Returns a reference. */
+xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub);
+uint64_t xt_ring_latest_pub(xt_ring *r);
+
+/* A synchronous request to a render worker (POST /v1/render, adding a model). */
+typedef struct xt_call {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done, rc;
+  xt_msg msg;
+  /* render */
+  xt_geometry geom;
+  float *lineint; /* rows*cols, filled by the worker */
+  double render_s;
+  /* add model */
+  const xt_model *model;
+} xt_call;
+
+enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3 };
+
+typedef struct xt_job {
+  int kind;
+  /* frame */
+  uint64_t counter, pose_seq, t_pose, t_sched, t_exposure, period_ns;
+  xt_pose pose;
+  const xt_detector_mode *mode;
+  int pixel_format, lockstep;
+  /* render / add model */
+  xt_call *call;
+} xt_job;
+
+#define XT_QUEUE 32
+
+typedef struct xt_worker {
+  struct xt_server *srv;
+  int index, device;
+  xt_proj *proj;
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu; /* guards q, qn, qhead, stop */
+  pthread_cond_t cv;
+  xt_job q[XT_QUEUE];
+  int qhead, qn, stop;
+  float *lineint; /* worker-private scratch */
+  size_t lineint_cap;
+} xt_worker;
+
+typedef struct xt_server {
+  xt_srv_config cfg;
+  xt_backend backend;
+  char backend_note[256];
+  int gpu_count;
+  char gpu_names[XT_SRV_MAX_WORKERS][128];
+
+  /* models: written before the workers start, and by POST /v1/models under models_mu */
+  pthread_mutex_t models_mu;
+  xt_model *models[XT_SRV_MAX_MODELS];
+  char model_src[XT_SRV_MAX_MODELS][XT_SRV_STR];
+  int nmodels;
+
+  /* state: guarded by st_mu; st_cv wakes the pacer on any change */
+  pthread_mutex_t st_mu;
+  pthread_cond_t st_cv;
+  xt_pose pose;
+  uint64_t pose_seq, t_pose;
+  xt_acq acq;
+  uint64_t acq_gen;      /* bumped on every acquisition change */
+  uint64_t next_counter; /* frame counter of the next exposure */
+  int stopping;
+
+  xt_worker workers[XT_SRV_MAX_WORKERS];
+  int nworkers;
+  unsigned rr; /* round-robin over workers (st_mu) */
+  pthread_t pacer;
+  int pacer_started;
+
+  xt_ring ring;
+  xt_metrics metrics;
+
+  /* set by main */
+  struct lws_context *lws;
+  struct MHD_Daemon *mhd;
+  int rest_port, ws_port;
+  int tls;
+  atomic_int quit;
+} xt_server;
+
+int xt_engine_start(xt_server *s, xt_msg *msg);
+void xt_engine_stop(xt_server *s);
+/* Runs a call on a worker and waits for it. */
+int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c); /* worker -1: any */
+/* Lockstep: latches the pose now and queues one frame; *counter gets its frame counter. */
+int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg);
+/* Wakes the pacer after a state change (caller holds st_mu). */
+void xt_engine_kick(xt_server *s);
+/* Called by a worker when a frame is in the ring: wakes the WebSocket thread. */
+void xt_ws_wake(xt_server *s);
+
+/* Shared by REST and WS: apply updates under st_mu, returning the applied pose seq. */
+int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg);
+int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg);
+int xt_srv_start(xt_server *s, int run);
+json_t *xt_srv_state_json(xt_server *s);
+/* Loads a model by path (through xt_loaders when built) and adds it to every worker. */
+int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, xt_msg *msg);
+json_t *xt_srv_models_json(xt_server *s);
+json_t *xt_srv_info_json(xt_server *s);
+
+/* CUDA devices visible (gpu_info.c when built with CUDA; 0 otherwise), names into names[i]. */
+int xt_srv_gpu_list(char names[][128], int max);
+
+/* ---- REST (rest.c) ------------------------------------------------------------------------ */
+
+typedef struct xt_route {
+  const char *method;
+  const char *path;
+  const char *summary;
+  void *handler; /* rest.c's handler type, opaque here */
+} xt_route;
+
+int xt_rest_route_count(void);
+const xt_route *xt_rest_route_at(int i);
+int xt_rest_start(xt_server *s, xt_msg *msg);
+void xt_rest_stop(xt_server *s);
+
+/* ---- WebSocket (ws.c) --------------------------------------------------------------------- */
+
+int xt_ws_start(xt_server *s, xt_msg *msg);
+/* Serves until s->quit; then sends close frames and returns within about a second. */
+void xt_ws_run(xt_server *s);
+void xt_ws_destroy(xt_server *s);
+
+/* ---- encoders (encode.c) ------------------------------------------------------------------ */
+
+/* 16-bit greyscale PNG (big-endian samples), with a tEXt chunk "xtwin-geometry" = text. */
+int xt_png16_encode(const uint16_t *px, int rows, int cols, const char *text, unsigned char **out,
+                    size_t *len, xt_msg *msg);
+/* NumPy .npy version 1.0, C order, '<u2' or '<f4'. */
+int xt_npy_encode(const void *px, int rows, int cols, int pixel_format, unsigned char **out, size_t *len,
+                  xt_msg *msg);
+
+#endif /* XT_SERVER_H */

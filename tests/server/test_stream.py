@@ -1,0 +1,462 @@
+#!/usr/bin/python3
+"""xtwin-server stream tests with real WebSocket clients (Debian's python3-websockets) over loopback.
+
+Each test starts its own server on ephemeral ports with the small test scene (128^3 head at 2 mm,
+fd20-128, CPU backend) and runs with a timeout; one failing test does not hide the others.
+
+    /usr/bin/python3 tests/server/test_stream.py --server build/server/xtwin-server [test ...]
+
+Exit 0: all passed; 1: a failure; 77: python3-websockets missing (ctest reports "skipped").
+"""
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "api", "examples"))
+from stream_client import parse_header, PIX_U16, PIX_F32  # noqa: E402
+
+try:
+    import websockets
+except ImportError:
+    print("python3-websockets is not installed: skipped")
+    sys.exit(77)
+
+SERVER = None
+BASE_ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "128", "--phantom-spacing", "2",
+             "--mode", "fd20-128", "--fps", "30"]
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+class Server:
+    """The real binary on ephemeral ports; stop() checks it exits 0 on SIGTERM."""
+
+    def __init__(self, *extra):
+        self.dir = tempfile.mkdtemp(prefix="xtwin-stream-test-")
+        ports = os.path.join(self.dir, "ports.json")
+        self.log = open(os.path.join(self.dir, "server.log"), "wb")
+        self.proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports]
+                                     + BASE_ARGS + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(ports):
+                p = json.load(open(ports))
+                self.rest, self.ws, self.tls = p["rest"], p["ws"], p["tls"]
+                return
+            if self.proc.poll() is not None:
+                raise Failure("server exited at start: " + self.output())
+            time.sleep(0.02)
+        self.proc.kill()
+        raise Failure("server did not start in 60 s")
+
+    def output(self):
+        self.log.flush()
+        return open(os.path.join(self.dir, "server.log"), errors="replace").read()[-3000:]
+
+    def url(self, path="/v1/stream"):
+        return "%s://127.0.0.1:%d%s" % ("wss" if self.tls else "ws", self.ws, path)
+
+    def curl(self, method, path, body=None, token=None):
+        """REST through the curl CLI; returns (status, parsed JSON or text)."""
+        cmd = ["curl", "-s", "-k", "-X", method, "-w", "\n%{http_code}",
+               "%s://127.0.0.1:%d%s" % ("https" if self.tls else "http", self.rest, path)]
+        if body is not None:
+            cmd += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
+        if token:
+            cmd += ["-H", "Authorization: Bearer " + token]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+        text, _, code = out.rpartition("\n")
+        try:
+            return int(code), json.loads(text)
+        except ValueError:
+            return int(code), text
+
+    def stop(self, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise Failure("server did not exit within %g s of SIGTERM" % timeout)
+        if rc != 0:
+            raise Failure("server exited %d: %s" % (rc, self.output()))
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def connect(srv, token=None, **kw):
+    kw.setdefault("max_size", 64 << 20)
+    if token:
+        kw["extra_headers"] = {"Authorization": "Bearer " + token}
+    if srv.tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        kw["ssl"] = ctx
+    return websockets.connect(srv.url(), open_timeout=30, **kw)
+
+
+async def frames(ws, n, timeout=30.0, texts=None):
+    """Receives n frames; returns [(header, pixels, arrival_ns)]. Text messages go to texts."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        check(left > 0, "only %d of %d frames in %g s" % (len(out), n, timeout))
+        msg = await asyncio.wait_for(ws.recv(), left)
+        now = time.monotonic_ns()
+        if isinstance(msg, str):
+            if texts is not None:
+                texts.append(json.loads(msg))
+            continue
+        h, px = parse_header(msg)
+        out.append((h, bytes(px), now))
+    return out
+
+
+async def reply(ws, timeout=30.0):
+    """The next text message (frames in between are skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic()))
+        if isinstance(msg, str):
+            return json.loads(msg)
+
+
+def u16(px):
+    import array
+    a = array.array("H")
+    a.frombytes(px)
+    return a
+
+
+# ---- tests ------------------------------------------------------------------------------------
+
+async def test_frames_counters_size_shadow(srv):
+    async with connect(srv) as ws:
+        hello = await reply(ws)
+        check(hello["type"] == "hello" and hello["header_size"] == 304, "hello: %r" % hello)
+        got = await frames(ws, 12)
+    last = None
+    for h, px, _ in got:
+        check(h["version"] == 1 and h["header_size"] == 304, "header version/size")
+        check(h["rows"] == 128 and h["cols"] == 128 and h["mode"] == "fd20-128", "declared size")
+        check(h["pixel_format"] == PIX_U16 and h["payload_bytes"] == 128 * 128 * 2 == len(px), "payload size")
+        check(last is None or h["frame_counter"] > last, "counters strictly increasing")
+        last = h["frame_counter"]
+        check(h["t_exposure_sched_ns"] <= h["t_exposure_ns"] <= h["t_render_done_ns"] <= h["t_sent_ns"], "timestamps order")
+        check(abs(h["pose"]["sod_mm"] - 810) < 1e-9 and abs(h["pose"]["sid_mm"] - 1195) < 1e-9, "pose in header")
+        check(h["period_ns"] == round(1e9 / 30), "period_ns")
+        # P maps the isocentre to the principal point ((cols-1)/2, (rows-1)/2).
+        P = h["P"]
+        w = P[2][3]
+        check(abs(P[0][3] / w - 63.5) < 1e-6 and abs(P[1][3] / w - 63.5) < 1e-6, "P maps the isocentre to the centre")
+        a = u16(px)
+        check(a[0] == 65535 and a[64 * 128 + 64] < 20000, "the head's shadow: corner %d centre %d" % (a[0], a[64 * 128 + 64]))
+
+
+async def test_pacing_30fps(srv):
+    async with connect(srv) as ws:
+        await frames(ws, 3)
+        got = await frames(ws, 151, timeout=60)  # 5 s at 30 fps
+    T = 1e9 / 30
+    sched = [h["t_exposure_sched_ns"] for h, _, _ in got]
+    counters = [h["frame_counter"] for h, _, _ in got]
+    gaps = [b - a for a, b in zip(counters, counters[1:])]
+    mean_sched = (sched[-1] - sched[0]) / (len(sched) - 1)
+    # Mean period from the scheduled exposures: within 1% of nominal (gaps would stretch it).
+    check(abs(mean_sched - T) / T < 0.01, "mean scheduled period %.3f ms vs %.3f ms (gaps %s)" % (
+        mean_sched / 1e6, T / 1e6, [g for g in gaps if g != 1]))
+    # Scheduled times sit on the grid t0 + k T exactly.
+    for (h0, _, _), (h1, _, _) in zip(got, got[1:]):
+        k = h1["frame_counter"] - h0["frame_counter"]
+        check(abs(h1["t_exposure_sched_ns"] - h0["t_exposure_sched_ns"] - k * T) < 2, "deadlines on the grid")
+    # Actual exposures: mean within 1%; arrivals: loosely paced (a loaded machine still meets these).
+    exp = [h["t_exposure_ns"] for h, _, _ in got]
+    mean_exp = (exp[-1] - exp[0]) / (len(exp) - 1)
+    check(abs(mean_exp - T) / T < 0.01, "mean actual exposure period %.3f ms" % (mean_exp / 1e6))
+    arr = [t for _, _, t in got]
+    mean_arr = (arr[-1] - arr[0]) / (len(arr) - 1)
+    check(abs(mean_arr - T) / T < 0.05, "mean arrival period %.3f ms" % (mean_arr / 1e6))
+    late = max(h["t_exposure_ns"] - h["t_exposure_sched_ns"] for h, _, _ in got)
+    check(late < 50e6, "an exposure %.1f ms after its deadline" % (late / 1e6))
+    check(sum(1 for g in gaps if g != 1) <= 3, "too many skipped exposures: %s" % gaps)
+
+
+async def test_pose_update_within_two_periods(srv):
+    code, _ = srv.curl("PUT", "/v1/acquisition", {"fps": 15})
+    check(code == 200, "set 15 fps")
+    T = 1e9 / 15
+    async with connect(srv) as ws:
+        await frames(ws, 2)
+        for i, angle in enumerate((25.0, -40.0, 60.0)):
+            seq = 1000 + i
+            t_send = time.monotonic_ns()
+            await ws.send(json.dumps({"type": "pose", "seq": seq, "id": "p%d" % i, "pose": {"primary_deg": angle}}))
+            texts, seen = [], None
+            deadline = time.monotonic() + 10
+            while seen is None and time.monotonic() < deadline:
+                for h, px, t in await frames(ws, 1, texts=texts):
+                    if h["pose_seq"] == seq:
+                        seen = (h, t)
+                    else:  # frames exposed before the update arrived still carry the older pose
+                        check(h["pose_seq"] < seq, "pose_seq %d after %d" % (h["pose_seq"], seq))
+            check(seen is not None, "pose seq %d never showed" % seq)
+            h, t = seen
+            acks = [j for j in texts if j.get("type") == "ack"]
+            check(acks and acks[0]["ok"] and acks[0]["seq"] == seq and acks[0]["id"] == "p%d" % i, "ack: %r" % texts)
+            check(abs(h["pose"]["primary_deg"] - angle) < 1e-9, "the frame carries the new pose")
+            # Server side: the first exposure after the update carries it (at most one period later).
+            check(h["t_exposure_ns"] - h["t_pose_ns"] <= T + 5e6, "exposure %.1f ms after the update" % (
+                (h["t_exposure_ns"] - h["t_pose_ns"]) / 1e6))
+            # Client side: shown within two frame periods of sending it.
+            check(t - t_send <= 2 * T, "pose shown %.1f ms after sending (2T = %.1f ms)" % ((t - t_send) / 1e6, 2 * T / 1e6))
+
+
+async def test_lockstep_one_frame_per_trigger(srv):
+    async with connect(srv) as ws:
+        await reply(ws)
+        await ws.send(json.dumps({"type": "acquisition", "acquisition": {"run_mode": "lockstep"}}))
+        r = await reply(ws)
+        check(r["ok"], "lockstep: %r" % r)
+        await ws.send(json.dumps({"type": "start"}))
+        await reply(ws)
+        # Drain free-run frames still in flight, then silence: no frame without a trigger.
+        t_end = time.monotonic() + 0.6
+        while time.monotonic() < t_end:
+            try:
+                await asyncio.wait_for(ws.recv(), 0.1)
+            except asyncio.TimeoutError:
+                pass
+        try:
+            m = await asyncio.wait_for(ws.recv(), 0.5)
+            check(False, "a message without a trigger: %r" % (m if isinstance(m, str) else parse_header(m)[0]))
+        except asyncio.TimeoutError:
+            pass
+        want = []
+        for i in range(4):  # triggers by WebSocket command ...
+            await ws.send(json.dumps({"type": "trigger", "id": i}))
+        code, body = srv.curl("POST", "/v1/acquisition/trigger")  # ... and by REST
+        check(code == 200 and "frame" in body, "REST trigger: %s %r" % (code, body))
+        texts = []
+        got = await frames(ws, 5, texts=texts)
+        while len([j for j in texts if j.get("command") == "trigger"]) < 4:
+            texts.append(await reply(ws))
+        want = sorted([j["frame"] for j in texts if j.get("command") == "trigger"] + [body["frame"]])
+        check([h["frame_counter"] for h, _, _ in got] == want, "frames %s for triggers %s" % (
+            [h["frame_counter"] for h, _, _ in got], want))
+        check(all(h["flags"] & 1 and h["period_ns"] == 0 for h, _, _ in got), "lockstep flag")
+        try:
+            m = await asyncio.wait_for(ws.recv(), 1.0)
+            check(isinstance(m, str), "an extra frame after 5 triggers")
+        except asyncio.TimeoutError:
+            pass
+
+
+def raw_ws_connect(port, path="/v1/stream"):
+    """A WebSocket client that completes the handshake and then never reads: the slow client."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n" % path).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    check(head.startswith(b"HTTP/1.1 101"), "raw handshake: %r" % head[:40])
+    return s
+
+
+async def test_slow_client_does_not_hurt_fast_one(srv):
+    # Big frames (256^2 float32 = 256 KiB) fill the slow client's socket buffers within a second.
+    code, _ = srv.curl("PUT", "/v1/acquisition", {"mode": "fd20-256", "pixel_format": "float32", "fps": 10})
+    check(code == 200, "acquisition")
+    slow = raw_ws_connect(srv.ws)
+    try:
+        async with connect(srv) as ws:
+            await frames(ws, 2)
+            got = await frames(ws, 50, timeout=60)
+            code, metrics = srv.curl("GET", "/metrics")
+    finally:
+        slow.close()
+    counters = [h["frame_counter"] for h, _, _ in got]
+    check(all(h["frames_dropped"] == 0 for h, _, _ in got), "the fast client dropped frames: %s" % (
+        [h["frames_dropped"] for h, _, _ in got]))
+    skipped = 0
+    for line in metrics.splitlines():
+        if line.startswith("xtwin_frames_skipped_total "):
+            skipped = int(line.split()[1])
+    gaps = sum(b - a - 1 for a, b in zip(counters, counters[1:]))
+    check(gaps <= skipped, "fast client counter gaps %d beyond render skips %d" % (gaps, skipped))
+    drops = [int(l.split()[-1]) for l in metrics.splitlines() if l.startswith("xtwin_client_frames_dropped_total{")]
+    check(len(drops) == 2 and max(drops) > 0 and min(drops) == 0, "per-client dropped: %s" % drops)
+    mean = (got[-1][0]["t_exposure_sched_ns"] - got[0][0]["t_exposure_sched_ns"]) / (counters[-1] - counters[0])
+    check(abs(mean - 1e8) < 1e6, "the clock kept its period: %.2f ms" % (mean / 1e6))
+
+
+async def test_bad_messages_keep_serving(srv):
+    async with connect(srv) as ws:
+        await reply(ws)
+        cases = [("{\"type\": \"pose\", ", "FORMAT"),
+                 ("[1, 2, 3]", "FORMAT"),
+                 (json.dumps({"type": "pose", "seq": 1, "pose": {"primary_deg": "ten"}}), "INVAL"),
+                 (json.dumps({"type": "pose", "seq": 2, "pose": {"primary_deg": 200}}), "RANGE"),
+                 (json.dumps({"type": "pose", "seq": 3, "pose": {"secondary_deg": 91}}), "RANGE"),
+                 (json.dumps({"type": "pose", "seq": -3, "pose": {}}), "INVAL"),
+                 (json.dumps({"type": "acquisition", "acquisition": {"fps": 0.1}}), "RANGE"),
+                 (json.dumps({"type": "acquisition", "acquisition": {"fps": 75}}), "RANGE"),
+                 (json.dumps({"type": "teleport"}), "INVAL"),
+                 (json.dumps({"type": "trigger"}), "BUSY"),
+                 (json.dumps({"type": "pose", "pad": "x" * 20000}), "TOOLARGE")]
+        for text, name in cases:
+            await ws.send(text)
+            r = await reply(ws)
+            check(r["type"] == "ack" and not r["ok"] and r["error"]["name"] == name, "%s -> %r" % (text[:40], r))
+        await ws.send(json.dumps({"type": "pose", "seq": 7, "pose": {"primary_deg": 12}}))
+        r = await reply(ws)
+        check(r["ok"] and r["seq"] == 7, "still serving: %r" % r)
+        await frames(ws, 2)
+    code, body = srv.curl("GET", "/v1/pose")
+    check(code == 200 and body["seq"] == 7 and body["pose"]["secondary_deg"] == 0, "pose after bad messages: %r" % body)
+
+
+async def test_wrong_path_and_token(srv):
+    for path, want in (("/v1/other", 404), ("/", 404)):
+        try:
+            async with websockets.connect("ws://127.0.0.1:%d%s" % (srv.ws, path), open_timeout=30):
+                check(False, "upgrade on %s accepted" % path)
+        except websockets.exceptions.InvalidStatusCode as e:
+            check(e.status_code == want, "%s: %d" % (path, e.status_code))
+
+
+async def test_token_on_upgrade(srv):
+    for tok in (None, "wrong"):
+        try:
+            async with connect(srv, token=tok):
+                check(False, "upgrade with token %r accepted" % tok)
+        except websockets.exceptions.InvalidStatusCode as e:
+            check(e.status_code == 401, "token %r: %d" % (tok, e.status_code))
+    async with connect(srv, token="tok-123") as ws:
+        await frames(ws, 2)
+    code, _ = srv.curl("GET", "/v1/info")
+    check(code == 401, "REST without token: %d" % code)
+    code, _ = srv.curl("GET", "/v1/info", token="tok-123")
+    check(code == 200, "REST with token: %d" % code)
+
+
+async def test_tls_wss(srv):
+    check(srv.tls, "server reports TLS")
+    async with connect(srv) as ws:
+        got = await frames(ws, 3)
+    check(all(h["rows"] == 128 for h, _, _ in got), "frames over wss")
+    code, body = srv.curl("GET", "/v1/info")
+    check(code == 200 and body["tls"] is True, "https: %d" % code)
+
+
+async def test_clean_shutdown(srv):
+    async with connect(srv) as ws:
+        await frames(ws, 2)
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        try:
+            while True:
+                await asyncio.wait_for(ws.recv(), 10)
+        except websockets.exceptions.ConnectionClosed as e:
+            check(e.rcvd is not None and e.rcvd.code == 1001, "close frame 1001, got %r" % (e.rcvd,))
+        check(time.monotonic() - t0 < 5, "close frame took %.1f s" % (time.monotonic() - t0))
+    rc = srv.proc.wait(10)
+    check(rc == 0, "exit status %d" % rc)
+
+
+def tls_args(tmp):
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    return ["--tls-cert", cert, "--tls-key", key]
+
+
+TESTS = [
+    (test_frames_counters_size_shadow, []),
+    (test_pacing_30fps, []),
+    (test_pose_update_within_two_periods, []),
+    (test_lockstep_one_frame_per_trigger, []),
+    (test_slow_client_does_not_hurt_fast_one, []),
+    (test_bad_messages_keep_serving, []),
+    (test_wrong_path_and_token, []),
+    (test_token_on_upgrade, ["--token", "tok-123"]),
+    (test_tls_wss, "tls"),
+    (test_clean_shutdown, []),
+]
+
+
+def run_one(fn, extra, timeout):
+    tmp = tempfile.mkdtemp(prefix="xtwin-stream-tls-")
+    srv = None
+    try:
+        args = tls_args(tmp) if extra == "tls" else extra
+        srv = Server(*args)
+        asyncio.run(asyncio.wait_for(fn(srv), timeout))
+        if fn is not test_clean_shutdown:
+            srv.stop()
+        return None
+    except Exception as e:  # noqa: BLE001 - a test's failure, reported and counted
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        if not isinstance(e, Failure):
+            detail += "\n" + traceback.format_exc()
+        if srv:
+            srv.kill()
+            detail += "\n--- server output ---\n" + srv.output()
+        return detail
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    global SERVER
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--timeout", type=float, default=float(os.environ.get("XT_TEST_TIMEOUT", 120)))
+    p.add_argument("tests", nargs="*")
+    a = p.parse_args()
+    SERVER = os.path.abspath(a.server)
+    failed = ran = 0
+    for fn, extra in TESTS:
+        if a.tests and fn.__name__ not in a.tests:
+            continue
+        t0 = time.monotonic()
+        err = run_one(fn, extra, a.timeout)
+        ran += 1
+        print("%s %s (%.1f s)" % ("FAIL" if err else "ok  ", fn.__name__, time.monotonic() - t0), flush=True)
+        if err:
+            failed += 1
+            print("  " + err.replace("\n", "\n  "), flush=True)
+    print("%d passed, %d failed" % (ran - failed, failed))
+    return 1 if failed or not ran else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

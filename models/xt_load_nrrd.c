@@ -227,13 +227,15 @@ int xt__load_nrrd(const char *path, const xt_load_options *opt, xt_volume **out,
   NrrdIoState *nio = NULL;
   int rc = 0;
   /* Teem also reads PNM, VTK and plain text through nrrdLoad; only real NRRD headers get in */
-  char magic[8] = {0};
+  /* the first line must be exactly the magic: Teem leaks memory on first lines like "NRRD0004xyz" */
+  char magic[10] = {0};
   FILE *f = fopen(path, "rb");
   if (!f) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
   size_t got = fread(magic, 1, sizeof magic, f);
   fclose(f);
-  if (got < 8 || memcmp(magic, "NRRD000", 7) != 0 || !isdigit((unsigned char)magic[7]))
-    return xt_fail(msg, got < 8 ? XT_ETRUNCATED : XT_EFORMAT, "%s: not a NRRD file (no \"NRRD000x\" magic)", path);
+  if (got < 9 || memcmp(magic, "NRRD000", 7) != 0 || !isdigit((unsigned char)magic[7]) ||
+      !(magic[8] == '\n' || (magic[8] == '\r' && magic[9] == '\n')))
+    return xt_fail(msg, got < 9 ? XT_ETRUNCATED : XT_EFORMAT, "%s: not a NRRD file (first line is not \"NRRD000x\")", path);
 
   pthread_mutex_lock(&teem_lock);
   nrrdStateVerboseIO = 0; /* Teem prints warnings to stderr otherwise */

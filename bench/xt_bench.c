@@ -23,7 +23,7 @@
 
 /* Instructions (thread-level) per voxel step of the march, from ncu's sass_thread_inst_executed
  * over the kernel's own step count (docs/BENCHMARKS.md); --inst-per-step overrides. */
-#define XT_BENCH_INST_PER_STEP 35.1
+#define XT_BENCH_INST_PER_STEP 28.7
 
 typedef struct bench_ctx {
   int frames, warmup, quick;

@@ -299,7 +299,7 @@ XT_TEST(mhd_detached) {
 
 XT_TEST(mha_malformed) {
   tmp_begin();
-  unsigned char d[NV * 4];
+  unsigned char d[NV * 8];
   memset(d, 0, sizeof d);
   struct {
     const char *name, *hdr;
@@ -345,6 +345,7 @@ XT_TEST(mha_malformed) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const char *p = tp(cases[c].name);
+    XT_REQUIRE(cases[c].ndata <= sizeof d);
     write_text_then(p, cases[c].hdr, d, cases[c].ndata);
     EXPECT_FAIL(p, XT_LOAD_MU, cases[c].want);
   }
@@ -502,6 +503,7 @@ XT_TEST(nrrd_malformed) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const char *p = tp(cases[c].name);
+    XT_REQUIRE(cases[c].ndata <= sizeof d);
     write_text_then(p, cases[c].hdr, d, cases[c].ndata);
     EXPECT_FAIL(p, XT_LOAD_MU, cases[c].want);
   }

@@ -10,7 +10,7 @@ int xt_srv_gpu_list(char names[][128], int max) {
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   for (int i = 0; i < n && i < max; i++) {
     struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, i) == cudaSuccess) snprintf(names[i], 128, "%s", p.name);
+    if (cudaGetDeviceProperties(&p, i) == cudaSuccess) snprintf(names[i], 128, "%.127s", p.name);
     else snprintf(names[i], 128, "device %d", i);
   }
   return n < max ? n : max;

@@ -187,24 +187,25 @@ async def test_pacing_30fps(srv):
     sched = [h["t_exposure_sched_ns"] for h, _, _ in got]
     counters = [h["frame_counter"] for h, _, _ in got]
     gaps = [b - a for a, b in zip(counters, counters[1:])]
-    mean_sched = (sched[-1] - sched[0]) / (len(sched) - 1)
-    # Mean period from the scheduled exposures: within 1% of nominal (gaps would stretch it).
-    check(abs(mean_sched - T) / T < 0.01, "mean scheduled period %.3f ms vs %.3f ms (gaps %s)" % (
-        mean_sched / 1e6, T / 1e6, [g for g in gaps if g != 1]))
+    steps = counters[-1] - counters[0]
+    # Mean period from the scheduled exposures, per exposure (a render skip is a counter gap, not
+    # a longer period): within 1% of nominal. With few gaps, also per received frame.
+    mean_sched = (sched[-1] - sched[0]) / steps
+    check(abs(mean_sched - T) / T < 0.01, "mean scheduled period %.3f ms vs %.3f ms" % (mean_sched / 1e6, T / 1e6))
+    check(steps - (len(got) - 1) <= 7, "more than 5%% of exposures skipped: gaps %s" % [g for g in gaps if g != 1])
     # Scheduled times sit on the grid t0 + k T exactly.
     for (h0, _, _), (h1, _, _) in zip(got, got[1:]):
         k = h1["frame_counter"] - h0["frame_counter"]
         check(abs(h1["t_exposure_sched_ns"] - h0["t_exposure_sched_ns"] - k * T) < 2, "deadlines on the grid")
     # Actual exposures: mean within 1%; arrivals: loosely paced (a loaded machine still meets these).
     exp = [h["t_exposure_ns"] for h, _, _ in got]
-    mean_exp = (exp[-1] - exp[0]) / (len(exp) - 1)
+    mean_exp = (exp[-1] - exp[0]) / steps
     check(abs(mean_exp - T) / T < 0.01, "mean actual exposure period %.3f ms" % (mean_exp / 1e6))
     arr = [t for _, _, t in got]
-    mean_arr = (arr[-1] - arr[0]) / (len(arr) - 1)
+    mean_arr = (arr[-1] - arr[0]) / steps
     check(abs(mean_arr - T) / T < 0.05, "mean arrival period %.3f ms" % (mean_arr / 1e6))
     late = max(h["t_exposure_ns"] - h["t_exposure_sched_ns"] for h, _, _ in got)
     check(late < 50e6, "an exposure %.1f ms after its deadline" % (late / 1e6))
-    check(sum(1 for g in gaps if g != 1) <= 3, "too many skipped exposures: %s" % gaps)
 
 
 async def test_pose_update_within_two_periods(srv):

@@ -1,0 +1,69 @@
+#!/bin/sh
+# Server benchmark driver. Starts xtwin-server on ephemeral loopback ports and runs
+# bench_server_client against it.
+#
+#   run_bench.sh gpu SERVER CLIENT OUTDIR [SECONDS]  60 fps, fd20-1024 uint16, 4 clients (default 60 s)
+#   run_bench.sh cpu SERVER CLIENT OUTDIR [SECONDS]  fd20-512 on the CPU backend: the highest frame rate
+#                                                    sustained (no skipped exposure, no dropped frame)
+# Writes OUTDIR/*.json (client summaries), OUTDIR/*.metrics (the server's /metrics at the end),
+# OUTDIR/*.log (server output).
+set -u
+kind=$1 server=$2 client=$3 out=$4 secs=${5:-}
+mkdir -p "$out"
+
+metrics() { # port file
+  if command -v curl >/dev/null 2>&1; then curl -s "http://127.0.0.1:$1/metrics" >"$2"
+  elif command -v python3 >/dev/null 2>&1; then
+    python3 -c "import urllib.request,sys;sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$1/metrics').read().decode())" >"$2"
+  fi
+}
+
+# start NAME ARGS...: sets PID REST WS
+start() {
+  name=$1; shift
+  rm -f "$out/$name.ports"
+  "$server" --rest-port 0 --ws-port 0 --ports-file "$out/$name.ports" "$@" >"$out/$name.log" 2>&1 &
+  PID=$!
+  i=0
+  while [ ! -s "$out/$name.ports" ]; do
+    i=$((i + 1)); sleep 0.1
+    if [ $i -gt 1200 ] || ! kill -0 $PID 2>/dev/null; then echo "server $name did not start:"; cat "$out/$name.log"; return 1; fi
+  done
+  REST=$(sed 's/.*"rest": \([0-9]*\).*/\1/' "$out/$name.ports")
+  WS=$(sed 's/.*"ws": \([0-9]*\).*/\1/' "$out/$name.ports")
+}
+
+stop() { kill -TERM $PID; wait $PID; echo "server exit status $?"; }
+
+case $kind in
+gpu)
+  secs=${secs:-60}
+  start gpu60 --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 || exit 1
+  sleep 2 # let the first frames (and the GPU's clocks) settle
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/gpu60.json"
+  metrics "$REST" "$out/gpu60.metrics"
+  stop
+  cat "$out/gpu60.json"
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)' "$out/gpu60.metrics"
+  ;;
+cpu)
+  secs=${secs:-10}
+  best=0
+  for fps in ${FPS_LIST:-1 2 3 4 5 6 8 10 12 15 20 24 30}; do
+    start cpu$fps --backend cpu --mode fd20-512 --fps "$fps" || exit 1
+    sleep 1
+    "$client" --port "$WS" --clients 1 --seconds "$secs" --pose-hz 0 --json "$out/cpu$fps.json"
+    metrics "$REST" "$out/cpu$fps.metrics"
+    stop
+    gaps=$(sed -n 's/.*"counter_gaps": \([0-9]*\).*/\1/p' "$out/cpu$fps.json" | head -1)
+    dropped=$(sed -n 's/.*"server_dropped": \([0-9]*\).*/\1/p' "$out/cpu$fps.json" | head -1)
+    frames=$(sed -n 's/.*"frames": \([0-9]*\).*/\1/p' "$out/cpu$fps.json" | head -1)
+    skipped=$(sed -n 's/^xtwin_frames_skipped_total \([0-9]*\)/\1/p' "$out/cpu$fps.metrics")
+    echo "fps $fps: frames $frames gaps $gaps dropped $dropped skipped(server) $skipped"
+    if [ "${gaps:-1}" = 0 ] && [ "${dropped:-1}" = 0 ] && [ "${skipped:-1}" = 0 ]; then best=$fps; else break; fi
+  done
+  echo "highest sustained rate at 512x512 on the CPU backend: $best fps"
+  echo "$best" >"$out/cpu_best_fps.txt"
+  ;;
+*) echo "usage: $0 gpu|cpu SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
+esac

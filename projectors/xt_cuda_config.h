@@ -13,6 +13,12 @@
 /* Blocks per SM asked of the compiler (__launch_bounds__): caps registers at 65536/(256*5) = 51
  * (48 used, 40 warps per SM); 6 spills (docs/BENCHMARKS.md). */
 #define XT_CUDA_MIN_BLOCKS 5
+/* The brick kernel (exact skipping of uniform regions) carries more state: 4 blocks, 64 regs. */
+#define XT_CUDA_MIN_BLOCKS_BRICKS 4
+/* Bricks: edge 2^XT_CUDA_BRICK_LOG2 voxels by default; used when at least this fraction of a
+ * model's bricks is uniform (else the plain march, which has no per-brick cost). */
+#define XT_CUDA_BRICK_LOG2 3
+#define XT_CUDA_BRICK_MIN_UNIFORM 0.2
 
 /* Models one projector renders in one launch; each frame carries one world->cell map per model. */
 #define XT_CUDA_MAX_MODELS 8

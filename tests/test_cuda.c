@@ -3,7 +3,8 @@
  * Random volumes (dense and labels, anisotropic spacing, oblique placement) under random poses;
  * every kernel variant (linear / texture voxels, shared / constant table); rays lying exactly on
  * voxel planes; the batch entry point against single renders; the thesis-scene head at the nine
- * angles of the benchmark on all pixels. Each check poisons the output with NaN first, so an
+ * angles of the benchmark on all pixels; bricks (exact skipping of uniform regions) of every edge on
+ * piecewise-constant volumes, with rays on brick faces and bricks differing by one voxel. Each check poisons the output with NaN first, so an
  * unwritten pixel fails. Pass: relative L2 < 1e-5 and max |gpu - ref| <= 1e-4 of the frame's max.
  *
  * Labelled `gpu`: CI (no GPU) excludes it; without a device it prints SKIP and passes.
@@ -298,6 +299,139 @@ static void thesis_head(int type) {
 XT_TEST(thesis_head_labels) { thesis_head(XT_VOXEL_U8); }
 XT_TEST(thesis_head_mu) { thesis_head(XT_VOXEL_F32); }
 
+
+/* A piecewise-constant volume, the case the bricks are for: a background of nonzero mu (air is
+ * integrated, not skipped), random boxes of other values, some of them brick-aligned, and lone
+ * voxels that make a brick differ from its uniform neighbours by one voxel. Dims 20..60 (edge
+ * bricks cut by the volume), anisotropic spacing; `aligned` keeps the volume axis-aligned and
+ * centred so that rays of an odd detector at 0/90 deg lie exactly on voxel (and brick) planes. */
+static xt_model *blocky_model(int labels, int aligned) {
+  int n[3];
+  double sp[3];
+  for (int a = 0; a < 3; a++) {
+    n[a] = aligned ? 32 : 20 + rand() % 41;
+    sp[a] = aligned ? 1.0 : urand(0.5, 1.8);
+  }
+  xt_volume *v;
+  if (xt_volume_create(n[0], n[1], n[2], sp, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &v, NULL)) return NULL;
+  const int k = 6;
+  float mu[6] = {0.0002f, 0.02f, 0.05f, 0.09f, 0.15f, 0.4f};
+  uint8_t *lab = malloc(xt_volume_voxels(v));
+  if (!lab) return NULL;
+  memset(lab, 0, xt_volume_voxels(v));
+  for (int b = 0; b < 6; b++) {
+    int lo[3], hi[3], val = 1 + rand() % (k - 1);
+    for (int a = 0; a < 3; a++) {
+      lo[a] = rand() % n[a];
+      hi[a] = lo[a] + 1 + rand() % (n[a] - lo[a]);
+      if (b < 2) { /* brick-aligned boxes (edges at multiples of 4) */
+        lo[a] &= ~3;
+        hi[a] = (hi[a] + 3) & ~3;
+        if (hi[a] > n[a]) hi[a] = n[a];
+      }
+    }
+    for (int z = lo[2]; z < hi[2]; z++)
+      for (int y = lo[1]; y < hi[1]; y++)
+        for (int x = lo[0]; x < hi[0]; x++) lab[x + n[0] * (y + (size_t)n[1] * z)] = (uint8_t)val;
+  }
+  for (int i = 0; i < 12; i++) /* lone voxels */
+    lab[rand() % xt_volume_voxels(v)] = (uint8_t)(rand() % k);
+  if (labels) {
+    v->materials = calloc(1, sizeof *v->materials);
+    if (!v->materials) return NULL;
+    v->materials->count = k;
+    for (int i = 0; i < k; i++) v->materials->mu[i] = mu[i];
+    memcpy(v->data, lab, xt_volume_voxels(v));
+  } else {
+    for (size_t i = 0; i < xt_volume_voxels(v); i++) ((float *)v->data)[i] = mu[lab[i]];
+  }
+  free(lab);
+  xt_model *m;
+  if (xt_model_from_volume(v, labels ? "blocky-labels" : "blocky-dense", &m, NULL)) return NULL;
+  if (!aligned) {
+    xt_affine rz = xt_aff_rot(2, urand(-XT_PI, XT_PI)), ry = xt_aff_rot(1, urand(-XT_PI, XT_PI)),
+              rx = xt_aff_rot(0, urand(-XT_PI, XT_PI));
+    xt_affine r1 = xt_aff_compose(&ry, &rz);
+    m->placement = xt_aff_compose(&rx, &r1);
+    for (int a = 0; a < 3; a++) m->placement.t[a] = urand(-10, 10);
+  }
+  return m;
+}
+
+/* Renders m with bricks of edge 2^lg (0: none) and compares with the reference. */
+static int render_bricks(const xt_model *m, int lg, const xt_geometry *g, const char *what) {
+  xt_cuda_options o = xt_cuda_default_options();
+  o.bricks = lg;
+  xt_cuda_proj *p;
+  xt_msg msg;
+  if (xt_cuda_create(&o, &p, &msg)) return 1;
+  int fail = xt_cuda_add_model(p, m, &msg) != 0;
+  int got = -1;
+  double uni = 0;
+  fail |= xt_cuda_model_bricks(p, 0, &got, &uni) != 0 || got != lg;
+  float *out = poisoned((size_t)g->mode.cols * g->mode.rows);
+  if (!out) fail = 1;
+  if (!fail) fail |= xt_cuda_render(p, g, out, &msg) != 0;
+  const xt_model *ms[1] = {m};
+  if (!fail) fail |= compare(what, ms, 1, g, out);
+  free(out);
+  xt_cuda_destroy(p);
+  return fail;
+}
+
+/* Bricks of every edge against the reference: random oblique poses and placements, and axis-
+ * aligned rays lying exactly on brick faces (a centred 32^3 volume, odd detector, 0/90/180 deg,
+ * secondary 0 and 45 deg: rays through brick edges and corners). */
+XT_TEST(bricks_exact) {
+  srand(5);
+  for (int t = 0; t < (quick() ? 2 : 16); t++) {
+    const int labels = t & 1, aligned = (t >> 1) % 3 == 0;
+    xt_model *m = blocky_model(labels, aligned);
+    XT_REQUIRE(m);
+    xt_detector_mode mode = aligned ? (xt_detector_mode){"odd", "odd", 101, 81, 0.5, 0.5, 800, 1200}
+                                    : test_mode(64 + rand() % 96, 48 + rand() % 96, urand(0.3, 1.5));
+    xt_geometry g;
+    if (aligned) {
+      xt_pose pose = xt_pose_default(&mode);
+      pose.primary_deg = 90.0 * (t % 3);
+      pose.secondary_deg = (t % 4) < 2 ? 0 : 45;
+      XT_REQUIRE(xt_geom_compute(&pose, &mode, &g, NULL) == 0);
+    } else {
+      XT_REQUIRE(random_geom(&mode, &g) == 0);
+    }
+    for (int lg = 0; lg <= 4; lg++) {
+      char what[96];
+      snprintf(what, sizeof what, "bricks 2^%d %s %s trial %d", lg, labels ? "labels" : "dense",
+               aligned ? "aligned" : "oblique", t);
+      XT_CHECK_MSG(render_bricks(m, lg, &g, what) == 0, "%s", what);
+    }
+    xt_model_free(m);
+  }
+}
+
+/* The thesis head with bricks of 4, 8 and 16 voxels: all nine angles' pixels at 256^2. */
+XT_TEST(bricks_head) {
+  xt_model *m;
+  xt_msg msg;
+  XT_REQUIRE(xt_bench_head(XT_VOXEL_U8, &m, &msg) == 0);
+  xt_detector_mode mode = *xt_mode_find("thesis");
+  mode.cols = mode.rows = quick() ? 96 : 256;
+  mode.pitch_u_mm = mode.pitch_v_mm = 400.0 / mode.cols;
+  const double angles[9] = {0, 30, 45, 60, 90, 120, 135, 150, 180};
+  for (int lg = 2; lg <= 4; lg++)
+    for (int i = 0; i < (quick() ? 1 : 9); i++) {
+      xt_pose pose = xt_pose_default(&mode);
+      pose.primary_deg = angles[i];
+      pose.secondary_deg = i == 4 ? 17 : 0;
+      xt_geometry g;
+      XT_REQUIRE(xt_geom_compute(&pose, &mode, &g, NULL) == 0);
+      char what[64];
+      snprintf(what, sizeof what, "head bricks 2^%d %g deg", lg, angles[i]);
+      XT_CHECK_MSG(render_bricks(m, lg, &g, what) == 0, "%s", what);
+    }
+  xt_model_free(m);
+}
+
 XT_TEST(errors) {
   xt_msg msg;
   xt_proj_options po = {XT_BACKEND_CUDA, 0, 99};
@@ -334,6 +468,6 @@ int main(int argc, char **argv) {
   static const xt_test_entry tests[] = {
       XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
           XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(thesis_head_labels)
-              XT_ENTRY(thesis_head_mu)};
+              XT_ENTRY(thesis_head_mu) XT_ENTRY(bricks_exact) XT_ENTRY(bricks_head)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

@@ -25,4 +25,12 @@ typedef struct xt_load_options {
  * starting with the path. HU helpers and the label bands: xt_hu.h; details: docs/loaders.md. */
 int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 
+/* Reads an ellipsoid phantom from JSON (format: docs/models.md, "Ellipsoid phantom files"):
+ *   {"name": "...", "ellipsoids": [{"center": [x,y,z], "semi_axes": [a,b,c], "phi_deg": 0,
+ *     "theta_deg": 0, "material": "bone", "mu": 0.05}, ...]}
+ * mm and 1/mm; "material" names an entry of mt (default soft_tissue) and gives the painted label;
+ * "mu" (additive, for dense voxelisation) defaults to that material's mu in mt. */
+struct xt_phantom;
+int xt_phantom_load_json(const char *path, const xt_material_table *mt, struct xt_phantom *out, xt_msg *msg);
+
 #endif /* XT_LOAD_H */

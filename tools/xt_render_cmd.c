@@ -36,6 +36,8 @@ typedef struct render_opts {
   int phantom_size;
   double phantom_spacing;
   const char *volume;
+  const char *ellipsoids;
+  int labels;
   int convert;
   double energy;
   int place;
@@ -64,6 +66,11 @@ static const xt_opt render_tab[] = {
     {"phantom-size", XT_OPT_INT, "N", "256", NULL, 2, 1024, NULL, OFF(phantom_size), "phantom voxels per side"},
     {"phantom-spacing", XT_OPT_REAL, "MM", "1", NULL, 0.01, 20, NULL, OFF(phantom_spacing),
      "phantom voxel size in mm (the head is 138 x 184 x 180 mm)"},
+    {"ellipsoids", XT_OPT_STRING, "FILE", NULL, "none", 0, 0, NULL, OFF(ellipsoids),
+     "an ellipsoid phantom (JSON, see docs/models.md) instead of the head, voxelised on the "
+     "--phantom-size/--phantom-spacing grid"},
+    {"labels", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(labels),
+     "voxelise --ellipsoids as painted material labels instead of additive mu"},
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
      "render a volume file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
@@ -173,7 +180,26 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
   int rc = 0;
   xt_model *m = NULL;
   *out = NULL;
-  if (!o->volume) {
+  if (o->ellipsoids) {
+#ifdef XT_HAVE_LOADERS
+    int dim[3] = {o->phantom_size, o->phantom_size, o->phantom_size};
+    double sp[3] = {o->phantom_spacing, o->phantom_spacing, o->phantom_spacing};
+    int type = o->labels ? XT_VOXEL_U8 : XT_VOXEL_F32;
+    xt_material_table mt;
+    xt_phantom ph;
+    xt_volume *v = NULL;
+    if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg)) ||
+        (rc = xt_phantom_load_json(o->ellipsoids, &mt, &ph, msg)) ||
+        (rc = xt_phantom_voxelize(&ph, dim, sp, type, &mt, &v, msg)))
+      return rc;
+    if ((rc = xt_model_from_volume(v, ph.name, &m, msg))) {
+      xt_volume_free(v);
+      return rc;
+    }
+#else
+    return xt_fail(msg, XT_EUNSUPPORTED, "phantom files not built into this xtwin (no models/xt_load*.c at configure time)");
+#endif
+  } else if (!o->volume) {
     int dim[3] = {o->phantom_size, o->phantom_size, o->phantom_size};
     rc = xt_phantom_head_model(dim, o->phantom_spacing, o->phantom == 1 ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, msg);
     if (rc) return rc;
@@ -234,6 +260,9 @@ int xt_cmd_render(int argc, char **argv) {
     return XT_EXIT_OK;
   }
   if (o.volume && is_seen(seen, "phantom")) return say(XT_EXIT_USAGE, "--phantom and --volume exclude each other");
+  if (o.ellipsoids && (o.volume || is_seen(seen, "phantom")))
+    return say(XT_EXIT_USAGE, "--ellipsoids and --%s exclude each other", o.volume ? "volume" : "phantom");
+  if (o.labels && !o.ellipsoids) return say(XT_EXIT_USAGE, "--labels: applies to --ellipsoids only");
   if (o.volume && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
     return say(XT_EXIT_USAGE, "--%s: applies to the phantom only, not to --volume",
                is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
@@ -286,14 +315,15 @@ int xt_cmd_render(int argc, char **argv) {
     code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
-  if (o.volume) {
+  if (o.volume || o.ellipsoids) {
+    const char *opt = o.volume ? "volume" : "ellipsoids", *path = o.volume ? o.volume : o.ellipsoids;
     struct stat st;
-    if (stat(o.volume, &st) != 0) {
-      code = say(XT_EXIT_RUNTIME, "--volume: \"%s\": %s", o.volume, strerror(errno));
+    if (stat(path, &st) != 0) {
+      code = say(XT_EXIT_RUNTIME, "--%s: \"%s\": %s", opt, path, strerror(errno));
       goto done;
     }
     if (S_ISDIR(st.st_mode)) {
-      code = say(XT_EXIT_RUNTIME, "--volume: \"%s\": is a directory", o.volume);
+      code = say(XT_EXIT_RUNTIME, "--%s: \"%s\": is a directory", opt, path);
       goto done;
     }
   }

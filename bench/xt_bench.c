@@ -23,7 +23,7 @@
 
 /* Instructions (thread-level) per voxel step of the march, from ncu's sass_thread_inst_executed
  * over the kernel's own step count (docs/BENCHMARKS.md); --inst-per-step overrides. */
-#define XT_BENCH_INST_PER_STEP 28.7
+#define XT_BENCH_INST_PER_STEP 35.1
 
 typedef struct bench_ctx {
   int frames, warmup, quick;
@@ -79,10 +79,6 @@ static int time_poses(bench_ctx *b, xt_cuda_proj *p, const xt_geometry *g, int n
   float *ms = malloc(sizeof(float) * (size_t)b->frames);
   if (!ms) return xt_fail(msg, XT_ENOMEM, "bench: out of memory");
   double sum = 0, lo = 1e30, hi = 0, bsum = 0;
-  int lg = 0;
-  double uni = 0;
-  if (xt_cuda_model_bricks(p, 0, &lg, &uni) == 0)
-    printf("  (model 0: bricks %s%d, %.1f%% of them uniform)\n", lg ? "2^" : "", lg, 100 * uni);
   printf("  %-28s %7s %9s %9s %9s %10s %8s\n", label, "angle", "med ms", "min ms", "fps", "Msteps", "bound%");
   for (int i = 0; i < n; i++) {
     int rc = xt_cuda_time_kernel(p, &g[i], 1, 1, b->warmup, b->frames, ms, msg);
@@ -150,12 +146,12 @@ static int scene_a(bench_ctx *b, xt_model *head_l, xt_model *head_f, xt_msg *msg
         add_summary(b, name, med, 1e3 / med, bd, tgt);
       }
   }
-  /* Bricks (opt-in, off by default): edges 8, 4, 16 for labels, 8 for float mu; linear, default table. */
-  static const int lgs[4] = {3, 2, 4, 3};
-  for (int j = 0; j < (b->variants ? 4 : 0); j++) {
-    xt_model *m = j < 3 ? head_l : head_f;
+  /* The default options without the content hull: what the hull clipping gains. */
+  for (int kind = 0; kind < 2; kind++) {
+    xt_model *m = kind == 0 ? head_l : head_f;
+    double vb = kind == 0 ? (double)xt_volume_voxels(m->volume) : 4.0 * xt_volume_voxels(m->volume);
     xt_cuda_options o = xt_cuda_default_options();
-    o.bricks = lgs[j];
+    o.hull = 0;
     xt_cuda_proj *p;
     if ((rc = xt_cuda_create(&o, &p, msg))) return rc;
     if ((rc = xt_cuda_add_model(p, m, msg))) {
@@ -163,9 +159,8 @@ static int scene_a(bench_ctx *b, xt_model *head_l, xt_model *head_f, xt_msg *msg
       return rc;
     }
     char label[64];
-    snprintf(label, sizeof label, "%s linear bricks %s%d", j < 3 ? "labels" : "float-mu", lgs[j] ? "2^" : "",
-             lgs[j]);
-    double med, ratio, bd, vb = (j < 3 ? 1.0 : 4.0) * xt_volume_voxels(m->volume);
+    snprintf(label, sizeof label, "%s default, no hull", kind == 0 ? "labels" : "float-mu");
+    double med, ratio, bd;
     rc = time_poses(b, p, g, 9, label, vb, &med, &ratio, &bd, msg);
     xt_cuda_destroy(p);
     if (rc) return rc;

@@ -44,17 +44,16 @@ typedef struct dev_model {
   const unsigned char *u8;
   cudaTextureObject_t tex;
   int lut; /* table index, labels only */
-  /* Bricks (exact skipping of uniform regions): 2^bshift voxels a side, nb[] per axis; one word
-   * per brick: the value every voxel of the brick holds (the label, or the float's bits), or
-   * XT_BRICK_MIXED. NULL: no bricks, the plain march. */
-  const unsigned *bricks;
-  int bshift;
-  int nb[2];
+  /* The content hull: a 26-DOP (XT_HULL_DIRS slabs in cell space) enclosing every voxel whose
+   * value differs from the background value (the value of voxel (0,0,0), when the eight corner
+   * voxels share it). Outside it a ray meets background voxels only, whose integral is exactly
+   * mu_bg times the length, so the march is clipped to the hull. hull: 0 none, 1 slabs valid,
+   * 2 the volume is all background. */
+  int hull;
+  float mu_bg;
+  int mu_bg_label; /* labels: the background label (host side, to look mu_bg up) */
+  float hlo[XT_HULL_DIRS], hhi[XT_HULL_DIRS];
 } dev_model;
-
-/* A brick whose voxels differ. A uniform brick whose value has these bits is stored as mixed,
- * which is always exact (it is marched voxel by voxel). */
-#define XT_BRICK_MIXED 0xFFFFFFFFu
 
 /* Per frame and model: the world->cell map's linear part and the source in cell space (double,
  * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does). */
@@ -79,7 +78,14 @@ typedef struct dev_scene {
   float *out;              /* frames * rows * cols */
 } dev_scene;
 
+/* The 26-DOP's directions (cell space, integer components; both signs of each are one slab). */
+#define XT_HULL_DIR_LIST                                                                              \
+  {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 1, 0}, {1, -1, 0}, {1, 0, 1}, {1, 0, -1}, {0, 1, 1}, {0, 1, -1}, \
+   {1, 1, 1}, {1, 1, -1}, {1, -1, 1}, {-1, 1, 1}}
+
 __constant__ float c_lut[XT_CUDA_MAX_MODELS * 256];
+/* The content hull's slab directions (XT_HULL_DIR_LIST), read uniformly by every thread. */
+__constant__ signed char c_hull_dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Ray set-up in double, operation for operation as proj_cpu.c                                */
@@ -99,11 +105,61 @@ typedef struct ray_start {
   int total;       /* sum of nplanes */
 } ray_start;
 
-/* Clips and prepares the cell-space ray o + s q (s in [0, len]); 0 on a miss. */
-static __device__ __forceinline__ int ray_setup(const int n[3], const double o[3], const double q[3], double len,
-                                                ray_start *rs) {
+/* The part [*h0, *h1] of the ray o + s w (world direction w, cell map m) inside the content hull,
+ * conservatively: in float, each slab widened by XT_HULL_MARGIN cells per unit of |n|_1, far
+ * above the float rounding of n.o (|o| < 1e4 cells), of n.q and of the slab parameters, so no
+ * non-background voxel is ever clipped away; the extra margin is background, which the march
+ * integrates exactly anyway. Returns 0 when the ray misses the hull. Computed before the FP64
+ * set-up so that its temporaries are dead by then (registers). */
+static __device__ __forceinline__ int hull_clip(const dev_model &md, const dev_frame_model *fm, const double w[3],
+                                                float *h0, float *h1) {
+  const float wf[3] = {(float)w[0], (float)w[1], (float)w[2]};
+  float of[3], qf[3];
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    of[k] = (float)fm->o[k];
+    qf[k] = (float)fm->m[k][0] * wf[0] + (float)fm->m[k][1] * wf[1] + (float)fm->m[k][2] * wf[2];
+  }
+  float c0 = *h0, c1 = *h1;
+  bool miss = false;
+  /* A rolled loop: unrolled, the compiler hoists all 26 slab bounds into registers and spills. */
+#pragma unroll 1
+  for (int j = 0; j < XT_HULL_DIRS; j++) {
+    const float nx = (float)c_hull_dirs[j][0], ny = (float)c_hull_dirs[j][1], nz = (float)c_hull_dirs[j][2];
+    const float margin = XT_HULL_MARGIN * (fabsf(nx) + fabsf(ny) + fabsf(nz));
+    const float a = nx * of[0] + ny * of[1] + nz * of[2], b = nx * qf[0] + ny * qf[1] + nz * qf[2];
+    const float lo = md.hlo[j] - margin - a, hi = md.hhi[j] + margin - a;
+    /* approximate reciprocal: the margin covers its error; b = 0 is a slab the ray runs along */
+    const float ib = __fdividef(1.f, b), t0 = lo * ib, t1 = hi * ib;
+    const bool along = b == 0.f;
+    miss |= along && (lo > 0.f || hi < 0.f);
+    c0 = along ? c0 : fmaxf(c0, fminf(t0, t1));
+    c1 = along ? c1 : fminf(c1, fmaxf(t0, t1));
+  }
+  *h0 = c0;
+  *h1 = c1;
+  return !miss && c1 > c0;
+}
+
+/* Clips and prepares the cell-space ray o + s q (s in [0, len]); 0 when nothing is to be marched.
+ * With a hull, only [h0, h1] (hull_clip; empty when h0 > h1) is marched and *bg_len is the length
+ * (mm) of the ray inside the box but outside it: background. */
+static __device__ __forceinline__ int ray_setup(const dev_model &md, const double o[3], const double q[3], double len,
+                                                bool hull, float h0, float h1, ray_start *rs, double *bg_len) {
+  const int n[3] = {md.n[0], md.n[1], md.n[2]};
   double s0, s1;
+  *bg_len = 0.0;
   if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) return 0;
+  if (hull) {
+    const double c0 = fmax(s0, (double)h0), c1 = fmin(s1, (double)h1);
+    if (!(c1 > c0)) {
+      *bg_len = s1 - s0;
+      return 0;
+    }
+    *bg_len = (c0 - s0) + (s1 - c1);
+    s0 = c0;
+    s1 = c1;
+  }
   rs->total = 0;
 #pragma unroll
   for (int a = 0; a < 3; a++) {
@@ -122,6 +178,12 @@ static __device__ __forceinline__ int ray_setup(const int n[3], const double o[3
       int last = (int)ceil(e) - 1;
       if (last > n[a] - 1) last = n[a] - 1;
       np = last - i;
+      /* The reference crosses plane i+k iff its parameter, computed as below, is < s1. e is only an
+       * estimate: for a ray nearly in a plane (q ~ 1e-17 after the world->cell map of a 90 deg
+       * pose) one ulp of e is hundreds of mm of s, so settle the count on the reference's values.
+       * The estimate is off by at most one plane (e is within rounding of the true exit). */
+      if (np > 0 && dm(da((double)(i + np), -o[a]), inv) >= s1) np--;
+      else if (i + np < n[a] - 1 && dm(da((double)(i + np + 1), -o[a]), inv) < s1) np++;
       rs->step[a] = 1;
     } else if (q[a] < 0) {
       double inv = 1.0 / q[a];
@@ -130,6 +192,8 @@ static __device__ __forceinline__ int ray_setup(const int n[3], const double o[3
       int last = (int)floor(e);
       if (last < 0) last = 0;
       np = i - last;
+      if (np > 0 && dm(da((double)(i - np + 1), -o[a]), inv) >= s1) np--;
+      else if (i - np > 0 && dm(da((double)(i - np), -o[a]), inv) < s1) np++;
       rs->step[a] = -1;
     } else {
       snext = INFINITY;
@@ -179,16 +243,6 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_LINEAR, LUT, LABELS> {
     return __ldg(f32 + lin);
   }
   __device__ __forceinline__ void step(bool bx, bool by) { lin += bx ? sx : (by ? sy : sz); }
-  int nx, nxy;
-  __device__ __forceinline__ void init_dims(const dev_model &m) {
-    nx = m.n[0];
-    nxy = m.n[0] * m.n[1];
-  }
-  __device__ __forceinline__ void set(int i, int j, int k) { lin = i + nx * j + nxy * k; }
-  __device__ __forceinline__ float brick_mu(unsigned bv) const {
-    if (LABELS) return lut_get<LUT>(slut, base, bv);
-    return __uint_as_float(bv);
-  }
 };
 
 template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> {
@@ -216,16 +270,6 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> 
     y += by ? sy : 0.f;
     z += (!bx && !by) ? sz : 0.f;
   }
-  __device__ __forceinline__ void init_dims(const dev_model &) {}
-  __device__ __forceinline__ void set(int i, int j, int k) {
-    x = (float)i + 0.5f;
-    y = (float)j + 0.5f;
-    z = (float)k + 0.5f;
-  }
-  __device__ __forceinline__ float brick_mu(unsigned bv) const {
-    if (LABELS) return lut_get<LUT>(slut, base, bv);
-    return __uint_as_float(bv);
-  }
 };
 
 /* Sum of mu * length over the ray's voxels. Per step: pick the nearest crossing (ties to x, then
@@ -236,13 +280,12 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> 
  * with another axis's last plane when both lie within rounding of the exit - a segment of
  * ~1e-5 mm, and a fetch at most one voxel outside the box, which the one-slice guard band of
  * the linear allocation (and the texture's clamp mode) keeps in bounds. Registers only. */
-/* n voxel steps from the state (planes crossed kx, ky, kz; position t; sum acc). Per step: the
- * nearest crossing (ties to x, then y, as the reference), its segment, one voxel on. */
-template <class V>
-static __device__ __forceinline__ void fine_steps(V &v, int n, float kx, float ky, float kz, const float t0[3],
-                                                  const float dt[3], float tx, float ty, float tz, float &t,
-                                                  float &acc) {
-  for (int s = 0; s < n; s++) {
+template <class V> static __device__ __forceinline__ float march(V &v, const ray_start &r) {
+  const float dtx = r.dt[0], dty = r.dt[1], dtz = r.dt[2];
+  const float t0x = r.tn0[0], t0y = r.tn0[1], t0z = r.tn0[2];
+  float tx = t0x, ty = t0y, tz = t0z;
+  float kx = 0.f, ky = 0.f, kz = 0.f, t = 0.f, acc = 0.f;
+  for (int s = 0; s < r.total; s++) {
     const float mu = v.mu();
     const bool bx = (tx <= ty) && (tx <= tz);
     const bool by = !bx && (ty <= tz);
@@ -253,100 +296,11 @@ static __device__ __forceinline__ void fine_steps(V &v, int n, float kx, float k
     if (bx) kx += 1.f;
     else if (by) ky += 1.f;
     else kz += 1.f;
-    tx = fmaf(kx, dt[0], t0[0]);
-    ty = fmaf(ky, dt[1], t0[1]);
-    tz = fmaf(kz, dt[2], t0[2]);
+    tx = fmaf(kx, dtx, t0x);
+    ty = fmaf(ky, dty, t0y);
+    tz = fmaf(kz, dtz, t0z);
   }
-}
-
-template <class V> static __device__ __forceinline__ float march(V &v, const ray_start &r) {
-  float t = 0.f, acc = 0.f;
-  fine_steps(v, r.total, 0.f, 0.f, 0.f, r.tn0, r.dt, r.tn0[0], r.tn0[1], r.tn0[2], t, acc);
   return fmaf(r.tend - t, v.mu(), acc);
-}
-
-/* How many of the planes k, k+1, ..., k+lim-1 of one axis the ray crosses before tB: the j with
- * fma(k + j, dt, t0) < tB, the very values the fine loop compares. An estimate from 1/dt, then
- * one correction either way against those values (the estimate, tB - t0 over dt with the fast
- * division, is within one plane: its error is
- * ~1e-4 of a plane). tB = inf gives lim. */
-static __device__ __forceinline__ float planes_below(float k, float lim, float dt, float t0, float tB) {
-  float e = ceilf(__fdividef(tB - t0, dt) - k);
-  e = fminf(fmaxf(e, 0.f), lim);
-  if (e > 0.f && fmaf(k + e - 1.f, dt, t0) >= tB) e -= 1.f;
-  else if (e < lim && fmaf(k + e, dt, t0) < tB) e += 1.f;
-  return e;
-}
-
-/* The march over bricks: exact skipping of uniform regions. The state is the voxel (ix, iy, iz)
- * and the planes crossed per axis (kx, ky, kz); each crossing is still fma(k, dt, t0) from the
- * entry, never accumulated. Per brick: the crossing of its exit plane on each axis (inf when the
- * ray leaves the volume before that plane: k + d >= nplanes), the exit tB = their minimum (ties x,
- * y, z), and per axis the number j of inner planes crossed before tB (planes_below). A uniform
- * brick adds mu * (tB - t) in one step - exact, since every voxel it passes holds mu. A mixed
- * brick runs exactly jx + jy + jz voxel steps: those are the crossings < tB, which the fine loop
- * takes in order because it compares the same values. Then the exit plane is crossed and the
- * next brick starts. The brick with no exit plane is the last: its j are all the remaining
- * planes, and it ends at tend. Each axis crosses at most its nplanes, so (ix, iy, iz) never leave
- * the volume; only the fine loop of a mixed brick can, within rounding of the exit, step one
- * voxel out (the guard band). COUNT returns the steps taken (bricks + voxel steps). */
-template <bool COUNT, class V>
-static __device__ __forceinline__ float march_bricks(V &v, const ray_start &r, const dev_model &md) {
-  const float npx = r.nplanes[0], npy = r.nplanes[1], npz = r.nplanes[2];
-  const int S = md.bshift, M = (1 << S) - 1;
-  const int sx = r.step[0], sy = r.step[1], sz = r.step[2];
-  const unsigned *bricks = md.bricks;
-  const int nbx = md.nb[0], nby = md.nb[1];
-  int ix = r.i[0], iy = r.i[1], iz = r.i[2];
-  float kx = 0.f, ky = 0.f, kz = 0.f, t = 0.f, acc = 0.f;
-  v.init_dims(md);
-  for (;;) {
-    const int dx = sx > 0 ? M - (ix & M) : (ix & M);
-    const int dy = sy > 0 ? M - (iy & M) : (iy & M);
-    const int dz = sz > 0 ? M - (iz & M) : (iz & M);
-    const float kdx = kx + (float)dx, kdy = ky + (float)dy, kdz = kz + (float)dz;
-    const float tbx = kdx < npx ? fmaf(kdx, r.dt[0], r.tn0[0]) : INFINITY;
-    const float tby = kdy < npy ? fmaf(kdy, r.dt[1], r.tn0[1]) : INFINITY;
-    const float tbz = kdz < npz ? fmaf(kdz, r.dt[2], r.tn0[2]) : INFINITY;
-    const float tB = fminf(tbx, fminf(tby, tbz));
-    const float jx = planes_below(kx, fminf((float)dx, npx - kx), r.dt[0], r.tn0[0], tB);
-    const float jy = planes_below(ky, fminf((float)dy, npy - ky), r.dt[1], r.tn0[1], tB);
-    const float jz = planes_below(kz, fminf((float)dz, npz - kz), r.dt[2], r.tn0[2], tB);
-    const unsigned bv = __ldg(bricks + ((ix >> S) + nbx * ((iy >> S) + nby * (iz >> S))));
-    const bool last = !(tB < INFINITY);
-    float mu, tl = t;
-    const int n = bv == XT_BRICK_MIXED ? (int)(jx + jy + jz) : 0;
-    if (bv == XT_BRICK_MIXED) {
-      v.set(ix, iy, iz);
-      fine_steps(v, n, kx, ky, kz, r.tn0, r.dt, kx < npx ? fmaf(kx, r.dt[0], r.tn0[0]) : INFINITY,
-                 ky < npy ? fmaf(ky, r.dt[1], r.tn0[1]) : INFINITY, kz < npz ? fmaf(kz, r.dt[2], r.tn0[2]) : INFINITY,
-                 tl, acc);
-      mu = v.mu();
-    } else {
-      mu = v.brick_mu(bv);
-    }
-    if (COUNT) acc = t + (float)(n + 1); /* t doubles as the step counter here */
-    else acc = fmaf((last ? r.tend : tB) - tl, mu, acc);
-    if (last) break;
-    kx += jx;
-    ky += jy;
-    kz += jz;
-    ix += sx * (int)jx;
-    iy += sy * (int)jy;
-    iz += sz * (int)jz;
-    if (tbx == tB) {
-      kx += 1.f;
-      ix += sx;
-    } else if (tby == tB) {
-      ky += 1.f;
-      iy += sy;
-    } else {
-      kz += 1.f;
-      iz += sz;
-    }
-    t = COUNT ? acc : tB;
-  }
-  return acc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -357,8 +311,8 @@ static __device__ __forceinline__ float march_bricks(V &v, const ray_start &r, c
  * WARP_W x WARP_H sub-tile; blockIdx.z is the frame. In: sc.frames[z] (pose), the resident
  * models and tables. Out: sc.out[z][row][col], every pixel written (0 where no model is hit).
  * COUNT writes the number of voxels visited instead of the line integral. */
-template <int VOX, int LUT, bool COUNT, bool BRICKS>
-__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, BRICKS ? XT_CUDA_MIN_BLOCKS_BRICKS : XT_CUDA_MIN_BLOCKS)
+template <int VOX, int LUT, bool COUNT, bool HULL>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
     k_render(const __grid_constant__ dev_scene sc) {
   __shared__ float s_lut[LUT == XT_CUDA_LUT_SHARED ? XT_CUDA_MAX_MODELS * 256 : 1];
   if (LUT == XT_CUDA_LUT_SHARED) {
@@ -377,8 +331,9 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, BRICKS ? XT_CUDA_MIN_BL
   for (int mi = 0; mi < sc.nmodels; mi++) {
     const dev_frame_model *fm = &f->fm[mi];
     if (!fm->ok) continue;
+    const dev_model &md = sc.model[mi];
     /* World ray: xt_geom_pixel_pos, then d / |d| as in proj_cpu.c's frame_worker. Recomputed per
-     * model (a few FP64 operations) so that no double stays live across the march. */
+     * model (a few FP64 operations) so that no double stays live across a march (registers). */
     const double a = dm((double)col, f->pu), b = dm((double)row, f->pv);
     const double dx = da(da(f->det0[0], da(dm(f->u[0], a), dm(f->v[0], b))), -f->src[0]);
     const double dy = da(da(f->det0[1], da(dm(f->u[1], a), dm(f->v[1], b))), -f->src[1]);
@@ -386,27 +341,33 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, BRICKS ? XT_CUDA_MIN_BL
     const double len = __dsqrt_rn(da(da(dm(dx, dx), dm(dy, dy)), dm(dz, dz)));
     const double il = __ddiv_rn(1.0, len);
     const double w[3] = {dm(dx, il), dm(dy, il), dm(dz, il)};
-    const dev_model &md = sc.model[mi];
+    /* [h0, h1]: the part of the ray to march; empty (h0 > h1) when it misses the content hull. */
+    float h0 = 0.f, h1 = (float)len;
+    if (HULL && md.hull && (md.hull == 2 || !hull_clip(md, fm, w, &h0, &h1))) {
+      h0 = INFINITY;
+      h1 = -INFINITY;
+    }
     double q[3], o[3];
 #pragma unroll
     for (int k = 0; k < 3; k++) {
       q[k] = da(da(dm(fm->m[k][0], w[0]), dm(fm->m[k][1], w[1])), dm(fm->m[k][2], w[2]));
       o[k] = fm->o[k];
     }
-    const int n[3] = {md.n[0], md.n[1], md.n[2]};
     ray_start rs;
-    if (!ray_setup(n, o, q, len, &rs)) continue;
-    const bool br = BRICKS && md.bricks;
-    if (COUNT && !br) {
+    double bg_len;
+    const int hit = ray_setup(md, o, q, len, HULL && md.hull, h0, h1, &rs, &bg_len);
+    if (!COUNT) total = fmaf((float)bg_len, md.mu_bg, total);
+    if (!hit) continue;
+    if (COUNT) {
       total += (float)(rs.total + 1);
     } else if (md.labels) {
       voxels<VOX, LUT, true> v;
       v.init(md, s_lut, rs);
-      total += br ? march_bricks<COUNT>(v, rs, md) : march(v, rs);
+      total += march(v, rs);
     } else {
       voxels<VOX, LUT, false> v;
       v.init(md, s_lut, rs);
-      total += br ? march_bricks<COUNT>(v, rs, md) : march(v, rs);
+      total += march(v, rs);
     }
   }
   sc.out[(size_t)blockIdx.z * sc.rows * sc.cols + (size_t)row * sc.cols + col] = total;
@@ -422,8 +383,6 @@ struct xt_cuda_proj {
   const xt_model *models[XT_CUDA_MAX_MODELS];
   dev_model dm[XT_CUDA_MAX_MODELS];
   void *d_vox[XT_CUDA_MAX_MODELS];
-  unsigned *d_bricks[XT_CUDA_MAX_MODELS];
-  double uniform[XT_CUDA_MAX_MODELS];
   cudaArray_t arr[XT_CUDA_MAX_MODELS];
   float h_luts[XT_CUDA_MAX_MODELS * 256];
   float *d_luts;
@@ -457,7 +416,7 @@ extern "C" xt_cuda_options xt_cuda_default_options(void) {
   o.device = 0;
   o.voxels = XT_CUDA_VOX_LINEAR;
   o.lut = XT_CUDA_LUT_AUTO;
-  o.bricks = 0; /* measured slower on the bench head (docs/BENCHMARKS.md v4): opt-in */
+  o.hull = 1;
   return o;
 }
 
@@ -544,7 +503,6 @@ extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
     if (p->dm[i].tex) cudaDestroyTextureObject(p->dm[i].tex);
     if (p->arr[i]) cudaFreeArray(p->arr[i]);
     cudaFree(p->d_vox[i]);
-    cudaFree(p->d_bricks[i]);
   }
   cudaFree(p->d_luts);
   for (int i = 0; i < 2; i++) {
@@ -570,8 +528,6 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown voxel storage %d", opt->voxels);
   if (opt->lut != XT_CUDA_LUT_SHARED && opt->lut != XT_CUDA_LUT_CONST && opt->lut != XT_CUDA_LUT_AUTO)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown table placement %d", opt->lut);
-  if (opt->bricks < -1 || opt->bricks > 5)
-    return xt_fail(msg, XT_EINVAL, "backend cuda: brick edge 2^%d out of range (0 off, 1..5, -1 auto)", opt->bricks);
   xt_cuda_proj *p = (xt_cuda_proj *)calloc(1, sizeof *p);
   if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
   p->opt = *opt;
@@ -608,42 +564,67 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   return 0;
 }
 
-/* The brick grid of a volume: per brick of 2^S voxels a side (the last ones cut by the volume's
- * edge), the value all its voxels hold (label, or float bits) or XT_BRICK_MIXED. *uniform: the
- * fraction of uniform bricks. NULL when out of memory. */
-static unsigned *build_bricks(const xt_volume *v, int labels, int S, int nb[3], double *uniform) {
+/* The content hull of a volume (see dev_model): the background is voxel (0,0,0)'s value when the
+ * eight corner voxels share it (else no hull). For each row (y, z) only its first and last
+ * non-background voxels matter: n.x over a row is extreme at one of its ends. Voxel (x, y, z)
+ * fills [x, x+1) x [y, y+1) x [z, z+1) in cell space, so its cube adds min(n, 0) / max(n, 0) per
+ * axis to n.(x, y, z). One pass over the voxels at add_model. */
+static void build_hull(const xt_volume *v, int labels, dev_model *d) {
   const int nx = v->dim[0], ny = v->dim[1], nz = v->dim[2];
-  for (int a = 0; a < 3; a++) nb[a] = (v->dim[a] + (1 << S) - 1) >> S;
-  const size_t n = (size_t)nb[0] * nb[1] * nb[2];
-  unsigned *b = (unsigned *)malloc(sizeof(unsigned) * n);
-  unsigned char *seen = (unsigned char *)calloc(n, 1);
-  if (!b || !seen) {
-    free(b);
-    free(seen);
-    return NULL;
-  }
+  const int dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
   const unsigned char *u8 = (const unsigned char *)v->data;
-  const unsigned *u32 = (const unsigned *)v->data;
+  const uint32_t *u32 = (const uint32_t *)v->data;
+#define XT_VAL(i) (labels ? (uint32_t)u8[i] : u32[i])
+  const size_t corner[8] = {0,
+                            (size_t)nx - 1,
+                            (size_t)nx * (ny - 1),
+                            (size_t)nx * ny - 1,
+                            (size_t)nx * ny * (nz - 1),
+                            (size_t)nx * ny * (nz - 1) + nx - 1,
+                            (size_t)nx * ny * nz - nx,
+                            (size_t)nx * ny * nz - 1};
+  const uint32_t bg = XT_VAL(0);
+  d->hull = 0;
+  for (int c = 1; c < 8; c++)
+    if (XT_VAL(corner[c]) != bg) return;
+  double lo[XT_HULL_DIRS], hi[XT_HULL_DIRS];
+  for (int j = 0; j < XT_HULL_DIRS; j++) {
+    lo[j] = INFINITY;
+    hi[j] = -INFINITY;
+  }
+  int any = 0;
   for (int z = 0; z < nz; z++)
     for (int y = 0; y < ny; y++) {
       const size_t row = (size_t)nx * (y + (size_t)ny * z);
-      const size_t brow = (size_t)nb[0] * ((y >> S) + (size_t)nb[1] * (z >> S));
-      for (int x = 0; x < nx; x++) {
-        const unsigned val = labels ? u8[row + x] : u32[row + x];
-        const size_t bi = brow + (x >> S);
-        if (!seen[bi]) {
-          seen[bi] = 1;
-          b[bi] = val;
-        } else if (b[bi] != val) {
-          b[bi] = XT_BRICK_MIXED;
-        }
+      int x0 = 0, x1 = nx - 1;
+      while (x0 < nx && XT_VAL(row + x0) == bg) x0++;
+      if (x0 == nx) continue;
+      while (XT_VAL(row + x1) == bg) x1--;
+      any = 1;
+      for (int j = 0; j < XT_HULL_DIRS; j++) {
+        const double yz = (double)dirs[j][1] * y + (double)dirs[j][2] * z;
+        const double a = dirs[j][0] * (double)x0 + yz, b = dirs[j][0] * (double)x1 + yz;
+        lo[j] = fmin(lo[j], fmin(a, b));
+        hi[j] = fmax(hi[j], fmax(a, b));
       }
     }
-  size_t u = 0;
-  for (size_t i = 0; i < n; i++) u += b[i] != XT_BRICK_MIXED;
-  *uniform = n ? (double)u / n : 0.0;
-  free(seen);
-  return b;
+#undef XT_VAL
+  if (labels) d->mu_bg_label = (int)bg;
+  else memcpy(&d->mu_bg, &bg, sizeof d->mu_bg);
+  if (!any) {
+    d->hull = 2;
+    return;
+  }
+  for (int j = 0; j < XT_HULL_DIRS; j++) {
+    double cmin = 0, cmax = 0;
+    for (int a = 0; a < 3; a++) {
+      if (dirs[j][a] < 0) cmin += dirs[j][a];
+      else cmax += dirs[j][a];
+    }
+    d->hlo[j] = (float)(lo[j] + cmin);
+    d->hhi[j] = (float)(hi[j] + cmax);
+  }
+  d->hull = 1;
 }
 
 extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
@@ -667,9 +648,8 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
   d->labels = labels;
   const size_t elem = labels ? 1 : sizeof(float);
   if (p->opt.voxels == XT_CUDA_VOX_LINEAR) {
-    /* A guard band of one slice + one row + one voxel on each side: a step one voxel out of the
-     * box on every axis at once stays inside the allocation (see march(), march_bricks()). */
-    const size_t guard = (size_t)v->dim[0] * v->dim[1] + (size_t)v->dim[0] + 1;
+    /* A guard band of one slice + one voxel on each side: see march(). */
+    const size_t guard = (size_t)v->dim[0] * v->dim[1] + 1;
     CK(cudaMalloc(&p->d_vox[i], (nvox + 2 * guard) * elem));
     CK(cudaMemset(p->d_vox[i], 0, (nvox + 2 * guard) * elem));
     CK(cudaMemcpy((char *)p->d_vox[i] + guard * elem, v->data, nvox * elem, cudaMemcpyHostToDevice));
@@ -702,26 +682,9 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
     td.normalizedCoords = 0;
     CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
   }
-  if (p->opt.voxels == XT_CUDA_VOX_LINEAR && p->opt.bricks != 0) {
-    const int S = p->opt.bricks > 0 ? p->opt.bricks : XT_CUDA_BRICK_LOG2;
-    int nb[3];
-    unsigned *hb = build_bricks(v, labels, S, nb, &p->uniform[i]);
-    if (!hb) return xt_fail(msg, XT_ENOMEM, "cuda projector: model %s: out of memory for bricks", m->name);
-    if (p->opt.bricks > 0 || p->uniform[i] >= XT_CUDA_BRICK_MIN_UNIFORM) {
-      const size_t bytes = sizeof(unsigned) * nb[0] * nb[1] * nb[2];
-      cudaError_t e = cudaMalloc((void **)&p->d_bricks[i], bytes);
-      if (e == cudaSuccess) e = cudaMemcpy(p->d_bricks[i], hb, bytes, cudaMemcpyHostToDevice);
-      free(hb);
-      if (e != cudaSuccess) return xt_fail(msg, XT_EDEVICE, "cuda projector: bricks: %s", cudaGetErrorString(e));
-      d->bricks = p->d_bricks[i];
-      d->bshift = S;
-      d->nb[0] = nb[0];
-      d->nb[1] = nb[1];
-    } else {
-      free(hb);
-    }
-  }
+  if (p->opt.hull) build_hull(v, labels, d);
   if (labels) {
+    d->mu_bg = v->materials->mu[d->mu_bg_label];
     d->lut = p->nluts++;
     memcpy(&p->h_luts[d->lut * 256], v->materials->mu, 256 * sizeof(float));
     CK(cudaMemcpy(p->d_luts, p->h_luts, sizeof p->h_luts, cudaMemcpyHostToDevice));
@@ -729,13 +692,6 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
   }
   p->models[i] = m;
   p->nmodels++;
-  return 0;
-}
-
-extern "C" int xt_cuda_model_bricks(const xt_cuda_proj *p, int i, int *log2_edge, double *uniform) {
-  if (!p || i < 0 || i >= p->nmodels) return XT_EINVAL;
-  *log2_edge = p->dm[i].bricks ? p->dm[i].bshift : 0;
-  *uniform = p->uniform[i];
   return 0;
 }
 
@@ -788,25 +744,23 @@ static void fill_frame(const xt_cuda_proj *p, const xt_geometry *g, dev_frame *f
 
 typedef void (*kernel_fn)(const dev_scene);
 
-static kernel_fn pick_kernel(const xt_cuda_proj *p, int count) {
-  const int vox = p->opt.voxels, lut = p->opt.lut;
-  int br = 0;
-  for (int i = 0; i < p->nmodels; i++) br |= p->dm[i].bricks != NULL;
-  /* The brick kernel when any model has bricks (it marches brick-less models the plain way
-   * too); bricks are built for linear voxels only. */
-  if (br && vox == XT_CUDA_VOX_LINEAR) {
-    if (count) return k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, true, true>;
-    return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, false, true>
-                                     : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, true>;
-  }
+template <bool HULL> static kernel_fn pick_variant(int vox, int lut, int count) {
   if (count)
-    return vox == XT_CUDA_VOX_LINEAR ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, true, false>
-                                     : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_SHARED, true, false>;
+    return vox == XT_CUDA_VOX_LINEAR ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, true, HULL>
+                                     : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_SHARED, true, HULL>;
   if (vox == XT_CUDA_VOX_LINEAR)
-    return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, false, false>
-                                     : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, false>;
-  return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_SHARED, false, false>
-                                   : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, false>;
+    return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, false, HULL>
+                                     : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, HULL>;
+  return lut == XT_CUDA_LUT_SHARED ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_SHARED, false, HULL>
+                                   : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, HULL>;
+}
+
+/* The hull kernel only when a model has a hull (it costs a few instructions per ray). */
+static kernel_fn pick_kernel(const xt_cuda_proj *p, int count) {
+  int hull = 0;
+  for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
+  return hull ? pick_variant<true>(p->opt.voxels, p->opt.lut, count)
+              : pick_variant<false>(p->opt.voxels, p->opt.lut, count);
 }
 
 /* One launch: `nf` frames whose descriptors are at d_frames, output to d_out. Checked. */

@@ -10,15 +10,15 @@
 #define XT_CUDA_TILE_W 16
 #define XT_CUDA_TILE_H 16
 #define XT_CUDA_BLOCK_THREADS (XT_CUDA_TILE_W * XT_CUDA_TILE_H)
-/* Blocks per SM asked of the compiler (__launch_bounds__): caps registers at 65536/(256*5) = 51
- * (48 used, 40 warps per SM); 6 spills (docs/BENCHMARKS.md). */
-#define XT_CUDA_MIN_BLOCKS 5
-/* The brick kernel (exact skipping of uniform regions) carries more state: 4 blocks, 64 regs. */
-#define XT_CUDA_MIN_BLOCKS_BRICKS 4
-/* Bricks: edge 2^XT_CUDA_BRICK_LOG2 voxels by default; used when at least this fraction of a
- * model's bricks is uniform (else the plain march, which has no per-brick cost). */
-#define XT_CUDA_BRICK_LOG2 3
-#define XT_CUDA_BRICK_MIN_UNIFORM 0.2
+/* Blocks per SM asked of the compiler (__launch_bounds__): caps registers at 65536/(256*4) = 64
+ * (32 warps per SM). The exact plane counts and the content hull need more than the 51 that 5
+ * blocks allow: at 5 the set-up spills 24-48 bytes (docs/BENCHMARKS.md). */
+#define XT_CUDA_MIN_BLOCKS 4
+
+/* The content hull: slabs of a 26-DOP, and their conservative widening (cells per unit of the
+ * direction's 1-norm) when rays are clipped against them in float. */
+#define XT_HULL_DIRS 13
+#define XT_HULL_MARGIN 0.05f
 
 /* Models one projector renders in one launch; each frame carries one world->cell map per model. */
 #define XT_CUDA_MAX_MODELS 8

@@ -24,10 +24,7 @@ typedef struct xt_cuda_options {
   int device; /* ordinal */
   int voxels; /* XT_CUDA_VOX_* */
   int lut;    /* XT_CUDA_LUT_*; CONST fails with XT_EBUSY when another projector holds it */
-  /* Exact skipping of uniform regions (linear voxels only): log2 of the brick edge, 1..5; 0 off;
-   * -1 XT_CUDA_BRICK_LOG2 where at least XT_CUDA_BRICK_MIN_UNIFORM of a model's bricks are
-   * uniform, else off. Default 0: exact but slower on the bench head (docs/BENCHMARKS.md). */
-  int bricks;
+  int hull;   /* 1: clip rays to each model's content hull (exact; see proj_cuda.cu); 0: off */
 } xt_cuda_options;
 
 /* The defaults: what measured fastest (docs/BENCHMARKS.md). */
@@ -67,9 +64,6 @@ void xt_cuda_destroy(xt_cuda_proj *p);
  * untimed launches). */
 int xt_cuda_time_kernel(xt_cuda_proj *p, const xt_geometry *g, int n, int per_launch, int warmup, int reps,
                         float *ms, xt_msg *msg);
-/* The bricks model `i` got at add_model: *log2_edge (0: none) and the fraction of uniform bricks
- * (measured even when they were not kept). */
-int xt_cuda_model_bricks(const xt_cuda_proj *p, int i, int *log2_edge, double *uniform);
 /* Steps (voxels visited) summed over the frame's rays, counted by the kernel itself. */
 int xt_cuda_count_steps(xt_cuda_proj *p, const xt_geometry *g, double *steps, double *rays_hit, xt_msg *msg);
 /* Streams `frames` frames (poses cycling through g[0..n)) into a ring of pinned host buffers,

@@ -3,8 +3,8 @@
  * Random volumes (dense and labels, anisotropic spacing, oblique placement) under random poses;
  * every kernel variant (linear / texture voxels, shared / constant table); rays lying exactly on
  * voxel planes; the batch entry point against single renders; the thesis-scene head at the nine
- * angles of the benchmark on all pixels; bricks (exact skipping of uniform regions) of every edge on
- * piecewise-constant volumes, with rays on brick faces and bricks differing by one voxel. Each check poisons the output with NaN first, so an
+ * angles of the benchmark on all pixels; piecewise-constant volumes with rays lying exactly on
+ * voxel planes across which mu changes. Each check poisons the output with NaN first, so an
  * unwritten pixel fails. Pass: relative L2 < 1e-5 and max |gpu - ref| <= 1e-4 of the frame's max.
  *
  * Labelled `gpu`: CI (no GPU) excludes it; without a device it prints SKIP and passes.
@@ -300,11 +300,10 @@ XT_TEST(thesis_head_labels) { thesis_head(XT_VOXEL_U8); }
 XT_TEST(thesis_head_mu) { thesis_head(XT_VOXEL_F32); }
 
 
-/* A piecewise-constant volume, the case the bricks are for: a background of nonzero mu (air is
- * integrated, not skipped), random boxes of other values, some of them brick-aligned, and lone
- * voxels that make a brick differ from its uniform neighbours by one voxel. Dims 20..60 (edge
- * bricks cut by the volume), anisotropic spacing; `aligned` keeps the volume axis-aligned and
- * centred so that rays of an odd detector at 0/90 deg lie exactly on voxel (and brick) planes. */
+/* A piecewise-constant volume: a background of nonzero mu, random boxes of other values (some
+ * with edges at multiples of 4) and lone voxels. Dims 20..60 (edge
+ * edges cut by the volume), anisotropic spacing; `aligned` keeps the volume axis-aligned and
+ * centred so that rays of an odd detector at 0/90 deg lie exactly on voxel planes. */
 static xt_model *blocky_model(int labels, int aligned) {
   int n[3];
   double sp[3];
@@ -324,7 +323,7 @@ static xt_model *blocky_model(int labels, int aligned) {
     for (int a = 0; a < 3; a++) {
       lo[a] = rand() % n[a];
       hi[a] = lo[a] + 1 + rand() % (n[a] - lo[a]);
-      if (b < 2) { /* brick-aligned boxes (edges at multiples of 4) */
+      if (b < 2) { /* boxes with edges at multiples of 4 */
         lo[a] &= ~3;
         hi[a] = (hi[a] + 3) & ~3;
         if (hi[a] > n[a]) hi[a] = n[a];
@@ -358,17 +357,13 @@ static xt_model *blocky_model(int labels, int aligned) {
   return m;
 }
 
-/* Renders m with bricks of edge 2^lg (0: none) and compares with the reference. */
-static int render_bricks(const xt_model *m, int lg, const xt_geometry *g, const char *what) {
+/* Renders m with the default options and compares with the reference. */
+static int render_default(const xt_model *m, const xt_geometry *g, const char *what) {
   xt_cuda_options o = xt_cuda_default_options();
-  o.bricks = lg;
   xt_cuda_proj *p;
   xt_msg msg;
   if (xt_cuda_create(&o, &p, &msg)) return 1;
   int fail = xt_cuda_add_model(p, m, &msg) != 0;
-  int got = -1;
-  double uni = 0;
-  fail |= xt_cuda_model_bricks(p, 0, &got, &uni) != 0 || got != lg;
   float *out = poisoned((size_t)g->mode.cols * g->mode.rows);
   if (!out) fail = 1;
   if (!fail) fail |= xt_cuda_render(p, g, out, &msg) != 0;
@@ -379,10 +374,13 @@ static int render_bricks(const xt_model *m, int lg, const xt_geometry *g, const 
   return fail;
 }
 
-/* Bricks of every edge against the reference: random oblique poses and placements, and axis-
- * aligned rays lying exactly on brick faces (a centred 32^3 volume, odd detector, 0/90/180 deg,
- * secondary 0 and 45 deg: rays through brick edges and corners). */
-XT_TEST(bricks_exact) {
+/* Piecewise-constant volumes against the reference: random oblique poses and placements, and
+ * axis-aligned rays lying exactly on voxel planes of a volume that varies across those planes
+ * (a centred 32^3 volume, odd detector, 0/90/180 deg, secondary 0 and 45 deg). Such rays are
+ * ill-conditioned: the world->cell map leaves a direction component of ~1e-17 across the plane,
+ * and whether the ray crosses the plane before its exit must be decided exactly as the reference
+ * decides it. */
+XT_TEST(blocky_exact) {
   srand(5);
   for (int t = 0; t < (quick() ? 2 : 16); t++) {
     const int labels = t & 1, aligned = (t >> 1) % 3 == 0;
@@ -399,37 +397,35 @@ XT_TEST(bricks_exact) {
     } else {
       XT_REQUIRE(random_geom(&mode, &g) == 0);
     }
-    for (int lg = 0; lg <= 4; lg++) {
-      char what[96];
-      snprintf(what, sizeof what, "bricks 2^%d %s %s trial %d", lg, labels ? "labels" : "dense",
-               aligned ? "aligned" : "oblique", t);
-      XT_CHECK_MSG(render_bricks(m, lg, &g, what) == 0, "%s", what);
-    }
+    char what[96];
+    snprintf(what, sizeof what, "blocky %s %s trial %d", labels ? "labels" : "dense", aligned ? "aligned" : "oblique", t);
+    XT_CHECK_MSG(render_default(m, &g, what) == 0, "%s", what);
     xt_model_free(m);
   }
 }
 
-/* The thesis head with bricks of 4, 8 and 16 voxels: all nine angles' pixels at 256^2. */
-XT_TEST(bricks_head) {
-  xt_model *m;
-  xt_msg msg;
-  XT_REQUIRE(xt_bench_head(XT_VOXEL_U8, &m, &msg) == 0);
-  xt_detector_mode mode = *xt_mode_find("thesis");
-  mode.cols = mode.rows = quick() ? 96 : 256;
-  mode.pitch_u_mm = mode.pitch_v_mm = 400.0 / mode.cols;
-  const double angles[9] = {0, 30, 45, 60, 90, 120, 135, 150, 180};
-  for (int lg = 2; lg <= 4; lg++)
-    for (int i = 0; i < (quick() ? 1 : 9); i++) {
-      xt_pose pose = xt_pose_default(&mode);
-      pose.primary_deg = angles[i];
-      pose.secondary_deg = i == 4 ? 17 : 0;
+/* A volume of one value everywhere (all background: rays never march) and one whose only
+ * non-background voxel sits in a corner-adjacent spot: the content hull must not clip it away. */
+XT_TEST(hull_extremes) {
+  for (int t = 0; t < 2; t++) {
+    int n[3] = {24, 17, 30};
+    double sp[3] = {1.1, 0.9, 1.3};
+    xt_volume *v;
+    XT_REQUIRE(xt_volume_create(n[0], n[1], n[2], sp, XT_VOXEL_F32, &v, NULL) == 0);
+    for (size_t i = 0; i < xt_volume_voxels(v); i++) ((float *)v->data)[i] = 0.01f;
+    if (t == 1) ((float *)v->data)[1 + n[0] * (1 + (size_t)n[1] * 1)] = 0.5f;
+    xt_model *m;
+    XT_REQUIRE(xt_model_from_volume(v, "uniform", &m, NULL) == 0);
+    for (int k = 0; k < 4; k++) {
+      xt_detector_mode mode = test_mode(97, 83, 0.4);
       xt_geometry g;
-      XT_REQUIRE(xt_geom_compute(&pose, &mode, &g, NULL) == 0);
+      XT_REQUIRE(random_geom(&mode, &g) == 0);
       char what[64];
-      snprintf(what, sizeof what, "head bricks 2^%d %g deg", lg, angles[i]);
-      XT_CHECK_MSG(render_bricks(m, lg, &g, what) == 0, "%s", what);
+      snprintf(what, sizeof what, "hull %s pose %d", t ? "corner voxel" : "all background", k);
+      XT_CHECK_MSG(render_default(m, &g, what) == 0, "%s", what);
     }
-  xt_model_free(m);
+    xt_model_free(m);
+  }
 }
 
 XT_TEST(errors) {
@@ -468,6 +464,6 @@ int main(int argc, char **argv) {
   static const xt_test_entry tests[] = {
       XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
           XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(thesis_head_labels)
-              XT_ENTRY(thesis_head_mu) XT_ENTRY(bricks_exact) XT_ENTRY(bricks_head)};
+              XT_ENTRY(thesis_head_mu) XT_ENTRY(blocky_exact) XT_ENTRY(hull_extremes)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

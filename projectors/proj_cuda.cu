@@ -10,12 +10,19 @@
  * t is measured from the entry point (not from the source, 800 mm away, whose float rounding
  * alone would shift every ray by 5e-5 voxels and move the crossing of a nearly parallel plane
  * by millimetres), and the k-th crossing of axis a is t_a(k) = tn0_a + k * dt_a, one FMA from
- * the entry values, never accumulated. Each axis stops after its exact plane count (its next
- * crossing becomes +inf), so the march needs no bounds test and can never leave the volume.
+ * the entry values, never accumulated. The loop runs exactly the number of plane crossings the
+ * reference makes (settled on the reference's own crossing values in ray_setup), so it needs no
+ * bounds test; a guard band of one slice around the linear allocation absorbs the one voxel a
+ * rounding tie at the exit can step outside.
+ *
+ * Background is skipped exactly: each model may carry a content hull (a 26-DOP around every voxel
+ * that differs from the background value); the part of a ray outside it, inside the box, meets
+ * only background voxels and contributes mu_bg times its length (docs/BENCHMARKS.md, v5).
  *
  * Layout: one kernel, k_render, templated on where voxels live (linear memory or a 3D texture
- * array), where the label table lives (shared or constant memory) and whether it counts steps
- * (for the benchmark's bound). docs/gpu-notes.md records what each variant measured. */
+ * array), where the label table lives (shared or constant memory), whether it counts steps (for
+ * the benchmark's bound) and whether models carry hulls. docs/gpu-notes.md records what each
+ * variant measured. */
 #include <cuda_runtime.h>
 
 #include <math.h>

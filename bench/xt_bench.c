@@ -111,6 +111,29 @@ static int time_poses(bench_ctx *b, xt_cuda_proj *p, const xt_geometry *g, int n
 static const char *vox_name(int v) { return v == XT_CUDA_VOX_LINEAR ? "linear" : "texture"; }
 static const char *lut_name(int l) { return l == XT_CUDA_LUT_SHARED ? "shared" : "const"; }
 
+/* Times the nine angles of (a) for one model under options o and adds a summary row. */
+static int time_variant(bench_ctx *b, xt_model *m, const xt_cuda_options *o, const xt_geometry *g, const char *label,
+                        int is_target, xt_msg *msg) {
+  const int labels = m->kind == XT_MODEL_LABELS;
+  double vb = (labels ? 1.0 : 4.0) * (double)xt_volume_voxels(m->volume);
+  xt_cuda_proj *p;
+  int rc;
+  if ((rc = xt_cuda_create(o, &p, msg))) return rc;
+  if ((rc = xt_cuda_add_model(p, m, msg))) {
+    xt_cuda_destroy(p);
+    return rc;
+  }
+  double med, ratio, bd;
+  rc = time_poses(b, p, g, 9, label, vb, &med, &ratio, &bd, msg);
+  xt_cuda_destroy(p);
+  if (rc) return rc;
+  char name[80];
+  snprintf(name, sizeof name, "(a) %s", label);
+  const char *tgt = !is_target ? "-" : (med <= 0.15 && ratio <= 2 ? "<=0.15 ms: met" : "<=0.15 ms: MISSED");
+  add_summary(b, name, med, 1e3 / med, bd, tgt);
+  return 0;
+}
+
 static int scene_a(bench_ctx *b, xt_model *head_l, xt_model *head_f, xt_msg *msg) {
   xt_geometry g[9];
   int rc;
@@ -118,55 +141,24 @@ static int scene_a(bench_ctx *b, xt_model *head_l, xt_model *head_f, xt_msg *msg
     if ((rc = make_geom("thesis", angles[i], 0, xt_v3(0, 0, 0), &g[i], msg))) return rc;
   printf("\n(a) thesis scene, head 181x178x216 @1 mm, detector 1024x1024, %d frames after %d warm-up per angle\n",
          b->frames, b->warmup);
-  for (int kind = 0; kind < 2; kind++) {
-    xt_model *m = kind == 0 ? head_l : head_f;
-    double vb = kind == 0 ? (double)xt_volume_voxels(m->volume) : 4.0 * xt_volume_voxels(m->volume);
+  for (int kind = 0; kind < 2; kind++)
     for (int vox = 0; vox < 2; vox++)
       for (int lut = 0; lut < (kind == 0 ? 2 : 1); lut++) {
         if (!b->variants && (vox != XT_CUDA_VOX_LINEAR || lut != XT_CUDA_LUT_SHARED)) continue;
         xt_cuda_options o = xt_cuda_default_options();
         o.voxels = vox;
         o.lut = lut;
-        xt_cuda_proj *p;
-        if ((rc = xt_cuda_create(&o, &p, msg))) return rc;
-        if ((rc = xt_cuda_add_model(p, m, msg))) {
-          xt_cuda_destroy(p);
-          return rc;
-        }
         char label[64];
         snprintf(label, sizeof label, "%s %s%s%s", kind == 0 ? "labels" : "float-mu", vox_name(vox),
                  kind == 0 ? "/" : "", kind == 0 ? lut_name(lut) : "");
-        double med, ratio, bd;
-        rc = time_poses(b, p, g, 9, label, vb, &med, &ratio, &bd, msg);
-        xt_cuda_destroy(p);
-        if (rc) return rc;
-        char name[80];
-        snprintf(name, sizeof name, "(a) %s", label);
-        const char *tgt = kind == 0 ? (med <= 0.15 && ratio <= 2 ? "<=0.15 ms: met" : "<=0.15 ms: MISSED") : "-";
-        add_summary(b, name, med, 1e3 / med, bd, tgt);
+        if ((rc = time_variant(b, kind == 0 ? head_l : head_f, &o, g, label, kind == 0, msg))) return rc;
       }
-  }
   /* The default options without the content hull: what the hull clipping gains. */
   for (int kind = 0; kind < 2; kind++) {
-    xt_model *m = kind == 0 ? head_l : head_f;
-    double vb = kind == 0 ? (double)xt_volume_voxels(m->volume) : 4.0 * xt_volume_voxels(m->volume);
     xt_cuda_options o = xt_cuda_default_options();
     o.hull = 0;
-    xt_cuda_proj *p;
-    if ((rc = xt_cuda_create(&o, &p, msg))) return rc;
-    if ((rc = xt_cuda_add_model(p, m, msg))) {
-      xt_cuda_destroy(p);
+    if ((rc = time_variant(b, kind == 0 ? head_l : head_f, &o, g, kind == 0 ? "labels default, no hull" : "float-mu default, no hull", 0, msg)))
       return rc;
-    }
-    char label[64];
-    snprintf(label, sizeof label, "%s default, no hull", kind == 0 ? "labels" : "float-mu");
-    double med, ratio, bd;
-    rc = time_poses(b, p, g, 9, label, vb, &med, &ratio, &bd, msg);
-    xt_cuda_destroy(p);
-    if (rc) return rc;
-    char name[80];
-    snprintf(name, sizeof name, "(a) %s", label);
-    add_summary(b, name, med, 1e3 / med, bd, "-");
   }
   return 0;
 }

@@ -60,6 +60,10 @@ static const cfg_entry cfg_table[] = {
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
      "write {\"rest\": port, \"ws\": port} here once listening"},
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},
+    {"convert_threads", CT_INT, N(convert_threads), "0", 0, XT_SRV_MAX_HELPERS + 1, NULL, 0,
+     "threads per render worker for the uint16 conversion of a frame (0: auto, half the cores up to 8)"},
+    {"synthetic", CT_BOOL, N(synthetic), "false", 0, 1, NULL, 0,
+     "benchmarks only: stream a constant frame instead of rendering (measures the transport)"},
 };
 #define CFG_COUNT ((int)(sizeof cfg_table / sizeof cfg_table[0]))
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "xt_server.h"
 
@@ -145,6 +146,86 @@ static int ensure_scratch(xt_worker *w, size_t n) {
   return 0;
 }
 
+/* The line integral -> uint16 conversion (one exp() a pixel: ~3 ms for 1024^2 on one core, most
+ * of a GPU frame's render time) is split over the worker and its helper threads. Each slice goes
+ * through xt_intensity_u16, so the pixels are exactly those of a one-thread conversion. */
+static void convert_slice(const float *src, uint16_t *dst, size_t n, int part, int parts) {
+  size_t chunk = ((n + (size_t)parts - 1) / (size_t)parts + 63) & ~(size_t)63;
+  size_t a = (size_t)part * chunk, b = a + chunk < n ? a + chunk : n;
+  if (a < b) xt_intensity_u16(src + a, b - a, dst + a);
+}
+
+static void *helper_main(void *arg) {
+  xt_worker *w = arg;
+  pthread_mutex_lock(&w->hmu);
+  int part = ++w->hjoined; /* 1..nhelp; the worker takes part 0 */
+  uint64_t seen = 0;
+  for (;;) {
+    while (!w->hstop && w->hgen == seen) pthread_cond_wait(&w->hcv, &w->hmu);
+    if (w->hstop) break;
+    seen = w->hgen;
+    const float *src = w->hsrc;
+    uint16_t *dst = w->hdst;
+    size_t n = w->hn;
+    pthread_mutex_unlock(&w->hmu);
+    convert_slice(src, dst, n, part, w->nhelp + 1);
+    pthread_mutex_lock(&w->hmu);
+    if (--w->hleft == 0) pthread_cond_signal(&w->hdone);
+  }
+  pthread_mutex_unlock(&w->hmu);
+  return NULL;
+}
+
+static void convert_u16(xt_worker *w, const float *src, uint16_t *dst, size_t n) {
+  if (w->nhelp == 0 || n < 65536) {
+    xt_intensity_u16(src, n, dst);
+    return;
+  }
+  pthread_mutex_lock(&w->hmu);
+  w->hsrc = src;
+  w->hdst = dst;
+  w->hn = n;
+  w->hleft = w->nhelp;
+  w->hgen++;
+  pthread_cond_broadcast(&w->hcv);
+  pthread_mutex_unlock(&w->hmu);
+  convert_slice(src, dst, n, 0, w->nhelp + 1);
+  pthread_mutex_lock(&w->hmu);
+  while (w->hleft) pthread_cond_wait(&w->hdone, &w->hmu);
+  pthread_mutex_unlock(&w->hmu);
+}
+
+static void helpers_start(xt_server *s, xt_worker *w) {
+  int t = s->cfg.convert_threads;
+  if (t <= 0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    t = (int)(ncpu / (2 * (long)s->nworkers));
+    if (t > 8) t = 8;
+  }
+  if (t < 1) t = 1;
+  if (t > XT_SRV_MAX_HELPERS + 1) t = XT_SRV_MAX_HELPERS + 1;
+  pthread_mutex_init(&w->hmu, NULL);
+  pthread_cond_init(&w->hcv, NULL);
+  pthread_cond_init(&w->hdone, NULL);
+  w->nhelp = 0;
+  for (int i = 0; i < t - 1; i++) {
+    if (pthread_create(&w->help[i], NULL, helper_main, w)) break; /* fewer helpers is fine */
+    w->nhelp++;
+  }
+}
+
+static void helpers_stop(xt_worker *w) {
+  pthread_mutex_lock(&w->hmu);
+  w->hstop = 1;
+  pthread_cond_broadcast(&w->hcv);
+  pthread_mutex_unlock(&w->hmu);
+  for (int i = 0; i < w->nhelp; i++) pthread_join(w->help[i], NULL);
+  w->nhelp = 0;
+  pthread_cond_destroy(&w->hdone);
+  pthread_cond_destroy(&w->hcv);
+  pthread_mutex_destroy(&w->hmu);
+}
+
 static void render_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
@@ -155,7 +236,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   size_t bpp = j->pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
   xt_frame *f = NULL;
   if (!rc) rc = ensure_scratch(w, npx);
-  if (!rc) rc = xt_proj_render(w->proj, &g, w->lineint, &msg);
+  if (!rc && !s->cfg.synthetic) rc = xt_proj_render(w->proj, &g, w->lineint, &msg);
   if (!rc && !(f = frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = XT_ENOMEM;
   if (rc) {
     pthread_mutex_lock(&s->metrics.mu);
@@ -165,7 +246,9 @@ static void render_frame(xt_worker *w, const xt_job *j) {
     return;
   }
   unsigned char *px = f->msg + XT_STREAM_HEADER_SIZE;
-  if (bpp == 2) xt_intensity_u16(w->lineint, npx, (uint16_t *)(void *)px);
+  uint64_t tc = xt_now_ns();
+  if (s->cfg.synthetic) memset(px, 0x5a, npx * bpp); /* transport benchmarks: a constant frame */
+  else if (bpp == 2) convert_u16(w, w->lineint, (uint16_t *)(void *)px, npx);
   else memcpy(px, w->lineint, npx * 4);
   uint64_t t1 = xt_now_ns();
 
@@ -203,8 +286,34 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   s->metrics.frames_rendered++;
   s->metrics.frames_published++;
   xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
+  if (bpp == 2 && !s->cfg.synthetic) xt_hist_add(&s->metrics.convert, (double)(t1 - tc) * 1e-9);
   pthread_mutex_unlock(&s->metrics.mu);
   xt_ws_wake(s);
+}
+
+/* One frame rendered, converted and thrown away; the frame pool filled with touched buffers of
+ * this size. Renders only on a GPU backend: there the first frame of a size pays the module load
+ * and the pinned scratch (tens of ms, seen as skipped exposures); the CPU projector has no such
+ * one-off cost worth a full render at start-up. */
+static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
+  xt_server *s = w->srv;
+  size_t npx = (size_t)g->mode.rows * (size_t)g->mode.cols;
+  size_t len = XT_STREAM_HEADER_SIZE + npx * 4;
+  int rc = ensure_scratch(w, npx);
+  if (rc) return xt_fail(msg, rc, "warm-up: out of memory");
+  if (s->backend != XT_BACKEND_CPU && !s->cfg.synthetic) {
+    if ((rc = xt_proj_render(w->proj, g, w->lineint, msg))) return rc;
+  } else
+    memset(w->lineint, 0, npx * sizeof *w->lineint);
+  xt_frame *fr[4] = {NULL, NULL, NULL, NULL};
+  for (int i = 0; i < 4; i++)
+    if ((fr[i] = frame_get(&s->ring, len))) memset(fr[i]->msg, 0, len); /* fault the pages in now */
+  if (fr[0]) convert_u16(w, w->lineint, (uint16_t *)(void *)(fr[0]->msg + XT_STREAM_HEADER_SIZE), npx);
+  pthread_mutex_lock(&s->ring.mu);
+  for (int i = 0; i < 4; i++)
+    if (fr[i]) frame_release_locked(&s->ring, fr[i]);
+  pthread_mutex_unlock(&s->ring.mu);
+  return 0;
 }
 
 static void *worker_main(void *arg) {
@@ -234,6 +343,9 @@ static void *worker_main(void *arg) {
       int rc = xt_proj_render(w->proj, &c->geom, c->lineint, &c->msg);
       c->render_s = (double)(xt_now_ns() - t0) * 1e-9;
       call_finish(c, rc);
+    } else if (j.kind == XT_JOB_WARMUP) {
+      xt_call *c = j.call;
+      call_finish(c, stopping ? XT_EBUSY : warmup(w, &c->geom, &c->msg));
     } else if (j.kind == XT_JOB_ADD_MODEL) {
       xt_call *c = j.call;
       call_finish(c, xt_proj_add_model(w->proj, c->model, &c->msg));
@@ -301,6 +413,22 @@ int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   return rc;
+}
+
+void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
+  xt_call c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_lock(&s->st_mu);
+  xt_pose pose = s->pose;
+  pthread_mutex_unlock(&s->st_mu);
+  if (xt_geom_compute(&pose, mode, &c.geom, &c.msg)) return;
+  for (int i = 0; i < s->nworkers; i++) {
+    uint64_t t0 = xt_now_ns();
+    int rc = xt_engine_call(s, XT_JOB_WARMUP, i, &c);
+    if (s->cfg.verbose)
+      fprintf(stderr, "xtwin-server: worker %d warm-up (%s): %.1f ms%s%s\n", i, mode->name,
+              (double)(xt_now_ns() - t0) * 1e-6, rc ? ", " : "", rc ? c.msg.text : "");
+  }
 }
 
 /* ---- the pacer ---------------------------------------------------------------------------- */
@@ -421,9 +549,15 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     w->index = i;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->thread, NULL, worker_main, w)) return xt_fail(msg, XT_EINTERNAL, "cannot start a render worker");
+    helpers_start(s, w);
+    if (pthread_create(&w->thread, NULL, worker_main, w)) {
+      helpers_stop(w);
+      return xt_fail(msg, XT_EINTERNAL, "cannot start a render worker");
+    }
     w->started = 1;
   }
+  /* Before the first deadline: the first paced frame must not pay the one-off costs. */
+  xt_engine_warmup(s, s->acq.mode);
   if (pthread_create(&s->pacer, NULL, pacer_main, s)) return xt_fail(msg, XT_EINTERNAL, "cannot start the pacer");
   s->pacer_started = 1;
   return 0;
@@ -444,6 +578,7 @@ void xt_engine_stop(xt_server *s) {
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+    helpers_stop(w);
     w->started = 0;
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);

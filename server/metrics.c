@@ -33,6 +33,10 @@ void xt_metrics_init(xt_metrics *m) {
   static const double lat[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.033, 0.05, 0.067, 0.1, 0.15, 0.2, 0.3, 0.5, 1};
   hist_init(&m->render, "xtwin_render_seconds", "Time to render one frame (projector and pixel conversion).", render,
             (int)(sizeof render / sizeof *render));
+  static const double conv[] = {0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016};
+  hist_init(&m->convert, "xtwin_convert_seconds",
+            "Of the render time: the line integral to uint16 conversion (0 for float32 frames).", conv,
+            (int)(sizeof conv / sizeof *conv));
   hist_init(&m->period, "xtwin_frame_period_seconds", "Interval between successive free-run exposures.", period,
             (int)(sizeof period / sizeof *period));
   hist_init(&m->jitter, "xtwin_exposure_jitter_seconds", "Actual minus scheduled exposure time (free run).", jitter,
@@ -131,6 +135,7 @@ char *xt_metrics_text(xt_metrics *m, size_t *len) {
       sb_printf(&b, "xtwin_client_frames_dropped_total{client=\"%u\",peer=\"%s\"} %llu\n", m->clients[i].id,
                 m->clients[i].peer, (unsigned long long)m->clients[i].dropped);
   hist(&b, &m->render);
+  hist(&b, &m->convert);
   hist(&b, &m->period);
   hist(&b, &m->jitter);
   hist(&b, &m->latency);

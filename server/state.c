@@ -124,7 +124,7 @@ int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
       if (!m) return xt_fail(msg, XT_ENOTFOUND, "mode: unknown detector mode '%s'", json_string_value(v));
       a.mode = m;
     } else if (!strcmp(key, "fps")) {
-      double f;
+      double f = 0;
       int rc = get_number(v, key, &f, msg);
       if (rc) return rc;
       if (f < XT_FPS_MIN || f > XT_FPS_MAX)

@@ -62,6 +62,8 @@ typedef struct xt_srv_config {
   int max_clients;
   char ports_file[XT_SRV_STR];
   int verbose;
+  int synthetic;       /* benchmarks/tests: skip the projector, send a constant frame */
+  int convert_threads; /* threads of the uint16 conversion per worker, 0 = auto */
   int nmodels;
   xt_srv_model_cfg models[XT_SRV_MAX_MODELS];
 } xt_srv_config;
@@ -105,7 +107,7 @@ typedef struct xt_metrics {
   uint64_t frames_rendered, frames_skipped, frames_published, render_errors, deadlines_missed;
   uint64_t pose_updates, rest_requests, rest_errors, ws_connections;
   uint64_t sent_total, dropped_total; /* over all clients ever connected */
-  xt_hist render, period, jitter, latency, pose_latency;
+  xt_hist render, convert, period, jitter, latency, pose_latency;
   xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
 } xt_metrics;
 
@@ -185,7 +187,7 @@ typedef struct xt_call {
   const xt_model *model;
 } xt_call;
 
-enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3 };
+enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3, XT_JOB_WARMUP = 4 };
 
 typedef struct xt_job {
   int kind;
@@ -199,6 +201,7 @@ typedef struct xt_job {
 } xt_job;
 
 #define XT_QUEUE 32
+#define XT_SRV_MAX_HELPERS 15
 
 typedef struct xt_worker {
   struct xt_server *srv;
@@ -212,6 +215,16 @@ typedef struct xt_worker {
   int qhead, qn, stop;
   float *lineint; /* worker-private scratch */
   size_t lineint_cap;
+  /* Helpers that share the line integral -> uint16 conversion with the worker (engine.c). */
+  int nhelp;
+  pthread_t help[XT_SRV_MAX_HELPERS];
+  pthread_mutex_t hmu; /* guards the h* fields below */
+  pthread_cond_t hcv, hdone;
+  uint64_t hgen;
+  int hleft, hstop, hjoined;
+  const float *hsrc;
+  uint16_t *hdst;
+  size_t hn;
 } xt_worker;
 
 typedef struct xt_server {
@@ -260,6 +273,9 @@ void xt_engine_stop(xt_server *s);
 int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c); /* worker -1: any */
 /* Lockstep: latches the pose now and queues one frame; *counter gets its frame counter. */
 int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg);
+/* Renders (and converts) one frame of `mode` on every worker and discards it, so that the first
+ * paced frame of a mode pays no one-off costs (CUDA module load, pinned scratch, buffers). */
+void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode);
 /* Wakes the pacer after a state change (caller holds st_mu). */
 void xt_engine_kick(xt_server *s);
 /* Called by a worker when a frame is in the ring: wakes the WebSocket thread. */

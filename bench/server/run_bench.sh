@@ -6,7 +6,9 @@
 #   run_bench.sh cpu SERVER CLIENT OUTDIR [SECONDS]  fd20-512 on the CPU backend: the highest frame rate
 #                                                    sustained (no skipped exposure, no dropped frame)
 # Writes OUTDIR/*.json (client summaries), OUTDIR/*.metrics (the server's /metrics at the end),
-# OUTDIR/*.log (server output).
+# OUTDIR/*.log (server output), OUTDIR/gpu60.csv (one row per frame and client: bench_client.c's
+# dump_csv). GPU_AB=SECONDS adds two short runs that each undo one fix: the libwebsockets client
+# (--lws, its 4 KiB default reads) and a one-thread uint16 conversion (--convert-threads 1).
 set -u
 kind=$1 server=$2 client=$3 out=$4 secs=${5:-}
 mkdir -p "$out"
@@ -38,13 +40,27 @@ stop() { kill -TERM $PID; wait $PID; echo "server exit status $?"; }
 case $kind in
 gpu)
   secs=${secs:-60}
-  start gpu60 --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 || exit 1
+  start gpu60 --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 --verbose 1 || exit 1
   sleep 2 # let the first frames (and the GPU's clocks) settle
-  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/gpu60.json"
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/gpu60.json" --csv "$out/gpu60.csv"
   metrics "$REST" "$out/gpu60.metrics"
   stop
   cat "$out/gpu60.json"
-  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)' "$out/gpu60.metrics"
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(render|convert)_seconds_(sum|count)' "$out/gpu60.metrics"
+  # GPU_AB=SECONDS: shorter runs that each undo one change, for the record (docs/server.md).
+  if [ -n "${GPU_AB:-}" ]; then
+    start ab_lws --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 || exit 1
+    sleep 2
+    "$client" --port "$WS" --clients 4 --seconds "$GPU_AB" --pose-hz 10 --lws --rx-buf 4096 --json "$out/ab_lws.json"
+    stop
+    start ab_conv1 --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 --convert-threads 1 || exit 1
+    sleep 2
+    "$client" --port "$WS" --clients 4 --seconds "$GPU_AB" --pose-hz 10 --json "$out/ab_conv1.json"
+    metrics "$REST" "$out/ab_conv1.metrics"
+    stop
+    for f in ab_lws ab_conv1; do echo "== $f"; grep -E '"frames"|exposure_to|render_done|sent_to|pose_to' "$out/$f.json"; done
+    grep -E '^xtwin_(render|convert)_seconds_(sum|count)' "$out/ab_conv1.metrics"
+  fi
   ;;
 cpu)
   secs=${secs:-10}

@@ -179,6 +179,22 @@ async def test_frames_counters_size_shadow(srv):
         check(a[0] == 65535 and a[64 * 128 + 64] < 20000, "the head's shadow: corner %d centre %d" % (a[0], a[64 * 128 + 64]))
 
 
+async def test_large_frames_whole(srv):
+    # 1024^2 uint16 (2 MiB) messages, sent with one lws_write each (tx_packet_size): every frame
+    # arrives whole, in order, with its bytes intact. --synthetic sends a constant frame, so the
+    # CPU backend need not render 1024^2.
+    async with connect(srv) as ws:
+        got = await frames(ws, 8)
+    last = None
+    for h, px, _ in got:
+        check(h["rows"] == 1024 and h["cols"] == 1024 and h["payload_bytes"] == 1024 * 1024 * 2 == len(px),
+              "a whole 1024^2 frame: %d bytes" % len(px))
+        check(px[:64] == b"\x5a" * 64 and px[-64:] == b"\x5a" * 64 and px.count(b"\x5a") == len(px),
+              "payload bytes intact")
+        check(last is None or h["frame_counter"] > last, "counters strictly increasing")
+        last = h["frame_counter"]
+
+
 async def test_pacing_30fps(srv):
     async with connect(srv) as ws:
         await frames(ws, 3)
@@ -405,6 +421,7 @@ def tls_args(tmp):
 TESTS = [
     (test_frames_counters_size_shadow, []),
     (test_pacing_30fps, ["--phantom-dim", "64", "--phantom-spacing", "4"]),  # cheap renders: this tests the clock
+    (test_large_frames_whole, ["--synthetic", "--mode", "fd20-1024", "--fps", "10", "--phantom-dim", "32"]),
     (test_pose_update_within_two_periods, []),
     (test_lockstep_one_frame_per_trigger, []),
     (test_slow_client_does_not_hurt_fast_one, []),

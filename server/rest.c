@@ -3,8 +3,8 @@
  * checks api/openapi.yaml against. Every error answers with a JSON body
  *   {"error": {"name": "<xt_errname>", "status": <http>, "message": "..."}}
  * and the server keeps serving. Bodies over max_body get 413 (before the body is read when the
- * client sends Content-Length). With --token, every route but GET /v1/health needs
- * "Authorization: Bearer TOKEN" (401 otherwise). */
+ * client sends Content-Length). With --token, every route needs "Authorization: Bearer TOKEN"
+ * (401 otherwise), health included: a probe that can reach the port is given the token too. */
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -265,7 +265,7 @@ static void h_metrics(xt_server *s, struct MHD_Connection *con, req *r, reply *o
 /* ---- the route table ---------------------------------------------------------------------- */
 
 static const xt_route routes[] = {
-    {"GET", "/v1/health", "Liveness: always 200 while the server runs (no token needed)", (void *)h_health},
+    {"GET", "/v1/health", "Liveness: always 200 while the server runs", (void *)h_health},
     {"GET", "/v1/info", "Version, backends, GPUs, detector modes, loaded models, limits, configuration", (void *)h_info},
     {"GET", "/v1/pose", "The current C-arm pose and its sequence number", (void *)h_pose_get},
     {"PUT", "/v1/pose", "Update the pose; any subset of fields, optional seq", (void *)h_pose_put},
@@ -354,8 +354,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     if (!r) return MHD_NO;
     *con_cls = r;
     /* First call: headers only. Reject early what needs no body to judge. */
-    int public = !strcmp(url, "/v1/health") && !strcmp(method, "GET");
-    if (!public && !token_ok(s, con)) {
+    if (!token_ok(s, con)) {
       reply_error(&out, XT_EAUTH, 401, "missing or wrong bearer token");
       add_header(&out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
       return finish(s, con, &out);

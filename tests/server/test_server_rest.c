@@ -246,7 +246,10 @@ XT_TEST(test_token_auth) {
   XT_CHECK(xt_http(&p, "PUT", "/v1/pose", "{\"primary_deg\": 5}", -1, good, &r) == 0);
   XT_CHECK(r.status == 200);
   xt_resp_free(&r);
-  XT_CHECK(xt_http(&p, "GET", "/v1/health", NULL, 0, NULL, &r) == 0); /* liveness stays open */
+  XT_CHECK(xt_http(&p, "GET", "/v1/health", NULL, 0, NULL, &r) == 0); /* every route needs it */
+  check_error(&r, 401, "AUTH");
+  xt_resp_free(&r);
+  XT_CHECK(xt_http(&p, "GET", "/v1/health", NULL, 0, good, &r) == 0);
   XT_CHECK(r.status == 200);
   xt_resp_free(&r);
   XT_CHECK(xt_srv_stop(&p, 15) == 0);

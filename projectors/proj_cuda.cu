@@ -92,7 +92,7 @@ typedef struct dev_scene {
 
 __constant__ float c_lut[XT_CUDA_MAX_MODELS * 256];
 /* The content hull's slab directions (XT_HULL_DIR_LIST), read uniformly by every thread. */
-__constant__ signed char c_hull_dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
+__constant__ float c_hull_dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Ray set-up in double, operation for operation as proj_cpu.c                                */
@@ -113,7 +113,8 @@ typedef struct ray_start {
 } ray_start;
 
 /* The part [*h0, *h1] of the ray o + s w (world direction w, cell map m) inside the content hull,
- * conservatively: in float, each slab widened by XT_HULL_MARGIN cells per unit of |n|_1, far
+ * conservatively: in float, each slab widened by XT_HULL_MARGIN cells per unit of |n|_1 (at
+ * add_model), far
  * above the float rounding of n.o (|o| < 1e4 cells), of n.q and of the slab parameters, so no
  * non-background voxel is ever clipped away; the extra margin is background, which the march
  * integrates exactly anyway. Returns 0 when the ray misses the hull. Computed before the FP64
@@ -129,15 +130,18 @@ static __device__ __forceinline__ int hull_clip(const dev_model &md, const dev_f
   }
   float c0 = *h0, c1 = *h1;
   bool miss = false;
-  /* A rolled loop: unrolled, the compiler hoists all 26 slab bounds into registers and spills. */
+  /* A rolled loop: unrolled, the compiler hoists all 26 slab bounds into registers and spills.
+   * The bounds arrive widened by the margin (build_hull). */
 #pragma unroll 1
   for (int j = 0; j < XT_HULL_DIRS; j++) {
-    const float nx = (float)c_hull_dirs[j][0], ny = (float)c_hull_dirs[j][1], nz = (float)c_hull_dirs[j][2];
-    const float margin = XT_HULL_MARGIN * (fabsf(nx) + fabsf(ny) + fabsf(nz));
+    const float nx = c_hull_dirs[j][0], ny = c_hull_dirs[j][1], nz = c_hull_dirs[j][2];
     const float a = nx * of[0] + ny * of[1] + nz * of[2], b = nx * qf[0] + ny * qf[1] + nz * qf[2];
-    const float lo = md.hlo[j] - margin - a, hi = md.hhi[j] + margin - a;
-    /* approximate reciprocal: the margin covers its error; b = 0 is a slab the ray runs along */
-    const float ib = __fdividef(1.f, b), t0 = lo * ib, t1 = hi * ib;
+    const float lo = md.hlo[j] - a, hi = md.hhi[j] - a;
+    /* approximate reciprocal (one MUFU, no slow path): the margin covers its error; b = 0 is a
+     * slab the ray runs along (its reciprocal, inf or nan, is then not used) */
+    float ib;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(ib) : "f"(b));
+    const float t0 = lo * ib, t1 = hi * ib;
     const bool along = b == 0.f;
     miss |= along && (lo > 0.f || hi < 0.f);
     c0 = along ? c0 : fmaxf(c0, fminf(t0, t1));
@@ -628,8 +632,10 @@ static void build_hull(const xt_volume *v, int labels, dev_model *d) {
       if (dirs[j][a] < 0) cmin += dirs[j][a];
       else cmax += dirs[j][a];
     }
-    d->hlo[j] = (float)(lo[j] + cmin);
-    d->hhi[j] = (float)(hi[j] + cmax);
+    /* widened by the margin here, once, rather than per ray */
+    const double margin = XT_HULL_MARGIN * (fabs((double)dirs[j][0]) + fabs((double)dirs[j][1]) + fabs((double)dirs[j][2]));
+    d->hlo[j] = (float)(lo[j] + cmin - margin);
+    d->hhi[j] = (float)(hi[j] + cmax + margin);
   }
   d->hull = 1;
 }

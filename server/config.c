@@ -164,10 +164,8 @@ done:
   return rc;
 }
 
-int xt_srv_config_file(xt_srv_config *c, const char *path, xt_msg *msg) {
-  json_error_t err;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-  if (!root) return xt_fail(msg, XT_EFORMAT, "%s:%d:%d: %s", path, err.line, err.column, err.text);
+/* Applies a parsed config (takes the reference); path names it in messages. */
+static int config_apply(xt_srv_config *c, json_t *root, const char *path, xt_msg *msg) {
   int rc = 0;
   const char *key;
   json_t *v;
@@ -215,6 +213,20 @@ int xt_srv_config_file(xt_srv_config *c, const char *path, xt_msg *msg) {
 done:
   json_decref(root);
   return rc;
+}
+
+int xt_srv_config_file(xt_srv_config *c, const char *path, xt_msg *msg) {
+  json_error_t err;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  if (!root) return xt_fail(msg, XT_EFORMAT, "%s:%d:%d: %s", path, err.line, err.column, err.text);
+  return config_apply(c, root, path, msg);
+}
+
+int xt_srv_config_parse(xt_srv_config *c, const char *text, size_t len, const char *name, xt_msg *msg) {
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root) return xt_fail(msg, XT_EFORMAT, "%s:%d:%d: %s", name, err.line, err.column, err.text);
+  return config_apply(c, root, name, msg);
 }
 
 int xt_srv_config_args(xt_srv_config *c, int argc, char **argv, int *action, xt_msg *msg) {

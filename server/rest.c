@@ -63,20 +63,9 @@ static void add_header(reply *out, const char *name, const char *value) {
 /* Parses the body as a JSON object; an empty body gives an empty object when allow_empty. */
 static int body_json(req *r, reply *out, int allow_empty, json_t **j) {
   xt_msg m;
-  if (r->n == 0) {
-    if (allow_empty) {
-      *j = json_object();
-      return 0;
-    }
-    reply_error(out, XT_EINVAL, 0, "request body: expected a JSON object");
-    return -1;
-  }
-  int rc = xt_json_parse(r->body, r->n, j, &m);
-  if (rc) {
-    reply_error(out, rc, 0, m.text);
-    return -1;
-  }
-  return 0;
+  int rc = xt_body_json(r->body, r->n, allow_empty, j, &m);
+  if (rc) reply_error(out, rc, 0, m.text);
+  return rc ? -1 : 0;
 }
 
 /* ---- handlers ----------------------------------------------------------------------------- */
@@ -169,18 +158,7 @@ static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *ou
   xt_pose pose = s->pose;
   xt_acq acq = s->acq;
   pthread_mutex_unlock(&s->st_mu);
-  const char *key;
-  json_t *v;
-  json_object_foreach(j, key, v) {
-    if (!strcmp(key, "pose")) rc = xt_pose_from_json(v, &pose, 0, NULL, NULL, &m);
-    else if (!strcmp(key, "mode") || !strcmp(key, "pixel_format")) {
-      json_t *one = json_pack("{s:O}", key, v);
-      rc = xt_acq_from_json(one, &acq, &m);
-      json_decref(one);
-    } else
-      rc = xt_fail(&m, XT_EINVAL, "render: unknown field '%s' (pose, mode, pixel_format)", key);
-    if (rc) break;
-  }
+  rc = xt_render_from_json(j, &pose, &acq, &m);
   json_decref(j);
   if (rc) return reply_error(out, rc, 0, m.text);
   if (!enc) return reply_error(out, XT_EUNSUPPORTED, 406, "Accept: image/png or application/x-npy (or ?format=png|npy)");

@@ -32,9 +32,51 @@ int xt_json_parse(const char *text, size_t len, json_t **out, xt_msg *msg) {
   return 0;
 }
 
+int xt_body_json(const char *body, size_t len, int allow_empty, json_t **out, xt_msg *msg) {
+  if (len == 0) {
+    if (!allow_empty) return xt_fail(msg, XT_EINVAL, "request body: expected a JSON object");
+    *out = json_object();
+    return 0;
+  }
+  return xt_json_parse(body, len, out, msg);
+}
+
+/* Copies s into out (cap bytes, truncating) with every byte that is not part of a valid UTF-8
+ * sequence replaced by '?'. Messages quote client strings cut at a byte count ("%.64s", the
+ * xt_msg size), which can split a character; jansson refuses such a string. */
+static void utf8_clean(const char *s, char *out, size_t cap) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t o = 0;
+  while (*p && o + 1 < cap) {
+    unsigned c = p[0];
+    size_t n = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+    unsigned cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+    for (size_t i = 1; i < n; i++) {
+      if ((p[i] & 0xc0) != 0x80) { /* also stops at the terminating NUL */
+        n = 0;
+        break;
+      }
+      cp = (cp << 6) | (p[i] & 0x3fu);
+    }
+    if (n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) n = 0;
+    if (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) n = 0;
+    if (!n || o + n >= cap) {
+      if (n) break; /* a whole character that does not fit */
+      out[o++] = '?';
+      p++;
+      continue;
+    }
+    memcpy(out + o, p, n);
+    o += n;
+    p += n;
+  }
+  out[o] = 0;
+}
+
 json_t *xt_error_json(int err, int status, const char *message) {
-  return json_pack("{s:{s:s,s:i,s:s}}", "error", "name", xt_errname(err), "status", status, "message",
-                   message ? message : xt_strerror(err));
+  char clean[1024]; /* more than any message: xt_msg, and the REST router's 600 */
+  utf8_clean(message ? message : xt_strerror(err), clean, sizeof clean);
+  return json_pack("{s:{s:s,s:i,s:s}}", "error", "name", xt_errname(err), "status", status, "message", clean);
 }
 
 static int get_number(const json_t *v, const char *field, double *out, xt_msg *msg) {
@@ -154,6 +196,61 @@ json_t *xt_acq_to_json(const xt_acq *a) {
   return json_pack("{s:s,s:i,s:i,s:f,s:s,s:s,s:b,s:f}", "mode", a->mode->name, "rows", a->mode->rows, "cols",
                    a->mode->cols, "fps", a->fps, "run_mode", a->lockstep ? "lockstep" : "free", "pixel_format",
                    xt_pixfmt_name(a->pixel_format), "running", a->running, "period_ms", 1000.0 / a->fps);
+}
+
+int xt_render_from_json(const json_t *obj, xt_pose *pose, xt_acq *acq, xt_msg *msg) {
+  if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "render: expected a JSON object");
+  const char *key;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!strcmp(key, "pose")) rc = xt_pose_from_json(v, pose, 0, NULL, NULL, msg);
+    else if (!strcmp(key, "mode") || !strcmp(key, "pixel_format")) {
+      json_t *one = json_pack("{s:O}", key, v);
+      rc = xt_acq_from_json(one, acq, msg);
+      json_decref(one);
+    } else
+      rc = xt_fail(msg, XT_EINVAL, "render: unknown field '%s' (pose, mode, pixel_format)", key);
+    if (rc) break;
+  }
+  return rc;
+}
+
+/* ---- stream commands ---------------------------------------------------------------------- */
+
+int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
+  memset(out, 0, sizeof *out);
+  int rc = xt_json_parse(text, len, &out->cmd, msg);
+  if (rc) return rc;
+  const json_t *cmd = out->cmd;
+  const char *type = json_string_value(json_object_get(cmd, "type"));
+  if (!type) return xt_fail(msg, XT_EINVAL, "missing \"type\" (pose, acquisition, start, stop, trigger, state)");
+  if (!strcmp(type, "pose")) {
+    json_t *pose = json_object_get(cmd, "pose");
+    json_t *seqv = json_object_get(cmd, "seq");
+    if (!json_is_object(pose)) return xt_fail(msg, XT_EINVAL, "pose: expected {\"pose\": {...}}");
+    if (seqv && (!json_is_integer(seqv) || json_integer_value(seqv) < 0))
+      return xt_fail(msg, XT_EINVAL, "seq: expected an integer >= 0");
+    out->update = json_deep_copy(pose);
+    if (seqv) json_object_set(out->update, "seq", seqv);
+    out->type = XT_CMD_POSE;
+  } else if (!strcmp(type, "acquisition")) {
+    json_t *a = json_object_get(cmd, "acquisition");
+    if (!json_is_object(a)) return xt_fail(msg, XT_EINVAL, "acquisition: expected {\"acquisition\": {...}}");
+    out->update = json_incref(a);
+    out->type = XT_CMD_ACQ;
+  } else if (!strcmp(type, "start")) out->type = XT_CMD_START;
+  else if (!strcmp(type, "stop")) out->type = XT_CMD_STOP;
+  else if (!strcmp(type, "trigger")) out->type = XT_CMD_TRIGGER;
+  else if (!strcmp(type, "state")) out->type = XT_CMD_STATE;
+  else return xt_fail(msg, XT_EINVAL, "unknown type '%.64s'", type);
+  return 0;
+}
+
+void xt_ws_cmd_free(xt_ws_cmd *c) {
+  json_decref(c->cmd);
+  json_decref(c->update);
+  c->cmd = c->update = NULL;
 }
 
 /* ---- server-level operations -------------------------------------------------------------- */

@@ -141,47 +141,34 @@ static json_t *nack(const json_t *cmd, int err, const char *message) {
 static void handle_text(client *c, const char *text, size_t len) {
   xt_server *s = c->srv;
   xt_msg m;
-  json_t *cmd = NULL;
-  int rc = xt_json_parse(text, len, &cmd, &m);
-  if (rc) return queue_json(c, nack(NULL, rc, m.text));
-  const char *type = json_string_value(json_object_get(cmd, "type"));
-  if (!type) {
-    queue_json(c, nack(cmd, XT_EINVAL, "missing \"type\" (pose, acquisition, start, stop, trigger, state)"));
-  } else if (!strcmp(type, "pose")) {
-    json_t *pose = json_object_get(cmd, "pose");
-    json_t *seqv = json_object_get(cmd, "seq");
-    if (!json_is_object(pose)) queue_json(c, nack(cmd, XT_EINVAL, "pose: expected {\"pose\": {...}}"));
-    else if (seqv && (!json_is_integer(seqv) || json_integer_value(seqv) < 0))
-      queue_json(c, nack(cmd, XT_EINVAL, "seq: expected an integer >= 0"));
+  xt_ws_cmd k;
+  int rc = xt_ws_cmd_parse(text, len, &k, &m);
+  const json_t *cmd = k.cmd;
+  if (rc) {
+    queue_json(c, nack(cmd, rc, m.text));
+  } else if (k.type == XT_CMD_POSE) {
+    uint64_t seq = 0;
+    rc = xt_srv_update_pose(s, k.update, 1, &seq, &m);
+    if (rc) queue_json(c, nack(cmd, rc, m.text));
     else {
-      json_t *upd = json_deep_copy(pose);
-      if (seqv) json_object_set(upd, "seq", seqv);
-      uint64_t seq = 0;
-      rc = xt_srv_update_pose(s, upd, 1, &seq, &m);
-      json_decref(upd);
-      if (rc) queue_json(c, nack(cmd, rc, m.text));
-      else {
-        json_t *j = ack(cmd, 1);
-        json_object_set_new(j, "seq", json_integer((json_int_t)seq));
-        json_object_set_new(j, "t_ns", json_integer((json_int_t)xt_now_ns()));
-        queue_json(c, j);
-      }
+      json_t *j = ack(cmd, 1);
+      json_object_set_new(j, "seq", json_integer((json_int_t)seq));
+      json_object_set_new(j, "t_ns", json_integer((json_int_t)xt_now_ns()));
+      queue_json(c, j);
     }
-  } else if (!strcmp(type, "acquisition")) {
-    json_t *a = json_object_get(cmd, "acquisition");
-    if (!json_is_object(a)) queue_json(c, nack(cmd, XT_EINVAL, "acquisition: expected {\"acquisition\": {...}}"));
-    else if ((rc = xt_srv_update_acq(s, a, &m))) queue_json(c, nack(cmd, rc, m.text));
+  } else if (k.type == XT_CMD_ACQ) {
+    if ((rc = xt_srv_update_acq(s, k.update, &m))) queue_json(c, nack(cmd, rc, m.text));
     else {
       json_t *j = ack(cmd, 1);
       json_object_set_new(j, "state", xt_srv_state_json(s));
       queue_json(c, j);
     }
-  } else if (!strcmp(type, "start") || !strcmp(type, "stop")) {
-    xt_srv_start(s, !strcmp(type, "start"));
+  } else if (k.type == XT_CMD_START || k.type == XT_CMD_STOP) {
+    xt_srv_start(s, k.type == XT_CMD_START);
     json_t *j = ack(cmd, 1);
     json_object_set_new(j, "state", xt_srv_state_json(s));
     queue_json(c, j);
-  } else if (!strcmp(type, "trigger")) {
+  } else if (k.type == XT_CMD_TRIGGER) {
     uint64_t counter = 0;
     if ((rc = xt_engine_trigger(s, &counter, &m))) queue_json(c, nack(cmd, rc, m.text));
     else {
@@ -189,16 +176,12 @@ static void handle_text(client *c, const char *text, size_t len) {
       json_object_set_new(j, "frame", json_integer((json_int_t)counter));
       queue_json(c, j);
     }
-  } else if (!strcmp(type, "state")) {
+  } else { /* XT_CMD_STATE */
     json_t *j = ack(cmd, 1);
     json_object_set_new(j, "state", xt_srv_state_json(s));
     queue_json(c, j);
-  } else {
-    char t[128];
-    snprintf(t, sizeof t, "unknown type '%.64s'", type);
-    queue_json(c, nack(cmd, XT_EINVAL, t));
   }
-  json_decref(cmd);
+  xt_ws_cmd_free(&k);
 }
 
 static void stats_attach(client *c) {

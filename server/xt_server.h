@@ -71,6 +71,8 @@ typedef struct xt_srv_config {
 void xt_srv_config_defaults(xt_srv_config *c);
 /* Applies a JSON config file (keys of the table, plus "models"). */
 int xt_srv_config_file(xt_srv_config *c, const char *path, xt_msg *msg);
+/* The same from a JSON text in memory; `name` stands for the file in messages. */
+int xt_srv_config_parse(xt_srv_config *c, const char *text, size_t len, const char *name, xt_msg *msg);
 /* Parses argv: --config FILE first, then every --flag of the table; --help/--version/--routes
  * set *action (1 help, 2 version, 3 routes). */
 int xt_srv_config_args(xt_srv_config *c, int argc, char **argv, int *action, xt_msg *msg);
@@ -142,6 +144,26 @@ int xt_pixfmt_parse(const char *s, int *out);
 json_t *xt_geometry_to_json(const xt_geometry *g);
 /* Parses a JSON text with a size limit; returns XT_EFORMAT naming line/column on error. */
 int xt_json_parse(const char *text, size_t len, json_t **out, xt_msg *msg);
+/* A REST request body as a JSON object (what every handler with a body parses first); an empty
+ * body gives {} when allow_empty, else XT_EINVAL. */
+int xt_body_json(const char *body, size_t len, int allow_empty, json_t **out, xt_msg *msg);
+/* The body of POST /v1/render ({"pose", "mode", "pixel_format"}, all optional) applied over
+ * *pose and *acq (the current state); both may be partly updated on error. */
+int xt_render_from_json(const json_t *obj, xt_pose *pose, xt_acq *acq, xt_msg *msg);
+
+/* A WebSocket text message parsed and checked (ws.c then acts on it). On error, cmd is kept when
+ * the text was a JSON object, for the "id" and "seq" a nack echoes; free with xt_ws_cmd_free
+ * either way. The pose/acquisition update itself is validated when applied, against the state
+ * of the moment (xt_srv_update_pose, xt_srv_update_acq). */
+enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE };
+typedef struct xt_ws_cmd {
+  int type;       /* XT_CMD_* */
+  json_t *cmd;    /* the whole message (owned), NULL when it did not parse */
+  json_t *update; /* pose: a copy of "pose" with the message's "seq" merged in; acquisition:
+                     "acquisition" (owned either way); else NULL */
+} xt_ws_cmd;
+int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg);
+void xt_ws_cmd_free(xt_ws_cmd *c);
 /* {"error": {"name", "status", "message"}} */
 json_t *xt_error_json(int err, int status, const char *message);
 

@@ -11,6 +11,28 @@ if(TARGET xtwin-server)
   else()
     message(WARNING "test_server_rest skipped: libcurl4-openssl-dev not found")
   endif()
+  # The parsers of untrusted input (REST bodies, WebSocket messages, the config file) without a
+  # server: the fuzz seed corpus through the fuzz target's own driver (built without its entry).
+  xt_add_test(test_server_parsers SOURCES server/test_server_parsers.c fuzz/fuzz_server.c LIBS xt_server_core
+    LABELS "cpu;server")
+  target_compile_definitions(test_server_parsers PRIVATE XT_FUZZ_NO_ENTRY
+    XT_FUZZ_SERVER_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/server")
+
+  # libFuzzer target: clang only (-fsanitize=fuzzer). Not part of ctest; run it by hand:
+  #   build/tests/fuzz_server -max_total_time=120 tests/fuzz/server
+  # The parser sources (server state and config, scene errors and geometry) are compiled into the
+  # fuzzer so that they carry its coverage instrumentation; the rest comes from xt_server_core.
+  if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+    add_executable(fuzz_server fuzz/fuzz_server.c ${PROJECT_SOURCE_DIR}/server/state.c
+      ${PROJECT_SOURCE_DIR}/server/config.c ${PROJECT_SOURCE_DIR}/scene/xt_err.c ${PROJECT_SOURCE_DIR}/scene/xt_geom.c)
+    target_compile_options(fuzz_server PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+      -fno-omit-frame-pointer)
+    target_link_options(fuzz_server PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(fuzz_server PRIVATE xt_server_core xt_warnings)
+    if(TARGET xt_loaders)
+      target_compile_definitions(fuzz_server PRIVATE XT_SERVER_HAVE_LOADERS)
+    endif()
+  endif()
   set(XT_PY3 /usr/bin/python3)
   if(EXISTS ${XT_PY3})
     add_test(NAME test_server_stream

@@ -5,10 +5,18 @@
 
 /* A block renders a TILE_W x TILE_H pixel tile; each warp a WARP_W x WARP_H sub-tile, so the 32
  * rays of a warp are neighbours in both detector directions and their voxel fetches overlap. */
+#ifndef XT_CUDA_WARP_W /* overridable for tiling experiments (-DXT_CUDA_WARP_W=...) */
 #define XT_CUDA_WARP_W 8
+#endif
+#ifndef XT_CUDA_WARP_H /* overridable for tiling experiments (-DXT_CUDA_WARP_H=...) */
 #define XT_CUDA_WARP_H 4
+#endif
+#ifndef XT_CUDA_TILE_W /* overridable for tiling experiments (-DXT_CUDA_TILE_W=...) */
 #define XT_CUDA_TILE_W 16
+#endif
+#ifndef XT_CUDA_TILE_H /* overridable for tiling experiments (-DXT_CUDA_TILE_H=...) */
 #define XT_CUDA_TILE_H 16
+#endif
 #define XT_CUDA_BLOCK_THREADS (XT_CUDA_TILE_W * XT_CUDA_TILE_H)
 /* Blocks per SM asked of the compiler (__launch_bounds__): caps registers at 65536/(256*4) = 64
  * (32 warps per SM). The exact plane counts and the content hull need more than the 51 that 5

@@ -425,7 +425,8 @@ static int claim_const(xt_cuda_proj *p) {
 extern "C" xt_cuda_options xt_cuda_default_options(void) {
   xt_cuda_options o;
   o.device = 0;
-  o.voxels = XT_CUDA_VOX_LINEAR;
+  o.voxels = XT_CUDA_VOX_AUTO;
+  o.dual_min_bytes = -1;
   o.lut = XT_CUDA_LUT_AUTO;
   o.hull = 1;
   return o;
@@ -535,7 +536,7 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   CK(cudaGetDeviceCount(&ndev));
   if (opt->device < 0 || opt->device >= ndev)
     return xt_fail(msg, XT_ENODEV, "backend cuda: device %d does not exist (%d present)", opt->device, ndev);
-  if (opt->voxels != XT_CUDA_VOX_LINEAR && opt->voxels != XT_CUDA_VOX_TEXTURE)
+  if (opt->voxels != XT_CUDA_VOX_LINEAR && opt->voxels != XT_CUDA_VOX_TEXTURE && opt->voxels != XT_CUDA_VOX_AUTO)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown voxel storage %d", opt->voxels);
   if (opt->lut != XT_CUDA_LUT_SHARED && opt->lut != XT_CUDA_LUT_CONST && opt->lut != XT_CUDA_LUT_AUTO)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown table placement %d", opt->lut);
@@ -640,6 +641,51 @@ static void build_hull(const xt_volume *v, int labels, dev_model *d) {
   d->hull = 1;
 }
 
+/* The linear copy, with a guard band of one slice + one voxel on each side (see march()). */
+static int upload_linear(xt_cuda_proj *p, int i, const xt_volume *v, int labels, xt_msg *msg) {
+  const size_t elem = labels ? 1 : sizeof(float), nvox = xt_volume_voxels(v);
+  const size_t guard = (size_t)v->dim[0] * v->dim[1] + 1;
+  dev_model *d = &p->dm[i];
+  CK(cudaMalloc(&p->d_vox[i], (nvox + 2 * guard) * elem));
+  CK(cudaMemset(p->d_vox[i], 0, (nvox + 2 * guard) * elem));
+  CK(cudaMemcpy((char *)p->d_vox[i] + guard * elem, v->data, nvox * elem, cudaMemcpyHostToDevice));
+  if (labels) d->u8 = (const unsigned char *)p->d_vox[i] + guard;
+  else d->f32 = (const float *)p->d_vox[i] + guard;
+  return 0;
+}
+
+/* The texture copy: a 3D cudaArray (block-linear layout), point sampling, clamped. */
+static int upload_texture(xt_cuda_proj *p, int i, const xt_volume *v, int labels, const char *name, xt_msg *msg) {
+  const size_t elem = labels ? 1 : sizeof(float);
+  dev_model *d = &p->dm[i];
+  int lim = 0;
+  CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
+  if (v->dim[0] > lim || v->dim[1] > lim || v->dim[2] > lim)
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: dims exceed the 3D texture limit %d", name, lim);
+  cudaChannelFormatDesc cd = labels ? cudaCreateChannelDesc<unsigned char>() : cudaCreateChannelDesc<float>();
+  cudaExtent ext = make_cudaExtent((size_t)v->dim[0], (size_t)v->dim[1], (size_t)v->dim[2]);
+  CK(cudaMalloc3DArray(&p->arr[i], &cd, ext));
+  cudaMemcpy3DParms cp;
+  memset(&cp, 0, sizeof cp);
+  cp.srcPtr = make_cudaPitchedPtr(v->data, (size_t)v->dim[0] * elem, (size_t)v->dim[0], (size_t)v->dim[1]);
+  cp.dstArray = p->arr[i];
+  cp.extent = ext;
+  cp.kind = cudaMemcpyHostToDevice;
+  CK(cudaMemcpy3D(&cp));
+  cudaResourceDesc rd;
+  memset(&rd, 0, sizeof rd);
+  rd.resType = cudaResourceTypeArray;
+  rd.res.array.array = p->arr[i];
+  cudaTextureDesc td;
+  memset(&td, 0, sizeof td);
+  td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
+  td.filterMode = cudaFilterModePoint;
+  td.readMode = cudaReadModeElementType;
+  td.normalizedCoords = 0;
+  CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
+  return 0;
+}
+
 extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
   if (m->kind != XT_MODEL_DENSE && m->kind != XT_MODEL_LABELS)
     return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s: kind %s not supported", m->name,
@@ -660,40 +706,25 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
   for (int a = 0; a < 3; a++) d->n[a] = v->dim[a];
   d->labels = labels;
   const size_t elem = labels ? 1 : sizeof(float);
-  if (p->opt.voxels == XT_CUDA_VOX_LINEAR) {
-    /* A guard band of one slice + one voxel on each side: see march(). */
-    const size_t guard = (size_t)v->dim[0] * v->dim[1] + 1;
-    CK(cudaMalloc(&p->d_vox[i], (nvox + 2 * guard) * elem));
-    CK(cudaMemset(p->d_vox[i], 0, (nvox + 2 * guard) * elem));
-    CK(cudaMemcpy((char *)p->d_vox[i] + guard * elem, v->data, nvox * elem, cudaMemcpyHostToDevice));
-    if (labels) d->u8 = (const unsigned char *)p->d_vox[i] + guard;
-    else d->f32 = (const float *)p->d_vox[i] + guard;
-  } else {
-    int lim = 0;
+  /* AUTO keeps the linear copy always and adds the texture copy for volumes too large for L2,
+   * where the block-linear layout wins at views whose detector rows do not run along the volume's
+   * x rows (docs/BENCHMARKS.md); pick_vox chooses per launch. */
+  const int vox = p->opt.voxels;
+  int want_tex = vox == XT_CUDA_VOX_TEXTURE;
+  if (vox == XT_CUDA_VOX_AUTO) {
+    int l2 = 0, lim = 0;
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p->opt.device));
     CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
-    if (v->dim[0] > lim || v->dim[1] > lim || v->dim[2] > lim)
-      return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: dims exceed the 3D texture limit %d", m->name, lim);
-    cudaChannelFormatDesc cd = labels ? cudaCreateChannelDesc<unsigned char>() : cudaCreateChannelDesc<float>();
-    cudaExtent ext = make_cudaExtent((size_t)v->dim[0], (size_t)v->dim[1], (size_t)v->dim[2]);
-    CK(cudaMalloc3DArray(&p->arr[i], &cd, ext));
-    cudaMemcpy3DParms cp;
-    memset(&cp, 0, sizeof cp);
-    cp.srcPtr = make_cudaPitchedPtr(v->data, (size_t)v->dim[0] * elem, (size_t)v->dim[0], (size_t)v->dim[1]);
-    cp.dstArray = p->arr[i];
-    cp.extent = ext;
-    cp.kind = cudaMemcpyHostToDevice;
-    CK(cudaMemcpy3D(&cp));
-    cudaResourceDesc rd;
-    memset(&rd, 0, sizeof rd);
-    rd.resType = cudaResourceTypeArray;
-    rd.res.array.array = p->arr[i];
-    cudaTextureDesc td;
-    memset(&td, 0, sizeof td);
-    td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
-    td.filterMode = cudaFilterModePoint;
-    td.readMode = cudaReadModeElementType;
-    td.normalizedCoords = 0;
-    CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
+    const size_t min_bytes = p->opt.dual_min_bytes >= 0 ? (size_t)p->opt.dual_min_bytes : (size_t)l2;
+    want_tex = nvox * elem > min_bytes && v->dim[0] <= lim && v->dim[1] <= lim && v->dim[2] <= lim;
+  }
+  if (vox != XT_CUDA_VOX_TEXTURE) {
+    int rc = upload_linear(p, i, v, labels, msg);
+    if (rc) return rc;
+  }
+  if (want_tex) {
+    int rc = upload_texture(p, i, v, labels, m->name, msg);
+    if (rc) return rc;
   }
   if (p->opt.hull) build_hull(v, labels, d);
   if (labels) {
@@ -769,16 +800,30 @@ template <bool HULL> static kernel_fn pick_variant(int vox, int lut, int count) 
 }
 
 /* The hull kernel only when a model has a hull (it costs a few instructions per ray). */
-static kernel_fn pick_kernel(const xt_cuda_proj *p, int count) {
+static kernel_fn pick_kernel(const xt_cuda_proj *p, int vox, int count) {
   int hull = 0;
   for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
-  return hull ? pick_variant<true>(p->opt.voxels, p->opt.lut, count)
-              : pick_variant<false>(p->opt.voxels, p->opt.lut, count);
+  return hull ? pick_variant<true>(vox, p->opt.lut, count) : pick_variant<false>(vox, p->opt.lut, count);
+}
+
+/* The voxel storage of a launch. AUTO with every model holding both copies: linear when the
+ * detector's u direction (a warp's rays are 8 wide along u) runs within ~25 deg of model 0's x
+ * rows, so the warp's fetches share cache lines; the block-linear texture otherwise. A batch
+ * launch decides by its first frame. */
+static int pick_vox(const xt_cuda_proj *p, const xt_geometry *g) {
+  if (p->opt.voxels != XT_CUDA_VOX_AUTO) return p->opt.voxels;
+  for (int i = 0; i < p->nmodels; i++)
+    if (!p->dm[i].tex || !(p->dm[i].f32 || p->dm[i].u8)) return XT_CUDA_VOX_LINEAR;
+  xt_affine w2c;
+  if (!p->nmodels || !xt_world_to_cell(p->models[0], &g->pose, &w2c)) return XT_CUDA_VOX_LINEAR;
+  const xt_vec3 uc = xt_aff_apply_dir(&w2c, g->u);
+  const double n = xt_v3_norm(uc);
+  return n > 0 && fabs(uc.x) / n >= XT_CUDA_LINEAR_MIN_ALIGN ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
 }
 
 /* One launch: `nf` frames whose descriptors are at d_frames, output to d_out. Checked. */
-static int launch(xt_cuda_proj *p, const dev_frame *d_frames, int nf, int cols, int rows, float *d_out, int count,
-                  cudaStream_t st, xt_msg *msg) {
+static int launch(xt_cuda_proj *p, const dev_frame *d_frames, int nf, int cols, int rows, float *d_out, int vox,
+                  int count, cudaStream_t st, xt_msg *msg) {
   dev_scene sc;
   memset(&sc, 0, sizeof sc);
   sc.nmodels = p->nmodels;
@@ -790,7 +835,7 @@ static int launch(xt_cuda_proj *p, const dev_frame *d_frames, int nf, int cols, 
   sc.out = d_out;
   dim3 grid((unsigned)((cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
             (unsigned)((rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)nf);
-  pick_kernel(p, count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, st>>>(sc);
+  pick_kernel(p, vox, count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, st>>>(sc);
   CK(cudaGetLastError());
   if (p->debug_sync) CK(cudaStreamSynchronize(st));
   return 0;
@@ -823,7 +868,8 @@ static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, in
       for (int j = 0; j < nf; j++) fill_frame(p, &g[(first + j) % n], &p->h_fr[b][j]);
       CK(cudaMemcpyAsync(p->d_fr[b], p->h_fr[b], sizeof(dev_frame) * nf, cudaMemcpyHostToDevice, p->s_render));
       CK(cudaStreamWaitEvent(p->s_render, p->ev_c[b], 0));
-      if ((rc = launch(p, p->d_fr[b], nf, cols, rows, p->d_out[b], 0, p->s_render, msg))) return rc;
+      const int vox = pick_vox(p, &g[first % n]);
+      if ((rc = launch(p, p->d_fr[b], nf, cols, rows, p->d_out[b], vox, 0, p->s_render, msg))) return rc;
       CK(cudaEventRecord(p->ev_k[b], p->s_render));
       CK(cudaStreamWaitEvent(p->s_copy, p->ev_k[b], 0));
       CK(cudaMemcpyAsync(p->h_out[b], p->d_out[b], fpx * sizeof(float) * nf, cudaMemcpyDeviceToHost, p->s_copy));
@@ -898,7 +944,9 @@ extern "C" int xt_cuda_time_kernel(xt_cuda_proj *p, const xt_geometry *g, int n,
   for (int i = 0; i < warmup + reps && !rc; i++) {
     const dev_frame *fr = d + (size_t)(i % nlaunch) * per_launch;
     if (i >= warmup) e = cudaEventRecord(p->ev_a, p->s_render);
-    if (e == cudaSuccess) rc = launch(p, fr, per_launch, cols, rows, dout, 0, p->s_render, msg);
+    if (e == cudaSuccess)
+      rc = launch(p, fr, per_launch, cols, rows, dout, pick_vox(p, &g[(size_t)(i % nlaunch) * per_launch % (size_t)n]), 0,
+                  p->s_render, msg);
     if (!rc && i >= warmup) {
       float t = 0;
       e = cudaEventRecord(p->ev_b, p->s_render);
@@ -926,7 +974,7 @@ extern "C" int xt_cuda_count_steps(xt_cuda_proj *p, const xt_geometry *g, double
   CK(cudaStreamSynchronize(p->s_copy));
   fill_frame(p, g, &p->h_fr[0][0]);
   CK(cudaMemcpyAsync(p->d_fr[0], p->h_fr[0], sizeof(dev_frame), cudaMemcpyHostToDevice, p->s_render));
-  if ((rc = launch(p, p->d_fr[0], 1, cols, rows, p->d_out[0], 1, p->s_render, msg))) return rc;
+  if ((rc = launch(p, p->d_fr[0], 1, cols, rows, p->d_out[0], pick_vox(p, g), 1, p->s_render, msg))) return rc;
   CK(cudaMemcpyAsync(p->h_out[0], p->d_out[0], (size_t)cols * rows * sizeof(float), cudaMemcpyDeviceToHost,
                      p->s_render));
   CK(cudaStreamSynchronize(p->s_render));

@@ -28,6 +28,10 @@
 #define XT_HULL_DIRS 13
 #define XT_HULL_MARGIN 0.05f
 
+/* AUTO voxel storage: linear when |u . x| of the detector's u in model 0's cell space is at least
+ * this (u within ~25 deg of the x rows), else the texture copy. */
+#define XT_CUDA_LINEAR_MIN_ALIGN 0.9
+
 /* Models one projector renders in one launch; each frame carries one world->cell map per model. */
 #define XT_CUDA_MAX_MODELS 8
 /* Frames per launch of render_batch, and the device/pinned chunk budget of the batch pipeline. */

@@ -14,8 +14,10 @@
 extern "C" {
 #endif
 
-/* Where voxels live on the device. */
-enum { XT_CUDA_VOX_LINEAR = 0, XT_CUDA_VOX_TEXTURE = 1 };
+/* Where voxels live on the device. AUTO: linear memory, plus a 3D-texture copy of volumes larger
+ * than dual_min_bytes (default: the device's L2), each launch using the layout that suits its
+ * view (docs/BENCHMARKS.md: for L2-resident volumes linear is faster at every angle). */
+enum { XT_CUDA_VOX_LINEAR = 0, XT_CUDA_VOX_TEXTURE = 1, XT_CUDA_VOX_AUTO = 2 };
 /* Where the label -> mu table lives during a launch. Constant memory measured ~4% faster but is
  * one per process: AUTO takes it when free and falls back to shared memory otherwise. */
 enum { XT_CUDA_LUT_SHARED = 0, XT_CUDA_LUT_CONST = 1, XT_CUDA_LUT_AUTO = 2 };
@@ -23,6 +25,7 @@ enum { XT_CUDA_LUT_SHARED = 0, XT_CUDA_LUT_CONST = 1, XT_CUDA_LUT_AUTO = 2 };
 typedef struct xt_cuda_options {
   int device; /* ordinal */
   int voxels; /* XT_CUDA_VOX_* */
+  long long dual_min_bytes; /* AUTO: volumes above this many bytes also get the texture copy; -1 = L2 size */
   int lut;    /* XT_CUDA_LUT_*; CONST fails with XT_EBUSY when another projector holds it */
   int hull;   /* 1: clip rays to each model's content hull (exact; see proj_cuda.cu); 0: off */
 } xt_cuda_options;

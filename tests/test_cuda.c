@@ -165,10 +165,11 @@ XT_TEST(variants_multi_model) {
     const xt_model *ms[2] = {a, b};
     size_t np = (size_t)mode.cols * mode.rows;
     float *first = NULL;
-    for (int vox = 0; vox < 2; vox++)
+    for (int vox = 0; vox < 3; vox++) /* linear, texture, AUTO with both copies forced */
       for (int lut = 0; lut < 2; lut++) {
         xt_cuda_options o = xt_cuda_default_options();
         o.voxels = vox;
+        o.dual_min_bytes = 0;
         o.lut = lut;
         xt_cuda_proj *p;
         xt_msg msg;
@@ -192,6 +193,54 @@ XT_TEST(variants_multi_model) {
     xt_model_free(a);
     xt_model_free(b);
   }
+}
+
+/* AUTO storage with both copies resident: views at 0, 45, 90 and 120 deg primary and a cranial one
+ * pick linear or texture per launch; every frame matches the reference and, bit for bit, the
+ * linear-only projector; a batch mixing the views too. */
+XT_TEST(auto_storage_per_view) {
+  srand(11);
+  xt_model *m = random_model(1);
+  XT_REQUIRE(m);
+  xt_detector_mode mode = test_mode(96, 80, 1.2);
+  const double prim[5] = {0, 45, 90, 120, 10}, sec[5] = {0, 0, 0, 0, 60};
+  xt_geometry g[5];
+  for (int i = 0; i < 5; i++) {
+    xt_pose pose = xt_pose_default(&mode);
+    pose.primary_deg = prim[i];
+    pose.secondary_deg = sec[i];
+    XT_REQUIRE(xt_geom_compute(&pose, &mode, &g[i], NULL) == 0);
+  }
+  xt_cuda_options oa = xt_cuda_default_options(), ol = xt_cuda_default_options();
+  oa.dual_min_bytes = 0;
+  ol.voxels = XT_CUDA_VOX_LINEAR;
+  xt_cuda_proj *pa, *pl;
+  xt_msg msg;
+  XT_REQUIRE(xt_cuda_create(&oa, &pa, &msg) == 0);
+  XT_REQUIRE(xt_cuda_create(&ol, &pl, &msg) == 0);
+  XT_REQUIRE(xt_cuda_add_model(pa, m, &msg) == 0 && xt_cuda_add_model(pl, m, &msg) == 0);
+  const size_t np = (size_t)mode.cols * mode.rows;
+  float *a = poisoned(5 * np), *l = poisoned(5 * np);
+  XT_REQUIRE(a && l);
+  const xt_model *ms[1] = {m};
+  for (int i = 0; i < 5; i++) {
+    XT_CHECK(xt_cuda_render(pa, &g[i], a + i * np, &msg) == 0);
+    XT_CHECK(xt_cuda_render(pl, &g[i], l + i * np, &msg) == 0);
+    char what[64];
+    snprintf(what, sizeof what, "auto storage, view %d", i);
+    XT_CHECK_MSG(compare(what, ms, 1, &g[i], a + i * np) == 0, "%s", what);
+    XT_CHECK_MSG(memcmp(a + i * np, l + i * np, np * sizeof(float)) == 0, "%s differs from linear", what);
+  }
+  float *b = poisoned(5 * np);
+  XT_REQUIRE(b);
+  XT_CHECK(xt_cuda_render_batch(pa, g, 5, b, &msg) == 0);
+  XT_CHECK(memcmp(a, b, 5 * np * sizeof(float)) == 0);
+  free(a);
+  free(l);
+  free(b);
+  xt_cuda_destroy(pa);
+  xt_cuda_destroy(pl);
+  xt_model_free(m);
 }
 
 /* An axis-aligned volume with even dims centred on the isocentre, an odd detector at 0/0: the
@@ -464,6 +513,7 @@ int main(int argc, char **argv) {
   static const xt_test_entry tests[] = {
       XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
           XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(thesis_head_labels)
-              XT_ENTRY(thesis_head_mu) XT_ENTRY(blocky_exact) XT_ENTRY(hull_extremes)};
+              XT_ENTRY(thesis_head_mu) XT_ENTRY(blocky_exact) XT_ENTRY(hull_extremes)
+                  XT_ENTRY(auto_storage_per_view)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

@@ -167,9 +167,13 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
       goto fail;
     }
   }
+  xt_msg m3; /* "volume: ..." becomes "path: volume: ...", as every load message starts with the path */
   rc = xt_volume_create((int)g->dim[0], (int)g->dim[1], (int)g->dim[2], spacing, labels ? XT_VOXEL_U8 : XT_VOXEL_F32,
-                        &v, msg);
-  if (rc) goto fail;
+                        &v, &m3);
+  if (rc) {
+    xt_fail(msg, rc, "%s: %s", path, m3.text);
+    goto fail;
+  }
   v->index_to_model = g->index_to_lps;
   buf = malloc(CHUNK * sizeof *buf);
   if (!buf) {

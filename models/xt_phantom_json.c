@@ -86,7 +86,12 @@ int xt_phantom_load_json(const char *path, const xt_material_table *mt, xt_phant
   json_error_t jerr;
   int rc = 0;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) return xt_fail(msg, XT_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+  if (!root) {
+    if (json_error_code(&jerr) == json_error_out_of_memory) return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+    /* jansson gives no text when it runs out of memory before it starts parsing */
+    if (!jerr.text[0]) return xt_fail(msg, XT_EFORMAT, "%s: JSON parser failed without a reason (out of memory?)", path);
+    return xt_fail(msg, XT_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+  }
   xt_phantom p;
   memset(&p, 0, sizeof p);
   if (!json_is_object(root)) {

@@ -25,6 +25,12 @@ typedef struct xt_load_options {
  * starting with the path. HU helpers and the label bands: xt_hu.h; details: docs/loaders.md. */
 int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 
+/* Loads any model file this build reads, the reader picked from the file name by the table in
+ * xt_model_load.c: volumes (xt_volume_load with opt's conversion; dense or labels) and each
+ * further kind's files. The model is named `name` (NULL or "": the file's base name) and placed
+ * at identity. On failure *out is NULL and msg holds one line starting with the path. */
+int xt_model_load(const char *path, const xt_load_options *opt, const char *name, xt_model **out, xt_msg *msg);
+
 /* Reads an ellipsoid phantom from JSON (format: docs/models.md, "Ellipsoid phantom files"):
  *   {"name": "...", "ellipsoids": [{"center": [x,y,z], "semi_axes": [a,b,c], "phi_deg": 0,
  *     "theta_deg": 0, "material": "bone", "mu": 0.05}, ...]}

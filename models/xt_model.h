@@ -1,7 +1,7 @@
 /* Models: what the projectors render. One xt_model_t per object in the room.
  *
- * A model has a kind (dense float32 mu voxels, uint8 label voxels + material table; later NanoVDB
- * grids and Gaussian mixtures), a name, its own coordinate frame (patient LPS mm as the file
+ * A model has a kind (dense float32 mu voxels, uint8 label voxels + material table, Gaussian
+ * mixtures, NanoVDB sparse grids), a name, its own coordinate frame (patient LPS mm as the file
  * states it), and a placement: the rigid or affine map from that frame to the patient frame.
  * Projectors receive models through this header only; kind-specific payloads are reached with
  * the accessor of their kind, so adding a kind adds a payload, not fields to every model. */
@@ -15,9 +15,10 @@
 #include "xt_vec.h"
 
 typedef enum xt_model_kind {
-  XT_MODEL_DENSE = 1, /* float32 mu (1/mm) per voxel */
-  XT_MODEL_LABELS = 2 /* uint8 material label per voxel + xt_material_table */
-  /* XT_MODEL_NVDB, XT_MODEL_GMM: their issues add them here */
+  XT_MODEL_DENSE = 1,  /* float32 mu (1/mm) per voxel: m->volume */
+  XT_MODEL_LABELS = 2, /* uint8 material label per voxel + xt_material_table: m->volume */
+  XT_MODEL_GMM = 3,    /* Gaussian mixture: m->gmm (xt_gmm.h) */
+  XT_MODEL_NVDB = 4    /* NanoVDB sparse grid: m->nvdb (xt_nvdb.h) */
 } xt_model_kind;
 
 #define XT_MAX_MATERIALS 256
@@ -46,11 +47,17 @@ typedef struct xt_volume {
 
 enum { XT_VOXEL_F32 = 1, XT_VOXEL_U8 = 2 };
 
+struct xt_gmm;
+struct xt_nvdb;
+
+/* Exactly one payload is set, the one of the model's kind; the model owns it. */
 typedef struct xt_model {
   char name[64];
   xt_model_kind kind;
-  xt_affine placement; /* model frame -> patient frame */
-  xt_volume *volume;   /* DENSE and LABELS */
+  xt_affine placement;  /* model frame -> patient frame */
+  xt_volume *volume;    /* DENSE and LABELS */
+  struct xt_gmm *gmm;   /* GMM */
+  struct xt_nvdb *nvdb; /* NVDB */
 } xt_model;
 
 /* --- volumes ------------------------------------------------------------------------------ */
@@ -75,6 +82,9 @@ void xt_volume_bounds(const xt_volume *v, xt_vec3 *lo, xt_vec3 *hi);
 int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg);
 void xt_model_free(xt_model *m);
 const char *xt_model_kind_name(xt_model_kind k);
+/* The axis-aligned bounds, in model mm, of everything the model can attenuate (voxel cubes for
+ * volumes; each kind states its own extent). XT_EINVAL when the payload is missing. */
+int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg);
 
 /* --- materials ---------------------------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* Voxel volumes and the models that wrap them: allocation, validation, bounds. */
+/* Voxel volumes: allocation, validation, bounds. */
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -87,29 +87,4 @@ void xt_volume_bounds(const xt_volume *v, xt_vec3 *lo, xt_vec3 *hi) {
   }
   *lo = xt_v3(l[0], l[1], l[2]);
   *hi = xt_v3(h[0], h[1], h[2]);
-}
-
-int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg) {
-  xt_model *m = calloc(1, sizeof *m);
-  if (!m) return xt_fail(msg, XT_ENOMEM, "model: out of memory");
-  snprintf(m->name, sizeof m->name, "%s", name ? name : "model");
-  m->kind = v->type == XT_VOXEL_U8 ? XT_MODEL_LABELS : XT_MODEL_DENSE;
-  m->placement = xt_aff_identity();
-  m->volume = v;
-  *out = m;
-  return 0;
-}
-
-void xt_model_free(xt_model *m) {
-  if (!m) return;
-  xt_volume_free(m->volume);
-  free(m);
-}
-
-const char *xt_model_kind_name(xt_model_kind k) {
-  switch (k) {
-  case XT_MODEL_DENSE: return "dense";
-  case XT_MODEL_LABELS: return "labels";
-  }
-  return "unknown";
 }

@@ -1,9 +1,8 @@
-/* The CPU reference projector: exact Amanatides-Woo / Siddon traversal in double precision.
- *
- * Every segment length is the difference of two plane-crossing parameters computed directly from
- * the ray origin (never accumulated), so a ray's line integral carries only rounding error of the
- * order of 1e-15 relative per segment, far below float32. This is the oracle the GPU kernels are
- * tested against; it favours exactness over speed but is multithreaded over detector rows. */
+/* The CPU reference projector: for every detector pixel, the exact line integral of mu through
+ * every model, in double precision. Each model kind integrates its own rays (xt_proj_kind.h;
+ * voxels: proj_cpu_voxel.c); this file sets up the rays, sums over models and spreads the rows
+ * over threads. This is the oracle the GPU kernels are tested against: it favours exactness
+ * over speed. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,83 +12,40 @@
 
 #include "xt_proj.h"
 #include "xt_proj_internal.h"
-#include "xt_raycast.h"
+#include "xt_proj_kind.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* Traversal                                                                                  */
+/* Models: each kind's table (xt_proj_kind.h) does the ray; this file sums over models          */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Integral of mu over s in [s0, s1] of the cell-space ray o + s q inside volume v. */
-static double traverse(const xt_volume *v, const double o[3], const double q[3], double s0, double s1) {
-  const int *n = v->dim;
-  const float *fdata = v->type == XT_VOXEL_F32 ? (const float *)v->data : NULL;
-  const uint8_t *ldata = v->type == XT_VOXEL_U8 ? (const uint8_t *)v->data : NULL;
-  const float *lut = v->materials ? v->materials->mu : NULL;
-  const ptrdiff_t stride[3] = {1, (ptrdiff_t)n[0], (ptrdiff_t)n[0] * n[1]};
-  int idx[3], step[3];
-  double inv[3], snext[3];
-  for (int a = 0; a < 3; a++) {
-    double p = o[a] + s0 * q[a];
-    int i = (int)floor(p);
-    /* The entry point lies on the box surface; rounding may put it a hair outside. */
-    if (i < 0) i = 0;
-    if (i > n[a] - 1) i = n[a] - 1;
-    idx[a] = i;
-    if (q[a] > 0) {
-      step[a] = 1;
-      inv[a] = 1.0 / q[a];
-      snext[a] = ((double)(i + 1) - o[a]) * inv[a];
-    } else if (q[a] < 0) {
-      step[a] = -1;
-      inv[a] = 1.0 / q[a];
-      snext[a] = ((double)i - o[a]) * inv[a];
-    } else {
-      step[a] = 0;
-      inv[a] = 0;
-      snext[a] = INFINITY;
-    }
-  }
-  ptrdiff_t lin = idx[0] + stride[1] * idx[1] + stride[2] * idx[2];
-  double s = s0, acc = 0.0;
-  for (;;) {
-    int a = snext[0] <= snext[1] ? (snext[0] <= snext[2] ? 0 : 2) : (snext[1] <= snext[2] ? 1 : 2);
-    double se = snext[a] < s1 ? snext[a] : s1;
-    if (se > s) {
-      double mu = fdata ? (double)fdata[lin] : (double)lut[ldata[lin]];
-      acc += (se - s) * mu;
-      s = se;
-    }
-    if (s >= s1) break;
-    idx[a] += step[a];
-    if (idx[a] < 0 || idx[a] >= n[a]) break;
-    lin += step[a] * stride[a];
-    snext[a] = ((double)(idx[a] + (step[a] > 0)) - o[a]) * inv[a];
-  }
-  return acc;
+static const xt_cpu_kind *const kinds[] = {&xt_cpu_kind_dense, &xt_cpu_kind_labels};
+
+static const xt_cpu_kind *kind_of(const xt_model *m) {
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (kinds[i]->kind == m->kind) return kinds[i];
+  return NULL;
 }
 
-/* Per-model, per-frame constants: the world -> cell map. */
+/* Per-model, per-frame state: the kind's own (its world->model map and what it derives). */
 typedef struct ray_model {
-  const xt_volume *vol;
-  xt_affine w2c;
+  const xt_model *m;
+  const xt_cpu_kind *k;
   int ok;
+  _Alignas(16) unsigned char state[XT_CPU_KIND_STATE];
 } ray_model;
 
 static void setup_models(const xt_model *const *models, int n, const xt_pose *pose, ray_model *rm) {
   for (int i = 0; i < n; i++) {
-    rm[i].vol = models[i]->volume;
-    rm[i].ok = rm[i].vol && xt_world_to_cell(models[i], pose, &rm[i].w2c);
+    rm[i].m = models[i];
+    rm[i].k = kind_of(models[i]);
+    rm[i].ok = rm[i].k && rm[i].k->frame(models[i], pose, rm[i].state);
   }
 }
 
 static double integrate(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double len) {
   double total = 0.0;
-  for (int i = 0; i < n; i++) {
-    if (!rm[i].ok) continue;
-    xt_vec3 oc = xt_aff_apply(&rm[i].w2c, a), qc = xt_aff_apply_dir(&rm[i].w2c, w);
-    double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z}, s0, s1;
-    if (xt_clip_box_f64(o, q, rm[i].vol->dim, len, &s0, &s1)) total += traverse(rm[i].vol, o, q, s0, s1);
-  }
+  for (int i = 0; i < n; i++)
+    if (rm[i].ok) total += rm[i].k->ray(rm[i].m, rm[i].state, a, w, len);
   return total;
 }
 
@@ -195,11 +151,12 @@ static int cpu_create(const xt_proj_options *opt, void **impl, xt_msg *msg) {
 
 static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
   cpu_proj *p = impl;
-  if (m->kind != XT_MODEL_DENSE && m->kind != XT_MODEL_LABELS)
+  const xt_cpu_kind *k = kind_of(m);
+  if (!k)
     return xt_fail(msg, XT_EUNSUPPORTED, "cpu projector: model %s: kind %s not supported", m->name,
                    xt_model_kind_name(m->kind));
-  if (!m->volume || (m->kind == XT_MODEL_LABELS && !m->volume->materials))
-    return xt_fail(msg, XT_EINVAL, "cpu projector: model %s: no voxel data", m->name);
+  int rc = k->check(m, msg);
+  if (rc) return rc;
   if (p->nmodels == p->cap) {
     int cap = p->cap ? 2 * p->cap : 4;
     const xt_model **nm = realloc(p->models, sizeof *nm * (size_t)cap);

@@ -376,18 +376,12 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   if (rc) return rc;
 #ifdef XT_SERVER_HAVE_LOADERS
   xt_load_options opt = {(xt_load_convert)conv, 0.0};
-  xt_volume *v = NULL;
   xt_model *m = NULL;
   pthread_mutex_lock(&s->models_mu);
   int n = s->nmodels;
   pthread_mutex_unlock(&s->models_mu);
   if (n >= XT_SRV_MAX_MODELS) return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
-  if ((rc = xt_volume_load(path, &opt, &v, msg))) return rc;
-  const char *base = strrchr(path, '/');
-  if ((rc = xt_model_from_volume(v, name && *name ? name : (base ? base + 1 : path), &m, msg))) {
-    xt_volume_free(v);
-    return rc;
-  }
+  if ((rc = xt_model_load(path, &opt, name, &m, msg))) return rc;
   pthread_mutex_lock(&s->models_mu);
   if (s->nmodels >= XT_SRV_MAX_MODELS) {
     pthread_mutex_unlock(&s->models_mu);

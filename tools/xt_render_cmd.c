@@ -207,20 +207,17 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
 #ifdef XT_HAVE_LOADERS
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
     xt_load_options lo = {conv[o->convert], o->energy};
-    xt_volume *v = NULL;
-    if ((rc = xt_volume_load(o->volume, &lo, &v, msg))) return rc;
-    if ((rc = xt_volume_validate(v, base_name(o->volume), msg)) ||
-        (rc = xt_model_from_volume(v, base_name(o->volume), &m, msg))) {
-      xt_volume_free(v);
-      return rc;
-    }
+    if ((rc = xt_model_load(o->volume, &lo, base_name(o->volume), &m, msg))) return rc;
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");
 #endif
   }
   if (o->place == 0) { /* center: the bounding box's centre at the patient origin */
     xt_vec3 lo, hi;
-    xt_volume_bounds(m->volume, &lo, &hi);
+    if ((rc = xt_model_bounds(m, &lo, &hi, msg))) {
+      xt_model_free(m);
+      return rc;
+    }
     m->placement = xt_aff_identity();
     m->placement.t[0] = -0.5 * (lo.x + hi.x);
     m->placement.t[1] = -0.5 * (lo.y + hi.y);

@@ -1,0 +1,28 @@
+/* Model kinds on the CPU reference projector: what proj_cpu.c needs to integrate a ray through a
+ * model of one kind. Each kind's file (proj_cpu_voxel.c, ...) defines one table; proj_cpu.c picks
+ * it by the model's kind and never looks at a payload itself. Internal to projectors/. */
+#ifndef XT_PROJ_KIND_H
+#define XT_PROJ_KIND_H
+
+#include "xt_geom.h"
+#include "xt_model.h"
+
+/* Bytes of per-frame state a kind may keep for one model (its world->model map and whatever it
+ * derives from the pose once per frame rather than per ray). */
+#define XT_CPU_KIND_STATE 512
+
+typedef struct xt_cpu_kind {
+  xt_model_kind kind;
+  /* At add_model: the payload is present and usable; msg names the model. */
+  int (*check)(const xt_model *m, xt_msg *msg);
+  /* Once per frame: fills `state` for the pose (table translation and placement included).
+   * Returns 0 when no ray can hit the model this frame (a singular map), else 1. */
+  int (*frame)(const xt_model *m, const xt_pose *pose, void *state);
+  /* Integral of mu along the world ray a + s w, s in [0, len] mm, |w| = 1; double precision. */
+  double (*ray)(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len);
+} xt_cpu_kind;
+
+extern const xt_cpu_kind xt_cpu_kind_dense;  /* proj_cpu_voxel.c */
+extern const xt_cpu_kind xt_cpu_kind_labels; /* proj_cpu_voxel.c */
+
+#endif /* XT_PROJ_KIND_H */

@@ -1,0 +1,103 @@
+/* Model kinds on the CUDA backend: the contract between the frame pipeline (cuda_pipeline.cu:
+ * device, streams, per-detector scratch, per-frame descriptors, batches, copy-out) and each kind's
+ * kernels (proj_voxel.cu; one file per further kind). Internal to projectors/, C++ (nvcc) only.
+ *
+ * A frame is rendered by every kind that holds models, in the order of the pipeline's kind table,
+ * into one device buffer of float line integrals: the first kind writes every pixel, the others
+ * add (line integrals add). Per frame, each kind gets a descriptor of its own (frame_bytes, filled
+ * on the host in double by fill_frame, uploaded with the others in one copy per chunk of frames),
+ * so kinds never share or branch on each other's layouts. Scratch that depends on the detector
+ * (sort buffers, tile lists) is sized in prepare(), which the pipeline calls only when the
+ * detector or the chunk size changes: nothing is allocated per frame. */
+#ifndef XT_CUDA_KIND_H
+#define XT_CUDA_KIND_H
+
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+
+extern "C" {
+#include "xt_proj_cuda.h"
+}
+
+/* One launch of one kind: nf frames of one detector. */
+typedef struct xt_cuda_launch {
+  int nf, cols, rows;
+  const xt_geometry *g; /* host: the nf geometries (g[j] is frame j of this launch) */
+  const void *d_desc;   /* device: nf descriptors of the kind's frame_bytes, contiguous */
+  float *d_out;         /* device: nf * rows * cols, frame j at d_out + j*rows*cols, row-major */
+  int accumulate;       /* 0: write every pixel (0 where nothing is hit); 1: add to d_out */
+  int count;            /* benchmark: write work counts (voxels visited) instead; kinds that
+                           cannot, add nothing and succeed */
+  cudaStream_t stream;  /* everything of the launch goes on this stream; no synchronisation */
+} xt_cuda_launch;
+
+typedef struct xt_cuda_kind_ops {
+  const char *name;
+  /* The model kinds this table renders. */
+  int (*accepts)(const xt_model *m);
+  /* Called once per projector, with the device current. */
+  int (*create)(const xt_cuda_options *opt, void **st, xt_msg *msg);
+  /* Uploads the model once; the model outlives the projector. */
+  int (*add_model)(void *st, const xt_model *m, xt_msg *msg);
+  int (*nmodels)(const void *st);
+  /* Per-frame descriptor bytes (a multiple of 16), and its fill on the host for geometry g. */
+  size_t (*frame_bytes)(const void *st);
+  void (*fill_frame)(const void *st, const xt_geometry *g, void *desc);
+  /* Per-(detector, model) scratch for up to max_frames frames per launch. May be NULL. */
+  int (*prepare)(void *st, int cols, int rows, int max_frames, xt_msg *msg);
+  /* Queues the launch's kernels on L->stream; checks each launch (cudaGetLastError). */
+  int (*render)(void *st, const xt_cuda_launch *L, xt_msg *msg);
+  void (*destroy)(void *st);
+} xt_cuda_kind_ops;
+
+extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */
+
+/* Every CUDA call in host code: on failure, one line naming the call, into msg. */
+#define XT_CK(call)                                                                                            \
+  do {                                                                                                         \
+    cudaError_t e_ = (call);                                                                                   \
+    if (e_ != cudaSuccess)                                                                                     \
+      return xt_fail(msg, XT_EDEVICE, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+  } while (0)
+
+/* The detector and source of a frame, in double, as xt_geom_pixel_pos and proj_cpu.c use them. */
+typedef struct xt_cuda_camera {
+  double src[3], det0[3], u[3], v[3];
+  double pu, pv;
+} xt_cuda_camera;
+
+static inline void xt_cuda_camera_fill(const xt_geometry *g, xt_cuda_camera *c) {
+  const xt_vec3 vs[4] = {g->source, g->det_origin, g->u, g->v};
+  double *dst[4] = {c->src, c->det0, c->u, c->v};
+  for (int k = 0; k < 4; k++) {
+    dst[k][0] = vs[k].x;
+    dst[k][1] = vs[k].y;
+    dst[k][2] = vs[k].z;
+  }
+  c->pu = g->mode.pitch_u_mm;
+  c->pv = g->mode.pitch_v_mm;
+}
+
+#ifdef __CUDACC__
+/* FP64 without FMA contraction: the reference's own rounding, operation for operation. */
+static __device__ __forceinline__ double xt_dm(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ double xt_da(double a, double b) { return __dadd_rn(a, b); }
+
+/* The world ray of pixel (col, row): unit direction w and the length from the source to the
+ * pixel centre, exactly as proj_cpu.c's frame_worker computes them (xt_geom_pixel_pos, d/|d|). */
+static __device__ __forceinline__ double xt_cuda_pixel_ray(const xt_cuda_camera &c, int col, int row, double w[3]) {
+  const double a = xt_dm((double)col, c.pu), b = xt_dm((double)row, c.pv);
+  const double dx = xt_da(xt_da(c.det0[0], xt_da(xt_dm(c.u[0], a), xt_dm(c.v[0], b))), -c.src[0]);
+  const double dy = xt_da(xt_da(c.det0[1], xt_da(xt_dm(c.u[1], a), xt_dm(c.v[1], b))), -c.src[1]);
+  const double dz = xt_da(xt_da(c.det0[2], xt_da(xt_dm(c.u[2], a), xt_dm(c.v[2], b))), -c.src[2]);
+  const double len = __dsqrt_rn(xt_da(xt_da(xt_dm(dx, dx), xt_dm(dy, dy)), xt_dm(dz, dz)));
+  const double il = __ddiv_rn(1.0, len);
+  w[0] = xt_dm(dx, il);
+  w[1] = xt_dm(dy, il);
+  w[2] = xt_dm(dz, il);
+  return len;
+}
+#endif
+
+#endif /* XT_CUDA_KIND_H */

@@ -4,6 +4,9 @@
  * The readers hand us a non-owning view (xt__grid) of the data as stored, so each voxel is
  * converted exactly once from its file type into the final volume; nothing is half-built: the
  * volume only reaches the caller after xt_volume_validate has passed. */
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700 /* realpath */
+#endif
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "xt_hu.h"
 #include "xt_load_internal.h"
@@ -67,21 +72,83 @@ uint64_t xt__inflate_bound(uint64_t compressed) {
 }
 
 int xt__file_size(const char *path, const char *owner, uint64_t *size, xt_msg *msg) {
+  return xt__file_check(path, owner, NULL, size, msg);
+}
+
+int xt_load_root(const char *dir, char **out, xt_msg *msg) {
+  *out = NULL;
+  char *real = realpath(dir, NULL);
+  if (!real) return xt_fail(msg, errno == ENOENT ? XT_ENOTFOUND : XT_EIO, "model folder %s: %s", dir, strerror(errno));
+  struct stat st;
+  if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    free(real);
+    return xt_fail(msg, XT_EINVAL, "model folder %s: not a directory", dir);
+  }
+  *out = real;
+  return 0;
+}
+
+/* real (resolved) lies under one of the resolved roots. */
+static int under_root(const char *real, const xt_load_options *opt) {
+  for (int i = 0; i < opt->nroots; i++) {
+    const char *r = opt->roots[i];
+    size_t n = strlen(r);
+    while (n > 1 && r[n - 1] == '/') n--;
+    if (n == 1 && r[0] == '/') return 1;
+    if (!strncmp(real, r, n) && (real[n] == '/' || real[n] == 0)) return 1;
+  }
+  return 0;
+}
+
+int xt__file_check(const char *path, const char *owner, const xt_load_options *opt, uint64_t *size, xt_msg *msg) {
   /* "head.mhd: data file head.raw: ..." for a data file, "head.mha: ..." for the file itself */
   const char *pre = owner ? owner : path, *sep = owner ? ": data file " : "", *what = owner ? path : "";
+  char *real = NULL;
+  int rc = 0, fd = -1;
+  if (opt && opt->roots) {
+    /* Symlinks and ".." resolved first: the file checked is the file opened. */
+    if (!(real = realpath(path, NULL))) {
+      int e = errno;
+      if (e == ENOENT || e == ENOTDIR) return xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
+      return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
+    }
+    if (!under_root(real, opt)) {
+      rc = xt_fail(msg, XT_EPERM, "%s%s%s: outside the model folders (--model-root)", pre, sep, what);
+      goto done;
+    }
+    path = real;
+  }
   struct stat st;
   if (stat(path, &st) != 0) {
     int e = errno;
-    if (e == ENOENT || e == ENOTDIR)
-      return xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
-    return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
+    if (e == ENOENT || e == ENOTDIR) rc = xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
+    else rc = xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
+    goto done;
   }
-  if (S_ISDIR(st.st_mode))
-    return xt_fail(msg, XT_EINVAL, "%s%s%s: is a directory, not a file", pre, sep, what);
-  if (!S_ISREG(st.st_mode))
-    return xt_fail(msg, XT_EINVAL, "%s%s%s: not a regular file", pre, sep, what);
+  if (S_ISDIR(st.st_mode)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s%s%s: is a directory, not a file", pre, sep, what);
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s%s%s: not a regular file", pre, sep, what);
+    goto done;
+  }
+  /* Again on a descriptor, opened without blocking: a FIFO put in its place since the stat opens
+   * at once here (and is refused) instead of blocking until a writer comes. */
+  fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(errno));
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s%s%s: not a regular file", pre, sep, what);
+    goto done;
+  }
   *size = (uint64_t)st.st_size;
-  return 0;
+done:
+  if (fd >= 0) close(fd);
+  free(real);
+  return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -257,7 +324,7 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
     return xt_fail(msg, XT_EUNSUPPORTED,
                    "%s: unknown volume format (expected .nii, .nii.gz, .nrrd, .nhdr, .mha or .mhd)", path);
   uint64_t size = 0;
-  int rc = xt__file_size(path, NULL, &size, msg);
+  int rc = xt__file_check(path, NULL, opt, &size, msg);
   if (rc) return rc;
   if (size == 0) return xt_fail(msg, XT_ETRUNCATED, "%s: empty file", path);
   return reader(path, opt, out, msg);

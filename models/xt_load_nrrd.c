@@ -187,6 +187,60 @@ static int check_data_present(const char *path, const Nrrd *nrrd, const NrrdIoSt
   return 0;
 }
 
+/* The data files a detached header names, checked before Teem sees the header: Teem opens them
+ * while reading the header (even with skipData), so a FIFO there would block it, and a name
+ * outside opt's model folders must never be opened. "data file: NAME" and "data file: LIST"
+ * (one name a line after the header) are checked; numbered patterns are refused here. */
+static int check_detached(const char *path, const xt_load_options *opt, xt_msg *msg) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
+  const char *slash = strrchr(path, '/');
+  size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+  char line[4096];
+  int rc = 0, list = 0, lines = 0;
+  while (!rc && fgets(line, sizeof line, f) && lines++ < 100000) {
+    size_t n = strcspn(line, "\r\n");
+    line[n] = 0;
+    const char *name = NULL;
+    if (list) {
+      if (!*line) continue;
+      name = line;
+    } else if (!*line) {
+      break; /* the blank line that ends the header: attached data */
+    } else if (!strncmp(line, "data file:", 10) || !strncmp(line, "datafile:", 9)) {
+      const char *v = strchr(line, ':') + 1;
+      while (*v == ' ' || *v == '\t') v++;
+      if (!strncmp(v, "LIST", 4) && (v[4] == 0 || v[4] == ' ')) {
+        list = 1;
+        continue;
+      }
+      if (strchr(v, '%')) {
+        rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: numbered data file patterns (\"%.60s\") are not supported", path, v);
+        break;
+      }
+      name = v;
+    }
+    if (!name) continue;
+    if (!*name) {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: empty data file name", path);
+      break;
+    }
+    size_t need = dlen + strlen(name) + 1;
+    char *full = malloc(need);
+    if (!full) {
+      rc = xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+      break;
+    }
+    snprintf(full, need, "%.*s%s", name[0] == '/' ? 0 : (int)dlen, path, name);
+    uint64_t size = 0;
+    rc = xt__file_check(full, path, opt, &size, msg);
+    free(full);
+    if (!list) break; /* one data file; the rest of the header is Teem's */
+  }
+  fclose(f);
+  return rc;
+}
+
 /* index -> LPS from the header's space fields. */
 static int geometry(const char *path, const Nrrd *nrrd, xt_affine *a, xt_msg *msg) {
   *a = xt_aff_identity();
@@ -236,6 +290,8 @@ int xt__load_nrrd(const char *path, const xt_load_options *opt, xt_volume **out,
   if (got < 9 || memcmp(magic, "NRRD000", 7) != 0 || !isdigit((unsigned char)magic[7]) ||
       !(magic[8] == '\n' || (magic[8] == '\r' && magic[9] == '\n')))
     return xt_fail(msg, got < 9 ? XT_ETRUNCATED : XT_EFORMAT, "%s: not a NRRD file (first line is not \"NRRD000x\")", path);
+
+  if ((rc = check_detached(path, opt, msg))) return rc;
 
   pthread_mutex_lock(&teem_lock);
   nrrdStateVerboseIO = 0; /* Teem prints warnings to stderr otherwise */

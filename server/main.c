@@ -14,6 +14,9 @@
 
 #include "xt_phantom.h"
 #include "xt_server.h"
+#ifdef XT_SERVER_HAVE_LOADERS
+#include "xt_load.h"
+#endif
 
 #ifndef XT_SERVER_HAVE_CUDA_INFO
 int xt_srv_gpu_list(char names[][128], int max) {
@@ -82,10 +85,18 @@ static int setup(xt_server *s, xt_msg *msg) {
     if ((rc = xt_proj_create(&o, &s->workers[i].proj, msg))) return rc;
   }
 
+  for (int i = 0; i < s->cfg.nmodel_roots; i++) {
+#ifdef XT_SERVER_HAVE_LOADERS
+    if ((rc = xt_load_root(s->cfg.model_roots[i], &s->model_roots[i], msg))) return rc;
+#else
+    if (!(s->model_roots[i] = strdup(s->cfg.model_roots[i]))) return XT_ENOMEM;
+#endif
+    s->nmodel_roots++;
+  }
   for (int i = 0; i < s->cfg.nmodels; i++) {
     const xt_srv_model_cfg *mc = &s->cfg.models[i];
     xt_msg m;
-    if ((rc = xt_srv_add_model_path(s, mc->path, mc->name, mc->convert, &m)))
+    if ((rc = xt_srv_add_model_path(s, mc->path, mc->name, mc->convert, 0, &m)))
       return xt_fail(msg, rc, "model %s: %s", mc->path, m.text);
   }
   if (!strcmp(s->cfg.phantom, "head") || (!strcmp(s->cfg.phantom, "auto") && s->nmodels == 0)) {
@@ -197,6 +208,7 @@ done:
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
+  for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
   if (!rc) fprintf(stderr, "xtwin-server: stopped\n");
   return rc ? 1 : 0;

@@ -373,12 +373,21 @@ static int parse_convert(const char *c, int *out, xt_msg *msg) {
 #endif
 }
 
-int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, xt_msg *msg) {
+int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, int from_client,
+                          xt_msg *msg) {
   int conv = 0;
   int rc = parse_convert(convert, &conv, msg);
   if (rc) return rc;
+  if (from_client && s->nmodel_roots == 0)
+    return xt_fail(msg, XT_EPERM, "loading models by path is disabled: start the server with --model-root DIR");
 #ifdef XT_SERVER_HAVE_LOADERS
-  xt_load_options opt = {(xt_load_convert)conv, 0.0};
+  xt_load_options opt;
+  memset(&opt, 0, sizeof opt);
+  opt.convert = (xt_load_convert)conv;
+  if (from_client) {
+    opt.roots = (const char *const *)s->model_roots;
+    opt.nroots = s->nmodel_roots;
+  }
   xt_model *m = NULL;
   pthread_mutex_lock(&s->models_mu);
   int n = s->nmodels;
@@ -416,6 +425,6 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   return rc;
 #else
   (void)s, (void)path, (void)name, (void)conv;
-  return XT_EUNSUPPORTED;
+  return xt_fail(msg, XT_EUNSUPPORTED, "this server was built without the volume loaders");
 #endif
 }

@@ -38,6 +38,10 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_stream
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_stream.py --server $<TARGET_FILE:xtwin-server>)
     # 77: python3-websockets missing -> skipped, not failed.
-    set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
+    # Abuse: model paths, cross-site requests, slowloris, early errors to uploading clients.
+    add_test(NAME test_server_security
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_security PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
   endif()
 endif()

@@ -78,6 +78,9 @@ static const cfg_entry cfg_table[] = {
     {"max_per_addr", CT_INT, N(max_per_addr), "32", 1, 256, NULL, 0, "REST connections at once from one client address"},
     {"head_timeout", CT_DOUBLE, N(head_timeout), "10", 0.1, 300, NULL, 0,
      "seconds a REST client has to send its whole request head (408 after)"},
+    {"peer_timeout", CT_DOUBLE, N(peer_timeout), "60", 1, 3600, NULL, 0,
+     "seconds a stream client may leave sent frames unacknowledged (vanished, or not reading at all) before it is "
+     "dropped"},
 };
 #define CFG_COUNT ((int)(sizeof cfg_table / sizeof cfg_table[0]))
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "xt_phantom.h"
 #include "xt_server.h"
@@ -26,18 +27,39 @@ int xt_srv_gpu_list(char names[][128], int max) {
 #endif
 
 static sigset_t stop_signals;
+/* Shutdown bookkeeping between main and the signal thread. */
+static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER; /* guards ws_done against a late wake-up */
+static int ws_done;                                         /* the stream is closed: no more wake-ups */
+static atomic_int cleanup_done;
+static atomic_ullong t_signal; /* when SIGINT/SIGTERM arrived (xt_now_ns), 0 if none */
 
+#define XT_STOP_BUDGET_NS 900000000ull /* from the signal to the exit, whatever is still running */
+
+/* Waits for SIGINT/SIGTERM, sets quit and wakes the stream loop until it has sent its close
+ * frames. Then it is the shutdown's watchdog: a REST request still loading a model or a CPU
+ * render of a large mode must not hold the process, so if the orderly stop has not finished
+ * XT_STOP_BUDGET_NS after the signal, it says so and exits at once (the clients already have
+ * their close frames). */
 static void *signal_main(void *arg) {
   xt_server *s = arg;
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  if (sig == SIGUSR1 && atomic_load(&s->quit)) return NULL; /* main's own wake-up at exit */
+  if (sig == SIGUSR1 && atomic_load(&cleanup_done)) return NULL; /* main's own wake-up at exit */
+  uint64_t t0 = xt_now_ns();
+  atomic_store(&t_signal, t0);
   fprintf(stderr, "xtwin-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
   atomic_store(&s->quit, 1);
-  /* Keep waking the service loop until main has finished closing the stream. */
-  for (int i = 0; i < 100 && atomic_load(&s->quit) == 1; i++) {
-    xt_ws_wake(s);
-    struct timespec ts = {0, 50 * 1000000L};
+  while (!atomic_load(&cleanup_done)) {
+    if (xt_now_ns() - t0 > XT_STOP_BUDGET_NS) {
+      fprintf(stderr, "xtwin-server: still stopping %.0f ms after the signal (a request or a render is still running): "
+                      "exiting now\n", (double)(xt_now_ns() - t0) * 1e-6);
+      fflush(stderr);
+      _exit(0);
+    }
+    pthread_mutex_lock(&stop_mu);
+    if (!ws_done) xt_ws_wake(s);
+    pthread_mutex_unlock(&stop_mu);
+    struct timespec ts = {0, 10 * 1000000L};
     nanosleep(&ts, NULL);
   }
   return NULL;
@@ -197,11 +219,12 @@ int main(int argc, char **argv) {
 
 done:
   if (rc) fprintf(stderr, "xtwin-server: %s\n", msg.text[0] ? msg.text : xt_strerror(rc));
-  atomic_store(&s->quit, 2); /* stops the signal thread's wake-ups */
-  if (sig_started) {
-    pthread_kill(sig_thread, SIGUSR1);
-    pthread_join(sig_thread, NULL);
-  }
+  pthread_mutex_lock(&stop_mu);
+  ws_done = 1;
+  pthread_mutex_unlock(&stop_mu);
+  if (atomic_load(&t_signal))
+    fprintf(stderr, "xtwin-server: stream closed %.1f ms after the signal\n",
+            (double)(xt_now_ns() - atomic_load(&t_signal)) * 1e-6);
   xt_rest_stop(s);
   if (engine_started) xt_engine_stop(s);
   xt_ws_destroy(s);
@@ -210,6 +233,14 @@ done:
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
   for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
-  if (!rc) fprintf(stderr, "xtwin-server: stopped\n");
+  atomic_store(&cleanup_done, 1);
+  if (sig_started) {
+    pthread_kill(sig_thread, SIGUSR1); /* releases its sigwait when no signal came */
+    pthread_join(sig_thread, NULL);
+  }
+  if (!rc && atomic_load(&t_signal))
+    fprintf(stderr, "xtwin-server: stopped %.1f ms after the signal\n", (double)(xt_now_ns() - atomic_load(&t_signal)) * 1e-6);
+  else if (!rc)
+    fprintf(stderr, "xtwin-server: stopped\n");
   return rc ? 1 : 0;
 }

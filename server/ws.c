@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <libwebsockets.h>
 
 #include "xt_server.h"
@@ -286,6 +290,12 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   }
 
   case LWS_CALLBACK_ESTABLISHED: {
+    /* A peer that vanished without a FIN or RST (cable pulled, host gone: half-open TCP) is
+     * dropped once data it has not acknowledged is peer_timeout old, not after the kernel's
+     * ~15 minutes of retransmissions; keepalive (vhost) finds idle ones. */
+    unsigned uto = (unsigned)(s->cfg.peer_timeout * 1000.0);
+    int fd = (int)lws_get_socket_fd(wsi);
+    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
     memset(c, 0, sizeof *c);
     c->wsi = wsi;
     c->srv = s;
@@ -416,6 +426,9 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   if (s->cfg.tls_cert[0]) info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
   info.user = s;
   info.port = CONTEXT_PORT_NO_LISTEN;
+  info.ka_time = (int)(s->cfg.peer_timeout / 2 + 1); /* TCP keepalive finds vanished idle peers */
+  info.ka_probes = 3;
+  info.ka_interval = (int)(s->cfg.peer_timeout / 6 + 1);
   s->lws = lws_create_context(&info);
   if (!s->lws) return xt_fail(msg, XT_EINTERNAL, "WebSocket: cannot create the libwebsockets context");
 
@@ -424,6 +437,7 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   if (strchr(s->cfg.bind, ':')) info.options = 0;
   info.port = s->cfg.ws_port;
   info.iface = s->cfg.bind;
+  info.timeout_secs = (unsigned)s->cfg.head_timeout + 1; /* an upgrade request must complete in time too */
   info.protocols = protocols;
   info.vhost_name = "xtwin";
   if (s->cfg.tls_cert[0]) {
@@ -450,7 +464,7 @@ void xt_ws_run(xt_server *s) {
     c->closing = 1;
     lws_callback_on_writable(c->wsi);
   }
-  uint64_t until = xt_now_ns() + 1500000000ull;
+  uint64_t until = xt_now_ns() + 400000000ull; /* within the 1 s a SIGTERM may take (main.c) */
   while (clients && xt_now_ns() < until) lws_service(s->lws, 0);
 }
 

@@ -76,6 +76,7 @@ typedef struct xt_srv_config {
   char allow_hosts[XT_SRV_MAX_LIST][256];
   int max_per_addr;   /* REST connections from one client address */
   double head_timeout; /* seconds for a REST request head to arrive in full */
+  double peer_timeout; /* seconds a stream peer may leave sent data unacknowledged (half-open TCP) */
 } xt_srv_config;
 
 void xt_srv_config_defaults(xt_srv_config *c);

@@ -43,5 +43,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_security
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_security PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Faults: killed, stalled and flooding clients, slowloris on the stream, half-open TCP, a lossy
+    # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
+    add_test(NAME test_server_faults
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_faults.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_faults PROPERTIES TIMEOUT 900 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77
+      RUN_SERIAL TRUE)
   endif()
 endif()

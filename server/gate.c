@@ -158,9 +158,7 @@ static int is_tchar(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c);
 }
 
-/* Checks a complete head (len bytes up to and including the blank line). 0 ok, else the status
- * to answer (400, 414) with *why set. */
-static int check_head(const char *h, size_t len, const char **why) {
+int xt_gate_check_head(const char *h, size_t len, const char **why) {
   const char *end = h + len, *eol = memchr(h, '\n', len);
   if (!eol) return *why = "no request line", 400;
   const char *p = h;
@@ -232,10 +230,10 @@ static int pend_read(struct xt_gate *g, pend *p) {
       else return 0;
     } else if (!memchr(buf, '\n', (size_t)n))
       status = 414, why = "request line longer than 16384 bytes";
-    else if ((status = check_head(buf, (size_t)n, &why)) == 0)
+    else if ((status = xt_gate_check_head(buf, (size_t)n, &why)) == 0)
       status = 431, why = "request head longer than 16384 bytes";
   } else
-    status = check_head(buf, hl, &why);
+    status = xt_gate_check_head(buf, hl, &why);
   if (status) {
     answer(s, p->fd, status == 400 ? XT_EFORMAT : XT_ETOOLARGE, status,
            status == 400 ? "Bad Request" : status == 414 ? "URI Too Long" : "Request Header Fields Too Large", why);

@@ -356,6 +356,9 @@ int xt_gate_start(xt_server *s, const struct sockaddr *sa, unsigned salen, xt_ms
 int xt_gate_run(xt_server *s, xt_msg *msg);
 void xt_gate_stop_accepting(xt_server *s);
 void xt_gate_free(xt_server *s);
+/* Checks a complete request head (len bytes up to and including the blank line): 0 when it is a
+ * well-formed HTTP/1.0 or 1.1 head, else the status to answer (400, 414) with *why set. */
+int xt_gate_check_head(const char *h, size_t len, const char **why);
 /* A connection libmicrohttpd had from this address is closed (its per-address count). */
 void xt_gate_release(xt_server *s, const struct sockaddr *sa);
 

@@ -24,7 +24,8 @@ if(TARGET xtwin-server)
   # fuzzer so that they carry its coverage instrumentation; the rest comes from xt_server_core.
   if(CMAKE_C_COMPILER_ID MATCHES "Clang")
     add_executable(fuzz_server fuzz/fuzz_server.c ${PROJECT_SOURCE_DIR}/server/state.c
-      ${PROJECT_SOURCE_DIR}/server/config.c ${PROJECT_SOURCE_DIR}/scene/xt_err.c ${PROJECT_SOURCE_DIR}/scene/xt_geom.c)
+      ${PROJECT_SOURCE_DIR}/server/config.c ${PROJECT_SOURCE_DIR}/server/guard.c ${PROJECT_SOURCE_DIR}/server/gate.c
+      ${PROJECT_SOURCE_DIR}/scene/xt_err.c ${PROJECT_SOURCE_DIR}/scene/xt_geom.c)
     target_compile_options(fuzz_server PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
       -fno-omit-frame-pointer)
     target_link_options(fuzz_server PRIVATE -fsanitize=fuzzer,address,undefined)

@@ -33,7 +33,7 @@ static int ws_done;                                         /* the stream is clo
 static atomic_int cleanup_done;
 static atomic_ullong t_signal; /* when SIGINT/SIGTERM arrived (xt_now_ns), 0 if none */
 
-#define XT_STOP_BUDGET_NS 900000000ull /* from the signal to the exit, whatever is still running */
+#define XT_STOP_BUDGET_NS 700000000ull /* signal to exit, whatever still runs: 0.3 s of slack under the 1 s promise */
 
 /* Waits for SIGINT/SIGTERM, sets quit and wakes the stream loop until it has sent its close
  * frames. Then it is the shutdown's watchdog: a REST request still loading a model or a CPU

@@ -166,6 +166,37 @@ async def test_models_fifo_never_blocks(srv, tmp):
     check(st == 200, "still serving")
 
 
+async def test_sigterm_during_a_model_load(srv, tmp):
+    """A request still loading a large volume when SIGTERM comes does not hold the shutdown: the
+    server stops within 1 s by its own clock."""
+    import threading
+    root = srv.layout[0]
+    n = 384  # 384^3 float32: 216 MiB read and converted, seconds under ASan
+    path = os.path.join(root, "big.mha")
+    with open(path, "wb") as f:
+        f.write(("ObjectType = Image\nNDims = 3\nDimSize = %d %d %d\nElementSpacing = 1 1 1\n"
+                 "ElementType = MET_FLOAT\nElementDataFile = LOCAL\n" % (n, n, n)).encode())
+        f.truncate(f.tell() + 4 * n ** 3)  # sparse: zeros
+    res = {}
+    th = threading.Thread(target=lambda: res.setdefault("r", _try(lambda: post_model(srv, path, timeout=120))))
+    th.start()
+    time.sleep(0.3)
+    srv.proc.send_signal(15)
+    rc = srv.proc.wait(60)
+    th.join(130)
+    check(rc == 0, "exit status %d" % rc)
+    ms = ts.stop_ms(srv)
+    check(ms < 1000, "stopped %.1f ms after SIGTERM, a model load in progress" % ms)
+    print("    stopped %.1f ms after SIGTERM; the load request got %s" % (ms, str(res.get("r"))[:60]))
+
+
+def _try(fn):
+    try:
+        return fn()[0]
+    except OSError as e:
+        return "connection closed (%s)" % type(e).__name__
+
+
 # ---- cross-site requests ----------------------------------------------------------------------
 
 async def test_body_must_be_json(srv, tmp):
@@ -408,6 +439,7 @@ TESTS = [
     (test_models_refused_without_root, []),
     (test_models_confined_to_roots, ["--model-root", "{root}"]),
     (test_models_fifo_never_blocks, ["--model-root", "{root}"]),
+    (test_sigterm_during_a_model_load, ["--model-root", "{root}"]),
     (test_body_must_be_json, []),
     (test_host_checked, ["--allow-host", "twin.example.org"]),
     (test_origin_checked, ["--allow-origin", "https://console.example"]),
@@ -435,10 +467,13 @@ def run_one(fn, extra, timeout):
         srv.layout, srv.big = layout, big
         t0 = time.monotonic()
         asyncio.run(asyncio.wait_for(fn(srv, tmp), timeout))
-        # SIGTERM after all of it: exits 0, promptly (a stuck request must not hold it)
-        t0 = time.monotonic()
-        srv.stop(timeout=15)
-        check(time.monotonic() - t0 < 15, "stop")
+        # SIGTERM after all of it: exits 0, within 1 s by its own clock (a stuck request must not hold it)
+        if srv.proc.poll() is None:
+            srv.proc.send_signal(15)
+            check(srv.proc.wait(60) == 0, "exit status after SIGTERM")
+            check(ts.stop_ms(srv) < 1000, "stopped %.1f ms after SIGTERM" % ts.stop_ms(srv))
+        import shutil as _sh
+        _sh.rmtree(srv.dir, ignore_errors=True)
         return None
     except Exception as e:  # noqa: BLE001 - a test's failure, reported and counted
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()

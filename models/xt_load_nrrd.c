@@ -198,7 +198,7 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
   size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
   char line[4096];
   int rc = 0, list = 0, lines = 0;
-  while (!rc && fgets(line, sizeof line, f) && lines++ < 100000) {
+  while (!rc && fgets(line, sizeof line, f) && lines++ < 100000 && ftell(f) < (1L << 24)) {
     size_t n = strcspn(line, "\r\n");
     line[n] = 0;
     const char *name = NULL;

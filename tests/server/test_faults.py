@@ -14,7 +14,6 @@ stopped within 1 s of the signal. The network tests need CAP_NET_ADMIN; without 
 and are skipped (counted as passed, with the reason printed).
 Exit 0: all passed; 1: a failure; 77: python3-websockets missing.
 """
-import argparse
 import asyncio
 import ctypes
 import json
@@ -427,7 +426,6 @@ TESTS = [
 
 def run_one(fn, extra, timeout):
     import shutil
-    import traceback
     srv = net = None
     try:
         if "net" in extra:
@@ -444,42 +442,11 @@ def run_one(fn, extra, timeout):
     except Skip as e:
         return "SKIP " + str(e)
     except Exception as e:  # noqa: BLE001 - a test's failure, reported and counted
-        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        if not isinstance(e, Failure):
-            detail += "\n" + traceback.format_exc()
-        if srv:
-            srv.kill()
-            detail += "\n--- server output ---\n" + srv.output()
-        return detail
+        return ts.failure(e, srv)
     finally:
         if net:
             net.__exit__()
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--server", required=True)
-    p.add_argument("--timeout", type=float, default=float(os.environ.get("XT_TEST_TIMEOUT", 180)))
-    p.add_argument("tests", nargs="*")
-    a = p.parse_args()
-    ts.SERVER = os.path.abspath(a.server)
-    failed = ran = 0
-    for fn, extra in TESTS:
-        if a.tests and fn.__name__ not in a.tests:
-            continue
-        t0 = time.monotonic()
-        err = run_one(fn, extra, a.timeout)
-        ran += 1
-        if err and err.startswith("SKIP "):
-            print("ok   %s (skipped: %s)" % (fn.__name__, err[5:]), flush=True)
-            continue
-        print("%s %s (%.1f s)" % ("FAIL" if err else "ok  ", fn.__name__, time.monotonic() - t0), flush=True)
-        if err:
-            failed += 1
-            print("  " + err.replace("\n", "\n  "), flush=True)
-    print("%d passed, %d failed" % (ran - failed, failed))
-    return 1 if failed or not ran else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ts.run_main(TESTS, run_one, default_timeout=180))

@@ -13,7 +13,6 @@ limit and a deadline for the request head (slowloris), early error answers that 
 receive while uploading (413/401 to urllib and requests), JSON for every error status, HEAD.
 Exit 0: all passed; 1: a failure; 77: python3-websockets missing.
 """
-import argparse
 import http.client
 import json
 import os
@@ -386,8 +385,8 @@ async def test_slowloris_per_address_and_head_deadline(srv, tmp):
     """300 connections from one address that trickle header lines: beyond --max-per-addr they are
     refused at once (503, JSON), the rest are cut at the head deadline (408, JSON), and a client
     from another address is served throughout."""
-    socks, refused = [], 0
-    for i in range(300):
+    socks = []
+    for _ in range(300):
         s = socket.create_connection(("127.0.0.1", srv.rest), timeout=30)
         s.sendall(b"GET /v1/pose HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         socks.append(s)
@@ -455,7 +454,6 @@ TESTS = [
 def run_one(fn, extra, timeout):
     import asyncio
     import shutil
-    import traceback
     tmp = tempfile.mkdtemp(prefix="xtwin-security-")
     srv = None
     try:
@@ -465,49 +463,19 @@ def run_one(fn, extra, timeout):
             f.write(b" " * (4 << 20))
         srv = Server(*[a.replace("{root}", layout[0]) for a in extra])
         srv.layout, srv.big = layout, big
-        t0 = time.monotonic()
         asyncio.run(asyncio.wait_for(fn(srv, tmp), timeout))
         # SIGTERM after all of it: exits 0, within 1 s by its own clock (a stuck request must not hold it)
         if srv.proc.poll() is None:
             srv.proc.send_signal(15)
             check(srv.proc.wait(60) == 0, "exit status after SIGTERM")
             check(ts.stop_ms(srv) < 1000, "stopped %.1f ms after SIGTERM" % ts.stop_ms(srv))
-        import shutil as _sh
-        _sh.rmtree(srv.dir, ignore_errors=True)
+        shutil.rmtree(srv.dir, ignore_errors=True)
         return None
     except Exception as e:  # noqa: BLE001 - a test's failure, reported and counted
-        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        if not isinstance(e, Failure):
-            detail += "\n" + traceback.format_exc()
-        if srv:
-            srv.kill()
-            detail += "\n--- server output ---\n" + srv.output()
-        return detail
+        return ts.failure(e, srv)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--server", required=True)
-    p.add_argument("--timeout", type=float, default=float(os.environ.get("XT_TEST_TIMEOUT", 120)))
-    p.add_argument("tests", nargs="*")
-    a = p.parse_args()
-    ts.SERVER = os.path.abspath(a.server)
-    failed = ran = 0
-    for fn, extra in TESTS:
-        if a.tests and fn.__name__ not in a.tests:
-            continue
-        t0 = time.monotonic()
-        err = run_one(fn, extra, a.timeout)
-        ran += 1
-        print("%s %s (%.1f s)" % ("FAIL" if err else "ok  ", fn.__name__, time.monotonic() - t0), flush=True)
-        if err:
-            failed += 1
-            print("  " + err.replace("\n", "\n  "), flush=True)
-    print("%d passed, %d failed" % (ran - failed, failed))
-    return 1 if failed or not ran else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ts.run_main(TESTS, run_one))

@@ -487,6 +487,17 @@ TESTS = [
 ]
 
 
+def failure(e, srv):
+    """A test's exception as the report shows it, with the server's output."""
+    detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+    if not isinstance(e, Failure):
+        detail += "\n" + traceback.format_exc()
+    if srv:
+        srv.kill()
+        detail += "\n--- server output ---\n" + srv.output()
+    return detail
+
+
 def run_one(fn, extra, timeout):
     tmp = tempfile.mkdtemp(prefix="xtwin-stream-tls-")
     srv = None
@@ -498,32 +509,31 @@ def run_one(fn, extra, timeout):
             srv.stop()
         return None
     except Exception as e:  # noqa: BLE001 - a test's failure, reported and counted
-        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        if not isinstance(e, Failure):
-            detail += "\n" + traceback.format_exc()
-        if srv:
-            srv.kill()
-            detail += "\n--- server output ---\n" + srv.output()
-        return detail
+        return failure(e, srv)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main():
+def run_main(tests, run, default_timeout=120):
+    """The runner the server's Python test files share: each test in turn (or those named), its
+    own server each; a result starting "SKIP " is a skip, printed with its reason."""
     global SERVER
     p = argparse.ArgumentParser()
     p.add_argument("--server", required=True)
-    p.add_argument("--timeout", type=float, default=float(os.environ.get("XT_TEST_TIMEOUT", 120)))
+    p.add_argument("--timeout", type=float, default=float(os.environ.get("XT_TEST_TIMEOUT", default_timeout)))
     p.add_argument("tests", nargs="*")
     a = p.parse_args()
     SERVER = os.path.abspath(a.server)
     failed = ran = 0
-    for fn, extra in TESTS:
+    for fn, extra in tests:
         if a.tests and fn.__name__ not in a.tests:
             continue
         t0 = time.monotonic()
-        err = run_one(fn, extra, a.timeout)
+        err = run(fn, extra, a.timeout)
         ran += 1
+        if err and err.startswith("SKIP "):
+            print("ok   %s (skipped: %s)" % (fn.__name__, err[5:]), flush=True)
+            continue
         print("%s %s (%.1f s)" % ("FAIL" if err else "ok  ", fn.__name__, time.monotonic() - t0), flush=True)
         if err:
             failed += 1
@@ -533,4 +543,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(TESTS, run_one))

@@ -206,7 +206,7 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
   } else {
 #ifdef XT_HAVE_LOADERS
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {conv[o->convert], o->energy};
+    xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy};
     if ((rc = xt_model_load(o->volume, &lo, base_name(o->volume), &m, msg))) return rc;
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");

@@ -4,12 +4,13 @@ time, and how the server holds up over that time.
 
     /usr/bin/python3 bench/server/soak.py --server build/server/xtwin-server \
         --client build/bench/bench_server_client --out /tmp/soak [--seconds 600] [--clients 32] \
-        [--pose-hz 100] [--server-args "--backend cpu --mode fd20-256 --fps 15"]
+        [--pose-hz 100] [--server-args "--backend cpu --threads 2 --mode fd20-128 --phantom-dim 128 --phantom-spacing 2 --fps 15"]
 
 What runs (all on loopback): the server; bench_server_client with N stream clients reading every
 frame with plain sockets (C, so the clients' own speed does not count) and writing one CSV row per
-frame and client; a REST driver (this script, one thread) sending PUT /v1/pose at a fixed
---pose-hz on absolute deadlines, a new connection each (the server closes after every request);
+frame and client; a REST driver (this script, 4 threads taking turns) sending PUT /v1/pose at a
+fixed --pose-hz on absolute deadlines, a new connection each (the server closes after every
+request);
 a monitor (this script, one thread) sampling the server's RSS, open descriptors and threads from
 /proc and its /metrics every 5 s. At the end SIGTERM, and the server's own stop time.
 
@@ -76,7 +77,8 @@ def main():
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--pose-hz", type=float, default=100)
     ap.add_argument("--window", type=float, default=60)
-    ap.add_argument("--server-args", default="--backend cpu --mode fd20-256 --fps 15")
+    ap.add_argument("--server-args",
+                    default="--backend cpu --threads 2 --mode fd20-128 --phantom-dim 128 --phantom-spacing 2 --fps 15")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     ports = os.path.join(a.out, "ports.json")
@@ -104,21 +106,23 @@ def main():
                 rss, fds, thr = proc_sample(srv.pid)
             except OSError:
                 break
-            samples.append((t, rss, fds, thr, metrics(rest)))
+            samples.append((t, rss, fds, thr, metrics(rest), os.getloadavg()[0]))
             stop.wait(5)
 
-    def pose_driver():
+    NDRV = 4  # request slots k go to driver k % NDRV: one slow request does not delay the next slot
+
+    def pose_driver(j):
         if a.pose_hz <= 0:
             return
         T = 1e9 / a.pose_hz
-        k = 0
+        k = j
         while not stop.is_set():
             due = t_start + k * T
             now = time.monotonic_ns()
             if due > now:
                 time.sleep((due - now) / 1e9)
-            elif now - due > T:  # more than a period late: skip, never bunch
-                k = int((now - t_start) / T) + 1
+            elif now - due > NDRV * T:  # this driver's next slot is gone too: skip, never bunch
+                k = (int((now - t_start) / T) // NDRV + 1) * NDRV + j
                 continue
             angle = -60 + (k % 1200) * 0.1
             body = json.dumps({"primary_deg": angle})
@@ -134,9 +138,9 @@ def main():
             except OSError:
                 status = -1
             poses.append((t0, time.monotonic_ns(), status))
-            k += 1
+            k += NDRV
 
-    threads = [threading.Thread(target=monitor), threading.Thread(target=pose_driver)]
+    threads = [threading.Thread(target=monitor)] + [threading.Thread(target=pose_driver, args=(j,)) for j in range(NDRV)]
     for t in threads:
         t.start()
     frames_csv = os.path.join(a.out, "frames.csv")
@@ -200,12 +204,12 @@ def report(a, client_rc, exit_rc, stop_ms, frames_csv, samples, poses, final, t_
             w["rest"].append((t1 - t0) / 1e6)
         else:
             w["rest_fail"] += 1
-    for t, rss, fds, thr, _ in samples:
+    for t, rss, fds, *_ in samples:
         w = win[wi(t)]
         w["rss"].append(rss)
         w["fds"].append(fds)
     # RSS slope after the first minute (least squares), KiB per minute
-    pts = [((t - t_start) / 60e9, rss) for t, rss, _, _, _ in samples if t - t_start >= 60e9]
+    pts = [((s[0] - t_start) / 60e9, s[1]) for s in samples if s[0] - t_start >= 60e9]
     slope = float("nan")
     if len(pts) > 2:
         mx = sum(x for x, _ in pts) / len(pts)
@@ -254,6 +258,9 @@ def report(a, client_rc, exit_rc, stop_ms, frames_csv, samples, poses, final, t_
                "descriptors %d-%d; threads %d-%d" % (
                    rss[0] / 1024, rss[-1] / 1024, min(rss) / 1024, max(rss) / 1024, slope, min(fds), max(fds),
                    min(s[3] for s in samples), max(s[3] for s in samples)))
+    loads = [s[5] for s in samples]
+    out.append("- machine load average (1 min) during the run: %.1f-%.1f (mean %.1f) on %d cores" % (
+        min(loads), max(loads), sum(loads) / len(loads), os.cpu_count()))
     out.append("- client exit %d; server exit %d, stopped %.1f ms after SIGTERM" % (client_rc, exit_rc, stop_ms))
     text = "\n".join(out)
     print(text)

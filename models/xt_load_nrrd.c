@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -189,30 +190,35 @@ static int check_data_present(const char *path, const Nrrd *nrrd, const NrrdIoSt
 
 /* The data files a detached header names, checked before Teem sees the header: Teem opens them
  * while reading the header (even with skipData), so a FIFO there would block it, and a name
- * outside opt's model folders must never be opened. "data file: NAME" and "data file: LIST"
- * (one name a line after the header) are checked; numbered patterns are refused here. */
+ * outside opt's model folders must never be opened. Every "data file: NAME" line of the header
+ * is checked; lists and numbered patterns are refused here. */
 static int check_detached(const char *path, const xt_load_options *opt, xt_msg *msg) {
   FILE *f = fopen(path, "rb");
   if (!f) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
   const char *slash = strrchr(path, '/');
   size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
   char line[4096];
-  int rc = 0, list = 0, lines = 0;
+  int rc = 0, lines = 0;
   while (!rc && fgets(line, sizeof line, f) && lines++ < 100000 && ftell(f) < (1L << 24)) {
     size_t n = strcspn(line, "\r\n");
     line[n] = 0;
     const char *name = NULL;
-    if (list) {
-      if (!*line) continue;
-      name = line;
-    } else if (!*line) {
+    if (!*line) {
       break; /* the blank line that ends the header: attached data */
-    } else if (!strncmp(line, "data file:", 10) || !strncmp(line, "datafile:", 9)) {
-      const char *v = strchr(line, ':') + 1;
+    }
+    /* Teem's field names are case-insensitive, "data file" or "datafile", ended by ": " */
+    char *colon = strstr(line, ": ");
+    if (colon) *colon = 0;
+    int is_data = colon && (!strcasecmp(line, "data file") || !strcasecmp(line, "datafile"));
+    if (is_data) {
+      const char *v = colon + 2;
       while (*v == ' ' || *v == '\t') v++;
-      if (!strncmp(v, "LIST", 4) && (v[4] == 0 || v[4] == ' ')) {
-        list = 1;
-        continue;
+      if (!strncmp(v, "LIST", 4) && (v[4] == 0 || v[4] == ' ' || v[4] == '\t')) {
+        /* Teem leaks its file list whenever the rest of such a header fails to parse (found by
+         * scripts/long-fuzz; reproducer tests/fuzz/loaders/leak-nrrd-list.nhdr): refused, as
+         * MetaImage's ElementDataFile = LIST is. */
+        rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: data file lists (\"data file: LIST\") are not supported", path);
+        break;
       }
       if (strchr(v, '%')) {
         rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: numbered data file patterns (\"%.60s\") are not supported", path, v);
@@ -235,7 +241,6 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
     uint64_t size = 0;
     rc = xt__file_check(full, path, opt, &size, msg);
     free(full);
-    if (!list) break; /* one data file; the rest of the header is Teem's */
   }
   fclose(f);
   return rc;

@@ -120,6 +120,12 @@ def roots_layout(tmp):
     nhdr(os.path.join(root, "passwd.nhdr"), "/etc/passwd")
     nhdr(os.path.join(root, "dotdot.nhdr"), "../outside/secret.raw")
     nhdr(os.path.join(root, "rawlink.nhdr"), "raw-link.raw")
+    with open(os.path.join(root, "upper.nhdr"), "w") as f:  # Teem's field names are case-insensitive
+        f.write("NRRD0004\ntype: uint8\ndimension: 3\nsizes: 4 4 4\nspacings: 1 1 1\nencoding: raw\n"
+                "DATA FILE: /etc/passwd\n\n")
+    with open(os.path.join(root, "list.nhdr"), "w") as f:  # a file list naming a file outside
+        f.write("NRRD0004\ntype: uint8\ndimension: 3\nsizes: 4 4 4\nspacings: 1 1 1\nencoding: raw\n"
+                "data file: LIST\n/etc/passwd\n")
     mhd(os.path.join(root, "passwd.mhd"), "/etc/passwd")
     mhd(os.path.join(root, "dotdot.mhd"), "../outside/secret.raw")
     with open(os.path.join(root, "in.raw"), "wb") as f:
@@ -137,10 +143,12 @@ async def test_models_confined_to_roots(srv, tmp):
                os.path.join(root, "passwd.nhdr"),          # data files named by headers
                os.path.join(root, "dotdot.nhdr"),
                os.path.join(root, "rawlink.nhdr"),
+               os.path.join(root, "upper.nhdr"),
                os.path.join(root, "passwd.mhd"),
                os.path.join(root, "dotdot.mhd")]
     for p in refused:
         is_error(*post_model(srv, p), 403, "PERM")
+    is_error(*post_model(srv, os.path.join(root, "list.nhdr")), 400, "UNSUPPORTED")  # lists: refused outright
     for p in (os.path.join(root, "ok.mha"), os.path.join(root, "sub", "link-in.mha"), os.path.join(root, "in.nhdr")):
         st, _, body = post_model(srv, p)
         check(st == 201, "%s inside the root: %d %r" % (p, st, body))

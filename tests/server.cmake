@@ -48,7 +48,6 @@ if(TARGET xtwin-server)
     # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
     add_test(NAME test_server_faults
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_faults.py --server $<TARGET_FILE:xtwin-server>)
-    set_tests_properties(test_server_faults PROPERTIES TIMEOUT 900 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77
-      RUN_SERIAL TRUE)
+    set_tests_properties(test_server_faults PROPERTIES TIMEOUT 900 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
   endif()
 endif()

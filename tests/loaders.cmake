@@ -26,3 +26,11 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   target_link_libraries(fuzz_loaders PRIVATE xt_models ${NIFTI2_LIB} ${ZNZ_LIB} ${TEEM_LIB} PkgConfig::XT_ZLIB ${M_LIB}
     xt_warnings)
 endif()
+
+# Real data (issue 14): DICOM series written by the test with pydicom and pydicom's own CT test
+# files, NIfTI traps, HU sanity, compared against the same volume written as MetaImage/NIfTI by
+# the test (tests/test_dicom.py, Debian's python3 + numpy + pydicom; skipped, exit 77, when pydicom
+# is missing). xt_load_dump prints what xt_model_load made of a path.
+pkg_check_modules(XT_JANSSON_T REQUIRED IMPORTED_TARGET jansson)
+add_executable(xt_load_dump xt_load_dump.c)
+target_link_libraries(xt_load_dump PRIVATE xt_loaders PkgConfig::XT_JANSSON_T xt_warnings)

@@ -63,6 +63,12 @@ int xt_dicom_load_files(const char *what, const char *const *files, int nfiles, 
  * receives a copy). On failure *out is NULL and msg holds one line starting with the path. */
 int xt_model_load(const char *path, const xt_load_options *opt, const char *name, xt_model **out, xt_msg *msg);
 
+/* The load report as a JSON object (jansson json_t *, new reference; NULL when out of memory):
+ * format, warnings [{code, message}], value range, and the NIfTI / DICOM / HU choices made. The
+ * sidecar's "load" and the server's model report use it. */
+struct json_t;
+struct json_t *xt_load_report_json(const xt_load_report *r);
+
 /* Reads an ellipsoid phantom from JSON (format: docs/models.md, "Ellipsoid phantom files"):
  *   {"name": "...", "ellipsoids": [{"center": [x,y,z], "semi_axes": [a,b,c], "phi_deg": 0,
  *     "theta_deg": 0, "material": "bone", "mu": 0.05}, ...]}

@@ -63,16 +63,16 @@ int xt_dicom_path(const char *path) {
   char base[4096];
   const char *sel;
   split_selector(path, base, sizeof base, &sel);
+  /* other formats by name (a folder so named is a mistake that reader reports); everything else
+   * by the DICOM preamble */
+  static const char *const other[] = {".nii", ".nii.gz", ".nrrd", ".nhdr", ".mha", ".mhd", ".json", ".nvdb", ".gmm"};
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+    if (ends_with(base, other[i])) return 0;
   struct stat st;
   if (stat(base, &st) != 0) return dicom_name(base);
   if (S_ISDIR(st.st_mode)) return 1;
   if (!S_ISREG(st.st_mode)) return 0;
-  if (dicom_name(base)) return 1;
-  /* other volume formats by name; everything else by the DICOM preamble */
-  static const char *const other[] = {".nii", ".nii.gz", ".nrrd", ".nhdr", ".mha", ".mhd", ".json", ".nvdb", ".gmm"};
-  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
-    if (ends_with(base, other[i])) return 0;
-  return xt_dcm_sniff(base);
+  return dicom_name(base) || xt_dcm_sniff(base);
 }
 
 /* The Media Storage SOP Class UID (0002,0002) from the file meta group, which is Explicit VR

@@ -16,15 +16,16 @@ target_compile_definitions(test_loaders PRIVATE XT_FUZZ_CORPUS_DIR="${CMAKE_CURR
 # instrumentation (a prebuilt xt_loaders would leave the fuzzer blind).
 if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   set(XT_FUZZ_LOADER_SOURCES "")
-  foreach(f xt_load.c xt_load_nifti.c xt_load_nrrd.c xt_load_mha.c xt_hu.c)
+  foreach(f xt_load.c xt_load_nifti.c xt_load_nrrd.c xt_load_mha.c xt_load_dicom.c xt_dicom_gdcm.cpp xt_hu.c)
     list(APPEND XT_FUZZ_LOADER_SOURCES ${PROJECT_SOURCE_DIR}/models/${f})
   endforeach()
   add_executable(fuzz_loaders fuzz/fuzz_loaders.c ${XT_FUZZ_LOADER_SOURCES})
   target_compile_options(fuzz_loaders PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_options(fuzz_loaders PRIVATE -fsanitize=fuzzer,address,undefined)
   target_include_directories(fuzz_loaders PRIVATE ${PROJECT_SOURCE_DIR}/models ${NIFTI_INCLUDE_DIR} ${TEEM_INCLUDE_DIR})
+  target_include_directories(fuzz_loaders SYSTEM PRIVATE ${GDCM_INCLUDE_DIR})
   target_link_libraries(fuzz_loaders PRIVATE xt_models ${NIFTI2_LIB} ${ZNZ_LIB} ${TEEM_LIB} PkgConfig::XT_ZLIB ${M_LIB}
-    xt_warnings)
+    ${GDCM_MSFF_LIB} ${GDCM_DSED_LIB} ${GDCM_Common_LIB} ${GDCM_DICT_LIB} ${GDCM_IOD_LIB} xt_warnings)
 endif()
 
 # Real data (issue 14): DICOM series written by the test with pydicom and pydicom's own CT test

@@ -144,8 +144,8 @@ static void strlist_free(strlist *l) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Regular files under dir (not hidden, not through symlinked directories), to MAX_DEPTH, that
- * are named *.dcm/... or carry the DICOM preamble. *others counts the files passed over. */
+/* Regular files under dir (not hidden; symbolic links are not followed), to MAX_DEPTH, that are
+ * named *.dcm/... or carry the DICOM preamble. *others counts the files passed over. */
 static int walk(const char *dir, int depth, strlist *out, int *others, const char *what, xt_msg *msg) {
   DIR *d = opendir(dir);
   if (!d) return xt_fail(msg, XT_EIO, "%s: cannot open folder %s: %s", what, dir, strerror(errno));
@@ -478,9 +478,9 @@ static int load_series(const char *what, strlist *files, int from_folder, int ot
       if (steps[k] < 1e-3) {
         const char *a = files->v[sl[k].file], *b = files->v[sl[k + 1].file];
         rc = xt_fail(msg, XT_EFORMAT,
-                     "%s: two slices at one position (%.4g mm along the normal): %s%s and %s%s; several phases or "
-                     "acquisitions in one series? pick one set of files with @LIST",
-                     what, sl[k].pos, base_of(a), a == b ? " (frames)" : "", base_of(b), "");
+                     "%s: two slices at one position (%.4g mm along the normal): %s frame %d and %s frame %d; several "
+                     "phases or acquisitions in one series? pick one set of files with @LIST",
+                     what, sl[k].pos, base_of(a), sl[k].frame + 1, base_of(b), sl[k + 1].frame + 1);
         goto fail;
       }
     }

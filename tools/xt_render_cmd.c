@@ -83,6 +83,10 @@ static const xt_opt render_tab[] = {
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
      "render a volume instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or DICOM: a folder, a .dcm file or "
      "@LIST (a text file naming the files of one series)"},
+    {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
+     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
+    {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
+     "effective energy for --volume's HU conversion and material table"},
     {"series", XT_OPT_STRING, "UID", NULL, "the only one", 0, 0, NULL, OFF(series),
      "DICOM: the Series Instance UID (or Series Number) to load from a folder holding several series"},
     {"nan-value", XT_OPT_REAL, "V", NULL, "refuse NaN", -1e9, 1e9, NULL, OFF(nan_value),
@@ -94,10 +98,6 @@ static const xt_opt render_tab[] = {
      "bilinear HU -> mu: effective energy of the CT that measured the HU"},
     {"nifti-transform", XT_OPT_CHOICE, NULL, "sform", NULL, 0, 0, XFORM_CHOICES, OFF(nifti_transform),
      "NIfTI voxel-to-world map to use when both are set (the other is the fallback)"},
-    {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
-     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
-    {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
-     "effective energy for --volume's HU conversion and material table"},
     {"place", XT_OPT_CHOICE, NULL, "center", NULL, 0, 0, PLACE_CHOICES, OFF(place),
      "center: the model's bounding-box centre at the patient origin (the isocentre at --table 0,0,0); "
      "native: the file's LPS coordinates as they are"},
@@ -141,7 +141,8 @@ void xt_cmd_render_help(FILE *out) {
           "examples:\n"
           "  xtwin render --phantom head --mode fd20-512 --primary 30 --secondary 15 --out out/head\n"
           "  xtwin render --phantom-size 128 --phantom-spacing 1.5 --angles -90,-45,0,45,90 --out out/sweep\n"
-          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n");
+          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n"
+          "  xtwin render --volume dicom/study --series 5 --nan-value -1000 --out out/study\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,6 +1,6 @@
-/* Shared between the format readers (xt_load_nifti.c, xt_load_nrrd.c, xt_load_mha.c) and the
- * common back end (xt_load.c): a non-owning view of a decoded grid and the size checks every
- * reader makes before it allocates. Not installed; not part of the public API. */
+/* Shared between the format readers (xt_load_nifti.c, xt_load_nrrd.c, xt_load_mha.c,
+ * xt_load_dicom.c) and the common back end (xt_load.c): a non-owning view of a decoded grid and
+ * the size checks every reader makes before it allocates. Not installed; not public API. */
 #ifndef XT_LOAD_INTERNAL_H
 #define XT_LOAD_INTERNAL_H
 
@@ -41,6 +41,8 @@ int xt__file_size(const char *path, const char *owner, uint64_t *size, xt_msg *m
  * on a descriptor opened with O_NONBLOCK, so that a FIFO or device never blocks the caller.
  * Every file a reader opens by a name from a client or a header goes through this first. */
 int xt__file_check(const char *path, const char *owner, const xt_load_options *opt, uint64_t *size, xt_msg *msg);
+/* Only the confinement part of xt__file_check (for folders): 0 when opt does not confine. */
+int xt__path_confined(const char *path, const char *owner, const xt_load_options *opt, xt_msg *msg);
 
 /* Converts g per opt into a new volume (the back end of every reader); validates it. */
 int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
@@ -49,5 +51,6 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
 int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 int xt__load_nrrd(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 int xt__load_mha(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
+int xt__load_dicom(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 
 #endif /* XT_LOAD_INTERNAL_H */

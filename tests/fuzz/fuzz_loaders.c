@@ -48,9 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(path, sizeof path, "%s/%s", dir, names[n]);
     write_all(path, data, len);
     for (int c = c0; c <= c1; c++) {
-      xt_load_options o;
-      memset(&o, 0, sizeof o);
-      o.convert = (xt_load_convert)c;
+      xt_load_options o = {.convert = (xt_load_convert)c};
       if (!all && sel / 24 % 2) {
         o.roots = &root;
         o.nroots = 1;

@@ -128,6 +128,9 @@ def roots_layout(tmp):
                 "data file: LIST\n/etc/passwd\n")
     mhd(os.path.join(root, "passwd.mhd"), "/etc/passwd")
     mhd(os.path.join(root, "dotdot.mhd"), "../outside/secret.raw")
+    os.makedirs(os.path.join(out, "series"))  # a DICOM folder outside; an @list inside naming files outside
+    with open(os.path.join(root, "outside.list"), "w") as f:
+        f.write("/etc/passwd\n" + os.path.join(out, "secret.raw") + "\n")
     with open(os.path.join(root, "in.raw"), "wb") as f:
         f.write(b"\x01" * 64)
     nhdr(os.path.join(root, "in.nhdr"), "in.raw")
@@ -145,10 +148,15 @@ async def test_models_confined_to_roots(srv, tmp):
                os.path.join(root, "rawlink.nhdr"),
                os.path.join(root, "upper.nhdr"),
                os.path.join(root, "passwd.mhd"),
-               os.path.join(root, "dotdot.mhd")]
+               os.path.join(root, "dotdot.mhd"),
+               os.path.join(out, "series"),                # DICOM: a folder outside
+               os.path.join(root, "dir-out", "series"),    # ... reached through a symlink
+               "@" + os.path.join(root, "outside.list"),   # ... an @list whose files are outside
+               "@" + os.path.join(out, "x.list")]          # ... an @list outside
     for p in refused:
         is_error(*post_model(srv, p), 403, "PERM")
     is_error(*post_model(srv, os.path.join(root, "list.nhdr")), 400, "UNSUPPORTED")  # lists: refused outright
+    is_error(*post_model(srv, os.path.join(root, "nope.mha")), 404, "NOTFOUND")  # missing inside: said so; outside: 403
     for p in (os.path.join(root, "ok.mha"), os.path.join(root, "sub", "link-in.mha"), os.path.join(root, "in.nhdr")):
         st, _, body = post_model(srv, p)
         check(st == 201, "%s inside the root: %d %r" % (p, st, body))

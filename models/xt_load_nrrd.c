@@ -197,9 +197,17 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
   if (!f) return xt_fail(msg, XT_EIO, "%s: cannot open", path);
   const char *slash = strrchr(path, '/');
   size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
-  char line[4096];
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
   int rc = 0, lines = 0;
-  while (!rc && fgets(line, sizeof line, f) && lines++ < 100000 && ftell(f) < (1L << 24)) {
+  while (!rc && (got = getline(&line, &cap, f)) > 0 && lines++ < 100000 && ftell(f) < (1L << 24)) {
+    /* Teem reads past a NUL where C strings stop: a header line with one would not be the line
+     * checked here (found by scripts/long-fuzz: "datafile:\0...  LIST"). */
+    if (memchr(line, 0, (size_t)got)) {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: header line %d holds a NUL byte", path, lines);
+      break;
+    }
     size_t n = strcspn(line, "\r\n");
     line[n] = 0;
     const char *name = NULL;
@@ -242,6 +250,7 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
     rc = xt__file_check(full, path, opt, &size, msg);
     free(full);
   }
+  free(line);
   fclose(f);
   return rc;
 }

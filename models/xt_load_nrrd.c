@@ -200,7 +200,7 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
   char *line = NULL;
   size_t cap = 0;
   ssize_t got;
-  int rc = 0, lines = 0;
+  int rc = 0, lines = 0, have_dim = 0;
   while (!rc && (got = getline(&line, &cap, f)) > 0 && lines++ < 100000 && ftell(f) < (1L << 24)) {
     /* Teem reads past a NUL where C strings stop: a header line with one would not be the line
      * checked here (found by scripts/long-fuzz: "datafile:\0...  LIST"). */
@@ -217,6 +217,16 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
     /* Teem's field names are case-insensitive, "data file" or "datafile", ended by ": " */
     char *colon = strstr(line, ": ");
     if (colon) *colon = 0;
+    /* Per-axis fields need the dimension first (the NRRD spec's order); Teem's error path for
+     * one that comes before it leaks (found by scripts/long-fuzz, reproducer
+     * tests/fuzz/loaders/leak_axis_first.nhdr), so such a header is refused here. */
+    static const char *const per_axis[] = {"sizes", "spacings", "thicknesses", "axis mins", "axismins", "axis maxs",
+                                           "axismaxs", "space directions", "centers", "centerings", "kinds", "labels",
+                                           "units"};
+    if (colon && !strcasecmp(line, "dimension")) have_dim = 1;
+    for (size_t k = 0; colon && !have_dim && k < sizeof per_axis / sizeof per_axis[0]; k++)
+      if (!strcasecmp(line, per_axis[k])) rc = xt_fail(msg, XT_EFORMAT, "%s: '%s' before 'dimension'", path, per_axis[k]);
+    if (rc) break;
     int is_data = colon && (!strcasecmp(line, "data file") || !strcasecmp(line, "datafile"));
     if (is_data) {
       const char *v = colon + 2;

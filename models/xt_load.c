@@ -4,6 +4,9 @@
  * The readers hand us a non-owning view (xt__grid) of the data as stored, so each voxel is
  * converted exactly once from its file type into the final volume; nothing is half-built: the
  * volume only reaches the caller after xt_volume_validate has passed. */
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700 /* realpath */
+#endif
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "xt_hu.h"
 #include "xt_load_internal.h"
@@ -67,21 +72,123 @@ uint64_t xt__inflate_bound(uint64_t compressed) {
 }
 
 int xt__file_size(const char *path, const char *owner, uint64_t *size, xt_msg *msg) {
+  return xt__file_check(path, owner, NULL, size, msg);
+}
+
+int xt_load_root(const char *dir, char **out, xt_msg *msg) {
+  *out = NULL;
+  char *real = realpath(dir, NULL);
+  if (!real) return xt_fail(msg, errno == ENOENT ? XT_ENOTFOUND : XT_EIO, "model folder %s: %s", dir, strerror(errno));
+  struct stat st;
+  if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    free(real);
+    return xt_fail(msg, XT_EINVAL, "model folder %s: not a directory", dir);
+  }
+  *out = real;
+  return 0;
+}
+
+/* real (resolved) lies under one of the resolved roots. */
+static int under_root(const char *real, const xt_load_options *opt) {
+  for (int i = 0; i < opt->nroots; i++) {
+    const char *r = opt->roots[i];
+    size_t n = strlen(r);
+    while (n > 1 && r[n - 1] == '/') n--;
+    if (n == 1 && r[0] == '/') return 1;
+    if (!strncmp(real, r, n) && (real[n] == '/' || real[n] == 0)) return 1;
+  }
+  return 0;
+}
+
+/* A missing path: whether the folder it would be in lies under a root (the deepest existing
+ * ancestor, resolved), so that a client learns nothing about what exists outside them. */
+static int missing_under_root(const char *path, const xt_load_options *opt) {
+  char *d = strdup(path);
+  int in = 0;
+  while (d) {
+    char *slash = strrchr(d, '/');
+    if (!slash) {
+      free(d);
+      d = strdup(".");
+    } else if (slash == d) {
+      d[1] = 0;
+    } else
+      *slash = 0;
+    char *real = d ? realpath(d, NULL) : NULL;
+    if (real) {
+      in = under_root(real, opt);
+      free(real);
+      break;
+    }
+    if (!d || !strcmp(d, "/") || !strcmp(d, ".")) break;
+  }
+  free(d);
+  return in;
+}
+
+int xt__path_confined(const char *path, const char *owner, const xt_load_options *opt, xt_msg *msg) {
+  if (!opt || !opt->roots) return 0;
+  const char *pre = owner ? owner : path, *sep = owner ? ": data file " : "", *what = owner ? path : "";
+  char *real = realpath(path, NULL);
+  int in;
+  if (real) {
+    in = under_root(real, opt);
+    free(real);
+  } else {
+    int e = errno;
+    if (!(in = missing_under_root(path, opt))) e = EPERM;
+    if (e == ENOENT || e == ENOTDIR) return xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
+    if (e != EPERM) return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
+  }
+  return in ? 0 : xt_fail(msg, XT_EPERM, "%s%s%s: outside the model folders (--model-root)", pre, sep, what);
+}
+
+int xt__file_check(const char *path, const char *owner, const xt_load_options *opt, uint64_t *size, xt_msg *msg) {
   /* "head.mhd: data file head.raw: ..." for a data file, "head.mha: ..." for the file itself */
   const char *pre = owner ? owner : path, *sep = owner ? ": data file " : "", *what = owner ? path : "";
+  char *real = NULL;
+  int rc = 0, fd = -1;
+  if (opt && opt->roots) {
+    /* Symlinks and ".." resolved first: the file checked is the file opened. */
+    if ((rc = xt__path_confined(path, owner, opt, msg))) return rc;
+    if (!(real = realpath(path, NULL))) return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(errno));
+    if (!under_root(real, opt)) { /* changed since the check */
+      rc = xt_fail(msg, XT_EPERM, "%s%s%s: outside the model folders (--model-root)", pre, sep, what);
+      goto done;
+    }
+    path = real;
+  }
   struct stat st;
   if (stat(path, &st) != 0) {
     int e = errno;
-    if (e == ENOENT || e == ENOTDIR)
-      return xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
-    return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
+    if (e == ENOENT || e == ENOTDIR) rc = xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
+    else rc = xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
+    goto done;
   }
-  if (S_ISDIR(st.st_mode))
-    return xt_fail(msg, XT_EINVAL, "%s%s%s: is a directory, not a file", pre, sep, what);
-  if (!S_ISREG(st.st_mode))
-    return xt_fail(msg, XT_EINVAL, "%s%s%s: not a regular file", pre, sep, what);
+  if (S_ISDIR(st.st_mode)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s%s%s: is a directory, not a file", pre, sep, what);
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s%s%s: not a regular file", pre, sep, what);
+    goto done;
+  }
+  /* Again on a descriptor, opened without blocking: a FIFO put in its place since the stat opens
+   * at once here (and is refused) instead of blocking until a writer comes. */
+  fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(errno));
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s%s%s: not a regular file", pre, sep, what);
+    goto done;
+  }
   *size = (uint64_t)st.st_size;
-  return 0;
+done:
+  if (fd >= 0) close(fd);
+  free(real);
+  return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -286,6 +393,15 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
   if (opt && (opt->convert < XT_LOAD_MU || opt->convert > XT_LOAD_LABELS))
     return xt_fail(msg, XT_EINVAL, "%s: unknown conversion %d", path, (int)opt->convert);
   int (*reader)(const char *, const xt_load_options *, xt_volume **, xt_msg *) = NULL;
+  if (opt && opt->roots) {
+    /* confined: nothing outside the folders is even opened to sniff for DICOM (a "#SERIES"
+     * suffix and an '@' list marker are not part of the name) */
+    const char *p = path[0] == '@' ? path + 1 : path, *hash = strrchr(p, '#');
+    char base[4096];
+    snprintf(base, sizeof base, "%.*s", hash && hash > p && access(p, F_OK) != 0 ? (int)(hash - p) : (int)strlen(p), p);
+    int rc = xt__path_confined(base, NULL, opt, msg);
+    if (rc) return rc;
+  }
   if (xt_dicom_path(path)) /* a folder, an @list or a file: xt_load_dicom.c checks its own inputs */
     return xt__load_dicom(path, opt, out, msg);
   if (ends_with(path, ".nii") || ends_with(path, ".nii.gz"))
@@ -299,7 +415,7 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
                    "%s: unknown volume format (expected .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or DICOM: a "
                    "folder, .dcm or @list)", path);
   uint64_t size = 0;
-  int rc = xt__file_size(path, NULL, &size, msg);
+  int rc = xt__file_check(path, NULL, opt, &size, msg);
   if (rc) return rc;
   if (size == 0) return xt_fail(msg, XT_ETRUNCATED, "%s: empty file", path);
   rc = reader(path, opt, out, msg);

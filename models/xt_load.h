@@ -37,7 +37,18 @@ typedef struct xt_load_options {
   const char *dicom_series;  /* Series Instance UID (or Series Number) to load from a folder that
                                 holds several series; NULL: the folder must hold exactly one */
   xt_load_report *report;    /* optional out: warnings and choices (xt_model.h); may be NULL */
+  /* Confinement, for paths that come from a client (the server's POST /v1/models). NULL: any
+   * regular file the process can read. Else the file and every data file its header names must
+   * resolve (realpath: symlinks and ".." first) to a regular file under one of the nroots
+   * directories, which must themselves be resolved absolute paths (xt_load_root); nroots 0
+   * refuses every path (XT_EPERM). */
+  const char *const *roots;
+  int nroots;
 } xt_load_options;
+
+/* Resolves a model folder for xt_load_options.roots: realpath of dir, which must be a directory;
+ * *out is malloc'd. */
+int xt_load_root(const char *dir, char **out, xt_msg *msg);
 
 /* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd) or, for DICOM,
  * from xt_dicom_path() below; anything else is XT_EUNSUPPORTED. opt may be NULL (XT_LOAD_MU). On

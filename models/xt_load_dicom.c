@@ -304,7 +304,7 @@ static int load_series(const char *what, strlist *files, int from_folder, int ot
   /* headers; group by Series Instance UID (files are sorted, so groups come out in name order) */
   for (int i = 0; i < files->n; i++) {
     uint64_t size = 0;
-    if ((rc = xt__file_size(files->v[i], NULL, &size, msg))) goto fail;
+    if ((rc = xt__file_check(files->v[i], NULL, opt, &size, msg))) goto fail; /* confined, regular, non-blocking */
     char sop[XT_DCM_UID];
     media_sop_class(files->v[i], sop, sizeof sop);
     if (!strcmp(sop, XT_DICOMDIR_SOP) || !strcmp(base_of(files->v[i]), "DICOMDIR")) {
@@ -625,7 +625,8 @@ int xt__load_dicom(const char *path, const xt_load_options *opt, xt_volume **out
   if (strlen(path) >= sizeof base) return xt_fail(msg, XT_ETOOLARGE, "%.64s...: path too long", path);
   if (path[0] == '@') {
     split_selector(path + 1, base, sizeof base, &sel);
-    rc = read_list(base, &l, msg);
+    uint64_t lsize = 0;
+    if (!(rc = xt__file_check(base, NULL, opt, &lsize, msg))) rc = read_list(base, &l, msg); /* a FIFO never blocks */
   } else {
     split_selector(path, base, sizeof base, &sel);
     struct stat st;

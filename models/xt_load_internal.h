@@ -36,6 +36,14 @@ uint64_t xt__inflate_bound(uint64_t compressed);
  * owner: NULL for the file being loaded, else the header file that names path as its data. */
 int xt__file_size(const char *path, const char *owner, uint64_t *size, xt_msg *msg);
 
+/* xt__file_size for a file under opt's confinement (opt->roots, see xt_load.h): path is resolved
+ * (realpath) and must lie under a root; it must be a regular file, checked with stat and again
+ * on a descriptor opened with O_NONBLOCK, so that a FIFO or device never blocks the caller.
+ * Every file a reader opens by a name from a client or a header goes through this first. */
+int xt__file_check(const char *path, const char *owner, const xt_load_options *opt, uint64_t *size, xt_msg *msg);
+/* Only the confinement part of xt__file_check (for folders): 0 when opt does not confine. */
+int xt__path_confined(const char *path, const char *owner, const xt_load_options *opt, xt_msg *msg);
+
 /* Converts g per opt into a new volume (the back end of every reader); validates it. */
 int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 

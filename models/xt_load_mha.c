@@ -354,7 +354,7 @@ int xt__load_mha(const char *path, const xt_load_options *opt, xt_volume **out, 
     start = h.header_size > 0 ? h.header_size : 0;
   }
   uint64_t fsize = 0;
-  rc = xt__file_size(datapath, strcmp(datapath, path) ? path : NULL, &fsize, msg);
+  rc = xt__file_check(datapath, strcmp(datapath, path) ? path : NULL, opt, &fsize, msg);
   if (rc) goto fail;
   if (h.header_size == -1) {
     if (h.compressed) BAD_(XT_EFORMAT, "%s: HeaderSize = -1 cannot be used with compressed data", path);

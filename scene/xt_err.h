@@ -26,7 +26,8 @@
   X(BUSY, -13, 409, "busy")                                                         \
   X(TOOLARGE, -14, 413, "too large")                                                \
   X(AUTH, -15, 401, "unauthorized")                                                 \
-  X(INTERNAL, -16, 500, "internal error")
+  X(INTERNAL, -16, 500, "internal error")                                           \
+  X(PERM, -17, 403, "not permitted")
 
 enum {
 #define XT_ERR_ENUM(name, val, http, desc) XT_E##name = (val),

@@ -9,7 +9,7 @@
 
 #include "xt_server.h"
 
-typedef enum { CT_INT, CT_DOUBLE, CT_BOOL, CT_STRING } cfg_type;
+typedef enum { CT_INT, CT_DOUBLE, CT_BOOL, CT_STRING, CT_LIST } cfg_type;
 
 typedef struct cfg_entry {
   const char *name;
@@ -21,9 +21,13 @@ typedef struct cfg_entry {
   int secret;          /* masked in GET /v1/info */
   const char *help;
 } cfg_entry;
+/* Lists (CT_LIST): strings of `size` bytes each at off, their count an int at offset `lo`, at most
+ * `hi` of them. */
+#define COUNT_OFF(e) ((size_t)(e)->lo)
 
 #define S(f) offsetof(xt_srv_config, f), sizeof(((xt_srv_config *)0)->f)
 #define N(f) offsetof(xt_srv_config, f), 0
+#define L(f) offsetof(xt_srv_config, f), sizeof(((xt_srv_config *)0)->f[0])
 
 static const cfg_entry cfg_table[] = {
     {"bind", CT_STRING, S(bind), "127.0.0.1", 0, 0, NULL, 0,
@@ -72,6 +76,19 @@ static const cfg_entry cfg_table[] = {
      "NaN voxels of loaded volumes: none refuses the file, a number replaces them (e.g. -1000 for HU)"},
     {"synthetic", CT_BOOL, N(synthetic), "false", 0, 1, NULL, 0,
      "benchmarks only: stream a constant frame instead of rendering (measures the transport)"},
+    {"model_root", CT_LIST, L(model_roots), "", offsetof(xt_srv_config, nmodel_roots), XT_SRV_MAX_LIST, NULL, 0,
+     "folder POST /v1/models may load from, symlinks resolved (repeatable; none: the route is refused)"},
+    {"allow_origin", CT_LIST, L(allow_origins), "", offsetof(xt_srv_config, nallow_origins), XT_SRV_MAX_LIST, NULL, 0,
+     "browser Origin allowed on REST and the stream, e.g. https://console.example:443 (repeatable; the server's own "
+     "REST origin always is)"},
+    {"allow_host", CT_LIST, L(allow_hosts), "", offsetof(xt_srv_config, nallow_hosts), XT_SRV_MAX_LIST, NULL, 0,
+     "Host name accepted besides IP addresses and localhost, e.g. the name a proxy forwards (repeatable)"},
+    {"max_per_addr", CT_INT, N(max_per_addr), "32", 1, 256, NULL, 0, "REST connections at once from one client address"},
+    {"head_timeout", CT_DOUBLE, N(head_timeout), "10", 0.1, 300, NULL, 0,
+     "seconds a REST client has to send its whole request head (408 after)"},
+    {"peer_timeout", CT_DOUBLE, N(peer_timeout), "60", 1, 3600, NULL, 0,
+     "seconds a stream client may leave sent frames unacknowledged (vanished, or not reading at all) before it is "
+     "dropped"},
 };
 #define CFG_COUNT ((int)(sizeof cfg_table / sizeof cfg_table[0]))
 
@@ -101,6 +118,15 @@ static int set_value(xt_srv_config *c, const cfg_entry *e, const char *v, xt_msg
     else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *(int *)p = 0;
     else return xt_fail(msg, XT_EINVAL, "%s: '%s' is not a boolean", e->name, v);
     return 0;
+  case CT_LIST: {
+    int *n = (int *)(void *)((char *)c + COUNT_OFF(e));
+    if (!*v) return 0; /* the default: an empty list */
+    if (*n >= (int)e->hi) return xt_fail(msg, XT_ETOOLARGE, "%s: more than %g entries", e->name, e->hi);
+    if (strlen(v) >= e->size) return xt_fail(msg, XT_ETOOLARGE, "%s: longer than %zu bytes", e->name, e->size - 1);
+    memcpy(p + (size_t)*n * e->size, v, strlen(v) + 1);
+    (*n)++;
+    return 0;
+  }
   case CT_STRING:
     if (strlen(v) >= e->size) return xt_fail(msg, XT_ETOOLARGE, "%s: longer than %zu bytes", e->name, e->size - 1);
     if (e->choices) {
@@ -210,6 +236,22 @@ static int config_apply(xt_srv_config *c, json_t *root, const char *path, xt_msg
     if (!e) {
       rc = xt_fail(msg, XT_EINVAL, "%s: unknown key '%s'", path, key);
       goto done;
+    }
+    if (e->type == CT_LIST) {
+      /* A string or an array of strings; replaces what the defaults gave. */
+      *(int *)(void *)((char *)c + COUNT_OFF(e)) = 0;
+      json_t *arr = json_is_array(v) ? json_incref(v) : json_pack("[O]", v);
+      size_t i;
+      json_t *x;
+      json_array_foreach(arr, i, x) {
+        xt_msg m2;
+        if (!json_is_string(x)) rc = xt_fail(msg, XT_EINVAL, "%s: %s: a string or an array of strings", path, key);
+        else if ((rc = set_value(c, e, json_string_value(x), &m2))) xt_fail(msg, rc, "%s: %s", path, m2.text);
+        if (rc) break;
+      }
+      json_decref(arr);
+      if (rc) goto done;
+      continue;
     }
     char buf[64];
     const char *s = NULL;
@@ -342,6 +384,11 @@ json_t *xt_srv_config_json(const xt_srv_config *c) {
     case CT_DOUBLE: v = json_real(*(const double *)p); break;
     case CT_BOOL: v = json_boolean(*(const int *)p); break;
     case CT_STRING: v = e->secret ? json_boolean(p[0] != 0) : json_string(p); break;
+    case CT_LIST:
+      v = json_array();
+      for (int k = 0; k < *(const int *)(const void *)((const char *)c + COUNT_OFF(e)); k++)
+        json_array_append_new(v, json_string(p + (size_t)k * e->size));
+      break;
     }
     json_object_set_new(o, e->name, v);
   }

@@ -11,9 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "xt_phantom.h"
 #include "xt_server.h"
+#ifdef XT_SERVER_HAVE_LOADERS
+#include "xt_load.h"
+#endif
 
 #ifndef XT_SERVER_HAVE_CUDA_INFO
 int xt_srv_gpu_list(char names[][128], int max) {
@@ -23,18 +27,39 @@ int xt_srv_gpu_list(char names[][128], int max) {
 #endif
 
 static sigset_t stop_signals;
+/* Shutdown bookkeeping between main and the signal thread. */
+static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER; /* guards ws_done against a late wake-up */
+static int ws_done;                                         /* the stream is closed: no more wake-ups */
+static atomic_int cleanup_done;
+static atomic_ullong t_signal; /* when SIGINT/SIGTERM arrived (xt_now_ns), 0 if none */
 
+#define XT_STOP_BUDGET_NS 700000000ull /* signal to exit, whatever still runs: 0.3 s of slack under the 1 s promise */
+
+/* Waits for SIGINT/SIGTERM, sets quit and wakes the stream loop until it has sent its close
+ * frames. Then it is the shutdown's watchdog: a REST request still loading a model or a CPU
+ * render of a large mode must not hold the process, so if the orderly stop has not finished
+ * XT_STOP_BUDGET_NS after the signal, it says so and exits at once (the clients already have
+ * their close frames). */
 static void *signal_main(void *arg) {
   xt_server *s = arg;
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  if (sig == SIGUSR1 && atomic_load(&s->quit)) return NULL; /* main's own wake-up at exit */
+  if (sig == SIGUSR1 && atomic_load(&cleanup_done)) return NULL; /* main's own wake-up at exit */
+  uint64_t t0 = xt_now_ns();
+  atomic_store(&t_signal, t0);
   fprintf(stderr, "xtwin-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
   atomic_store(&s->quit, 1);
-  /* Keep waking the service loop until main has finished closing the stream. */
-  for (int i = 0; i < 100 && atomic_load(&s->quit) == 1; i++) {
-    xt_ws_wake(s);
-    struct timespec ts = {0, 50 * 1000000L};
+  while (!atomic_load(&cleanup_done)) {
+    if (xt_now_ns() - t0 > XT_STOP_BUDGET_NS) {
+      fprintf(stderr, "xtwin-server: still stopping %.0f ms after the signal (a request or a render is still running): "
+                      "exiting now\n", (double)(xt_now_ns() - t0) * 1e-6);
+      fflush(stderr);
+      _exit(0);
+    }
+    pthread_mutex_lock(&stop_mu);
+    if (!ws_done) xt_ws_wake(s);
+    pthread_mutex_unlock(&stop_mu);
+    struct timespec ts = {0, 10 * 1000000L};
     nanosleep(&ts, NULL);
   }
   return NULL;
@@ -82,10 +107,18 @@ static int setup(xt_server *s, xt_msg *msg) {
     if ((rc = xt_proj_create(&o, &s->workers[i].proj, msg))) return rc;
   }
 
+  for (int i = 0; i < s->cfg.nmodel_roots; i++) {
+#ifdef XT_SERVER_HAVE_LOADERS
+    if ((rc = xt_load_root(s->cfg.model_roots[i], &s->model_roots[i], msg))) return rc;
+#else
+    if (!(s->model_roots[i] = strdup(s->cfg.model_roots[i]))) return XT_ENOMEM;
+#endif
+    s->nmodel_roots++;
+  }
   for (int i = 0; i < s->cfg.nmodels; i++) {
     const xt_srv_model_cfg *mc = &s->cfg.models[i];
     xt_msg m;
-    if ((rc = xt_srv_add_model_path(s, mc->path, mc->name, mc->convert, &m)))
+    if ((rc = xt_srv_add_model_path(s, mc->path, mc->name, mc->convert, 0, &m)))
       return xt_fail(msg, rc, "model %s: %s", mc->path, m.text);
   }
   if (!strcmp(s->cfg.phantom, "head") || (!strcmp(s->cfg.phantom, "auto") && s->nmodels == 0)) {
@@ -186,18 +219,28 @@ int main(int argc, char **argv) {
 
 done:
   if (rc) fprintf(stderr, "xtwin-server: %s\n", msg.text[0] ? msg.text : xt_strerror(rc));
-  atomic_store(&s->quit, 2); /* stops the signal thread's wake-ups */
-  if (sig_started) {
-    pthread_kill(sig_thread, SIGUSR1);
-    pthread_join(sig_thread, NULL);
-  }
+  pthread_mutex_lock(&stop_mu);
+  ws_done = 1;
+  pthread_mutex_unlock(&stop_mu);
+  if (atomic_load(&t_signal))
+    fprintf(stderr, "xtwin-server: stream closed %.1f ms after the signal\n",
+            (double)(xt_now_ns() - atomic_load(&t_signal)) * 1e-6);
   xt_rest_stop(s);
   if (engine_started) xt_engine_stop(s);
   xt_ws_destroy(s);
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
+  for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
-  if (!rc) fprintf(stderr, "xtwin-server: stopped\n");
+  atomic_store(&cleanup_done, 1);
+  if (sig_started) {
+    pthread_kill(sig_thread, SIGUSR1); /* releases its sigwait when no signal came */
+    pthread_join(sig_thread, NULL);
+  }
+  if (!rc && atomic_load(&t_signal))
+    fprintf(stderr, "xtwin-server: stopped %.1f ms after the signal\n", (double)(xt_now_ns() - atomic_load(&t_signal)) * 1e-6);
+  else if (!rc)
+    fprintf(stderr, "xtwin-server: stopped\n");
   return rc ? 1 : 0;
 }

@@ -115,6 +115,9 @@ char *xt_metrics_text(xt_metrics *m, size_t *len) {
   counter(&b, "xtwin_rest_requests_total", "REST requests answered.", m->rest_requests);
   counter(&b, "xtwin_rest_errors_total", "REST requests answered with a 4xx or 5xx status.", m->rest_errors);
   counter(&b, "xtwin_ws_connections_total", "Stream clients accepted.", m->ws_connections);
+  counter(&b, "xtwin_rest_refused_total",
+          "REST connections refused at the per-address limit or cut at the request-head deadline.", m->rest_refused);
+  counter(&b, "xtwin_ws_refused_total", "Stream upgrades refused (client limit, token, Origin, Host).", m->ws_refused);
   counter(&b, "xtwin_frames_sent_total", "Frames sent to stream clients, all clients.", m->sent_total);
   counter(&b, "xtwin_frames_dropped_total", "Frames stream clients did not get (latest-wins), all clients.",
           m->dropped_total);

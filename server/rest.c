@@ -2,14 +2,27 @@
  * summary) is what the dispatcher matches, what `xtwin-server --routes` prints and what the test
  * checks api/openapi.yaml against. Every error answers with a JSON body
  *   {"error": {"name": "<xt_errname>", "status": <http>, "message": "..."}}
- * and the server keeps serving. Bodies over max_body get 413 (before the body is read when the
- * client sends Content-Length). With --token, every route needs "Authorization: Bearer TOKEN"
- * (401 otherwise), health included: a probe that can reach the port is given the token too. */
+ * and the server keeps serving. Connections arrive through the accept gate (gate.c: per-address
+ * limit, request-head deadline, oversized and malformed heads answered there), one request each
+ * ("Connection: close" on every answer).
+ *
+ * What a request must carry, checked on its head before any body is read (docs/server.md,
+ * "Security"): a Host the server answers to and, from a browser, an allowed Origin (guard.c,
+ * against DNS rebinding and cross-site requests); with --token "Authorization: Bearer TOKEN"
+ * (401), health included: a probe that can reach the port is given the token too; a body only as
+ * application/json (415: a cross-site form or fetch cannot send that without a CORS preflight);
+ * at most max_body bytes (413). A request refused on its head still has its body read and
+ * discarded (up to XT_REST_DRAIN bytes) before the answer goes out: a client that writes its whole
+ * body before reading (Python's urllib and requests) would otherwise see the connection reset
+ * under it instead of the answer. A client that asked "Expect: 100-continue" gets the answer at
+ * once (it sends no body). HEAD is answered on every GET route; OPTIONS answers CORS preflights
+ * from allowed origins. */
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <microhttpd.h>
@@ -18,13 +31,20 @@
 
 /* ---- requests and replies ----------------------------------------------------------------- */
 
+#define XT_REST_DRAIN ((size_t)256 << 20) /* body bytes read and discarded after an early refusal */
+
+typedef struct reply reply;
+
 typedef struct req {
   char *body;
   size_t n, cap;
-  int toolarge, first_done;
+  int toolarge;
+  reply *early;   /* refused on the head: answered once the body is drained */
+  size_t drained;
+  char cors[256]; /* an allowed Origin, echoed in Access-Control-Allow-Origin */
 } req;
 
-typedef struct reply {
+struct reply {
   int status;
   json_t *json;         /* owned; or */
   unsigned char *bin;   /* owned (malloc) */
@@ -32,10 +52,10 @@ typedef struct reply {
   const char *ctype;
   char *text;           /* owned (malloc), text/plain */
   size_t textlen;
-  const char *hname[4];
-  char *hval[4];        /* owned */
+  const char *hname[6];
+  char *hval[6];        /* owned */
   int nh;
-} reply;
+};
 
 typedef void (*handler_fn)(xt_server *s, struct MHD_Connection *con, req *r, reply *out);
 
@@ -53,7 +73,7 @@ static void reply_json(reply *out, int status, json_t *j) {
 }
 
 static void add_header(reply *out, const char *name, const char *value) {
-  if (out->nh < 4) {
+  if (out->nh < (int)(sizeof out->hval / sizeof out->hval[0])) {
     out->hname[out->nh] = name;
     out->hval[out->nh] = strdup(value);
     out->nh++;
@@ -224,7 +244,7 @@ static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, repl
     json_decref(j);
     return;
   }
-  int rc = xt_srv_add_model_path(s, path, name, convert, &m);
+  int rc = xt_srv_add_model_path(s, path, name, convert, 1, &m);
   json_decref(j);
   if (rc) return reply_error(out, rc, 0, m.text);
   reply_json(out, 201, json_pack("{s:o}", "models", xt_srv_models_json(s)));
@@ -264,18 +284,11 @@ const xt_route *xt_rest_route_at(int i) { return i >= 0 && i < NROUTES ? &routes
 
 /* ---- libmicrohttpd glue ------------------------------------------------------------------- */
 
-static int token_ok(xt_server *s, struct MHD_Connection *con) {
-  if (!s->cfg.token[0]) return 1;
-  const char *a = MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!a || strncmp(a, "Bearer ", 7) != 0) return 0;
-  a += 7;
-  size_t n = strlen(s->cfg.token), m = strlen(a);
-  unsigned diff = (unsigned)(n ^ m);
-  for (size_t i = 0; i < n; i++) diff |= (unsigned)(s->cfg.token[i] ^ (i < m ? a[i] : 0));
-  return diff == 0;
+static const char *header(struct MHD_Connection *con, const char *name) {
+  return MHD_lookup_connection_value(con, MHD_HEADER_KIND, name);
 }
 
-static enum MHD_Result send_reply(xt_server *s, struct MHD_Connection *con, reply *out) {
+static enum MHD_Result send_reply(xt_server *s, struct MHD_Connection *con, const req *r, reply *out) {
   struct MHD_Response *resp;
   if (out->bin) {
     resp = MHD_create_response_from_buffer(out->binlen, out->bin, MHD_RESPMEM_MUST_FREE);
@@ -283,6 +296,8 @@ static enum MHD_Result send_reply(xt_server *s, struct MHD_Connection *con, repl
   } else if (out->text) {
     resp = MHD_create_response_from_buffer(out->textlen, out->text, MHD_RESPMEM_MUST_FREE);
     out->text = NULL;
+  } else if (out->status == 204) {
+    resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   } else {
     if (!out->json) out->json = xt_error_json(XT_EINTERNAL, 500, "no reply");
     char *t = json_dumps(out->json, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
@@ -296,8 +311,15 @@ static enum MHD_Result send_reply(xt_server *s, struct MHD_Connection *con, repl
     out->ctype = "application/json";
   }
   if (!resp) return MHD_NO;
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, out->ctype);
+  if (out->ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, out->ctype);
   for (int i = 0; i < out->nh; i++) MHD_add_response_header(resp, out->hname[i], out->hval[i]);
+  if (r && r->cors[0]) {
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors);
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Xtwin-Geometry, X-Xtwin-Render-Ms");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+  }
+  /* One request per connection: every request goes through the gate (gate.c). */
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result rc = MHD_queue_response(con, (unsigned)out->status, resp);
   MHD_destroy_response(resp);
   pthread_mutex_lock(&s->metrics.mu);
@@ -314,10 +336,82 @@ static void reply_free(reply *out) {
   for (int i = 0; i < out->nh; i++) free(out->hval[i]);
 }
 
-static enum MHD_Result finish(xt_server *s, struct MHD_Connection *con, reply *out) {
-  enum MHD_Result rc = send_reply(s, con, out);
+static enum MHD_Result finish(xt_server *s, struct MHD_Connection *con, const req *r, reply *out) {
+  enum MHD_Result rc = send_reply(s, con, r, out);
   reply_free(out);
   return rc;
+}
+
+/* The methods routes allow on url ("GET, HEAD, PUT"), empty when no route has that path. */
+static void allowed_methods(const char *url, char *allow, size_t cap) {
+  allow[0] = 0;
+  for (int i = 0; i < NROUTES; i++) {
+    if (strcmp(routes[i].path, url) != 0) continue;
+    size_t k = strlen(allow);
+    snprintf(allow + k, cap - k, "%s%s%s", k ? ", " : "", routes[i].method, strcmp(routes[i].method, "GET") ? "" : ", HEAD");
+  }
+}
+
+/* The checks a request's head must pass (see the top of the file); fills out and returns 1 when it
+ * is refused. */
+static int refuse_head(xt_server *s, struct MHD_Connection *con, const char *method, const char *url,
+                       const char *version, req *r, reply *out) {
+  const char *host = header(con, MHD_HTTP_HEADER_HOST), *origin = header(con, "Origin");
+  char t[400];
+  if (!host) {
+    if (!version || strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
+      reply_error(out, XT_EFORMAT, 400, "HTTP/1.1 request without a Host header");
+      return 1;
+    }
+  } else if (!xt_host_ok(s, host)) {
+    snprintf(t, sizeof t, "Host '%.200s' is not one this server answers to (an IP address, localhost or --allow-host)",
+             host);
+    reply_error(out, XT_EPERM, 403, t);
+    return 1;
+  }
+  if (!xt_origin_ok(s, origin, host, NULL)) {
+    snprintf(t, sizeof t, "Origin '%.200s' is not allowed (start the server with --allow-origin to allow it)", origin);
+    reply_error(out, XT_EPERM, 403, t);
+    return 1;
+  }
+  if (origin) snprintf(r->cors, sizeof r->cors, "%s", origin);
+  if (!strcmp(method, "OPTIONS")) {
+    /* A CORS preflight (no credentials on it) or a plain OPTIONS: what the path allows. */
+    char allow[96];
+    allowed_methods(url, allow, sizeof allow);
+    if (!allow[0]) {
+      snprintf(t, sizeof t, "no route %.300s", url);
+      reply_error(out, XT_ENOTFOUND, 404, t);
+      return 1;
+    }
+    out->status = 204;
+    add_header(out, MHD_HTTP_HEADER_ALLOW, allow);
+    if (origin) {
+      add_header(out, "Access-Control-Allow-Methods", allow);
+      add_header(out, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+      add_header(out, "Access-Control-Max-Age", "600");
+    }
+    return 1;
+  }
+  if (!xt_bearer_ok(s, header(con, MHD_HTTP_HEADER_AUTHORIZATION))) {
+    reply_error(out, XT_EAUTH, 401, "missing or wrong bearer token");
+    add_header(out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
+    return 1;
+  }
+  const char *cl = header(con, MHD_HTTP_HEADER_CONTENT_LENGTH), *te = header(con, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg.max_body) {
+    snprintf(t, sizeof t, "request body over %d bytes", s->cfg.max_body);
+    reply_error(out, XT_ETOOLARGE, 413, t);
+    return 1;
+  }
+  const char *ct = header(con, MHD_HTTP_HEADER_CONTENT_TYPE);
+  int has_body = (cl && strtoull(cl, NULL, 10) > 0) || te;
+  if ((has_body || ct) && !xt_media_is_json(ct)) {
+    snprintf(t, sizeof t, "request bodies must be Content-Type: application/json (got %.100s)", ct ? ct : "none");
+    reply_error(out, XT_EUNSUPPORTED, 415, t);
+    return 1;
+  }
+  return 0;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
@@ -331,23 +425,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     r = calloc(1, sizeof *r);
     if (!r) return MHD_NO;
     *con_cls = r;
-    /* First call: headers only. Reject early what needs no body to judge. */
-    if (!token_ok(s, con)) {
-      reply_error(&out, XT_EAUTH, 401, "missing or wrong bearer token");
-      add_header(&out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
-      return finish(s, con, &out);
+    /* First call: the head only. Judge what needs no body. */
+    if (!refuse_head(s, con, method, url, version, r, &out)) return MHD_YES;
+    const char *expect = header(con, MHD_HTTP_HEADER_EXPECT);
+    if (out.status == 204 || (expect && !strcasecmp(expect, "100-continue"))) return finish(s, con, r, &out);
+    /* Answered once the body (if any) has been read and thrown away. */
+    if (!(r->early = malloc(sizeof *r->early))) {
+      reply_free(&out);
+      return MHD_NO;
     }
-    const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg.max_body) {
-      char t[96];
-      snprintf(t, sizeof t, "request body over %d bytes", s->cfg.max_body);
-      reply_error(&out, XT_ETOOLARGE, 413, t);
-      return finish(s, con, &out);
-    }
+    *r->early = out;
     return MHD_YES;
   }
   if (*upload_data_size) {
     size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (r->early) {
+      r->drained += n;
+      return r->drained > XT_REST_DRAIN ? MHD_NO : MHD_YES; /* beyond that: cut the connection */
+    }
     if (!r->toolarge) {
       if (r->n + n > (size_t)s->cfg.max_body) r->toolarge = 1;
       else {
@@ -364,48 +460,61 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
         r->body[r->n] = 0;
       }
     }
-    *upload_data_size = 0;
     return MHD_YES;
+  }
+  if (r->early) {
+    out = *r->early;
+    free(r->early);
+    r->early = NULL;
+    return finish(s, con, r, &out);
   }
   if (r->toolarge) {
     char t[96];
     snprintf(t, sizeof t, "request body over %d bytes", s->cfg.max_body);
     reply_error(&out, XT_ETOOLARGE, 413, t);
-    return finish(s, con, &out);
+    return finish(s, con, r, &out);
   }
   const xt_route *hit = NULL;
-  char allow[64] = "";
-  for (int i = 0; i < NROUTES; i++) {
-    if (strcmp(routes[i].path, url) != 0) continue;
-    if (!strcmp(routes[i].method, method)) hit = &routes[i];
-    size_t k = strlen(allow);
-    snprintf(allow + k, sizeof allow - k, "%s%s", k ? ", " : "", routes[i].method);
-  }
+  int head = !strcmp(method, "HEAD"); /* a GET whose body libmicrohttpd leaves out */
+  for (int i = 0; i < NROUTES; i++)
+    if (!strcmp(routes[i].path, url) && !strcmp(routes[i].method, head ? "GET" : method)) hit = &routes[i];
   if (!hit) {
+    char allow[96];
+    allowed_methods(url, allow, sizeof allow);
     if (allow[0]) {
-      char t[160];
-      snprintf(t, sizeof t, "%s %s: method not allowed (allowed: %s)", method, url, allow);
+      char t[200];
+      snprintf(t, sizeof t, "%.20s %s: method not allowed (allowed: %s)", method, url, allow);
       reply_error(&out, XT_EUNSUPPORTED, 405, t);
       add_header(&out, MHD_HTTP_HEADER_ALLOW, allow);
     } else {
       char t[600];
-      snprintf(t, sizeof t, "no route %s %.500s", method, url);
+      snprintf(t, sizeof t, "no route %.20s %.500s", method, url);
       reply_error(&out, XT_ENOTFOUND, 404, t);
     }
-    return finish(s, con, &out);
+    return finish(s, con, r, &out);
   }
   ((handler_fn)hit->handler)(s, con, r, &out);
   if (s->cfg.verbose) fprintf(stderr, "xtwin-server: %s %s -> %d\n", method, url, out.status);
-  return finish(s, con, &out);
+  return finish(s, con, r, &out);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe) {
   req *r = *con_cls;
   if (r) {
+    if (r->early) reply_free(r->early);
+    free(r->early);
     free(r->body);
     free(r);
   }
   *con_cls = NULL;
+}
+
+/* libmicrohttpd closed a connection the gate handed it: the address may open another. */
+static void on_connection(void *cls, struct MHD_Connection *con, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+  if (toe != MHD_CONNECTION_NOTIFY_CLOSED) return;
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (ci && ci->client_addr) xt_gate_release(cls, ci->client_addr);
 }
 
 static char *slurp(const char *path, xt_msg *msg) {
@@ -443,13 +552,16 @@ int xt_rest_start(xt_server *s, xt_msg *msg) {
   struct sockaddr_storage sa;
   memset(&sa, 0, sizeof sa);
   memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
   if (ai->ai_family == AF_INET6) {
     ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)s->cfg.rest_port);
     flags |= MHD_USE_IPv6;
   } else
     ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)s->cfg.rest_port);
+  socklen_t salen = (socklen_t)ai->ai_addrlen;
   freeaddrinfo(ai);
+  int rc = xt_gate_start(s, (struct sockaddr *)&sa, salen, msg);
+  if (rc) return rc;
   char *cert = NULL, *key = NULL;
   if (s->cfg.tls_cert[0]) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
@@ -467,22 +579,23 @@ int xt_rest_start(xt_server *s, xt_msg *msg) {
       {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
       {MHD_OPTION_END, 0, NULL},
   };
-  s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+  s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_THREAD_POOL_SIZE,
                             (unsigned)s->cfg.rest_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_ARRAY,
-                            cert ? tls_opts : tls_opts + 2, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                            (size_t)65536, MHD_OPTION_ARRAY, cert ? tls_opts : tls_opts + 2, MHD_OPTION_END);
   tls_cert_mem = cert;
   tls_key_mem = key;
-  if (!s->mhd) return xt_fail(msg, XT_EIO, "REST: cannot listen on %s:%d (in use? bad certificate?)", s->cfg.bind, s->cfg.rest_port);
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-  s->rest_port = di ? di->port : s->cfg.rest_port;
-  return 0;
+  if (!s->mhd) return xt_fail(msg, XT_EIO, "REST: cannot start libmicrohttpd on %s:%d (bad certificate?)", s->cfg.bind,
+                              s->rest_port);
+  return xt_gate_run(s, msg);
 }
 
 void xt_rest_stop(xt_server *s) {
+  xt_gate_stop_accepting(s);
   if (s->mhd) MHD_stop_daemon(s->mhd);
   s->mhd = NULL;
+  xt_gate_free(s);
   free(tls_cert_mem);
   free(tls_key_mem);
   tls_cert_mem = tls_key_mem = NULL;

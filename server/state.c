@@ -257,8 +257,11 @@ void xt_ws_cmd_free(xt_ws_cmd *c) {
 /* ---- server-level operations -------------------------------------------------------------- */
 
 int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg) {
-  uint64_t t = xt_now_ns();
   pthread_mutex_lock(&s->st_mu);
+  /* Stamped under st_mu, as the pacer stamps exposures: an exposure latches this pose exactly when
+   * its t_exposure_ns is later than this t_pose_ns (stamped before the lock, an exposure taken
+   * while we waited for it would be later than t_pose and still carry the older pose). */
+  uint64_t t = xt_now_ns();
   xt_pose p = s->pose;
   uint64_t q = 0;
   int has = 0;
@@ -395,10 +398,13 @@ static int parse_convert(const char *c, int *out, xt_msg *msg) {
 #endif
 }
 
-int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, xt_msg *msg) {
+int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, int from_client,
+                          xt_msg *msg) {
   int conv = 0;
   int rc = parse_convert(convert, &conv, msg);
   if (rc) return rc;
+  if (from_client && s->nmodel_roots == 0)
+    return xt_fail(msg, XT_EPERM, "loading models by path is disabled: start the server with --model-root DIR");
 #ifdef XT_SERVER_HAVE_LOADERS
   xt_load_options opt = {.convert = (xt_load_convert)conv};
   opt.hu_model = !strcmp(s->cfg.hu_model, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
@@ -410,6 +416,10 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
     if (!end || *end || !isfinite(opt.nan_value))
       return xt_fail(msg, XT_EINVAL, "nan_value: '%s' is neither none nor a number", s->cfg.nan_value);
     opt.nan_fill = 1;
+  }
+  if (from_client) {
+    opt.roots = (const char *const *)s->model_roots;
+    opt.nroots = s->nmodel_roots;
   }
   xt_model *m = NULL;
   pthread_mutex_lock(&s->models_mu);
@@ -448,6 +458,6 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   return rc;
 #else
   (void)s, (void)path, (void)name, (void)conv;
-  return XT_EUNSUPPORTED;
+  return xt_fail(msg, XT_EUNSUPPORTED, "this server was built without the volume loaders");
 #endif
 }

@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <libwebsockets.h>
 
 #include "xt_server.h"
@@ -62,16 +66,32 @@ static int route_ok(struct lws *wsi) {
   return !strcmp(uri, "/v1/stream") || !strcmp(uri, "/v1/stream/");
 }
 
+/* The token may come as "Authorization: Bearer TOKEN" (any client), or in forms a browser can
+ * send on a WebSocket: a Sec-WebSocket-Protocol entry "bearer.TOKEN" next to "xtwin-stream", or a
+ * "token=TOKEN" query parameter (api/stream.md). */
 static int token_ok(xt_server *s, struct lws *wsi) {
   if (!s->cfg.token[0]) return 1;
-  char a[512];
-  int n = lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_HTTP_AUTHORIZATION);
-  if (n <= 7 || strncmp(a, "Bearer ", 7) != 0) return 0;
-  const char *t = a + 7;
-  size_t tn = strlen(s->cfg.token), m = strlen(t);
-  unsigned diff = (unsigned)(tn ^ m);
-  for (size_t i = 0; i < tn; i++) diff |= (unsigned)(s->cfg.token[i] ^ (i < m ? t[i] : 0));
-  return diff == 0;
+  char a[1024];
+  if (lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 && xt_bearer_ok(s, a)) return 1;
+  if (lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_PROTOCOL) > 0) {
+    for (char *save = NULL, *t = strtok_r(a, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+      if (!strncmp(t, "bearer.", 7) && xt_token_eq(s, t + 7, strlen(t + 7))) return 1;
+  }
+  const char *q = lws_get_urlarg_by_name(wsi, "token=", a, (int)sizeof a);
+  if (q && xt_token_eq(s, q, strlen(q))) return 1;
+  return 0;
+}
+
+/* Host and Origin as on REST (guard.c): a page the console serves from the REST port may open the
+ * stream; a foreign page, or a rebound name, may not. 0 ok, else the message. */
+static const char *origin_refused(xt_server *s, struct lws *wsi) {
+  char host[256], origin[256];
+  int hn = lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST);
+  if (hn > 0 && !xt_host_ok(s, host)) return "Host is not one this server answers to (an IP address, localhost or --allow-host)";
+  int on = lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN);
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0 && (on <= 0 || !xt_origin_ok(s, origin, hn > 0 ? host : NULL, NULL)))
+    return "Origin is not allowed (start the server with --allow-origin to allow it)";
+  return NULL;
 }
 
 /* Refuses an upgrade with a JSON error body. Written by hand: lws_return_http_status() answers
@@ -252,14 +272,30 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 
   case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+  {
     if (!s) return -1;
-    if (!token_ok(s, wsi)) return reject_upgrade(wsi, XT_EAUTH, 401, "Unauthorized", "missing or wrong bearer token");
-    if (!route_ok(wsi)) return reject_upgrade(wsi, XT_ENOTFOUND, 404, "Not Found", "the stream is at /v1/stream");
-    if (nclients >= s->cfg.max_clients || atomic_load(&s->quit))
-      return reject_upgrade(wsi, XT_EBUSY, 503, "Service Unavailable", "too many stream clients, or shutting down");
-    return 0;
+    const char *why = origin_refused(s, wsi);
+    int rc = 0;
+    if (why) rc = reject_upgrade(wsi, XT_EPERM, 403, "Forbidden", why);
+    else if (!token_ok(s, wsi)) rc = reject_upgrade(wsi, XT_EAUTH, 401, "Unauthorized", "missing or wrong bearer token");
+    else if (!route_ok(wsi)) rc = reject_upgrade(wsi, XT_ENOTFOUND, 404, "Not Found", "the stream is at /v1/stream");
+    else if (nclients >= s->cfg.max_clients || atomic_load(&s->quit))
+      rc = reject_upgrade(wsi, XT_EBUSY, 503, "Service Unavailable", "too many stream clients, or shutting down");
+    if (rc) {
+      pthread_mutex_lock(&s->metrics.mu);
+      s->metrics.ws_refused++;
+      pthread_mutex_unlock(&s->metrics.mu);
+    }
+    return rc;
+  }
 
   case LWS_CALLBACK_ESTABLISHED: {
+    /* A peer that vanished without a FIN or RST (cable pulled, host gone: half-open TCP) is
+     * dropped once data it has not acknowledged is peer_timeout old, not after the kernel's
+     * ~15 minutes of retransmissions; keepalive (vhost) finds idle ones. */
+    unsigned uto = (unsigned)(s->cfg.peer_timeout * 1000.0);
+    int fd = (int)lws_get_socket_fd(wsi);
+    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
     memset(c, 0, sizeof *c);
     c->wsi = wsi;
     c->srv = s;
@@ -390,6 +426,9 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   if (s->cfg.tls_cert[0]) info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
   info.user = s;
   info.port = CONTEXT_PORT_NO_LISTEN;
+  info.ka_time = (int)(s->cfg.peer_timeout / 2 + 1); /* TCP keepalive finds vanished idle peers */
+  info.ka_probes = 3;
+  info.ka_interval = (int)(s->cfg.peer_timeout / 6 + 1);
   s->lws = lws_create_context(&info);
   if (!s->lws) return xt_fail(msg, XT_EINTERNAL, "WebSocket: cannot create the libwebsockets context");
 
@@ -398,6 +437,7 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   if (strchr(s->cfg.bind, ':')) info.options = 0;
   info.port = s->cfg.ws_port;
   info.iface = s->cfg.bind;
+  info.timeout_secs = (unsigned)s->cfg.head_timeout + 1; /* an upgrade request must complete in time too */
   info.protocols = protocols;
   info.vhost_name = "xtwin";
   if (s->cfg.tls_cert[0]) {
@@ -424,7 +464,7 @@ void xt_ws_run(xt_server *s) {
     c->closing = 1;
     lws_callback_on_writable(c->wsi);
   }
-  uint64_t until = xt_now_ns() + 1500000000ull;
+  uint64_t until = xt_now_ns() + 400000000ull; /* within the 1 s a SIGTERM may take (main.c) */
   while (clients && xt_now_ns() < until) lws_service(s->lws, 0);
 }
 

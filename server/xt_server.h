@@ -31,6 +31,7 @@
 #define XT_SRV_MAX_MODELS 16
 #define XT_SRV_MAX_WORKERS 8
 #define XT_SRV_STR 512
+#define XT_SRV_MAX_LIST 16
 
 /* ---- configuration (config.c) ------------------------------------------------------------- */
 
@@ -71,6 +72,16 @@ typedef struct xt_srv_config {
   char nan_value[32];       /* "none" (refuse NaN voxels) or a number to fill them with */
   int nmodels;
   xt_srv_model_cfg models[XT_SRV_MAX_MODELS];
+  /* Repeatable options (lists in the config file). */
+  int nmodel_roots; /* folders POST /v1/models may load from; none: the route is refused */
+  char model_roots[XT_SRV_MAX_LIST][XT_SRV_STR];
+  int nallow_origins; /* browser origins allowed besides the server's own */
+  char allow_origins[XT_SRV_MAX_LIST][256];
+  int nallow_hosts; /* Host names accepted besides IP literals and localhost */
+  char allow_hosts[XT_SRV_MAX_LIST][256];
+  int max_per_addr;   /* REST connections from one client address */
+  double head_timeout; /* seconds for a REST request head to arrive in full */
+  double peer_timeout; /* seconds a stream peer may leave sent data unacknowledged (half-open TCP) */
 } xt_srv_config;
 
 void xt_srv_config_defaults(xt_srv_config *c);
@@ -113,6 +124,8 @@ typedef struct xt_metrics {
   pthread_mutex_t mu; /* guards everything below */
   uint64_t frames_rendered, frames_skipped, frames_published, render_errors, deadlines_missed;
   uint64_t pose_updates, rest_requests, rest_errors, ws_connections;
+  uint64_t rest_refused;   /* REST connections refused (per-address limit) or cut (head deadline) */
+  uint64_t ws_refused;     /* stream upgrades refused (client limit, token, origin, host) */
   uint64_t sent_total, dropped_total; /* over all clients ever connected */
   xt_hist render, convert, period, jitter, latency, pose_latency;
   xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
@@ -266,6 +279,8 @@ typedef struct xt_server {
   xt_model *models[XT_SRV_MAX_MODELS];
   char model_src[XT_SRV_MAX_MODELS][XT_SRV_STR];
   int nmodels;
+  char *model_roots[XT_SRV_MAX_LIST]; /* cfg.model_roots resolved (realpath) at start */
+  int nmodel_roots;
 
   /* state: guarded by st_mu; st_cv wakes the pacer on any change */
   pthread_mutex_t st_mu;
@@ -289,6 +304,7 @@ typedef struct xt_server {
   /* set by main */
   struct lws_context *lws;
   struct MHD_Daemon *mhd;
+  struct xt_gate *gate; /* gate.c */
   int rest_port, ws_port;
   int tls;
   atomic_int quit;
@@ -313,13 +329,43 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
 int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg);
 int xt_srv_start(xt_server *s, int run);
 json_t *xt_srv_state_json(xt_server *s);
-/* Loads a model by path (through xt_loaders when built) and adds it to every worker. */
-int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, xt_msg *msg);
+/* Loads a model by path (through xt_loaders when built) and adds it to every worker. from_client:
+ * the path came over the network, so it (and every data file its header names) must resolve
+ * into one of the --model-root folders (XT_EPERM otherwise, and always when there are none). */
+int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, int from_client,
+                          xt_msg *msg);
 json_t *xt_srv_models_json(xt_server *s);
 json_t *xt_srv_info_json(xt_server *s);
 
 /* CUDA devices visible (gpu_info.c when built with CUDA; 0 otherwise), names into names[i]. */
 int xt_srv_gpu_list(char names[][128], int max);
+
+/* ---- who may talk to the server (guard.c) ------------------------------------------------- */
+
+/* A Host header value the server answers to: an IP literal, localhost or an --allow-host name. */
+int xt_host_ok(const xt_server *s, const char *host);
+/* An Origin header (NULL: not a browser, allowed): the server's own REST origin or an
+ * --allow-origin entry (*listed set then). host: the request's Host, for same-origin requests. */
+int xt_origin_ok(const xt_server *s, const char *origin, const char *host, int *listed);
+/* "Bearer TOKEN" (scheme case-insensitive) against --token; 1 when no token is configured. */
+int xt_bearer_ok(const xt_server *s, const char *authorization);
+int xt_token_eq(const xt_server *s, const char *t, size_t n);
+/* A Content-Type of application/json (parameters such as charset allowed). */
+int xt_media_is_json(const char *ctype);
+
+/* ---- the REST port's accept gate (gate.c) ------------------------------------------------- */
+
+struct sockaddr;
+/* Listens (sets s->rest_port); xt_gate_run starts accepting once s->mhd exists. */
+int xt_gate_start(xt_server *s, const struct sockaddr *sa, unsigned salen, xt_msg *msg);
+int xt_gate_run(xt_server *s, xt_msg *msg);
+void xt_gate_stop_accepting(xt_server *s);
+void xt_gate_free(xt_server *s);
+/* Checks a complete request head (len bytes up to and including the blank line): 0 when it is a
+ * well-formed HTTP/1.0 or 1.1 head, else the status to answer (400, 414) with *why set. */
+int xt_gate_check_head(const char *h, size_t len, const char **why);
+/* A connection libmicrohttpd had from this address is closed (its per-address count). */
+void xt_gate_release(xt_server *s, const struct sockaddr *sa);
 
 /* ---- REST (rest.c) ------------------------------------------------------------------------ */
 

@@ -24,7 +24,8 @@ if(TARGET xtwin-server)
   # fuzzer so that they carry its coverage instrumentation; the rest comes from xt_server_core.
   if(CMAKE_C_COMPILER_ID MATCHES "Clang")
     add_executable(fuzz_server fuzz/fuzz_server.c ${PROJECT_SOURCE_DIR}/server/state.c
-      ${PROJECT_SOURCE_DIR}/server/config.c ${PROJECT_SOURCE_DIR}/scene/xt_err.c ${PROJECT_SOURCE_DIR}/scene/xt_geom.c)
+      ${PROJECT_SOURCE_DIR}/server/config.c ${PROJECT_SOURCE_DIR}/server/guard.c ${PROJECT_SOURCE_DIR}/server/gate.c
+      ${PROJECT_SOURCE_DIR}/scene/xt_err.c ${PROJECT_SOURCE_DIR}/scene/xt_geom.c)
     target_compile_options(fuzz_server PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
       -fno-omit-frame-pointer)
     target_link_options(fuzz_server PRIVATE -fsanitize=fuzzer,address,undefined)
@@ -38,6 +39,15 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_stream
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_stream.py --server $<TARGET_FILE:xtwin-server>)
     # 77: python3-websockets missing -> skipped, not failed.
-    set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
+    # Abuse: model paths, cross-site requests, slowloris, early errors to uploading clients.
+    add_test(NAME test_server_security
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_security PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Faults: killed, stalled and flooding clients, slowloris on the stream, half-open TCP, a lossy
+    # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
+    add_test(NAME test_server_faults
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_faults.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_faults PROPERTIES TIMEOUT 900 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
   endif()
 endif()

@@ -553,7 +553,8 @@ def test_server_model_report():
     with open(cfg, "w") as f:
         json.dump({"models": [{"path": os.path.join(d, "mri.mha"), "convert": "hu", "name": "mri"},
                               {"path": series, "series": uid, "convert": "hu", "name": "ct"}],
-                   "backend": "cpu", "threads": 1, "mode": "fd20-128", "autostart": False, "phantom": "none"}, f)
+                   "backend": "cpu", "threads": 1, "mode": "fd20-128", "autostart": False, "phantom": "none",
+                   "model_root": series}, f)  # POST /v1/models loads only from --model-root folders (issue 7)
     ports = os.path.join(d, "ports.json")
     proc = subprocess.Popen([SERVER, "--config", cfg, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

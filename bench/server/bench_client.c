@@ -87,7 +87,7 @@ typedef struct bclient {
   uint64_t prev_exposure, prev_arrival, period_ns;
   series jitter, period_jit, arrival_jit, latency, pose_lat;
   series render, queue, xfer; /* exposure -> render done -> handed to the socket -> fully received */
-  series trace;               /* --csv: 8 values a frame (see dump_csv) */
+  series trace;               /* --csv: 9 values a frame (see dump_csv) */
   /* pose updates (client 0) */
   uint64_t next_pose_at, seq, pending_seq, pending_t, rng;
   char text[256];
@@ -136,10 +136,10 @@ static void on_frame(bclient *c, uint64_t t, size_t total) {
   push(&c->queue, (double)(h.t_sent_ns - h.t_render_done_ns) * 1e-6);
   push(&c->xfer, (double)(t - h.t_sent_ns) * 1e-6);
   if (want_trace) {
-    double row[8] = {(double)h.frame_counter, (double)h.pose_seq, (double)h.t_exposure_sched_ns,
+    double row[9] = {(double)h.frame_counter, (double)h.pose_seq, (double)h.t_exposure_sched_ns,
                      (double)h.t_exposure_ns, (double)h.t_render_done_ns, (double)h.t_sent_ns, (double)t,
-                     (double)h.frames_dropped};
-    for (int k = 0; k < 8; k++) push(&c->trace, row[k]);
+                     (double)h.frames_dropped, (double)h.t_pose_ns};
+    for (int k = 0; k < 9; k++) push(&c->trace, row[k]);
   }
   if (c->pending_seq && h.pose_seq >= c->pending_seq) {
     push(&c->pose_lat, (double)(t - c->pending_t) * 1e-6);
@@ -459,11 +459,12 @@ static void *client_main(void *arg) {
 static void dump_csv(const char *path, bclient *cs, int n) {
   FILE *f = fopen(path, "w");
   if (!f) return;
-  fprintf(f, "client,counter,pose_seq,t_sched,t_exposure,t_render_done,t_sent,t_arrival,dropped\n");
+  fprintf(f, "client,counter,pose_seq,t_sched,t_exposure,t_render_done,t_sent,t_arrival,dropped,t_pose\n");
   for (int i = 0; i < n; i++)
-    for (size_t k = 0; k + 8 <= cs[i].trace.n; k += 8) {
+    for (size_t k = 0; k + 9 <= cs[i].trace.n; k += 9) {
       const double *r = cs[i].trace.v + k;
-      fprintf(f, "%d,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", i, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+      fprintf(f, "%d,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", i, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+              r[8]);
     }
   fclose(f);
 }

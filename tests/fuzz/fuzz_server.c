@@ -5,6 +5,10 @@
  *   render   POST /v1/render body     xt_body_json (empty allowed) + xt_render_from_json + geometry
  *   ws       WebSocket text message   xt_ws_cmd_parse + the pose/acquisition update it carries
  *   config   the JSON config file     xt_srv_config_parse over the defaults
+ *   head     a REST request head      xt_gate_check_head (the accept gate), as received
+ *   guard    request header values    Host / Origin / Authorization / Content-Type checks, one
+ *                                     value a line (guard.c), against a server with a token,
+ *                                     an --allow-origin and an --allow-host
  * Any error code is fine; crashes, leaks, sanitizer reports are not, and neither are these
  * (checked here, abort() on violation): an error without a one-line message or whose JSON error
  * body cannot be built (the client would get no error), a parsed pose that fails to round-trip
@@ -13,6 +17,7 @@
  * The same driver runs the seed corpus (tests/fuzz/server/) in test_server_parsers; built there
  * with XT_FUZZ_NO_ENTRY. By hand (clang build):
  *   build-fuzzsrv-clang/tests/fuzz_server -max_total_time=120 tests/fuzz/server */
+#define _GNU_SOURCE /* strcasestr */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +25,11 @@
 
 #include "xt_server.h"
 
-enum { XT_FZ_POSE, XT_FZ_ACQ, XT_FZ_RENDER, XT_FZ_WS, XT_FZ_CONFIG, XT_FZ_N };
+enum { XT_FZ_POSE, XT_FZ_ACQ, XT_FZ_RENDER, XT_FZ_WS, XT_FZ_CONFIG, XT_FZ_HEAD, XT_FZ_GUARD, XT_FZ_N };
 extern const char *const xt_fuzz_server_names[XT_FZ_N];
 void xt_fuzz_server_run(const uint8_t *data, size_t size, int rc[XT_FZ_N]);
 
-const char *const xt_fuzz_server_names[XT_FZ_N] = {"pose", "acq", "render", "ws", "config"};
+const char *const xt_fuzz_server_names[XT_FZ_N] = {"pose", "acq", "render", "ws", "config", "head", "guard"};
 
 static void fz_die(const char *parser, const char *what, const xt_msg *m) {
   fprintf(stderr, "fuzz_server: %s: %s (message: '%s')\n", parser, what, m ? m->text : "");
@@ -180,6 +185,60 @@ static int fz_config(const char *text, size_t len) {
   return 0;
 }
 
+/* A request head: accepted heads must hold a request line and end in the blank line; a refusal
+ * names its reason and is one of the statuses the gate answers. */
+static int fz_head(const char *text, size_t len) {
+  const char *why = NULL;
+  int st = xt_gate_check_head(text, len, &why);
+  if (st && st != 400 && st != 414) fz_die("head", "unexpected status", NULL);
+  if (st && (!why || !*why)) fz_die("head", "refusal without a reason", NULL);
+  if (!st && !memchr(text, '\n', len)) fz_die("head", "accepted a head without a line end", NULL);
+  return st ? XT_EFORMAT : 0;
+}
+
+/* Header values, one a line (NUL-terminated copies): none may crash a check; an accepted Origin
+ * must name the allowed console or one of the server's own names. */
+static int fz_guard(const char *text, size_t len) {
+  static xt_server srv; /* large: static storage */
+  static int init;
+  if (!init) {
+    xt_srv_config_defaults(&srv.cfg);
+    snprintf(srv.cfg.token, sizeof srv.cfg.token, "s3cret");
+    snprintf(srv.cfg.allow_origins[0], sizeof srv.cfg.allow_origins[0], "https://console.example");
+    srv.cfg.nallow_origins = 1;
+    snprintf(srv.cfg.allow_hosts[0], sizeof srv.cfg.allow_hosts[0], "twin.example");
+    srv.cfg.nallow_hosts = 1;
+    srv.rest_port = 8710;
+    init = 1;
+  }
+  char *v[4] = {NULL, NULL, NULL, NULL};
+  size_t at = 0;
+  for (int i = 0; i < 4 && at <= len; i++) {
+    const char *nl = memchr(text + at, '\n', len - at);
+    size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+    v[i] = malloc(n + 1);
+    if (!v[i]) break;
+    memcpy(v[i], text + at, n);
+    v[i][n] = 0;
+    at += n + 1;
+  }
+  int ok = 0;
+  if (v[0]) ok += xt_host_ok(&srv, v[0]);
+  if (v[1]) {
+    int listed = 0;
+    if (xt_origin_ok(&srv, v[1], v[0], &listed)) {
+      ok++;
+      if (!strstr(v[1], "console.example") && !strcasestr(v[1], "localhost") && !strstr(v[1], "127.0.0.1") &&
+          !strstr(v[1], "::1") && !(v[0] && *v[0]))
+        fz_die("guard", "accepted a foreign origin", NULL);
+    }
+  }
+  if (v[2]) ok += xt_bearer_ok(&srv, v[2]);
+  if (v[3]) ok += xt_media_is_json(v[3]);
+  for (int i = 0; i < 4; i++) free(v[i]);
+  return ok ? 0 : XT_EPERM;
+}
+
 void xt_fuzz_server_run(const uint8_t *data, size_t size, int rc[XT_FZ_N]) {
   const char *text = (const char *)data;
   rc[XT_FZ_POSE] = fz_pose(text, size);
@@ -187,6 +246,8 @@ void xt_fuzz_server_run(const uint8_t *data, size_t size, int rc[XT_FZ_N]) {
   rc[XT_FZ_RENDER] = fz_render(text, size);
   rc[XT_FZ_WS] = fz_ws(text, size);
   rc[XT_FZ_CONFIG] = fz_config(text, size);
+  rc[XT_FZ_HEAD] = fz_head(text, size);
+  rc[XT_FZ_GUARD] = fz_guard(text, size);
 }
 
 #ifndef XT_FUZZ_NO_ENTRY

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -66,6 +67,7 @@ static int xt_srv_spawn(xt_srv_proc *p, const char *const *extra) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that dies or fails early leaves no server behind */
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -173,6 +175,7 @@ static int xt_http(const xt_srv_proc *p, const char *method, const char *path, c
   struct curl_slist *hl = NULL;
   for (int i = 0; headers && headers[i]; i++) hl = curl_slist_append(hl, headers[i]);
   if (body) hl = curl_slist_append(hl, "Content-Type: application/json");
+  else hl = curl_slist_append(hl, "Content-Type:"); /* curl's form type on an empty POST: a body-less request has none */
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);

@@ -2,7 +2,8 @@
  * (tests/fuzz/server/) through every parser (the fuzz target's own driver and checks,
  * tests/fuzz/fuzz_server.c), and the pure parse functions' contracts.
  *
- * Corpus names: "<parser>-ok-*" must parse with that parser (pose, acq, render, ws, config);
+ * Corpus names: "<parser>-ok-*" must parse with that parser (pose, acq, render, ws, config, head,
+ * guard);
  * every other result is free as long as nothing crashes, leaks or breaks the driver's checks. */
 #include <dirent.h>
 #include <stdint.h>
@@ -14,7 +15,7 @@
 #error "XT_FUZZ_SERVER_CORPUS_DIR: tests/fuzz/server"
 #endif
 
-enum { XT_FZ_POSE, XT_FZ_ACQ, XT_FZ_RENDER, XT_FZ_WS, XT_FZ_CONFIG, XT_FZ_N };
+enum { XT_FZ_POSE, XT_FZ_ACQ, XT_FZ_RENDER, XT_FZ_WS, XT_FZ_CONFIG, XT_FZ_HEAD, XT_FZ_GUARD, XT_FZ_N };
 extern const char *const xt_fuzz_server_names[XT_FZ_N];
 void xt_fuzz_server_run(const uint8_t *data, size_t size, int rc[XT_FZ_N]);
 
@@ -59,11 +60,12 @@ XT_TEST(fuzz_corpus) {
     n++;
   }
   closedir(d);
-  XT_CHECK(n >= 20 && n < 60);
+  XT_CHECK(n >= 20 && n < 200);
   XT_CHECK(valid >= 10);
   for (int i = 0; i < XT_FZ_N; i++) XT_CHECK_MSG(ok[i] > 0, "no seed parses as %s", xt_fuzz_server_names[i]);
-  printf("  corpus: %d files, %d valid; parsed ok: pose %d, acq %d, render %d, ws %d, config %d\n", n, valid,
-         ok[XT_FZ_POSE], ok[XT_FZ_ACQ], ok[XT_FZ_RENDER], ok[XT_FZ_WS], ok[XT_FZ_CONFIG]);
+  printf("  corpus: %d files, %d valid; parsed ok: pose %d, acq %d, render %d, ws %d, config %d, head %d, guard %d\n", n,
+         valid, ok[XT_FZ_POSE], ok[XT_FZ_ACQ], ok[XT_FZ_RENDER], ok[XT_FZ_WS], ok[XT_FZ_CONFIG], ok[XT_FZ_HEAD],
+         ok[XT_FZ_GUARD]);
 }
 
 /* A failed command keeps the parsed message, so the nack can echo its "id" and "seq". */

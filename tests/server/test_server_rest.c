@@ -207,9 +207,13 @@ XT_TEST(test_render_png_npy) {
 XT_TEST(test_metrics_text) {
   xt_srv_proc p;
   XT_REQUIRE(xt_srv_spawn(&p, no_args) == 0);
-  xt_h_sleep(0.5);
   xt_resp r;
-  XT_CHECK(xt_http(&p, "GET", "/metrics", NULL, 0, NULL, &r) == 0);
+  /* Until the first frame is rendered (a loaded machine under ASan may take a while), not a fixed sleep. */
+  for (double until = xt_h_now() + 60; xt_h_now() < until; xt_h_sleep(0.1)) {
+    XT_REQUIRE(xt_http(&p, "GET", "/metrics", NULL, 0, NULL, &r) == 0);
+    if (!has(&r, "xtwin_frames_rendered_total 0\n")) break;
+    xt_resp_free(&r);
+  }
   XT_CHECK(r.status == 200 && strstr(r.headers.p, "text/plain"));
   const char *want[] = {"# TYPE xtwin_frames_rendered_total counter", "# TYPE xtwin_render_seconds histogram",
                         "xtwin_render_seconds_bucket{le=\"+Inf\"}", "xtwin_frame_period_seconds_count",

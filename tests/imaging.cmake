@@ -1,0 +1,4 @@
+# The imaging chain (issue 10): spectra, channels, polychromatic detection, detector, processing.
+if(TARGET xt_imaging)
+  xt_add_test(test_spectrum SOURCES test_spectrum.c LIBS xt_imaging LABELS cpu)
+endif()

@@ -484,5 +484,5 @@ static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out,
 static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
 
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
-    "cuda", xt_cuda_available, ops_create, ops_add_model, ops_render, ops_render_batch, ops_destroy,
+    "cuda", xt_cuda_available, ops_create, ops_add_model, ops_render, ops_render_batch, ops_destroy, NULL, NULL, NULL,
 };

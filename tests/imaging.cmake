@@ -2,3 +2,4 @@
 if(TARGET xt_imaging)
   xt_add_test(test_spectrum SOURCES test_spectrum.c LIBS xt_imaging LABELS cpu)
 endif()
+xt_add_test(test_channels SOURCES test_channels.c LIBS xt_proj xt_models LABELS cpu)

@@ -179,3 +179,41 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   if (out->signal && (rc = copy_plane(d, d->D, out->signal, np, msg))) return rc;
   return 0;
 }
+
+/* Benchmark: frames queued back to back on the stream, timed with events; no copy-out. */
+extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what, double *ms,
+                                  xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  xt_chain_frame_const fc;
+  int rc;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  CK(cudaSetDevice(d->device));
+  xt_chain_frame_const_make(c, &g[0], 0, &fc);
+  if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < warmup + reps && !rc; i++) {
+    if (i == warmup) rc = cudaEventRecord(e0, d->st) == cudaSuccess ? 0 : XT_EDEVICE;
+    const xt_geometry *gi = &g[i % n];
+    xt_chain_frame_const_make(c, gi, (uint64_t)i, &fc);
+    const size_t no = (size_t)fc.ocols * fc.orows;
+    if (what == 0) {
+      rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
+      continue;
+    }
+    if (c->cs.n) rc = xt_proj_render_device(c->proj, gi, 1, d->A, d->st, msg);
+    if (!rc) rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, NULL, d->st, msg);
+    if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg);
+    if (!rc) rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, d->out, d->FA, d->st, msg);
+    if (!rc && what == 2)
+      rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, d->out, d->FA, d->Y, d->out + no, d->st, msg);
+  }
+  float t = 0;
+  if (!rc && (cudaEventRecord(e1, d->st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+              cudaEventElapsedTime(&t, e0, e1) != cudaSuccess))
+    rc = xt_fail(msg, XT_EDEVICE, "chain timing: %s", cudaGetErrorString(cudaGetLastError()));
+  *ms = t / reps;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return rc;
+}

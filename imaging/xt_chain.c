@@ -92,7 +92,7 @@ static int build_tables(const xt_chain_params *p, const xt_chanset *cs, xt_chain
     /* absorption efficiency of the CsI layer: the fraction of quanta that interact in it; an
      * interacting quantum is taken to deposit all its energy (K-fluorescence escape neglected) */
     const double eta = 1.0 - exp(-mr_csi * rho_csi * p->csi_mm * 0.1);
-    for (int c = 0; c < XT_MAX_CHANNELS; c++) t->mr[b][c] = (float)mr[c];
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) t->mr[b][c] = (float)(mr[c] * 1.4426950408889634); /* log2(e) */
     t->k1[b] = (float)(s.fluence[b] * eta * e);
     t->k2[b] = (float)(s.fluence[b] * eta * e * e);
     t->flat1 += t->k1[b];
@@ -348,4 +348,23 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
     c->first = 0;
   }
   return 0;
+}
+
+int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what,
+                         double *ms_per_frame, xt_msg *msg) {
+  if (n < 1 || reps < 1 || warmup < 0) return xt_fail(msg, XT_EINVAL, "chain timing: bad counts");
+#ifdef XT_HAVE_CUDA
+  if (c->dev) {
+    xt_chain_frame_const fc;
+    xt_chain_frame_const_make(c, &g[0], 0, &fc);
+    if (!c->maps.gain || c->maps.cols != fc.ocols || c->maps.rows != fc.orows) {
+      int rc = xt_panel_maps_make(&c->prm, fc.ocols, fc.orows, &c->maps, msg);
+      if (rc || (rc = xt_chain_cuda_upload(c, msg))) return rc;
+    }
+    return xt_chain_cuda_time(c, g, n, warmup, reps, what, ms_per_frame, msg);
+  }
+#endif
+  (void)what;
+  *ms_per_frame = 0;
+  return xt_fail(msg, XT_EUNSUPPORTED, "chain timing: the chain is not on a CUDA projector");
 }

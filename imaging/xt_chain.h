@@ -115,4 +115,11 @@ typedef struct xt_chain_out {
  * for lag and the temporal filter to mean anything; any order is reproducible. */
 int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
 
+/* Benchmark (CUDA chains; XT_EUNSUPPORTED otherwise): device time per frame of `reps` frames queued
+ * back to back on the chain's stream (poses g[i % n], after `warmup` frames), timed with CUDA events,
+ * without the copy-out. what: 0 the mono line-integral render alone (the baseline), 1 the chain to
+ * the raw frame, 2 the chain to the raw and processed frames. */
+int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what,
+                         double *ms_per_frame, xt_msg *msg);
+
 #endif /* XT_CHAIN_H */

@@ -80,6 +80,8 @@ int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg); /* tables and panel maps cha
 int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
 void xt_chain_cuda_reset(xt_chain *c);
 void xt_chain_cuda_destroy(xt_chain *c);
+int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what, double *ms,
+                       xt_msg *msg);
 #endif
 
 #ifdef __cplusplus

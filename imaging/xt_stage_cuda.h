@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #define XT_STAGE_BLOCK 256 /* threads per block of the per-pixel stages */
+#define XT_DETECT_MAX_BLOCKS 1056 /* the detect stage's grid: 8 blocks per SM of a 132-SM Hopper */
 
 /* Every CUDA call in host code: on failure, one line naming the call, into msg. */
 #define XT_SCK(call)                                                                                           \

@@ -63,14 +63,16 @@ typedef struct dev_model {
   int mu_bg_label; /* labels: the background label (host side, to look mu_bg up) */
   float hlo[XT_HULL_DIRS], hhi[XT_HULL_DIRS];
   float thr[2]; /* channels, dense: mu bounds of the air | soft | bone classes (xt_voxel_chan) */
+  int ch_off;   /* channels: the model's first row in the channel table */
+  int ch_nlab;  /* its label rows (the table's count for labels, 0 for dense) */
 } dev_model;
 
-/* The per-model channel table (device, XT_CUDA_MAX_MODELS of them): XT_MAX_CHANNELS floats per row;
- * rows 0..255 g/cm^2 per mm of each label, rows XT_CHW_CLASS.. +2 g/cm^2 per unit optical depth of
- * the dense classes, row XT_CHW_BG g/cm^2 per mm of the background voxel (the hull's outside). */
-#define XT_CHW_CLASS 256
-#define XT_CHW_BG 259
-#define XT_CHW_ROWS 260
+/* The channel table, all models' rows packed (XT_MAX_CHANNELS floats a row): per model ch_nlab rows
+ * of g/cm^2 per mm of each label, 3 rows of g/cm^2 per unit optical depth of the dense classes, and
+ * a row of g/cm^2 per mm of the background voxel (the hull's outside). A block copies it into
+ * shared memory (a few hundred bytes for the default tables). */
+#define XT_CHW_EXTRA 4
+#define XT_CHW_ROWS (256 + XT_CHW_EXTRA)
 
 /* Per frame and model: the world->cell map's linear part and the source in cell space (double,
  * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does). */
@@ -95,7 +97,8 @@ typedef struct dev_scene {
   float *out;              /* frames * rows * cols (channels: frames * nch * rows * cols) */
   int accumulate;          /* add to out (another kind wrote it first) */
   int nch;                 /* k_channels: planes per frame */
-  const float *chw;        /* k_channels: XT_CUDA_MAX_MODELS channel tables */
+  const float *chw;        /* k_channels: the packed channel table */
+  int chw_rows;            /* its rows */
 } dev_scene;
 
 /* The 26-DOP's directions (cell space, integer components; both signs of each are one slab). */
@@ -345,10 +348,10 @@ template <class V> static __device__ __forceinline__ float march(V &v, const ray
 /* Channels of label voxels: each segment adds its label's row of the model's table. */
 struct acc_labels {
   float *a;        /* XT_MAX_CHANNELS accumulators (registers after inlining) */
-  const float4 *w; /* the model's table, two float4 per row */
+  const float4 *w; /* the model's rows in shared memory, two float4 per row */
   template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
     const float4 *row = w + 2 * v.label();
-    const float4 p = __ldg(row), q = __ldg(row + 1);
+    const float4 p = row[0], q = row[1];
     a[0] = fmaf(seg, p.x, a[0]);
     a[1] = fmaf(seg, p.y, a[1]);
     a[2] = fmaf(seg, p.z, a[2]);
@@ -448,8 +451,12 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
 /* Thread mapping as k_render. In: the frames, models and sc.chw (channel tables). Out: sc.nch
  * planes per frame, sc.out[z][c][row][col], written or (sc.accumulate) added to. */
 template <int VOX, bool HULL>
-__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_CH_MIN_BLOCKS)
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
+                                                                                 : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
     k_channels(const __grid_constant__ dev_scene sc) {
+  extern __shared__ float4 s_chw[];
+  for (int i = threadIdx.x; i < 2 * sc.chw_rows; i += blockDim.x) s_chw[i] = __ldg((const float4 *)sc.chw + i);
+  __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
   const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
@@ -462,13 +469,14 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_CH_MIN_BLOCKS)
   for (int mi = 0; mi < sc.nmodels; mi++) {
     if (!f->fm[mi].ok) continue;
     const dev_model &md = sc.model[mi];
-    const float *tab = sc.chw + (size_t)mi * XT_CHW_ROWS * XT_MAX_CHANNELS;
+    const float *tab = (const float *)(s_chw + 2 * md.ch_off);
+    const float *cw = tab + md.ch_nlab * XT_MAX_CHANNELS, *bgw = cw + 3 * XT_MAX_CHANNELS;
     ray_start rs;
     double bg_len;
     const int hit = model_ray<HULL>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
     const float bg = (float)bg_len;
 #pragma unroll
-    for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = fmaf(bg, __ldg(tab + XT_CHW_BG * XT_MAX_CHANNELS + c), a[c]);
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = fmaf(bg, bgw[c], a[c]);
     if (!hit) continue;
     if (md.labels) {
       voxels<VOX, XT_CUDA_LUT_SHARED, true> v;
@@ -480,11 +488,9 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_CH_MIN_BLOCKS)
       v.init(md, NULL, rs);
       acc_dense ad = {md.thr[0], md.thr[1], 0.f, 0.f, 0.f};
       march_acc(v, rs, ad);
-      const float *cw = tab + XT_CHW_CLASS * XT_MAX_CHANNELS;
 #pragma unroll
       for (int c = 0; c < XT_MAX_CHANNELS; c++)
-        a[c] += ad.c0 * __ldg(cw + c) + ad.c1 * __ldg(cw + XT_MAX_CHANNELS + c) +
-                ad.c2 * __ldg(cw + 2 * XT_MAX_CHANNELS + c);
+        a[c] += ad.c0 * cw[c] + ad.c1 * cw[XT_MAX_CHANNELS + c] + ad.c2 * cw[2 * XT_MAX_CHANNELS + c];
     }
   }
   const size_t plane = (size_t)sc.rows * sc.cols;
@@ -510,9 +516,11 @@ typedef struct voxel_kind {
   float *d_luts;
   int nluts;
   int debug_sync;
-  /* channels: the tables (dev_model's comment) for the set of the last set_channels */
+  /* channels: the packed table (XT_CHW_ROWS above) for the set of the last set_channels */
   float *d_chw;
-  int chan_models; /* models the tables cover */
+  int chw_rows;
+  int label_rows[XT_CUDA_MAX_MODELS]; /* labels: rows its table needs, 1 + the largest label present */
+  int chan_models; /* models the table covers */
 } voxel_kind;
 
 /* Constant memory holds one projector's tables; claimed and released atomically. */
@@ -721,6 +729,12 @@ static int voxel_add_model(void *st, const xt_model *m, xt_msg *msg) {
     if (rc) return rc;
   }
   if (p->opt.hull) build_hull(v, labels, d);
+  if (labels) { /* the channel table packs only the labels present (one pass, at add_model) */
+    const unsigned char *u = (const unsigned char *)v->data;
+    int mx = 0;
+    for (size_t k = 0; k < nvox; k++) mx = u[k] > mx ? u[k] : mx;
+    p->label_rows[i] = mx + 1;
+  }
   if (labels) {
     d->mu_bg = v->materials->mu[d->mu_bg_label];
     d->lut = p->nluts++;
@@ -791,32 +805,51 @@ static int pick_vox(const voxel_kind *p, const xt_geometry *g) {
   return n > 0 && fabs(uc.x) / n >= XT_CUDA_LINEAR_MIN_ALIGN ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
 }
 
-/* The channel tables of every model onto cs, uploaded once (not per frame). */
+/* The packed channel table of every model onto cs, uploaded once (not per frame). */
 static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   voxel_kind *p = (voxel_kind *)st;
-  const size_t rowsz = XT_MAX_CHANNELS, per = XT_CHW_ROWS * rowsz;
-  float *h = (float *)calloc((size_t)XT_CUDA_MAX_MODELS * per, sizeof(float));
+  const size_t rowsz = XT_MAX_CHANNELS;
+  float *h = (float *)calloc((size_t)XT_CUDA_MAX_MODELS * XT_CHW_ROWS * rowsz, sizeof(float));
   xt_voxel_chan *vc = (xt_voxel_chan *)malloc(sizeof *vc);
-  int rc = 0;
+  int rc = 0, rows = 0;
   if (!h || !vc) rc = xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
   for (int i = 0; i < p->nmodels && !rc; i++) {
     if ((rc = xt_voxel_chan_build(cs, p->models[i], vc, msg))) break;
-    float *t = h + per * i;
     dev_model *d = &p->dm[i];
-    memcpy(t, vc->w, sizeof vc->w);
-    memcpy(t + XT_CHW_CLASS * rowsz, vc->cw, sizeof vc->cw);
+    const int count = d->labels ? p->models[i]->volume->materials->count : 0;
+    const int nlab = d->labels ? (p->label_rows[i] > count ? p->label_rows[i] : count) : 0;
+    float *t = h + rowsz * rows;
+    memcpy(t, vc->w, sizeof(float) * rowsz * nlab);
+    memcpy(t + rowsz * nlab, vc->cw, sizeof vc->cw);
     d->thr[0] = vc->thr[0];
     d->thr[1] = vc->thr[1];
+    d->ch_off = rows;
+    d->ch_nlab = nlab;
     /* the background voxel per mm: its label's row, or mu_bg times its class's row */
     const int k = d->mu_bg < vc->thr[0] ? 0 : (d->mu_bg < vc->thr[1] ? 1 : 2);
     for (size_t c = 0; c < rowsz; c++)
-      t[XT_CHW_BG * rowsz + c] = d->labels ? vc->w[d->mu_bg_label][c] : d->mu_bg * vc->cw[k][c];
+      t[rowsz * (nlab + 3) + c] = d->labels ? vc->w[d->mu_bg_label][c] : d->mu_bg * vc->cw[k][c];
+    rows += nlab + XT_CHW_EXTRA;
   }
   if (!rc) {
-    cudaError_t e = cudaMemcpy(p->d_chw, h, sizeof(float) * XT_CUDA_MAX_MODELS * per, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpy(p->d_chw, h, sizeof(float) * rowsz * rows, cudaMemcpyHostToDevice);
+    /* above 48 KB of shared memory a kernel must opt in */
+    const int bytes = (int)(sizeof(float) * rowsz * rows);
+    if (e == cudaSuccess && bytes > 48 * 1024) {
+      e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    }
     if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda projector: channel tables: %s", cudaGetErrorString(e));
   }
-  if (!rc) p->chan_models = p->nmodels;
+  if (!rc) {
+    p->chan_models = p->nmodels;
+    p->chw_rows = rows;
+  }
   free(h);
   free(vc);
   return rc;
@@ -839,6 +872,7 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   sc.accumulate = L->accumulate;
   sc.nch = L->nch;
   sc.chw = p->d_chw;
+  sc.chw_rows = p->chw_rows;
   const int vox = pick_vox(p, &L->g[0]);
   dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
             (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
@@ -847,7 +881,8 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
     for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
     kernel_fn k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true> : k_channels<XT_CUDA_VOX_LINEAR, false>)
                                             : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true> : k_channels<XT_CUDA_VOX_TEXTURE, false>);
-    if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
+    const size_t smem = sizeof(float) * XT_MAX_CHANNELS * (size_t)p->chw_rows;
+    if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, smem, L->stream>>>(sc);
   } else {
     pick_kernel(p, vox, L->count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
   }

@@ -103,7 +103,7 @@ XT_TEST(one_energy_transmission_is_exp_minus_line_integral) {
   double mr[XT_MAX_CHANNELS];
   XT_REQUIRE(xt_chanset_mass_atten(&c->cs, 60.0, mr, NULL) == 0);
   t->nbins = 1;
-  for (int ch = 0; ch < XT_MAX_CHANNELS; ch++) t->mr[0][ch] = (float)mr[ch];
+  for (int ch = 0; ch < XT_MAX_CHANNELS; ch++) t->mr[0][ch] = (float)(mr[ch] * 1.4426950408889634); /* log2(e) */
   t->k1[0] = 1000.f;
   t->k2[0] = 60000.f;
   t->flat1 = 1000.f;

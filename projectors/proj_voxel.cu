@@ -364,36 +364,6 @@ struct acc_labels {
 };
 static_assert(XT_MAX_CHANNELS == 8, "acc_labels reads rows of 8 channels");
 
-/* Channels of label voxels, run by run: the path length of a run of equal labels is summed and the
- * run's row added once when the label changes (a variant: XT_CUDA_CH_RUNS=1). */
-struct acc_label_runs {
-  float *a;
-  const float4 *w;
-  unsigned cur;
-  float run;
-  __device__ __forceinline__ void flush() {
-    const float4 *row = w + 2 * cur;
-    const float4 p = row[0], q = row[1];
-    a[0] = fmaf(run, p.x, a[0]);
-    a[1] = fmaf(run, p.y, a[1]);
-    a[2] = fmaf(run, p.z, a[2]);
-    a[3] = fmaf(run, p.w, a[3]);
-    a[4] = fmaf(run, q.x, a[4]);
-    a[5] = fmaf(run, q.y, a[5]);
-    a[6] = fmaf(run, q.z, a[6]);
-    a[7] = fmaf(run, q.w, a[7]);
-  }
-  template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
-    const unsigned lab = v.label();
-    if (lab != cur) {
-      flush();
-      cur = lab;
-      run = 0.f;
-    }
-    run += seg;
-  }
-};
-
 /* Channels of dense voxels: the optical depth of each HU class (xt_channels.h), weighted after. */
 struct acc_dense {
   float t0, t1, c0, c1, c2;
@@ -480,7 +450,7 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
 
 /* Thread mapping as k_render. In: the frames, models and sc.chw (channel tables). Out: sc.nch
  * planes per frame, sc.out[z][c][row][col], written or (sc.accumulate) added to. */
-template <int VOX, bool HULL, bool RUNS>
+template <int VOX, bool HULL>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
                                                                                  : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
     k_channels(const __grid_constant__ dev_scene sc) {
@@ -511,14 +481,8 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
     if (md.labels) {
       voxels<VOX, XT_CUDA_LUT_SHARED, true> v;
       v.init(md, NULL, rs);
-      if (RUNS) {
-        acc_label_runs al = {a, (const float4 *)tab, 0u, 0.f};
-        march_acc(v, rs, al);
-        al.flush();
-      } else {
-        acc_labels al = {a, (const float4 *)tab};
-        march_acc(v, rs, al);
-      }
+      acc_labels al = {a, (const float4 *)tab};
+      march_acc(v, rs, al);
     } else {
       voxels<VOX, XT_CUDA_LUT_SHARED, false> v;
       v.init(md, NULL, rs);
@@ -556,7 +520,6 @@ typedef struct voxel_kind {
   float *d_chw;
   int chw_rows;
   int label_rows[XT_CUDA_MAX_MODELS]; /* labels: rows its table needs, 1 + the largest label present */
-  int ch_runs; /* label channels accumulated run by run (XT_CUDA_CH_RUNS=1; docs/BENCHMARKS.md) */
   int chan_models; /* models the table covers */
 } voxel_kind;
 
@@ -602,8 +565,6 @@ static int voxel_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   }
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
-  const char *runs = getenv("XT_CUDA_CH_RUNS");
-  p->ch_runs = runs && *runs && strcmp(runs, "0") != 0;
   const size_t chw_bytes = sizeof(float) * XT_CUDA_MAX_MODELS * XT_CHW_ROWS * XT_MAX_CHANNELS;
   cudaError_t e = cudaMalloc((void **)&p->d_luts, sizeof p->h_luts);
   if (e == cudaSuccess) e = cudaMemset(p->d_luts, 0, sizeof p->h_luts);
@@ -875,12 +836,13 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
     /* above 48 KB of shared memory a kernel must opt in */
     const int bytes = (int)(sizeof(float) * rowsz * rows);
     if (e == cudaSuccess && bytes > 48 * 1024) {
-      const kernel_fn ks[8] = {k_channels<XT_CUDA_VOX_LINEAR, true, false>,  k_channels<XT_CUDA_VOX_LINEAR, false, false>,
-                               k_channels<XT_CUDA_VOX_TEXTURE, true, false>, k_channels<XT_CUDA_VOX_TEXTURE, false, false>,
-                               k_channels<XT_CUDA_VOX_LINEAR, true, true>,   k_channels<XT_CUDA_VOX_LINEAR, false, true>,
-                               k_channels<XT_CUDA_VOX_TEXTURE, true, true>,  k_channels<XT_CUDA_VOX_TEXTURE, false, true>};
-      for (int k = 0; k < 8 && e == cudaSuccess; k++)
-        e = cudaFuncSetAttribute(ks[k], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     }
     if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda projector: channel tables: %s", cudaGetErrorString(e));
   }
@@ -917,13 +879,8 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   if (L->nch) {
     int hull = 0;
     for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
-    kernel_fn k;
-    if (p->ch_runs)
-      k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true, true> : k_channels<XT_CUDA_VOX_LINEAR, false, true>)
-                                    : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true, true> : k_channels<XT_CUDA_VOX_TEXTURE, false, true>);
-    else
-      k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true, false> : k_channels<XT_CUDA_VOX_LINEAR, false, false>)
-                                    : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true, false> : k_channels<XT_CUDA_VOX_TEXTURE, false, false>);
+    kernel_fn k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true> : k_channels<XT_CUDA_VOX_LINEAR, false>)
+                                            : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true> : k_channels<XT_CUDA_VOX_TEXTURE, false>);
     const size_t smem = sizeof(float) * XT_MAX_CHANNELS * (size_t)p->chw_rows;
     if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, smem, L->stream>>>(sc);
   } else {

@@ -31,6 +31,15 @@ XT_TEST(philox_matches_random123_known_answers) {
   }
 }
 
+/* ln k! of the sampler's acceptance test against libm's lgamma (an independent implementation). */
+XT_TEST(log_factorial_matches_lgamma) {
+  for (double k = 0; k < 3e6; k += k < 200 ? 1 : floor(k * 0.013)) {
+    const double want = lgamma(k + 1.0);
+    XT_CHECK_MSG(fabs(xt_log_factorial(k) - want) <= 1e-13 * want + 1e-12, "k %g: %.17g vs %.17g", k,
+                 xt_log_factorial(k), want);
+  }
+}
+
 /* Mean and variance of 200000 draws within 5 standard errors (each estimate's own error). */
 XT_TEST(poisson_sampler_has_poisson_moments) {
   const double lams[] = {0.3, 3.0, 9.99, 10.0, 47.5, 5000.0, 2.5e6};
@@ -516,7 +525,8 @@ XT_TEST(parameters_are_checked_by_name) {
   }
 }
 
-XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(poisson_sampler_has_poisson_moments)
+XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_factorial_matches_lgamma)
+                 XT_ENTRY(poisson_sampler_has_poisson_moments)
                  XT_ENTRY(one_energy_transmission_is_exp_minus_line_integral)
                      XT_ENTRY(flat_field_variance_scales_as_one_over_dose)
                          XT_ENTRY(noise_power_spectrum_follows_mtf_squared)

@@ -379,6 +379,14 @@ struct acc_dense {
 /* The kernel                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The pixel of this thread: a block is a TILE_W x TILE_H tile, each warp a WARP_W x WARP_H sub-tile. */
+static __device__ __forceinline__ void tile_pixel(int *col, int *row) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
+  *col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
+  *row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+}
+
 /* The march's start of pixel (col, row) through one model: the world ray as in proj_cpu.c's
  * frame_worker (recomputed per model, a few FP64 operations, so that no double stays live across a
  * march), clipped to the content hull. Returns ray_setup's hit; *bg_len as ray_setup. */
@@ -416,10 +424,8 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
     for (int i = threadIdx.x; i < nl; i += blockDim.x) s_lut[i] = sc.luts[i];
     __syncthreads();
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
-  const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
-  const int row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+  int col, row;
+  tile_pixel(&col, &row);
   if (col >= sc.cols || row >= sc.rows) return;
   const dev_frame *f = sc.frames + blockIdx.z;
 
@@ -457,10 +463,8 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
   extern __shared__ float4 s_chw[];
   for (int i = threadIdx.x; i < 2 * sc.chw_rows; i += blockDim.x) s_chw[i] = __ldg((const float4 *)sc.chw + i);
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
-  const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
-  const int row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+  int col, row;
+  tile_pixel(&col, &row);
   if (col >= sc.cols || row >= sc.rows) return;
   const dev_frame *f = sc.frames + blockIdx.z;
   float a[XT_MAX_CHANNELS];

@@ -232,6 +232,19 @@ static void helpers_stop(xt_worker *w) {
   pthread_mutex_destroy(&w->hmu);
 }
 
+/* A finished frame into the ring, its times into the metrics (convert_s < 0: no conversion ran). */
+static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uint64_t t1, double convert_s) {
+  f->lockstep = j->lockstep;
+  ring_push(&s->ring, f);
+  pthread_mutex_lock(&s->metrics.mu);
+  s->metrics.frames_rendered++;
+  s->metrics.frames_published++;
+  xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
+  if (convert_s >= 0) xt_hist_add(&s->metrics.convert, convert_s);
+  pthread_mutex_unlock(&s->metrics.mu);
+  xt_ws_wake(s);
+}
+
 /* The worker's chain for a job: made on first use, remade when models were added since (the
  * channel set may have grown), given the job's parameters when they changed. */
 static int worker_chain(xt_worker *w, const xt_chain_params *p, xt_msg *msg) {
@@ -349,14 +362,7 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   memcpy(f->msg, &h, sizeof h);
   fill_chain_header(&h, j, &ci, XT_STREAM_KIND_PROCESSED);
   memcpy(f->msg2, &h, sizeof h);
-  f->lockstep = j->lockstep;
-  ring_push(&s->ring, f);
-  pthread_mutex_lock(&s->metrics.mu);
-  s->metrics.frames_rendered++;
-  s->metrics.frames_published++;
-  xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
-  pthread_mutex_unlock(&s->metrics.mu);
-  xt_ws_wake(s);
+  publish(s, f, j, t0, t1, -1);
 }
 
 static void render_frame(xt_worker *w, const xt_job *j) {
@@ -393,16 +399,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   fill_header(&h, j, &g, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1);
   if (bpp == 4) h.bits_stored = 32;
   memcpy(f->msg, &h, sizeof h);
-  f->lockstep = j->lockstep;
-
-  ring_push(&s->ring, f);
-  pthread_mutex_lock(&s->metrics.mu);
-  s->metrics.frames_rendered++;
-  s->metrics.frames_published++;
-  xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
-  if (bpp == 2 && !s->cfg.synthetic) xt_hist_add(&s->metrics.convert, (double)(t1 - tc) * 1e-9);
-  pthread_mutex_unlock(&s->metrics.mu);
-  xt_ws_wake(s);
+  publish(s, f, j, t0, t1, bpp == 2 && !s->cfg.synthetic ? (double)(t1 - tc) * 1e-9 : -1);
 }
 
 /* One frame rendered, converted and thrown away; the frame pool filled with touched buffers of

@@ -295,6 +295,7 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
     goto fail;
   }
   v->index_to_model = g->index_to_lps;
+  v->energy_kev = energy; /* dense: what its mu (given or converted from HU) is for */
   buf = malloc(CHUNK * sizeof *buf);
   if (!buf) {
     rc = xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);

@@ -1,63 +1,126 @@
-/* The default material table, computed from xraylib's NIST compound data at one effective energy.
+/* Basis materials (xt_basis.h) and the default material table, both from xraylib's NIST data.
  *
- * mu = (mu/rho)(E) * rho with (mu/rho) from xraylib's total cross sections (cm^2/g, including
- * coherent scattering) and rho from the NIST compound table, converted
- * to 1/mm. Iodine contrast is blood with 10 mg iodine per mL added; metal is titanium (implants,
- * guidewire cores) at 4.506 g/cm^3. */
+ * mu/rho of a NIST compound is the mass-fraction-weighted sum of its elements' CS_Total (cm^2/g,
+ * coherent scattering included); mu = (mu/rho) * rho, converted to 1/mm for the table. A default
+ * material is one or two basis parts at partial densities: iodine contrast is blood with 10 mg
+ * iodine per mL added; metal is titanium (implants, guidewire cores) at 4.506 g/cm^3. The label
+ * table and the material channels are computed from the same parts, so a label volume's
+ * monochromatic line integral equals the sum over its channels of (mu/rho) times areal density. */
 #include <stdio.h>
 #include <string.h>
 
 #include <xraylib/xraylib.h>
 
-#include "xt_model.h"
+#include "xt_basis.h"
 
-typedef struct mat_def {
-  int index;
+/* ------------------------------------------------------------------------------------------ */
+/* Basis materials                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct basis_def {
   const char *name;
   const char *nist; /* xraylib NIST compound name, or NULL for an element */
   int z;            /* element, when nist is NULL */
-  double density;   /* used for elements; NIST compounds carry their own */
-} mat_def;
+  double density;   /* g/cm^3: xraylib's NIST density for compounds; handbook values for elements */
+} basis_def;
 
-static const mat_def defs[XT_MAT_DEFAULT_COUNT] = {
-    {XT_MAT_AIR, "air", "Air, Dry (near sea level)", 0, 0},
-    {XT_MAT_FAT, "fat", "Adipose Tissue (ICRP)", 0, 0},
-    {XT_MAT_SOFT, "soft_tissue", "Tissue, Soft (ICRP)", 0, 0},
-    {XT_MAT_BRAIN, "brain", "Brain (ICRP)", 0, 0},
-    {XT_MAT_BLOOD, "blood", "Blood (ICRP)", 0, 0},
-    {XT_MAT_BONE, "bone", "Bone, Cortical (ICRP)", 0, 0},
-    {XT_MAT_IODINE, "iodine_contrast", "Blood (ICRP)", 53, 0.010},
-    {XT_MAT_METAL, "metal_titanium", NULL, 22, 4.506},
+static const basis_def basis[XT_BASIS_COUNT] = {
+    [XT_BASIS_AIR] = {"air", "Air, Dry (near sea level)", 0, 0.001205},
+    [XT_BASIS_ADIPOSE] = {"adipose", "Adipose Tissue (ICRP)", 0, 0.92},
+    [XT_BASIS_SOFT] = {"soft_tissue", "Tissue, Soft (ICRP)", 0, 1.0},
+    [XT_BASIS_BRAIN] = {"brain", "Brain (ICRP)", 0, 1.03},
+    [XT_BASIS_BLOOD] = {"blood", "Blood (ICRP)", 0, 1.06},
+    [XT_BASIS_BONE] = {"bone", "Bone, Cortical (ICRP)", 0, 1.85},
+    [XT_BASIS_IODINE] = {"iodine", NULL, 53, 4.93},
+    [XT_BASIS_TITANIUM] = {"titanium", NULL, 22, 4.506},
+    [XT_BASIS_WATER] = {"water", "Water, Liquid", 0, 1.0},
+    [XT_BASIS_ALUMINIUM] = {"aluminium", NULL, 13, 2.699},
+    [XT_BASIS_COPPER] = {"copper", NULL, 29, 8.96},
+    [XT_BASIS_TUNGSTEN] = {"tungsten", NULL, 74, 19.3},
+    [XT_BASIS_CSI] = {"csi", "Cesium Iodide", 0, 4.51},
 };
 
-/* mu/rho of a NIST compound is the mass-fraction-weighted sum of its elements' CS_Total. This is
- * what xraylib's CS_Total_CP computes; calling CS_Total_CP itself leaks a few bytes per call
- * inside libxrl 4.0 (seen with LeakSanitizer), so the sum is formed here. */
-static int nist_mu(const char *name, double e, double *mu_cm, double *rho, xt_msg *msg) {
+const char *xt_basis_name(int id) { return id >= 0 && id < XT_BASIS_COUNT ? basis[id].name : NULL; }
+double xt_basis_density(int id) { return id >= 0 && id < XT_BASIS_COUNT ? basis[id].density : 0.0; }
+
+int xt_basis_find(const char *name) {
+  for (int i = 0; name && i < XT_BASIS_COUNT; i++)
+    if (strcmp(basis[i].name, name) == 0) return i;
+  return -1;
+}
+
+/* CS_Total of an element, cm^2/g. */
+static int elem_cs(int z, double e, double *cs, const char *what, xt_msg *msg) {
   xrl_error *err = NULL;
-  struct compoundDataNIST *c = GetCompoundDataNISTByName(name, &err);
+  *cs = CS_Total(z, e, &err);
+  if (!err) return 0;
+  int rc = xt_fail(msg, XT_EINTERNAL, "materials: xraylib CS_Total(Z=%d, %g keV) for %s: %s", z, e, what,
+                   err->message ? err->message : "?");
+  xrl_error_free(err);
+  return rc;
+}
+
+/* CS_Total_CP leaks a few bytes per call inside libxrl 4.0 (seen with LeakSanitizer), so the
+ * mass-fraction sum is formed here. */
+int xt_basis_mass_atten(int id, double e, double *out, xt_msg *msg) {
+  if (id < 0 || id >= XT_BASIS_COUNT) return xt_fail(msg, XT_EINVAL, "materials: unknown basis material %d", id);
+  if (!(e >= 1.0 && e <= 500.0)) return xt_fail(msg, XT_ERANGE, "materials: energy %g keV outside [1, 500]", e);
+  const basis_def *d = &basis[id];
+  if (!d->nist) return elem_cs(d->z, e, out, d->name, msg);
+  xrl_error *err = NULL;
+  struct compoundDataNIST *c = GetCompoundDataNISTByName(d->nist, &err);
   if (!c) {
-    int rc = xt_fail(msg, XT_EINTERNAL, "materials: xraylib has no NIST compound \"%s\": %s", name,
+    int rc = xt_fail(msg, XT_EINTERNAL, "materials: xraylib has no NIST compound \"%s\": %s", d->nist,
                      err && err->message ? err->message : "?");
     xrl_error_free(err);
     return rc;
   }
-  double mr = 0;
+  double sum = 0;
   int rc = 0;
   for (int i = 0; i < c->nElements && !rc; i++) {
-    double cs = CS_Total(c->Elements[i], e, &err);
-    if (err) {
-      rc = xt_fail(msg, XT_EINTERNAL, "materials: xraylib CS_Total(Z=%d, %g keV) for %s: %s", c->Elements[i], e, name,
-                   err->message);
-      xrl_error_free(err);
-      err = NULL;
-    }
-    mr += c->massFractions[i] * cs;
+    double cs = 0;
+    rc = elem_cs(c->Elements[i], e, &cs, d->name, msg);
+    sum += c->massFractions[i] * cs;
   }
-  *rho = c->density;
-  *mu_cm = mr * c->density;
   FreeCompoundDataNIST(c);
+  *out = sum;
   return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The default material table                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct mat_def {
+  int index;
+  const char *name;
+  int nparts;
+  xt_basis_part part[2];
+} mat_def;
+
+static const mat_def defs[XT_MAT_DEFAULT_COUNT] = {
+    {XT_MAT_AIR, "air", 1, {{XT_BASIS_AIR, 0.001205}}},
+    {XT_MAT_FAT, "fat", 1, {{XT_BASIS_ADIPOSE, 0.92}}},
+    {XT_MAT_SOFT, "soft_tissue", 1, {{XT_BASIS_SOFT, 1.0}}},
+    {XT_MAT_BRAIN, "brain", 1, {{XT_BASIS_BRAIN, 1.03}}},
+    {XT_MAT_BLOOD, "blood", 1, {{XT_BASIS_BLOOD, 1.06}}},
+    {XT_MAT_BONE, "bone", 1, {{XT_BASIS_BONE, 1.85}}},
+    {XT_MAT_IODINE, "iodine_contrast", 2, {{XT_BASIS_BLOOD, 1.06}, {XT_BASIS_IODINE, 0.010}}},
+    {XT_MAT_METAL, "metal_titanium", 1, {{XT_BASIS_TITANIUM, 4.506}}},
+};
+
+int xt_material_basis(const xt_material_table *t, int label, xt_basis_part parts[2], int *n, xt_msg *msg) {
+  *n = 0;
+  if (label < 0 || label >= XT_MAX_MATERIALS) return xt_fail(msg, XT_ERANGE, "materials: label %d", label);
+  if (label >= t->count || (!t->name[label][0] && t->mu[label] == 0)) return 0;
+  for (int i = 0; i < XT_MAT_DEFAULT_COUNT; i++) {
+    if (strcmp(t->name[label], defs[i].name) != 0) continue;
+    for (int k = 0; k < defs[i].nparts; k++) parts[k] = defs[i].part[k];
+    *n = defs[i].nparts;
+    return 0;
+  }
+  return xt_fail(msg, XT_EUNSUPPORTED, "materials: label %d (\"%s\") is not a default material, so it has no basis composition",
+                 label, t->name[label]);
 }
 
 int xt_materials_default(double energy_kev, xt_material_table *t, xt_msg *msg) {
@@ -71,20 +134,12 @@ int xt_materials_default(double energy_kev, xt_material_table *t, xt_msg *msg) {
   for (int i = 0; i < XT_MAT_DEFAULT_COUNT; i++) {
     const mat_def *d = &defs[i];
     double mu_cm = 0, rho = 0;
-    if (d->nist) {
-      int rc = nist_mu(d->nist, energy_kev, &mu_cm, &rho, msg);
+    for (int k = 0; k < d->nparts; k++) {
+      double mr = 0;
+      int rc = xt_basis_mass_atten(d->part[k].basis, energy_kev, &mr, msg);
       if (rc) return rc;
-    }
-    if (d->z) {
-      xrl_error *err = NULL;
-      double mr = CS_Total(d->z, energy_kev, &err);
-      if (err) {
-        int rc = xt_fail(msg, XT_EINTERNAL, "materials: xraylib CS_Total(Z=%d): %s", d->z, err->message);
-        xrl_error_free(err);
-        return rc;
-      }
-      mu_cm += mr * d->density; /* partial density of the element (added to the compound for iodine) */
-      rho += d->density;
+      mu_cm += mr * d->part[k].density;
+      rho += d->part[k].density;
     }
     t->mu[d->index] = (float)(mu_cm / 10.0);
     t->density[d->index] = rho;

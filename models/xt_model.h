@@ -43,6 +43,8 @@ typedef struct xt_volume {
   void *data;               /* owned */
   size_t nbytes;
   xt_material_table *materials; /* owned; labels only, NULL for dense */
+  double energy_kev;            /* dense: the effective energy its mu values are for (the material
+                                   channels convert mu back to density at it); 0 = XT_DEFAULT_ENERGY_KEV */
 } xt_volume;
 
 enum { XT_VOXEL_F32 = 1, XT_VOXEL_U8 = 2 };

@@ -153,6 +153,7 @@ int xt_phantom_head_model(const int dim[3], double spacing_mm, int type, xt_mode
   if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg)) || (rc = xt_phantom_shepp_logan(100.0, &mt, &ph, msg)) ||
       (rc = xt_phantom_voxelize(&ph, dim, sp, type, &mt, &v, msg)))
     return rc;
+  v->energy_kev = mt.energy_kev;
   rc = xt_model_from_volume(v, type == XT_VOXEL_U8 ? "head-labels" : "head", out, msg);
   if (rc) xt_volume_free(v);
   return rc;

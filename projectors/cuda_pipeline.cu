@@ -28,6 +28,7 @@ static const xt_cuda_kind_ops *const kinds[] = {&xt_cuda_kind_voxel};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 #define CK XT_CK
+#define XT_DEV_SLOTS 4
 
 struct xt_cuda_proj {
   xt_cuda_options opt;
@@ -41,6 +42,19 @@ struct xt_cuda_proj {
   size_t desc_bytes;
   float *d_out[2], *h_out[2];
   unsigned char *d_desc[2], *h_desc[2];
+  /* Material channels: the set of the models added so far (cs_ok 0 when a model has none), and the
+   * scratch of channel frames (up to XT_MAX_CHANNELS planes of ch_cols x ch_rows). */
+  xt_chanset cs;
+  int cs_ok;
+  xt_msg cs_msg;
+  int ch_cols, ch_rows;
+  float *d_ch, *h_ch;
+  /* Device renders (render_device): descriptor slots in pinned memory, each reused only after the
+   * event of its last upload (XT_DEV_SLOTS frames back) completed. */
+  unsigned char *h_dslot[XT_DEV_SLOTS], *d_dslot[XT_DEV_SLOTS];
+  cudaEvent_t ev_dslot[XT_DEV_SLOTS];
+  size_t dslot_bytes;
+  int dslot_next;
 };
 
 extern "C" xt_cuda_options xt_cuda_default_options(void) {
@@ -118,6 +132,19 @@ done:
 /* Projector life cycle                                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
+static void free_dev_scratch(xt_cuda_proj *p) {
+  cudaFree(p->d_ch);
+  cudaFreeHost(p->h_ch);
+  p->d_ch = p->h_ch = NULL;
+  p->ch_cols = p->ch_rows = 0;
+  for (int i = 0; i < XT_DEV_SLOTS; i++) {
+    cudaFree(p->d_dslot[i]);
+    cudaFreeHost(p->h_dslot[i]);
+    p->d_dslot[i] = p->h_dslot[i] = NULL;
+  }
+  p->dslot_bytes = 0;
+}
+
 static void free_scratch(xt_cuda_proj *p) {
   for (int i = 0; i < 2; i++) {
     cudaFree(p->d_out[i]);
@@ -137,6 +164,9 @@ extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
   if (p->s_render) cudaStreamSynchronize(p->s_render);
   if (p->s_copy) cudaStreamSynchronize(p->s_copy);
   free_scratch(p);
+  free_dev_scratch(p);
+  for (int i = 0; i < XT_DEV_SLOTS; i++)
+    if (p->ev_dslot[i]) cudaEventDestroy(p->ev_dslot[i]);
   for (int k = 0; k < NKINDS; k++)
     if (p->kst[k]) kinds[k]->destroy(p->kst[k]);
   for (int i = 0; i < 2; i++) {
@@ -170,6 +200,9 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   }
   if (e == cudaSuccess) e = cudaEventCreate(&p->ev_a);
   if (e == cudaSuccess) e = cudaEventCreate(&p->ev_b);
+  for (int i = 0; i < XT_DEV_SLOTS && e == cudaSuccess; i++)
+    e = cudaEventCreateWithFlags(&p->ev_dslot[i], cudaEventDisableTiming);
+  p->cs_ok = 1;
   if (e != cudaSuccess) {
     rc = xt_fail(msg, XT_EDEVICE, "backend cuda: set-up on device %d failed: %s", opt->device, cudaGetErrorString(e));
     xt_cuda_destroy(p);
@@ -184,14 +217,39 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   return 0;
 }
 
+/* After a model was added: the channel set grows by its materials and every kind with models
+ * rebuilds its channel tables. Channels are optional: a model without them (or a set beyond
+ * XT_MAX_CHANNELS) only makes channel renders fail, with the reason kept in cs_msg. */
+static void update_channels(xt_cuda_proj *p, const xt_model *m) {
+  if (!p->cs_ok) return;
+  xt_chanset cs = p->cs;
+  int rc = xt_chanset_add_model(&cs, m, &p->cs_msg);
+  for (int k = 0; k < NKINDS && !rc; k++) {
+    if (!kinds[k]->nmodels(p->kst[k])) continue;
+    if (!kinds[k]->set_channels)
+      rc = xt_fail(&p->cs_msg, XT_EUNSUPPORTED, "cuda projector: %s models have no material channels yet", kinds[k]->name);
+    else rc = kinds[k]->set_channels(p->kst[k], &cs, &p->cs_msg);
+  }
+  if (rc) p->cs_ok = 0;
+  else p->cs = cs;
+}
+
 extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
   for (int k = 0; k < NKINDS; k++) {
     if (!kinds[k]->accepts(m)) continue;
     CK(cudaSetDevice(p->opt.device));
-    return kinds[k]->add_model(p->kst[k], m, msg);
+    int rc = kinds[k]->add_model(p->kst[k], m, msg);
+    if (!rc) update_channels(p, m);
+    return rc;
   }
   return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s: kind %s not supported", m->name,
                  xt_model_kind_name(m->kind));
+}
+
+extern "C" int xt_cuda_channels(xt_cuda_proj *p, xt_chanset *cs, xt_msg *msg) {
+  if (!p->cs_ok) return xt_fail(msg, XT_EUNSUPPORTED, "%s", p->cs_msg.text);
+  *cs = p->cs;
+  return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -275,7 +333,7 @@ static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, int need_frames, 
 /* Every active kind renders the nf frames whose descriptor block is at d_block into d_out: the
  * first writes, the rest add. A scene without models gives zeros. */
 static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows, const unsigned char *d_block,
-                        float *d_out, int count, cudaStream_t st, xt_msg *msg) {
+                        float *d_out, int count, int nch, cudaStream_t st, xt_msg *msg) {
   int written = 0;
   for (int k = 0; k < NKINDS; k++) {
     if (!active(p, k)) continue;
@@ -288,13 +346,14 @@ static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols,
     L.d_out = d_out;
     L.accumulate = written;
     L.count = count;
+    L.nch = nch;
     L.stream = st;
     int rc = kinds[k]->render(p->kst[k], &L, msg);
     if (rc) return rc;
     written = 1;
     d_block += kinds[k]->frame_bytes(p->kst[k]) * (size_t)nf;
   }
-  if (!written) CK(cudaMemsetAsync(d_out, 0, (size_t)nf * rows * cols * sizeof(float), st));
+  if (!written) CK(cudaMemsetAsync(d_out, 0, (size_t)nf * (nch ? nch : 1) * rows * cols * sizeof(float), st));
   return 0;
 }
 
@@ -329,7 +388,7 @@ static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, in
       if (p->desc_bytes)
         CK(cudaMemcpyAsync(p->d_desc[b], p->h_desc[b], p->desc_bytes * nf, cudaMemcpyHostToDevice, p->s_render));
       CK(cudaStreamWaitEvent(p->s_render, p->ev_c[b], 0));
-      if ((rc = render_kinds(p, &g[first % n], nf, cols, rows, p->d_desc[b], p->d_out[b], 0, p->s_render, msg)))
+      if ((rc = render_kinds(p, &g[first % n], nf, cols, rows, p->d_desc[b], p->d_out[b], 0, 0, p->s_render, msg)))
         return rc;
       CK(cudaEventRecord(p->ev_k[b], p->s_render));
       CK(cudaStreamWaitEvent(p->s_copy, p->ev_k[b], 0));
@@ -380,6 +439,74 @@ extern "C" int xt_cuda_render_timed(xt_cuda_proj *p, const xt_geometry *g, float
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Device renders and material channels                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One frame into device memory on the caller's stream: the descriptors go through a pinned slot
+ * whose previous upload (XT_DEV_SLOTS renders ago) has completed, then every kind renders. No host
+ * synchronisation with the frame itself: the imaging chain queues its stages behind it. */
+extern "C" int xt_cuda_render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream,
+                                     xt_msg *msg) {
+  const int cols = g->mode.cols, rows = g->mode.rows;
+  cudaStream_t st = (cudaStream_t)stream;
+  int rc = check_geom(g, msg);
+  if (rc) return rc;
+  if (channels && !p->cs_ok) return xt_fail(msg, XT_EUNSUPPORTED, "%s", p->cs_msg.text);
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, 1, msg))) return rc;
+  const size_t db = p->desc_bytes ? p->desc_bytes : 16;
+  if (p->dslot_bytes < db) {
+    for (int i = 0; i < XT_DEV_SLOTS; i++) {
+      CK(cudaEventSynchronize(p->ev_dslot[i]));
+      cudaFree(p->d_dslot[i]);
+      cudaFreeHost(p->h_dslot[i]);
+      p->d_dslot[i] = p->h_dslot[i] = NULL;
+    }
+    p->dslot_bytes = 0;
+    for (int i = 0; i < XT_DEV_SLOTS; i++) {
+      CK(cudaMalloc((void **)&p->d_dslot[i], db));
+      CK(cudaHostAlloc((void **)&p->h_dslot[i], db, cudaHostAllocDefault));
+    }
+    p->dslot_bytes = db;
+  }
+  const int b = p->dslot_next;
+  p->dslot_next = (b + 1) % XT_DEV_SLOTS;
+  CK(cudaEventSynchronize(p->ev_dslot[b]));
+  fill_descs(p, g, 1, 0, 1, p->h_dslot[b]);
+  if (p->desc_bytes) CK(cudaMemcpyAsync(p->d_dslot[b], p->h_dslot[b], p->desc_bytes, cudaMemcpyHostToDevice, st));
+  CK(cudaEventRecord(p->ev_dslot[b], st));
+  return render_kinds(p, g, 1, cols, rows, p->d_dslot[b], d_out, 0, channels ? p->cs.n : 0, st, msg);
+}
+
+/* One frame's channel planes into host memory (synchronous): for tests and the CLI. */
+extern "C" int xt_cuda_render_channels(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *msg) {
+  const int cols = g->mode.cols, rows = g->mode.rows;
+  int rc = check_geom(g, msg);
+  if (rc) return rc;
+  if (!p->cs_ok) return xt_fail(msg, XT_EUNSUPPORTED, "%s", p->cs_msg.text);
+  if (!p->cs.n) return 0;
+  CK(cudaSetDevice(p->opt.device));
+  const size_t bytes = (size_t)XT_MAX_CHANNELS * cols * rows * sizeof(float);
+  if (p->ch_cols != cols || p->ch_rows != rows) {
+    CK(cudaStreamSynchronize(p->s_render));
+    cudaFree(p->d_ch);
+    cudaFreeHost(p->h_ch);
+    p->d_ch = p->h_ch = NULL;
+    p->ch_cols = p->ch_rows = 0;
+    CK(cudaMalloc((void **)&p->d_ch, bytes));
+    CK(cudaHostAlloc((void **)&p->h_ch, bytes, cudaHostAllocDefault));
+    p->ch_cols = cols;
+    p->ch_rows = rows;
+  }
+  if ((rc = xt_cuda_render_device(p, g, 1, p->d_ch, p->s_render, msg))) return rc;
+  const size_t n = (size_t)p->cs.n * cols * rows * sizeof(float);
+  CK(cudaMemcpyAsync(p->h_ch, p->d_ch, n, cudaMemcpyDeviceToHost, p->s_render));
+  CK(cudaStreamSynchronize(p->s_render));
+  memcpy(out, p->h_ch, n);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Measurement                                                                                */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -419,7 +546,7 @@ extern "C" int xt_cuda_time_kernel(xt_cuda_proj *p, const xt_geometry *g, int n,
     if (i >= warmup) e = cudaEventRecord(p->ev_a, p->s_render);
     if (e == cudaSuccess)
       rc = render_kinds(p, gl + (size_t)l * per_launch, per_launch, cols, rows, d + db * per_launch * (size_t)l, dout, 0,
-                        p->s_render, msg);
+                        0, p->s_render, msg);
     if (!rc && i >= warmup) {
       float t = 0;
       e = cudaEventRecord(p->ev_b, p->s_render);
@@ -449,7 +576,7 @@ extern "C" int xt_cuda_count_steps(xt_cuda_proj *p, const xt_geometry *g, double
   fill_descs(p, g, 1, 0, 1, p->h_desc[0]);
   if (p->desc_bytes)
     CK(cudaMemcpyAsync(p->d_desc[0], p->h_desc[0], p->desc_bytes, cudaMemcpyHostToDevice, p->s_render));
-  if ((rc = render_kinds(p, g, 1, cols, rows, p->d_desc[0], p->d_out[0], 1, p->s_render, msg))) return rc;
+  if ((rc = render_kinds(p, g, 1, cols, rows, p->d_desc[0], p->d_out[0], 1, 0, p->s_render, msg))) return rc;
   CK(cudaMemcpyAsync(p->h_out[0], p->d_out[0], (size_t)cols * rows * sizeof(float), cudaMemcpyDeviceToHost,
                      p->s_render));
   CK(cudaStreamSynchronize(p->s_render));
@@ -482,7 +609,15 @@ static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out,
   return xt_cuda_render_batch((xt_cuda_proj *)impl, g, n, out, msg);
 }
 static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
+static int ops_channels(void *impl, xt_chanset *cs, xt_msg *msg) { return xt_cuda_channels((xt_cuda_proj *)impl, cs, msg); }
+static int ops_render_channels(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+  return xt_cuda_render_channels((xt_cuda_proj *)impl, g, out, msg);
+}
+static int ops_render_device(void *impl, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg) {
+  return xt_cuda_render_device((xt_cuda_proj *)impl, g, channels, d_out, stream, msg);
+}
 
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
-    "cuda", xt_cuda_available, ops_create, ops_add_model, ops_render, ops_render_batch, ops_destroy,
+    "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
+    ops_destroy, ops_channels,     ops_render_channels, ops_render_device,
 };

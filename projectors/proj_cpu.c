@@ -30,16 +30,24 @@ static const xt_cpu_kind *kind_of(const xt_model *m) {
 typedef struct ray_model {
   const xt_model *m;
   const xt_cpu_kind *k;
+  const void *chan; /* the model's channel map (channels frames only) */
   int ok;
   _Alignas(16) unsigned char state[XT_CPU_KIND_STATE];
 } ray_model;
 
-static void setup_models(const xt_model *const *models, int n, const xt_pose *pose, ray_model *rm) {
+static void setup_models(const xt_model *const *models, int n, const xt_pose *pose, void *const *chans, ray_model *rm) {
   for (int i = 0; i < n; i++) {
     rm[i].m = models[i];
     rm[i].k = kind_of(models[i]);
+    rm[i].chan = chans ? chans[i] : NULL;
     rm[i].ok = rm[i].k && rm[i].k->frame(models[i], pose, rm[i].state);
   }
+}
+
+static void integrate_channels(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double len, double *acc) {
+  for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] = 0.0;
+  for (int i = 0; i < n; i++)
+    if (rm[i].ok) rm[i].k->ray_channels(rm[i].m, rm[i].state, rm[i].chan, a, w, len, acc);
 }
 
 static double integrate(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double len) {
@@ -58,7 +66,7 @@ double xt_ref_segment(const xt_model *const *models, int n, xt_vec3 a, xt_vec3 b
   if (!rm) return NAN;
   xt_pose id;
   memset(&id, 0, sizeof id); /* a, b are world points: the table is already applied by the caller */
-  setup_models(models, n, &id, rm);
+  setup_models(models, n, &id, NULL, rm);
   double r = integrate(rm, n, a, xt_v3_scale(d, 1.0 / len), len);
   if (rm != rm_stack) free(rm);
   return r;
@@ -72,6 +80,7 @@ typedef struct frame_job {
   const ray_model *rm;
   int nmodels;
   const xt_geometry *g;
+  int nch; /* 0: line integrals; else this many channel planes */
   double *out64;
   float *out32;
   atomic_int next_row;
@@ -88,8 +97,18 @@ static void *frame_worker(void *arg) {
       xt_vec3 px = xt_geom_pixel_pos(g, c, r);
       xt_vec3 d = xt_v3_sub(px, g->source);
       double len = xt_v3_norm(d);
-      double v = integrate(job->rm, job->nmodels, g->source, xt_v3_scale(d, 1.0 / len), len);
       size_t k = (size_t)r * cols + c;
+      if (job->nch) {
+        double acc[XT_MAX_CHANNELS];
+        const size_t plane = (size_t)rows * cols;
+        integrate_channels(job->rm, job->nmodels, g->source, xt_v3_scale(d, 1.0 / len), len, acc);
+        for (int ch = 0; ch < job->nch; ch++) {
+          if (job->out64) job->out64[plane * ch + k] = acc[ch];
+          if (job->out32) job->out32[plane * ch + k] = (float)acc[ch];
+        }
+        continue;
+      }
+      double v = integrate(job->rm, job->nmodels, g->source, xt_v3_scale(d, 1.0 / len), len);
       if (job->out64) job->out64[k] = v;
       if (job->out32) job->out32[k] = (float)v;
     }
@@ -102,13 +121,14 @@ static int default_threads(void) {
   return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
 }
 
-static int render_frame(const xt_model *const *models, int n, const xt_geometry *g, double *out64, float *out32,
-                        int threads, xt_msg *msg) {
+/* chans: NULL for line integrals, else each model's channel map and nch planes out. */
+static int render_frame(const xt_model *const *models, int n, const xt_geometry *g, void *const *chans, int nch,
+                        double *out64, float *out32, int threads, xt_msg *msg) {
   if (n < 0 || n > 1024) return xt_fail(msg, XT_EINVAL, "render: %d models", n);
   ray_model *rm = calloc((size_t)(n > 0 ? n : 1), sizeof *rm);
   if (!rm) return xt_fail(msg, XT_ENOMEM, "render: out of memory");
-  setup_models(models, n, &g->pose, rm);
-  frame_job job = {.rm = rm, .nmodels = n, .g = g, .out64 = out64, .out32 = out32};
+  setup_models(models, n, &g->pose, chans, rm);
+  frame_job job = {.rm = rm, .nmodels = n, .g = g, .nch = chans ? nch : 0, .out64 = out64, .out32 = out32};
   atomic_init(&job.next_row, 0);
   if (threads <= 0) threads = default_threads();
   if (threads > g->mode.rows) threads = g->mode.rows;
@@ -126,7 +146,35 @@ static int render_frame(const xt_model *const *models, int n, const xt_geometry 
 
 int xt_ref_render_f64(const xt_model *const *models, int n, const xt_geometry *g, double *out, int threads,
                       xt_msg *msg) {
-  return render_frame(models, n, g, out, NULL, threads, msg);
+  return render_frame(models, n, g, NULL, 0, out, NULL, threads, msg);
+}
+
+/* Each model's channel map onto cs; chans[i] NULL-initialised by the caller, freed with free_chans. */
+static int build_chans(const xt_model *const *models, int n, const xt_chanset *cs, void **chans, xt_msg *msg) {
+  for (int i = 0; i < n; i++) {
+    const xt_cpu_kind *k = kind_of(models[i]);
+    if (!k || !k->chan_build)
+      return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s has no material channels yet", models[i]->name,
+                     xt_model_kind_name(models[i]->kind));
+    int rc = k->chan_build(models[i], cs, &chans[i], msg);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void free_chans(void **chans, int n) {
+  for (int i = 0; chans && i < n; i++) free(chans[i]);
+  free(chans);
+}
+
+int xt_ref_render_channels_f64(const xt_model *const *models, int n, const xt_chanset *cs, const xt_geometry *g,
+                               double *out, int threads, xt_msg *msg) {
+  void **chans = calloc((size_t)(n > 0 ? n : 1), sizeof *chans);
+  if (!chans) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
+  int rc = build_chans(models, n, cs, chans, msg);
+  if (!rc) rc = render_frame(models, n, g, chans, cs->n, out, NULL, threads, msg);
+  free_chans(chans, n);
+  return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -137,6 +185,8 @@ typedef struct cpu_proj {
   int threads;
   int nmodels, cap;
   const xt_model **models;
+  xt_chanset cs;   /* the models' channel set */
+  void **chans;    /* each model's map onto cs; rebuilt when cs grows (at add_model) */
 } cpu_proj;
 
 static int cpu_available(xt_msg *msg) { return 0; }
@@ -162,15 +212,48 @@ static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
     const xt_model **nm = realloc(p->models, sizeof *nm * (size_t)cap);
     if (!nm) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
     p->models = nm;
+    void **nc = realloc(p->chans, sizeof *nc * (size_t)cap);
+    if (!nc) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    p->chans = nc;
     p->cap = cap;
   }
+  /* Channels are optional per kind: a model without them only makes render_channels fail. The maps
+   * are rebuilt lazily (render_channels) since the set may grow with later models. */
+  xt_chanset cs = p->cs;
+  if (k->chan_build && xt_chanset_add_model(&cs, m, NULL) == 0) p->cs = cs;
+  p->chans[p->nmodels] = NULL;
   p->models[p->nmodels++] = m;
+  for (int i = 0; i < p->nmodels; i++) {
+    free(p->chans[i]);
+    p->chans[i] = NULL;
+  }
   return 0;
+}
+
+static int cpu_channels(void *impl, xt_chanset *cs, xt_msg *msg) {
+  cpu_proj *p = impl;
+  *cs = p->cs;
+  return 0;
+}
+
+static int cpu_render_channels(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+  cpu_proj *p = impl;
+  for (int i = 0; i < p->nmodels; i++) {
+    if (p->chans[i]) continue;
+    const xt_cpu_kind *k = kind_of(p->models[i]);
+    if (!k->chan_build)
+      return xt_fail(msg, XT_EUNSUPPORTED, "cpu projector: model %s: kind %s has no material channels yet",
+                     p->models[i]->name, xt_model_kind_name(p->models[i]->kind));
+    int rc = k->chan_build(p->models[i], &p->cs, &p->chans[i], msg);
+    if (rc) return rc;
+  }
+  if (!p->cs.n) return 0;
+  return render_frame(p->models, p->nmodels, g, p->chans, p->cs.n, NULL, out, p->threads, msg);
 }
 
 static int cpu_render(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
   cpu_proj *p = impl;
-  return render_frame(p->models, p->nmodels, g, NULL, out, p->threads, msg);
+  return render_frame(p->models, p->nmodels, g, NULL, 0, NULL, out, p->threads, msg);
 }
 
 static int cpu_render_batch(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg) {
@@ -185,6 +268,8 @@ static int cpu_render_batch(void *impl, const xt_geometry *g, int n, float *out,
 static void cpu_destroy(void *impl) {
   cpu_proj *p = impl;
   if (!p) return;
+  for (int i = 0; i < p->nmodels; i++) free(p->chans[i]);
+  free(p->chans);
   free(p->models);
   free(p);
 }
@@ -197,4 +282,7 @@ const xt_proj_ops xt_proj_cpu_ops = {
     .render = cpu_render,
     .render_batch = cpu_render_batch,
     .destroy = cpu_destroy,
+    .channels = cpu_channels,
+    .render_channels = cpu_render_channels,
+    .render_device = NULL,
 };

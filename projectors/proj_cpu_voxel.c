@@ -8,12 +8,16 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "xt_proj_kind.h"
 #include "xt_raycast.h"
 
-/* Integral of mu over s in [s0, s1] of the cell-space ray o + s q inside volume v. */
-static double traverse(const xt_volume *v, const double o[3], const double q[3], double s0, double s1) {
+/* The traversal of the cell-space ray o + s q, s in [s0, s1], through volume v. Without a channel
+ * map it adds the integral of mu into acc[0]; with one, each voxel's segment feeds the channels
+ * (xt_channels.h): labels by their weights, dense voxels by their HU class. */
+static inline void traverse(const xt_volume *v, const double o[3], const double q[3], double s0, double s1,
+                            const xt_voxel_chan *ch, double *acc) {
   const int *n = v->dim;
   const float *fdata = v->type == XT_VOXEL_F32 ? (const float *)v->data : NULL;
   const uint8_t *ldata = v->type == XT_VOXEL_U8 ? (const uint8_t *)v->data : NULL;
@@ -43,13 +47,22 @@ static double traverse(const xt_volume *v, const double o[3], const double q[3],
     }
   }
   ptrdiff_t lin = idx[0] + stride[1] * idx[1] + stride[2] * idx[2];
-  double s = s0, acc = 0.0;
+  double s = s0;
   for (;;) {
     int a = snext[0] <= snext[1] ? (snext[0] <= snext[2] ? 0 : 2) : (snext[1] <= snext[2] ? 1 : 2);
     double se = snext[a] < s1 ? snext[a] : s1;
     if (se > s) {
-      double mu = fdata ? (double)fdata[lin] : (double)lut[ldata[lin]];
-      acc += (se - s) * mu;
+      const double seg = se - s;
+      if (!ch) {
+        acc[0] += seg * (fdata ? (double)fdata[lin] : (double)lut[ldata[lin]]);
+      } else if (ldata) {
+        const float *w = ch->w[ldata[lin]];
+        for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)w[c];
+      } else {
+        const float mu = fdata[lin];
+        const int k = mu < ch->thr[0] ? 0 : (mu < ch->thr[1] ? 1 : 2);
+        for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)mu * (double)ch->cw[k][c];
+      }
       s = se;
     }
     if (s >= s1) break;
@@ -58,7 +71,6 @@ static double traverse(const xt_volume *v, const double o[3], const double q[3],
     lin += step[a] * stride[a];
     snext[a] = ((double)(idx[a] + (step[a] > 0)) - o[a]) * inv[a];
   }
-  return acc;
 }
 
 /* Per frame: the world -> cell map. */
@@ -81,13 +93,39 @@ static int voxel_frame(const xt_model *m, const xt_pose *pose, void *state) {
   return xt_world_to_cell(m, pose, &st->w2c);
 }
 
-static double voxel_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
+static void voxel_walk(const xt_model *m, const void *state, const xt_voxel_chan *ch, xt_vec3 a, xt_vec3 w, double len,
+                       double *acc) {
   const voxel_state *st = state;
   xt_vec3 oc = xt_aff_apply(&st->w2c, a), qc = xt_aff_apply_dir(&st->w2c, w);
   double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z}, s0, s1;
-  if (!xt_clip_box_f64(o, q, m->volume->dim, len, &s0, &s1)) return 0.0;
-  return traverse(m->volume, o, q, s0, s1);
+  if (!xt_clip_box_f64(o, q, m->volume->dim, len, &s0, &s1)) return;
+  traverse(m->volume, o, q, s0, s1, ch, acc);
 }
 
-const xt_cpu_kind xt_cpu_kind_dense = {XT_MODEL_DENSE, voxel_check, voxel_frame, voxel_ray};
-const xt_cpu_kind xt_cpu_kind_labels = {XT_MODEL_LABELS, voxel_check, voxel_frame, voxel_ray};
+static double voxel_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
+  double acc = 0.0;
+  voxel_walk(m, state, NULL, a, w, len, &acc);
+  return acc;
+}
+
+static int voxel_chan_build(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg) {
+  xt_voxel_chan *ch = malloc(sizeof *ch);
+  if (!ch) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+  int rc = xt_voxel_chan_build(cs, m, ch, msg);
+  if (rc) {
+    free(ch);
+    return rc;
+  }
+  *chan = ch;
+  return 0;
+}
+
+static void voxel_ray_channels(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
+                               double *acc) {
+  voxel_walk(m, state, chan, a, w, len, acc);
+}
+
+const xt_cpu_kind xt_cpu_kind_dense = {XT_MODEL_DENSE, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
+                                       voxel_ray_channels};
+const xt_cpu_kind xt_cpu_kind_labels = {XT_MODEL_LABELS, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
+                                        voxel_ray_channels};

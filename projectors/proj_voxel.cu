@@ -23,7 +23,9 @@
  * Layout: one kernel, k_render, templated on where voxels live (linear memory or a 3D texture
  * array), where the label table lives (shared or constant memory), whether it counts steps (for
  * the benchmark's bound) and whether models carry hulls. docs/gpu-notes.md records what each
- * variant measured. */
+ * variant measured. A second kernel, k_channels, walks the same rays with the same set-up and march
+ * but accumulates material channels (xt_channels.h): label voxels add their row of a per-model
+ * weight table, dense voxels their optical depth into their HU class. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -60,7 +62,17 @@ typedef struct dev_model {
   float mu_bg;
   int mu_bg_label; /* labels: the background label (host side, to look mu_bg up) */
   float hlo[XT_HULL_DIRS], hhi[XT_HULL_DIRS];
+  float thr[2]; /* channels, dense: mu bounds of the air | soft | bone classes (xt_voxel_chan) */
+  int ch_off;   /* channels: the model's first row in the channel table */
+  int ch_nlab;  /* its label rows (the table's count for labels, 0 for dense) */
 } dev_model;
+
+/* The channel table, all models' rows packed (XT_MAX_CHANNELS floats a row): per model ch_nlab rows
+ * of g/cm^2 per mm of each label, 3 rows of g/cm^2 per unit optical depth of the dense classes, and
+ * a row of g/cm^2 per mm of the background voxel (the hull's outside). A block copies it into
+ * shared memory (a few hundred bytes for the default tables). */
+#define XT_CHW_EXTRA 4
+#define XT_CHW_ROWS (256 + XT_CHW_EXTRA)
 
 /* Per frame and model: the world->cell map's linear part and the source in cell space (double,
  * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does). */
@@ -82,8 +94,11 @@ typedef struct dev_scene {
   dev_model model[XT_CUDA_MAX_MODELS];
   const dev_frame *frames; /* one per blockIdx.z */
   const float *luts;       /* XT_CUDA_MAX_MODELS * 256, device memory */
-  float *out;              /* frames * rows * cols */
+  float *out;              /* frames * rows * cols (channels: frames * nch * rows * cols) */
   int accumulate;          /* add to out (another kind wrote it first) */
+  int nch;                 /* k_channels: planes per frame */
+  const float *chw;        /* k_channels: the packed channel table */
+  int chw_rows;            /* its rows */
 } dev_scene;
 
 /* The 26-DOP's directions (cell space, integer components; both signs of each are one slab). */
@@ -254,6 +269,7 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_LINEAR, LUT, LABELS> {
     if (LABELS) return lut_get<LUT>(slut, base, __ldg(u8 + lin));
     return __ldg(f32 + lin);
   }
+  __device__ __forceinline__ unsigned label() const { return __ldg(u8 + lin); }
   __device__ __forceinline__ void step(bool bx, bool by) { lin += bx ? sx : (by ? sy : sz); }
 };
 
@@ -277,6 +293,7 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> 
     if (LABELS) return lut_get<LUT>(slut, base, tex3D<unsigned char>(tex, x, y, z));
     return tex3D<float>(tex, x, y, z);
   }
+  __device__ __forceinline__ unsigned label() const { return tex3D<unsigned char>(tex, x, y, z); }
   __device__ __forceinline__ void step(bool bx, bool by) {
     x += bx ? sx : 0.f;
     y += by ? sy : 0.f;
@@ -291,18 +308,19 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_TEXTURE, LUT, LABELS> 
  * exactly those planes, so float rounding can only swap an axis's first plane beyond the exit
  * with another axis's last plane when both lie within rounding of the exit - a segment of
  * ~1e-5 mm, and a fetch at most one voxel outside the box, which the one-slice guard band of
- * the linear allocation (and the texture's clamp mode) keeps in bounds. Registers only. */
-template <class V> static __device__ __forceinline__ float march(V &v, const ray_start &r) {
+ * the linear allocation (and the texture's clamp mode) keeps in bounds. Registers only.
+ * The accumulator A takes each segment and the voxel it lies in: acc_mono sums mu, the channel
+ * accumulators (k_channels) their weights. */
+template <class V, class A> static __device__ __forceinline__ void march_acc(V &v, const ray_start &r, A &acc) {
   const float dtx = r.dt[0], dty = r.dt[1], dtz = r.dt[2];
   const float t0x = r.tn0[0], t0y = r.tn0[1], t0z = r.tn0[2];
   float tx = t0x, ty = t0y, tz = t0z;
-  float kx = 0.f, ky = 0.f, kz = 0.f, t = 0.f, acc = 0.f;
+  float kx = 0.f, ky = 0.f, kz = 0.f, t = 0.f;
   for (int s = 0; s < r.total; s++) {
-    const float mu = v.mu();
     const bool bx = (tx <= ty) && (tx <= tz);
     const bool by = !bx && (ty <= tz);
     const float tm = fminf(tx, fminf(ty, tz));
-    acc = fmaf(tm - t, mu, acc);
+    acc.add(tm - t, v);
     t = tm;
     v.step(bx, by);
     if (bx) kx += 1.f;
@@ -312,12 +330,85 @@ template <class V> static __device__ __forceinline__ float march(V &v, const ray
     ty = fmaf(ky, dty, t0y);
     tz = fmaf(kz, dtz, t0z);
   }
-  return fmaf(r.tend - t, v.mu(), acc);
+  acc.add(r.tend - t, v);
 }
+
+/* The line integral. */
+struct acc_mono {
+  float total;
+  template <class V> __device__ __forceinline__ void add(float seg, const V &v) { total = fmaf(seg, v.mu(), total); }
+};
+
+template <class V> static __device__ __forceinline__ float march(V &v, const ray_start &r) {
+  acc_mono a = {0.f};
+  march_acc(v, r, a);
+  return a.total;
+}
+
+/* Channels of label voxels: each segment adds its label's row of the model's table. */
+struct acc_labels {
+  float *a;        /* XT_MAX_CHANNELS accumulators (registers after inlining) */
+  const float4 *w; /* the model's rows in shared memory, two float4 per row */
+  template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
+    const float4 *row = w + 2 * v.label();
+    const float4 p = row[0], q = row[1];
+    a[0] = fmaf(seg, p.x, a[0]);
+    a[1] = fmaf(seg, p.y, a[1]);
+    a[2] = fmaf(seg, p.z, a[2]);
+    a[3] = fmaf(seg, p.w, a[3]);
+    a[4] = fmaf(seg, q.x, a[4]);
+    a[5] = fmaf(seg, q.y, a[5]);
+    a[6] = fmaf(seg, q.z, a[6]);
+    a[7] = fmaf(seg, q.w, a[7]);
+  }
+};
+static_assert(XT_MAX_CHANNELS == 8, "acc_labels reads rows of 8 channels");
+
+/* Channels of dense voxels: the optical depth of each HU class (xt_channels.h), weighted after. */
+struct acc_dense {
+  float t0, t1, c0, c1, c2;
+  template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
+    const float mu = v.mu(), x = seg * mu;
+    c0 += mu < t0 ? x : 0.f;
+    c1 += (mu >= t0 && mu < t1) ? x : 0.f;
+    c2 += mu >= t1 ? x : 0.f;
+  }
+};
 
 /* ------------------------------------------------------------------------------------------ */
 /* The kernel                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
+
+/* The pixel of this thread: a block is a TILE_W x TILE_H tile, each warp a WARP_W x WARP_H sub-tile. */
+static __device__ __forceinline__ void tile_pixel(int *col, int *row) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
+  *col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
+  *row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+}
+
+/* The march's start of pixel (col, row) through one model: the world ray as in proj_cpu.c's
+ * frame_worker (recomputed per model, a few FP64 operations, so that no double stays live across a
+ * march), clipped to the content hull. Returns ray_setup's hit; *bg_len as ray_setup. */
+template <bool HULL>
+static __device__ __forceinline__ int model_ray(const dev_model &md, const dev_frame_model *fm, const xt_cuda_camera &cam,
+                                                int col, int row, ray_start *rs, double *bg_len) {
+  double w[3];
+  const double len = xt_cuda_pixel_ray(cam, col, row, w);
+  /* [h0, h1]: the part of the ray to march; empty (h0 > h1) when it misses the content hull. */
+  float h0 = 0.f, h1 = (float)len;
+  if (HULL && md.hull && (md.hull == 2 || !hull_clip(md, fm, w, &h0, &h1))) {
+    h0 = INFINITY;
+    h1 = -INFINITY;
+  }
+  double q[3], o[3];
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    q[k] = da(da(dm(fm->m[k][0], w[0]), dm(fm->m[k][1], w[1])), dm(fm->m[k][2], w[2]));
+    o[k] = fm->o[k];
+  }
+  return ray_setup(md, o, q, len, HULL && md.hull, h0, h1, rs, bg_len);
+}
 
 /* Thread mapping: one thread per detector pixel; a block is a TILE_W x TILE_H tile, each warp an
  * WARP_W x WARP_H sub-tile; blockIdx.z is the frame. In: sc.frames[z] (pose), the resident
@@ -333,37 +424,18 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
     for (int i = threadIdx.x; i < nl; i += blockDim.x) s_lut[i] = sc.luts[i];
     __syncthreads();
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
-  const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
-  const int row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+  int col, row;
+  tile_pixel(&col, &row);
   if (col >= sc.cols || row >= sc.rows) return;
   const dev_frame *f = sc.frames + blockIdx.z;
 
   float total = 0.f;
   for (int mi = 0; mi < sc.nmodels; mi++) {
-    const dev_frame_model *fm = &f->fm[mi];
-    if (!fm->ok) continue;
+    if (!f->fm[mi].ok) continue;
     const dev_model &md = sc.model[mi];
-    /* World ray as in proj_cpu.c's frame_worker. Recomputed per model (a few FP64 operations) so
-     * that no double stays live across a march (registers). */
-    double w[3];
-    const double len = xt_cuda_pixel_ray(f->cam, col, row, w);
-    /* [h0, h1]: the part of the ray to march; empty (h0 > h1) when it misses the content hull. */
-    float h0 = 0.f, h1 = (float)len;
-    if (HULL && md.hull && (md.hull == 2 || !hull_clip(md, fm, w, &h0, &h1))) {
-      h0 = INFINITY;
-      h1 = -INFINITY;
-    }
-    double q[3], o[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      q[k] = da(da(dm(fm->m[k][0], w[0]), dm(fm->m[k][1], w[1])), dm(fm->m[k][2], w[2]));
-      o[k] = fm->o[k];
-    }
     ray_start rs;
     double bg_len;
-    const int hit = ray_setup(md, o, q, len, HULL && md.hull, h0, h1, &rs, &bg_len);
+    const int hit = model_ray<HULL>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
     if (!COUNT) total = fmaf((float)bg_len, md.mu_bg, total);
     if (!hit) continue;
     if (COUNT) {
@@ -382,6 +454,56 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
   *o = sc.accumulate ? *o + total : total;
 }
 
+/* Thread mapping as k_render. In: the frames, models and sc.chw (channel tables). Out: sc.nch
+ * planes per frame, sc.out[z][c][row][col], written or (sc.accumulate) added to. */
+template <int VOX, bool HULL>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
+                                                                                 : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
+    k_channels(const __grid_constant__ dev_scene sc) {
+  extern __shared__ float4 s_chw[];
+  for (int i = threadIdx.x; i < 2 * sc.chw_rows; i += blockDim.x) s_chw[i] = __ldg((const float4 *)sc.chw + i);
+  __syncthreads();
+  int col, row;
+  tile_pixel(&col, &row);
+  if (col >= sc.cols || row >= sc.rows) return;
+  const dev_frame *f = sc.frames + blockIdx.z;
+  float a[XT_MAX_CHANNELS];
+#pragma unroll
+  for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = 0.f;
+  for (int mi = 0; mi < sc.nmodels; mi++) {
+    if (!f->fm[mi].ok) continue;
+    const dev_model &md = sc.model[mi];
+    const float *tab = (const float *)(s_chw + 2 * md.ch_off);
+    const float *cw = tab + md.ch_nlab * XT_MAX_CHANNELS, *bgw = cw + 3 * XT_MAX_CHANNELS;
+    ray_start rs;
+    double bg_len;
+    const int hit = model_ray<HULL>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
+    const float bg = (float)bg_len;
+#pragma unroll
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = fmaf(bg, bgw[c], a[c]);
+    if (!hit) continue;
+    if (md.labels) {
+      voxels<VOX, XT_CUDA_LUT_SHARED, true> v;
+      v.init(md, NULL, rs);
+      acc_labels al = {a, (const float4 *)tab};
+      march_acc(v, rs, al);
+    } else {
+      voxels<VOX, XT_CUDA_LUT_SHARED, false> v;
+      v.init(md, NULL, rs);
+      acc_dense ad = {md.thr[0], md.thr[1], 0.f, 0.f, 0.f};
+      march_acc(v, rs, ad);
+#pragma unroll
+      for (int c = 0; c < XT_MAX_CHANNELS; c++)
+        a[c] += ad.c0 * cw[c] + ad.c1 * cw[XT_MAX_CHANNELS + c] + ad.c2 * cw[2 * XT_MAX_CHANNELS + c];
+    }
+  }
+  const size_t plane = (size_t)sc.rows * sc.cols;
+  float *const o = sc.out + (size_t)blockIdx.z * sc.nch * plane + (size_t)row * sc.cols + col;
+#pragma unroll
+  for (int c = 0; c < XT_MAX_CHANNELS; c++)
+    if (c < sc.nch) o[c * plane] = sc.accumulate ? o[c * plane] + a[c] : a[c];
+}
+
 
 /* ------------------------------------------------------------------------------------------ */
 /* Host side: the kind                                                                        */
@@ -398,6 +520,11 @@ typedef struct voxel_kind {
   float *d_luts;
   int nluts;
   int debug_sync;
+  /* channels: the packed table (XT_CHW_ROWS above) for the set of the last set_channels */
+  float *d_chw;
+  int chw_rows;
+  int label_rows[XT_CUDA_MAX_MODELS]; /* labels: rows its table needs, 1 + the largest label present */
+  int chan_models; /* models the table covers */
 } voxel_kind;
 
 /* Constant memory holds one projector's tables; claimed and released atomically. */
@@ -417,6 +544,7 @@ static void voxel_destroy(void *st) {
     cudaFree(p->d_vox[i]);
   }
   cudaFree(p->d_luts);
+  cudaFree(p->d_chw);
   if (p->opt.lut == XT_CUDA_LUT_CONST) __atomic_store_n(&g_const_owner, (voxel_kind *)NULL, __ATOMIC_RELEASE);
   free(p);
 }
@@ -441,8 +569,11 @@ static int voxel_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   }
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
+  const size_t chw_bytes = sizeof(float) * XT_CUDA_MAX_MODELS * XT_CHW_ROWS * XT_MAX_CHANNELS;
   cudaError_t e = cudaMalloc((void **)&p->d_luts, sizeof p->h_luts);
   if (e == cudaSuccess) e = cudaMemset(p->d_luts, 0, sizeof p->h_luts);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&p->d_chw, chw_bytes);
+  if (e == cudaSuccess) e = cudaMemset(p->d_chw, 0, chw_bytes);
   if (e != cudaSuccess) {
     voxel_destroy(p);
     return xt_fail(msg, XT_EDEVICE, "backend cuda: label tables on device %d: %s", opt->device, cudaGetErrorString(e));
@@ -602,6 +733,12 @@ static int voxel_add_model(void *st, const xt_model *m, xt_msg *msg) {
     if (rc) return rc;
   }
   if (p->opt.hull) build_hull(v, labels, d);
+  if (labels) { /* the channel table packs only the labels present (one pass, at add_model) */
+    const unsigned char *u = (const unsigned char *)v->data;
+    int mx = 0;
+    for (size_t k = 0; k < nvox; k++) mx = u[k] > mx ? u[k] : mx;
+    p->label_rows[i] = mx + 1;
+  }
   if (labels) {
     d->mu_bg = v->materials->mu[d->mu_bg_label];
     d->lut = p->nluts++;
@@ -672,8 +809,61 @@ static int pick_vox(const voxel_kind *p, const xt_geometry *g) {
   return n > 0 && fabs(uc.x) / n >= XT_CUDA_LINEAR_MIN_ALIGN ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
 }
 
+/* The packed channel table of every model onto cs, uploaded once (not per frame). */
+static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
+  voxel_kind *p = (voxel_kind *)st;
+  const size_t rowsz = XT_MAX_CHANNELS;
+  float *h = (float *)calloc((size_t)XT_CUDA_MAX_MODELS * XT_CHW_ROWS * rowsz, sizeof(float));
+  xt_voxel_chan *vc = (xt_voxel_chan *)malloc(sizeof *vc);
+  int rc = 0, rows = 0;
+  if (!h || !vc) rc = xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
+  for (int i = 0; i < p->nmodels && !rc; i++) {
+    if ((rc = xt_voxel_chan_build(cs, p->models[i], vc, msg))) break;
+    dev_model *d = &p->dm[i];
+    const int count = d->labels ? p->models[i]->volume->materials->count : 0;
+    const int nlab = d->labels ? (p->label_rows[i] > count ? p->label_rows[i] : count) : 0;
+    float *t = h + rowsz * rows;
+    memcpy(t, vc->w, sizeof(float) * rowsz * nlab);
+    memcpy(t + rowsz * nlab, vc->cw, sizeof vc->cw);
+    d->thr[0] = vc->thr[0];
+    d->thr[1] = vc->thr[1];
+    d->ch_off = rows;
+    d->ch_nlab = nlab;
+    /* the background voxel per mm: its label's row, or mu_bg times its class's row */
+    const int k = d->mu_bg < vc->thr[0] ? 0 : (d->mu_bg < vc->thr[1] ? 1 : 2);
+    for (size_t c = 0; c < rowsz; c++)
+      t[rowsz * (nlab + 3) + c] = d->labels ? vc->w[d->mu_bg_label][c] : d->mu_bg * vc->cw[k][c];
+    rows += nlab + XT_CHW_EXTRA;
+  }
+  if (!rc) {
+    cudaError_t e = cudaMemcpy(p->d_chw, h, sizeof(float) * rowsz * rows, cudaMemcpyHostToDevice);
+    /* above 48 KB of shared memory a kernel must opt in */
+    const int bytes = (int)(sizeof(float) * rowsz * rows);
+    if (e == cudaSuccess && bytes > 48 * 1024) {
+      e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    }
+    if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda projector: channel tables: %s", cudaGetErrorString(e));
+  }
+  if (!rc) {
+    p->chan_models = p->nmodels;
+    p->chw_rows = rows;
+  }
+  free(h);
+  free(vc);
+  return rc;
+}
+
 static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   voxel_kind *p = (voxel_kind *)st;
+  if (L->nch && p->chan_models != p->nmodels)
+    return xt_fail(msg, XT_EINTERNAL, "cuda projector: channel tables cover %d of %d voxel models", p->chan_models,
+                   p->nmodels);
   dev_scene sc;
   memset(&sc, 0, sizeof sc);
   sc.nmodels = p->nmodels;
@@ -684,16 +874,28 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   sc.luts = p->d_luts;
   sc.out = L->d_out;
   sc.accumulate = L->accumulate;
+  sc.nch = L->nch;
+  sc.chw = p->d_chw;
+  sc.chw_rows = p->chw_rows;
   const int vox = pick_vox(p, &L->g[0]);
   dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
             (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
-  pick_kernel(p, vox, L->count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
+  if (L->nch) {
+    int hull = 0;
+    for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
+    kernel_fn k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true> : k_channels<XT_CUDA_VOX_LINEAR, false>)
+                                            : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true> : k_channels<XT_CUDA_VOX_TEXTURE, false>);
+    const size_t smem = sizeof(float) * XT_MAX_CHANNELS * (size_t)p->chw_rows;
+    if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, smem, L->stream>>>(sc);
+  } else {
+    pick_kernel(p, vox, L->count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
+  }
   XT_CK(cudaGetLastError());
   if (p->debug_sync) XT_CK(cudaStreamSynchronize(L->stream));
   return 0;
 }
 
 const xt_cuda_kind_ops xt_cuda_kind_voxel = {
-    "voxel",          voxel_accepts,     voxel_create,     voxel_add_model, voxel_nmodels,
-    voxel_frame_bytes, voxel_fill_frame, NULL,             voxel_render,    voxel_destroy,
+    "voxel",           voxel_accepts,    voxel_create, voxel_add_model, voxel_nmodels,      voxel_frame_bytes,
+    voxel_fill_frame,  NULL,             voxel_render, voxel_destroy,   voxel_set_channels,
 };

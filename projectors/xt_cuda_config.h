@@ -22,6 +22,11 @@
  * (32 warps per SM). The exact plane counts and the content hull need more than the 51 that 5
  * blocks allow: at 5 the set-up spills 24-48 bytes (docs/BENCHMARKS.md). */
 #define XT_CUDA_MIN_BLOCKS 4
+/* The channels kernel keeps 8 more accumulators and a weight row per step: with linear voxels it
+ * fits the 64 registers of 4 blocks per SM; the texture variant needs 3 (85 registers) to stay free
+ * of spills. */
+#define XT_CUDA_CH_MIN_BLOCKS_LINEAR 4
+#define XT_CUDA_CH_MIN_BLOCKS_TEXTURE 3
 
 /* The content hull: slabs of a 26-DOP, and their conservative widening (cells per unit of the
  * direction's 1-norm) when rays are clipped against them in float. */

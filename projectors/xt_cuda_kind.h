@@ -29,6 +29,8 @@ typedef struct xt_cuda_launch {
   int accumulate;       /* 0: write every pixel (0 where nothing is hit); 1: add to d_out */
   int count;            /* benchmark: write work counts (voxels visited) instead; kinds that
                            cannot, add nothing and succeed */
+  int nch;              /* 0: line integrals; n > 0: material channels (xt_channels.h), n planes per
+                           frame, channel c of frame j at d_out + (j*n + c)*rows*cols */
   cudaStream_t stream;  /* everything of the launch goes on this stream; no synchronisation */
 } xt_cuda_launch;
 
@@ -49,6 +51,10 @@ typedef struct xt_cuda_kind_ops {
   /* Queues the launch's kernels on L->stream; checks each launch (cudaGetLastError). */
   int (*render)(void *st, const xt_cuda_launch *L, xt_msg *msg);
   void (*destroy)(void *st);
+  /* Material channels: (re)builds the kind's maps of its models onto the pipeline's channel set
+   * and uploads them (called after every add_model that changed the set or added a model). NULL:
+   * the kind has no channels yet, and a channels launch fails with XT_EUNSUPPORTED. */
+  int (*set_channels)(void *st, const xt_chanset *cs, xt_msg *msg);
 } xt_cuda_kind_ops;
 
 extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */

@@ -8,6 +8,7 @@
 
 struct xt_proj {
   const xt_proj_ops *ops;
+  xt_backend backend;
   void *impl;
   int cols, rows; /* detector size of the last batch check */
 };
@@ -56,6 +57,7 @@ int xt_proj_create(const xt_proj_options *opt, xt_proj **out, xt_msg *msg) {
   xt_proj *p = calloc(1, sizeof *p);
   if (!p) return xt_fail(msg, XT_ENOMEM, "projector: out of memory");
   p->ops = ops_for(opt->backend);
+  p->backend = opt->backend;
   rc = p->ops->create(opt, &p->impl, msg);
   if (rc) {
     free(p);
@@ -80,6 +82,26 @@ int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt
     if (g[i].mode.cols != g[0].mode.cols || g[i].mode.rows != g[0].mode.rows)
       return xt_fail(msg, XT_EINVAL, "render batch: frame %d has a different detector size", i);
   return p->ops->render_batch(p->impl, g, n, out, msg);
+}
+
+xt_backend xt_proj_backend(const xt_proj *p) { return p->backend; }
+
+int xt_proj_channels(xt_proj *p, xt_chanset *cs, xt_msg *msg) {
+  if (!p->ops->channels)
+    return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: no material channels", p->ops->name);
+  return p->ops->channels(p->impl, cs, msg);
+}
+
+int xt_proj_render_channels(xt_proj *p, const xt_geometry *g, float *out, xt_msg *msg) {
+  if (!p->ops->render_channels)
+    return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: no material channels", p->ops->name);
+  return p->ops->render_channels(p->impl, g, out, msg);
+}
+
+int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg) {
+  if (!p->ops->render_device)
+    return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: renders to host memory only", p->ops->name);
+  return p->ops->render_device(p->impl, g, channels, d_out, stream, msg);
 }
 
 void xt_proj_destroy(xt_proj *p) {

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xt_channels.h"
 #include "xt_geom.h"
 #include "xt_model.h"
 
@@ -33,6 +34,13 @@ typedef struct xt_proj_ops {
   /* g points to n geometries of one detector mode; out holds n * rows * cols floats. */
   int (*render_batch)(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg);
   void (*destroy)(void *impl);
+  /* Material channels: the set (the union of the models' materials) and one frame's planes. */
+  int (*channels)(void *impl, xt_chanset *cs, xt_msg *msg);
+  int (*render_channels)(void *impl, const xt_geometry *g, float *out, xt_msg *msg);
+  /* Device backends only (NULL otherwise): renders one frame into device memory d_out on the
+   * caller's stream (a cudaStream_t) without synchronising: the line integral (channels 0) or the
+   * channel planes (channels 1). For the imaging chain's device pipeline. */
+  int (*render_device)(void *impl, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -46,11 +54,23 @@ int xt_proj_add_model(xt_proj *p, const xt_model *m, xt_msg *msg);
 int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg);
 int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg);
 void xt_proj_destroy(xt_proj *p);
+xt_backend xt_proj_backend(const xt_proj *p);
+
+/* The channel set of the models added so far. */
+int xt_proj_channels(xt_proj *p, xt_chanset *cs, xt_msg *msg);
+/* One frame's material channels: cs.n planes of rows*cols floats (g/cm^2), channel-major. */
+int xt_proj_render_channels(xt_proj *p, const xt_geometry *g, float *out, xt_msg *msg);
+/* Device backends: one frame into device memory on a CUDA stream (see xt_proj_ops.render_device);
+ * XT_EUNSUPPORTED on the CPU backend. */
+int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
 
 /* --- the exact reference (double precision, CPU) ------------------------------------------ */
 
 /* Line integral of mu (dimensionless) along the world segment a->b through the models. */
 double xt_ref_segment(const xt_model *const *models, int n, xt_vec3 a, xt_vec3 b);
+/* Material channels of the whole frame in double: cs->n planes (g/cm^2), channel-major. */
+int xt_ref_render_channels_f64(const xt_model *const *models, int n, const xt_chanset *cs, const xt_geometry *g,
+                               double *out, int threads, xt_msg *msg);
 /* Whole frame in double; threads 0 = all cores. */
 int xt_ref_render_f64(const xt_model *const *models, int n, const xt_geometry *g, double *out, int threads,
                       xt_msg *msg);

@@ -59,6 +59,11 @@ int xt_cuda_render(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *ms
  * one chunk overlapping the render of the next. */
 int xt_cuda_render_batch(xt_cuda_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg);
 void xt_cuda_destroy(xt_cuda_proj *p);
+/* Material channels: the set, one frame's planes to host memory, and one frame (line integral or
+ * channels) into device memory on a caller's cudaStream_t without synchronising. */
+int xt_cuda_channels(xt_cuda_proj *p, xt_chanset *cs, xt_msg *msg);
+int xt_cuda_render_channels(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *msg);
+int xt_cuda_render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
 
 /* --- measurement (benchmark, tests) -------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
 #ifndef XT_PROJ_KIND_H
 #define XT_PROJ_KIND_H
 
+#include "xt_channels.h"
 #include "xt_geom.h"
 #include "xt_model.h"
 
@@ -20,6 +21,12 @@ typedef struct xt_cpu_kind {
   int (*frame)(const xt_model *m, const xt_pose *pose, void *state);
   /* Integral of mu along the world ray a + s w, s in [0, len] mm, |w| = 1; double precision. */
   double (*ray)(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len);
+  /* Material channels (xt_channels.h); NULL when the kind has none yet. chan_build makes the map of
+   * the model onto the set cs (*chan, malloc'd, freed by the caller with free()); ray_channels adds
+   * the ray's areal densities (g/cm^2, double) into acc[0..XT_MAX_CHANNELS). */
+  int (*chan_build)(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg);
+  void (*ray_channels)(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
+                       double *acc);
 } xt_cpu_kind;
 
 extern const xt_cpu_kind xt_cpu_kind_dense;  /* proj_cpu_voxel.c */

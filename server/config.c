@@ -51,6 +51,8 @@ static const cfg_entry cfg_table[] = {
     {"pixel_format", CT_STRING, S(pixel_format), "uint16", 0, 0, "uint16|float32", 0,
      "uint16 intensity or float32 line integral"},
     {"autostart", CT_BOOL, N(autostart), "true", 0, 1, NULL, 0, "start the acquisition at launch"},
+    {"chain", CT_BOOL, N(chain), "false", 0, 1, NULL, 0,
+     "imaging chain on at launch: raw and processed detector frames (docs/imaging.md); settable per run"},
     {"phantom", CT_STRING, S(phantom), "auto", 0, 0, "auto|head|none", 0,
      "built-in head phantom: auto loads it when no model is configured"},
     {"phantom_dim", CT_INT, N(phantom_dim), "256", 16, 1024, NULL, 0, "head phantom voxels per axis"},

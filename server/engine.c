@@ -23,11 +23,13 @@
 
 /* ---- frames and the ring ------------------------------------------------------------------ */
 
-static xt_frame *frame_get(xt_ring *r, size_t len) {
+/* A frame of one message of len bytes, or (len2 > 0) two: the raw then the processed frame's. */
+static xt_frame *frame_get2(xt_ring *r, size_t len, size_t len2) {
   xt_frame *f = NULL;
+  const size_t need = len + (len2 ? XT_FRAME_PRE + len2 : 0);
   pthread_mutex_lock(&r->mu);
   for (int i = 0; i < 4; i++)
-    if (r->pool[i] && r->pool[i]->cap >= len) {
+    if (r->pool[i] && r->pool[i]->cap >= need) {
       f = r->pool[i];
       r->pool[i] = NULL;
       break;
@@ -36,8 +38,8 @@ static xt_frame *frame_get(xt_ring *r, size_t len) {
   if (!f) {
     f = calloc(1, sizeof *f);
     if (!f) return NULL;
-    f->cap = len;
-    f->mem = malloc(XT_FRAME_PRE + len);
+    f->cap = need;
+    f->mem = malloc(XT_FRAME_PRE + need);
     if (!f->mem) {
       free(f);
       return NULL;
@@ -45,10 +47,14 @@ static xt_frame *frame_get(xt_ring *r, size_t len) {
   }
   f->msg = f->mem + XT_FRAME_PRE;
   f->len = len;
+  f->msg2 = len2 ? f->msg + len + XT_FRAME_PRE : NULL;
+  f->len2 = len2;
   f->pub = 0;
   atomic_store(&f->refs, 1);
   return f;
 }
+
+static xt_frame *frame_get(xt_ring *r, size_t len) { return frame_get2(r, len, 0); }
 
 static void frame_free(xt_frame *f) {
   if (!f) return;
@@ -226,10 +232,147 @@ static void helpers_stop(xt_worker *w) {
   pthread_mutex_destroy(&w->hmu);
 }
 
+/* A finished frame into the ring, its times into the metrics (convert_s < 0: no conversion ran). */
+static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uint64_t t1, double convert_s) {
+  f->lockstep = j->lockstep;
+  ring_push(&s->ring, f);
+  pthread_mutex_lock(&s->metrics.mu);
+  s->metrics.frames_rendered++;
+  s->metrics.frames_published++;
+  xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
+  if (convert_s >= 0) xt_hist_add(&s->metrics.convert, convert_s);
+  pthread_mutex_unlock(&s->metrics.mu);
+  xt_ws_wake(s);
+}
+
+/* The worker's chain for a job: made on first use, remade when models were added since (the
+ * channel set may have grown), given the job's parameters when they changed. */
+static int worker_chain(xt_worker *w, const xt_chain_params *p, xt_msg *msg) {
+  if (w->chain && w->chain_models != w->models_added) {
+    xt_chain_destroy(w->chain);
+    w->chain = NULL;
+  }
+  if (!w->chain) {
+    int rc = xt_chain_create(p, w->proj, &w->chain, msg);
+    w->chain_models = w->models_added;
+    return rc;
+  }
+  if (memcmp(xt_chain_get_params(w->chain), p, sizeof *p) == 0) return 0;
+  return xt_chain_set_params(w->chain, p, msg);
+}
+
+/* FNV-1a over the parameters' values in table order: the header's chain_params_hash. */
+static uint64_t params_hash(const xt_chain_params *p) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const double v = xt_chain_param_get(p, xt_chain_param_at(i));
+    unsigned char b[sizeof v];
+    memcpy(b, &v, sizeof v);
+    for (size_t k = 0; k < sizeof v; k++) h = (h ^ b[k]) * 1099511628211ull;
+  }
+  return h;
+}
+
+static void fill_header(xt_stream_header *h, const xt_job *j, const xt_geometry *g, int rows, int cols, int pixfmt,
+                        size_t payload, uint64_t t_done) {
+  memset(h, 0, sizeof *h);
+  h->magic = XT_STREAM_MAGIC;
+  h->version = XT_STREAM_VERSION;
+  h->header_size = XT_STREAM_HEADER_SIZE;
+  h->frame_counter = j->counter;
+  h->pose_seq = j->pose_seq;
+  h->t_pose_ns = j->t_pose;
+  h->t_exposure_sched_ns = j->t_sched;
+  h->t_exposure_ns = j->t_exposure;
+  h->t_render_done_ns = t_done;
+  h->rows = (uint32_t)rows;
+  h->cols = (uint32_t)cols;
+  h->pixel_format = (uint32_t)pixfmt;
+  h->flags = j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0;
+  h->payload_bytes = payload;
+  const xt_pose *p = &j->pose;
+  double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm, p->sid_mm,
+                    p->table_mm.x, p->table_mm.y, p->table_mm.z};
+  memcpy(h->pose, pose, sizeof pose);
+  for (int r = 0; r < 3; r++)
+    for (int c = 0; c < 4; c++) h->P[r * 4 + c] = g->P[r][c];
+  /* binned output pixels are b times the detector's */
+  const int b = j->chain ? j->chain_prm.binning : 1;
+  h->pitch_mm[0] = j->mode->pitch_u_mm * b;
+  h->pitch_mm[1] = j->mode->pitch_v_mm * b;
+  snprintf(h->mode, sizeof h->mode, "%s", j->mode->name);
+  h->period_ns = j->period_ns;
+  h->bits_stored = 16;
+}
+
+/* The chain's part of a header (version 2 fields). */
+static void fill_chain_header(xt_stream_header *h, const xt_job *j, const xt_chain_info *ci, int kind) {
+  const xt_chain_params *p = &j->chain_prm;
+  h->frame_kind = (uint32_t)kind;
+  h->bits_stored = kind == XT_STREAM_KIND_RAW ? (uint32_t)p->adc_bits : 12u;
+  h->chain_seed = p->seed;
+  h->chain_params_hash = params_hash(p);
+  h->kv = p->kv;
+  h->mas = p->mas;
+  h->filter_al_mm = p->filter_al_mm;
+  h->filter_cu_mm = p->filter_cu_mm;
+  h->mean_energy_kev = ci->mean_energy_kev;
+  h->kerma_ugy_per_mas = ci->kerma_ugy_per_mas;
+  h->window = p->window;
+  h->level = p->level;
+  h->binning = (uint32_t)p->binning;
+  h->chain_flags = (p->quantum_noise ? XT_STREAM_CHAIN_QUANTUM_NOISE : 0u) | (p->lag ? XT_STREAM_CHAIN_LAG : 0u) |
+                   (p->temporal_alpha < 1 ? XT_STREAM_CHAIN_TEMPORAL : 0u) | (p->edge_gain > 0 ? XT_STREAM_CHAIN_EDGE : 0u);
+}
+
+/* A frame through the imaging chain: raw and processed, each a message of its own in one frame;
+ * on a GPU the pixels come from the device once, already uint16 (no conversion here). */
+static void render_chain_frame(xt_worker *w, const xt_job *j) {
+  xt_server *s = w->srv;
+  xt_msg msg;
+  xt_geometry g;
+  xt_frame *f = NULL;
+  uint64_t t0 = xt_now_ns();
+  int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg), cols = 0, rows = 0;
+  if (!rc) rc = worker_chain(w, &j->chain_prm, &msg);
+  if (!rc) {
+    xt_chain_out_size(w->chain, &g, &cols, &rows);
+    const size_t pay = (size_t)cols * rows * 2, len = XT_STREAM_HEADER_SIZE + pay;
+    if (!(f = frame_get2(&s->ring, len, len))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
+  }
+  if (!rc) {
+    xt_chain_out out = {(uint16_t *)(void *)(f->msg + XT_STREAM_HEADER_SIZE),
+                        (uint16_t *)(void *)(f->msg2 + XT_STREAM_HEADER_SIZE), NULL, NULL};
+    rc = xt_chain_frame(w->chain, &g, j->counter, &out, &msg);
+  }
+  if (rc) {
+    if (f) xt_frame_unref(&s->ring, f);
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.render_errors++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->counter, msg.text);
+    return;
+  }
+  uint64_t t1 = xt_now_ns();
+  xt_chain_info ci;
+  xt_chain_get_info(w->chain, &ci);
+  xt_stream_header h;
+  fill_header(&h, j, &g, rows, cols, XT_STREAM_PIX_U16, (size_t)cols * rows * 2, t1);
+  fill_chain_header(&h, j, &ci, XT_STREAM_KIND_RAW);
+  memcpy(f->msg, &h, sizeof h);
+  fill_chain_header(&h, j, &ci, XT_STREAM_KIND_PROCESSED);
+  memcpy(f->msg2, &h, sizeof h);
+  publish(s, f, j, t0, t1, -1);
+}
+
 static void render_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
   xt_geometry g;
+  if (j->chain && !s->cfg.synthetic) {
+    render_chain_frame(w, j);
+    return;
+  }
   uint64_t t0 = xt_now_ns();
   int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg);
   size_t npx = (size_t)j->mode->rows * (size_t)j->mode->cols;
@@ -253,42 +396,10 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   uint64_t t1 = xt_now_ns();
 
   xt_stream_header h;
-  memset(&h, 0, sizeof h);
-  h.magic = XT_STREAM_MAGIC;
-  h.version = XT_STREAM_VERSION;
-  h.header_size = XT_STREAM_HEADER_SIZE;
-  h.frame_counter = j->counter;
-  h.pose_seq = j->pose_seq;
-  h.t_pose_ns = j->t_pose;
-  h.t_exposure_sched_ns = j->t_sched;
-  h.t_exposure_ns = j->t_exposure;
-  h.t_render_done_ns = t1;
-  h.rows = (uint32_t)j->mode->rows;
-  h.cols = (uint32_t)j->mode->cols;
-  h.pixel_format = (uint32_t)j->pixel_format;
-  h.flags = j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0;
-  h.payload_bytes = npx * bpp;
-  const xt_pose *p = &j->pose;
-  double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm, p->sid_mm,
-                    p->table_mm.x, p->table_mm.y, p->table_mm.z};
-  memcpy(h.pose, pose, sizeof pose);
-  for (int r = 0; r < 3; r++)
-    for (int c = 0; c < 4; c++) h.P[r * 4 + c] = g.P[r][c];
-  h.pitch_mm[0] = j->mode->pitch_u_mm;
-  h.pitch_mm[1] = j->mode->pitch_v_mm;
-  snprintf(h.mode, sizeof h.mode, "%s", j->mode->name);
-  h.period_ns = j->period_ns;
+  fill_header(&h, j, &g, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1);
+  if (bpp == 4) h.bits_stored = 32;
   memcpy(f->msg, &h, sizeof h);
-  f->lockstep = j->lockstep;
-
-  ring_push(&s->ring, f);
-  pthread_mutex_lock(&s->metrics.mu);
-  s->metrics.frames_rendered++;
-  s->metrics.frames_published++;
-  xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
-  if (bpp == 2 && !s->cfg.synthetic) xt_hist_add(&s->metrics.convert, (double)(t1 - tc) * 1e-9);
-  pthread_mutex_unlock(&s->metrics.mu);
-  xt_ws_wake(s);
+  publish(s, f, j, t0, t1, bpp == 2 && !s->cfg.synthetic ? (double)(t1 - tc) * 1e-9 : -1);
 }
 
 /* One frame rendered, converted and thrown away; the frame pool filled with touched buffers of
@@ -314,6 +425,21 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
     if (fr[i]) frame_release_locked(&s->ring, fr[i]);
   pthread_mutex_unlock(&s->ring.mu);
   return 0;
+}
+
+/* The chain's one-off costs (tables, the panel's fixed pattern, device scratch) before the first
+ * paced frame; then its lag and temporal states start afresh. */
+static int warmup_chain(xt_worker *w, const xt_call *c, xt_msg *msg) {
+  int rc = worker_chain(w, &c->chain_prm, msg), cols, rows;
+  if (rc) return rc;
+  xt_chain_out_size(w->chain, &c->geom, &cols, &rows);
+  uint16_t *px = malloc((size_t)cols * rows * 2 * sizeof *px);
+  if (!px) return xt_fail(msg, XT_ENOMEM, "warm-up: out of memory");
+  xt_chain_out out = {px, px + (size_t)cols * rows, NULL, NULL};
+  rc = xt_chain_frame(w->chain, &c->geom, 0, &out, msg);
+  free(px);
+  xt_chain_reset(w->chain);
+  return rc;
 }
 
 static void *worker_main(void *arg) {
@@ -345,10 +471,14 @@ static void *worker_main(void *arg) {
       call_finish(c, rc);
     } else if (j.kind == XT_JOB_WARMUP) {
       xt_call *c = j.call;
-      call_finish(c, stopping ? XT_EBUSY : warmup(w, &c->geom, &c->msg));
+      int rc = stopping ? XT_EBUSY : warmup(w, &c->geom, &c->msg);
+      if (!rc && c->chain && !w->srv->cfg.synthetic) rc = warmup_chain(w, c, &c->msg);
+      call_finish(c, rc);
     } else if (j.kind == XT_JOB_ADD_MODEL) {
       xt_call *c = j.call;
-      call_finish(c, xt_proj_add_model(w->proj, c->model, &c->msg));
+      const int rc = xt_proj_add_model(w->proj, c->model, &c->msg);
+      if (!rc) w->models_added++;
+      call_finish(c, rc);
     }
   }
   return NULL;
@@ -420,6 +550,8 @@ void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
   memset(&c, 0, sizeof c);
   pthread_mutex_lock(&s->st_mu);
   xt_pose pose = s->pose;
+  c.chain = s->acq.chain;
+  c.chain_prm = s->acq.chain_prm;
   pthread_mutex_unlock(&s->st_mu);
   if (xt_geom_compute(&pose, mode, &c.geom, &c.msg)) return;
   for (int i = 0; i < s->nworkers; i++) {
@@ -448,6 +580,8 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   j.pose = s->pose;
   j.mode = s->acq.mode;
   j.pixel_format = s->acq.pixel_format;
+  j.chain = s->acq.chain;
+  j.chain_prm = s->acq.chain_prm;
   j.lockstep = lockstep;
   xt_worker *w = &s->workers[s->rr++ % (unsigned)s->nworkers];
   int rc = worker_push(s, w, &j);
@@ -584,6 +718,8 @@ void xt_engine_stop(xt_server *s) {
     pthread_cond_destroy(&w->cv);
     free(w->lineint);
     w->lineint = NULL;
+    xt_chain_destroy(w->chain);
+    w->chain = NULL;
   }
   ring_destroy(&s->ring);
 }

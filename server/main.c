@@ -92,6 +92,8 @@ static int setup(xt_server *s, xt_msg *msg) {
   s->acq.lockstep = !strcmp(s->cfg.run_mode, "lockstep");
   xt_pixfmt_parse(s->cfg.pixel_format, &s->acq.pixel_format);
   s->acq.running = s->cfg.autostart;
+  s->acq.chain = s->cfg.chain;
+  s->acq.chain_prm = xt_chain_params_default();
   s->pose = xt_pose_default(md);
   s->t_pose = xt_now_ns();
 

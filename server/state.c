@@ -155,6 +155,42 @@ int xt_pixfmt_parse(const char *s, int *out) {
   return 0;
 }
 
+/* "chain": {"enabled": bool, and any parameter of imaging's table by its name}, a partial update. */
+static int chain_from_json(const json_t *obj, xt_acq *a, xt_msg *msg) {
+  if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "chain: expected a JSON object");
+  const char *key;
+  json_t *v;
+  xt_chain_params p = a->chain_prm;
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!strcmp(key, "enabled")) {
+      if (!json_is_boolean(v)) return xt_fail(msg, XT_EINVAL, "chain.enabled: expected true or false");
+      a->chain = json_is_true(v);
+      continue;
+    }
+    if (!xt_chain_param_find(key)) return xt_fail(msg, XT_EINVAL, "chain: unknown field '%s' (docs/imaging.md)", key);
+    char field[64];
+    snprintf(field, sizeof field, "chain.%s", key);
+    double x = 0;
+    int rc = get_number(v, field, &x, msg);
+    if (rc || (rc = xt_chain_param_set(&p, key, x, msg))) return rc;
+  }
+  int rc = xt_chain_params_validate(&p, msg);
+  if (rc) return rc;
+  a->chain_prm = p;
+  return 0;
+}
+
+json_t *xt_chain_to_json(int enabled, const xt_chain_params *p) {
+  json_t *o = json_object();
+  json_object_set_new(o, "enabled", json_boolean(enabled));
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    const double v = xt_chain_param_get(p, in);
+    json_object_set_new(o, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
+  }
+  return o;
+}
+
 int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
   if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "acquisition: expected a JSON object");
   xt_acq a = *acq;
@@ -186,6 +222,9 @@ int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
     } else if (!strcmp(key, "running")) {
       if (!json_is_boolean(v)) return xt_fail(msg, XT_EINVAL, "running: expected true or false");
       a.running = json_is_true(v);
+    } else if (!strcmp(key, "chain")) {
+      int rc = chain_from_json(v, &a, msg);
+      if (rc) return rc;
     } else
       return xt_fail(msg, XT_EINVAL, "acquisition: unknown field '%s'", key);
   }
@@ -194,9 +233,10 @@ int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
 }
 
 json_t *xt_acq_to_json(const xt_acq *a) {
-  return json_pack("{s:s,s:i,s:i,s:f,s:s,s:s,s:b,s:f}", "mode", a->mode->name, "rows", a->mode->rows, "cols",
+  return json_pack("{s:s,s:i,s:i,s:f,s:s,s:s,s:b,s:f,s:o}", "mode", a->mode->name, "rows", a->mode->rows, "cols",
                    a->mode->cols, "fps", a->fps, "run_mode", a->lockstep ? "lockstep" : "free", "pixel_format",
-                   xt_pixfmt_name(a->pixel_format), "running", a->running, "period_ms", 1000.0 / a->fps);
+                   xt_pixfmt_name(a->pixel_format), "running", a->running, "period_ms", 1000.0 / a->fps, "chain",
+                   xt_chain_to_json(a->chain, &a->chain_prm));
 }
 
 int xt_render_from_json(const json_t *obj, xt_pose *pose, xt_acq *acq, xt_msg *msg) {
@@ -225,7 +265,7 @@ int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
   if (rc) return rc;
   const json_t *cmd = out->cmd;
   const char *type = json_string_value(json_object_get(cmd, "type"));
-  if (!type) return xt_fail(msg, XT_EINVAL, "missing \"type\" (pose, acquisition, start, stop, trigger, state)");
+  if (!type) return xt_fail(msg, XT_EINVAL, "missing \"type\" (pose, acquisition, start, stop, trigger, state, frames)");
   if (!strcmp(type, "pose")) {
     json_t *pose = json_object_get(cmd, "pose");
     json_t *seqv = json_object_get(cmd, "seq");
@@ -244,7 +284,13 @@ int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
   else if (!strcmp(type, "stop")) out->type = XT_CMD_STOP;
   else if (!strcmp(type, "trigger")) out->type = XT_CMD_TRIGGER;
   else if (!strcmp(type, "state")) out->type = XT_CMD_STATE;
-  else return xt_fail(msg, XT_EINVAL, "unknown type '%.64s'", type);
+  else if (!strcmp(type, "frames")) { /* which of the chain's frames this client gets */
+    const char *f = json_string_value(json_object_get(cmd, "frames"));
+    if (!f || (strcmp(f, "raw") && strcmp(f, "processed")))
+      return xt_fail(msg, XT_EINVAL, "frames: expected {\"frames\": \"raw\" or \"processed\"}");
+    out->processed = !strcmp(f, "processed");
+    out->type = XT_CMD_FRAMES;
+  } else return xt_fail(msg, XT_EINVAL, "unknown type '%.64s'", type);
   return 0;
 }
 

@@ -43,6 +43,7 @@ typedef struct client {
   char *rx;
   size_t rxn;
   int rx_bad; /* the message being received is over the limit */
+  int processed; /* with the chain on: 1 gets the processed frames, 0 the raw ones */
   int closing;
   struct client *next;
 } client;
@@ -196,6 +197,11 @@ static void handle_text(client *c, const char *text, size_t len) {
       json_object_set_new(j, "frame", json_integer((json_int_t)counter));
       queue_json(c, j);
     }
+  } else if (k.type == XT_CMD_FRAMES) {
+    c->processed = k.processed;
+    json_t *j = ack(cmd, 1);
+    json_object_set_new(j, "frames", json_string(c->processed ? "processed" : "raw"));
+    queue_json(c, j);
   } else { /* XT_CMD_STATE */
     json_t *j = ack(cmd, 1);
     json_object_set_new(j, "state", xt_srv_state_json(s));
@@ -226,7 +232,10 @@ static int send_frame(client *c) {
   xt_server *s = c->srv;
   xt_frame *f = xt_ring_next(&s->ring, c->last_pub);
   if (!f) return 0;
-  xt_stream_header *h = (xt_stream_header *)(void *)f->msg;
+  /* the chain's frames come as two messages; this client gets the one it chose */
+  unsigned char *const fm = c->processed && f->msg2 ? f->msg2 : f->msg;
+  const size_t flen = c->processed && f->msg2 ? f->len2 : f->len;
+  xt_stream_header *h = (xt_stream_header *)(void *)fm;
   uint64_t drop = c->have_sent || c->last_pub ? f->pub - c->last_pub - 1 : 0;
   int stale = c->have_sent && h->frame_counter <= c->last_counter; /* out of order from another worker */
   c->last_pub = f->pub;
@@ -239,7 +248,7 @@ static int send_frame(client *c) {
   uint64_t t = xt_now_ns();
   h->t_sent_ns = t;
   h->frames_dropped = c->dropped;
-  int n = lws_write(c->wsi, f->msg, f->len, LWS_WRITE_BINARY);
+  int n = lws_write(c->wsi, fm, flen, LWS_WRITE_BINARY);
   int pose_changed = c->have_sent && h->pose_seq != c->last_pose_seq;
   c->last_counter = h->frame_counter;
   c->last_pose_seq = h->pose_seq;
@@ -257,7 +266,7 @@ static int send_frame(client *c) {
   if (pose_changed && h->t_pose_ns && t >= h->t_pose_ns) xt_hist_add(&m->pose_latency, (double)(t - h->t_pose_ns) * 1e-9);
   pthread_mutex_unlock(&m->mu);
   xt_frame_unref(&s->ring, f);
-  return n < (int)f->len ? -1 : 0;
+  return n < (int)flen ? -1 : 0;
 }
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {

@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "../api/xt_stream.h"
+#include "xt_chain.h"
 #include "xt_geom.h"
 #include "xt_model.h"
 #include "xt_proj.h"
@@ -54,6 +55,7 @@ typedef struct xt_srv_config {
   char run_mode[16];     /* free | lockstep */
   char pixel_format[16]; /* uint16 | float32 */
   int autostart;
+  int chain; /* the imaging chain on at launch */
   char phantom[16]; /* auto | head | none */
   int phantom_dim;
   double phantom_spacing;
@@ -145,6 +147,8 @@ typedef struct xt_acq {
   int lockstep;     /* run mode: 0 free, 1 lockstep */
   int pixel_format; /* XT_STREAM_PIX_* */
   int running;
+  int chain;                 /* the imaging chain on: frames are raw + processed uint16 */
+  xt_chain_params chain_prm; /* its parameters (imaging/xt_chain.h's table) */
 } xt_acq;
 
 #define XT_FPS_MIN 0.5
@@ -157,6 +161,8 @@ int xt_pose_from_json(const json_t *obj, xt_pose *pose, int allow_seq, uint64_t 
 json_t *xt_pose_to_json(const xt_pose *p);
 int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg);
 json_t *xt_acq_to_json(const xt_acq *a);
+/* {"enabled": ..., every chain parameter by name} */
+json_t *xt_chain_to_json(int enabled, const xt_chain_params *p);
 const char *xt_pixfmt_name(int f);
 int xt_pixfmt_parse(const char *s, int *out);
 json_t *xt_geometry_to_json(const xt_geometry *g);
@@ -173,12 +179,13 @@ int xt_render_from_json(const json_t *obj, xt_pose *pose, xt_acq *acq, xt_msg *m
  * the text was a JSON object, for the "id" and "seq" a nack echoes; free with xt_ws_cmd_free
  * either way. The pose/acquisition update itself is validated when applied, against the state
  * of the moment (xt_srv_update_pose, xt_srv_update_acq). */
-enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE };
+enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE, XT_CMD_FRAMES };
 typedef struct xt_ws_cmd {
   int type;       /* XT_CMD_* */
   json_t *cmd;    /* the whole message (owned), NULL when it did not parse */
   json_t *update; /* pose: a copy of "pose" with the message's "seq" merged in; acquisition:
                      "acquisition" (owned either way); else NULL */
+  int processed;  /* frames: 1 for "processed", 0 for "raw" */
 } xt_ws_cmd;
 int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg);
 void xt_ws_cmd_free(xt_ws_cmd *c);
@@ -195,6 +202,10 @@ typedef struct xt_frame {
   size_t len;          /* header + payload */
   unsigned char *mem;  /* XT_FRAME_PRE bytes of room, then the message */
   unsigned char *msg;  /* = mem + LWS_PRE: header then pixels */
+  /* with the chain on, the processed frame's message follows (its own XT_FRAME_PRE of room before
+   * it): msg is the raw frame, msg2 the processed one; each client gets the one it chose */
+  unsigned char *msg2; /* NULL without the chain */
+  size_t len2;
 } xt_frame;
 
 #define XT_RING 8
@@ -225,6 +236,9 @@ typedef struct xt_call {
   double render_s;
   /* add model */
   const xt_model *model;
+  /* warm-up: also the imaging chain, with these parameters */
+  int chain;
+  xt_chain_params chain_prm;
 } xt_call;
 
 enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3, XT_JOB_WARMUP = 4 };
@@ -236,6 +250,8 @@ typedef struct xt_job {
   xt_pose pose;
   const xt_detector_mode *mode;
   int pixel_format, lockstep;
+  int chain;
+  xt_chain_params chain_prm;
   /* render / add model */
   xt_call *call;
 } xt_job;
@@ -255,6 +271,9 @@ typedef struct xt_worker {
   int qhead, qn, stop;
   float *lineint; /* worker-private scratch */
   size_t lineint_cap;
+  xt_chain *chain;    /* the imaging chain on this worker's projector, made on first use */
+  int models_added;   /* models on this worker's projector (the chain is remade when it grows) */
+  int chain_models;   /* ... when the chain was made */
   /* Helpers that share the line integral -> uint16 conversion with the worker (engine.c). */
   int nhelp;
   pthread_t help[XT_SRV_MAX_HELPERS];

@@ -456,10 +456,46 @@ def test_no_temporaries():
     check(not leftovers, f"temporary files left: {leftovers}")
 
 
+def test_chain():
+    """--chain: raw and processed PNGs, the sidecar's chain section, replay, option errors."""
+    d = fresh("chain")
+    base = SMALL + ["--phantom", "head-labels", "--chain", "--kv", "70", "--mas", "0.02"]
+    rc, out, err = run("render", *base, "--out", os.path.join(d, "a", "f"))
+    check(rc == 0, f"--chain: exit {rc}: {err}")
+    check(listing(os.path.join(d, "a")) == ["f.json", "f.npy", "f.png", "f_proc.png", "f_raw.png"],
+          f"--chain files: {listing(os.path.join(d, 'a'))}")
+    raw = read_png16_gray(os.path.join(d, "a", "f_raw.png"))
+    proc = read_png16_gray(os.path.join(d, "a", "f_proc.png"))
+    check(raw.shape == (128, 128) and int(raw.max()) <= 16383, f"raw: {raw.shape} max {raw.max()}")
+    check(proc.shape == (128, 128) and int(proc.max()) <= 4095, f"processed: {proc.shape} max {proc.max()}")
+    # the head attenuates: its centre gets fewer counts than the air at the corner
+    check(float(raw[60:68, 60:68].mean()) < float(raw[2:6, 2:6].mean()), "raw: the head's shadow")
+    j = json.load(open(os.path.join(d, "a", "f.json")))
+    c = j.get("chain", {})
+    check(c.get("parameters", {}).get("kv") == 70 and c.get("parameters", {}).get("mas") == 0.02, f"sidecar: {c}")
+    check(c.get("frame") == 0 and c.get("files", {}).get("raw") == "f_raw.png", "sidecar files/frame")
+    check(40 < c.get("derived", {}).get("mean_energy_kev", 0) < 60, f"mean energy {c.get('derived')}")
+    # replay: same seed and frame, same bytes; another frame number, other noise
+    rc, _, err = run("render", *base, "--out", os.path.join(d, "b", "f"))
+    check(rc == 0 and open(os.path.join(d, "a", "f_raw.png"), "rb").read() ==
+          open(os.path.join(d, "b", "f_raw.png"), "rb").read(), "replay: identical raw PNG")
+    rc, _, err = run("render", *base, "--frame", "7", "--out", os.path.join(d, "c", "f"))
+    check(rc == 0 and open(os.path.join(d, "a", "f_raw.png"), "rb").read() !=
+          open(os.path.join(d, "c", "f_raw.png"), "rb").read(), "another frame number: other noise")
+    rc, _, err = run("render", *base, "--binning", "2", "--out", os.path.join(d, "e", "f"))
+    check(rc == 0 and read_png16_gray(os.path.join(d, "e", "f_raw.png")).shape == (64, 64), "binning 2: 64x64")
+    for args, needle in ((["--kv", "70"], "--kv: applies with --chain only"),
+                         (["--chain", "--kv", "300"], "--kv: 300 is outside [40, 125]"),
+                         (["--chain", "--adc-bits", "13.5"], "--adc-bits: 13.5 is not a whole number")):
+        rc, out, err = run("render", *SMALL, *args, "--out", os.path.join(d, "x", "f"))
+        check(rc == 2 and err.strip() == "xtwin render: " + needle, f"{args}: exit {rc}, {err!r}")
+    check(not os.path.exists(os.path.join(d, "x")), "no output after a usage error")
+
+
 def main():
     os.makedirs(SCRATCH, exist_ok=True)
     tests = [test_render_outputs, test_pose_options, test_angles, test_labels, test_volume, test_ellipsoids,
-             test_ellipsoid_errors, test_errors, test_cuda,
+             test_ellipsoid_errors, test_errors, test_cuda, test_chain,
              test_help_and_commands, test_no_temporaries]
     for t in tests:
         before = len(failures)

@@ -15,7 +15,7 @@ target_link_libraries(xt_cli PUBLIC xt_models xt_scene PkgConfig::JANSSON PkgCon
   PRIVATE xt_warnings)
 
 add_executable(xtwin xtwin.c xt_render_cmd.c)
-target_link_libraries(xtwin PRIVATE xt_cli xt_proj xt_models xt_scene ${M_LIB} xt_warnings)
+target_link_libraries(xtwin PRIVATE xt_cli xt_imaging xt_proj xt_models xt_scene ${M_LIB} xt_warnings)
 target_compile_definitions(xtwin PRIVATE XT_VERSION="${PROJECT_VERSION}")
 
 option(XT_CLI_LOADERS "Link xtwin with xt_loaders (render --volume) when that target exists" ON)

@@ -25,7 +25,7 @@ typedef enum xt_opt_type {
 } xt_opt_type;
 
 #define XT_OPT_LIST_MAX 360
-#define XT_OPT_MAX 64
+#define XT_OPT_MAX 128
 
 typedef struct xt_opt_list {
   int n;

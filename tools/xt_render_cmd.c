@@ -1,5 +1,7 @@
 /* `xtwin render`: builds or loads one model, renders one frame per pose and writes each frame as
- * PREFIX.npy (float32 line integrals), PREFIX.png (16-bit intensity) and PREFIX.json (sidecar).
+ * PREFIX.npy (float32 line integrals), PREFIX.png (16-bit intensity) and PREFIX.json (sidecar); with
+ * --chain also the imaging chain's raw and processed detector frames (PREFIX_raw.png,
+ * PREFIX_proc.png), every chain parameter an option generated from the chain's table.
  *
  * The options are one table (render_opts below) that drives parsing and --help. The command
  * checks everything it can before doing work (options, mode, poses, backend, input file, output
@@ -15,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "xt_chain.h"
 #include "xt_cli.h"
 #include "xt_coverage.h"
 #include "xt_geom.h"
@@ -55,6 +58,9 @@ typedef struct render_opts {
   int threads;
   const char *out;
   int help;
+  int chain;   /* --chain */
+  int frame0;  /* --frame */
+  double chain_vals[XT_OPT_MAX]; /* the generated chain options, by table index */
   int nan_fill; /* set from `seen` */
 } render_opts;
 
@@ -69,7 +75,7 @@ typedef struct render_opts {
 static const char *const convert_names[] = {"mu", "hu", "hu-labels", "labels"};
 static const char *const place_names[] = {"center", "native"};
 
-static const xt_opt render_tab[] = {
+static const xt_opt fixed_tab[] = {
     {"phantom", XT_OPT_CHOICE, NULL, "head", NULL, 0, 0, PHANTOM_CHOICES, OFF(phantom),
      "built-in Shepp-Logan head: dense mu, or uint8 material labels (used unless --volume)"},
     {"phantom-size", XT_OPT_INT, "N", "256", NULL, 2, 1024, NULL, OFF(phantom_size), "phantom voxels per side"},
@@ -119,9 +125,39 @@ static const xt_opt render_tab[] = {
     {"threads", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(threads), "CPU backend worker threads, 0 = all cores"},
     {"out", XT_OPT_STRING, "PREFIX", "out/xtwin", NULL, 0, 0, NULL, OFF(out),
      "output prefix: PREFIX.npy, PREFIX.png, PREFIX.json; missing directories are created"},
+    {"chain", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(chain),
+     "also run the imaging chain (spectrum, CsI panel, noise, processing): PREFIX_raw.png and PREFIX_proc.png; "
+     "the chain's parameters follow (docs/imaging.md)"},
+    {"frame", XT_OPT_INT, "N", "0", NULL, 0, 2147483647, NULL, OFF(frame0),
+     "--chain: the run's frame number of the first frame (it keys the noise; --angles frames follow it)"},
     {"help", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(help), "print this help and exit"},
 };
-#define NOPT ((int)(sizeof render_tab / sizeof render_tab[0]))
+#define NFIXED ((int)(sizeof fixed_tab / sizeof fixed_tab[0]))
+
+/* The option table: the fixed options, then one per chain parameter (its name with '-' for '_',
+ * its default, range and help from imaging's table), stored into chain_vals. */
+static xt_opt full_tab[XT_OPT_MAX];
+static char chain_names[XT_OPT_MAX][40], chain_defs[XT_OPT_MAX][32], chain_help[XT_OPT_MAX][200];
+static int nopt;
+
+static int option_table(void) {
+  if (nopt) return nopt;
+  int n = 0;
+  for (int i = 0; i < NFIXED; i++) full_tab[n++] = fixed_tab[i];
+  for (int i = 0; i < xt_chain_param_count() && n < XT_OPT_MAX; i++, n++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    snprintf(chain_names[i], sizeof chain_names[i], "%s", in->name);
+    for (char *c = chain_names[i]; *c; c++)
+      if (*c == '_') *c = '-';
+    snprintf(chain_defs[i], sizeof chain_defs[i], "%.10g", in->def);
+    snprintf(chain_help[i], sizeof chain_help[i], "--chain: %s%s%s%s", in->help, *in->unit ? " (" : "", in->unit,
+             *in->unit ? ")" : "");
+    full_tab[n] = (xt_opt){chain_names[i], XT_OPT_REAL, "X", chain_defs[i], NULL, in->lo, in->hi, NULL,
+                           OFF(chain_vals) + sizeof(double) * (size_t)i, chain_help[i]};
+  }
+  nopt = n;
+  return nopt;
+}
 
 void xt_cmd_render_help(FILE *out) {
   fprintf(out,
@@ -132,16 +168,20 @@ void xt_cmd_render_help(FILE *out) {
           "  PREFIX.npy   float32 line integrals L = integral of mu dl, shape (rows, cols)\n"
           "  PREFIX.png   16-bit grayscale intensity, pixel = round(65535 * exp(-L))\n"
           "  PREFIX.json  sidecar: units, pose, detector, geometry and projection matrix, model\n"
+          "and with --chain the detector frames of the imaging chain:\n"
+          "  PREFIX_raw.png   16-bit PNG of the panel's raw ADC codes (\"for processing\")\n"
+          "  PREFIX_proc.png  16-bit PNG of the processed frame (\"for presentation\", 12 bits)\n"
           "All outputs of a run appear together or not at all.\n"
           "\n"
           "options:\n");
-  xt_opt_print_help(render_tab, NOPT, out);
+  xt_opt_print_help(full_tab, option_table(), out);
   fprintf(out,
           "\n"
           "examples:\n"
           "  xtwin render --phantom head --mode fd20-512 --primary 30 --secondary 15 --out out/head\n"
           "  xtwin render --phantom-size 128 --phantom-spacing 1.5 --angles -90,-45,0,45,90 --out out/sweep\n"
           "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n"
+          "  xtwin render --phantom head-labels --mode fd20-512 --chain --kv 70 --filter-cu-mm 0.2 --mas 0.05 --out out/fluoro\n"
           "  xtwin render --volume dicom/study --series 5 --nan-value -1000 --out out/study\n");
 }
 
@@ -188,7 +228,7 @@ static int xt_is_dicom(const char *path) {
 }
 
 static int is_seen(const int *seen, const char *name) {
-  int i = xt_opt_find(render_tab, NOPT, name);
+  int i = xt_opt_find(full_tab, option_table(), name);
   return i >= 0 && seen[i];
 }
 
@@ -277,15 +317,19 @@ int xt_cmd_render(int argc, char **argv) {
   int nframes = 0;
   xt_model *model = NULL;
   xt_proj *proj = NULL;
+  xt_chain *chain = NULL;
   float *lineint = NULL;
-  uint16_t *pix = NULL;
+  uint16_t *pix = NULL, *raw = NULL, *proc = NULL;
   xt_outset set;
   int set_live = 0;
   xt_outset_init(&set);
   memset(&o, 0, sizeof o);
 
   /* --- options ---------------------------------------------------------------------------- */
-  if (xt_opt_parse(render_tab, NOPT, argc - 1, argv + 1, &o, seen, &msg)) {
+  if (option_table() != NFIXED + xt_chain_param_count())
+    return say(XT_EXIT_RUNTIME, "internal: %d options exceed the table's room (XT_OPT_MAX %d)",
+               NFIXED + xt_chain_param_count(), XT_OPT_MAX);
+  if (xt_opt_parse(full_tab, option_table(), argc - 1, argv + 1, &o, seen, &msg)) {
     int hint = strncmp(msg.text, "unknown option", 14) == 0 || strncmp(msg.text, "unexpected", 10) == 0;
     return say(XT_EXIT_USAGE, "%s%s", msg.text, hint ? " (see xtwin render --help)" : "");
   }
@@ -306,6 +350,17 @@ int xt_cmd_render(int argc, char **argv) {
     if (!o.volume && is_seen(seen, volume_only[k])) return say(XT_EXIT_USAGE, "--%s: applies to --volume only", volume_only[k]);
   o.nan_fill = is_seen(seen, "nan-value");
   if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
+  xt_chain_params cprm = xt_chain_params_default();
+  if (!o.chain && is_seen(seen, "frame")) return say(XT_EXIT_USAGE, "--frame: applies with --chain only");
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    if (!seen[NFIXED + i]) continue;
+    if (!o.chain) return say(XT_EXIT_USAGE, "--%s: applies with --chain only", chain_names[i]);
+    if (xt_chain_param_set(&cprm, xt_chain_param_at(i)->name, o.chain_vals[i], &msg)) {
+      const char *t = strchr(msg.text, ':'); /* "chain.name: why" -> "--name: why" */
+      return say(XT_EXIT_USAGE, "--%s%s", chain_names[i], t ? t : msg.text);
+    }
+  }
+  if (o.chain && xt_chain_params_validate(&cprm, &msg)) return say(XT_EXIT_USAGE, "--chain: %s", msg.text);
 
   const xt_detector_mode *mode = xt_mode_find(o.mode);
   if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);
@@ -400,6 +455,20 @@ int xt_cmd_render(int argc, char **argv) {
     code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
+  int ocols = 0, orows = 0;
+  if (o.chain) {
+    if ((rc = xt_chain_create(&cprm, proj, &chain, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "--chain: %s", msg.text);
+      goto done;
+    }
+    xt_chain_out_size(chain, &frames[0].geom, &ocols, &orows);
+    raw = malloc((size_t)ocols * orows * sizeof *raw);
+    proc = malloc((size_t)ocols * orows * sizeof *proc);
+    if (!raw || !proc || !ocols || !orows) {
+      code = say(XT_EXIT_RUNTIME, "--chain: no memory for a %d x %d frame", ocols, orows);
+      goto done;
+    }
+  }
 
   /* --- frames ------------------------------------------------------------------------------- */
   size_t npx = (size_t)mode->rows * (size_t)mode->cols;
@@ -453,10 +522,33 @@ int xt_cmd_render(int argc, char **argv) {
       say(0, "warning: %s.npy: the model is clipped at the detector's edge (%zu edge pixels attenuated) [coverage_clipped]",
           f->stem, cov.edge_pixels_nonzero);
 
-    char npy_path[4200], png_path[4200], json_path[4200], desc[4400];
+    char npy_path[4200], png_path[4200], json_path[4200], raw_path[4200], proc_path[4200], desc[4400];
     snprintf(npy_path, sizeof npy_path, "%s.npy", f->stem);
     snprintf(png_path, sizeof png_path, "%s.png", f->stem);
     snprintf(json_path, sizeof json_path, "%s.json", f->stem);
+    snprintf(raw_path, sizeof raw_path, "%s_raw.png", f->stem);
+    snprintf(proc_path, sizeof proc_path, "%s_proc.png", f->stem);
+    xt_sidecar_param sp[XT_OPT_MAX];
+    xt_sidecar_chain sc;
+    xt_chain_info ci;
+    memset(&sc, 0, sizeof sc);
+    if (chain) {
+      const double t1 = now_ms();
+      xt_chain_out co = {raw, proc, NULL, NULL};
+      if ((rc = xt_chain_frame(chain, &f->geom, (uint64_t)o.frame0 + (uint64_t)i, &co, &msg))) {
+        code = say(XT_EXIT_RUNTIME, "chain: %s", msg.text);
+        goto done;
+      }
+      xt_chain_get_info(chain, &ci);
+      for (int k = 0; k < xt_chain_param_count() && k < XT_OPT_MAX; k++) {
+        const xt_chain_param_info *in = xt_chain_param_at(k);
+        sp[k] = (xt_sidecar_param){in->name, xt_chain_param_get(&cprm, in), in->unit};
+      }
+      sc = (xt_sidecar_chain){xt_chain_param_count(), sp, (unsigned long long)o.frame0 + (unsigned long long)i,
+                              ci.mean_energy_kev, ci.hvl_mm_al, ci.kerma_ugy_per_mas, ci.absorbed_fraction, ci.nbins,
+                              ci.channels, base_name(raw_path), base_name(proc_path), orows, ocols, cprm.adc_bits,
+                              now_ms() - t1};
+    }
     snprintf(desc, sizeof desc, "xtwin intensity I/I0 = pixel/65535, pixel = round(65535*exp(-L)); geometry in %s",
              base_name(json_path));
     xt_sidecar_info si = {&f->geom,
@@ -472,9 +564,10 @@ int xt_cmd_render(int argc, char **argv) {
                           f->lmax,
                           f->ms,
                           XT_VERSION,
-                          &cov};
-    const char *paths[3] = {npy_path, png_path, json_path};
-    for (int k = 0; k < 3; k++) {
+                          &cov,
+                          chain ? &sc : NULL};
+    const char *paths[5] = {npy_path, png_path, json_path, raw_path, proc_path};
+    for (int k = 0; k < (chain ? 5 : 3); k++) {
       FILE *fp = NULL;
       if ((rc = xt_outset_open(&set, paths[k], &fp, &msg))) {
         code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
@@ -482,7 +575,12 @@ int xt_cmd_render(int argc, char **argv) {
       }
       if (k == 0) rc = xt_npy_write_f32(fp, lineint, mode->rows, mode->cols, &msg);
       else if (k == 1) rc = xt_png_write_u16(fp, pix, mode->rows, mode->cols, desc, &msg);
-      else rc = xt_sidecar_write(fp, &si, &msg);
+      else if (k == 2) rc = xt_sidecar_write(fp, &si, &msg);
+      else
+        rc = xt_png_write_u16(fp, k == 3 ? raw : proc, orows, ocols,
+                              k == 3 ? "xtwin raw detector frame (for processing): ADC codes; parameters in the sidecar"
+                                     : "xtwin processed frame (for presentation): 12 bits stored; parameters in the sidecar",
+                              &msg);
       if (rc) {
         fclose(fp);
         code = say(XT_EXIT_RUNTIME, "\"%s\": %s", paths[k], msg.text);
@@ -500,14 +598,18 @@ int xt_cmd_render(int argc, char **argv) {
   }
   set_live = 0;
   for (int i = 0; i < nframes; i++)
-    printf("wrote %s.{npy,png,json}  %dx%d  line integral min %.6g max %.6g  %.1f ms (%s)\n", frames[i].stem,
-           mode->cols, mode->rows, frames[i].lmin, frames[i].lmax, frames[i].ms, xt_backend_name(backend));
+    printf("wrote %s.{npy,png,json}%s  %dx%d  line integral min %.6g max %.6g  %.1f ms (%s)\n", frames[i].stem,
+           chain ? " + _raw.png, _proc.png" : "", mode->cols, mode->rows, frames[i].lmin, frames[i].lmax, frames[i].ms,
+           xt_backend_name(backend));
 
 done:
   if (set_live && code != XT_EXIT_OK) xt_outset_abort(&set);
   xt_outset_free(&set);
   free(lineint);
   free(pix);
+  free(raw);
+  free(proc);
+  xt_chain_destroy(chain);
   xt_proj_destroy(proj);
   xt_model_free(model);
   free(frames);

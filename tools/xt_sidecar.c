@@ -253,6 +253,38 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
   put(b, be, "threads", json_integer(in->threads));
   put(b, be, "render_ms", num(in->render_ms));
   put(b, root, "backend", be);
+
+  if (in->chain) {
+    const xt_sidecar_chain *c = in->chain;
+    json_t *ch = json_object(), *prm = json_object(), *punits = json_object(), *der = json_object();
+    put(b, ch, "frame", json_integer((json_int_t)c->frame));
+    put(b, ch, "frame_note", str("the run's frame number: with the seed it keys every random draw of the frame"));
+    for (int i = 0; i < c->nparams; i++) {
+      put(b, prm, c->params[i].name, num(c->params[i].value));
+      if (c->params[i].unit && *c->params[i].unit) put(b, punits, c->params[i].name, str(c->params[i].unit));
+    }
+    put(b, ch, "parameters", prm);
+    put(b, ch, "units", punits);
+    put(b, der, "mean_energy_kev", num(c->mean_energy_kev));
+    put(b, der, "hvl_mm_al", num(c->hvl_mm_al));
+    put(b, der, "air_kerma_ugy_per_mas_at_1m", num(c->kerma_ugy_per_mas_1m));
+    put(b, der, "csi_absorbed_fraction", num(c->absorbed_fraction));
+    put(b, der, "energy_bins", json_integer(c->nbins));
+    put(b, der, "channels", str(c->channels));
+    put(b, ch, "derived", der);
+    json_t *fl = json_object();
+    put(b, fl, "raw", str(c->raw_file));
+    put(b, fl, "raw_content", str("16-bit PNG holding the panel's raw ADC codes (\"for processing\"), 0..2^adc_bits-1"));
+    put(b, fl, "processed", str(c->proc_file));
+    put(b, fl, "processed_content",
+        str("16-bit PNG holding the processed frame (\"for presentation\"), 12 bits stored, 0..4095, attenuation dark"));
+    put(b, fl, "rows", json_integer(c->out_rows));
+    put(b, fl, "cols", json_integer(c->out_cols));
+    put(b, ch, "files", fl);
+    put(b, ch, "chain_ms", num(c->chain_ms));
+    put(b, ch, "model", str("docs/imaging.md"));
+    put(b, root, "chain", ch);
+  }
   return root;
 }
 

@@ -10,6 +10,26 @@
 #include "xt_geom.h"
 #include "xt_model.h"
 
+/* The imaging chain's part of a sidecar (render --chain): every parameter that shaped the frames,
+ * by the chain's parameter table (imaging/xt_chain.h), and what they work out to. */
+typedef struct xt_sidecar_param {
+  const char *name;
+  double value;
+  const char *unit;
+} xt_sidecar_param;
+
+typedef struct xt_sidecar_chain {
+  int nparams;
+  const xt_sidecar_param *params;
+  unsigned long long frame; /* the run's frame number (keys the noise) */
+  double mean_energy_kev, hvl_mm_al, kerma_ugy_per_mas_1m, absorbed_fraction;
+  int nbins;
+  const char *channels;
+  const char *raw_file, *proc_file;
+  int out_rows, out_cols, adc_bits;
+  double chain_ms;
+} xt_sidecar_chain;
+
 /* Whether the model landed on the detector in this frame (sidecar "coverage"). */
 typedef struct xt_sidecar_coverage {
   xt_cover_status status;     /* from the frame: missed (nothing attenuated), clipped (edge pixels
@@ -32,6 +52,7 @@ typedef struct xt_sidecar_info {
   double render_ms;
   const char *version;
   const xt_sidecar_coverage *coverage; /* NULL: no "coverage" object */
+  const xt_sidecar_chain *chain; /* NULL: no chain ran */
 } xt_sidecar_info;
 
 /* Writes the sidecar (pretty-printed JSON, doubles round-trippable) to f. */

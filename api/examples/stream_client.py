@@ -18,13 +18,17 @@ import struct
 import sys
 import time
 
-HEADER = struct.Struct("<IHHQQQQQQQQIIIIQ8d12d2d24sQ")
+HEADER = struct.Struct("<IHHQQQQQQQQIIIIQ8d12d2d24sQ")       # version 1: 304 bytes
+CHAIN = struct.Struct("<IIQQ8dII")                          # version 2 appends at 304: 96 bytes
+CHAIN_FIELDS = ("frame_kind", "bits_stored", "chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm",
+                "filter_cu_mm", "mean_energy_kev", "kerma_ugy_per_mas", "window", "level", "binning", "chain_flags")
+KIND_MONO, KIND_RAW, KIND_PROCESSED = 0, 1, 2
 HEADER_FIELDS = ("magic", "version", "header_size", "frame_counter", "pose_seq", "t_pose_ns",
                  "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
                  "frames_dropped", "rows", "cols", "pixel_format", "flags", "payload_bytes")
 MAGIC = 0x46575458  # "XTWF"
 PIX_U16, PIX_F32 = 1, 2
-assert HEADER.size == 304
+assert HEADER.size == 304 and HEADER.size + CHAIN.size == 400
 
 
 def parse_header(msg):
@@ -39,6 +43,8 @@ def parse_header(msg):
     h["pitch_mm"] = list(v[36:38])
     h["mode"] = v[38].split(b"\0", 1)[0].decode()
     h["period_ns"] = v[39]
+    if h["version"] >= 2 and h["header_size"] >= HEADER.size + CHAIN.size:
+        h.update(zip(CHAIN_FIELDS, CHAIN.unpack_from(msg, HEADER.size)))
     px = memoryview(msg)[h["header_size"]:h["header_size"] + h["payload_bytes"]]
     return h, px
 
@@ -68,6 +74,8 @@ async def run(args):
         kw["ssl"] = ctx
     async with websockets.connect(args.url, **kw) as ws:
         n, seq, sent_at = 0, 0, {}
+        if args.processed:
+            await ws.send(json.dumps({"type": "frames", "frames": "processed"}))
         while args.count <= 0 or n < args.count:
             msg = await ws.recv()
             now = time.monotonic_ns()
@@ -102,6 +110,7 @@ def main():
     p.add_argument("--token", help="bearer token (server started with --token)")
     p.add_argument("--insecure", action="store_true", help="wss: accept a self-signed certificate")
     p.add_argument("--sweep", action="store_true", help="send a pose update after every frame")
+    p.add_argument("--processed", action="store_true", help="with the imaging chain on: the processed frames")
     args = p.parse_args()
     try:
         asyncio.run(run(args))

@@ -3,6 +3,7 @@
 # bench_server_client against it.
 #
 #   run_bench.sh gpu SERVER CLIENT OUTDIR [SECONDS]  60 fps, fd20-1024 uint16, 4 clients (default 60 s)
+#   run_bench.sh chain SERVER CLIENT OUTDIR [SECONDS] the same 60 fps run with the imaging chain on (raw frames)
 #   run_bench.sh cpu SERVER CLIENT OUTDIR [SECONDS]  fd20-512 on the CPU backend: the highest frame rate
 #                                                    sustained (no skipped exposure, no dropped frame)
 # Writes OUTDIR/*.json (client summaries), OUTDIR/*.metrics (the server's /metrics at the end),
@@ -62,6 +63,16 @@ gpu)
     grep -E '^xtwin_(render|convert)_seconds_(sum|count)' "$out/ab_conv1.metrics"
   fi
   ;;
+chain)
+  secs=${secs:-60}
+  start chain60 --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 --chain --verbose 1 || exit 1
+  sleep 2
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/chain60.json" --csv "$out/chain60.csv"
+  metrics "$REST" "$out/chain60.metrics"
+  stop
+  cat "$out/chain60.json"
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(render|convert)_seconds_(sum|count)' "$out/chain60.metrics"
+  ;;
 cpu)
   secs=${secs:-10}
   best=0
@@ -81,5 +92,5 @@ cpu)
   echo "highest sustained rate at 512x512 on the CPU backend: $best fps"
   echo "$best" >"$out/cpu_best_fps.txt"
   ;;
-*) echo "usage: $0 gpu|cpu SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
+*) echo "usage: $0 gpu|chain|cpu SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
 esac

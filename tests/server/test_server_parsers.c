@@ -101,7 +101,7 @@ XT_TEST(body_and_render_contract) {
   XT_CHECK(xt_body_json("{\"a\":1,\"a\":2}", 13, 0, &j, &m) == XT_EFORMAT); /* duplicate keys */
   const xt_detector_mode *mode = xt_mode_find("fd20-256");
   xt_pose pose = xt_pose_default(mode);
-  xt_acq acq = {mode, 15, 0, XT_STREAM_PIX_U16, 1};
+  xt_acq acq = {.mode = mode, .fps = 15, .pixel_format = XT_STREAM_PIX_U16, .running = 1};
   const char *r = "{\"pose\":{\"primary_deg\":45},\"mode\":\"fd20-128\",\"pixel_format\":\"float32\"}";
   XT_REQUIRE(xt_body_json(r, strlen(r), 1, &j, &m) == 0);
   XT_CHECK(xt_render_from_json(j, &pose, &acq, &m) == 0);
@@ -111,6 +111,52 @@ XT_TEST(body_and_render_contract) {
   XT_REQUIRE(xt_body_json(bad, strlen(bad), 1, &j, &m) == 0);
   XT_CHECK(xt_render_from_json(j, &pose, &acq, &m) == XT_EINVAL && strstr(m.text, "render: unknown field 'fps'"));
   json_decref(j);
+}
+
+/* The chain's settings in an acquisition update: partial, by the chain table's names, checked
+ * all or nothing; and the stream's "frames" command. */
+XT_TEST(chain_settings_contract) {
+  const xt_detector_mode *mode = xt_mode_find("fd20-256");
+  xt_acq acq = {.mode = mode, .fps = 15, .pixel_format = XT_STREAM_PIX_U16, .running = 1};
+  acq.chain_prm = xt_chain_params_default();
+  xt_msg m;
+  json_t *j = json_loads("{\"chain\":{\"enabled\":true,\"kv\":70,\"binning\":2}}", 0, NULL);
+  XT_REQUIRE(j);
+  XT_CHECK(xt_acq_from_json(j, &acq, &m) == 0 && acq.chain == 1 && acq.chain_prm.kv == 70 && acq.chain_prm.binning == 2);
+  json_decref(j);
+  static const struct {
+    const char *body, *needle;
+    int rc;
+  } bad[] = {
+      {"{\"chain\":{\"kv\":300}}", "chain.kv: 300 outside", XT_ERANGE},
+      {"{\"chain\":{\"binning\":1.5}}", "chain.binning", XT_ERANGE},
+      {"{\"chain\":{\"kvp\":80}}", "chain: unknown field 'kvp'", XT_EINVAL},
+      {"{\"chain\":{\"kv\":\"80\"}}", "chain.kv: expected a number", XT_EINVAL},
+      {"{\"chain\":{\"enabled\":1}}", "chain.enabled", XT_EINVAL},
+      {"{\"chain\":[]}", "chain: expected a JSON object", XT_EINVAL},
+      {"{\"chain\":{\"lag_frac_1\":0.5,\"lag_frac_2\":0.5}}", "lag", XT_ERANGE},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    xt_acq before = acq;
+    j = json_loads(bad[i].body, 0, NULL);
+    XT_REQUIRE(j);
+    const int rc = xt_acq_from_json(j, &acq, &m);
+    XT_CHECK_MSG(rc == bad[i].rc && strstr(m.text, bad[i].needle), "%s: %d %s", bad[i].body, rc, m.text);
+    XT_CHECK(memcmp(&before, &acq, sizeof acq) == 0); /* nothing applied */
+    json_decref(j);
+  }
+  json_t *out = xt_acq_to_json(&acq);
+  json_t *ch = json_object_get(out, "chain");
+  XT_CHECK(json_is_true(json_object_get(ch, "enabled")) && json_real_value(json_object_get(ch, "kv")) == 70);
+  XT_CHECK(json_object_size(ch) == (size_t)xt_chain_param_count() + 1);
+  json_decref(out);
+  xt_ws_cmd k;
+  const char *f = "{\"type\":\"frames\",\"frames\":\"processed\"}";
+  XT_CHECK(xt_ws_cmd_parse(f, strlen(f), &k, &m) == 0 && k.type == XT_CMD_FRAMES && k.processed == 1);
+  xt_ws_cmd_free(&k);
+  const char *g = "{\"type\":\"frames\",\"frames\":\"cooked\"}";
+  XT_CHECK(xt_ws_cmd_parse(g, strlen(g), &k, &m) == XT_EINVAL && strstr(m.text, "raw"));
+  xt_ws_cmd_free(&k);
 }
 
 XT_TEST(config_parse_contract) {
@@ -151,5 +197,5 @@ XT_TEST(error_json_cut_utf8) {
   json_decref(e);
 }
 
-XT_TEST_MAIN(XT_ENTRY(fuzz_corpus) XT_ENTRY(ws_cmd_contract) XT_ENTRY(body_and_render_contract)
+XT_TEST_MAIN(XT_ENTRY(fuzz_corpus) XT_ENTRY(ws_cmd_contract) XT_ENTRY(body_and_render_contract) XT_ENTRY(chain_settings_contract)
                  XT_ENTRY(config_parse_contract) XT_ENTRY(error_json_cut_utf8))

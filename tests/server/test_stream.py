@@ -166,11 +166,11 @@ def u16(px):
 async def test_frames_counters_size_shadow(srv):
     async with connect(srv) as ws:
         hello = await reply(ws)
-        check(hello["type"] == "hello" and hello["header_size"] == 304, "hello: %r" % hello)
+        check(hello["type"] == "hello" and hello["header_size"] == 400, "hello: %r" % hello)
         got = await frames(ws, 12)
     last = None
     for h, px, _ in got:
-        check(h["version"] == 1 and h["header_size"] == 304, "header version/size")
+        check(h["version"] == 2 and h["header_size"] == 400, "header version/size")
         check(h["rows"] == 128 and h["cols"] == 128 and h["mode"] == "fd20-128", "declared size")
         check(h["pixel_format"] == PIX_U16 and h["payload_bytes"] == 128 * 128 * 2 == len(px), "payload size")
         check(last is None or h["frame_counter"] > last, "counters strictly increasing")
@@ -472,6 +472,46 @@ def tls_args(tmp):
     return ["--tls-cert", cert, "--tls-key", key]
 
 
+async def test_chain_raw_and_processed(srv):
+    # The imaging chain on: each client gets the raw ("for processing") or the processed ("for
+    # presentation") frame of every exposure, as it chose; the header carries the chain's settings;
+    # REST changes them for the following frames and rejects bad ones with the field named.
+    async with connect(srv) as raw_ws, connect(srv) as proc_ws:
+        await reply(raw_ws)
+        await reply(proc_ws)
+        await proc_ws.send(json.dumps({"type": "frames", "frames": "processed"}))
+        ack = await reply(proc_ws)
+        check(ack.get("ok") and ack.get("frames") == "processed", "frames ack: %r" % ack)
+        raws = await frames(raw_ws, 4)
+        procs = await frames(proc_ws, 4)
+        for h, px, _ in raws:
+            check(h["frame_kind"] == 1 and h["bits_stored"] == 14 and h["pixel_format"] == PIX_U16, "raw header")
+            check(abs(h["kv"] - 80) < 1e-9 and h["binning"] == 1 and h["chain_params_hash"] != 0, "chain fields")
+            check(h["payload_bytes"] == 128 * 128 * 2 == len(px), "raw payload")
+            a = u16(px)
+            check(max(a) <= 16383, "14-bit codes")
+        for h, px, _ in procs:
+            check(h["frame_kind"] == 2 and h["bits_stored"] == 12, "processed header")
+            a = u16(px)
+            check(max(a) <= 4095, "12-bit display values")
+            # attenuation dark: the head's centre darker than the air at the corner
+            check(a[64 * 128 + 64] < a[3 * 128 + 3], "centre %d, corner %d" % (a[64 * 128 + 64], a[3 * 128 + 3]))
+        code, body = srv.curl("PUT", "/v1/acquisition", {"chain": {"kv": 300}})
+        check(code == 400 and "chain.kv" in json.dumps(body), "bad chain setting: %d %r" % (code, body))
+        code, body = srv.curl("PUT", "/v1/acquisition", {"chain": {"kv": 70, "binning": 2}})
+        check(code == 200, "chain setting: %d %r" % (code, body))
+        code, body = srv.curl("GET", "/v1/acquisition")
+        check(code == 200 and body["chain"]["enabled"] and body["chain"]["kv"] == 70, "GET: %r" % body)
+        deadline = time.monotonic() + 30
+        while True:
+            (h, px, _), = await frames(raw_ws, 1)
+            if abs(h["kv"] - 70) < 1e-9:
+                break
+            check(time.monotonic() < deadline, "the new kV never showed")
+        check(h["binning"] == 2 and h["rows"] == 64 and h["cols"] == 64 and len(px) == 64 * 64 * 2, "binned 2x2")
+        check(abs(h["pitch_mm"][0] - 2 * 2.31) < 1e-9, "binned pitch")
+
+
 TESTS = [
     (test_frames_counters_size_shadow, []),
     (test_pacing_30fps, ["--phantom-dim", "64", "--phantom-spacing", "4"]),  # cheap renders: this tests the clock
@@ -484,6 +524,7 @@ TESTS = [
     (test_token_on_upgrade, ["--token", "tok-123"]),
     (test_tls_wss, "tls"),
     (test_clean_shutdown, []),
+    (test_chain_raw_and_processed, ["--chain"]),
 ]
 
 

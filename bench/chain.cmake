@@ -1,0 +1,6 @@
+# The imaging chain's benchmark (issue 10): xtwin-chain-bench. Needs the CUDA backend for its GPU
+# scenes (its CPU scene runs anywhere it builds).
+if(XT_HAVE_CUDA AND TARGET xt_imaging AND TARGET xt_bench)
+  add_executable(xtwin-chain-bench ${CMAKE_CURRENT_LIST_DIR}/xt_chain_bench.c)
+  target_link_libraries(xtwin-chain-bench PRIVATE xt_imaging xt_bench xt_warnings)
+endif()

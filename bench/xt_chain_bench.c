@@ -1,0 +1,175 @@
+/* xtwin-chain-bench: the imaging chain's benchmark (issue 10, docs/BENCHMARKS.md "Imaging chain").
+ *
+ *   (a)  the thesis scene (1024^2, SOD 800, SID 1205), the 8-material head (labels), 9 poses: device
+ *        time per frame of the mono render alone, the chain to the raw frame, and to raw + processed,
+ *        timed with CUDA events over frames queued back to back; and the end-to-end frame (render,
+ *        chain, one copy-out, in host memory) timed on the host;
+ *   (c)  FD20 full resolution (2480 x 1920), same head and measures;
+ *   cpu  the CPU backend at fd20-256 on the head, the whole chain, wall time per frame.
+ * Usage: xtwin-chain-bench [--frames N] [--scenes acC] [--threads N]   (C: the CPU scene) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xt_bench.h"
+#include "xt_chain.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+typedef struct row {
+  char name[64];
+  double ms;
+  const char *target;
+} row;
+
+static row rows[32];
+static int nrows;
+
+static void add_row(const char *name, double ms, const char *target) {
+  if (nrows == 32) return;
+  snprintf(rows[nrows].name, sizeof rows[nrows].name, "%s", name);
+  rows[nrows].ms = ms;
+  rows[nrows].target = target;
+  nrows++;
+}
+
+static int poses(const char *mode, xt_geometry *g, int n) {
+  const xt_detector_mode *md = xt_mode_find(mode);
+  for (int i = 0; i < n; i++) {
+    xt_pose p = xt_pose_default(md);
+    p.primary_deg = -80.0 + 160.0 * i / (n > 1 ? n - 1 : 1);
+    p.secondary_deg = (i % 3 - 1) * 15.0;
+    if (xt_geom_compute(&p, md, &g[i], NULL)) return -1;
+  }
+  return 0;
+}
+
+/* Device timings and the end-to-end frame of one scene on the GPU. */
+static int gpu_scene(const char *title, const char *tag, const char *mode, xt_model *m, int frames, const char *t_chain,
+                     xt_msg *msg) {
+  xt_proj *p = NULL;
+  xt_chain *c = NULL;
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_geometry g[9];
+  int rc;
+  if (poses(mode, g, 9)) return xt_fail(msg, XT_EINVAL, "bench: bad poses");
+  if ((rc = xt_proj_create(&po, &p, msg)) || (rc = xt_proj_add_model(p, m, msg))) goto done;
+  xt_chain_params prm = xt_chain_params_default();
+  if ((rc = xt_chain_create(&prm, p, &c, msg))) goto done;
+  xt_chain_info info;
+  xt_chain_get_info(c, &info);
+  printf("\n%s: %d x %d, %d channels (%s), %d energy bins, %g kV\n", title, g[0].mode.cols, g[0].mode.rows, info.nch,
+         info.channels, info.nbins, prm.kv);
+  double ms[3];
+  for (int w = 0; w < 3; w++)
+    if ((rc = xt_chain_time_device(c, g, 9, 18, frames, w, &ms[w], msg))) goto done;
+  /* end to end: xt_chain_frame (render, chain, one copy-out, raw + processed into host memory) */
+  int oc, orr;
+  xt_chain_out_size(c, &g[0], &oc, &orr);
+  uint16_t *raw = malloc((size_t)oc * orr * 2), *proc = malloc((size_t)oc * orr * 2);
+  if (!raw || !proc) {
+    free(raw);
+    free(proc);
+    rc = xt_fail(msg, XT_ENOMEM, "bench: out of memory");
+    goto done;
+  }
+  xt_chain_out out = {raw, proc, NULL, NULL};
+  for (int i = 0; i < 9 && !rc; i++) rc = xt_chain_frame(c, &g[i], (uint64_t)i, &out, msg);
+  const int e2e_n = frames < 200 ? frames : 200;
+  const double t0 = now_s();
+  for (int i = 0; i < e2e_n && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(100 + i), &out, msg);
+  const double e2e = (now_s() - t0) * 1e3 / e2e_n;
+  free(raw);
+  free(proc);
+  if (rc) goto done;
+  printf("  mono render (device)          %8.4f ms  %8.0f fps\n", ms[0], 1e3 / ms[0]);
+  printf("  chain to raw (device)         %8.4f ms  %8.0f fps  %.2fx mono\n", ms[1], 1e3 / ms[1], ms[1] / ms[0]);
+  printf("  chain to raw + processed      %8.4f ms  %8.0f fps  %.2fx mono\n", ms[2], 1e3 / ms[2], ms[2] / ms[0]);
+  printf("  end to end, one copy-out      %8.4f ms  %8.0f fps  (synchronous, one frame at a time)\n", e2e, 1e3 / e2e);
+  char name[64];
+  snprintf(name, sizeof name, "%s mono", tag);
+  add_row(name, ms[0], "");
+  snprintf(name, sizeof name, "%s chain raw+proc", tag);
+  add_row(name, ms[2], t_chain);
+  snprintf(name, sizeof name, "%s chain/mono", tag);
+  add_row(name, ms[2] / ms[0], "<= 2x");
+  snprintf(name, sizeof name, "%s end-to-end", tag);
+  add_row(name, e2e, "");
+done:
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  return rc;
+}
+
+static int cpu_scene(xt_model *m, int threads, int frames, xt_msg *msg) {
+  xt_proj *p = NULL;
+  xt_chain *c = NULL;
+  xt_proj_options po = {XT_BACKEND_CPU, threads, 0};
+  xt_geometry g[9];
+  int rc;
+  if (poses("fd20-256", g, 9)) return xt_fail(msg, XT_EINVAL, "bench: bad poses");
+  if ((rc = xt_proj_create(&po, &p, msg)) || (rc = xt_proj_add_model(p, m, msg))) goto done;
+  xt_chain_params prm = xt_chain_params_default();
+  if ((rc = xt_chain_create(&prm, p, &c, msg))) goto done;
+  static uint16_t raw[256 * 256], proc[256 * 256];
+  xt_chain_out out = {raw, proc, NULL, NULL};
+  if ((rc = xt_chain_frame(c, &g[0], 0, &out, msg))) goto done;
+  const double t0 = now_s();
+  for (int i = 0; i < frames && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(1 + i), &out, msg);
+  const double ms = (now_s() - t0) * 1e3 / frames;
+  /* the mono render alone, for the split */
+  float *L = malloc(sizeof(float) * 256 * 256);
+  double t1 = now_s();
+  for (int i = 0; i < frames && !rc && L; i++) rc = xt_proj_render(p, &g[i % 9], L, msg);
+  const double ms_mono = (now_s() - t1) * 1e3 / frames;
+  free(L);
+  if (rc) goto done;
+  printf("\ncpu: CPU backend, fd20-256, head labels, %d threads\n", threads);
+  printf("  mono render                   %8.2f ms  %8.1f fps\n", ms_mono, 1e3 / ms_mono);
+  printf("  whole chain, raw + processed  %8.2f ms  %8.1f fps\n", ms, 1e3 / ms);
+  add_row("cpu fd20-256 chain", ms, ">= 15 fps");
+done:
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  int frames = 300, threads = 2;
+  const char *scenes = "ac";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--frames") && i + 1 < argc) frames = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--scenes") && i + 1 < argc) scenes = argv[++i];
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: xtwin-chain-bench [--frames N] [--scenes acC] [--threads N]\n");
+      return 2;
+    }
+  }
+  if (frames < 1) frames = 1;
+  xt_msg msg = {{0}};
+  xt_model *head = NULL;
+  int rc = xt_bench_head(XT_VOXEL_U8, &head, &msg);
+  if (!rc && strchr(scenes, 'a')) rc = gpu_scene("(a) thesis scene, 8-material head", "(a)", "thesis", head, frames, ">= 3000 fps", &msg);
+  if (!rc && strchr(scenes, 'c')) rc = gpu_scene("(c) FD20 full resolution, head", "(c)", "fd20", head, frames / 3 + 1, ">= 500 fps", &msg);
+  if (!rc && strchr(scenes, 'C')) rc = cpu_scene(head, threads, frames < 30 ? frames : 30, &msg);
+  if (rc) {
+    fprintf(stderr, "xtwin-chain-bench: %s\n", msg.text);
+    xt_model_free(head);
+    return 1;
+  }
+  printf("\nSUMMARY\n%-28s %10s %9s  %s\n", "measure", "ms/frame", "fps", "target");
+  for (int i = 0; i < nrows; i++) {
+    const int ratio = strstr(rows[i].name, "/") != NULL;
+    if (ratio) printf("%-28s %10.3fx %9s  %s\n", rows[i].name, rows[i].ms, "", rows[i].target);
+    else printf("%-28s %10.4f %9.0f  %s\n", rows[i].name, rows[i].ms, 1e3 / rows[i].ms, rows[i].target);
+  }
+  xt_model_free(head);
+  return 0;
+}

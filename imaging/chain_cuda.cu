@@ -1,0 +1,219 @@
+/* The chain's device pipeline: a frame stays on the GPU from the first ray to the final uint16
+ * pixels and crosses to the host once.
+ *
+ *   xt_proj_render_device     material channels A            (projectors: cuda_pipeline.cu)
+ *   k_detect                  A -> X (quanta), F (flat)      (stage_detect.cu)
+ *   k_blur x2                 X -> T -> D                    (stage_blur.cu)
+ *   k_readout                 D, F -> raw, FA; lag state     (stage_readout.cu)
+ *   k_process_log, _out       raw, FA -> Y (state) -> proc   (stage_process.cu)
+ *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory
+ *
+ * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
+ * copy. Scratch is allocated once per detector size (never per frame); the tables and panel maps
+ * are uploaded when they change. */
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_stage_cuda.h"
+
+typedef struct chain_dev {
+  int device;
+  cudaStream_t st;
+  int cols, rows, ocols, orows, nch; /* the scratch's sizes */
+  float *A, *X, *T, *D, *F, *FA, *lag, *Y, *S;
+  uint16_t *out; /* raw (ocols x orows) then proc */
+  float *gain, *offset;
+  unsigned char *defect;
+  int maps_cols, maps_rows;
+  xt_chain_tables *tab;
+  /* pinned host side of the copy-out */
+  uint16_t *h_out;
+  float *h_f;
+} chain_dev;
+
+#define CK XT_SCK
+
+static void free_frame_scratch(chain_dev *d) {
+  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    cudaFree(*f[i]);
+    *f[i] = NULL;
+  }
+  cudaFree(d->out);
+  cudaFreeHost(d->h_out);
+  cudaFreeHost(d->h_f);
+  d->out = NULL;
+  d->h_out = NULL;
+  d->h_f = NULL;
+  d->cols = d->rows = d->ocols = d->orows = 0;
+}
+
+static void free_maps(chain_dev *d) {
+  cudaFree(d->gain);
+  cudaFree(d->offset);
+  cudaFree(d->defect);
+  d->gain = d->offset = NULL;
+  d->defect = NULL;
+  d->maps_cols = d->maps_rows = 0;
+}
+
+extern "C" void xt_chain_cuda_destroy(xt_chain *c) {
+  chain_dev *d = (chain_dev *)c->dev;
+  if (!d) return;
+  cudaSetDevice(d->device);
+  if (d->st) cudaStreamSynchronize(d->st);
+  free_frame_scratch(d);
+  free_maps(d);
+  cudaFree(d->tab);
+  if (d->st) cudaStreamDestroy(d->st);
+  free(d);
+  c->dev = NULL;
+}
+
+extern "C" int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  CK(cudaSetDevice(d->device));
+  CK(cudaMemcpyAsync(d->tab, &c->tab, sizeof c->tab, cudaMemcpyHostToDevice, d->st));
+  if (c->maps.gain) {
+    const size_t n = (size_t)c->maps.cols * c->maps.rows;
+    if (d->maps_cols != c->maps.cols || d->maps_rows != c->maps.rows) {
+      CK(cudaStreamSynchronize(d->st));
+      free_maps(d);
+      CK(cudaMalloc((void **)&d->gain, n * sizeof(float)));
+      CK(cudaMalloc((void **)&d->offset, n * sizeof(float)));
+      CK(cudaMalloc((void **)&d->defect, n));
+      d->maps_cols = c->maps.cols;
+      d->maps_rows = c->maps.rows;
+    }
+    CK(cudaMemcpyAsync(d->gain, c->maps.gain, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
+    CK(cudaMemcpyAsync(d->offset, c->maps.offset, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
+    CK(cudaMemcpyAsync(d->defect, c->maps.defect, n, cudaMemcpyHostToDevice, d->st));
+  }
+  /* the host's tables and maps may change after this returns */
+  CK(cudaStreamSynchronize(d->st));
+  return 0;
+}
+
+extern "C" int xt_chain_cuda_create(xt_chain *c, xt_msg *msg) {
+  chain_dev *d = (chain_dev *)calloc(1, sizeof *d);
+  if (!d) return xt_fail(msg, XT_ENOMEM, "chain: out of memory");
+  c->dev = d;
+  CK(cudaGetDevice(&d->device));
+  CK(cudaStreamCreateWithFlags(&d->st, cudaStreamNonBlocking));
+  CK(cudaMalloc((void **)&d->tab, sizeof(xt_chain_tables)));
+  return xt_chain_cuda_upload(c, msg);
+}
+
+extern "C" void xt_chain_cuda_reset(xt_chain *c) {
+  chain_dev *d = (chain_dev *)c->dev;
+  if (d && d->lag) cudaMemsetAsync(d->lag, 0, sizeof(float) * XT_LAG_TERMS * d->ocols * d->orows, d->st);
+}
+
+/* Scratch for a render grid and output grid; allocated when they change, never per frame. */
+static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const *fc, xt_msg *msg) {
+  const int nch = c->cs.n > 0 ? c->cs.n : 1;
+  if (d->cols == fc->cols && d->rows == fc->rows && d->ocols == fc->ocols && d->orows == fc->orows && d->nch == nch &&
+      d->A)
+    return 0;
+  CK(cudaStreamSynchronize(d->st));
+  free_frame_scratch(d);
+  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
+  CK(cudaMalloc((void **)&d->A, np * nch * sizeof(float)));
+  CK(cudaMemsetAsync(d->A, 0, np * nch * sizeof(float), d->st));
+  float **planes[] = {&d->X, &d->T, &d->D, &d->F, &d->S};
+  for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
+  CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
+  CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
+  CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
+  CK(cudaHostAlloc((void **)&d->h_out, 2 * no * sizeof(uint16_t), cudaHostAllocDefault));
+  CK(cudaHostAlloc((void **)&d->h_f, np * sizeof(float), cudaHostAllocDefault));
+  d->cols = fc->cols;
+  d->rows = fc->rows;
+  d->ocols = fc->ocols;
+  d->orows = fc->orows;
+  d->nch = nch;
+  c->first = 1;
+  return 0;
+}
+
+/* A float plane for tests and diagnostics (not on the frame path). */
+static int copy_plane(chain_dev *d, const float *src, float *dst, size_t n, xt_msg *msg) {
+  CK(cudaMemcpyAsync(d->h_f, src, n * sizeof(float), cudaMemcpyDeviceToHost, d->st));
+  CK(cudaStreamSynchronize(d->st));
+  memcpy(dst, d->h_f, n * sizeof(float));
+  return 0;
+}
+
+extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out,
+                                   xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  xt_chain_frame_const fc;
+  int rc;
+  CK(cudaSetDevice(d->device));
+  xt_chain_frame_const_make(c, g, frame, &fc);
+  if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
+  fc.pc.first = c->first;
+  const size_t np = (size_t)fc.cols * fc.rows, no = (size_t)fc.ocols * fc.orows;
+  uint16_t *raw = d->out, *proc = d->out + no;
+  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
+  if ((rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, out->expected ? d->S : NULL, d->st, msg)) ||
+      (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
+      (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
+    return rc;
+  if (out->proc &&
+      (rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, raw, d->FA, d->Y, proc, d->st, msg)))
+    return rc;
+  /* the one crossing: raw, or raw and proc together (contiguous) */
+  if (out->raw || out->proc) {
+    const size_t off = out->raw ? 0 : no, n = (out->raw ? no : 0) + (out->proc ? no : 0);
+    CK(cudaMemcpyAsync(d->h_out + off, d->out + off, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, d->st));
+  }
+  CK(cudaStreamSynchronize(d->st));
+  if (out->raw) memcpy(out->raw, d->h_out, no * sizeof(uint16_t));
+  if (out->proc) memcpy(out->proc, d->h_out + no, no * sizeof(uint16_t));
+  if (out->expected && (rc = copy_plane(d, d->S, out->expected, np, msg))) return rc;
+  if (out->signal && (rc = copy_plane(d, d->D, out->signal, np, msg))) return rc;
+  return 0;
+}
+
+/* Benchmark: frames queued back to back on the stream, timed with events; no copy-out. */
+extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what, double *ms,
+                                  xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  xt_chain_frame_const fc;
+  int rc;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  CK(cudaSetDevice(d->device));
+  xt_chain_frame_const_make(c, &g[0], 0, &fc);
+  if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < warmup + reps && !rc; i++) {
+    if (i == warmup) rc = cudaEventRecord(e0, d->st) == cudaSuccess ? 0 : XT_EDEVICE;
+    const xt_geometry *gi = &g[i % n];
+    xt_chain_frame_const_make(c, gi, (uint64_t)i, &fc);
+    const size_t no = (size_t)fc.ocols * fc.orows;
+    if (what == 0) {
+      rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
+      continue;
+    }
+    if (c->cs.n) rc = xt_proj_render_device(c->proj, gi, 1, d->A, d->st, msg);
+    if (!rc) rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, NULL, d->st, msg);
+    if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg);
+    if (!rc) rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, d->out, d->FA, d->st, msg);
+    if (!rc && what == 2)
+      rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, d->out, d->FA, d->Y, d->out + no, d->st, msg);
+  }
+  float t = 0;
+  if (!rc && (cudaEventRecord(e1, d->st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+              cudaEventElapsedTime(&t, e0, e1) != cudaSuccess))
+    rc = xt_fail(msg, XT_EDEVICE, "chain timing: %s", cudaGetErrorString(cudaGetLastError()));
+  *ms = t / reps;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return rc;
+}

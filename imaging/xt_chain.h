@@ -1,0 +1,125 @@
+/* The imaging chain: from a pose to the detector frame an FD20-like indirect CsI:Tl panel delivers.
+ *
+ *   projection   material channels A_m (projectors/, xt_channels.h)
+ *   detect       per pixel: spectrum x CsI absorption x exp(-sum_m (mu/rho)_m(E) A_m) over the
+ *                energy bins, inverse square and obliquity -> expected absorbed energy; absorbed
+ *                quanta drawn as Poisson counts (stage_detect*)
+ *   blur         CsI light spread, a Gaussian PSF, applied after the quanta are drawn (stage_blur*)
+ *   readout      2x2 charge binning, lag, gain and offset maps, electronic noise, defects,
+ *                saturation, 14-bit ADC -> uint16 raw frame, "for processing" (stage_readout*)
+ *   process      offset/gain correction, defect interpolation, log, recursive temporal filter,
+ *                edge enhancement, window/level -> uint16 frame "for presentation" (stage_process*)
+ *
+ * One chain object per projector; it runs on the projector's backend: the CPU stages, or on the
+ * GPU one device pipeline (chain_cuda.cu) in which a frame stays on the device from the first ray to
+ * the final uint16 pixels and crosses to the host once. Every parameter is a row of one table
+ * (xt_chain_param_*), which drives the CLI options, the server's settings, the sidecar and docs.
+ * Random draws are keyed by (seed, frame number, pixel): same seed and poses, same frames.
+ * docs/imaging.md gives the models, their parameters' sources and the tests. */
+#ifndef XT_CHAIN_H
+#define XT_CHAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xt_proj.h"
+#include "xt_spectrum.h"
+
+typedef struct xt_chain_params {
+  /* tube and exposure */
+  double kv, anode_deg, inherent_al_mm, filter_al_mm, filter_cu_mm;
+  double mas;      /* tube current x pulse width of one frame, mAs */
+  int energy_bins; /* 0: every 1 keV bin; else merged into this many */
+  /* detector */
+  double csi_mm;         /* CsI:Tl thickness */
+  double csi_fill;       /* packing fraction of the columnar CsI */
+  double psf_mm;         /* sigma of the Gaussian light-spread PSF at the detector plane */
+  double adu_per_kev;    /* conversion gain, ADU per keV absorbed */
+  double e_noise_adu;    /* electronic noise per read, rms ADU */
+  double offset_adu;     /* mean dark offset */
+  double offset_fpn_adu; /* its pixel-to-pixel spread (fixed pattern), rms */
+  double gain_fpn;       /* relative pixel-to-pixel gain spread, rms */
+  double defect_fraction; /* dead + hot pixels, fraction */
+  int defect_lines;       /* dead columns */
+  int lag;                /* 1: lag on */
+  double lag_frac[3];     /* fraction of a frame's charge released later, per term */
+  double lag_decay[3];    /* per-frame decay of each term */
+  int adc_bits;
+  int binning;           /* 1, or 2: 2x2 binning sums charge */
+  int quantum_noise;     /* 1: Poisson quanta; 0: expected values */
+  uint64_t seed;         /* the run's seed: frame noise */
+  uint64_t panel_seed;   /* the panel's fixed pattern: gain, offset, defects */
+  /* processing */
+  double window, level;  /* attenuation units ln(flat / signal) */
+  double temporal_alpha; /* recursive filter weight of the new frame; 1 = off */
+  double edge_gain;      /* unsharp-mask gain; 0 = off */
+} xt_chain_params;
+
+xt_chain_params xt_chain_params_default(void);
+
+/* The parameter table. */
+typedef enum xt_param_type { XT_PARAM_REAL = 1, XT_PARAM_INT = 2, XT_PARAM_U64 = 3 } xt_param_type;
+typedef struct xt_chain_param_info {
+  const char *name; /* "kv", "lag_frac_1", ... */
+  xt_param_type type;
+  size_t offset; /* into xt_chain_params */
+  double def, lo, hi;
+  const char *unit;
+  const char *help;
+} xt_chain_param_info;
+
+int xt_chain_param_count(void);
+const xt_chain_param_info *xt_chain_param_at(int i);
+const xt_chain_param_info *xt_chain_param_find(const char *name);
+double xt_chain_param_get(const xt_chain_params *p, const xt_chain_param_info *info);
+/* Sets one parameter after checking its range (integers must be whole); msg names it. */
+int xt_chain_param_set(xt_chain_params *p, const char *name, double value, xt_msg *msg);
+/* Ranges and cross-checks (the tube's own, lag fractions summing below 1). */
+int xt_chain_params_validate(const xt_chain_params *p, xt_msg *msg);
+
+/* What the spectrum and panel work out to (for sidecars, headers and docs). */
+typedef struct xt_chain_info {
+  double mean_energy_kev;   /* of the spectrum reaching the patient */
+  double hvl_mm_al;
+  double kerma_ugy_per_mas; /* air kerma at 1 m */
+  double absorbed_fraction; /* of the incident photons, in the CsI (unattenuated beam) */
+  int nbins, nch;
+  char channels[256]; /* "air,soft_tissue,bone" */
+} xt_chain_info;
+
+typedef struct xt_chain xt_chain;
+
+/* Binds a chain to a projector (whose models give the channel set; add them first) and its backend. */
+int xt_chain_create(const xt_chain_params *p, xt_proj *proj, xt_chain **out, xt_msg *msg);
+void xt_chain_destroy(xt_chain *c);
+/* New parameters (validated; the lag and temporal states are kept unless the output size changes). */
+int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg);
+const xt_chain_params *xt_chain_get_params(const xt_chain *c);
+void xt_chain_get_info(const xt_chain *c, xt_chain_info *info);
+/* Lag and temporal-filter states back to zero (a new run). */
+void xt_chain_reset(xt_chain *c);
+
+/* The output frame's size for a render geometry: the detector's, halved by 2x2 binning. */
+void xt_chain_out_size(const xt_chain *c, const xt_geometry *g, int *cols, int *rows);
+
+/* What one frame delivers; NULL pointers are not produced. Sizes: raw, proc out_size; the float
+ * planes the render grid's (diagnostics and tests). */
+typedef struct xt_chain_out {
+  uint16_t *raw;   /* "for processing": 14-bit ADC codes */
+  uint16_t *proc;  /* "for presentation": 12-bit display values */
+  float *expected; /* noise-free absorbed energy per render pixel, keV (before blur) */
+  float *signal;   /* absorbed energy after quanta and blur, keV */
+} xt_chain_out;
+
+/* One exposure: frame is the run's frame number (it keys the noise). Frames must come in order
+ * for lag and the temporal filter to mean anything; any order is reproducible. */
+int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
+
+/* Benchmark (CUDA chains; XT_EUNSUPPORTED otherwise): device time per frame of `reps` frames queued
+ * back to back on the chain's stream (poses g[i % n], after `warmup` frames), timed with CUDA events,
+ * without the copy-out. what: 0 the mono line-integral render alone (the baseline), 1 the chain to
+ * the raw frame, 2 the chain to the raw and processed frames. */
+int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what,
+                         double *ms_per_frame, xt_msg *msg);
+
+#endif /* XT_CHAIN_H */

@@ -1,0 +1,91 @@
+/* The chain object and its stages, shared by xt_chain.c (orchestration, the CPU pipeline), the CPU
+ * stages (stage_*_cpu.c) and the CUDA pipeline (chain_cuda.cu). Internal to imaging/. */
+#ifndef XT_CHAIN_INTERNAL_H
+#define XT_CHAIN_INTERNAL_H
+
+#include "xt_chain.h"
+#include "xt_chain_math.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XT_BLUR_MAX_R 8 /* taps each side: sigma up to ~2.7 pixels */
+
+/* A Gaussian of sigma (pixels) sampled at the integer offsets -r..r and normalised; r = ceil(3 sigma). */
+typedef struct xt_blur_kernel {
+  int r;
+  float w[2 * XT_BLUR_MAX_R + 1];
+} xt_blur_kernel;
+void xt_blur_kernel_make(double sigma_px, xt_blur_kernel *k);
+
+/* The panel's fixed pattern on the output grid: gain and offset maps and defect codes. */
+typedef struct xt_panel_maps {
+  int cols, rows;
+  float *gain, *offset;
+  uint8_t *defect;
+} xt_panel_maps;
+int xt_panel_maps_make(const xt_chain_params *p, int cols, int rows, xt_panel_maps *m, xt_msg *msg);
+void xt_panel_maps_free(xt_panel_maps *m);
+
+/* What a frame's stages need, on the host (the CUDA pipeline uploads it). */
+typedef struct xt_chain_frame_const {
+  xt_chain_cam cam;
+  int cols, rows;   /* render grid */
+  int ocols, orows; /* output grid */
+  float mas;
+  uint64_t seed, frame;
+  int noise;
+  xt_blur_kernel bu, bv; /* along columns (u) and rows (v) */
+  xt_readout_const ro;
+  xt_process_const pc;
+} xt_chain_frame_const;
+
+struct xt_chain {
+  xt_chain_params prm;
+  xt_chain_info info;
+  xt_proj *proj;
+  xt_backend backend;
+  xt_chanset cs;
+  xt_chain_tables tab;
+  xt_panel_maps maps;
+  int threads;
+  int first; /* the next frame starts the temporal filter */
+  /* CPU scratch for a render grid of cols x rows (output ocols x orows) */
+  int cols, rows, ocols, orows;
+  float *A, *X, *T, *D, *F, *FA, *lag, *Y, *E;
+  uint16_t *raw;
+  /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
+  void *dev;
+};
+
+/* Fills the frame constants for geometry g and frame number `frame`. */
+void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t frame, xt_chain_frame_const *fc);
+
+/* CPU stages, each over rows [r0, r1) of its output (the caller splits rows among threads). */
+void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const float *A, int r0, int r1,
+                         float *X, float *F, float *S);
+void xt_stage_blur_rows_cpu(const xt_blur_kernel *k, int cols, int rows, const float *in, int r0, int r1, float *out);
+void xt_stage_blur_cols_cpu(const xt_blur_kernel *k, int cols, int rows, const float *in, int r0, int r1, float *out);
+void xt_stage_readout_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const float *D, const float *F,
+                          int r0, int r1, float *lag, uint16_t *raw, float *FA);
+void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const uint16_t *raw,
+                              const float *FA, int r0, int r1, float *Y);
+void xt_stage_process_out_cpu(const xt_chain_frame_const *fc, const float *Y, int r0, int r1, uint16_t *proc);
+
+#ifdef XT_HAVE_CUDA
+/* The device pipeline (chain_cuda.cu). */
+int xt_chain_cuda_create(xt_chain *c, xt_msg *msg);
+int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg); /* tables and panel maps changed */
+int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
+void xt_chain_cuda_reset(xt_chain *c);
+void xt_chain_cuda_destroy(xt_chain *c);
+int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what, double *ms,
+                       xt_msg *msg);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XT_CHAIN_INTERNAL_H */

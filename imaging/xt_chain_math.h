@@ -1,0 +1,297 @@
+/* The imaging chain's per-pixel mathematics, written once for the CPU stages (stage_*_cpu.c) and
+ * the CUDA kernels (stage_*.cu): the counter-based generator (Philox4x32-10), the Poisson and
+ * normal samplers built on it, and each stage's per-pixel function. Everything here is static
+ * inline XT_HOSTDEV on float/double scalars, so both backends evaluate the same formulas in the
+ * same order (they still differ in the last bits of expf/logf; docs/imaging.md states the bar).
+ *
+ * Random numbers are a pure function of (run seed, frame number, pixel, stream, draw): the same
+ * seed and poses give bit-identical frames on one backend whatever the scheduling, and any frame
+ * can be regenerated alone. */
+#ifndef XT_CHAIN_MATH_H
+#define XT_CHAIN_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "xt_vec.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3",      */
+/* SC'11; the constants and round function of Random123 and cuRAND)                            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct xt_u32x4 {
+  uint32_t v[4];
+} xt_u32x4;
+
+static XT_INLINE XT_HOSTDEV void xt_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
+  const uint64_t p = (uint64_t)a * (uint64_t)b;
+  *hi = (uint32_t)(p >> 32);
+  *lo = (uint32_t)p;
+}
+
+static XT_INLINE XT_HOSTDEV xt_u32x4 xt_philox4x32_10(xt_u32x4 ctr, uint32_t k0, uint32_t k1) {
+  for (int r = 0; r < 10; r++) {
+    uint32_t hi0, lo0, hi1, lo1;
+    xt_mulhilo32(0xD2511F53u, ctr.v[0], &hi0, &lo0);
+    xt_mulhilo32(0xCD9E8D57u, ctr.v[2], &hi1, &lo1);
+    xt_u32x4 n;
+    n.v[0] = hi1 ^ ctr.v[1] ^ k0;
+    n.v[1] = lo1;
+    n.v[2] = hi0 ^ ctr.v[3] ^ k1;
+    n.v[3] = lo0;
+    ctr = n;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return ctr;
+}
+
+/* The streams of draws a pixel makes, kept apart in the counter's last word. */
+enum { XT_RNG_QUANTA = 1, XT_RNG_READ = 2, XT_RNG_PANEL = 3 };
+
+/* A pixel's generator for one frame: counter (pixel, frame lo, frame hi, stream << 16 | block). */
+typedef struct xt_rng {
+  uint32_t k0, k1, pixel, flo, fhi, stream, block;
+  uint32_t b0, b1, b2, b3; /* the block's four words, named (no dynamic index: registers on the GPU) */
+  int used;
+} xt_rng;
+
+static XT_INLINE XT_HOSTDEV void xt_rng_init(xt_rng *g, uint64_t seed, uint64_t frame, uint32_t pixel, uint32_t stream) {
+  g->k0 = (uint32_t)seed;
+  g->k1 = (uint32_t)(seed >> 32);
+  g->pixel = pixel;
+  g->flo = (uint32_t)frame;
+  g->fhi = (uint32_t)(frame >> 32);
+  g->stream = stream;
+  g->block = 0;
+  g->used = 4;
+}
+
+static XT_INLINE XT_HOSTDEV uint32_t xt_rng_u32(xt_rng *g) {
+  if (g->used == 4) {
+    xt_u32x4 c = {{g->pixel, g->flo, g->fhi, (g->stream << 16) | (g->block & 0xFFFFu)}};
+    const xt_u32x4 r = xt_philox4x32_10(c, g->k0, g->k1);
+    g->b0 = r.v[0];
+    g->b1 = r.v[1];
+    g->b2 = r.v[2];
+    g->b3 = r.v[3];
+    g->block++;
+    g->used = 0;
+  }
+  const int i = g->used++;
+  return i == 0 ? g->b0 : (i == 1 ? g->b1 : (i == 2 ? g->b2 : g->b3));
+}
+
+/* Uniform in (0, 1): never 0 or 1, so logs are finite. */
+static XT_INLINE XT_HOSTDEV double xt_rng_uniform(xt_rng *g) { return ((double)xt_rng_u32(g) + 0.5) * (1.0 / 4294967296.0); }
+
+/* Standard normal (Box-Muller, the cosine branch). On the GPU cospi, whose argument needs no
+ * range reduction (cos's large-argument path would put a stack frame in every kernel using it). */
+static XT_INLINE XT_HOSTDEV double xt_rng_normal(xt_rng *g) {
+  const double u1 = xt_rng_uniform(g), u2 = xt_rng_uniform(g);
+#ifdef __CUDA_ARCH__
+  return sqrt(-2.0 * log(u1)) * cospi(2.0 * u2);
+#else
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * XT_PI * u2);
+#endif
+}
+
+/* ln(k!) for whole k >= 0: a table below 10, Stirling's series above (the terms to 1/k^7 leave an
+ * error below 1e-12 there). Cheaper than lgamma, whose branches every warp would otherwise run: the
+ * PTRS test below needs it for some lane of nearly every warp. */
+static XT_INLINE XT_HOSTDEV double xt_log_factorial(double k) {
+  if (k < 10.0) {
+    const double t[10] = {0.0, 0.0, 0.69314718055994531, 1.791759469228055, 3.1780538303479458, 4.7874917427820458,
+                          6.5792512120101012, 8.5251613610654147, 10.604602902745251, 12.801827480081469};
+    const int i = (int)k;
+    return i == 0 ? t[0] : i == 1 ? t[1] : i == 2 ? t[2] : i == 3 ? t[3] : i == 4 ? t[4] : i == 5 ? t[5] : i == 6 ? t[6]
+           : i == 7 ? t[7] : i == 8 ? t[8] : t[9];
+  }
+  const double n = k + 1.0, r = 1.0 / n, r2 = r * r;
+  const double series = r * (1.0 / 12 - r2 * (1.0 / 360 - r2 * (1.0 / 1260 - r2 / 1680)));
+  return (n - 0.5) * log(n) - n + 0.91893853320467274 + series; /* 0.918... = ln(2 pi) / 2 */
+}
+
+/* Poisson(lam): inversion by sequential search below 10; above, Hormann's PTRS transformed
+ * rejection ("The transformed rejection method for generating Poisson random variables", Insurance:
+ * Mathematics and Economics 12, 1993), as numpy uses it. Returns a double (counts up to 2^53). */
+static XT_INLINE XT_HOSTDEV double xt_rng_poisson(xt_rng *g, double lam) {
+  if (!(lam > 0)) return 0.0;
+  if (lam < 10.0) {
+    const double u = xt_rng_uniform(g);
+    double p = exp(-lam), f = p, k = 0;
+    while (u > f && k < 200) {
+      k += 1;
+      p *= lam / k;
+      f += p;
+    }
+    return k;
+  }
+  const double slam = sqrt(lam), loglam = log(lam);
+  const double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+  const double invalpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2.0);
+  for (int it = 0; it < 1000; it++) {
+    const double U = xt_rng_uniform(g) - 0.5, V = xt_rng_uniform(g);
+    const double us = 0.5 - fabs(U);
+    const double k = floor((2.0 * a / us + b) * U + lam + 0.43);
+    if (us >= 0.07 && V <= vr) return k;
+    if (k < 0 || (us < 0.013 && V > us)) continue;
+    if (log(V) + log(invalpha) - log(a / (us * us) + b) <= -lam + k * loglam - xt_log_factorial(k)) return k;
+  }
+  return floor(lam + 0.5); /* not reached in practice (acceptance ~ 0.9 per try) */
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stage tables and per-frame constants                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+#define XT_CHAIN_MAX_BINS 128
+#define XT_CHAIN_MAX_CH 8 /* = XT_MAX_CHANNELS */
+
+/* Built on the host from the spectrum, the detector and the channel set (xt_chain.c). */
+typedef struct xt_chain_tables {
+  int nbins, nch;
+  int pad_[2]; /* mr's rows 16-byte aligned: two 128-bit shared loads per bin on the GPU */
+  float mr[XT_CHAIN_MAX_BINS][XT_CHAIN_MAX_CH]; /* (mu/rho)_c(E_b) x log2(e), cm^2/g; 0 past nch */
+  float k1[XT_CHAIN_MAX_BINS]; /* fluence x eta x E: keV absorbed per mm^2 per mAs at 1 m, per bin */
+  float k2[XT_CHAIN_MAX_BINS]; /* fluence x eta x E^2: its second moment, keV^2 */
+  float flat1;                 /* sum of k1: the unattenuated signal */
+  float flat2;                 /* sum of k2 */
+} xt_chain_tables;
+
+/* The render grid of one frame: pixel (col, row) lies at det0 + col pu u + row pv v. */
+typedef struct xt_chain_cam {
+  float src[3], det0[3], u[3], v[3], d[3]; /* d: the detector normal (the beam direction) */
+  float pu, pv;
+} xt_chain_cam;
+
+/* Photons' geometry at a pixel, per unit of the spectrum's fluence (mm^2 mAs at 1 m): mAs x the pixel
+ * area seen from the source, (1000 / r)^2 x cos(theta) x pu pv - inverse square and obliquity. */
+static XT_INLINE XT_HOSTDEV float xt_pixel_geometry(const xt_chain_cam *c, int col, int row, float mas) {
+  const float a = (float)col * c->pu, b = (float)row * c->pv;
+  const float x = c->det0[0] + a * c->u[0] + b * c->v[0] - c->src[0];
+  const float y = c->det0[1] + a * c->u[1] + b * c->v[1] - c->src[1];
+  const float z = c->det0[2] + a * c->u[2] + b * c->v[2] - c->src[2];
+  const float r2 = x * x + y * y + z * z;
+  const float cosine = (x * c->d[0] + y * c->d[1] + z * c->d[2]) / sqrtf(r2);
+  return mas * c->pu * c->pv * cosine * (1.0e6f / r2);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stage: polychromatic detection and quanta (stage_detect*)                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* 2^x: one MUFU.EX2 on the GPU (relative error ~2^-22, well inside the chain's float bar); exp2f
+ * on the CPU. */
+static XT_INLINE XT_HOSTDEV float xt_exp2(float x) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return exp2f(x);
+#endif
+}
+
+/* The expected absorbed energy S (keV) and its second moment Q (keV^2) at a pixel with areal
+ * densities A[c] (g/cm^2) and geometry factor G: S = G sum_b k1_b exp(-sum_c (mu/rho)_bc A_c) (the
+ * table holds (mu/rho) log2(e), so the exponential is one 2^x), Q likewise with k2. Q is what an
+ * energy-integrating panel's variance is (each absorbed quantum adds E). */
+static XT_INLINE XT_HOSTDEV void xt_detect_expect(const xt_chain_tables *t, const float *A, float G, float *S, float *Q) {
+  float s = 0.f, q = 0.f;
+  for (int b = 0; b < t->nbins; b++) {
+    float mu = 0.f;
+    for (int c = 0; c < XT_CHAIN_MAX_CH; c++) mu += t->mr[b][c] * A[c];
+    const float tr = xt_exp2(-mu);
+    s += t->k1[b] * tr;
+    q += t->k2[b] * tr;
+  }
+  *S = G * s;
+  *Q = G * q;
+}
+
+/* The absorbed energy of one exposure: quanta drawn as Poisson counts. An energy-integrating
+ * detector's signal is a compound Poisson sum of the quanta's energies, mean S and variance Q; it
+ * is drawn as K ~ Poisson(S^2 / Q) effective quanta of Q / S keV each, which has exactly that mean
+ * and variance (the Swank factor of the absorbed spectrum folded in). */
+static XT_INLINE XT_HOSTDEV float xt_detect_draw(float S, float Q, xt_rng *g) {
+  if (!(S > 0.f) || !(Q > 0.f)) return 0.f;
+  const double n = (double)S * (double)S / (double)Q;
+  return (float)(xt_rng_poisson(g, n) * ((double)Q / (double)S));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stage: readout (stage_readout*)                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+#define XT_LAG_TERMS 3
+
+typedef struct xt_readout_const {
+  int bin;              /* 1, or 2: 2x2 charge binning */
+  float adu_per_kev;    /* conversion gain */
+  float e_noise_adu;    /* electronic noise, rms ADU per read (0: off) */
+  float adc_max;        /* 2^bits - 1 */
+  float lag_b0;         /* the prompt fraction, 1 - sum of the terms' fractions */
+  float lag_a[XT_LAG_TERMS], lag_b[XT_LAG_TERMS]; /* term k releases b_k a_k^j of a frame's charge j frames later */
+  int lag_on;
+} xt_readout_const;
+
+enum { XT_DEFECT_NONE = 0, XT_DEFECT_DEAD = 1, XT_DEFECT_HOT = 2, XT_DEFECT_LINE = 3 };
+
+/* One output pixel: x = collected charge in ADU (binned sum); lag[] its trap states (updated);
+ * gain/offset the panel's maps; defect its code; g its readout generator. Returns the ADC code. */
+static XT_INLINE XT_HOSTDEV uint16_t xt_readout_pixel(const xt_readout_const *r, float x, float *lag, float gain,
+                                                      float offset, int defect, xt_rng *g) {
+  float y = x;
+  if (r->lag_on) {
+    /* multi-exponential impulse response: a fraction of each frame's charge is trapped and
+     * released over the following frames (Siewerdsen & Jaffray 1999): h[0] = b0, h[j] = sum_k
+     * b_k a_k^j; charge is conserved (sum_j h[j] = 1) */
+    y = r->lag_b0 * x;
+    for (int k = 0; k < XT_LAG_TERMS; k++) {
+      y += lag[k];
+      lag[k] = r->lag_a[k] * (lag[k] + r->lag_b[k] * x);
+    }
+  }
+  float v = offset + gain * y;
+  if (r->e_noise_adu > 0.f) v += r->e_noise_adu * (float)xt_rng_normal(g);
+  if (defect == XT_DEFECT_DEAD || defect == XT_DEFECT_LINE) v = offset;
+  else if (defect == XT_DEFECT_HOT) v = r->adc_max;
+  v = floorf(v + 0.5f);
+  v = v < 0.f ? 0.f : (v > r->adc_max ? r->adc_max : v);
+  return (uint16_t)v;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stage: processing for presentation (stage_process*)                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct xt_process_const {
+  float window, level; /* in attenuation units (ln(flat / signal)) */
+  float alpha;         /* recursive filter: y = alpha x + (1 - alpha) y_prev; 1 = off */
+  float edge_gain;     /* unsharp mask: e = y + edge_gain (y - mean3x3(y)) */
+  float out_max;       /* 4095: 12 bits stored */
+  int first;           /* 1: the temporal state starts from this frame */
+} xt_process_const;
+
+/* Offset/gain-corrected signal (ADU of an ideal panel) of a raw code. */
+static XT_INLINE XT_HOSTDEV float xt_process_correct(float raw, float gain, float offset) {
+  return (raw - offset) / gain;
+}
+
+/* Attenuation: ln(flat / signal), signal floored at 1 ADU (dark and saturated pixels stay finite). */
+static XT_INLINE XT_HOSTDEV float xt_process_log(float corrected, float flat) {
+  const float s = corrected > 1.f ? corrected : 1.f;
+  return logf(flat / s);
+}
+
+/* Window and level onto 0..out_max, high attenuation dark (as fluoroscopy displays: vessels and
+ * bone dark on a bright field). */
+static XT_INLINE XT_HOSTDEV uint16_t xt_process_window(const xt_process_const *p, float e) {
+  float x = (p->level + 0.5f * p->window - e) / p->window;
+  x = x < 0.f ? 0.f : (x > 1.f ? 1.f : x);
+  return (uint16_t)floorf(x * p->out_max + 0.5f);
+}
+
+#endif /* XT_CHAIN_MATH_H */

@@ -1,0 +1,115 @@
+/* The chain's parameters as one table: name, type, default, range, unit, help. The CLI options,
+ * the server's settings, the sidecar and docs/imaging.md are all read off this table, so a
+ * parameter added here is everywhere at once. Sources of the defaults: docs/imaging.md. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "xt_chain.h"
+
+#define P(f) offsetof(xt_chain_params, f)
+
+static const xt_chain_param_info tab[] = {
+    /* tube and exposure */
+    {"kv", XT_PARAM_REAL, P(kv), 80, XT_KV_MIN, XT_KV_MAX, "kV", "tube voltage (constant potential)"},
+    {"anode_deg", XT_PARAM_REAL, P(anode_deg), XT_ANODE_REF_DEG, XT_ANODE_MIN_DEG, XT_ANODE_MAX_DEG, "deg",
+     "anode (target) angle"},
+    {"inherent_al_mm", XT_PARAM_REAL, P(inherent_al_mm), XT_TASMIP_RQR_AL_MM, 0, XT_FILTER_MAX_MM_AL, "mm",
+     "inherent filtration, aluminium added to TASMIP's tube (0.9 gives the IEC 61267 RQR beams)"},
+    {"filter_al_mm", XT_PARAM_REAL, P(filter_al_mm), 1.0, 0, XT_FILTER_MAX_MM_AL, "mm", "spectral filter: aluminium"},
+    {"filter_cu_mm", XT_PARAM_REAL, P(filter_cu_mm), 0.1, 0, XT_FILTER_MAX_MM_CU, "mm", "spectral filter: copper"},
+    {"mas", XT_PARAM_REAL, P(mas), 0.1, 1e-5, 1000, "mAs", "exposure of one frame: tube current x pulse width"},
+    {"energy_bins", XT_PARAM_INT, P(energy_bins), 0, 0, XT_SPECTRUM_MAX_BINS, "",
+     "energy bins of the polychromatic integral: 0 = every 1 keV bin, else merged into this many"},
+    /* detector */
+    {"csi_mm", XT_PARAM_REAL, P(csi_mm), 0.6, 0.05, 2.0, "mm", "CsI:Tl scintillator thickness"},
+    {"csi_fill", XT_PARAM_REAL, P(csi_fill), 0.8, 0.1, 1.0, "", "packing fraction of the columnar CsI"},
+    {"psf_mm", XT_PARAM_REAL, P(psf_mm), 0.12, 0, 2.0, "mm",
+     "sigma of the Gaussian light-spread PSF at the detector (0 = none)"},
+    {"adu_per_kev", XT_PARAM_REAL, P(adu_per_kev), 0.1, 1e-6, 1000, "ADU/keV", "conversion gain"},
+    {"e_noise_adu", XT_PARAM_REAL, P(e_noise_adu), 2.0, 0, 1000, "ADU", "electronic noise per read, rms (0 = off)"},
+    {"offset_adu", XT_PARAM_REAL, P(offset_adu), 1000, 0, 60000, "ADU", "mean dark offset"},
+    {"offset_fpn_adu", XT_PARAM_REAL, P(offset_fpn_adu), 20, 0, 5000, "ADU", "pixel-to-pixel offset spread, rms"},
+    {"gain_fpn", XT_PARAM_REAL, P(gain_fpn), 0.03, 0, 0.5, "", "pixel-to-pixel relative gain spread, rms"},
+    {"defect_fraction", XT_PARAM_REAL, P(defect_fraction), 2e-4, 0, 0.01, "", "fraction of dead and hot pixels"},
+    {"defect_lines", XT_PARAM_INT, P(defect_lines), 1, 0, 16, "", "dead columns"},
+    {"lag", XT_PARAM_INT, P(lag), 1, 0, 1, "", "image lag on (1) or off (0)"},
+    {"lag_frac_1", XT_PARAM_REAL, P(lag_frac[0]), 0.0240625, 0, 0.5, "", "charge released in later frames, term 1"},
+    {"lag_frac_2", XT_PARAM_REAL, P(lag_frac[1]), 0.001875, 0, 0.5, "", "charge released in later frames, term 2"},
+    {"lag_frac_3", XT_PARAM_REAL, P(lag_frac[2]), 0.0040625, 0, 0.5, "", "charge released in later frames, term 3"},
+    {"lag_decay_1", XT_PARAM_REAL, P(lag_decay[0]), 0.1, 0.001, 0.999, "", "per-frame decay of lag term 1"},
+    {"lag_decay_2", XT_PARAM_REAL, P(lag_decay[1]), 0.5, 0.001, 0.999, "", "per-frame decay of lag term 2"},
+    {"lag_decay_3", XT_PARAM_REAL, P(lag_decay[2]), 0.9, 0.001, 0.999, "", "per-frame decay of lag term 3"},
+    {"adc_bits", XT_PARAM_INT, P(adc_bits), 14, 8, 16, "bit", "ADC resolution of the raw frame"},
+    {"binning", XT_PARAM_INT, P(binning), 1, 1, 2, "", "1, or 2: 2x2 binning in the panel, charge summed"},
+    {"quantum_noise", XT_PARAM_INT, P(quantum_noise), 1, 0, 1, "", "Poisson quantum noise on (1) or off (0)"},
+    {"seed", XT_PARAM_U64, P(seed), 1, 0, 9007199254740991.0, "", "run seed of the frames' noise"},
+    {"panel_seed", XT_PARAM_U64, P(panel_seed), 20, 0, 9007199254740991.0, "",
+     "seed of the panel's fixed pattern (gain, offset, defects)"},
+    /* processing */
+    {"window", XT_PARAM_REAL, P(window), 6.0, 0.01, 100, "", "display window, attenuation units ln(flat/signal)"},
+    {"level", XT_PARAM_REAL, P(level), 3.0, -20, 100, "", "display level (window centre), attenuation units"},
+    {"temporal_alpha", XT_PARAM_REAL, P(temporal_alpha), 0.5, 0.01, 1.0, "",
+     "recursive filter: weight of the new frame (1 = off)"},
+    {"edge_gain", XT_PARAM_REAL, P(edge_gain), 0.5, 0, 10, "", "edge enhancement: unsharp-mask gain (0 = off)"},
+};
+#define NTAB ((int)(sizeof tab / sizeof tab[0]))
+
+int xt_chain_param_count(void) { return NTAB; }
+const xt_chain_param_info *xt_chain_param_at(int i) { return i >= 0 && i < NTAB ? &tab[i] : NULL; }
+
+const xt_chain_param_info *xt_chain_param_find(const char *name) {
+  for (int i = 0; name && i < NTAB; i++)
+    if (strcmp(tab[i].name, name) == 0) return &tab[i];
+  return NULL;
+}
+
+double xt_chain_param_get(const xt_chain_params *p, const xt_chain_param_info *in) {
+  const char *b = (const char *)p + in->offset;
+  switch (in->type) {
+  case XT_PARAM_REAL: return *(const double *)b;
+  case XT_PARAM_INT: return *(const int *)b;
+  case XT_PARAM_U64: return (double)*(const uint64_t *)b;
+  }
+  return NAN;
+}
+
+static int put(xt_chain_params *p, const xt_chain_param_info *in, double v, xt_msg *msg) {
+  if (!isfinite(v)) return xt_fail(msg, XT_ERANGE, "chain.%s: not a finite number", in->name);
+  if (v < in->lo || v > in->hi) return xt_fail(msg, XT_ERANGE, "chain.%s: %g outside [%g, %g]", in->name, v, in->lo, in->hi);
+  if (in->type != XT_PARAM_REAL && v != floor(v))
+    return xt_fail(msg, XT_ERANGE, "chain.%s: %g is not a whole number", in->name, v);
+  char *b = (char *)p + in->offset;
+  switch (in->type) {
+  case XT_PARAM_REAL: *(double *)b = v; break;
+  case XT_PARAM_INT: *(int *)b = (int)v; break;
+  case XT_PARAM_U64: *(uint64_t *)b = (uint64_t)v; break;
+  }
+  return 0;
+}
+
+int xt_chain_param_set(xt_chain_params *p, const char *name, double value, xt_msg *msg) {
+  const xt_chain_param_info *in = xt_chain_param_find(name);
+  if (!in) return xt_fail(msg, XT_EINVAL, "chain.%s: unknown parameter", name ? name : "(null)");
+  return put(p, in, value, msg);
+}
+
+xt_chain_params xt_chain_params_default(void) {
+  xt_chain_params p;
+  memset(&p, 0, sizeof p);
+  for (int i = 0; i < NTAB; i++) put(&p, &tab[i], tab[i].def, NULL); /* defaults obey their ranges */
+  return p;
+}
+
+int xt_chain_params_validate(const xt_chain_params *p, xt_msg *msg) {
+  for (int i = 0; i < NTAB; i++) {
+    const double v = xt_chain_param_get(p, &tab[i]);
+    xt_chain_params tmp = *p;
+    int rc = put(&tmp, &tab[i], v, msg);
+    if (rc) return rc;
+  }
+  const double lag = p->lag_frac[0] + p->lag_frac[1] + p->lag_frac[2];
+  if (lag >= 0.9) return xt_fail(msg, XT_ERANGE, "chain.lag_frac_*: fractions sum to %g; they must stay below 0.9", lag);
+  xt_tube t = {p->kv, p->anode_deg, p->inherent_al_mm, p->filter_al_mm, p->filter_cu_mm};
+  return xt_tube_validate(&t, msg);
+}

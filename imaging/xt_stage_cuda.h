@@ -1,0 +1,39 @@
+/* The chain's CUDA stages: one launch function per stage file (stage_*.cu), queued by the device
+ * pipeline (chain_cuda.cu) on its stream. Internal to imaging/, C++ (nvcc) only. Each launch is
+ * checked (cudaGetLastError) and never synchronises. */
+#ifndef XT_STAGE_CUDA_H
+#define XT_STAGE_CUDA_H
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "xt_chain_internal.h"
+}
+
+#define XT_STAGE_BLOCK 256 /* threads per block of the per-pixel stages */
+#define XT_DETECT_MAX_BLOCKS 1056 /* the detect stage's grid: 8 blocks per SM of a 132-SM Hopper */
+
+/* Every CUDA call in host code: on failure, one line naming the call, into msg. */
+#define XT_SCK(call)                                                                                           \
+  do {                                                                                                         \
+    cudaError_t e_ = (call);                                                                                   \
+    if (e_ != cudaSuccess)                                                                                     \
+      return xt_fail(msg, XT_EDEVICE, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+  } while (0)
+
+/* detect: A (nch planes) -> X (absorbed energy, quanta drawn), F (flat expectation), S (expected; may be NULL) */
+int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
+                         float *F, float *S, cudaStream_t st, xt_msg *msg);
+/* blur: in -> tmp (rows) -> out (columns) */
+int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *tmp, float *out, cudaStream_t st,
+                       xt_msg *msg);
+/* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated */
+int xt_stage_readout_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
+                          const unsigned char *defect, const float *D, const float *F, float *lag, uint16_t *raw,
+                          float *FA, cudaStream_t st, xt_msg *msg);
+/* process: raw, FA -> Y (temporal state) -> proc */
+int xt_stage_process_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
+                          const unsigned char *defect, const uint16_t *raw, const float *FA, float *Y, uint16_t *proc,
+                          cudaStream_t st, xt_msg *msg);
+
+#endif /* XT_STAGE_CUDA_H */

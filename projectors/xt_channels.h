@@ -1,0 +1,60 @@
+/* Material channels: the projectors' multi-channel output that the polychromatic chain integrates.
+ *
+ * A channel is the areal density (g/cm^2) along the ray of one basis material (models/xt_basis.h)
+ * of the scene's channel set. The set is the union of the models' basis materials in the order the
+ * models were added (at most XT_MAX_CHANNELS). Every model kind states how it feeds the set:
+ *  - label volumes: each label is one or two basis parts at partial densities (xt_material_basis),
+ *    so a voxel adds density x path length to its parts' channels (iodine contrast feeds blood and
+ *    iodine);
+ *  - dense mu volumes (CT in mu or HU): as DeepDRR does, each voxel is classed by its HU into air
+ *    (HU < -800), soft tissue (-800 <= HU < 350) or bone (HU >= 350) and its density is taken as
+ *    mu / (mu/rho)_class at the volume's energy (xt_volume.energy_kev), so the channels reproduce
+ *    the volume's own line integral at that energy; iodine cannot be told from HU and comes from a
+ *    label model (a vessel mask) instead;
+ *  - further kinds (Gaussian mixtures, NanoVDB) carry one material per model or component and add
+ *    their own rows here when they implement channels.
+ * The monochromatic line integral at any energy E0 is sum_m (mu/rho)_m(E0) A_m; at the tables'
+ * own energy it equals the mono render to float rounding (tests/test_channels.c). */
+#ifndef XT_CHANNELS_H
+#define XT_CHANNELS_H
+
+#include "xt_basis.h"
+#include "xt_model.h"
+
+#define XT_MAX_CHANNELS 8
+
+/* DeepDRR's HU classes for dense volumes. */
+#define XT_DENSE_AIR_BELOW_HU -800.0
+#define XT_DENSE_BONE_FROM_HU 350.0
+
+typedef struct xt_chanset {
+  int n;
+  int basis[XT_MAX_CHANNELS]; /* xt_basis_id of channel c */
+} xt_chanset;
+
+/* The channel of basis material b in the set, or -1. */
+int xt_chanset_find(const xt_chanset *cs, int b);
+/* Adds the basis materials model m uses to the set (those not yet in it), in order. XT_ETOOLARGE
+ * when the set would exceed XT_MAX_CHANNELS; XT_EUNSUPPORTED for a kind without channels. */
+int xt_chanset_add_model(xt_chanset *cs, const xt_model *m, xt_msg *msg);
+/* "soft_tissue,bone,..." into buf. */
+void xt_chanset_names(const xt_chanset *cs, char *buf, size_t len);
+
+/* How one voxel model's voxels feed the channels of a set. Host form; the CUDA kind uploads it. */
+typedef struct xt_voxel_chan {
+  int labels;
+  /* labels: g/cm^2 of channel c per mm of path through label l: w[l][c] */
+  float w[256][XT_MAX_CHANNELS];
+  /* dense: class boundaries in mu (1/mm), air < thr[0] <= soft < thr[1] <= bone, and g/cm^2 of
+   * channel c per unit of mu x mm (optical depth) in class k: cw[k][c] = [c = channel of k] / (mu/rho)_k */
+  float thr[2];
+  float cw[3][XT_MAX_CHANNELS];
+} xt_voxel_chan;
+
+/* Builds the map of voxel model m (dense or labels) onto the set cs, which must hold m's materials. */
+int xt_voxel_chan_build(const xt_chanset *cs, const xt_model *m, xt_voxel_chan *out, xt_msg *msg);
+
+/* mu/rho (cm^2/g) of every channel of cs at energy e_kev: the line integral is sum_c mr[c] A[c]. */
+int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_CHANNELS], xt_msg *msg);
+
+#endif /* XT_CHANNELS_H */

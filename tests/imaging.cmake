@@ -1,0 +1,12 @@
+# The imaging chain (issue 10): spectra, channels, polychromatic detection, detector, processing.
+if(TARGET xt_imaging)
+  xt_add_test(test_spectrum SOURCES test_spectrum.c LIBS xt_imaging LABELS cpu)
+endif()
+xt_add_test(test_channels SOURCES test_channels.c LIBS xt_proj xt_models LABELS cpu)
+xt_add_test(test_chain SOURCES test_chain.c LIBS xt_imaging LABELS cpu)
+# Seconds of both cores (noise spectra, edges): alone, so the timing tests of other areas keep their cores.
+set_tests_properties(test_chain PROPERTIES RUN_SERIAL TRUE)
+if(XT_HAVE_CUDA)
+  xt_add_test(test_chain_cuda SOURCES test_chain_cuda.c LIBS xt_imaging LABELS gpu)
+  set_tests_properties(test_chain_cuda PROPERTIES ENVIRONMENT "XT_TEST_TIMEOUT=300")
+endif()

@@ -1,0 +1,535 @@
+/* The imaging chain on the CPU against independent facts: Philox's published known-answer vectors,
+ * the Poisson sampler's moments, exp(-L) for one energy, flat-field noise variance against the
+ * compound-Poisson closed form and its 1/dose scaling, the noise power spectrum against the
+ * configured MTF^2, a slanted edge's measured MTF against the configured one, the lag impulse
+ * response, 2x2 binning, processing, and bit-identical replay. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_chain.h"
+#include "xt_chain_internal.h"
+#include "xt_phantom.h"
+#include "xt_test.h"
+
+/* Random123's kat_vectors for philox4x32-10 (counter, key, expected). */
+XT_TEST(philox_matches_random123_known_answers) {
+  static const struct {
+    uint32_t ctr[4], key[2], out[4];
+  } kat[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+       {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+    xt_u32x4 c = {{kat[i].ctr[0], kat[i].ctr[1], kat[i].ctr[2], kat[i].ctr[3]}};
+    const xt_u32x4 r = xt_philox4x32_10(c, kat[i].key[0], kat[i].key[1]);
+    for (int k = 0; k < 4; k++) XT_CHECK_MSG(r.v[k] == kat[i].out[k], "vector %zu word %d: %08x", i, k, r.v[k]);
+  }
+}
+
+/* ln k! of the sampler's acceptance test against libm's lgamma (an independent implementation). */
+XT_TEST(log_factorial_matches_lgamma) {
+  for (double k = 0; k < 3e6; k += k < 200 ? 1 : floor(k * 0.013)) {
+    const double want = lgamma(k + 1.0);
+    XT_CHECK_MSG(fabs(xt_log_factorial(k) - want) <= 1e-13 * want + 1e-12, "k %g: %.17g vs %.17g", k,
+                 xt_log_factorial(k), want);
+  }
+}
+
+/* Mean and variance of 200000 draws within 5 standard errors (each estimate's own error). */
+XT_TEST(poisson_sampler_has_poisson_moments) {
+  const double lams[] = {0.3, 3.0, 9.99, 10.0, 47.5, 5000.0, 2.5e6};
+  const int n = 200000;
+  for (size_t l = 0; l < sizeof lams / sizeof lams[0]; l++) {
+    const double lam = lams[l];
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+      xt_rng g;
+      xt_rng_init(&g, 77, (uint64_t)l, (uint32_t)i, XT_RNG_QUANTA);
+      const double k = xt_rng_poisson(&g, lam);
+      XT_REQUIRE(k >= 0 && k == floor(k));
+      s += k;
+      s2 += k * k;
+    }
+    const double mean = s / n, var = s2 / n - mean * mean;
+    XT_CHECK_MSG(fabs(mean - lam) <= 5 * sqrt(lam / n), "lambda %g: mean %g", lam, mean);
+    /* var of the sample variance ~ (2 lam^2 + lam) / n */
+    XT_CHECK_MSG(fabs(var - lam) <= 5 * sqrt((2 * lam * lam + lam) / n), "lambda %g: variance %g", lam, var);
+  }
+}
+
+/* An empty scene (a flat field) or the head, on a CPU projector. */
+static xt_proj *cpu_proj_with(xt_model *m) {
+  xt_proj *p = NULL;
+  xt_proj_options po = {XT_BACKEND_CPU, 2, 0};
+  if (xt_proj_create(&po, &p, NULL)) return NULL;
+  if (m && xt_proj_add_model(p, m, NULL)) {
+    xt_proj_destroy(p);
+    return NULL;
+  }
+  return p;
+}
+
+static xt_geometry geom(const char *mode, double primary, double detrot) {
+  xt_geometry g;
+  const xt_detector_mode *md = xt_mode_find(mode);
+  xt_pose pose = xt_pose_default(md);
+  pose.primary_deg = primary;
+  pose.detector_rot_deg = detrot;
+  xt_geom_compute(&pose, md, &g, NULL);
+  return g;
+}
+
+/* A quiet panel: no fixed pattern, defects, lag or electronic noise. */
+static xt_chain_params quiet(void) {
+  xt_chain_params p = xt_chain_params_default();
+  p.e_noise_adu = 0;
+  p.offset_fpn_adu = 0;
+  p.gain_fpn = 0;
+  p.defect_fraction = 0;
+  p.defect_lines = 0;
+  p.lag = 0;
+  return p;
+}
+
+/* One energy: the detected signal over the flat field is exp(-L), L the mono line integral of the
+ * same scene at that energy (the label table's 60 keV), to float rounding. */
+XT_TEST(one_energy_transmission_is_exp_minus_line_integral) {
+  const int dim[3] = {64, 64, 64};
+  xt_model *head = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_proj *p = cpu_proj_with(head);
+  XT_REQUIRE(p);
+  xt_chain *c = NULL;
+  xt_chain_params prm = quiet();
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  /* one bin at exactly 60 keV */
+  xt_chain_tables *t = &c->tab;
+  double mr[XT_MAX_CHANNELS];
+  XT_REQUIRE(xt_chanset_mass_atten(&c->cs, 60.0, mr, NULL) == 0);
+  t->nbins = 1;
+  for (int ch = 0; ch < XT_MAX_CHANNELS; ch++) t->mr[0][ch] = (float)(mr[ch] * 1.4426950408889634); /* log2(e) */
+  t->k1[0] = 1000.f;
+  t->k2[0] = 60000.f;
+  t->flat1 = 1000.f;
+  xt_geometry g = geom("fd20-128", 30, 0);
+  const size_t np = (size_t)g.mode.rows * g.mode.cols;
+  float *L = malloc(np * sizeof *L), *S = malloc(np * sizeof *S);
+  XT_REQUIRE(L && S);
+  XT_REQUIRE(xt_proj_render(p, &g, L, NULL) == 0);
+  prm.quantum_noise = 0;
+  c->prm = prm;
+  xt_chain_out out = {0};
+  out.expected = S;
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
+  double worst = 0, lmax = 0;
+  for (int r = 0; r < g.mode.rows; r++)
+    for (int col = 0; col < g.mode.cols; col++) {
+      const size_t i = (size_t)r * g.mode.cols + col;
+      const double tr = S[i] / c->F[i]; /* the flat field's expectation, same pixel */
+      worst = fmax(worst, fabs(tr - exp(-(double)L[i])) / exp(-(double)L[i]));
+      lmax = fmax(lmax, L[i]);
+    }
+  XT_CHECK(lmax > 2);
+  XT_CHECK_MSG(worst <= 2e-5, "worst relative |S/F - exp(-L)| = %g", worst);
+  free(L);
+  free(S);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  xt_model_free(head);
+}
+
+/* Relative noise r = signal / expected - 1 over a central square of a flat field. */
+static void flat_noise(double mas, int frames, const char *mode, double psf, double *var_meas, double *var_pred,
+                       double *nps, int nf) {
+  xt_proj *p = cpu_proj_with(NULL);
+  xt_chain_params prm = quiet();
+  prm.mas = mas;
+  prm.psf_mm = psf;
+  xt_chain *c = NULL;
+  if (!p || xt_chain_create(&prm, p, &c, NULL)) {
+    *var_meas = *var_pred = NAN;
+    return;
+  }
+  xt_geometry g = geom(mode, 0, 0);
+  const int cols = g.mode.cols, rows = g.mode.rows, n0 = cols / 4, n = cols / 2;
+  float *S = malloc(sizeof(float) * cols * rows), *D = malloc(sizeof(float) * cols * rows);
+  double sv = 0, sp = 0, cnt = 0;
+  xt_chain_frame_const fc;
+  xt_chain_frame_const_make(c, &g, 0, &fc);
+  double w2u = 0, w2v = 0;
+  for (int j = 0; j <= 2 * fc.bu.r; j++) w2u += (double)fc.bu.w[j] * fc.bu.w[j];
+  for (int j = 0; j <= 2 * fc.bv.r; j++) w2v += (double)fc.bv.w[j] * fc.bv.w[j];
+  if (nps)
+    for (int k = 0; k < nf; k++) nps[k] = 0;
+  for (int f = 0; f < frames; f++) {
+    xt_chain_out out = {0};
+    out.expected = S;
+    out.signal = D;
+    if (xt_chain_frame(c, &g, (uint64_t)f, &out, NULL)) break;
+    for (int r = n0; r < n0 + n; r++) {
+      double re[512];
+      for (int col = n0; col < n0 + n; col++) {
+        const size_t i = (size_t)r * cols + col;
+        const double x = D[i] / S[i] - 1.0;
+        re[col - n0] = x;
+        sv += x * x;
+        /* compound Poisson: var(signal) = Q = S^2 flat2 / (G flat1^2) = S flat2 / flat1 */
+        sp += (double)c->tab.flat2 / c->tab.flat1 / S[i] * w2u * w2v;
+        cnt++;
+      }
+      /* the row's periodogram at the first nf frequencies k / n cycles per pixel, Hann-windowed
+       * (the rectangular window's side lobes would leak the low frequencies' power into the high) */
+      double w2 = 0;
+      for (int x = 0; x < n; x++) w2 += pow(0.5 - 0.5 * cos(2 * XT_PI * x / n), 2);
+      for (int k = 0; nps && k < nf; k++) {
+        double a = 0, b = 0;
+        for (int x = 0; x < n; x++) {
+          const double h = 0.5 - 0.5 * cos(2 * XT_PI * x / n);
+          a += h * re[x] * cos(2 * XT_PI * k * x / n);
+          b += h * re[x] * sin(2 * XT_PI * k * x / n);
+        }
+        nps[k] += (a * a + b * b) / w2;
+      }
+    }
+  }
+  if (nps)
+    for (int k = 0; k < nf; k++) nps[k] /= frames * n; /* rows x frames periodograms */
+  *var_meas = sv / cnt;
+  *var_pred = sp / cnt;
+  free(S);
+  free(D);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+}
+
+/* Flat-field relative variance: the compound-Poisson closed form (Q / S^2 times the blur's
+ * sum of squared weights) within 5 %, and 1/dose: four times the mAs, a quarter of the variance. */
+XT_TEST(flat_field_variance_scales_as_one_over_dose) {
+  double v1, p1, v4, p4;
+  flat_noise(0.002, 1, "fd20-256", 0.5, &v1, &p1, NULL, 0);
+  flat_noise(0.008, 1, "fd20-256", 0.5, &v4, &p4, NULL, 0);
+  XT_CHECK_MSG(fabs(v1 / p1 - 1) <= 0.05, "variance %g, closed form %g", v1, p1);
+  XT_CHECK_MSG(fabs(v4 / p4 - 1) <= 0.05, "variance %g, closed form %g", v4, p4);
+  XT_CHECK_MSG(fabs((v1 / v4) / 4.0 - 1) <= 0.05, "variance ratio %g for 4x the dose", v1 / v4);
+}
+
+/* |K(f)| of the sampled, normalised Gaussian kernel: the configured MTF. */
+static double kernel_mtf(const xt_blur_kernel *k, double f) {
+  double s = 0;
+  for (int j = -k->r; j <= k->r; j++) s += k->w[j + k->r] * cos(2 * XT_PI * f * j);
+  return fabs(s);
+}
+
+/* NPS along rows, relative: var_white x sum(w_v^2) x |K_u(f)|^2 (the columns' blur only scales it),
+ * in bands of 8 frequencies up to 0.49 cycles per pixel, within 8 % (each band averages 8 bins x 128
+ * rows x 8 frames of Hann-windowed periodograms, adjacent bins half correlated: ~1.5 % standard
+ * error; with 2 frames the last band, where MTF^2 is 2e-4, came out 10 % low). */
+XT_TEST(noise_power_spectrum_follows_mtf_squared) {
+  enum { NF = 64 };
+  double nps[NF], vm, vp;
+  flat_noise(0.004, 8, "fd20-256", 1.2, &vm, &vp, nps, NF);
+  xt_geometry g = geom("fd20-256", 0, 0);
+  xt_blur_kernel ku, kv;
+  xt_blur_kernel_make(1.2 / g.mode.pitch_u_mm, &ku);
+  xt_blur_kernel_make(1.2 / g.mode.pitch_v_mm, &kv);
+  XT_REQUIRE(ku.r >= 2);
+  double w2u = 0, w2v = 0;
+  for (int j = 0; j <= 2 * ku.r; j++) w2u += (double)ku.w[j] * ku.w[j];
+  for (int j = 0; j <= 2 * kv.r; j++) w2v += (double)kv.w[j] * kv.w[j];
+  const double white = vp / (w2u * w2v); /* relative variance before the blur */
+  for (int b = 1; b < NF / 8; b++) {
+    double m = 0, e = 0;
+    for (int k = b * 8; k < b * 8 + 8; k++) {
+      m += nps[k];
+      e += white * w2v * pow(kernel_mtf(&ku, k / 128.0), 2);
+    }
+    XT_CHECK_MSG(fabs(m / e - 1) <= 0.08, "band %d (f %.3f..%.3f): NPS %g, white x MTF^2 %g", b, b * 8 / 128.0,
+                 (b * 8 + 7) / 128.0, m / 8, e / 8);
+  }
+}
+
+/* The slanted-edge method (IEC 62220-1): a 2 mm titanium half-plane's edge, the detector turned
+ * 4 degrees, noise off; rows give the edge line, pixels binned at 1/8 pixel across it make the ESF,
+ * its derivative the LSF, whose DFT must be the configured MTF |K(f)| within 0.02 up to 0.4 cycles
+ * per pixel. */
+XT_TEST(edge_phantom_mtf_matches_the_configured_one) {
+  const double sp[3] = {1.0, 2.0, 1.0};
+  xt_volume *v = NULL;
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_volume_create(300, 1, 300, sp, XT_VOXEL_U8, &v, NULL) == 0);
+  v->materials = malloc(sizeof *v->materials);
+  XT_REQUIRE(v->materials && xt_materials_default(60, v->materials, NULL) == 0);
+  uint8_t *lab = v->data;
+  for (int z = 0; z < 300; z++)
+    for (int x = 0; x < 300; x++) lab[(size_t)z * 300 + x] = x >= 150 ? XT_MAT_METAL : XT_MAT_AIR;
+  XT_REQUIRE(xt_model_from_volume(v, "edge", &m, NULL) == 0);
+  xt_proj *p = cpu_proj_with(m);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  prm.quantum_noise = 0;
+  prm.psf_mm = 0.8;
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-256", 0, 4.0);
+  const int cols = g.mode.cols, rows = g.mode.rows;
+  float *D = malloc(sizeof(float) * cols * rows);
+  XT_REQUIRE(D);
+  xt_chain_out out = {0};
+  out.signal = D;
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
+  /* per row of a central band, the edge at the centroid of |d/dx| */
+  const int r0 = rows / 2 - 48, r1 = rows / 2 + 48;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, n = 0;
+  for (int r = r0; r < r1; r++) {
+    double w = 0, wx = 0;
+    for (int col = 1; col < cols; col++) {
+      const double d = fabs((double)D[(size_t)r * cols + col] - D[(size_t)r * cols + col - 1]);
+      w += d;
+      wx += d * (col - 0.5);
+    }
+    const double xe = wx / w;
+    sx += r;
+    sy += xe;
+    sxx += (double)r * r;
+    sxy += r * xe;
+    n++;
+  }
+  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), icpt = (sy - slope * sx) / n;
+  XT_CHECK(fabs(atan(slope)) > 0.03 && fabs(atan(slope)) < 0.12); /* ~4 degrees */
+  /* ESF at 1/8 pixel across the edge, within +-12 pixels */
+  enum { OS = 8, HALF = 12 * OS, NB = 2 * HALF };
+  double esf[NB] = {0}, cnt[NB] = {0};
+  const double cs = cos(atan(slope));
+  for (int r = r0; r < r1; r++)
+    for (int col = 0; col < cols; col++) {
+      const double d = (col - (icpt + slope * r)) * cs;
+      const int bin = (int)floor(d * OS) + HALF;
+      if (bin < 0 || bin >= NB) continue;
+      esf[bin] += D[(size_t)r * cols + col];
+      cnt[bin] += 1;
+    }
+  for (int b = 0; b < NB; b++) {
+    XT_REQUIRE(cnt[b] > 0);
+    esf[b] /= cnt[b];
+  }
+  double lsf[NB - 1];
+  for (int b = 0; b < NB - 1; b++) lsf[b] = esf[b + 1] - esf[b];
+  xt_blur_kernel ku;
+  xt_blur_kernel_make(prm.psf_mm / g.mode.pitch_u_mm, &ku);
+  double a0 = 0;
+  for (int b = 0; b < NB - 1; b++) a0 += lsf[b];
+  for (int k = 1; k <= 8; k++) {
+    const double f = 0.05 * k; /* cycles per pixel */
+    double a = 0, s = 0;
+    for (int b = 0; b < NB - 1; b++) {
+      const double x = (b + 1 - HALF) / (double)OS;
+      a += lsf[b] * cos(2 * XT_PI * f * x);
+      s += lsf[b] * sin(2 * XT_PI * f * x);
+    }
+    /* the 1/8-pixel bins average: sinc(f/8) */
+    const double meas = sqrt(a * a + s * s) / fabs(a0) / (sin(XT_PI * f / OS) / (XT_PI * f / OS));
+    /* the rotated detector samples the edge along u and v: the blur across the edge is K_u at cos(4 deg)
+     * mixed with K_v; both kernels are equal here (square pixels) */
+    XT_CHECK_MSG(fabs(meas - kernel_mtf(&ku, f)) <= 0.02, "f %.2f: measured MTF %.4f, configured %.4f", f, meas,
+                 kernel_mtf(&ku, f));
+  }
+  free(D);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  xt_model_free(m);
+}
+
+/* Lag: after a long steady exposure stops, the n-th frame keeps sum_k f_k a_k^(n-1) of the signal
+ * (the configured fractions and decays), to the ADC's rounding. */
+XT_TEST(lag_decays_as_configured) {
+  xt_proj *p = cpu_proj_with(NULL);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  prm.lag = 1;
+  prm.quantum_noise = 0;
+  prm.psf_mm = 0;
+  xt_geometry g = geom("fd20-128", 0, 0);
+  /* the centre pixel at about 10000 ADU */
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_chain_frame_const fc;
+  xt_chain_frame_const_make(c, &g, 0, &fc);
+  const int i = 64 * 128 + 64;
+  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab.flat1 * prm.adu_per_kev;
+  prm.mas = 10000.0 / per_mas;
+  const double on = prm.mas;
+  XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+  uint16_t raw[128 * 128];
+  xt_chain_out out = {0};
+  out.raw = raw;
+  for (int f = 0; f < 200; f++) XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)f, &out, NULL) == 0);
+  const double x_on = raw[i] - prm.offset_adu;
+  XT_CHECK_NEAR(x_on, 10000, 1.0); /* steady state: charge conserved */
+  prm.mas = 1e-5;
+  XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+  const double x_off = 10000.0 * 1e-5 / on;
+  /* the response to x = 10000 until frame 0 and x_off after, by superposition of the impulse
+   * response h[0] = 1 - sum f_k, h[j] = sum_k f_k (1 - a_k) a_k^(j-1) (term k's fraction f_k spread
+   * geometrically over the following frames) */
+  for (int n = 1; n <= 4; n++) {
+    XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(200 + n), &out, NULL) == 0);
+    double want = 0;
+    for (int j = 0; j < 5000; j++) {
+      double h = j == 0 ? 1.0 : 0.0;
+      for (int k = 0; k < 3; k++)
+        h += j == 0 ? -prm.lag_frac[k] : prm.lag_frac[k] * (1 - prm.lag_decay[k]) * pow(prm.lag_decay[k], j - 1);
+      want += h * (n - j >= 1 ? x_off : 10000.0);
+    }
+    XT_CHECK_MSG(fabs(raw[i] - prm.offset_adu - want) <= 1.0, "frame %d after: %g ADU, expected %g", n,
+                 raw[i] - prm.offset_adu, want);
+  }
+  XT_CHECK(raw[i] - prm.offset_adu > 20); /* the 4th frame still lags ~0.3 % */
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+}
+
+/* 2x2 binning sums the four pixels' charge before one read: raw = offset + gain x (sum of the
+ * unbinned signals), to the ADC's rounding. */
+XT_TEST(binning_sums_charge) {
+  xt_proj *p = cpu_proj_with(NULL);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  prm.quantum_noise = 0;
+  prm.mas = 0.0002;
+  xt_chain *c1 = NULL, *c2 = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c1, NULL) == 0);
+  prm.binning = 2;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c2, NULL) == 0);
+  xt_geometry g = geom("fd20-128", 0, 0);
+  float D[128 * 128];
+  uint16_t raw2[64 * 64];
+  xt_chain_out o1 = {0}, o2 = {0};
+  o1.signal = D;
+  o2.raw = raw2;
+  XT_REQUIRE(xt_chain_frame(c1, &g, 0, &o1, NULL) == 0 && xt_chain_frame(c2, &g, 0, &o2, NULL) == 0);
+  int cols, rows;
+  xt_chain_out_size(c2, &g, &cols, &rows);
+  XT_CHECK(cols == 64 && rows == 64);
+  for (int r = 0; r < 64; r += 7)
+    for (int c = 0; c < 64; c += 5) {
+      double s = 0;
+      for (int dy = 0; dy < 2; dy++)
+        for (int dx = 0; dx < 2; dx++) s += D[(2 * r + dy) * 128 + 2 * c + dx];
+      XT_CHECK_NEAR(raw2[r * 64 + c], floor(prm.offset_adu + s * prm.adu_per_kev + 0.5), 1.0);
+    }
+  xt_chain_destroy(c1);
+  xt_chain_destroy(c2);
+  xt_proj_destroy(p);
+}
+
+/* Saturation, defects and the processed frame's window on a flat field: air is attenuation 0, so
+ * each processed pixel is round(clamp((level + window/2) / window) x 4095); dead and hot pixels in
+ * the raw frame are interpolated away in the processed one. */
+XT_TEST(readout_defects_saturation_and_window) {
+  xt_proj *p = cpu_proj_with(NULL);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  prm.quantum_noise = 0;
+  prm.defect_fraction = 0.01;
+  prm.defect_lines = 2;
+  prm.level = 1.0;
+  prm.window = 4.0;
+  prm.edge_gain = 0.7;
+  prm.mas = 0.001;
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-128", 0, 0);
+  uint16_t raw[128 * 128], proc[128 * 128];
+  xt_chain_out out = {0};
+  out.raw = raw;
+  out.proc = proc;
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
+  int dead = 0, hot = 0, lines = 0;
+  const uint16_t want = (uint16_t)floor(0.75 * 4095 + 0.5);
+  for (int i = 0; i < 128 * 128; i++) {
+    const int d = c->maps.defect[i];
+    if (d == XT_DEFECT_DEAD || d == XT_DEFECT_LINE) {
+      XT_CHECK(raw[i] == (uint16_t)floor(c->maps.offset[i] + 0.5));
+      dead += d == XT_DEFECT_DEAD;
+      lines += d == XT_DEFECT_LINE;
+    }
+    if (d == XT_DEFECT_HOT) {
+      XT_CHECK(raw[i] == 16383);
+      hot++;
+    }
+    /* flat: 0 attenuation everywhere (a few counts of the ADC's rounding), defects interpolated */
+    XT_CHECK_MSG(abs((int)proc[i] - (int)want) <= 3, "pixel %d (defect %d): %d vs %d", i, d, proc[i], want);
+  }
+  XT_CHECK(dead > 20 && hot > 20 && lines == 2 * 128);
+  /* saturation: 1000x the exposure clips at the 14-bit maximum */
+  prm.mas = 1.0;
+  XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+  XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
+  XT_CHECK(raw[64 * 128 + 64] == 16383);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+}
+
+/* Replay: the same seed and poses give bit-identical raw and processed frames; another seed not. */
+XT_TEST(replay_is_bit_identical) {
+  const int dim[3] = {48, 48, 48};
+  xt_model *head = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 4.0, XT_VOXEL_F32, &head, NULL) == 0);
+  xt_proj *p = cpu_proj_with(head);
+  XT_REQUIRE(p);
+  static uint16_t a[3][128 * 128], b[3][128 * 128], pa[3][128 * 128], pb[128 * 128];
+  for (int run = 0; run < 3; run++) {
+    xt_chain_params prm = xt_chain_params_default();
+    prm.seed = run == 2 ? 99 : 7;
+    xt_chain *c = NULL;
+    XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+    for (int f = 0; f < 3; f++) {
+      xt_geometry g = geom("fd20-128", 10.0 * f, 0);
+      xt_chain_out out = {0};
+      out.raw = run == 1 ? b[f] : a[f];
+      out.proc = run == 1 ? pb : pa[f];
+      if (run == 2) out.raw = b[f]; /* compared against run 0 below */
+      XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)f, &out, NULL) == 0);
+      if (run == 1) {
+        XT_CHECK(memcmp(a[f], b[f], sizeof a[f]) == 0);
+        XT_CHECK(memcmp(pa[f], pb, sizeof pb) == 0);
+      }
+    }
+    if (run == 2) XT_CHECK(memcmp(a[2], b[2], sizeof a[2]) != 0);
+    xt_chain_destroy(c);
+  }
+  xt_proj_destroy(p);
+  xt_model_free(head);
+}
+
+XT_TEST(parameters_are_checked_by_name) {
+  xt_chain_params p = xt_chain_params_default();
+  xt_msg msg;
+  XT_CHECK(xt_chain_param_set(&p, "kv", 200, &msg) == XT_ERANGE && strstr(msg.text, "chain.kv"));
+  XT_CHECK(xt_chain_param_set(&p, "binning", 1.5, &msg) == XT_ERANGE && strstr(msg.text, "whole"));
+  XT_CHECK(xt_chain_param_set(&p, "nonsense", 1, &msg) == XT_EINVAL && strstr(msg.text, "nonsense"));
+  XT_CHECK(xt_chain_param_set(&p, "mas", 0.5, &msg) == 0 && p.mas == 0.5);
+  p.lag_frac[0] = p.lag_frac[1] = p.lag_frac[2] = 0.4;
+  XT_CHECK(xt_chain_params_validate(&p, &msg) == XT_ERANGE && strstr(msg.text, "lag"));
+  /* every default obeys its own range */
+  xt_chain_params d = xt_chain_params_default();
+  XT_CHECK(xt_chain_params_validate(&d, &msg) == 0);
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    XT_CHECK(xt_chain_param_get(&d, in) == in->def);
+  }
+}
+
+XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_factorial_matches_lgamma)
+                 XT_ENTRY(poisson_sampler_has_poisson_moments)
+                 XT_ENTRY(one_energy_transmission_is_exp_minus_line_integral)
+                     XT_ENTRY(flat_field_variance_scales_as_one_over_dose)
+                         XT_ENTRY(noise_power_spectrum_follows_mtf_squared)
+                             XT_ENTRY(edge_phantom_mtf_matches_the_configured_one) XT_ENTRY(lag_decays_as_configured)
+                                 XT_ENTRY(binning_sums_charge) XT_ENTRY(readout_defects_saturation_and_window)
+                                     XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name))

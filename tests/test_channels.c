@@ -1,0 +1,198 @@
+/* Material channels (projectors/xt_channels.c, the CPU reference and backend): areal densities
+ * against closed-form chords through boxes, the DeepDRR HU classes of dense volumes, and the
+ * identity mono line integral = sum_m (mu/rho)_m A_m at the tables' energy. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_channels.h"
+#include "xt_phantom.h"
+#include "xt_proj.h"
+#include "xt_test.h"
+
+/* Exact length (mm) of segment a->b inside the axis-aligned box [lo, hi]^3 (slab method). */
+static double box_chord(xt_vec3 a, xt_vec3 b, double lo, double hi) {
+  double t0 = 0, t1 = 1;
+  const double pa[3] = {a.x, a.y, a.z}, pb[3] = {b.x, b.y, b.z};
+  for (int k = 0; k < 3; k++) {
+    const double d = pb[k] - pa[k];
+    if (d == 0) {
+      if (pa[k] < lo || pa[k] > hi) return 0;
+      continue;
+    }
+    double u0 = (lo - pa[k]) / d, u1 = (hi - pa[k]) / d;
+    if (u0 > u1) {
+      double t = u0;
+      u0 = u1;
+      u1 = t;
+    }
+    t0 = fmax(t0, u0);
+    t1 = fmin(t1, u1);
+  }
+  return t1 > t0 ? (t1 - t0) * xt_v3_norm(xt_v3_sub(b, a)) : 0;
+}
+
+/* A cube of n^3 voxels of `spacing` mm, every voxel `label` (default table at 60 keV). */
+static xt_model *label_cube(int n, double spacing, int label) {
+  const double sp[3] = {spacing, spacing, spacing};
+  xt_volume *v = NULL;
+  xt_model *m = NULL;
+  if (xt_volume_create(n, n, n, sp, XT_VOXEL_U8, &v, NULL)) return NULL;
+  v->materials = malloc(sizeof *v->materials);
+  if (!v->materials || xt_materials_default(60, v->materials, NULL)) {
+    xt_volume_free(v);
+    return NULL;
+  }
+  memset(v->data, label, v->nbytes);
+  if (xt_model_from_volume(v, "cube", &m, NULL)) xt_volume_free(v);
+  return m;
+}
+
+XT_TEST(label_cube_channels_are_density_times_chord) {
+  xt_model *m = label_cube(5, 10.0, XT_MAT_IODINE); /* 50 mm of iodine contrast */
+  XT_REQUIRE(m);
+  xt_chanset cs = {0};
+  XT_REQUIRE(xt_chanset_add_model(&cs, m, NULL) == 0);
+  XT_CHECK(cs.n == 8); /* the default table's 8 entries use 8 basis materials */
+  const int cb = xt_chanset_find(&cs, XT_BASIS_BLOOD), ci = xt_chanset_find(&cs, XT_BASIS_IODINE);
+  XT_REQUIRE(cb >= 0 && ci >= 0);
+  xt_geometry g;
+  xt_pose pose = xt_pose_default(xt_mode_find("fd20-128"));
+  pose.primary_deg = 20;
+  pose.secondary_deg = -10;
+  XT_REQUIRE(xt_geom_compute(&pose, xt_mode_find("fd20-128"), &g, NULL) == 0);
+  const size_t plane = (size_t)g.mode.rows * g.mode.cols;
+  double *out = malloc(sizeof *out * plane * cs.n);
+  XT_REQUIRE(out);
+  const xt_model *ms[1] = {m};
+  XT_REQUIRE(xt_ref_render_channels_f64(ms, 1, &cs, &g, out, 2, NULL) == 0);
+  int hit = 0;
+  for (int r = 0; r < g.mode.rows; r += 3)
+    for (int c = 0; c < g.mode.cols; c += 3) {
+      const double L = box_chord(g.source, xt_geom_pixel_pos(&g, c, r), -25, 25);
+      const size_t k = (size_t)r * g.mode.cols + c;
+      hit += L > 0;
+      /* float weights (1.06 and 0.010 g/cm^3 rounded to float): 1e-7 relative */
+      XT_CHECK_NEAR(out[plane * cb + k], 0.106 * L, 1e-7 * 0.106 * L + 1e-12);
+      XT_CHECK_NEAR(out[plane * ci + k], 0.0010 * L, 1e-7 * 0.001 * L + 1e-12);
+      for (int ch = 0; ch < cs.n; ch++)
+        if (ch != cb && ch != ci) XT_CHECK(out[plane * ch + k] == 0);
+    }
+  XT_CHECK(hit > 50);
+  free(out);
+  xt_model_free(m);
+}
+
+/* Dense voxels are classed by HU (DeepDRR: air < -800 <= soft < 350 <= bone) and their channel is
+ * mu x length / (mu/rho)_class at the volume's energy. */
+XT_TEST(dense_voxels_are_classed_by_hu) {
+  const double hu[] = {-950, -500, 0, 340, 360, 1200};
+  const int cls[] = {XT_BASIS_AIR, XT_BASIS_SOFT, XT_BASIS_SOFT, XT_BASIS_SOFT, XT_BASIS_BONE, XT_BASIS_BONE};
+  for (size_t i = 0; i < sizeof hu / sizeof hu[0]; i++) {
+    const double sp[3] = {10, 10, 10}, e = 70;
+    xt_volume *v = NULL;
+    xt_model *m = NULL;
+    XT_REQUIRE(xt_volume_create(5, 5, 5, sp, XT_VOXEL_F32, &v, NULL) == 0);
+    v->energy_kev = e;
+    double mr_soft = 0, mr_cls = 0;
+    XT_REQUIRE(xt_basis_mass_atten(XT_BASIS_SOFT, e, &mr_soft, NULL) == 0 &&
+               xt_basis_mass_atten(cls[i], e, &mr_cls, NULL) == 0);
+    const float mu = (float)(mr_soft * 0.1 * (1 + hu[i] / 1000));
+    for (size_t k = 0; k < 125; k++) ((float *)v->data)[k] = mu;
+    XT_REQUIRE(xt_model_from_volume(v, "dense", &m, NULL) == 0);
+    xt_chanset cs = {0};
+    XT_REQUIRE(xt_chanset_add_model(&cs, m, NULL) == 0);
+    XT_CHECK(cs.n == 3 && cs.basis[0] == XT_BASIS_AIR && cs.basis[1] == XT_BASIS_SOFT && cs.basis[2] == XT_BASIS_BONE);
+    xt_geometry g;
+    XT_REQUIRE(xt_geom_compute(&(xt_pose){0, 0, 0, 810, 1195, {0, 0, 0}}, xt_mode_find("fd20-128"), &g, NULL) == 0);
+    const xt_model *ms[1] = {m};
+    const size_t plane = (size_t)g.mode.rows * g.mode.cols, k = (size_t)64 * g.mode.cols + 64;
+    double *out = malloc(sizeof *out * plane * 3);
+    XT_REQUIRE(out);
+    XT_REQUIRE(xt_ref_render_channels_f64(ms, 1, &cs, &g, out, 1, NULL) == 0);
+    const double L = box_chord(g.source, xt_geom_pixel_pos(&g, 64, 64), -25, 25);
+    const int want = xt_chanset_find(&cs, cls[i]);
+    for (int ch = 0; ch < 3; ch++) {
+      const double expect = ch == want ? (double)mu * L / mr_cls : 0.0;
+      XT_CHECK_MSG(fabs(out[plane * ch + k] - expect) <= 1e-6 * fabs(expect) + 1e-15, "HU %g channel %d: %g vs %g",
+                   hu[i], ch, out[plane * ch + k], expect);
+    }
+    free(out);
+    xt_model_free(m);
+  }
+}
+
+/* Mono = sum_m (mu/rho)_m(E) A_m at the tables' energy, pixel by pixel, for label and dense heads
+ * together in one scene (the channel set is their union), through the CPU backend (float). */
+XT_TEST(channels_reproduce_the_mono_line_integral) {
+  const int dim[3] = {64, 64, 64};
+  xt_model *lab = NULL, *den = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &lab, NULL) == 0);
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_F32, &den, NULL) == 0);
+  den->placement.t[0] = 40; /* overlapping, not coincident */
+  xt_proj *p = NULL;
+  xt_proj_options po = {XT_BACKEND_CPU, 2, 0};
+  XT_REQUIRE(xt_proj_create(&po, &p, NULL) == 0);
+  XT_REQUIRE(xt_proj_add_model(p, lab, NULL) == 0 && xt_proj_add_model(p, den, NULL) == 0);
+  xt_chanset cs;
+  XT_REQUIRE(xt_proj_channels(p, &cs, NULL) == 0);
+  XT_CHECK(cs.n == 8);
+  double mr[XT_MAX_CHANNELS];
+  XT_REQUIRE(xt_chanset_mass_atten(&cs, XT_DEFAULT_ENERGY_KEV, mr, NULL) == 0);
+  const xt_detector_mode *mode = xt_mode_find("fd20-128");
+  const double angles[] = {0, 37, 90};
+  for (int a = 0; a < 3; a++) {
+    xt_geometry g;
+    xt_pose pose = xt_pose_default(mode);
+    pose.primary_deg = angles[a];
+    pose.secondary_deg = a == 1 ? 12 : 0;
+    XT_REQUIRE(xt_geom_compute(&pose, mode, &g, NULL) == 0);
+    const size_t plane = (size_t)mode->rows * mode->cols;
+    float *L = malloc(sizeof *L * plane), *A = malloc(sizeof *A * plane * cs.n);
+    XT_REQUIRE(L && A);
+    XT_REQUIRE(xt_proj_render(p, &g, L, NULL) == 0);
+    XT_REQUIRE(xt_proj_render_channels(p, &g, A, NULL) == 0);
+    double maxrel = 0, lmax = 0;
+    for (size_t k = 0; k < plane; k++) {
+      double s = 0;
+      for (int c = 0; c < cs.n; c++) s += mr[c] * A[plane * c + k]; /* cm^2/g x g/cm^2 */
+      lmax = fmax(lmax, L[k]);
+      maxrel = fmax(maxrel, fabs(s - L[k]));
+    }
+    /* float planes and float table entries: a few 1e-7 of the largest line integral */
+    XT_CHECK_MSG(maxrel <= 2e-6 * lmax, "angle %g: max |sum - mono| = %g of %g", angles[a], maxrel, lmax);
+    XT_CHECK(lmax > 1);
+    free(L);
+    free(A);
+  }
+  xt_proj_destroy(p);
+  xt_model_free(lab);
+  xt_model_free(den);
+}
+
+XT_TEST(channel_set_limits_and_errors) {
+  xt_chanset cs = {8, {XT_BASIS_WATER, XT_BASIS_ALUMINIUM, XT_BASIS_COPPER, XT_BASIS_TUNGSTEN, XT_BASIS_CSI,
+                       XT_BASIS_IODINE, XT_BASIS_TITANIUM, XT_BASIS_BRAIN}};
+  const int dim[3] = {8, 8, 8};
+  xt_model *den = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 20.0, XT_VOXEL_F32, &den, NULL) == 0);
+  xt_msg msg;
+  XT_CHECK(xt_chanset_add_model(&cs, den, &msg) == XT_ETOOLARGE && strstr(msg.text, "head") && strstr(msg.text, "air"));
+  XT_CHECK(cs.n == 8 && cs.basis[0] == XT_BASIS_WATER); /* unchanged on failure */
+  char names[256];
+  xt_chanset small = {2, {XT_BASIS_SOFT, XT_BASIS_BONE}};
+  xt_chanset_names(&small, names, sizeof names);
+  XT_CHECK(strcmp(names, "soft_tissue,bone") == 0);
+  /* a label table entry that is not a default material has no composition */
+  xt_model *lab = label_cube(2, 10, XT_MAT_SOFT);
+  XT_REQUIRE(lab);
+  snprintf(lab->volume->materials->name[3], XT_MATERIAL_NAME_MAX, "unobtainium");
+  xt_chanset e = {0};
+  XT_CHECK(xt_chanset_add_model(&e, lab, &msg) == XT_EUNSUPPORTED && strstr(msg.text, "unobtainium"));
+  xt_model_free(lab);
+  xt_model_free(den);
+}
+
+XT_TEST_MAIN(XT_ENTRY(label_cube_channels_are_density_times_chord) XT_ENTRY(dense_voxels_are_classed_by_hu)
+                 XT_ENTRY(channels_reproduce_the_mono_line_integral) XT_ENTRY(channel_set_limits_and_errors))

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "xt_gmm.h"
+#include "xt_gmm_json.h"
 #include "xt_load.h"
 
 typedef int (*model_reader)(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg);
@@ -17,6 +19,24 @@ static int read_volume(const char *path, const xt_load_options *opt, xt_model **
   return rc;
 }
 
+/* Gaussian mixtures: native, the thesis's .gmm, hand-written JSON (opt does not apply). */
+static int wrap_gmm(int rc, xt_gmm **g, xt_model **out, xt_msg *msg) {
+  if (!rc && (rc = xt_model_from_gmm(*g, NULL, out, msg))) xt_gmm_free(*g);
+  return rc;
+}
+static int read_gmm_native(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_gmm *g = NULL;
+  return wrap_gmm(xt_gmm_read_native(path, &g, msg), &g, out, msg);
+}
+static int read_gmm_thesis(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_gmm *g = NULL;
+  return wrap_gmm(xt_gmm_read_thesis(path, &g, msg), &g, out, msg);
+}
+static int read_gmm_json(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_gmm *g = NULL;
+  return wrap_gmm(xt_gmm_read_json(path, &g, NULL, 0, msg), &g, out, msg);
+}
+
 /* File-name suffixes (case-insensitive), longest first where one ends another. */
 static const struct {
   const char *suffix;
@@ -24,6 +44,7 @@ static const struct {
 } readers[] = {
     {".nii.gz", read_volume}, {".nii", read_volume}, {".nrrd", read_volume},
     {".nhdr", read_volume},   {".mha", read_volume}, {".mhd", read_volume},
+    {".xgmm", read_gmm_native}, {".gmm.json", read_gmm_json}, {".gmm", read_gmm_thesis},
 };
 
 static int ends_with(const char *s, const char *suffix) {

@@ -112,23 +112,29 @@ typedef struct xt_gmm_header {
   uint32_t reserved[3];   /* 0 */
 } xt_gmm_header;
 
-_Static_assert(sizeof(xt_gaussian) == 48, "GMM record is 48 bytes");
-_Static_assert(offsetof(xt_gaussian, centre) == 0, "record: centre at 0");
-_Static_assert(offsetof(xt_gaussian, scale) == 12, "record: scale at 12");
-_Static_assert(offsetof(xt_gaussian, quat) == 24, "record: quat at 24");
-_Static_assert(offsetof(xt_gaussian, rho) == 40, "record: rho at 40");
-_Static_assert(offsetof(xt_gaussian, label) == 44, "record: label at 44");
-_Static_assert(sizeof(xt_gmm_header) == 128, "GMM header is 128 bytes");
-_Static_assert(offsetof(xt_gmm_header, version) == 8, "header: version at 8");
-_Static_assert(offsetof(xt_gmm_header, header_bytes) == 12, "header: header_bytes at 12");
-_Static_assert(offsetof(xt_gmm_header, count) == 16, "header: count at 16");
-_Static_assert(offsetof(xt_gmm_header, record_bytes) == 24, "header: record_bytes at 24");
-_Static_assert(offsetof(xt_gmm_header, flags) == 28, "header: flags at 28");
-_Static_assert(offsetof(xt_gmm_header, cutoff) == 32, "header: cutoff at 32");
-_Static_assert(offsetof(xt_gmm_header, unit_mm) == 40, "header: unit_mm at 40");
-_Static_assert(offsetof(xt_gmm_header, layout) == 48, "header: layout at 48");
-_Static_assert(offsetof(xt_gmm_header, crc32) == 112, "header: crc32 at 112");
-_Static_assert(sizeof XT_GMM_LAYOUT <= 64, "layout string fits its field");
+/* C11 and C++ (the CUDA kind includes this header) spell it differently. */
+#ifdef __cplusplus
+#define XT_GMM_ASSERT static_assert
+#else
+#define XT_GMM_ASSERT _Static_assert
+#endif
+XT_GMM_ASSERT(sizeof(xt_gaussian) == 48, "GMM record is 48 bytes");
+XT_GMM_ASSERT(offsetof(xt_gaussian, centre) == 0, "record: centre at 0");
+XT_GMM_ASSERT(offsetof(xt_gaussian, scale) == 12, "record: scale at 12");
+XT_GMM_ASSERT(offsetof(xt_gaussian, quat) == 24, "record: quat at 24");
+XT_GMM_ASSERT(offsetof(xt_gaussian, rho) == 40, "record: rho at 40");
+XT_GMM_ASSERT(offsetof(xt_gaussian, label) == 44, "record: label at 44");
+XT_GMM_ASSERT(sizeof(xt_gmm_header) == 128, "GMM header is 128 bytes");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, version) == 8, "header: version at 8");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, header_bytes) == 12, "header: header_bytes at 12");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, count) == 16, "header: count at 16");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, record_bytes) == 24, "header: record_bytes at 24");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, flags) == 28, "header: flags at 28");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, cutoff) == 32, "header: cutoff at 32");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, unit_mm) == 40, "header: unit_mm at 40");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, layout) == 48, "header: layout at 48");
+XT_GMM_ASSERT(offsetof(xt_gmm_header, crc32) == 112, "header: crc32 at 112");
+XT_GMM_ASSERT(sizeof XT_GMM_LAYOUT <= 64, "layout string fits its field");
 
 /* Each reader fails on truncated or oversized files, NaN/inf, non-positive scales, quaternions
  * that cannot be normalised and absurd counts, with one line in msg starting with the path; on

@@ -38,4 +38,13 @@
 #define XT_CUDA_BATCH_MAX_FRAMES 1024
 #define XT_CUDA_BATCH_CHUNK_BYTES ((size_t)64 << 20)
 
+/* The Gaussian kind (proj_gmm.cu): a block renders one GMM_TILE_W x GMM_TILE_H tile, loading
+ * the tile's Gaussians into shared memory GMM_BATCH at a time (one per thread); the preprocess
+ * and duplicate kernels run GMM_PRE_THREADS threads per block, one Gaussian each. */
+#define XT_GMM_TILE_W 16
+#define XT_GMM_TILE_H 16
+#define XT_GMM_BLOCK (XT_GMM_TILE_W * XT_GMM_TILE_H)
+#define XT_GMM_BATCH XT_GMM_BLOCK
+#define XT_GMM_PRE_THREADS 128
+
 #endif /* XT_CUDA_CONFIG_H */

@@ -202,23 +202,34 @@ typedef struct dup_args {
   int n, ntx;
 } dup_args;
 
-/* Thread mapping: one thread per Gaussian (all models). In: its conic, count and inclusive
- * offset. Out: keys (tile id) and values (Gaussian id) at [off - cnt, off), row by row. */
+/* Thread mapping: one warp per Gaussian (all models), lane r its tile rows ty0 + r, ty0 + r + 32,
+ * ... In: its conic, count and inclusive offset. Out: keys (tile id) and values (Gaussian id) at
+ * [off - cnt, off), row by row: each lane counts its row's tiles, the warp scans the counts
+ * (shuffles), each lane writes its row's run. */
 __global__ void __launch_bounds__(XT_GMM_PRE_THREADS) k_duplicate(const __grid_constant__ dup_args A) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= A.n) return;
+  const int i = (int)((blockIdx.x * (unsigned)blockDim.x + threadIdx.x) / 32), lane = (int)(threadIdx.x % 32);
+  if (i >= A.n) return; /* whole warps */
   const uint32_t c = A.cnt[i];
   if (!c) return;
   const gmm_conic q = A.conic[i];
-  uint32_t o = A.off[i] - c;
-  for (int ty = q.ty0; ty <= q.ty1; ty++) {
-    int a, b;
-    xt_gmm_row_span(q, ty, A.ntx, &a, &b);
-    for (int tx = a; tx <= b; tx++) {
-      A.keys[o] = (uint32_t)(ty * A.ntx + tx);
-      A.vals[o] = (uint32_t)i;
-      o++;
+  uint32_t base = A.off[i] - c;
+  for (int t0 = q.ty0; t0 <= q.ty1; t0 += 32) {
+    const int ty = t0 + lane;
+    int a = 1, b = 0;
+    if (ty <= q.ty1) xt_gmm_row_span(q, ty, A.ntx, &a, &b);
+    const uint32_t n = b >= a ? (uint32_t)(b - a + 1) : 0u;
+    uint32_t sc = n;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, sc, d);
+      if (lane >= d) sc += v;
     }
+    uint32_t o = base + sc - n;
+    for (int x = a; x <= b; x++, o++) {
+      A.keys[o] = (uint32_t)(ty * A.ntx + x);
+      A.vals[o] = (uint32_t)i;
+    }
+    base += __shfl_sync(0xffffffffu, sc, 31);
   }
 }
 
@@ -235,39 +246,52 @@ __global__ void k_ranges(const uint32_t *keys, int n, uint2 *ranges) {
 typedef struct ren_args {
   const gmm_frame *frame;
   const gmm_screen *screen;
+  const gmm_conic *conic;
   const uint32_t *vals;
   const uint2 *ranges;
   float *out;
   int cols, rows, ntx, accumulate;
 } ren_args;
 
-/* Thread mapping: one block per TW x TH tile, one thread per pixel; blockIdx.x, .y the tile.
- * In: the tile's range of sorted Gaussian ids, their screen records (through shared memory,
- * XT_GMM_BATCH at a time, with the tile's offset folded into the centre), the frame's camera
- * (pixel lengths). Out: out[row][col], written (accumulate 0, every pixel of the detector) or
- * added to. Each batch sums in float, batches in double: a pixel's sum of thousands of terms
- * keeps ~1e-7 relative accuracy, in the same order every time. */
+/* Thread mapping: one block per TW x TH tile, one thread per pixel; blockIdx.x, .y the tile; warp
+ * w covers the XT_GMM_WARP_W x XT_GMM_WARP_H sub-tile w (row-major). In: the tile's range of
+ * sorted Gaussian ids, their screen and conic records (through shared memory, XT_GMM_BATCH at a
+ * time: the tile's offset folded in, and the mask of the warps whose sub-tile the conic reaches),
+ * the frame's camera (pixel lengths). Out: out[row][col], written (accumulate 0: every pixel of
+ * the detector) or added to. A warp skips the Gaussians its sub-tile does not meet (a uniform
+ * branch). Each batch sums in float, batches in double: thousands of terms keep ~1e-7 relative
+ * accuracy, in the same order every time. */
 __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__ ren_args A) {
   __shared__ float4 sh[4][XT_GMM_BATCH];
+  __shared__ uint32_t msk[XT_GMM_BATCH];
   const int tx = blockIdx.x, ty = blockIdx.y;
-  const int lx = threadIdx.x % TW, ly = threadIdx.x / TW;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int nwx = TW / XT_GMM_WARP_W;
+  const int lx = (warp % nwx) * XT_GMM_WARP_W + lane % XT_GMM_WARP_W;
+  const int ly = (warp / nwx) * XT_GMM_WARP_H + lane / XT_GMM_WARP_W;
   const int col = tx * TW + lx, row = ty * TH + ly;
   const uint2 rg = A.ranges[ty * A.ntx + tx];
   const float fx = (float)lx, fy = (float)ly;
+  const uint32_t bit = 1u << warp;
   double acc = 0.0;
   for (uint32_t base = rg.x; base < rg.y; base += XT_GMM_BATCH) {
     const int nb = (int)min((uint32_t)XT_GMM_BATCH, rg.y - base);
     __syncthreads();
     if ((int)threadIdx.x < nb) {
-      const gmm_tile_g r = xt_gmm_tile_record(A.screen[A.vals[base + threadIdx.x]], tx * TW, ty * TH);
+      const uint32_t id = A.vals[base + threadIdx.x];
+      const gmm_tile_g r = xt_gmm_tile_record(A.screen[id], tx * TW, ty * TH);
       sh[0][threadIdx.x] = r.g0;
       sh[1][threadIdx.x] = r.g1;
       sh[2][threadIdx.x] = r.g2;
       sh[3][threadIdx.x] = r.g3;
+      msk[threadIdx.x] = xt_gmm_warp_mask(A.conic[id], tx * TW, ty * TH);
     }
     __syncthreads();
     float part = 0.f;
-    for (int j = 0; j < nb; j++) part += xt_gmm_term(sh[0][j], sh[1][j], sh[2][j], sh[3][j], fx, fy);
+    for (int j = 0; j < nb; j++) {
+      if (!(msk[j] & bit)) continue; /* uniform across the warp */
+      part += xt_gmm_term(sh[0][j], sh[1][j], sh[2][j], sh[3][j], fx, fy);
+    }
     acc += (double)part;
   }
   if (col < A.cols && row < A.rows) {
@@ -364,7 +388,6 @@ typedef struct stage_events {
  * synchronisation, for the pair count. *npairs (may be NULL) gets the frame's pair count. */
 static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int accumulate, cudaStream_t stream,
                         stage_events *ev, uint32_t *npairs, xt_msg *msg) {
-  const int nb = (int)((s->ntotal + XT_GMM_PRE_THREADS - 1) / XT_GMM_PRE_THREADS);
   MARK(0);
   for (int m = 0; m < s->nmodels; m++) {
     pre_args A;
@@ -403,7 +426,8 @@ static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int acc
     D.vals = s->d_vals[0];
     D.n = (int)s->ntotal;
     D.ntx = s->ntx;
-    k_duplicate<<<nb, XT_GMM_PRE_THREADS, 0, stream>>>(D);
+    const int nw = (int)(((size_t)s->ntotal * 32 + XT_GMM_PRE_THREADS - 1) / XT_GMM_PRE_THREADS);
+    k_duplicate<<<nw, XT_GMM_PRE_THREADS, 0, stream>>>(D);
     CK(cudaGetLastError());
   }
   MARK(3);
@@ -423,6 +447,7 @@ static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int acc
   ren_args R;
   R.frame = desc;
   R.screen = s->d_screen;
+  R.conic = s->d_conic;
   R.vals = s->d_vals[1];
   R.ranges = s->d_ranges;
   R.out = out;

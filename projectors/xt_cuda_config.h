@@ -46,5 +46,9 @@
 #define XT_GMM_BLOCK (XT_GMM_TILE_W * XT_GMM_TILE_H)
 #define XT_GMM_BATCH XT_GMM_BLOCK
 #define XT_GMM_PRE_THREADS 128
+/* Each warp of a render block evaluates a WARP_W x WARP_H sub-tile and skips the Gaussians whose
+ * conic misses it (a per-(tile, Gaussian) mask computed when the Gaussian is loaded). */
+#define XT_GMM_WARP_W 8
+#define XT_GMM_WARP_H 4
 
 #endif /* XT_CUDA_CONFIG_H */

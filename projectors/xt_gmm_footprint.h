@@ -114,31 +114,99 @@ static inline int xt_gmm_cam_fill(const xt_geometry *g, const xt_affine *placeme
   return 1;
 }
 
-/* The tiles of conic q in tile row ty: [*tx0, *tx1] (empty when *tx0 > *tx1): AccuTile, the
- * conic's exact x-interval over the pixel-centre rows of the tile row. Float, widened by eps
- * pixels so that float rounding of the stored conic never drops a pixel centre inside it;
- * counting (preprocess) and writing (duplicate) call this same function on the same record. */
-static XT_INLINE XT_HOSTDEV void xt_gmm_row_span(const gmm_conic &q, int ty, int ntx, int *tx0, int *tx1) {
-  const int TW = XT_GMM_TILE_W, TH = XT_GMM_TILE_H;
+/* The conic's x-interval over the pixel-centre rows [ya, yb] (absolute pixel coordinates),
+ * widened by eps pixels so that float rounding of the stored conic never drops a pixel centre
+ * inside it: AccuTile's exact test, per band of rows. 0 when the band misses the conic. A conic
+ * with r < 0 marks a Gaussian that covers the whole detector. */
+static XT_INLINE XT_HOSTDEV int xt_gmm_band(const gmm_conic &q, float ya, float yb, float *xlo, float *xhi) {
+  if (q.r < 0.f) {
+    *xlo = -1e30f;
+    *xhi = 1e30f;
+    return 1;
+  }
   const float det = q.a * q.g - q.b * q.b;
   const float hu = sqrtf(q.r * q.g / det), hv = sqrtf(q.r * q.a / det);
   const float eps = 0.05f + 1e-5f * (hu + hv + fabsf(q.cx) + fabsf(q.cy));
-  float v0 = (float)(ty * TH) - q.cy - eps, v1 = (float)(ty * TH + TH - 1) - q.cy + eps;
+  float v0 = ya - q.cy - eps, v1 = yb - q.cy + eps;
   v0 = fmaxf(v0, -hv);
   v1 = fminf(v1, hv);
-  *tx0 = 1;
-  *tx1 = 0;
-  if (v0 > v1) return;
+  if (v0 > v1) return 0;
   const float vl = q.b / q.g * hu; /* v of the leftmost point; the rightmost is at -vl */
   const float d0 = sqrtf(fmaxf(0.f, q.a * q.r - det * v0 * v0)), d1 = sqrtf(fmaxf(0.f, q.a * q.r - det * v1 * v1));
   const float l0 = (-q.b * v0 - d0) / q.a, l1 = (-q.b * v1 - d1) / q.a;
   const float r0 = (-q.b * v0 + d0) / q.a, r1 = (-q.b * v1 + d1) / q.a;
   const float umin = (vl >= v0 && vl <= v1) ? -hu : fminf(l0, l1);
   const float umax = (-vl >= v0 && -vl <= v1) ? hu : fmaxf(r0, r1);
-  const float xlo = q.cx + umin - eps, xhi = q.cx + umax + eps;
-  int a = (int)ceilf((xlo - (float)(TW - 1)) / (float)TW), b = (int)floorf(xhi / (float)TW);
-  *tx0 = a < 0 ? 0 : a;
-  *tx1 = b > ntx - 1 ? ntx - 1 : b;
+  *xlo = q.cx + umin - eps;
+  *xhi = q.cx + umax + eps;
+  return 1;
+}
+
+/* The tiles of conic q in tile row ty: [*tx0, *tx1] (empty when *tx0 > *tx1). Counting
+ * (preprocess) and writing (duplicate) call this same function on the same record. */
+static XT_INLINE XT_HOSTDEV void xt_gmm_row_span(const gmm_conic &q, int ty, int ntx, int *tx0, int *tx1) {
+  const int TW = XT_GMM_TILE_W, TH = XT_GMM_TILE_H;
+  float xlo, xhi;
+  *tx0 = 1;
+  *tx1 = 0;
+  if (!xt_gmm_band(q, (float)(ty * TH), (float)(ty * TH + TH - 1), &xlo, &xhi)) return;
+  const float a = ceilf((xlo - (float)(TW - 1)) / (float)TW), b = floorf(xhi / (float)TW);
+  *tx0 = a < 0.f ? 0 : (int)a;
+  *tx1 = b > (float)(ntx - 1) ? ntx - 1 : (int)b;
+}
+
+/* Which warps of the tile at (x0, y0) the conic reaches: bit w for warp w's XT_GMM_WARP_W x
+ * XT_GMM_WARP_H sub-tile (warps row-major within the tile). */
+static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_warp_mask(const gmm_conic &q, int x0, int y0) {
+  const int WW = XT_GMM_WARP_W, WH = XT_GMM_WARP_H, NX = XT_GMM_TILE_W / WW, NY = XT_GMM_TILE_H / WH;
+  uint32_t m = 0;
+  for (int by = 0; by < NY; by++) {
+    float xlo, xhi;
+    if (!xt_gmm_band(q, (float)(y0 + by * WH), (float)(y0 + by * WH + WH - 1), &xlo, &xhi)) continue;
+    for (int bx = 0; bx < NX; bx++)
+      if (xhi >= (float)(x0 + bx * WW) && xlo <= (float)(x0 + bx * WW + WW - 1)) m |= 1u << (by * NX + bx);
+  }
+  return m;
+}
+
+/* A Gaussian whose cut-off ellipsoid reaches the source's plane (a body-sized Gaussian, or one
+ * near the tube): no bounded footprint, so every tile, and per pixel the closest-point terms as
+ * polynomials in absolute pixel coordinates, e = e00 + col U + row V (source to pixel):
+ *   D = e^T P e (quadratic), B = e^T P r (linear), C = r^T P r, r = source - centre,
+ *   m^2 = C - B^2 / D, and the segment's erf form with x0 = B / sqrt(2D), x1 = (D + B) / sqrt(2D).
+ * No cancellation hurts here: such a Gaussian is large against its distance from the source. The
+ * record's fields are reused (hE = -1 marks it; xt_gmm_term). */
+static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_generic(const xt_gaussian &G, const gmm_cam &c, const double P[3][3],
+                                                    double k, int ntx, int nty, gmm_screen *o, gmm_conic *q) {
+  const double r[3] = {c.S[0] - G.centre[0], c.S[1] - G.centre[1], c.S[2] - G.centre[2]};
+  const double e00[3] = {c.O[0] - c.S[0], c.O[1] - c.S[1], c.O[2] - c.S[2]};
+  double Pe[3], PU[3], PV[3], Pr[3];
+  for (int i = 0; i < 3; i++) {
+    Pe[i] = P[i][0] * e00[0] + P[i][1] * e00[1] + P[i][2] * e00[2];
+    PU[i] = P[i][0] * c.U[0] + P[i][1] * c.U[1] + P[i][2] * c.U[2];
+    PV[i] = P[i][0] * c.V[0] + P[i][1] * c.V[1] + P[i][2] * c.V[2];
+    Pr[i] = P[i][0] * r[0] + P[i][1] * r[1] + P[i][2] * r[2];
+  }
+  o->xi = o->yi = 0;
+  o->xf = (float)xt_dot3(r, Pr);              /* C */
+  o->yf = 0.f;
+  o->amp = (float)(G.rho * sqrt(0.5 * XT_PI)); /* rho sqrt(pi/2) */
+  o->nm0 = (float)xt_dot3(c.U, PU);            /* D: col^2 */
+  o->nm1 = (float)(2.0 * xt_dot3(c.U, PV));    /* col row */
+  o->nm2 = (float)xt_dot3(c.V, PV);            /* row^2 */
+  o->l1 = (float)(2.0 * xt_dot3(c.U, Pe));     /* col */
+  o->l2 = (float)(2.0 * xt_dot3(c.V, Pe));     /* row */
+  o->a0 = (float)xt_dot3(e00, Pe);             /* 1 */
+  o->a1 = (float)xt_dot3(e00, Pr);             /* B: 1 */
+  o->a2 = (float)xt_dot3(c.U, Pr);             /* col */
+  o->tm1 = (float)xt_dot3(c.V, Pr);            /* row */
+  o->hE = -1.f;
+  o->k2 = (float)(k * k);
+  q->cx = q->cy = q->a = q->b = q->g = 0.f;
+  q->r = -1.f;
+  q->ty0 = 0;
+  q->ty1 = nty - 1;
+  return (uint32_t)ntx * (uint32_t)nty;
 }
 
 /* The footprint of one Gaussian with cut-off k in double: its screen and conic records and the
@@ -164,8 +232,16 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
   const double h = k * sqrt(rn[0] * rn[0] * s0 * s0 + rn[1] * rn[1] * s1 * s1 + rn[2] * rn[2] * s2 * s2);
   const double r0[3] = {G.centre[0] - c.S[0], G.centre[1] - c.S[1], G.centre[2] - c.S[2]};
   const double dc = xt_dot3(c.n, r0);
-  if (!(dc - h > 0.0) || dc - h >= c.ddet) return 0; /* behind the source's plane; beyond the detector */
-  const int trunc = dc + h > c.ddet;
+  /* wholly behind the source's plane (no ray of the detector meets it) or beyond the detector */
+  if (!(dc + h > 0.0) || dc - h >= c.ddet) return 0;
+  if (!(dc > 0.0)) return xt_gmm_generic(G, c, P, k, ntx, nty, o, q);
+  /* reaching the source's plane: no bounded silhouette (every tile). The whole-line form is
+   * used only when the segment's ends lie beyond max(k, 6) sigma in depth: a ray then loses at
+   * most exp(-18) = 2e-8 of the Gaussian's integral to the ends, below float rounding, so the
+   * segment form of the reference is matched whatever the cut-off; otherwise the erf form. */
+  const int whole = !(dc - h > 0.0);
+  const double h6 = (k > 6.0 ? 1.0 : 6.0 / k) * h;
+  const int trunc = whole || dc + h6 > c.ddet || !(dc - h6 > 0.0);
   const double t = c.ddet / dc;
   const double e0[3] = {t * r0[0], t * r0[1], t * r0[2]};
   const double pp[3] = {c.S[0] + e0[0] - c.O[0], c.S[1] + e0[1] - c.O[1], c.S[2] + e0[2] - c.O[2]};
@@ -186,7 +262,17 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
   const double k2 = k * k;
   const double al = nm0 - k2 * a0, be = nm1 - k2 * a1, ga = nm2 - k2 * a2, de = -k2 * l1, ep = -k2 * l2;
   const double det = al * ga - be * be;
-  if (!(al > 0.0) || !(det > 0.0)) return 0; /* not an ellipse: cannot happen in front of the source */
+  if (!whole && (!(al > 0.0) || !(det > 0.0))) return 0; /* an ellipse whenever the cut-off is in front */
+  uint32_t tiles = 0;
+  if (whole) {
+    q->cx = q->cy = q->a = q->b = q->g = 0.f;
+    q->r = -1.f;
+    q->ty0 = 0;
+    q->ty1 = nty - 1;
+    tiles = (uint32_t)ntx * (uint32_t)nty;
+    goto record;
+  }
+  {
   const double uc = (be * ep - ga * de) / det, vc = (be * de - al * ep) / det;
   const double rr = k2 - de * uc - ep * vc;
   if (!(rr > 0.0)) return 0;
@@ -205,13 +291,14 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
   q->r = (float)rr;
   q->ty0 = ty0;
   q->ty1 = ty1;
-  uint32_t tiles = 0;
   for (int ty = ty0; ty <= ty1; ty++) {
     int a, b;
     xt_gmm_row_span(*q, ty, ntx, &a, &b);
     if (b >= a) tiles += (uint32_t)(b - a + 1);
   }
   if (!tiles) return 0;
+  }
+record:
   const double fx = floor(px), fy = floor(py);
   o->xi = (int)fx;
   o->yi = (int)fy;
@@ -233,54 +320,95 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
 }
 
 /* A screen record as the render keeps it in shared memory: the offsets of the tile's first
- * pixel from the projected centre folded in (exact integer part, then the fraction). */
+ * pixel from the projected centre folded in (exact integer part, then the fraction); for the
+ * whole-detector records (hE < 0) the tile's origin instead. */
 typedef struct gmm_tile_g {
-  float4 g0; /* dx0, dy0, amp, nm0 */
-  float4 g1; /* nm1, nm2, l1, l2 */
-  float4 g2; /* a0, a1, a2, hE */
-  float4 g3; /* tm1, k2, -, - */
+  float4 g0; /* dx0, dy0, amp, nm0      | x0, y0, amp, D_cc */
+  float4 g1; /* nm1, nm2, l1, l2        | D_cr, D_rr, D_c, D_r */
+  float4 g2; /* a0, a1, a2, hE          | D_1, B_1, B_c, -1 */
+  float4 g3; /* tm1, k2, -, -           | B_r, k2, C, - */
 } gmm_tile_g;
 
 static XT_INLINE XT_HOSTDEV gmm_tile_g xt_gmm_tile_record(const gmm_screen &s, int x0, int y0) {
   gmm_tile_g r;
-  r.g0 = make_float4((float)(x0 - s.xi) - s.xf, (float)(y0 - s.yi) - s.yf, s.amp, s.nm0);
+  if (s.hE < 0.f) r.g0 = make_float4((float)x0, (float)y0, s.amp, s.nm0);
+  else r.g0 = make_float4((float)(x0 - s.xi) - s.xf, (float)(y0 - s.yi) - s.yf, s.amp, s.nm0);
   r.g1 = make_float4(s.nm1, s.nm2, s.l1, s.l2);
   r.g2 = make_float4(s.a0, s.a1, s.a2, s.hE);
-  r.g3 = make_float4(s.tm1, s.k2, 0.f, 0.f);
+  r.g3 = make_float4(s.tm1, s.k2, s.xf, 0.f);
   return r;
 }
 
 #ifdef __CUDA_ARCH__
+static __device__ __forceinline__ float xt_gmm_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 #define XT_GMM_RSQRT(x) rsqrtf(x)
-#define XT_GMM_EXP(x) __expf(x)
 #else
+static inline float xt_gmm_ex2(float x) { return exp2f(x); }
 #define XT_GMM_RSQRT(x) (1.0f / sqrtf(x))
-#define XT_GMM_EXP(x) expf(x)
 #endif
+#define XT_GMM_MHALF_LOG2E (-0.72134752044448170368f) /* -log2(e) / 2 */
 
-/* One Gaussian's term of L / len at the pixel (fx, fy) of the tile (0 beyond the cut-off). */
-static XT_INLINE XT_HOSTDEV float xt_gmm_term(const float4 g0, const float4 g1, const float4 g2, const float4 g3,
-                                              float fx, float fy) {
+/* erf(x1) - erf(x0), x0 <= x1, in float without cancellation (as xt_erf_diff). */
+static XT_INLINE XT_HOSTDEV float xt_gmm_erf_diff(float x0, float x1) {
+  if (x0 >= 0.f) return erfcf(x0) - erfcf(x1);
+  if (x1 <= 0.f) return erfcf(-x1) - erfcf(-x0);
+  return erff(x1) - erff(x0);
+}
+
+/* The rare records: a Gaussian crossing the detector plane (hE > 0) or reaching the source's
+ * plane (hE < 0). Term of L / len at the tile pixel (fx, fy). */
+static XT_INLINE XT_HOSTDEV float xt_gmm_term_rare(const float4 g0, const float4 g1, const float4 g2, const float4 g3,
+                                                   float fx, float fy) {
+  if (g2.w < 0.f) { /* whole detector: closest-point terms in absolute pixel coordinates */
+    const float x = g0.x + fx, y = g0.y + fy;
+    const float D = g2.x + x * (g1.z + g0.w * x + g1.x * y) + y * (g1.w + g1.y * y);
+    const float B = g2.y + g2.z * x + g3.x * y;
+    const float rd = XT_GMM_RSQRT(D);
+    const float m2 = fmaxf(0.f, g3.z - B * B * rd * rd);
+    const float x0 = 0.70710678f * B * rd, x1 = 0.70710678f * (D + B) * rd;
+    const float ext = x0 > 0.f ? 2.f * x0 * x0 : (x1 < 0.f ? 2.f * x1 * x1 : 0.f);
+    if (!(m2 + ext <= g3.y)) return 0.f;
+    return g0.z * rd * xt_gmm_erf_diff(x0, x1) * xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
+  }
+  /* truncated at the detector: the erf form over the segment [0, len] (xt_gmm_line.h), in the
+   * pixel's terms, with ts the closest point's parameter: h len = sqrt(E Dn / 2),
+   * ts / len = (1 + L/2) / (t Dn), (len - ts) / len = [(t - 1) + (2t - 1) L/2 + t Q] / (t Dn) */
   const float dx = g0.x + fx, dy = g0.y + fy;
-  const float L = fmaf(g1.z, dx, g1.w * dy);                           /* 2 (l1 dx + l2 dy) */
-  const float Q = fmaf(fmaf(g2.x, dx, g2.y * dy), dx, g2.z * dy * dy); /* quadratic part of Dn */
+  const float L = fmaf(g1.z, dx, g1.w * dy);
+  const float Q = fmaf(fmaf(g2.x, dx, g2.y * dy), dx, g2.z * dy * dy);
   const float Dn = 1.f + L + Q;
   const float Nm = fmaf(fmaf(g0.w, dx, g1.x * dy), dx, g1.y * dy * dy);
   const float rs = XT_GMM_RSQRT(Dn);
   const float m2 = Nm * rs * rs;
-  if (g2.w == 0.f) return m2 <= g3.y ? g0.z * rs * XT_GMM_EXP(-0.5f * m2) : 0.f;
-  /* truncated at the detector: the erf form over the segment [0, len] (xt_gmm_line.h), in the
-   * pixel's terms, with ts the closest point's parameter: h len = sqrt(E Dn / 2),
-   * ts / len = (1 + L/2) / (t Dn), (len - ts) / len = [(t - 1) + (2t - 1) L/2 + t Q] / (t Dn) */
   const float t = 1.f + g3.x;
   const float hl = g2.w * sqrtf(Dn);
   const float it = 1.f / (t * Dn);
   const float x0 = -hl * (1.f + 0.5f * L) * it;
   const float x1 = hl * (g3.x + (2.f * t - 1.f) * 0.5f * L + t * Q) * it;
-  const float ext = x1 < 0.f ? 2.f * x1 * x1 : 0.f; /* the closest point lies beyond the segment's end */
+  /* the closest point lies before the source (x0 > 0) or beyond the segment's end (x1 < 0) */
+  const float ext = x0 > 0.f ? 2.f * x0 * x0 : (x1 < 0.f ? 2.f * x1 * x1 : 0.f);
   if (!(m2 + ext <= g3.y)) return 0.f;
-  const float ed = x1 <= 0.f ? erfcf(-x1) - erfcf(-x0) : erff(x1) - erff(x0);
-  return 0.5f * g0.z * rs * ed * XT_GMM_EXP(-0.5f * m2);
+  return 0.5f * g0.z * rs * xt_gmm_erf_diff(x0, x1) * xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
+}
+
+/* One Gaussian's term of L / len at the pixel (fx, fy) of the tile (0 beyond the cut-off). The
+ * common case (a Gaussian wholly between source and detector) inline; the rare ones apart. */
+static XT_INLINE XT_HOSTDEV float xt_gmm_term(const float4 g0, const float4 g1, const float4 g2, const float4 g3,
+                                              float fx, float fy) {
+  if (g2.w != 0.f) return xt_gmm_term_rare(g0, g1, g2, g3, fx, fy);
+  const float dx = g0.x + fx, dy = g0.y + fy;
+  const float L = fmaf(g1.z, dx, g1.w * dy);                           /* 2 (l1 dx + l2 dy) */
+  const float Q = fmaf(fmaf(g2.x, dx, g2.y * dy), dx, g2.z * dy * dy); /* quadratic part of Dn */
+  const float Dn = (1.f + L) + Q;
+  const float Nm = fmaf(fmaf(g0.w, dx, g1.x * dy), dx, g1.y * dy * dy);
+  const float rs = XT_GMM_RSQRT(Dn);
+  const float m2 = Nm * (rs * rs);
+  const float e = xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
+  return m2 <= g3.y ? g0.z * rs * e : 0.f;
 }
 
 #endif /* XT_GMM_FOOTPRINT_H */

@@ -48,8 +48,10 @@ static XT_INLINE XT_HOSTDEV double xt_gmm_segment(const double P[6], double rho,
   if (m2 < 0.0) m2 = 0.0; /* rounding of a ray through the centre */
   const double sc = ts < 0.0 ? 0.0 : (ts > len ? len : ts);
   if (m2 + a * (sc - ts) * (sc - ts) > k2) return 0.0;
-  const double h = sqrt(0.5 * a);
-  return rho * sqrt(XT_PI / (2.0 * a)) * exp(-0.5 * m2) * xt_erf_diff(h * (0.0 - ts), h * (len - ts));
+  const double h = sqrt(0.5 * a), x0 = h * (0.0 - ts), x1 = h * (len - ts);
+  /* beyond 6 erf is 1 in double (erfc(6) = 2e-17 < half an ulp of 1): the whole line, exactly */
+  const double ed = (x0 <= -6.0 && x1 >= 6.0) ? 2.0 : xt_erf_diff(x0, x1);
+  return rho * sqrt(XT_PI / (2.0 * a)) * exp(-0.5 * m2) * ed;
 }
 
 #endif /* XT_GMM_LINE_H */

@@ -260,6 +260,33 @@ XT_TEST(huge_gaussians_and_growth) {
   summary("huge_gaussians_and_growth");
 }
 
+/* Gaussians reaching the source's plane: body-sized ones, small ones beside the tube, and ones
+ * centred behind it that reach forward past it: every tile, the segment's erf form. */
+XT_TEST(gaussians_reaching_the_source) {
+  srand(17);
+  static const xt_detector_mode mode = {"test", "test detector", 96, 80, 3.0, 3.0, 800, 1200};
+  for (int t = 0; t < (quick() ? 1 : 4); t++) {
+    xt_model *m = random_mixture(quick() ? 12 : 40, 30, 30, 250, urand(3, 6));
+    XT_REQUIRE(m);
+    xt_pose p = xt_pose_default(&mode); /* primary 0: the source at +y, 800 mm from the isocentre */
+    xt_geometry g;
+    XT_REQUIRE(xt_geom_compute(&p, &mode, &g, NULL) == 0);
+    for (int i = 0; i < 10; i++) {
+      xt_gaussian *q = &m->gmm->g[i];
+      q->centre[0] = (float)(g.source.x + urand(-30, 30));
+      q->centre[1] = (float)(g.source.y + (i < 5 ? -urand(10, 100) : urand(10, 80)));
+      q->centre[2] = (float)(g.source.z + urand(-30, 30));
+      for (int a = 0; a < 3; a++) q->scale[a] = (float)(i < 5 ? urand(2, 20) : urand(20, 60));
+    }
+    XT_REQUIRE(xt_gmm_finish(m->gmm, "t", NULL) == 0);
+    char what[64];
+    snprintf(what, sizeof what, "reaching the source, trial %d", t);
+    XT_CHECK_MSG(render_and_compare(what, &m, 1, &g) == 0, "%s", what);
+    xt_model_free(m);
+  }
+  summary("gaussians_reaching_the_source");
+}
+
 XT_TEST(batch_equals_single_and_repeats) {
   srand(15);
   xt_model *m = random_mixture(quick() ? 60 : 3000, 60, 0.5, 10, XT_GMM_CUTOFF_DEFAULT);
@@ -335,7 +362,8 @@ int main(int argc, char **argv) {
   if (WEXITSTATUS(st) == 3) return 0;
   static const xt_test_entry tests[] = {
       XT_ENTRY(random_mixtures) XT_ENTRY(several_mixtures_and_voxels) XT_ENTRY(gaussians_at_the_detector)
-          XT_ENTRY(huge_gaussians_and_growth) XT_ENTRY(batch_equals_single_and_repeats)
+          XT_ENTRY(huge_gaussians_and_growth) XT_ENTRY(gaussians_reaching_the_source)
+              XT_ENTRY(batch_equals_single_and_repeats)
               XT_ENTRY(thesis_geometry_full_detector)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

@@ -76,9 +76,10 @@ static void emulate(const xt_model *m, const xt_geometry *g, std::vector<double>
   *pairs = 0;
   if (!xt_gmm_cam_fill(g, &m->placement, &cam)) return;
   std::vector<gmm_screen> scr(gm->count);
+  std::vector<gmm_conic> con(gm->count);
   std::vector<std::vector<uint32_t>> lists((size_t)ntx * nty);
   for (size_t i = 0; i < gm->count; i++) {
-    gmm_conic q;
+    gmm_conic &q = con[i];
     uint32_t n = xt_gmm_footprint(gm->g[i], cam, gm->cutoff, cols, ntx, nty, &scr[i], &q);
     uint32_t written = 0;
     if (n)
@@ -97,10 +98,13 @@ static void emulate(const xt_model *m, const xt_geometry *g, std::vector<double>
         for (int lx = 0; lx < XT_GMM_TILE_W; lx++) {
           const int col = tx * XT_GMM_TILE_W + lx, row = ty * XT_GMM_TILE_H + ly;
           if (col >= cols || row >= rows) continue;
+          /* the warp of this pixel skips the Gaussians whose conic misses its sub-tile */
+          const int warp = (ly / XT_GMM_WARP_H) * (XT_GMM_TILE_W / XT_GMM_WARP_W) + lx / XT_GMM_WARP_W;
           double acc = 0;
           for (size_t base = 0; base < L.size(); base += XT_GMM_BATCH) {
             float part = 0.f;
             for (size_t j = base; j < L.size() && j < base + XT_GMM_BATCH; j++) {
+              if (!(xt_gmm_warp_mask(con[L[j]], tx * XT_GMM_TILE_W, ty * XT_GMM_TILE_H) >> warp & 1u)) continue;
               gmm_tile_g r = xt_gmm_tile_record(scr[L[j]], tx * XT_GMM_TILE_W, ty * XT_GMM_TILE_H);
               part += xt_gmm_term(r.g0, r.g1, r.g2, r.g3, (float)lx, (float)ly);
             }
@@ -175,6 +179,37 @@ XT_TEST(detector_through_the_mixture) {
   }
 }
 
+/* Gaussians whose cut-off ellipsoid reaches the source's plane: body-sized ones, and ones beside
+ * the tube; they cover the whole detector and take the closest-point form per pixel. */
+XT_TEST(gaussians_reaching_the_source_plane) {
+  srand(24);
+  for (int t = 0; t < 6; t++) {
+    xt_model *m = random_mixture(40, 30, 30, 250, urand(3, 6));
+    XT_REQUIRE(m);
+    if (t % 2) /* a few small ones right beside the source (800 mm from the isocentre, at +y) */
+      for (int i = 0; i < 5; i++) {
+        m->gmm->g[i].centre[1] = (float)urand(700, 790);
+        for (int a = 0; a < 3; a++) m->gmm->g[i].scale[a] = (float)urand(2, 20);
+      }
+    if (t % 3 == 2) /* and some centred behind it, reaching forward past it */
+      for (int i = 5; i < 9; i++) {
+        m->gmm->g[i].centre[1] = (float)urand(810, 880);
+        for (int a = 0; a < 3; a++) m->gmm->g[i].scale[a] = (float)urand(20, 60);
+      }
+    XT_REQUIRE(xt_gmm_finish(m->gmm, "t", NULL) == 0);
+    xt_geometry g = random_geometry(64, 48, urand(2, 5), 800, 1200);
+    g.pose.table_mm = xt_v3(0, 0, 0); /* keep the source where the Gaussians above expect it */
+    xt_geom_compute(&g.pose, &g.mode, &g, NULL);
+    std::vector<double> emu;
+    size_t pairs;
+    emulate(m, &g, emu, &pairs);
+    char what[64];
+    snprintf(what, sizeof what, "source-plane trial %d", t);
+    XT_CHECK_MSG(compare(what, m, &g, emu) == 0, "%s", what);
+    xt_model_free(m);
+  }
+}
+
 /* Brute force over every pixel centre of the detector, per Gaussian: the reference's own
  * double-precision cut-off test on the whole ray segment. */
 XT_TEST(tiles_cover_the_cutoff_exactly_and_tightly) {
@@ -228,4 +263,5 @@ XT_TEST(tiles_cover_the_cutoff_exactly_and_tightly) {
 }
 
 XT_TEST_MAIN(XT_ENTRY(frames_match_the_reference) XT_ENTRY(detector_through_the_mixture)
+                 XT_ENTRY(gaussians_reaching_the_source_plane)
                  XT_ENTRY(tiles_cover_the_cutoff_exactly_and_tightly))

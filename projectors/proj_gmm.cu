@@ -202,34 +202,44 @@ typedef struct dup_args {
   int n, ntx;
 } dup_args;
 
-/* Thread mapping: one warp per Gaussian (all models), lane r its tile rows ty0 + r, ty0 + r + 32,
- * ... In: its conic, count and inclusive offset. Out: keys (tile id) and values (Gaussian id) at
- * [off - cnt, off), row by row: each lane counts its row's tiles, the warp scans the counts
- * (shuffles), each lane writes its row's run. */
+/* Thread mapping: XT_GMM_DUP_LANES lanes per Gaussian (all models), lane r its tile rows
+ * ty0 + r, ty0 + r + LANES, ... In: its conic, count and inclusive offset. Out: keys (tile id)
+ * and values (Gaussian id) at [off - cnt, off), row by row: each lane counts its row's tiles, the
+ * group scans the counts (shuffles), each lane writes its row's run. */
 __global__ void __launch_bounds__(XT_GMM_PRE_THREADS) k_duplicate(const __grid_constant__ dup_args A) {
-  const int i = (int)((blockIdx.x * (unsigned)blockDim.x + threadIdx.x) / 32), lane = (int)(threadIdx.x % 32);
-  if (i >= A.n) return; /* whole warps */
-  const uint32_t c = A.cnt[i];
-  if (!c) return;
-  const gmm_conic q = A.conic[i];
-  uint32_t base = A.off[i] - c;
-  for (int t0 = q.ty0; t0 <= q.ty1; t0 += 32) {
-    const int ty = t0 + lane;
+  const int NL = XT_GMM_DUP_LANES;
+  const int i = (int)((blockIdx.x * (unsigned)blockDim.x + threadIdx.x) / NL), lane = (int)(threadIdx.x % NL);
+  /* every lane of a group stays to the end: the shuffles below need the whole group */
+  const uint32_t c = i < A.n ? A.cnt[i] : 0u;
+  gmm_conic q;
+  int rows = 0;
+  uint32_t base = 0;
+  if (c) {
+    q = A.conic[i];
+    rows = q.ty1 - q.ty0 + 1;
+    base = A.off[i] - c;
+  }
+  /* the longest group of the warp decides the trip count; shorter groups idle */
+  int trips = (rows + NL - 1) / NL;
+#pragma unroll
+  for (int d = NL; d < 32; d <<= 1) trips = max(trips, __shfl_xor_sync(0xffffffffu, trips, d));
+  for (int t = 0; t < trips; t++) {
+    const int r = t * NL + lane;
     int a = 1, b = 0;
-    if (ty <= q.ty1) xt_gmm_row_span(q, ty, A.ntx, &a, &b);
+    if (r < rows) xt_gmm_row_span(q, q.ty0 + r, A.ntx, &a, &b);
     const uint32_t n = b >= a ? (uint32_t)(b - a + 1) : 0u;
     uint32_t sc = n;
 #pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint32_t v = __shfl_up_sync(0xffffffffu, sc, d);
+    for (int d = 1; d < NL; d <<= 1) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, sc, d, NL);
       if (lane >= d) sc += v;
     }
     uint32_t o = base + sc - n;
     for (int x = a; x <= b; x++, o++) {
-      A.keys[o] = (uint32_t)(ty * A.ntx + x);
+      A.keys[o] = (uint32_t)((q.ty0 + r) * A.ntx + x);
       A.vals[o] = (uint32_t)i;
     }
-    base += __shfl_sync(0xffffffffu, sc, 31);
+    base += __shfl_sync(0xffffffffu, sc, NL - 1, NL);
   }
 }
 
@@ -253,14 +263,15 @@ typedef struct ren_args {
   int cols, rows, ntx, accumulate;
 } ren_args;
 
-/* Thread mapping: one block per TW x TH tile, one thread per pixel; blockIdx.x, .y the tile; warp
- * w covers the XT_GMM_WARP_W x XT_GMM_WARP_H sub-tile w (row-major). In: the tile's range of
- * sorted Gaussian ids, their screen and conic records (through shared memory, XT_GMM_BATCH at a
- * time: the tile's offset folded in, and the mask of the warps whose sub-tile the conic reaches),
- * the frame's camera (pixel lengths). Out: out[row][col], written (accumulate 0: every pixel of
- * the detector) or added to. A warp skips the Gaussians its sub-tile does not meet (a uniform
- * branch). Each batch sums in float, batches in double: thousands of terms keep ~1e-7 relative
- * accuracy, in the same order every time. */
+/* Thread mapping: one block per TW x TH tile, XT_GMM_BLOCK threads of two pixels each; warp w
+ * covers the XT_GMM_WARP_W x XT_GMM_WARP_H region w of the tile (row-major), each lane the
+ * pixels (lx, ly) and (lx, ly + WARP_H/2) of it. In: the tile's range of sorted Gaussian ids,
+ * their screen and conic records (through shared memory, XT_GMM_BATCH at a time: the tile's
+ * offset folded in, and the mask of the warps whose region the conic reaches), the frame's camera
+ * (pixel lengths). Out: out[row][col], written (accumulate 0: every pixel of the detector) or
+ * added to. A warp skips the Gaussians its region does not meet (a uniform branch). Each batch
+ * sums in float, batches in double: thousands of terms keep ~1e-7 relative accuracy, in the same
+ * order every time. */
 __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__ ren_args A) {
   __shared__ float4 sh[4][XT_GMM_BATCH];
   __shared__ uint32_t msk[XT_GMM_BATCH];
@@ -269,11 +280,11 @@ __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__
   const int nwx = TW / XT_GMM_WARP_W;
   const int lx = (warp % nwx) * XT_GMM_WARP_W + lane % XT_GMM_WARP_W;
   const int ly = (warp / nwx) * XT_GMM_WARP_H + lane / XT_GMM_WARP_W;
-  const int col = tx * TW + lx, row = ty * TH + ly;
+  const int ly2 = ly + XT_GMM_WARP_H / 2;
+  const float fx = (float)lx, fy = (float)ly, fy2 = (float)ly2;
   const uint2 rg = A.ranges[ty * A.ntx + tx];
-  const float fx = (float)lx, fy = (float)ly;
   const uint32_t bit = 1u << warp;
-  double acc = 0.0;
+  double acc = 0.0, acc2 = 0.0;
   for (uint32_t base = rg.x; base < rg.y; base += XT_GMM_BATCH) {
     const int nb = (int)min((uint32_t)XT_GMM_BATCH, rg.y - base);
     __syncthreads();
@@ -287,19 +298,32 @@ __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__
       msk[threadIdx.x] = xt_gmm_warp_mask(A.conic[id], tx * TW, ty * TH);
     }
     __syncthreads();
-    float part = 0.f;
+    float part = 0.f, part2 = 0.f;
     for (int j = 0; j < nb; j++) {
       if (!(msk[j] & bit)) continue; /* uniform across the warp */
-      part += xt_gmm_term(sh[0][j], sh[1][j], sh[2][j], sh[3][j], fx, fy);
+      const float4 g0 = sh[0][j], g1 = sh[1][j], g2 = sh[2][j];
+      if (g0.z >= 0.f) { /* uniform too: one Gaussian for the whole block */
+        part += xt_gmm_term_common(g0, g1, g2, fx, fy);
+        part2 += xt_gmm_term_common(g0, g1, g2, fx, fy2);
+      } else {
+        const float4 g3 = sh[3][j];
+        part += xt_gmm_term_rare(g0, g1, g2, g3, fx, fy);
+        part2 += xt_gmm_term_rare(g0, g1, g2, g3, fx, fy2);
+      }
     }
     acc += (double)part;
+    acc2 += (double)part2;
   }
-  if (col < A.cols && row < A.rows) {
-    double w[3];
-    const double len = xt_cuda_pixel_ray(A.frame->cam, col, row, w);
-    const float v = (float)(acc * len);
-    float *o = A.out + (size_t)row * A.cols + col;
-    *o = A.accumulate ? *o + v : v;
+  const int col = tx * TW + lx;
+  for (int k = 0; k < 2; k++) {
+    const int row = ty * TH + (k ? ly2 : ly);
+    if (col < A.cols && row < A.rows) {
+      double w[3];
+      const double len = xt_cuda_pixel_ray(A.frame->cam, col, row, w);
+      const float v = (float)((k ? acc2 : acc) * len);
+      float *o = A.out + (size_t)row * A.cols + col;
+      *o = A.accumulate ? *o + v : v;
+    }
   }
 }
 
@@ -360,6 +384,8 @@ static int gmm_prepare(void *st, int cols, int rows, int max_frames, xt_msg *msg
   const size_t n = s->ntotal ? s->ntotal : 1;
   s->ntx = (cols + TW - 1) / TW;
   s->nty = (rows + TH - 1) / TH;
+  if (s->nty > 32767 || (size_t)s->ntx * s->nty > ((size_t)1 << 30))
+    return xt_fail(msg, XT_ERANGE, "cuda gmm: detector %d x %d has too many tiles", cols, rows);
   CK(cudaMalloc((void **)&s->d_screen, n * sizeof(gmm_screen)));
   CK(cudaMalloc((void **)&s->d_conic, n * sizeof(gmm_conic)));
   CK(cudaMalloc((void **)&s->d_cnt, n * sizeof(uint32_t)));
@@ -426,7 +452,7 @@ static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int acc
     D.vals = s->d_vals[0];
     D.n = (int)s->ntotal;
     D.ntx = s->ntx;
-    const int nw = (int)(((size_t)s->ntotal * 32 + XT_GMM_PRE_THREADS - 1) / XT_GMM_PRE_THREADS);
+    const int nw = (int)(((size_t)s->ntotal * XT_GMM_DUP_LANES + XT_GMM_PRE_THREADS - 1) / XT_GMM_PRE_THREADS);
     k_duplicate<<<nw, XT_GMM_PRE_THREADS, 0, stream>>>(D);
     CK(cudaGetLastError());
   }

@@ -57,16 +57,21 @@ typedef struct __align__(16) gmm_screen {
   float k2;  /* cut-off radius squared */
 } gmm_screen;
 
-/* The silhouette conic of the cut-off ellipsoid in absolute pixel coordinates:
- * a u^2 + 2 b u v + g v^2 <= r, u = col - cx, v = row - cy; tile rows ty0..ty1. */
+/* The silhouette conic of the cut-off ellipsoid in absolute pixel coordinates,
+ * a u^2 + 2 b u v + g v^2 <= r (u = col - cx, v = row - cy), kept in the form its band test uses
+ * (computed in double, stored in float): ia = 1/a, ar = a r, det = a g - b^2, the half-extents
+ * hu, hv, the v of the leftmost point vl (the rightmost is at -vl), the widening eps, and the tile
+ * rows ty0..ty1. whole != 0: the Gaussian covers every tile. */
 typedef struct __align__(16) gmm_conic {
-  float cx, cy, a, b;
-  float g, r;
-  int ty0, ty1;
+  float cx, cy, b, ia;
+  float ar, det, hu, hv;
+  float vl, eps;
+  int16_t ty0, ty1;
+  int whole;
 } gmm_conic;
 
 static_assert(sizeof(gmm_screen) == 64, "screen record is 64 bytes");
-static_assert(sizeof(gmm_conic) == 32, "conic record is 32 bytes");
+static_assert(sizeof(gmm_conic) == 48, "conic record is 48 bytes");
 
 static XT_INLINE XT_HOSTDEV double xt_dot3(const double a[3], const double b[3]) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
@@ -114,31 +119,34 @@ static inline int xt_gmm_cam_fill(const xt_geometry *g, const xt_affine *placeme
   return 1;
 }
 
+/* sqrt for the band test: approximate on the device (the band's widening covers its error). */
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ float xt_gmm_sqrt(float x) {
+  float r;
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+#else
+static inline float xt_gmm_sqrt(float x) { return sqrtf(x); }
+#endif
+
 /* The conic's x-interval over the pixel-centre rows [ya, yb] (absolute pixel coordinates),
- * widened by eps pixels so that float rounding of the stored conic never drops a pixel centre
- * inside it: AccuTile's exact test, per band of rows. 0 when the band misses the conic. A conic
- * with r < 0 marks a Gaussian that covers the whole detector. */
+ * widened by eps pixels so that float rounding never drops a pixel centre inside it: AccuTile's
+ * exact test, per band of rows. 0 when the band misses the conic. */
 static XT_INLINE XT_HOSTDEV int xt_gmm_band(const gmm_conic &q, float ya, float yb, float *xlo, float *xhi) {
-  if (q.r < 0.f) {
+  if (q.whole) {
     *xlo = -1e30f;
     *xhi = 1e30f;
     return 1;
   }
-  const float det = q.a * q.g - q.b * q.b;
-  const float hu = sqrtf(q.r * q.g / det), hv = sqrtf(q.r * q.a / det);
-  const float eps = 0.05f + 1e-5f * (hu + hv + fabsf(q.cx) + fabsf(q.cy));
-  float v0 = ya - q.cy - eps, v1 = yb - q.cy + eps;
-  v0 = fmaxf(v0, -hv);
-  v1 = fminf(v1, hv);
+  const float v0 = fmaxf(ya - q.cy - q.eps, -q.hv), v1 = fminf(yb - q.cy + q.eps, q.hv);
   if (v0 > v1) return 0;
-  const float vl = q.b / q.g * hu; /* v of the leftmost point; the rightmost is at -vl */
-  const float d0 = sqrtf(fmaxf(0.f, q.a * q.r - det * v0 * v0)), d1 = sqrtf(fmaxf(0.f, q.a * q.r - det * v1 * v1));
-  const float l0 = (-q.b * v0 - d0) / q.a, l1 = (-q.b * v1 - d1) / q.a;
-  const float r0 = (-q.b * v0 + d0) / q.a, r1 = (-q.b * v1 + d1) / q.a;
-  const float umin = (vl >= v0 && vl <= v1) ? -hu : fminf(l0, l1);
-  const float umax = (-vl >= v0 && -vl <= v1) ? hu : fmaxf(r0, r1);
-  *xlo = q.cx + umin - eps;
-  *xhi = q.cx + umax + eps;
+  const float d0 = xt_gmm_sqrt(fmaxf(0.f, q.ar - q.det * v0 * v0)), d1 = xt_gmm_sqrt(fmaxf(0.f, q.ar - q.det * v1 * v1));
+  const float bv0 = q.b * v0, bv1 = q.b * v1;
+  const float umin = (q.vl >= v0 && q.vl <= v1) ? -q.hu : fminf(-bv0 - d0, -bv1 - d1) * q.ia;
+  const float umax = (-q.vl >= v0 && -q.vl <= v1) ? q.hu : fmaxf(-bv0 + d0, -bv1 + d1) * q.ia;
+  *xlo = q.cx + umin - q.eps;
+  *xhi = q.cx + umax + q.eps;
   return 1;
 }
 
@@ -202,10 +210,10 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_generic(const xt_gaussian &G, const 
   o->tm1 = (float)xt_dot3(c.V, Pr);            /* row */
   o->hE = -1.f;
   o->k2 = (float)(k * k);
-  q->cx = q->cy = q->a = q->b = q->g = 0.f;
-  q->r = -1.f;
+  memset(q, 0, sizeof *q);
+  q->whole = 1;
   q->ty0 = 0;
-  q->ty1 = nty - 1;
+  q->ty1 = (int16_t)(nty - 1);
   return (uint32_t)ntx * (uint32_t)nty;
 }
 
@@ -265,10 +273,10 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
   if (!whole && (!(al > 0.0) || !(det > 0.0))) return 0; /* an ellipse whenever the cut-off is in front */
   uint32_t tiles = 0;
   if (whole) {
-    q->cx = q->cy = q->a = q->b = q->g = 0.f;
-    q->r = -1.f;
+    memset(q, 0, sizeof *q);
+    q->whole = 1;
     q->ty0 = 0;
-    q->ty1 = nty - 1;
+    q->ty1 = (int16_t)(nty - 1);
     tiles = (uint32_t)ntx * (uint32_t)nty;
     goto record;
   }
@@ -278,6 +286,8 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
   if (!(rr > 0.0)) return 0;
   const double hu = sqrt(rr * ga / det), hv = sqrt(rr * al / det);
   const double cx = px + uc, cy = py + vc;
+  /* widening: float rounding of the stored conic and the approximate square root of the band
+   * test (relative 1e-6 of the extents and coordinates involved) */
   const double eps = 0.05 + 1e-5 * (hu + hv + fabs(cx) + fabs(cy));
   int ty0 = (int)ceil((cy - hv - eps - (TH - 1)) / TH), ty1 = (int)floor((cy + hv + eps) / TH);
   if (ty0 < 0) ty0 = 0;
@@ -285,12 +295,17 @@ static XT_INLINE XT_HOSTDEV uint32_t xt_gmm_footprint(const xt_gaussian &G, cons
   if (ty0 > ty1 || cx + hu + eps < 0.0 || cx - hu - eps > cols - 1.0) return 0;
   q->cx = (float)cx;
   q->cy = (float)cy;
-  q->a = (float)al;
   q->b = (float)be;
-  q->g = (float)ga;
-  q->r = (float)rr;
-  q->ty0 = ty0;
-  q->ty1 = ty1;
+  q->ia = (float)(1.0 / al);
+  q->ar = (float)(al * rr);
+  q->det = (float)det;
+  q->hu = (float)hu;
+  q->hv = (float)hv;
+  q->vl = (float)(be / ga * hu);
+  q->eps = (float)eps;
+  q->ty0 = (int16_t)ty0;
+  q->ty1 = (int16_t)ty1;
+  q->whole = 0;
   for (int ty = ty0; ty <= ty1; ty++) {
     int a, b;
     xt_gmm_row_span(*q, ty, ntx, &a, &b);
@@ -321,21 +336,23 @@ record:
 
 /* A screen record as the render keeps it in shared memory: the offsets of the tile's first
  * pixel from the projected centre folded in (exact integer part, then the fraction); for the
- * whole-detector records (hE < 0) the tile's origin instead. */
+ * whole-detector records (hE < 0) the tile's origin instead. The common case reads g0..g2; amp
+ * is stored negated for the rare records, which also read g3. */
 typedef struct gmm_tile_g {
-  float4 g0; /* dx0, dy0, amp, nm0      | x0, y0, amp, D_cc */
+  float4 g0; /* dx0, dy0, amp, nm0      | x0, y0, -amp, D_cc */
   float4 g1; /* nm1, nm2, l1, l2        | D_cr, D_rr, D_c, D_r */
-  float4 g2; /* a0, a1, a2, hE          | D_1, B_1, B_c, -1 */
-  float4 g3; /* tm1, k2, -, -           | B_r, k2, C, - */
+  float4 g2; /* a0, a1, a2, k2          | D_1 or a0, B_1 or a1, B_c or a2, k2 */
+  float4 g3; /* -                       | hE, B_r or tm1, C, - */
 } gmm_tile_g;
 
 static XT_INLINE XT_HOSTDEV gmm_tile_g xt_gmm_tile_record(const gmm_screen &s, int x0, int y0) {
   gmm_tile_g r;
-  if (s.hE < 0.f) r.g0 = make_float4((float)x0, (float)y0, s.amp, s.nm0);
-  else r.g0 = make_float4((float)(x0 - s.xi) - s.xf, (float)(y0 - s.yi) - s.yf, s.amp, s.nm0);
+  const int rare = s.hE != 0.f;
+  if (s.hE < 0.f) r.g0 = make_float4((float)x0, (float)y0, -s.amp, s.nm0);
+  else r.g0 = make_float4((float)(x0 - s.xi) - s.xf, (float)(y0 - s.yi) - s.yf, rare ? -s.amp : s.amp, s.nm0);
   r.g1 = make_float4(s.nm1, s.nm2, s.l1, s.l2);
-  r.g2 = make_float4(s.a0, s.a1, s.a2, s.hE);
-  r.g3 = make_float4(s.tm1, s.k2, s.xf, 0.f);
+  r.g2 = make_float4(s.a0, s.a1, s.a2, s.k2);
+  r.g3 = make_float4(s.hE, s.tm1, s.xf, 0.f);
   return r;
 }
 
@@ -345,10 +362,14 @@ static __device__ __forceinline__ float xt_gmm_ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-#define XT_GMM_RSQRT(x) rsqrtf(x)
+static __device__ __forceinline__ float xt_gmm_rsqrt(float x) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 #else
 static inline float xt_gmm_ex2(float x) { return exp2f(x); }
-#define XT_GMM_RSQRT(x) (1.0f / sqrtf(x))
+static inline float xt_gmm_rsqrt(float x) { return 1.0f / sqrtf(x); }
 #endif
 #define XT_GMM_MHALF_LOG2E (-0.72134752044448170368f) /* -log2(e) / 2 */
 
@@ -359,56 +380,60 @@ static XT_INLINE XT_HOSTDEV float xt_gmm_erf_diff(float x0, float x1) {
   return erff(x1) - erff(x0);
 }
 
-/* The rare records: a Gaussian crossing the detector plane (hE > 0) or reaching the source's
- * plane (hE < 0). Term of L / len at the tile pixel (fx, fy). */
+/* The rare records: a Gaussian crossing the detector plane or near it (hE > 0), or reaching the
+ * source's plane (hE < 0). Term of L / len at the tile pixel (fx, fy). */
 static XT_INLINE XT_HOSTDEV float xt_gmm_term_rare(const float4 g0, const float4 g1, const float4 g2, const float4 g3,
                                                    float fx, float fy) {
-  if (g2.w < 0.f) { /* whole detector: closest-point terms in absolute pixel coordinates */
+  const float amp = -g0.z;
+  if (g3.x < 0.f) { /* whole detector: closest-point terms in absolute pixel coordinates */
     const float x = g0.x + fx, y = g0.y + fy;
     const float D = g2.x + x * (g1.z + g0.w * x + g1.x * y) + y * (g1.w + g1.y * y);
-    const float B = g2.y + g2.z * x + g3.x * y;
-    const float rd = XT_GMM_RSQRT(D);
+    const float B = g2.y + g2.z * x + g3.y * y;
+    const float rd = xt_gmm_rsqrt(D);
     const float m2 = fmaxf(0.f, g3.z - B * B * rd * rd);
     const float x0 = 0.70710678f * B * rd, x1 = 0.70710678f * (D + B) * rd;
     const float ext = x0 > 0.f ? 2.f * x0 * x0 : (x1 < 0.f ? 2.f * x1 * x1 : 0.f);
-    if (!(m2 + ext <= g3.y)) return 0.f;
-    return g0.z * rd * xt_gmm_erf_diff(x0, x1) * xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
+    if (!(m2 + ext <= g2.w)) return 0.f;
+    return amp * rd * xt_gmm_erf_diff(x0, x1) * xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
   }
-  /* truncated at the detector: the erf form over the segment [0, len] (xt_gmm_line.h), in the
-   * pixel's terms, with ts the closest point's parameter: h len = sqrt(E Dn / 2),
-   * ts / len = (1 + L/2) / (t Dn), (len - ts) / len = [(t - 1) + (2t - 1) L/2 + t Q] / (t Dn) */
+  /* the segment's erf form (xt_gmm_line.h) in the pixel's terms, ts the closest point's
+   * parameter: h len = sqrt(E Dn / 2), ts / len = (1 + L/2) / (t Dn),
+   * (len - ts) / len = [(t - 1) + (2t - 1) L/2 + t Q] / (t Dn) */
   const float dx = g0.x + fx, dy = g0.y + fy;
   const float L = fmaf(g1.z, dx, g1.w * dy);
   const float Q = fmaf(fmaf(g2.x, dx, g2.y * dy), dx, g2.z * dy * dy);
   const float Dn = 1.f + L + Q;
   const float Nm = fmaf(fmaf(g0.w, dx, g1.x * dy), dx, g1.y * dy * dy);
-  const float rs = XT_GMM_RSQRT(Dn);
+  const float rs = xt_gmm_rsqrt(Dn);
   const float m2 = Nm * rs * rs;
-  const float t = 1.f + g3.x;
-  const float hl = g2.w * sqrtf(Dn);
+  const float t = 1.f + g3.y;
+  const float hl = g3.x * sqrtf(Dn);
   const float it = 1.f / (t * Dn);
   const float x0 = -hl * (1.f + 0.5f * L) * it;
-  const float x1 = hl * (g3.x + (2.f * t - 1.f) * 0.5f * L + t * Q) * it;
+  const float x1 = hl * (g3.y + (2.f * t - 1.f) * 0.5f * L + t * Q) * it;
   /* the closest point lies before the source (x0 > 0) or beyond the segment's end (x1 < 0) */
   const float ext = x0 > 0.f ? 2.f * x0 * x0 : (x1 < 0.f ? 2.f * x1 * x1 : 0.f);
-  if (!(m2 + ext <= g3.y)) return 0.f;
-  return 0.5f * g0.z * rs * xt_gmm_erf_diff(x0, x1) * xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
+  if (!(m2 + ext <= g2.w)) return 0.f;
+  return 0.5f * amp * rs * xt_gmm_erf_diff(x0, x1) * xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
 }
 
-/* One Gaussian's term of L / len at the pixel (fx, fy) of the tile (0 beyond the cut-off). The
- * common case (a Gaussian wholly between source and detector) inline; the rare ones apart. */
-static XT_INLINE XT_HOSTDEV float xt_gmm_term(const float4 g0, const float4 g1, const float4 g2, const float4 g3,
-                                              float fx, float fy) {
-  if (g2.w != 0.f) return xt_gmm_term_rare(g0, g1, g2, g3, fx, fy);
+/* The common case (a Gaussian wholly between source and detector, beyond 6 sigma of both
+ * planes): its term of L / len at the tile pixel (fx, fy), 0 beyond the cut-off. */
+static XT_INLINE XT_HOSTDEV float xt_gmm_term_common(const float4 g0, const float4 g1, const float4 g2, float fx,
+                                                     float fy) {
   const float dx = g0.x + fx, dy = g0.y + fy;
-  const float L = fmaf(g1.z, dx, g1.w * dy);                           /* 2 (l1 dx + l2 dy) */
-  const float Q = fmaf(fmaf(g2.x, dx, g2.y * dy), dx, g2.z * dy * dy); /* quadratic part of Dn */
-  const float Dn = (1.f + L) + Q;
-  const float Nm = fmaf(fmaf(g0.w, dx, g1.x * dy), dx, g1.y * dy * dy);
-  const float rs = XT_GMM_RSQRT(Dn);
+  const float xx = dx * dx, xy = dx * dy, yy = dy * dy;
+  const float Dn = fmaf(g2.z, yy, fmaf(g2.y, xy, fmaf(g2.x, xx, fmaf(g1.w, dy, fmaf(g1.z, dx, 1.f)))));
+  const float Nm = fmaf(g1.y, yy, fmaf(g1.x, xy, g0.w * xx));
+  const float rs = xt_gmm_rsqrt(Dn);
   const float m2 = Nm * (rs * rs);
   const float e = xt_gmm_ex2(XT_GMM_MHALF_LOG2E * m2);
-  return m2 <= g3.y ? g0.z * rs * e : 0.f;
+  return m2 <= g2.w ? g0.z * rs * e : 0.f;
+}
+
+static XT_INLINE XT_HOSTDEV float xt_gmm_term(const float4 g0, const float4 g1, const float4 g2, const float4 g3,
+                                              float fx, float fy) {
+  return g0.z < 0.f ? xt_gmm_term_rare(g0, g1, g2, g3, fx, fy) : xt_gmm_term_common(g0, g1, g2, fx, fy);
 }
 
 #endif /* XT_GMM_FOOTPRINT_H */

@@ -288,6 +288,7 @@ __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__
   for (uint32_t base = rg.x; base < rg.y; base += XT_GMM_BATCH) {
     const int nb = (int)min((uint32_t)XT_GMM_BATCH, rg.y - base);
     __syncthreads();
+    int rare = 0;
     if ((int)threadIdx.x < nb) {
       const uint32_t id = A.vals[base + threadIdx.x];
       const gmm_tile_g r = xt_gmm_tile_record(A.screen[id], tx * TW, ty * TH);
@@ -296,19 +297,24 @@ __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__
       sh[2][threadIdx.x] = r.g2;
       sh[3][threadIdx.x] = r.g3;
       msk[threadIdx.x] = xt_gmm_warp_mask(A.conic[id], tx * TW, ty * TH);
+      rare = r.g0.z < 0.f;
     }
-    __syncthreads();
+    /* the barrier also tells the block whether this batch holds a rare record at all */
+    rare = __syncthreads_or(rare);
     float part = 0.f, part2 = 0.f;
-    for (int j = 0; j < nb; j++) {
-      if (!(msk[j] & bit)) continue; /* uniform across the warp */
-      const float4 g0 = sh[0][j], g1 = sh[1][j], g2 = sh[2][j];
-      if (g0.z >= 0.f) { /* uniform too: one Gaussian for the whole block */
+    if (!rare) {
+      for (int j = 0; j < nb; j++) {
+        if (!(msk[j] & bit)) continue; /* uniform across the warp */
+        const float4 g0 = sh[0][j], g1 = sh[1][j], g2 = sh[2][j];
         part += xt_gmm_term_common(g0, g1, g2, fx, fy);
         part2 += xt_gmm_term_common(g0, g1, g2, fx, fy2);
-      } else {
-        const float4 g3 = sh[3][j];
-        part += xt_gmm_term_rare(g0, g1, g2, g3, fx, fy);
-        part2 += xt_gmm_term_rare(g0, g1, g2, g3, fx, fy2);
+      }
+    } else {
+      for (int j = 0; j < nb; j++) {
+        if (!(msk[j] & bit)) continue;
+        const float4 g0 = sh[0][j], g1 = sh[1][j], g2 = sh[2][j], g3 = sh[3][j];
+        part += xt_gmm_term(g0, g1, g2, g3, fx, fy);
+        part2 += xt_gmm_term(g0, g1, g2, g3, fx, fy2);
       }
     }
     acc += (double)part;

@@ -23,3 +23,6 @@ if(XT_HAVE_CUDA)
     set_property(TARGET test_gmm_footprint PROPERTY CUDA_ARCHITECTURES 90)
   endif()
 endif()
+#   test_gmm_fit    the fitter: gradient vs finite differences, index -> model frame, head fits
+xt_add_test(test_gmm_fit SOURCES test_gmm_fit.c LIBS xt_fit xt_proj xt_models ${M_LIB} LABELS cpu)
+target_include_directories(test_gmm_fit PRIVATE ${PROJECT_SOURCE_DIR}/fit)

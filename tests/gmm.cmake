@@ -26,3 +26,17 @@ endif()
 #   test_gmm_fit    the fitter: gradient vs finite differences, index -> model frame, head fits
 xt_add_test(test_gmm_fit SOURCES test_gmm_fit.c LIBS xt_fit xt_proj xt_models ${M_LIB} LABELS cpu)
 target_include_directories(test_gmm_fit PRIVATE ${PROJECT_SOURCE_DIR}/fit)
+#   test_gmm_py     the R2-Gaussian importer (tools/r2gaussian_import.py) and xtwin gmm-fit end
+#                   to end (Debian's python3 + numpy; skipped, exit 77, without numpy)
+if(TARGET xtwin)
+  find_program(XT_GMM_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  if(NOT XT_GMM_PYTHON3)
+    find_program(XT_GMM_PYTHON3 python3)
+  endif()
+  if(XT_GMM_PYTHON3)
+    add_test(NAME test_gmm_py
+      COMMAND ${XT_GMM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_gmm_py.py $<TARGET_FILE:xtwin>
+              ${PROJECT_SOURCE_DIR}/tools/r2gaussian_import.py ${CMAKE_CURRENT_BINARY_DIR}/gmm_scratch)
+    set_tests_properties(test_gmm_py PROPERTIES TIMEOUT 600 LABELS cpu SKIP_RETURN_CODE 77)
+  endif()
+endif()

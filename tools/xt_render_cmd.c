@@ -36,6 +36,7 @@ typedef struct render_opts {
   int phantom_size;
   double phantom_spacing;
   const char *volume;
+  const char *add;
   const char *ellipsoids;
   int labels;
   int convert;
@@ -72,7 +73,11 @@ static const xt_opt render_tab[] = {
     {"labels", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(labels),
      "voxelise --ellipsoids as painted material labels instead of additive mu"},
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
-     "render a volume file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd"},
+     "render a model file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or a Gaussian mixture "
+     ".xgmm, .gmm (thesis layout), .gmm.json"},
+    {"add", XT_OPT_STRING, "FILE[,FILE...]", NULL, "none", 0, 0, NULL, OFF(add),
+     "further model files rendered in the same scene (line integrals add), placed like the main model: "
+     "volumes, .xgmm, .gmm, .gmm.json (at most 7)"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
      "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
@@ -120,7 +125,8 @@ void xt_cmd_render_help(FILE *out) {
           "examples:\n"
           "  xtwin render --phantom head --mode fd20-512 --primary 30 --secondary 15 --out out/head\n"
           "  xtwin render --phantom-size 128 --phantom-spacing 1.5 --angles -90,-45,0,45,90 --out out/sweep\n"
-          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n");
+          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n"
+          "  xtwin render --volume head.xgmm --add vessels.nii.gz --convert labels --out out/mixed\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -167,6 +173,22 @@ static const char *skip_backend(const char *text, xt_backend b) {
   snprintf(pre, sizeof pre, "backend %s: ", xt_backend_name(b));
   size_t n = strlen(pre);
   return strncmp(text, pre, n) == 0 ? text + n : text;
+}
+
+#define MAX_ADDED 7
+
+/* Splits --add's comma-separated list into buf (in place) and paths; returns the count or -1. */
+static int split_added(const char *list, char *buf, size_t cap, const char *paths[MAX_ADDED]) {
+  snprintf(buf, cap, "%s", list);
+  int n = 0;
+  for (char *p = buf; p && *p;) {
+    char *c = strchr(p, ',');
+    if (c) *c = 0;
+    if (!*p || n == MAX_ADDED) return -1;
+    paths[n++] = p;
+    p = c ? c + 1 : NULL;
+  }
+  return n;
 }
 
 typedef struct frame {
@@ -239,6 +261,10 @@ int xt_cmd_render(int argc, char **argv) {
   frame *frames = NULL;
   int nframes = 0;
   xt_model *model = NULL;
+  xt_model *added[MAX_ADDED] = {NULL};
+  const char *added_paths[MAX_ADDED];
+  char added_buf[4096];
+  int nadded = 0;
   xt_proj *proj = NULL;
   float *lineint = NULL;
   uint16_t *pix = NULL;
@@ -263,9 +289,11 @@ int xt_cmd_render(int argc, char **argv) {
   if (o.volume && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
     return say(XT_EXIT_USAGE, "--%s: applies to the phantom only, not to --volume",
                is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
-  if (!o.volume && (is_seen(seen, "convert") || is_seen(seen, "energy")))
-    return say(XT_EXIT_USAGE, "--%s: applies to --volume only", is_seen(seen, "convert") ? "convert" : "energy");
+  if (!o.volume && !o.add && (is_seen(seen, "convert") || is_seen(seen, "energy")))
+    return say(XT_EXIT_USAGE, "--%s: applies to --volume and --add only", is_seen(seen, "convert") ? "convert" : "energy");
   if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
+  if (o.add && (nadded = split_added(o.add, added_buf, sizeof added_buf, added_paths)) < 0)
+    return say(XT_EXIT_USAGE, "--add: expected 1 to %d comma-separated file names", MAX_ADDED);
 
   const xt_detector_mode *mode = xt_mode_find(o.mode);
   if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);
@@ -324,6 +352,17 @@ int xt_cmd_render(int argc, char **argv) {
       goto done;
     }
   }
+  for (int i = 0; i < nadded; i++) {
+    struct stat st;
+    if (stat(added_paths[i], &st) != 0) {
+      code = say(XT_EXIT_RUNTIME, "--add: \"%s\": %s", added_paths[i], strerror(errno));
+      goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      code = say(XT_EXIT_RUNTIME, "--add: \"%s\": is a directory", added_paths[i]);
+      goto done;
+    }
+  }
   set_live = 1;
   if ((rc = xt_outset_mkdirs(&set, o.out, &msg))) {
     code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
@@ -352,11 +391,30 @@ int xt_cmd_render(int argc, char **argv) {
     else code = say(XT_EXIT_RUNTIME, "%s%s", o.volume ? "--volume: " : "", msg.text);
     goto done;
   }
+  for (int i = 0; i < nadded; i++) {
+#ifdef XT_HAVE_LOADERS
+    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
+    xt_load_options lo = {conv[o.convert], o.energy};
+    if ((rc = xt_model_load(added_paths[i], &lo, NULL, &added[i], &msg))) {
+      code = say(XT_EXIT_RUNTIME, "--add: %s", msg.text);
+      goto done;
+    }
+    added[i]->placement = model->placement; /* the scene's models share the main model's placement */
+#else
+    code = say(XT_EXIT_RUNTIME, "--add: model loading not built into this xtwin");
+    goto done;
+#endif
+  }
   xt_proj_options po = {backend, o.threads, 0};
   if ((rc = xt_proj_create(&po, &proj, &msg)) || (rc = xt_proj_add_model(proj, model, &msg))) {
     code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
+  for (int i = 0; i < nadded; i++)
+    if ((rc = xt_proj_add_model(proj, added[i], &msg))) {
+      code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
+      goto done;
+    }
 
   /* --- frames ------------------------------------------------------------------------------- */
   size_t npx = (size_t)mode->rows * (size_t)mode->cols;
@@ -397,7 +455,7 @@ int xt_cmd_render(int argc, char **argv) {
     xt_sidecar_info si = {&f->geom,
                           model,
                           o.volume ? o.volume : "phantom",
-                          o.volume ? convert_names[o.convert] : NULL,
+                          o.volume && model->kind != XT_MODEL_GMM ? convert_names[o.convert] : NULL,
                           place_names[o.place],
                           xt_backend_name(backend),
                           o.threads,
@@ -406,7 +464,10 @@ int xt_cmd_render(int argc, char **argv) {
                           f->lmin,
                           f->lmax,
                           f->ms,
-                          XT_VERSION};
+                          XT_VERSION,
+                          (const xt_model *const *)added,
+                          added_paths,
+                          nadded};
     const char *paths[3] = {npy_path, png_path, json_path};
     for (int k = 0; k < 3; k++) {
       FILE *fp = NULL;
@@ -444,6 +505,7 @@ done:
   free(pix);
   xt_proj_destroy(proj);
   xt_model_free(model);
+  for (int i = 0; i < nadded; i++) xt_model_free(added[i]);
   free(frames);
   return code;
 }

@@ -21,6 +21,10 @@ typedef struct xt_sidecar_info {
   double lineint_min, lineint_max;
   double render_ms;
   const char *version;
+  /* further models of the scene (render --add), rendered together with `model` */
+  const xt_model *const *added;
+  const char *const *added_sources;
+  int nadded;
 } xt_sidecar_info;
 
 /* Writes the sidecar (pretty-printed JSON, doubles round-trippable) to f. */

@@ -177,26 +177,48 @@ static int scene_e(int frames, int warmup, int quick, char (*sum)[200], int *nsu
 
 /* ---- (f) --------------------------------------------------------------------------------------- */
 
+#ifdef XT_BENCH_HAVE_FIT
+static void fit_progress(void *ctx, const char *stage, int done, int total, double psnr) {
+  (void)ctx;
+  if (!strcmp(stage, "fit") && (done % 50 == 0 || done == total))
+    printf("  fit %d/%d: 3D PSNR %.2f dB\n", done, total, psnr);
+}
+#endif
+
 static int scene_f(const char *gmm_file, int frames, int warmup, char (*sum)[200], int *nsum, int max, xt_msg *msg) {
   xt_geometry g[9];
   int rc = thesis_geoms(g, msg);
   if (rc) return rc;
-  if (!gmm_file) {
-    printf("\n(f) skipped: give --gmm FILE (a head fitted by: xtwin gmm-fit --phantom bench-head --out FILE)\n");
-    return 0;
-  }
   xt_gmm *gm = NULL;
   xt_model *gmod = NULL, *head = NULL, *headf = NULL;
   float *a = NULL, *b = NULL;
-  if ((rc = xt_gmm_read_native(gmm_file, &gm, msg))) return rc;
+  if ((rc = xt_bench_head(XT_VOXEL_U8, &head, msg)) || (rc = xt_bench_head(XT_VOXEL_F32, &headf, msg))) goto done;
+  if (gmm_file) {
+    if ((rc = xt_gmm_read_native(gmm_file, &gm, msg))) goto done;
+    printf("\n(f) the head of (a) as a Gaussian mixture: %s\n", gmm_file);
+  } else {
+#ifdef XT_BENCH_HAVE_FIT
+    /* what `xtwin gmm-fit --phantom bench-head --budget 28000` does, on the GPU when there is one */
+    xt_fit_options fo = xt_fit_default_options();
+    fo.budget = 28000;
+    fo.progress = fit_progress;
+    xt_fit_result fr;
+    printf("\n(f) the head of (a) fitted as a Gaussian mixture (budget %d, %d iterations)\n", fo.budget, fo.iters);
+    if ((rc = xt_fit_volume(head->volume, &fo, &gm, &fr, msg))) goto done;
+    printf("  fit: %zu Gaussians, 3D PSNR %.2f dB (initialisation %.2f dB), engine %s, %.1f s\n", fr.count, fr.psnr3d,
+           fr.psnr3d_init, fr.engine, fr.seconds);
+#else
+    printf("\n(f) skipped: give --gmm FILE (xtwin gmm-fit --phantom bench-head --out FILE)\n");
+    goto done;
+#endif
+  }
   if ((rc = xt_model_from_gmm(gm, "fitted head", &gmod, msg))) {
     xt_gmm_free(gm);
-    return rc;
+    goto done;
   }
-  if ((rc = xt_bench_head(XT_VOXEL_U8, &head, msg)) || (rc = xt_bench_head(XT_VOXEL_F32, &headf, msg))) goto done;
   const size_t gbytes = xt_gmm_file_bytes(gm), vbytes = headf->volume->nbytes;
-  printf("\n(f) fitted head %s: %zu Gaussians, %zu bytes (native file) vs dense float mu %zu bytes: 1/%.1f\n", gmm_file,
-         gm->count, gbytes, vbytes, (double)vbytes / gbytes);
+  printf("  %zu Gaussians, %zu bytes (native file) vs dense float mu %zu bytes: 1/%.1f\n", gm->count, gbytes, vbytes,
+         (double)vbytes / gbytes);
   double gmean, vmean, gpa[9], vpa[9];
   if ((rc = time_nine(&gmod, 1, g, frames, warmup, &gmean, gpa, msg)) ||
       (rc = time_nine(&head, 1, g, frames, warmup, &vmean, vpa, msg)))

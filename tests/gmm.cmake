@@ -9,7 +9,8 @@ xt_add_test(test_gmm SOURCES test_gmm.c LIBS xt_loaders xt_models PkgConfig::XT_
 target_compile_definitions(test_gmm PRIVATE XT_FUZZ_GMM_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/gmm")
 #   test_gmm_cuda   the CUDA kind against the reference (label gpu: scripts/gpu-check runs it)
 if(XT_HAVE_CUDA)
-  xt_add_test(test_gmm_cuda SOURCES test_gmm_cuda.c LIBS xt_proj xt_models ${M_LIB} LABELS gpu)
+  xt_add_test(test_gmm_cuda SOURCES test_gmm_cuda.c LIBS xt_fit xt_proj xt_models ${M_LIB} LABELS gpu)
+  target_include_directories(test_gmm_cuda PRIVATE ${PROJECT_SOURCE_DIR}/fit)
   set_tests_properties(test_gmm_cuda PROPERTIES ENVIRONMENT "XT_TEST_TIMEOUT=600")
 endif()
 #   test_gmm_footprint  the CUDA kind's math (xt_gmm_footprint.h) on the host: no GPU needed, so

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xt_fit.h"
+#include "xt_fit_internal.h"
 #include "xt_gmm.h"
 #include "xt_gmm_cuda.h"
 #include "xt_phantom.h"
@@ -345,6 +347,61 @@ XT_TEST(thesis_geometry_full_detector) {
   summary("thesis_geometry_full_detector");
 }
 
+/* The fitter's CUDA engine against its CPU engine: the same volume error and gradient (the GPU
+ * sums in fixed point, the CPU in float: they agree to float rounding), and the same fit. */
+XT_TEST(fit_engines_agree) {
+  int dim[3] = {40, 52, 50};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.6, XT_VOXEL_F32, &m, NULL) == 0);
+  xt_fit_problem pb;
+  XT_REQUIRE(xt__fit_problem_init(m->volume, &pb, NULL) == 0);
+  xt_fit_engine *ec = NULL, *eg = NULL;
+  xt_msg msg;
+  XT_REQUIRE(xt__fit_cpu_engine(&pb, 0, &ec, &msg) == 0);
+  XT_REQUIRE(xt__fit_cuda_engine(&pb, &eg, &msg) == 0);
+  srand(18);
+  enum { N = 300 };
+  xt_fit_param p[N];
+  for (int i = 0; i < N; i++) {
+    for (int a = 0; a < 3; a++) {
+      p[i].c[a] = urand(2, dim[a] - 2);
+      p[i].u[a] = log(1.0 / urand(0.8, 4));
+      p[i].l[a] = urand(-0.2, 0.2);
+    }
+    p[i].lr = log(urand(0.002, 0.03));
+  }
+  double sc, sg, *gc = calloc(N * XT_FIT_NP, sizeof(double)), *gg = calloc(N * XT_FIT_NP, sizeof(double));
+  XT_REQUIRE(gc && gg);
+  XT_REQUIRE(ec->forward(ec, p, N, 4.0, &sc, &msg) == 0 && ec->backward(ec, p, N, 4.0, gc, &msg) == 0);
+  XT_REQUIRE(eg->forward(eg, p, N, 4.0, &sg, &msg) == 0 && eg->backward(eg, p, N, 4.0, gg, &msg) == 0);
+  XT_CHECK_NEAR(sg, sc, 1e-5 * sc);
+  double worst = 0, scale = 0;
+  for (int i = 0; i < N * XT_FIT_NP; i++) scale = fmax(scale, fabs(gc[i]));
+  for (int i = 0; i < N * XT_FIT_NP; i++) worst = fmax(worst, fabs(gg[i] - gc[i]));
+  XT_CHECK_MSG(worst <= 1e-5 * scale, "gradients differ by %.3g of their largest %.3g", worst, scale);
+  ec->destroy(ec);
+  eg->destroy(eg);
+  free(gc);
+  free(gg);
+  free(pb.mu);
+  /* whole fits: CUDA and CPU reach the same PSNR */
+  xt_fit_options o = xt_fit_default_options();
+  o.budget = 2000;
+  o.iters = quick() ? 3 : 30;
+  xt_gmm *a = NULL, *b = NULL;
+  xt_fit_result ra, rb;
+  o.engine = XT_FIT_CPU;
+  XT_REQUIRE(xt_fit_volume(m->volume, &o, &a, &ra, &msg) == 0);
+  o.engine = XT_FIT_CUDA;
+  XT_REQUIRE(xt_fit_volume(m->volume, &o, &b, &rb, &msg) == 0);
+  printf("  fit engines: cpu %.3f dB in %.2f s, cuda %.3f dB in %.2f s\n", ra.psnr3d, ra.seconds, rb.psnr3d, rb.seconds);
+  XT_CHECK(strcmp(rb.engine, "cuda") == 0);
+  XT_CHECK_NEAR(rb.psnr3d, ra.psnr3d, 0.05);
+  xt_gmm_free(a);
+  xt_gmm_free(b);
+  xt_model_free(m);
+}
+
 int main(int argc, char **argv) {
   /* The availability probe initialises CUDA, which a forked test child could then not use:
    * probe in a child of its own. */
@@ -364,6 +421,6 @@ int main(int argc, char **argv) {
       XT_ENTRY(random_mixtures) XT_ENTRY(several_mixtures_and_voxels) XT_ENTRY(gaussians_at_the_detector)
           XT_ENTRY(huge_gaussians_and_growth) XT_ENTRY(gaussians_reaching_the_source)
               XT_ENTRY(batch_equals_single_and_repeats)
-              XT_ENTRY(thesis_geometry_full_detector)};
+              XT_ENTRY(thesis_geometry_full_detector) XT_ENTRY(fit_engines_agree)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

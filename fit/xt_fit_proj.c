@@ -67,8 +67,8 @@ static int footprint_rect(const proj_ctx *C, const xt_fit_param *p, const proj_v
   return r[0] <= r[1] && r[2] <= r[3];
 }
 
-/* One Gaussian over one view: forward adds I to img; backward accumulates the moments of the
- * residual against the derivatives (S0, Sw[3], SP[6]). */
+/* One Gaussian over one view: forward (img given) adds I to img; backward (img NULL)
+ * accumulates the moments of the residual against the derivatives (S0, Sw[3], SP[6]). */
 static void gaussian_view(const proj_ctx *C, const xt_fit_param *p, const proj_view *v, double *img, double *S0,
                           double Sw[3], double SP[6]) {
   int rc[4];
@@ -124,7 +124,10 @@ static void *proj_worker(void *arg) {
     if (t >= C->nthreads) return NULL;
     double *base = C->timg + (size_t)t * C->nviews * npx;
     for (int g = t; g < C->n; g += C->nthreads)
-      for (int v = 0; v < C->nviews; v++) gaussian_view(C, &C->par[g], &C->views[v], base + npx * v, NULL, NULL, NULL);
+      for (int v = 0; v < C->nviews; v++) {
+        double d0 = 0, dw[3], dp[6]; /* unused in the forward pass */
+        gaussian_view(C, &C->par[g], &C->views[v], base + npx * v, &d0, dw, dp);
+      }
     return NULL;
   }
   for (;;) { /* backward: Gaussians in chunks */

@@ -231,7 +231,10 @@ int xt_gmm_read_native(const char *path, xt_gmm **out, xt_msg *msg) {
                  (unsigned)crc);
     goto fail;
   }
-  if ((rc = xt_gmm_create((size_t)count, &g, msg))) goto fail;
+  if ((rc = xt_gmm_create((size_t)count, &g, msg))) {
+    rc = xt_fail(msg, rc, "%s: out of memory for %llu Gaussians", path, (unsigned long long)count);
+    goto fail;
+  }
   g->cutoff = cutoff;
   g->has_labels = (flags & 1u) != 0;
   for (size_t i = 0; i < g->count; i++) {
@@ -351,7 +354,10 @@ int xt_gmm_read_thesis(const char *path, xt_gmm **out, xt_msg *msg) {
     goto fail;
   }
   if ((rc = read_exact(f, buf, want - 8, path, 8, msg))) goto fail;
-  if ((rc = xt_gmm_create((size_t)count, &g, msg))) goto fail;
+  if ((rc = xt_gmm_create((size_t)count, &g, msg))) {
+    rc = xt_fail(msg, rc, "%s: out of memory for %llu Gaussians", path, (unsigned long long)count);
+    goto fail;
+  }
   const size_t n = (size_t)count;
   const unsigned char *pos = buf, *den = buf + 12 * n, *scl = buf + 16 * n, *rot = buf + 28 * n;
   for (size_t i = 0; i < n; i++) {

@@ -125,8 +125,16 @@ int xt_gmm_read_json(const char *path, xt_gmm **out, char *name, size_t name_cap
     rc = xt_fail(msg, XT_EFORMAT, "%s: gaussians: expected an array of 1 to %d objects", path, JSON_MAX_GAUSSIANS);
     goto done;
   }
-  if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg))) goto done;
-  if ((rc = xt_gmm_create(json_array_size(arr), &g, msg))) goto done;
+  if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg))) {
+    char why[sizeof msg->text];
+    snprintf(why, sizeof why, "%s", msg ? msg->text : "");
+    rc = xt_fail(msg, rc, "%s: the default material table: %s", path, why);
+    goto done;
+  }
+  if ((rc = xt_gmm_create(json_array_size(arr), &g, msg))) {
+    rc = xt_fail(msg, rc, "%s: out of memory for %zu Gaussians", path, json_array_size(arr));
+    goto done;
+  }
   const json_t *co = json_object_get(root, "cutoff_sigma");
   if (co && (!number(co, &g->cutoff) || g->cutoff < XT_GMM_CUTOFF_MIN || g->cutoff > XT_GMM_CUTOFF_MAX)) {
     rc = xt_fail(msg, XT_ERANGE, "%s: cutoff_sigma: expected a number in [%g, %g]", path, XT_GMM_CUTOFF_MIN,

@@ -23,21 +23,24 @@ static int read_volume(const char *path, const xt_load_options *opt, xt_model **
 }
 
 /* Gaussian mixtures: native, the thesis's .gmm, hand-written JSON (opt does not apply). */
-static int wrap_gmm(int rc, xt_gmm **g, xt_model **out, xt_msg *msg) {
-  if (!rc && (rc = xt_model_from_gmm(*g, NULL, out, msg))) xt_gmm_free(*g);
+static int wrap_gmm(const char *path, int rc, xt_gmm **g, xt_model **out, xt_msg *msg) {
+  if (!rc && (rc = xt_model_from_gmm(*g, NULL, out, msg))) {
+    xt_gmm_free(*g);
+    rc = xt_fail(msg, rc, "%s: out of memory for the model", path);
+  }
   return rc;
 }
 static int read_gmm_native(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
   xt_gmm *g = NULL;
-  return wrap_gmm(xt_gmm_read_native(path, &g, msg), &g, out, msg);
+  return wrap_gmm(path, xt_gmm_read_native(path, &g, msg), &g, out, msg);
 }
 static int read_gmm_thesis(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
   xt_gmm *g = NULL;
-  return wrap_gmm(xt_gmm_read_thesis(path, &g, msg), &g, out, msg);
+  return wrap_gmm(path, xt_gmm_read_thesis(path, &g, msg), &g, out, msg);
 }
 static int read_gmm_json(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
   xt_gmm *g = NULL;
-  return wrap_gmm(xt_gmm_read_json(path, &g, NULL, 0, msg), &g, out, msg);
+  return wrap_gmm(path, xt_gmm_read_json(path, &g, NULL, 0, msg), &g, out, msg);
 }
 
 /* File-name suffixes (case-insensitive), longest first where one ends another. */

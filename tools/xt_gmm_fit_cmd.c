@@ -167,7 +167,7 @@ static int make_model(const fit_opts *o, xt_model **out, xt_msg *msg) {
   if (o->volume) {
 #ifdef XT_HAVE_LOADERS
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {conv[o->convert], o->energy};
+    xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy};
     if ((rc = xt_model_load(o->volume, &lo, NULL, &m, msg))) return rc;
     if (m->kind != XT_MODEL_DENSE && m->kind != XT_MODEL_LABELS) {
       xt_model_free(m);

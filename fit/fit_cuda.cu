@@ -21,6 +21,7 @@
 extern "C" {
 #include "xt_fit_internal.h"
 }
+#include "xt_fit_row.h"
 
 #define FIT_THREADS 128
 #define CK(call)                                                                                       \
@@ -58,26 +59,10 @@ typedef struct fwd_args {
   double K2, inv_unit;
 } fwd_args;
 
-/* The row r of Gaussian G's box: the x-range inside radius K and the recurrence's start. */
-static __device__ __forceinline__ int dev_row(const dev_g &G, int y, int z, double K2, int n0, int *x0, int *x1,
-                                              double *d0, double *Gv, double *R, double *Q) {
-  const double d1 = y - G.c[1], d2 = z - G.c[2];
-  const double A = G.L10 * d1 + G.L20 * d2, z1 = G.L11 * d1 + G.L21 * d2, z2 = G.L22 * d2;
-  const double B = z1 * z1 + z2 * z2;
-  if (B > K2) return 0;
-  const double half = sqrt(K2 - B) / G.L00, xc = G.c[0] - A / G.L00;
-  int a = (int)ceil(xc - half), b = (int)floor(xc + half);
-  if (a < 0) a = 0;
-  if (b > n0 - 1) b = n0 - 1;
-  if (a > b) return 0;
-  *x0 = a;
-  *x1 = b;
-  *d0 = a - G.c[0];
-  const double zz = G.L00 * *d0 + A;
-  *Gv = G.rho * exp(-0.5 * (zz * zz + B));
-  *R = exp(-G.L00 * zz - 0.5 * G.L00 * G.L00);
-  *Q = exp(-G.L00 * G.L00);
-  return 1;
+/* The row (y, z) of Gaussian G (xt_fit_row.h, shared with the CPU engine). */
+static __device__ __forceinline__ int dev_row(const dev_g &G, int y, int z, double K2, int n0, xt_fit_row *r) {
+  const double L[6] = {G.L00, G.L10, G.L11, G.L20, G.L21, G.L22};
+  return xt_fit_row_setup(G.c, L, G.rho, K2, n0, y - G.c[1], z - G.c[2], r);
 }
 
 /* Thread mapping: block = Gaussian, threads over the rows (y, z) of its box. In: the Gaussians.
@@ -89,14 +74,14 @@ __global__ void k_fit_forward(const fwd_args A) {
   if (ny <= 0 || nz <= 0) return;
   for (int r = threadIdx.x; r < ny * nz; r += blockDim.x) {
     const int y = G.lo[1] + r % ny, z = G.lo[2] + r / ny;
-    int x0, x1;
-    double d0, Gv, R, Q;
-    if (!dev_row(G, y, z, A.K2, A.n0, &x0, &x1, &d0, &Gv, &R, &Q)) continue;
+    xt_fit_row rw;
+    if (!dev_row(G, y, z, A.K2, A.n0, &rw)) continue;
     unsigned long long *row = A.acc + (size_t)A.n0 * ((size_t)y + (size_t)A.n1 * z);
-    for (int x = x0; x <= x1; x++) {
+    double Gv = rw.G, R = rw.R;
+    for (int x = rw.x0; x <= rw.x1; x++) {
       atomicAdd(row + x, (unsigned long long)__double2ll_rn(Gv * A.inv_unit));
       Gv *= R;
-      R *= Q;
+      R *= rw.Q;
     }
   }
 }
@@ -138,18 +123,17 @@ __global__ void __launch_bounds__(FIT_THREADS) k_fit_backward(const bwd_args A) 
   double m[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   for (int r = threadIdx.x; ny > 0 && nz > 0 && r < ny * nz; r += blockDim.x) {
     const int y = G.lo[1] + r % ny, z = G.lo[2] + r / ny;
-    int x0, x1;
-    double d0, Gv, R, Q;
-    if (!dev_row(G, y, z, A.K2, A.n0, &x0, &x1, &d0, &Gv, &R, &Q)) continue;
+    xt_fit_row rw;
+    if (!dev_row(G, y, z, A.K2, A.n0, &rw)) continue;
     const float *res = A.res + (size_t)A.n0 * ((size_t)y + (size_t)A.n1 * z);
-    double W = 0, W0 = 0, W00 = 0;
-    for (int x = x0; x <= x1; x++) {
+    double W = 0, W0 = 0, W00 = 0, Gv = rw.G, R = rw.R, d0 = rw.d0;
+    for (int x = rw.x0; x <= rw.x1; x++) {
       const double w = res[x] * Gv;
       W += w;
       W0 += w * d0;
       W00 += w * d0 * d0;
       Gv *= R;
-      R *= Q;
+      R *= rw.Q;
       d0 += 1.0;
     }
     const double d1 = y - G.c[1], d2 = z - G.c[2];

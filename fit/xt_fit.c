@@ -26,6 +26,7 @@
 
 #include "xt_fit.h"
 #include "xt_fit_internal.h"
+#include "xt_fit_row.h"
 
 xt_fit_options xt_fit_default_options(void) {
   xt_fit_options o;
@@ -137,31 +138,11 @@ static int gbox(const xt_fit_param *p, double K, const int n[3], int lo[3], int 
 /* The CPU engine                                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-/* One row of Gaussian p at (y, z) = (d1, d2) from its centre: the x-range inside radius K and
- * the start of the recurrence. 0 when the row misses. */
-typedef struct row {
-  int x0, x1;
-  double d0, z0, G, R, Q;
-} row;
-
+/* One row of Gaussian p at (y, z) = (d1, d2) from its centre (xt_fit_row.h). */
 static int row_setup(const xt_fit_param *p, const double L[3][3], double rho, double K2, int n0, double d1, double d2,
-                     row *r) {
-  const double A = L[1][0] * d1 + L[2][0] * d2, z1 = L[1][1] * d1 + L[2][1] * d2, z2 = L[2][2] * d2;
-  const double B = z1 * z1 + z2 * z2;
-  if (B > K2) return 0;
-  const double L00 = L[0][0], half = sqrt(K2 - B) / L00, xc = p->c[0] - A / L00;
-  int x0 = (int)ceil(xc - half), x1 = (int)floor(xc + half);
-  if (x0 < 0) x0 = 0;
-  if (x1 > n0 - 1) x1 = n0 - 1;
-  if (x0 > x1) return 0;
-  r->x0 = x0;
-  r->x1 = x1;
-  r->d0 = x0 - p->c[0];
-  r->z0 = L00 * r->d0 + A;
-  r->G = rho * exp(-0.5 * (r->z0 * r->z0 + B));
-  r->R = exp(-L00 * r->z0 - 0.5 * L00 * L00);
-  r->Q = exp(-L00 * L00);
-  return 1;
+                     xt_fit_row *r) {
+  const double l6[6] = {L[0][0], L[1][0], L[1][1], L[2][0], L[2][1], L[2][2]};
+  return xt_fit_row_setup(p->c, l6, rho, K2, n0, d1, d2, r);
 }
 
 typedef struct cpu_job {
@@ -196,7 +177,7 @@ static void forward_slab(cpu_job *J, int z0, int z1, double *sse) {
     const int za = lo[2] > z0 ? lo[2] : z0, zb = hi[2] < z1 - 1 ? hi[2] : z1 - 1;
     for (int z = za; z <= zb; z++)
       for (int y = lo[1]; y <= hi[1]; y++) {
-        row r;
+        xt_fit_row r;
         if (!row_setup(p, L, rho, K2, n[0], y - p->c[1], z - p->c[2], &r)) continue;
         float *m = M + sz * z + sy * y;
         double G = r.G, R = r.R;
@@ -232,7 +213,7 @@ static void backward_one(cpu_job *J, int g) {
   for (int z = lo[2]; z <= hi[2]; z++)
     for (int y = lo[1]; y <= hi[1]; y++) {
       const double d1 = y - p->c[1], d2 = z - p->c[2];
-      row r;
+      xt_fit_row r;
       if (!row_setup(p, L, rho, K2, n[0], d1, d2, &r)) continue;
       const float *res = J->resid + sz * z + sy * y;
       double G = r.G, R = r.R, d0 = r.d0, W = 0, W0 = 0, W00 = 0;

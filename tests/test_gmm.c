@@ -23,10 +23,9 @@
 #include "xt_gmm_json.h"
 #include "xt_load.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
-
-static double urand(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
 
 static void write_bytes(const char *path, const char *mode, const void *p, size_t n) {
   FILE *f = fopen(path, mode);
@@ -114,14 +113,6 @@ static void wd(unsigned char *p, double d) {
   uint64_t u;
   memcpy(&u, &d, 8);
   w64(p, u);
-}
-
-static void random_quat(float q[4]) {
-  double n;
-  do {
-    for (int a = 0; a < 4; a++) q[a] = (float)urand(-1, 1);
-    n = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
-  } while (n < 0.05 || n > 1);
 }
 
 static xt_gmm *random_gmm(size_t n, int labels) {

@@ -27,40 +27,14 @@
 #include "xt_proj.h"
 #include "xt_proj_cuda.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 
 static int quick(void) {
   const char *q = getenv("XT_CUDA_TEST_QUICK");
   return q && *q && strcmp(q, "0") != 0;
 }
 
-static double urand(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
-
-static void random_quat(float q[4]) {
-  double n;
-  do {
-    for (int a = 0; a < 4; a++) q[a] = (float)urand(-1, 1);
-    n = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
-  } while (n < 0.05 || n > 1);
-}
-
 /* n Gaussians, centres within +-spread mm, scales log-uniform in [smin, smax] per axis. */
-static xt_model *random_mixture(int n, double spread, double smin, double smax, double cutoff) {
-  xt_gmm *g;
-  xt_model *m;
-  if (xt_gmm_create((size_t)n, &g, NULL)) return NULL;
-  for (int i = 0; i < n; i++) {
-    for (int a = 0; a < 3; a++) {
-      g->g[i].centre[a] = (float)urand(-spread, spread);
-      g->g[i].scale[a] = (float)(smin * pow(smax / smin, urand(0, 1)));
-    }
-    random_quat(g->g[i].quat);
-    g->g[i].rho = (float)urand(0.001, 0.05);
-  }
-  g->cutoff = cutoff;
-  if (xt_gmm_finish(g, "random", NULL) || xt_model_from_gmm(g, "random", &m, NULL)) return NULL;
-  return m;
-}
-
 static void random_placement(xt_model *m, int affine) {
   xt_affine rz = xt_aff_rot(2, urand(-XT_PI, XT_PI)), ry = xt_aff_rot(1, urand(-XT_PI, XT_PI)),
             rx = xt_aff_rot(0, urand(-XT_PI, XT_PI));

@@ -10,8 +10,7 @@
 #include "xt_fit_internal.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
-
-static double urand(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
+#include "xt_test_gmm.h"
 
 /* A small dense volume of random blobs. */
 static xt_volume *blob_volume(int n0, int n1, int n2) {

@@ -24,33 +24,7 @@ extern "C" {
 #include "xt_proj.h"
 #include "xt_test.h"
 }
-
-static double urand(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
-
-static void random_quat(float q[4]) {
-  double n;
-  do {
-    for (int a = 0; a < 4; a++) q[a] = (float)urand(-1, 1);
-    n = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
-  } while (n < 0.05 || n > 1);
-}
-
-static xt_model *random_mixture(int n, double spread, double smin, double smax, double cutoff) {
-  xt_gmm *g;
-  xt_model *m;
-  if (xt_gmm_create((size_t)n, &g, NULL)) return NULL;
-  for (int i = 0; i < n; i++) {
-    for (int a = 0; a < 3; a++) {
-      g->g[i].centre[a] = (float)urand(-spread, spread);
-      g->g[i].scale[a] = (float)(smin * pow(smax / smin, urand(0, 1)));
-    }
-    random_quat(g->g[i].quat);
-    g->g[i].rho = (float)urand(0.001, 0.05);
-  }
-  g->cutoff = cutoff;
-  if (xt_gmm_finish(g, "random", NULL) || xt_model_from_gmm(g, "random", &m, NULL)) return NULL;
-  return m;
-}
+#include "xt_test_gmm.h"
 
 static xt_geometry random_geometry(int cols, int rows, double pitch, double sod, double sid) {
   static xt_detector_mode mode;

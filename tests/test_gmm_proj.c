@@ -16,10 +16,9 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
-
-static double urand(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
 
 typedef struct quatl {
   long double w, x, y, z;
@@ -126,14 +125,6 @@ static double quadrature(const xt_gmm *gm, const double o[3], const double d[3],
   return acc;
 }
 
-static void random_quat(float q[4]) {
-  double n = 0;
-  do {
-    for (int a = 0; a < 4; a++) q[a] = (float)urand(-1, 1);
-    n = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
-  } while (n < 0.05 || n > 1);
-}
-
 static xt_model *one_gaussian_model(xt_gaussian g, double cutoff, xt_gmm **gm_out) {
   xt_gmm *gm;
   xt_model *m;
@@ -145,22 +136,10 @@ static xt_model *one_gaussian_model(xt_gaussian g, double cutoff, xt_gmm **gm_ou
   return m;
 }
 
-static xt_model *random_mixture(int n, double cutoff, double spread, xt_gmm **gm_out) {
-  xt_gmm *gm;
-  xt_model *m;
-  if (xt_gmm_create((size_t)n, &gm, NULL)) return NULL;
-  for (int i = 0; i < n; i++) {
-    xt_gaussian *g = &gm->g[i];
-    for (int a = 0; a < 3; a++) {
-      g->centre[a] = (float)urand(-spread, spread);
-      g->scale[a] = (float)urand(1.0, 12.0);
-    }
-    random_quat(g->quat);
-    g->rho = (float)urand(0.001, 0.05);
-  }
-  gm->cutoff = cutoff;
-  if (xt_gmm_finish(gm, "test", NULL) || xt_model_from_gmm(gm, "mix", &m, NULL)) return NULL;
-  if (gm_out) *gm_out = gm;
+/* The header's random mixture (scales 1..12 mm), with its payload. */
+static xt_model *mixture_of(int n, double cutoff, double spread, xt_gmm **gm_out) {
+  xt_model *m = random_mixture(n, spread, 1.0, 12.0, cutoff);
+  if (m && gm_out) *gm_out = m->gmm;
   return m;
 }
 
@@ -295,7 +274,7 @@ XT_TEST(segments_that_end_inside_a_gaussian) {
 XT_TEST(mixture_matches_quadrature) {
   xt_gmm *gm;
   /* the widest cut-off: what it drops, exp(-32) of a Gaussian's integral, is below quadrature error */
-  xt_model *m = random_mixture(25, XT_GMM_CUTOFF_MAX, 30, &gm);
+  xt_model *m = mixture_of(25, XT_GMM_CUTOFF_MAX, 30, &gm);
   XT_REQUIRE(m);
   for (int t = 0; t < 12; t++) {
     double target[3] = {urand(-30, 30), urand(-30, 30), urand(-30, 30)}, d[3] = {urand(-1, 1), urand(-1, 1), urand(-1, 1)};
@@ -313,7 +292,7 @@ XT_TEST(default_cutoff_error_within_documented_bound) {
    * integral by at most exp(-k^2/2) * sum_i A_i, A_i = rho_i sqrt(2 pi / a_i) the central
    * integral of Gaussian i in the ray's direction. */
   xt_gmm *gm;
-  xt_model *m = random_mixture(60, XT_GMM_CUTOFF_DEFAULT, 40, &gm);
+  xt_model *m = mixture_of(60, XT_GMM_CUTOFF_DEFAULT, 40, &gm);
   XT_REQUIRE(m);
   const double k = gm->cutoff;
   int cut_somewhere = 0;
@@ -354,7 +333,7 @@ static xt_geometry small_geom(double primary, double secondary, xt_vec3 table) {
 
 XT_TEST(frame_equals_direct_sum_with_placement_and_table) {
   xt_gmm *gm;
-  xt_model *m = random_mixture(300, XT_GMM_CUTOFF_MAX, 60, &gm);
+  xt_model *m = mixture_of(300, XT_GMM_CUTOFF_MAX, 60, &gm);
   XT_REQUIRE(m);
   /* a rigid placement: rotation and shift */
   xt_affine rz = xt_aff_rot(2, 0.7), rx = xt_aff_rot(0, -0.4);
@@ -408,7 +387,7 @@ XT_TEST(frame_equals_direct_sum_with_placement_and_table) {
 
 XT_TEST(mixed_scene_is_the_sum_of_its_models) {
   xt_gmm *gm;
-  xt_model *mg = random_mixture(80, XT_GMM_CUTOFF_DEFAULT, 50, &gm), *mv = NULL;
+  xt_model *mg = mixture_of(80, XT_GMM_CUTOFF_DEFAULT, 50, &gm), *mv = NULL;
   XT_REQUIRE(mg);
   int dim[3] = {40, 36, 44};
   XT_REQUIRE(xt_phantom_head_model(dim, 4.0, XT_VOXEL_U8, &mv, NULL) == 0);
@@ -450,7 +429,7 @@ XT_TEST(mixed_scene_is_the_sum_of_its_models) {
 }
 
 XT_TEST(thread_count_does_not_change_a_frame) {
-  xt_model *m = random_mixture(200, XT_GMM_CUTOFF_DEFAULT, 50, NULL);
+  xt_model *m = mixture_of(200, XT_GMM_CUTOFF_DEFAULT, 50, NULL);
   XT_REQUIRE(m);
   xt_geometry g = small_geom(10, 5, xt_v3(0, 0, 0));
   const int np = g.mode.cols * g.mode.rows;

@@ -125,17 +125,9 @@ __global__ void __launch_bounds__(FIT_THREADS) k_fit_backward(const bwd_args A) 
     const int y = G.lo[1] + r % ny, z = G.lo[2] + r / ny;
     xt_fit_row rw;
     if (!dev_row(G, y, z, A.K2, A.n0, &rw)) continue;
-    const float *res = A.res + (size_t)A.n0 * ((size_t)y + (size_t)A.n1 * z);
-    double W = 0, W0 = 0, W00 = 0, Gv = rw.G, R = rw.R, d0 = rw.d0;
-    for (int x = rw.x0; x <= rw.x1; x++) {
-      const double w = res[x] * Gv;
-      W += w;
-      W0 += w * d0;
-      W00 += w * d0 * d0;
-      Gv *= R;
-      R *= rw.Q;
-      d0 += 1.0;
-    }
+    double mm[3];
+    xt_fit_row_moments(&rw, A.res + (size_t)A.n0 * ((size_t)y + (size_t)A.n1 * z), mm);
+    const double W = mm[0], W0 = mm[1], W00 = mm[2];
     const double d1 = y - G.c[1], d2 = z - G.c[2];
     m[0] += W;
     m[1] += W0;

@@ -215,17 +215,9 @@ static void backward_one(cpu_job *J, int g) {
       const double d1 = y - p->c[1], d2 = z - p->c[2];
       xt_fit_row r;
       if (!row_setup(p, L, rho, K2, n[0], d1, d2, &r)) continue;
-      const float *res = J->resid + sz * z + sy * y;
-      double G = r.G, R = r.R, d0 = r.d0, W = 0, W0 = 0, W00 = 0;
-      for (int x = r.x0; x <= r.x1; x++) {
-        const double w = res[x] * G;
-        W += w;
-        W0 += w * d0;
-        W00 += w * d0 * d0;
-        G *= R;
-        R *= r.Q;
-        d0 += 1.0;
-      }
+      double mm[3];
+      xt_fit_row_moments(&r, J->resid + sz * z + sy * y, mm);
+      const double W = mm[0], W0 = mm[1], W00 = mm[2];
       S0 += W;
       S1[0] += W0;
       S1[1] += W * d1;

@@ -38,4 +38,22 @@ static XT_INLINE XT_HOSTDEV int xt_fit_row_setup(const double c[3], const double
   return 1;
 }
 
+/* The residual's moments along the row: m[0] = sum r G, m[1] = sum r G d0, m[2] = sum r G d0^2
+ * (res: the residual of the row, indexed by x). */
+static XT_INLINE XT_HOSTDEV void xt_fit_row_moments(const xt_fit_row *r, const float *res, double m[3]) {
+  double G = r->G, R = r->R, d0 = r->d0, W = 0, W0 = 0, W00 = 0;
+  for (int x = r->x0; x <= r->x1; x++) {
+    const double w = res[x] * G;
+    W += w;
+    W0 += w * d0;
+    W00 += w * d0 * d0;
+    G *= R;
+    R *= r->Q;
+    d0 += 1.0;
+  }
+  m[0] = W;
+  m[1] = W0;
+  m[2] = W00;
+}
+
 #endif /* XT_FIT_ROW_H */

@@ -31,6 +31,7 @@ typedef struct bench_ctx {
   xt_cuda_info info;
   double bw_gbps;
   const char *scenes;
+  const char *gmm_file; /* (f): the fitted head */
   int variants;
   char summary[64][200];
   int nsum;
@@ -269,8 +270,8 @@ static int scene_d_s(bench_ctx *b, xt_model *head_l, xt_msg *msg) {
 }
 
 static void usage(void) {
-  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcds] [--no-variants] [--quick]\n"
-         "                   [--inst-per-step X]\n");
+  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsef] [--no-variants] [--quick]\n"
+         "                   [--inst-per-step X] [--gmm FITTED_HEAD.xgmm]\n");
 }
 
 int xt_bench_main(int argc, char **argv) {
@@ -279,13 +280,14 @@ int xt_bench_main(int argc, char **argv) {
   b.frames = 100;
   b.warmup = 10;
   b.inst_per_step = XT_BENCH_INST_PER_STEP;
-  b.scenes = "abcds";
+  b.scenes = "abcdsef";
   b.variants = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--frames") && i + 1 < argc) b.frames = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) b.warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--scenes") && i + 1 < argc) b.scenes = argv[++i];
     else if (!strcmp(argv[i], "--inst-per-step") && i + 1 < argc) b.inst_per_step = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--gmm") && i + 1 < argc) b.gmm_file = argv[++i];
     else if (!strcmp(argv[i], "--no-variants")) b.variants = 0;
     else if (!strcmp(argv[i], "--quick")) {
       b.quick = 1;
@@ -345,6 +347,7 @@ int xt_bench_main(int argc, char **argv) {
       goto fail;
   }
   if ((strchr(b.scenes, 'd') || strchr(b.scenes, 's')) && (rc = scene_d_s(&b, head_l, &msg))) goto fail;
+  if ((rc = xt_bench_gmm(b.scenes, b.frames, b.warmup, b.quick, b.gmm_file, b.summary, &b.nsum, 64, &msg))) goto fail;
 
   printf("\nSUMMARY (%s, %s)\n%-34s %9s %9s %8s  %s\n", b.info.name, date, "scene", "ms/frame", "fps", "bound",
          "target");

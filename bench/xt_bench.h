@@ -17,4 +17,11 @@ int xt_bench_ct(int n, double spacing_mm, xt_model **out, xt_msg *msg);
 /* Fraction of voxels denser than air (mu > 1e-4 /mm). */
 double xt_bench_nonair(const xt_volume *v);
 
+/* Gaussian-mixture scenes (e) and (f) (xt_bench_gmm.c), those of `scenes` that are asked for;
+ * appends rows to summary (up to max). gmm_file: the fitted head of (f), or NULL. */
+int xt_bench_gmm(const char *scenes, int frames, int warmup, int quick, const char *gmm_file, char (*summary)[200],
+                 int *nsum, int max, xt_msg *msg);
+/* n random Gaussians filling a head-sized ellipsoid (the mixtures of (e)), reproducible by seed. */
+int xt_bench_random_gmm(size_t n, unsigned seed, xt_model **out, xt_msg *msg);
+
 #endif /* XT_BENCH_H */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xt_gmm.h"
 #include "xt_model.h"
 
 int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg) {
@@ -21,6 +22,7 @@ int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg 
 void xt_model_free(xt_model *m) {
   if (!m) return;
   xt_volume_free(m->volume);
+  xt_gmm_free(m->gmm);
   free(m->report);
   free(m);
 }
@@ -42,7 +44,11 @@ int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg) {
     if (!m->volume) break;
     xt_volume_bounds(m->volume, lo, hi);
     return 0;
-  case XT_MODEL_GMM:
+  case XT_MODEL_GMM: /* the cut-off ellipsoids' boxes (xt_gmm_finish) */
+    if (!m->gmm || !m->gmm->nodes) break;
+    *lo = xt_v3(m->gmm->lo[0], m->gmm->lo[1], m->gmm->lo[2]);
+    *hi = xt_v3(m->gmm->hi[0], m->gmm->hi[1], m->gmm->hi[2]);
+    return 0;
   case XT_MODEL_NVDB: break;
   }
   return xt_fail(msg, XT_EINVAL, "model %s: no payload of kind %s", m->name, xt_model_kind_name(m->kind));

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "xt_gmm.h"
+#include "xt_gmm_json.h"
 #include "xt_load.h"
 
 typedef int (*model_reader)(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg);
@@ -20,6 +22,27 @@ static int read_volume(const char *path, const xt_load_options *opt, xt_model **
   return rc;
 }
 
+/* Gaussian mixtures: native, the thesis's .gmm, hand-written JSON (opt does not apply). */
+static int wrap_gmm(const char *path, int rc, xt_gmm **g, xt_model **out, xt_msg *msg) {
+  if (!rc && (rc = xt_model_from_gmm(*g, NULL, out, msg))) {
+    xt_gmm_free(*g);
+    rc = xt_fail(msg, rc, "%s: out of memory for the model", path);
+  }
+  return rc;
+}
+static int read_gmm_native(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_gmm *g = NULL;
+  return wrap_gmm(path, xt_gmm_read_native(path, &g, msg), &g, out, msg);
+}
+static int read_gmm_thesis(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_gmm *g = NULL;
+  return wrap_gmm(path, xt_gmm_read_thesis(path, &g, msg), &g, out, msg);
+}
+static int read_gmm_json(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_gmm *g = NULL;
+  return wrap_gmm(path, xt_gmm_read_json(path, &g, NULL, 0, msg), &g, out, msg);
+}
+
 /* File-name suffixes (case-insensitive), longest first where one ends another. */
 static const struct {
   const char *suffix;
@@ -27,6 +50,7 @@ static const struct {
 } readers[] = {
     {".nii.gz", read_volume}, {".nii", read_volume}, {".nrrd", read_volume},
     {".nhdr", read_volume},   {".mha", read_volume}, {".mhd", read_volume},
+    {".xgmm", read_gmm_native}, {".gmm.json", read_gmm_json}, {".gmm", read_gmm_thesis},
 };
 
 static int ends_with(const char *s, const char *suffix) {

@@ -43,4 +43,20 @@
 #define XT_CUDA_BATCH_MAX_FRAMES 1024
 #define XT_CUDA_BATCH_CHUNK_BYTES ((size_t)64 << 20)
 
+/* The Gaussian kind (proj_gmm.cu): a block renders one GMM_TILE_W x GMM_TILE_H tile with
+ * GMM_BLOCK threads of two pixels each (rows r and r + GMM_WARP_H / 2 of its warp's region),
+ * loading the tile's Gaussians into shared memory GMM_BATCH at a time (one per thread). Each warp
+ * covers a GMM_WARP_W x GMM_WARP_H region and skips the Gaussians whose conic misses it (a
+ * per-(tile, Gaussian) mask computed at load). The preprocess and duplicate kernels run
+ * GMM_PRE_THREADS threads per block. */
+#define XT_GMM_TILE_W 16
+#define XT_GMM_TILE_H 16
+#define XT_GMM_WARP_W 8
+#define XT_GMM_WARP_H 8
+#define XT_GMM_BLOCK (XT_GMM_TILE_W * XT_GMM_TILE_H / 2)
+#define XT_GMM_BATCH XT_GMM_BLOCK
+#define XT_GMM_PRE_THREADS 128
+/* Lanes per Gaussian in the duplicate kernel (a Gaussian's tile rows, in turn). */
+#define XT_GMM_DUP_LANES 8
+
 #endif /* XT_CUDA_CONFIG_H */

@@ -31,5 +31,6 @@ typedef struct xt_cpu_kind {
 
 extern const xt_cpu_kind xt_cpu_kind_dense;  /* proj_cpu_voxel.c */
 extern const xt_cpu_kind xt_cpu_kind_labels; /* proj_cpu_voxel.c */
+extern const xt_cpu_kind xt_cpu_kind_gmm;    /* proj_cpu_gmm.c */
 
 #endif /* XT_PROJ_KIND_H */

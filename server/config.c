@@ -361,7 +361,7 @@ void xt_srv_config_usage(FILE *f) {
           "Serves the C-arm digital twin: REST control and a WebSocket frame stream.\n"
           "With no arguments: the built-in head phantom, default mode, 127.0.0.1:8710 (REST) and :8711 (stream).\n\n"
           "  --config FILE        JSON object with any of the keys below, plus \"models\": [\"path\" | {path, name, convert, series}]\n"
-          "  --model PATH         load a volume at start (repeatable); DICOM: a folder, .dcm or @LIST, PATH#SERIES picks a series\n"
+          "  --model PATH         load a model at start (repeatable): a volume, or a Gaussian mixture (.xgmm, .gmm, .gmm.json); DICOM: a folder, .dcm or @LIST, PATH#SERIES picks a series\n"
           "  --routes             print the REST route table and exit\n"
           "  --version            print the version and exit\n\n");
   for (int i = 0; i < CFG_COUNT; i++) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "xt_gmm.h"
 #include "xt_coverage.h"
 #include "xt_server.h"
 #ifdef XT_SERVER_HAVE_LOADERS
@@ -388,6 +389,11 @@ json_t *xt_srv_models_json(xt_server *s) {
       json_object_set_new(o, "dim", json_pack("[i,i,i]", v->dim[0], v->dim[1], v->dim[2]));
       json_object_set_new(o, "spacing_mm", json_pack("[f,f,f]", v->spacing[0], v->spacing[1], v->spacing[2]));
       json_object_set_new(o, "bytes", json_integer((json_int_t)v->nbytes));
+    }
+    if (m->gmm) { /* Gaussian mixtures: the count, the native file's size, the cut-off */
+      json_object_set_new(o, "gaussians", json_integer((json_int_t)m->gmm->count));
+      json_object_set_new(o, "bytes", json_integer((json_int_t)xt_gmm_file_bytes(m->gmm)));
+      json_object_set_new(o, "cutoff_sigma", json_real(m->gmm->cutoff));
     }
 #ifdef XT_SERVER_HAVE_LOADERS
     if (m->report) json_object_set_new(o, "load", xt_load_report_json(m->report));

@@ -24,6 +24,7 @@
 #include <nifti1.h>
 #include <zlib.h>
 
+#include "xt_gmm.h"
 #include "xt_load.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
@@ -263,7 +264,7 @@ static void write_files(void) {
 
 /* --- the cases ---------------------------------------------------------------------------------- */
 
-enum { K_HEAD, K_JSON, K_VOLUME };
+enum { K_HEAD, K_JSON, K_VOLUME, K_MODEL };
 
 typedef struct alloc_case {
   int kind;
@@ -304,6 +305,13 @@ static int run_case(const alloc_case *c, void **obj, xt_msg *msg) {
     rc = json_model(c->path, c->type, &m, msg);
     *obj = m;
     return rc;
+  case K_MODEL: { /* any model file through the table (Gaussian mixtures) */
+    xt_load_options o = {.convert = c->conv};
+    m = (xt_model *)(uintptr_t)0x1; /* xt_model_load must set it to NULL on failure */
+    rc = xt_model_load(c->path, &o, NULL, &m, msg);
+    *obj = m;
+    return rc;
+  }
   default: {
     xt_load_options o = {.convert = c->conv};
     v = (xt_volume *)(uintptr_t)0x1; /* xt_volume_load must set it to NULL on failure */
@@ -323,6 +331,7 @@ static void describe(const alloc_case *c, char *buf, size_t n) {
   const char *base = c->path ? strrchr(c->path, '/') + 1 : NULL;
   if (c->kind == K_HEAD) snprintf(buf, n, "head %s", c->type == XT_VOXEL_U8 ? "labels" : "dense");
   else if (c->kind == K_JSON) snprintf(buf, n, "%s %s", base, c->type == XT_VOXEL_U8 ? "labels" : "dense");
+  else if (c->kind == K_MODEL) snprintf(buf, n, "%s", base);
   else snprintf(buf, n, "%s %s", base, conv_name[c->conv]);
 }
 
@@ -377,7 +386,7 @@ static long fail_each(const alloc_case *c, int persistent) {
          msg.text);
     /* xt_volume_load's messages start with the path; so do the JSON parser's (voxelising the
      * parsed phantom knows no file) */
-    if (c->kind == K_VOLUME || (c->kind == K_JSON && g_first_in_jansson))
+    if (c->kind == K_VOLUME || c->kind == K_MODEL || (c->kind == K_JSON && g_first_in_jansson))
       CHK_(strncmp(msg.text, c->path, strlen(c->path)) == 0,
            "%s: %s failure of allocation %ld: message does not start with the path: %s", what, mode, n, msg.text);
     CHK_(obj == NULL, "%s: %s failure of allocation %ld: *out is %p, not NULL", what, mode, n, obj);
@@ -493,5 +502,41 @@ XT_TEST(dicom) {
   run_all(cases, n);
 }
 
+/* Gaussian mixtures (issue 8): the native file, the thesis layout and JSON, each through
+ * xt_model_load (jansson on the wrapped allocator for the JSON one). The files are written by
+ * the library's own writers before the hook is armed. */
+XT_TEST(gaussian_mixtures) {
+  static const char *const names[] = {"m.xgmm", "m.gmm", "m.gmm.json"};
+  tmp_begin();
+  xt_gmm *g = NULL;
+  XT_REQUIRE(xt_gmm_create(3, &g, NULL) == 0);
+  for (int i = 0; i < 3; i++) {
+    g->g[i].centre[0] = (float)(10 * i);
+    for (int a = 0; a < 3; a++) g->g[i].scale[a] = (float)(2 + i);
+    g->g[i].rho = 0.01f;
+    g->g[i].label = (uint32_t)i;
+  }
+  g->has_labels = 1;
+  XT_REQUIRE(xt_gmm_finish(g, "test", NULL) == 0);
+  XT_REQUIRE(xt_gmm_write_native(tp(names[0]), g, NULL) == 0);
+  XT_REQUIRE(xt_gmm_write_thesis(tp(names[1]), g, NULL) == 0);
+  xt_gmm_free(g);
+  const char *json = "{\"gaussians\": [{\"center\": [0, 0, 0], \"scale\": 3, \"rho\": 0.02, \"material\": \"bone\"},"
+                     " {\"center\": [9, 0, 0], \"scale\": [1, 2, 3], \"quat\": [1, 0, 0, 1], \"rho\": 0.01,"
+                     " \"material\": 2}]}";
+  write_bytes(tp(names[2]), "wb", json, strlen(json));
+  json_set_alloc_funcs(jansson_malloc, __wrap_free);
+  alloc_case cases[3];
+  for (int i = 0; i < 3; i++) cases[i] = (alloc_case){K_MODEL, tp(names[i]), 0, XT_LOAD_MU};
+  /* tp() reuses one buffer: give each case its own copy of the path */
+  static char paths[3][256];
+  for (int i = 0; i < 3; i++) {
+    snprintf(paths[i], sizeof paths[i], "%s", tp(names[i]));
+    cases[i].path = paths[i];
+  }
+  run_all(cases, 3);
+  tmp_end(names, 3);
+}
+
 XT_TEST_MAIN(XT_ENTRY(hook_fails_the_nth_call) XT_ENTRY(phantoms) XT_ENTRY(ellipsoid_json) XT_ENTRY(metaimage)
-                 XT_ENTRY(nrrd) XT_ENTRY(nifti) XT_ENTRY(dicom))
+                 XT_ENTRY(nrrd) XT_ENTRY(nifti) XT_ENTRY(dicom) XT_ENTRY(gaussian_mixtures))

@@ -16,4 +16,8 @@ enum { XT_EXIT_OK = 0, XT_EXIT_RUNTIME = 1, XT_EXIT_USAGE = 2 };
 int xt_cmd_render(int argc, char **argv);
 void xt_cmd_render_help(FILE *out);
 
+/* argv[0] is "gmm-fit" (tools/xt_gmm_fit_cmd.c). */
+int xt_cmd_gmm_fit(int argc, char **argv);
+void xt_cmd_gmm_fit_help(FILE *out);
+
 #endif /* XT_CLI_H */

@@ -40,6 +40,7 @@ typedef struct render_opts {
   int phantom_size;
   double phantom_spacing;
   const char *volume;
+  const char *add;
   const char *ellipsoids;
   int labels;
   int convert;
@@ -87,8 +88,12 @@ static const xt_opt fixed_tab[] = {
     {"labels", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(labels),
      "voxelise --ellipsoids as painted material labels instead of additive mu"},
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
-     "render a volume instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or DICOM: a folder, a .dcm file or "
-     "@LIST (a text file naming the files of one series)"},
+     "render a model file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, DICOM (a folder, a .dcm file or "
+     "@LIST, a text file naming the files of one series), or a Gaussian mixture: .xgmm, .gmm (thesis layout), "
+     ".gmm.json"},
+    {"add", XT_OPT_STRING, "FILE[,FILE...]", NULL, "none", 0, 0, NULL, OFF(add),
+     "further model files rendered in the same scene (line integrals add), placed like the main model: "
+     "volumes, .xgmm, .gmm, .gmm.json (at most 7)"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
      "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
@@ -182,7 +187,8 @@ void xt_cmd_render_help(FILE *out) {
           "  xtwin render --phantom-size 128 --phantom-spacing 1.5 --angles -90,-45,0,45,90 --out out/sweep\n"
           "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n"
           "  xtwin render --phantom head-labels --mode fd20-512 --chain --kv 70 --filter-cu-mm 0.2 --mas 0.05 --out out/fluoro\n"
-          "  xtwin render --volume dicom/study --series 5 --nan-value -1000 --out out/study\n");
+          "  xtwin render --volume dicom/study --series 5 --nan-value -1000 --out out/study\n"
+          "  xtwin render --volume head.xgmm --add vessels.nii.gz --convert labels --out out/mixed\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -238,6 +244,22 @@ static const char *skip_backend(const char *text, xt_backend b) {
   snprintf(pre, sizeof pre, "backend %s: ", xt_backend_name(b));
   size_t n = strlen(pre);
   return strncmp(text, pre, n) == 0 ? text + n : text;
+}
+
+#define MAX_ADDED 7
+
+/* Splits --add's comma-separated list into buf (in place) and paths; returns the count or -1. */
+static int split_added(const char *list, char *buf, size_t cap, const char *paths[MAX_ADDED]) {
+  snprintf(buf, cap, "%s", list);
+  int n = 0;
+  for (char *p = buf; p && *p;) {
+    char *c = strchr(p, ',');
+    if (c) *c = 0;
+    if (!*p || n == MAX_ADDED) return -1;
+    paths[n++] = p;
+    p = c ? c + 1 : NULL;
+  }
+  return n;
 }
 
 typedef struct frame {
@@ -316,6 +338,10 @@ int xt_cmd_render(int argc, char **argv) {
   frame *frames = NULL;
   int nframes = 0;
   xt_model *model = NULL;
+  xt_model *added[MAX_ADDED] = {NULL};
+  const char *added_paths[MAX_ADDED];
+  char added_buf[4096];
+  int nadded = 0;
   xt_proj *proj = NULL;
   xt_chain *chain = NULL;
   float *lineint = NULL;
@@ -346,8 +372,11 @@ int xt_cmd_render(int argc, char **argv) {
                is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
   static const char *const volume_only[] = {"convert", "energy", "series", "nan-value", "hu-model", "ct-energy",
                                             "nifti-transform"};
-  for (size_t k = 0; k < sizeof volume_only / sizeof volume_only[0]; k++)
-    if (!o.volume && is_seen(seen, volume_only[k])) return say(XT_EXIT_USAGE, "--%s: applies to --volume only", volume_only[k]);
+  for (size_t k = 0; k < sizeof volume_only / sizeof volume_only[0]; k++) {
+    const int for_added = k < 2 && o.add; /* --convert and --energy apply to added volumes too */
+    if (!o.volume && !for_added && is_seen(seen, volume_only[k]))
+      return say(XT_EXIT_USAGE, "--%s: applies to --volume only%s", volume_only[k], k < 2 ? " (and --add)" : "");
+  }
   o.nan_fill = is_seen(seen, "nan-value");
   if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
   xt_chain_params cprm = xt_chain_params_default();
@@ -361,6 +390,8 @@ int xt_cmd_render(int argc, char **argv) {
     }
   }
   if (o.chain && xt_chain_params_validate(&cprm, &msg)) return say(XT_EXIT_USAGE, "--chain: %s", msg.text);
+  if (o.add && (nadded = split_added(o.add, added_buf, sizeof added_buf, added_paths)) < 0)
+    return say(XT_EXIT_USAGE, "--add: expected 1 to %d comma-separated file names", MAX_ADDED);
 
   const xt_detector_mode *mode = xt_mode_find(o.mode);
   if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);
@@ -419,6 +450,17 @@ int xt_cmd_render(int argc, char **argv) {
       goto done;
     }
   }
+  for (int i = 0; i < nadded; i++) {
+    struct stat st;
+    if (stat(added_paths[i], &st) != 0) {
+      code = say(XT_EXIT_RUNTIME, "--add: \"%s\": %s", added_paths[i], strerror(errno));
+      goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      code = say(XT_EXIT_RUNTIME, "--add: \"%s\": is a directory", added_paths[i]);
+      goto done;
+    }
+  }
   set_live = 1;
   if ((rc = xt_outset_mkdirs(&set, o.out, &msg))) {
     code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
@@ -450,11 +492,36 @@ int xt_cmd_render(int argc, char **argv) {
   if (model->report) /* what the loader noticed: printed, and kept in every sidecar's "load" */
     for (int k = 0; k < model->report->nwarn; k++)
       say(0, "warning: %s [%s]", model->report->warn[k].text, model->report->warn[k].code);
+  for (int i = 0; i < nadded; i++) {
+#ifdef XT_HAVE_LOADERS
+    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
+    xt_load_options lo = {.convert = conv[o.convert], .energy_kev = o.energy};
+    lo.hu_model = o.hu_model == 1 ? XT_HU_LINEAR : XT_HU_BILINEAR;
+    lo.ct_energy_kev = o.ct_energy;
+    lo.nan_fill = o.nan_fill;
+    lo.nan_value = o.nan_value;
+    lo.nifti_xform = o.nifti_transform == 1 ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+    if ((rc = xt_model_load(added_paths[i], &lo, NULL, &added[i], &msg))) {
+      code = say(XT_EXIT_RUNTIME, "--add: %s", msg.text);
+      goto done;
+    }
+    added[i]->placement = model->placement; /* the scene's models share the main model's placement */
+#else
+    code = say(XT_EXIT_RUNTIME, "--add: model loading not built into this xtwin");
+    goto done;
+#endif
+  }
   xt_proj_options po = {backend, o.threads, 0};
   if ((rc = xt_proj_create(&po, &proj, &msg)) || (rc = xt_proj_add_model(proj, model, &msg))) {
     code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
+  for (int i = 0; i < nadded; i++)
+    if ((rc = xt_proj_add_model(proj, added[i], &msg))) {
+      code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
+      goto done;
+    }
+
   int ocols = 0, orows = 0;
   if (o.chain) {
     if ((rc = xt_chain_create(&cprm, proj, &chain, &msg))) {
@@ -554,7 +621,7 @@ int xt_cmd_render(int argc, char **argv) {
     xt_sidecar_info si = {&f->geom,
                           model,
                           o.volume ? o.volume : "phantom",
-                          o.volume ? convert_names[o.convert] : NULL,
+                          o.volume && model->kind != XT_MODEL_GMM ? convert_names[o.convert] : NULL,
                           place_names[o.place],
                           xt_backend_name(backend),
                           o.threads,
@@ -565,7 +632,10 @@ int xt_cmd_render(int argc, char **argv) {
                           f->ms,
                           XT_VERSION,
                           &cov,
-                          chain ? &sc : NULL};
+                          chain ? &sc : NULL,
+                          (const xt_model *const *)added,
+                          added_paths,
+                          nadded};
     const char *paths[5] = {npy_path, png_path, json_path, raw_path, proc_path};
     for (int k = 0; k < (chain ? 5 : 3); k++) {
       FILE *fp = NULL;
@@ -612,6 +682,7 @@ done:
   xt_chain_destroy(chain);
   xt_proj_destroy(proj);
   xt_model_free(model);
+  for (int i = 0; i < nadded; i++) xt_model_free(added[i]);
   free(frames);
   return code;
 }

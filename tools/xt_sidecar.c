@@ -2,6 +2,7 @@
  * for real data (issue 14) stay in their own keys: "load" (what the loader noticed and chose),
  * "coverage" (did the model land on the detector) and "geometry_pixel_edge" (P in the convention
  * of DeepDRR and DiffDRR). */
+#include "xt_gmm.h"
 #include "xt_sidecar.h"
 #ifdef XT_HAVE_LOADERS
 #include "xt_load.h"
@@ -219,6 +220,10 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
     put(b, mod, "index_to_model", affine34(b, &v->index_to_model));
     put(b, mod, "index_to_model_note", str("3x4 [M | t]: voxel-centre index (i,j,k) -> model mm (LPS)"));
   }
+  if (m->gmm) {
+    put(b, mod, "gaussians", json_integer((json_int_t)m->gmm->count));
+    put(b, mod, "cutoff_sigma", num(m->gmm->cutoff));
+  }
   put(b, mod, "place", str(in->place));
   put(b, mod, "placement", affine34(b, &m->placement));
   put(b, mod, "placement_note", str("3x4 [M | t]: model mm -> patient mm"));
@@ -243,6 +248,20 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
     put(b, mod, "materials", mat);
   }
   put(b, root, "model", mod);
+  if (in->nadded > 0) {
+    json_t *more = json_array();
+    for (int i = 0; i < in->nadded; i++) {
+      const xt_model *a = in->added[i];
+      json_t *e = json_object();
+      put(b, e, "name", str(a->name));
+      put(b, e, "kind", str(xt_model_kind_name(a->kind)));
+      put(b, e, "source", str(in->added_sources[i]));
+      if (a->gmm) put(b, e, "gaussians", json_integer((json_int_t)a->gmm->count));
+      put(b, e, "placement", affine34(b, &a->placement));
+      push(b, more, e);
+    }
+    put(b, root, "added_models", more);
+  }
 #ifdef XT_HAVE_LOADERS
   if (m->report) put(b, root, "load", xt_load_report_json(m->report));
 #endif

@@ -53,6 +53,10 @@ typedef struct xt_sidecar_info {
   const char *version;
   const xt_sidecar_coverage *coverage; /* NULL: no "coverage" object */
   const xt_sidecar_chain *chain; /* NULL: no chain ran */
+  /* further models of the scene (render --add), rendered together with `model` */
+  const xt_model *const *added;
+  const char *const *added_sources;
+  int nadded;
 } xt_sidecar_info;
 
 /* Writes the sidecar (pretty-printed JSON, doubles round-trippable) to f. */

@@ -407,7 +407,59 @@ XT_TEST(test_encoders) {
   free(out);
 }
 
+/* Gaussian mixtures through the server (issue 8): --model with a .gmm.json at start, POST
+ * /v1/models with another, both listed with their kind and count, rendered with the head; a bad
+ * mixture file answers 400 naming the field and the server keeps serving. */
+XT_TEST(test_gmm_models) {
+  char dir[] = "/tmp/xt_srv_gmm_XXXXXX", a[96], b[96], bad[96], body[160];
+  XT_REQUIRE(mkdtemp(dir));
+  snprintf(a, sizeof a, "%s/pair.gmm.json", dir);
+  snprintf(b, sizeof b, "%s/one.gmm.json", dir);
+  snprintf(bad, sizeof bad, "%s/bad.gmm.json", dir);
+  FILE *f = fopen(a, "w");
+  XT_REQUIRE(f);
+  fputs("{\"gaussians\": [{\"center\": [0,0,0], \"scale\": 10, \"rho\": 0.02},"
+        " {\"center\": [20,0,0], \"scale\": [5,8,12], \"rho\": 0.01}]}",
+        f);
+  fclose(f);
+  XT_REQUIRE((f = fopen(b, "w")));
+  fputs("{\"gaussians\": [{\"center\": [0,10,0], \"scale\": 6, \"rho\": 0.05}]}", f);
+  fclose(f);
+  XT_REQUIRE((f = fopen(bad, "w")));
+  fputs("{\"gaussians\": [{\"center\": [0,0,0], \"scale\": -1, \"rho\": 0.05}]}", f);
+  fclose(f);
+  const char *const args[] = {"--model", a, NULL};
+  xt_srv_proc p;
+  XT_REQUIRE(xt_srv_spawn(&p, args) == 0);
+  xt_resp r;
+  snprintf(body, sizeof body, "{\"path\": \"%s\"}", b);
+  XT_CHECK(xt_http(&p, "POST", "/v1/models", body, -1, NULL, &r) == 0);
+  XT_CHECK_MSG(r.status == 200 || r.status == 201, "POST gmm: %ld %s", r.status, r.body.p ? r.body.p : "");
+  xt_resp_free(&r);
+  snprintf(body, sizeof body, "{\"path\": \"%s\"}", bad);
+  XT_CHECK(xt_http(&p, "POST", "/v1/models", body, -1, NULL, &r) == 0);
+  check_error(&r, 400, "RANGE");
+  XT_CHECK(has(&r, "scale"));
+  xt_resp_free(&r);
+  XT_CHECK(xt_http(&p, "GET", "/v1/models", NULL, 0, NULL, &r) == 0);
+  XT_CHECK_MSG(r.status == 200 && has(&r, "\"kind\": \"gmm\"") && has(&r, "\"gaussians\": 2") &&
+                   has(&r, "\"gaussians\": 1") && has(&r, "pair.gmm.json") && has(&r, "one.gmm.json") &&
+                   !has(&r, "bad.gmm.json"),
+               "%s", r.body.p ? r.body.p : "");
+  xt_resp_free(&r);
+  const char *const npy[] = {"Accept: application/x-npy", NULL};
+  XT_CHECK(xt_http(&p, "POST", "/v1/render", NULL, 0, npy, &r) == 0);
+  XT_CHECK_MSG(r.status == 200, "render: %ld %s", r.status, r.body.p ? r.body.p : "");
+  xt_resp_free(&r);
+  XT_CHECK(xt_srv_stop(&p, 15) == 0);
+  unlink(a);
+  unlink(b);
+  unlink(bad);
+  rmdir(dir);
+}
+
 XT_TEST_MAIN(XT_ENTRY(test_openapi_in_step) XT_ENTRY(test_stream_doc_offsets) XT_ENTRY(test_encoders)
                  XT_ENTRY(test_health_info) XT_ENTRY(test_pose_partial_updates) XT_ENTRY(test_acquisition)
                      XT_ENTRY(test_bad_requests_keep_serving) XT_ENTRY(test_render_png_npy) XT_ENTRY(test_metrics_text)
-                         XT_ENTRY(test_token_auth) XT_ENTRY(test_tls_self_signed) XT_ENTRY(test_bad_config_fails_cleanly))
+                         XT_ENTRY(test_token_auth) XT_ENTRY(test_tls_self_signed) XT_ENTRY(test_bad_config_fails_cleanly)
+                             XT_ENTRY(test_gmm_models))

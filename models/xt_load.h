@@ -18,6 +18,7 @@ typedef enum xt_load_convert {
 typedef struct xt_load_options {
   xt_load_convert convert;
   double energy_kev; /* for the material table / mu_water; 0 = XT_DEFAULT_ENERGY_KEV */
+  const char *grid;  /* .nvdb: the grid's name; NULL or "" = the file's first grid */
 } xt_load_options;
 
 /* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd); anything else is

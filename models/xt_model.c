@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "xt_model.h"
+#include "xt_nvdb.h"
 
 int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg) {
   xt_model *m = calloc(1, sizeof *m);
@@ -19,6 +20,7 @@ int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg 
 void xt_model_free(xt_model *m) {
   if (!m) return;
   xt_volume_free(m->volume);
+  xt_nvdb_free(m->nvdb);
   free(m);
 }
 
@@ -39,8 +41,11 @@ int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg) {
     if (!m->volume) break;
     xt_volume_bounds(m->volume, lo, hi);
     return 0;
-  case XT_MODEL_GMM:
-  case XT_MODEL_NVDB: break;
+  case XT_MODEL_NVDB:
+    if (!m->nvdb) break;
+    xt_nvdb_bounds(m->nvdb, lo, hi);
+    return 0;
+  case XT_MODEL_GMM: break;
   }
   return xt_fail(msg, XT_EINVAL, "model %s: no payload of kind %s", m->name, xt_model_kind_name(m->kind));
 }

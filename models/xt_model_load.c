@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "xt_load.h"
+#include "xt_nvdb.h"
 
 typedef int (*model_reader)(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg);
 
@@ -17,6 +18,18 @@ static int read_volume(const char *path, const xt_load_options *opt, xt_model **
   return rc;
 }
 
+/* NanoVDB: the grid holds mu or labels itself (xt_nvdb.h); the HU conversions do not apply. */
+static int read_nvdb(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_nvdb_load_options no = {opt ? opt->grid : NULL, opt && opt->convert == XT_LOAD_LABELS, opt ? opt->energy_kev : 0};
+  if (opt && (opt->convert == XT_LOAD_HU_TO_MU || opt->convert == XT_LOAD_HU_TO_LABELS))
+    return xt_fail(msg, XT_EINVAL, "%s: NanoVDB grids hold mu or labels: convert must be mu or labels", path);
+  xt_nvdb *g = NULL;
+  int rc = xt_nvdb_load(path, &no, &g, msg);
+  if (rc) return rc;
+  if ((rc = xt_model_from_nvdb(g, NULL, out, msg))) xt_nvdb_free(g);
+  return rc;
+}
+
 /* File-name suffixes (case-insensitive), longest first where one ends another. */
 static const struct {
   const char *suffix;
@@ -24,6 +37,7 @@ static const struct {
 } readers[] = {
     {".nii.gz", read_volume}, {".nii", read_volume}, {".nrrd", read_volume},
     {".nhdr", read_volume},   {".mha", read_volume}, {".mhd", read_volume},
+    {".nvdb", read_nvdb},
 };
 
 static int ends_with(const char *s, const char *suffix) {

@@ -269,7 +269,7 @@ static int scene_d_s(bench_ctx *b, xt_model *head_l, xt_msg *msg) {
 }
 
 static void usage(void) {
-  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcds] [--no-variants] [--quick]\n"
+  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsgh] [--no-variants] [--quick]\n"
          "                   [--inst-per-step X]\n");
 }
 
@@ -345,6 +345,11 @@ int xt_bench_main(int argc, char **argv) {
       goto fail;
   }
   if ((strchr(b.scenes, 'd') || strchr(b.scenes, 's')) && (rc = scene_d_s(&b, head_l, &msg))) goto fail;
+  if (strchr(b.scenes, 'g') || strchr(b.scenes, 'h')) { /* NanoVDB (xt_bench_nvdb.c) */
+    xt_bench_nvdb_ctx nc = {b.scenes, b.frames, b.warmup, b.quick, b.summary, b.nsum, 64};
+    if ((rc = xt_bench_nvdb(&nc, &msg))) goto fail;
+    b.nsum = nc.nsum;
+  }
 
   printf("\nSUMMARY (%s, %s)\n%-34s %9s %9s %8s  %s\n", b.info.name, date, "scene", "ms/frame", "fps", "bound",
          "target");

@@ -17,4 +17,16 @@ int xt_bench_ct(int n, double spacing_mm, xt_model **out, xt_msg *msg);
 /* Fraction of voxels denser than air (mu > 1e-4 /mm). */
 double xt_bench_nonair(const xt_volume *v);
 
+/* NanoVDB scenes (g) and (h) (bench/xt_bench_nvdb.c): prints their tables and appends summary
+ * rows (name, ms/frame, fps, bytes as % of dense, targets) to summary[nsum..max). */
+typedef struct xt_bench_nvdb_ctx {
+  const char *scenes; /* runs 'g' and/or 'h' */
+  int frames, warmup, quick;
+  char (*summary)[200];
+  int nsum, max;
+} xt_bench_nvdb_ctx;
+int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg);
+/* (h)'s whole-body torso: nx x ny x nz voxels of h mm, float mu, air around, organs inside. */
+int xt_bench_torso(int nx, int ny, int nz, double h, xt_model **out, xt_msg *msg);
+
 #endif /* XT_BENCH_H */

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -162,16 +163,26 @@ extern "C" int xt_nvdb_build(const xt_volume *v, const xt_nvdb_build_options *o,
   }
 }
 
-extern "C" int xt_nvdb_write(const char *path, const uint32_t *words, uint64_t bytes, int zip, xt_msg *msg) {
+extern "C" int xt_nvdb_write(FILE *f, const uint32_t *words, uint64_t bytes, int zip, xt_msg *msg) {
   try {
     nanovdb::HostBuffer buf = nanovdb::HostBuffer::create(bytes);
     std::memcpy(buf.data(), words, bytes);
     nanovdb::GridHandle<> h(std::move(buf));
-    nanovdb::io::writeGrid(std::string(path), h, zip ? nanovdb::io::Codec::ZIP : nanovdb::io::Codec::NONE);
+    // io::writeGrid seeks forward past the segment header (at most 16 + 176 + 256 bytes) before
+    // writing the grid and comes back for it: a string stream needs those bytes to exist first.
+    std::stringstream os(std::ios::in | std::ios::out | std::ios::binary);
+    const std::string room(512, '\0');
+    os.write(room.data(), (std::streamsize)room.size());
+    os.seekp(0);
+    nanovdb::io::writeGrid(os, h, zip ? nanovdb::io::Codec::ZIP : nanovdb::io::Codec::NONE);
+    const std::streamoff end = os.tellp();
+    const std::string s = os.str();
+    if (!os || end <= 0 || (size_t)end > s.size()) return xt_fail(msg, XT_EIO, "nvdb write: stream error");
+    if (std::fwrite(s.data(), 1, (size_t)end, f) != (size_t)end) return xt_fail(msg, XT_EIO, "nvdb write: short write");
     return 0;
   } catch (const std::bad_alloc &) {
-    return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+    return xt_fail(msg, XT_ENOMEM, "nvdb write: out of memory");
   } catch (const std::exception &e) {
-    return xt_fail(msg, XT_EIO, "%s: %s", path, e.what());
+    return xt_fail(msg, XT_EIO, "nvdb write: %s", e.what());
   }
 }

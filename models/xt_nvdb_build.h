@@ -10,6 +10,7 @@
 #define XT_NVDB_BUILD_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "xt_model.h"
 
@@ -40,9 +41,9 @@ typedef struct xt_nvdb_build_options {
  * need float, fp16, fp8 or int16; dense ones anything but int16. msg: one line. */
 int xt_nvdb_build(const xt_volume *v, const xt_nvdb_build_options *o, uint32_t **words, uint64_t *bytes, xt_msg *msg);
 
-/* Writes the blob as a one-grid .nvdb file (codec NONE, or ZIP when zip != 0) to `path` exactly:
- * callers wanting all-or-nothing files write a temporary name and rename it. */
-int xt_nvdb_write(const char *path, const uint32_t *words, uint64_t bytes, int zip, xt_msg *msg);
+/* Writes the blob as a one-grid .nvdb file (NanoVDB's io::writeGrid: codec NONE, or ZIP when
+ * zip != 0) to f; callers wanting all-or-nothing files write a temporary and rename it. */
+int xt_nvdb_write(FILE *f, const uint32_t *words, uint64_t bytes, int zip, xt_msg *msg);
 
 #ifdef __cplusplus
 }

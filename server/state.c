@@ -375,7 +375,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   int rc = parse_convert(convert, &conv, msg);
   if (rc) return rc;
 #ifdef XT_SERVER_HAVE_LOADERS
-  xt_load_options opt = {(xt_load_convert)conv, 0.0};
+  xt_load_options opt = {.convert = (xt_load_convert)conv, .energy_kev = 0.0};
   xt_model *m = NULL;
   pthread_mutex_lock(&s->models_mu);
   int n = s->nmodels;

@@ -305,7 +305,7 @@ static int run_case(const alloc_case *c, void **obj, xt_msg *msg) {
     *obj = m;
     return rc;
   default: {
-    xt_load_options o = {c->conv, 0};
+    xt_load_options o = {.convert = c->conv, .energy_kev = 0};
     v = (xt_volume *)(uintptr_t)0x1; /* xt_volume_load must set it to NULL on failure */
     rc = xt_volume_load(c->path, &o, &v, msg);
     *obj = v;

@@ -82,7 +82,7 @@ static void ref_f64_be(unsigned char out[NV * 8]) {
 }
 
 static int load(const char *path, xt_load_convert c, xt_volume **v, xt_msg *m) {
-  xt_load_options o = {c, 0};
+  xt_load_options o = {.convert = c, .energy_kev = 0};
   *v = NULL;
   m->text[0] = '\0';
   return xt_volume_load(path, &o, v, m);
@@ -356,9 +356,9 @@ XT_TEST(generic_file_errors) {
   xt_volume *v = (xt_volume *)1;
   xt_msg m;
   XT_CHECK(xt_volume_load(NULL, NULL, &v, &m) == XT_EINVAL);
-  xt_load_options bad = {(xt_load_convert)42, 0};
+  xt_load_options bad = {.convert = (xt_load_convert)42, .energy_kev = 0};
   XT_CHECK(xt_volume_load(p, &bad, &v, &m) == XT_EINVAL);
-  xt_load_options badE = {XT_LOAD_HU_TO_MU, 5.0};
+  xt_load_options badE = {.convert = XT_LOAD_HU_TO_MU, .energy_kev = 5.0};
   unsigned char d[NV * 2];
   ref_i16_le(d);
   const char *ok = tp("ok.mha");
@@ -743,7 +743,7 @@ XT_TEST(hu_through_loader) {
   xt_msg m;
   XT_REQUIRE(xt_materials_default(80.0, &t, &m) == 0);
   double mw = t.mu[XT_MAT_SOFT] / t.density[XT_MAT_SOFT];
-  xt_load_options o = {XT_LOAD_HU_TO_MU, 80.0};
+  xt_load_options o = {.convert = XT_LOAD_HU_TO_MU, .energy_kev = 80.0};
   xt_volume *v = NULL;
   XT_REQUIRE(xt_volume_load(p, &o, &v, &m) == 0);
   XT_CHECK(v->type == XT_VOXEL_F32);

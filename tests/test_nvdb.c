@@ -244,7 +244,9 @@ static long write_grid(const xt_model *vm, int quant, const char *name, int zip,
   uint32_t *w;
   uint64_t n;
   xt_msg msg;
-  if (xt_nvdb_build(vm->volume, &o, &w, &n, &msg) || xt_nvdb_write(path, w, n, zip, &msg)) {
+  FILE *f = NULL;
+  if (xt_nvdb_build(vm->volume, &o, &w, &n, &msg) || !(f = fopen(path, "wb")) || xt_nvdb_write(f, w, n, zip, &msg) ||
+      fclose(f) != 0) {
     fprintf(stderr, "  write_grid: %s\n", msg.text);
     return -1;
   }
@@ -280,7 +282,7 @@ XT_TEST(file_roundtrip_and_grid_names) {
   const char *paths[3] = {p1, pz, pm};
   for (int i = 0; i < 3; i++) { /* NONE, ZIP, and the first grid of the two-grid file */
     xt_model *m = NULL;
-    xt_load_options lo = {XT_LOAD_MU, 0, NULL};
+    xt_load_options lo = {.convert = XT_LOAD_MU};
     XT_REQUIRE_MSG_(xt_model_load(paths[i], &lo, NULL, &m, &msg) == 0, msg);
     XT_CHECK(m->kind == XT_MODEL_NVDB && strcmp(m->nvdb->grid_name, "density") == 0 && m->nvdb->has_record);
     m->placement = a->placement;
@@ -292,7 +294,7 @@ XT_TEST(file_roundtrip_and_grid_names) {
     xt_model_free(m);
   }
   xt_model *m = NULL;
-  xt_load_options lo = {XT_LOAD_MU, 0, "material"};
+  xt_load_options lo = {.convert = XT_LOAD_MU, .grid = "material"};
   XT_REQUIRE_MSG_(xt_model_load(pm, &lo, "picked", &m, &msg) == 0, msg);
   XT_CHECK(m->nvdb->labels && m->nvdb->grid_type == XT_NVDB_FP8 && strcmp(m->name, "picked") == 0);
   XT_CHECK(m->nvdb->materials->count == b->volume->materials->count);
@@ -322,7 +324,7 @@ static void expect_bad(const char *what, const unsigned char *d, long n, int cod
   }
   xt_model *m = (xt_model *)1;
   xt_msg msg = {{0}};
-  xt_load_options lo = {XT_LOAD_MU, 0, NULL};
+  xt_load_options lo = {.convert = XT_LOAD_MU};
   int rc = xt_model_load(p, &lo, NULL, &m, &msg);
   XT_CHECK_MSG(rc != 0 && (code == 0 || rc == code) && m == NULL, "%s: rc %d (want %d): %s", what, rc, code, msg.text);
   XT_CHECK_MSG(strncmp(msg.text, p, strlen(p)) == 0 && !strchr(msg.text, '\n'), "%s: message \"%s\"", what, msg.text);

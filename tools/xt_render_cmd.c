@@ -36,6 +36,7 @@ typedef struct render_opts {
   int phantom_size;
   double phantom_spacing;
   const char *volume;
+  const char *grid;
   const char *ellipsoids;
   int labels;
   int convert;
@@ -72,9 +73,12 @@ static const xt_opt render_tab[] = {
     {"labels", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(labels),
      "voxelise --ellipsoids as painted material labels instead of additive mu"},
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
-     "render a volume file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd"},
+     "render a volume file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or a NanoVDB grid .nvdb"},
+    {"grid", XT_OPT_STRING, "NAME", NULL, "the file's first", 0, 0, NULL, OFF(grid),
+     "--volume .nvdb: the grid to render, by name"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
-     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
+     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels "
+     "(.nvdb: mu unless given; Int16 grids and grids converted from labels are labels anyway)"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
      "effective energy for --volume's HU conversion and material table"},
     {"place", XT_OPT_CHOICE, NULL, "center", NULL, 0, 0, PLACE_CHOICES, OFF(place),
@@ -206,7 +210,7 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
   } else {
 #ifdef XT_HAVE_LOADERS
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {conv[o->convert], o->energy};
+    xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy, .grid = o->grid};
     if ((rc = xt_model_load(o->volume, &lo, base_name(o->volume), &m, msg))) return rc;
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");
@@ -266,6 +270,12 @@ int xt_cmd_render(int argc, char **argv) {
   if (!o.volume && (is_seen(seen, "convert") || is_seen(seen, "energy")))
     return say(XT_EXIT_USAGE, "--%s: applies to --volume only", is_seen(seen, "convert") ? "convert" : "energy");
   if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
+  {
+    const size_t vl = o.volume ? strlen(o.volume) : 0;
+    const int nvdb = vl > 5 && strcmp(o.volume + vl - 5, ".nvdb") == 0;
+    if (o.grid && !nvdb) return say(XT_EXIT_USAGE, "--grid: applies to --volume FILE.nvdb only");
+    if (nvdb && !is_seen(seen, "convert")) o.convert = 0; /* NanoVDB grids hold mu or labels, never HU */
+  }
 
   const xt_detector_mode *mode = xt_mode_find(o.mode);
   if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);

@@ -71,6 +71,61 @@ nanovdb::Map make_map(const xt_volume *v) {
   return map;
 }
 
+// NanoVDB 32.4's GridBuilder::operator() prunes a full leaf whose 512 active values are equal
+// into a tile, and a lower node whose 4096 entries are equal tiles into an upper-node tile. Its
+// test, `while (n < 512) if (v[n++] != first) break; if (n == 512) prune`, also reaches 512 when
+// only the LAST value differs, so such a block is replaced by its first value (found by
+// converting the head phantom; tested in test_nvdb.c). Each such block is found here from the
+// source values and its voxels are set again through the builder's accessor, which turns the
+// tile back into a node holding the tile's value and then sets the true ones.
+template <typename ValueT, typename Builder, typename Func>
+void repair_prune(Builder &b, const Func &func, ValueT bg, const int dim[3]) {
+  using nanovdb::Coord;
+  auto acc = b.getAccessor();
+  // What the builder keeps for a full 8^3 block at o after its leaf prune: a tile (value *t) when
+  // the block is all background (no leaf: an inactive background tile) or its first 511 values
+  // are equal and active and the last is active too; else (false) a leaf.
+  auto entry = [&](const Coord &o, ValueT *t) {
+    const ValueT first = func(o);
+    for (int n = 1; n < 511; n++)
+      if (!(func(o + Coord(n >> 6, (n >> 3) & 7, n & 7)) == first)) return false;
+    const ValueT last = func(o + Coord(7));
+    if (first == bg && !(last == bg)) return false;
+    if (!(first == bg) && last == bg) return false;
+    *t = first;
+    return true;
+  };
+  auto reset_block = [&](const Coord &o) {
+    for (int n = 0; n < 512; n++) {
+      const Coord c = o + Coord(n >> 6, (n >> 3) & 7, n & 7);
+      acc.setValue(c, func(c)); // background voxels become active background: the same integral
+    }
+  };
+  // Lower nodes first: a full 128^3 block whose 4096 entries are all tiles, equal but the last.
+  for (int z = 0; z + 128 <= dim[2]; z += 128)
+    for (int y = 0; y + 128 <= dim[1]; y += 128)
+      for (int x = 0; x + 128 <= dim[0]; x += 128) {
+        ValueT first{}, t{};
+        bool bug = true;
+        for (int n = 0; n < 4096 && bug; n++) {
+          const Coord o(x + 8 * (n >> 8), y + 8 * ((n >> 4) & 15), z + 8 * (n & 15));
+          bug = entry(o, &t);
+          if (n == 0) first = t;
+          else if (n < 4095) bug = bug && t == first;
+          else bug = bug && !(t == first);
+        }
+        if (bug) reset_block(Coord(x + 120, y + 120, z + 120));
+      }
+  // Leaves: a full block whose first 511 values agree and whose last differs.
+  for (int z = 0; z + 8 <= dim[2]; z += 8)
+    for (int y = 0; y + 8 <= dim[1]; y += 8)
+      for (int x = 0; x + 8 <= dim[0]; x += 8) {
+        const Coord o(x, y, z);
+        ValueT t{};
+        if (entry(o, &t) && !(t == bg) && !(func(o + Coord(7)) == t)) acc.setValue(o + Coord(7), func(o + Coord(7)));
+      }
+}
+
 template <typename ValueT, typename BuildT, typename Func>
 nanovdb::GridHandle<> build_grid(const xt_volume *v, ValueT bg, nanovdb::GridClass cls, const Func &func,
                                  const std::string &name, double fpn_tol) {
@@ -78,6 +133,7 @@ nanovdb::GridHandle<> build_grid(const xt_volume *v, ValueT bg, nanovdb::GridCla
   b.setChecksum(nanovdb::ChecksumMode::Partial);
   const nanovdb::CoordBBox box(nanovdb::Coord(0), nanovdb::Coord(v->dim[0] - 1, v->dim[1] - 1, v->dim[2] - 1));
   b(func, box);
+  repair_prune<ValueT>(b, func, bg, v->dim);
   nanovdb::GridHandle<> h = b.getHandle(make_map(v), name, nanovdb::AbsDiff(fpn_tol > 0 ? (float)fpn_tol : 1e-4f));
   auto *data = reinterpret_cast<nanovdb::GridData *>(h.data());
   if (data->mBlindMetadataCount != 1) throw std::runtime_error("GridBuilder made no blind data entry");

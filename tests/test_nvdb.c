@@ -118,6 +118,47 @@ XT_TEST(voxels_roundtrip) {
   }
 }
 
+/* NanoVDB 32.4's GridBuilder prunes blocks whose values agree but for the last one (see
+ * xt_nvdb_build.cpp): a leaf with a different (7,7,7) voxel, a lower node whose last 8^3 block
+ * differs, and both at once. The converter repairs them; every voxel must survive. */
+XT_TEST(builder_prune_repair) {
+  for (int labels = 0; labels < 2; labels++) {
+    xt_volume *v;
+    const double sp[3] = {1, 1, 1};
+    XT_REQUIRE(xt_volume_create(136, 130, 129, sp, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &v, NULL) == 0);
+    if (labels) {
+      v->materials = calloc(1, sizeof *v->materials);
+      XT_REQUIRE(v->materials);
+      v->materials->count = 6;
+      for (int i = 0; i < 6; i++) v->materials->mu[i] = 0.01f * (float)i;
+    }
+    const float val[5] = {0.02f, 0.05f, 0.03f, 0.04f, 0.01f}; /* label ids 2, 5, 3, 4, 1 */
+    for (int k = 0; k < 129; k++)
+      for (int j = 0; j < 130; j++)
+        for (int i = 0; i < 136; i++) {
+          int c = -1;
+          if (i < 128 && j < 128 && k < 128) c = (i >= 120 && j >= 120 && k >= 120) ? 1 : 0; /* lower node */
+          if (i == 15 && j == 7 && k == 7) c = 2;                   /* a leaf in it, last voxel differs */
+          if (i >= 128 && j < 8 && k < 8) c = (i == 135 && j == 7 && k == 7) ? 4 : 3; /* a lone leaf */
+          const size_t at = (size_t)i + 136 * ((size_t)j + 130 * (size_t)k);
+          if (labels) ((uint8_t *)v->data)[at] = (uint8_t)(c < 0 ? 0 : (int)lrintf(val[c] * 100));
+          else ((float *)v->data)[at] = c < 0 ? 0.f : val[c];
+        }
+    xt_model *vm;
+    XT_REQUIRE(xt_model_from_volume(v, "prune", &vm, NULL) == 0);
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    size_t bad = 0;
+    for (int k = 0; k < 129; k++)
+      for (int j = 0; j < 130; j++)
+        for (int i = 0; i < 136; i++) bad += xt_nvdb_mu(nm->nvdb, i, j, k) != xt_volume_mu(v, i, j, k);
+    XT_CHECK_MSG(bad == 0, "%s: %zu voxels lost to the builder's prune", labels ? "labels" : "mu", bad);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
 /* The issue's exactness: a NanoVDB render of a converted volume equals the dense render of that
  * volume (inactive voxels = background) to 1e-12 relative on every pixel. */
 static void render_equal(int labels, int quant, double tol, int trials) {
@@ -496,6 +537,6 @@ XT_TEST(independent_writer) {
   xt_model_free(dm);
 }
 
-XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
+XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(quantised_error) XT_ENTRY(file_roundtrip_and_grid_names)
                      XT_ENTRY(bad_files) XT_ENTRY(independent_writer))

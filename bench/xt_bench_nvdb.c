@@ -18,6 +18,7 @@
 #include "xt_bench.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_build.h"
+#include "xt_proj.h"
 #include "xt_proj_cuda.h"
 
 static int cmpf(const void *a, const void *b) {
@@ -69,8 +70,9 @@ int xt_bench_torso(int nx, int ny, int nz, double h, xt_model **out, xt_msg *msg
 }
 
 static int nvdb_model(const xt_model *vm, int quant, xt_model **out, xt_msg *msg) {
-  /* The activation tolerance: (b)'s air carries texture noise around air's 2e-6 /mm. */
-  xt_nvdb_build_options o = {quant, 0.0, 1e-5, 0.0, NULL};
+  /* The activation tolerance: (b)'s air is mu 2.3e-5 /mm with 2% texture noise; 1e-4 /mm (as
+   * xt_bench_nonair counts air) leaves it inactive. (h) has exact zeros around the body. */
+  xt_nvdb_build_options o = {quant, 0.0, 1e-4, 0.0, NULL};
   uint32_t *w;
   uint64_t n;
   xt_nvdb *g;
@@ -117,6 +119,27 @@ static void frame_error(const float *a, const float *b, size_t n, double *rel, d
   *mxr = mx > 0 ? w / mx : 0;
 }
 
+/* Largest |gpu - reference| over 1024 sampled pixels of the frame, as a fraction of the frame's
+ * max: each model against the double-precision CPU reference of itself (xt_ref_segment). */
+static double sampled_error(const xt_model *m, const xt_geometry *g, const float *gpu) {
+  unsigned s = 7u;
+  double mx = 0, worst = 0;
+  const size_t np = (size_t)g->mode.cols * g->mode.rows;
+  for (size_t i = 0; i < np; i++)
+    if (fabs(gpu[i]) > mx) mx = fabs(gpu[i]);
+  for (int k = 0; k < 1024; k++) {
+    s = s * 1103515245u + 12345u;
+    const int c = (int)((s >> 8) % (unsigned)g->mode.cols);
+    s = s * 1103515245u + 12345u;
+    const int r = (int)((s >> 8) % (unsigned)g->mode.rows);
+    const xt_model *ms[1] = {m};
+    const double ref = xt_ref_segment(ms, 1, g->source, xt_geom_pixel_pos(g, c, r));
+    const double e = fabs(ref - gpu[(size_t)r * g->mode.cols + c]);
+    if (e > worst) worst = e;
+  }
+  return mx > 0 ? worst / mx : 0;
+}
+
 /* One scene: dense, NanoVDB Float, NanoVDB Fp8 on `mode` at three angles. */
 static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, xt_model *const nv[2], const char *mode,
                  xt_msg *msg) {
@@ -140,8 +163,9 @@ static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, x
   const xt_model *ms[3] = {dense, nv[0], nv[1]};
   const char *names[3] = {"dense float", "nanovdb float", "nanovdb fp8"};
   const double dbytes = (double)dense->volume->nbytes;
-  printf("\n%s, detector %s %dx%d\n  %-16s %12s %7s %9s %9s %9s %10s  %s\n", tag, mode, md->cols, md->rows, "model",
-         "bytes", "of dense", "0 deg ms", "45 deg ms", "90 deg ms", "Msteps@45", "error vs float @45");
+  printf("\n%s, detector %s %dx%d\n  %-16s %12s %7s %9s %9s %9s %10s %9s  %s\n", tag, mode, md->cols, md->rows,
+         "model", "bytes", "of dense", "0 deg ms", "45 deg ms", "90 deg ms", "Msteps@45", "vs ref@45",
+         "error vs float @45");
   for (int k = 0; k < 3 && !rc; k++) rc = time_model(c, ms[k], g, 3, med[k], steps[k], fr[k], msg);
   for (int k = 0; k < 3 && !rc; k++) {
     const double bytes = k == 0 ? dbytes : (double)ms[k]->nvdb->bytes;
@@ -154,8 +178,8 @@ static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, x
       frame_error(fr[2][1], fr[1][1], np, &rel, &mxr);
       snprintf(err, sizeof err, "rel L2 %.2g, max %.2g of frame max", rel, mxr);
     }
-    printf("  %-16s %12.0f %6.1f%% %9.4f %9.4f %9.4f %10.1f  %s\n", names[k], bytes, 100 * bytes / dbytes, med[k][0],
-           med[k][1], med[k][2], steps[k][1] / 1e6, err);
+    printf("  %-16s %12.0f %6.1f%% %9.4f %9.4f %9.4f %10.1f %9.2g  %s\n", names[k], bytes, 100 * bytes / dbytes,
+           med[k][0], med[k][1], med[k][2], steps[k][1] / 1e6, sampled_error(ms[k], &g[1], fr[k][1]), err);
     const double avg = (med[k][0] + med[k][1] + med[k][2]) / 3, davg = (med[0][0] + med[0][1] + med[0][2]) / 3;
     if (c->nsum < c->max) {
       char target[96] = "-";
@@ -185,7 +209,7 @@ int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg) {
     if ((rc = xt_bench_ct(n, 256.0 / n, &dense, msg))) goto done;
     for (int k = 0; k < 2 && !rc; k++) rc = nvdb_model(dense, k ? XT_NVDB_Q_FP8 : XT_NVDB_Q_FLOAT, &nv[k], msg);
     if (rc) goto done;
-    printf("\n(g) phantom CT torso %d^3 @ %.2f mm, non-air %.1f%%, NanoVDB active %.1f%% (tolerance 1e-5 /mm)\n", n,
+    printf("\n(g) phantom CT torso %d^3 @ %.2f mm, non-air %.1f%%, NanoVDB active %.1f%% (tolerance 1e-4 /mm)\n", n,
            256.0 / n, 100 * xt_bench_nonair(dense->volume), 100 * xt_nvdb_active_fraction(nv[0]->nvdb));
     if ((rc = scene(c, "(g) CT 512^3", dense, nv, "thesis", msg))) goto done;
     for (int k = 0; k < 2; k++) xt_model_free(nv[k]), nv[k] = NULL;

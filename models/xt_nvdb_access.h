@@ -73,6 +73,13 @@ static XT_INLINE XT_HOSTDEV float xt_nvdb_probe(pnanovdb_uint32_t gt, pnanovdb_b
   return xt_nvdb_read(gt, buf, a, &c, level);
 }
 
+/* The value at ijk inside a known leaf (no accessor): inactive voxels read as `background`. */
+static XT_INLINE XT_HOSTDEV float xt_nvdb_leaf_value(pnanovdb_uint32_t gt, pnanovdb_buf_t buf, pnanovdb_leaf_handle_t leaf,
+                                                     const pnanovdb_coord_t *ijk, float background) {
+  if (!pnanovdb_leaf_get_value_mask(buf, leaf, pnanovdb_leaf_coord_to_offset(ijk))) return background;
+  return xt_nvdb_read(gt, buf, pnanovdb_leaf_get_value_address(gt, buf, leaf, ijk), ijk, 0u);
+}
+
 /* A label id from a stored value: rounded (exact for ids stored in Int16, and in Fp8 with
  * dithering off), clamped to the 256-entry table so that no value can index outside it. */
 static XT_INLINE XT_HOSTDEV int xt_nvdb_label(float v) {

@@ -122,23 +122,39 @@ static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_f
     const float v = xt_nvdb_probe((pnanovdb_uint32_t)GT, buf, &acc, &ijk, gd.background, &dim);
     const float mu = gd.labels ? __ldg(gd.lut + xt_nvdb_label(v)) : v;
     steps++;
-    if (dim == 1) { /* a leaf voxel: cross its nearest plane (ties to x, then y, as the reference) */
-      const int a = (tx[0] <= tx[1] && tx[0] <= tx[2]) ? 0 : (tx[1] <= tx[2] ? 1 : 2);
-      const float tm = fminf(fminf(fminf(tx[0], tx[1]), tx[2]), tend);
-      total = fmaf(fmaxf(tm - t, 0.f), mu, total);
-      t = fmaxf(t, tm);
-      if (t >= tend) break;
-      bool out = false;
-      /* every index below is a compile-time constant (unrolled): the state stays in registers */
-#pragma unroll
-      for (int b = 0; b < 3; b++)
-        if (b == a) {
-          idx[b] += step[b];
-          out = idx[b] < 0 || idx[b] >= gd.n[b];
-          kc[b]++;
-          tx[b] = fmaf((float)kc[b], dt[b], tn0[b]);
+    if (dim == 1) { /* a leaf: cross voxel after voxel while in it, reading it directly */
+      const pnanovdb_leaf_handle_t leaf = acc.leaf;
+      const int key[3] = {ijk.x >> 3, ijk.y >> 3, ijk.z >> 3};
+      float m = mu;
+      bool done = false;
+      for (;;) { /* cross the voxel's nearest plane (ties to x, then y, as the reference) */
+        const int a = (tx[0] <= tx[1] && tx[0] <= tx[2]) ? 0 : (tx[1] <= tx[2] ? 1 : 2);
+        const float tm = fminf(fminf(fminf(tx[0], tx[1]), tx[2]), tend);
+        total = fmaf(fmaxf(tm - t, 0.f), m, total);
+        t = fmaxf(t, tm);
+        if (t >= tend) {
+          done = true;
+          break;
         }
-      if (out) break;
+        bool out = false, left = false;
+        /* every index below is a compile-time constant (unrolled): the state stays in registers */
+#pragma unroll
+        for (int b = 0; b < 3; b++)
+          if (b == a) {
+            idx[b] += step[b];
+            out = idx[b] < 0 || idx[b] >= gd.n[b];
+            left = ((idx[b] + gd.lo[b]) >> 3) != key[b];
+            kc[b]++;
+            tx[b] = fmaf((float)kc[b], dt[b], tn0[b]);
+          }
+        if (out) done = true;
+        if (out || left) break;
+        steps++;
+        const pnanovdb_coord_t c = {idx[0] + gd.lo[0], idx[1] + gd.lo[1], idx[2] + gd.lo[2]};
+        const float lv = xt_nvdb_leaf_value((pnanovdb_uint32_t)GT, buf, leaf, &c, gd.background);
+        m = gd.labels ? __ldg(gd.lut + xt_nvdb_label(lv)) : lv;
+      }
+      if (done) break;
       continue;
     }
     /* A constant region of edge dim: planes to its exit face per axis, and the nearest exit. */

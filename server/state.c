@@ -345,13 +345,13 @@ json_t *xt_srv_models_json(xt_server *s) {
       json_object_set_new(o, "device_bytes", json_integer((json_int_t)v->nbytes)); /* the linear copy */
     }
     if (m->nvdb) { /* NanoVDB: the domain's voxels, the active share, the grid as uploaded (+ table) */
-      const xt_nvdb *g = m->nvdb;
-      json_object_set_new(o, "grid", json_pack("{s:s,s:s,s:b}", "name", g->grid_name, "type",
-                                               xt_nvdb_type_name(g->grid_type), "labels", g->labels));
-      json_object_set_new(o, "voxels", json_integer((json_int_t)xt_nvdb_domain_voxels(g)));
-      json_object_set_new(o, "active_fraction", json_real(xt_nvdb_active_fraction(g)));
-      json_object_set_new(o, "device_bytes", json_integer((json_int_t)(((g->bytes + 31) & ~(uint64_t)31) +
-                                                                       (g->labels ? 256 * sizeof(float) : 0))));
+      const xt_nvdb *nv = m->nvdb;
+      json_object_set_new(o, "grid", json_pack("{s:s,s:s,s:b}", "name", nv->grid_name, "type",
+                                               xt_nvdb_type_name(nv->grid_type), "labels", nv->labels));
+      json_object_set_new(o, "voxels", json_integer((json_int_t)xt_nvdb_domain_voxels(nv)));
+      json_object_set_new(o, "active_fraction", json_real(xt_nvdb_active_fraction(nv)));
+      json_object_set_new(o, "device_bytes", json_integer((json_int_t)(((nv->bytes + 31) & ~(uint64_t)31) +
+                                                                       (nv->labels ? 256 * sizeof(float) : 0))));
     }
 #ifdef XT_SERVER_HAVE_LOADERS
     if (m->report) json_object_set_new(o, "load", xt_load_report_json(m->report));

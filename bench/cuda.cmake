@@ -1,9 +1,10 @@
 # The projector benchmark (issue 3): library xt_bench (linked into `xtwin bench` by the CLI when
 # this target exists) and the standalone xtwin-bench. Needs the CUDA backend.
 if(XT_HAVE_CUDA)
-  add_library(xt_bench STATIC ${CMAKE_CURRENT_LIST_DIR}/xt_bench.c ${CMAKE_CURRENT_LIST_DIR}/xt_bench_gmm.c)
+  add_library(xt_bench STATIC ${CMAKE_CURRENT_LIST_DIR}/xt_bench.c ${CMAKE_CURRENT_LIST_DIR}/xt_bench_gmm.c
+    ${CMAKE_CURRENT_LIST_DIR}/xt_bench_nvdb.c)
   target_include_directories(xt_bench PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-  target_link_libraries(xt_bench PUBLIC xt_bench_phantoms xt_fit xt_proj xt_models xt_scene PRIVATE xt_warnings)
+  target_link_libraries(xt_bench PUBLIC xt_bench_phantoms xt_fit xt_proj xt_models xt_scene xt_nvdb_build PRIVATE xt_warnings)
   target_compile_definitions(xt_bench PRIVATE XT_BENCH_HAVE_FIT)
   set_target_properties(xt_bench PROPERTIES POSITION_INDEPENDENT_CODE ON)
   add_executable(xtwin-bench ${CMAKE_CURRENT_LIST_DIR}/xt_bench_main.c)

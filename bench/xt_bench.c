@@ -270,7 +270,7 @@ static int scene_d_s(bench_ctx *b, xt_model *head_l, xt_msg *msg) {
 }
 
 static void usage(void) {
-  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsef] [--no-variants] [--quick]\n"
+  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsefgh] [--no-variants] [--quick]\n"
          "                   [--inst-per-step X] [--gmm FITTED_HEAD.xgmm]\n");
 }
 
@@ -348,6 +348,11 @@ int xt_bench_main(int argc, char **argv) {
   }
   if ((strchr(b.scenes, 'd') || strchr(b.scenes, 's')) && (rc = scene_d_s(&b, head_l, &msg))) goto fail;
   if ((rc = xt_bench_gmm(b.scenes, b.frames, b.warmup, b.quick, b.gmm_file, b.summary, &b.nsum, 64, &msg))) goto fail;
+  if (strchr(b.scenes, 'g') || strchr(b.scenes, 'h')) { /* NanoVDB (xt_bench_nvdb.c) */
+    xt_bench_nvdb_ctx nc = {b.scenes, b.frames, b.warmup, b.quick, b.summary, b.nsum, 64};
+    if ((rc = xt_bench_nvdb(&nc, &msg))) goto fail;
+    b.nsum = nc.nsum;
+  }
 
   printf("\nSUMMARY (%s, %s)\n%-34s %9s %9s %8s  %s\n", b.info.name, date, "scene", "ms/frame", "fps", "bound",
          "target");

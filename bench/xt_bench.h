@@ -23,5 +23,16 @@ int xt_bench_gmm(const char *scenes, int frames, int warmup, int quick, const ch
                  int *nsum, int max, xt_msg *msg);
 /* n random Gaussians filling a head-sized ellipsoid (the mixtures of (e)), reproducible by seed. */
 int xt_bench_random_gmm(size_t n, unsigned seed, xt_model **out, xt_msg *msg);
+/* NanoVDB scenes (g) and (h) (bench/xt_bench_nvdb.c): prints their tables and appends summary
+ * rows (name, ms/frame, fps, bytes as % of dense, targets) to summary[nsum..max). */
+typedef struct xt_bench_nvdb_ctx {
+  const char *scenes; /* runs 'g' and/or 'h' */
+  int frames, warmup, quick;
+  char (*summary)[200];
+  int nsum, max;
+} xt_bench_nvdb_ctx;
+int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg);
+/* (h)'s whole-body torso: nx x ny x nz voxels of h mm, float mu, air around, organs inside. */
+int xt_bench_torso(int nx, int ny, int nz, double h, xt_model **out, xt_msg *msg);
 
 #endif /* XT_BENCH_H */

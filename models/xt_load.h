@@ -28,6 +28,7 @@ typedef enum xt_nifti_xform { XT_NIFTI_SFORM = 0, XT_NIFTI_QFORM = 1 } xt_nifti_
 typedef struct xt_load_options {
   xt_load_convert convert;
   double energy_kev; /* for the material table / mu_water; 0 = XT_DEFAULT_ENERGY_KEV */
+  const char *grid;  /* .nvdb: the grid's name; NULL or "" = the file's first grid */
   /* real-data options (docs/loaders.md, "Traps of real volumes") */
   xt_hu_model hu_model;
   double ct_energy_kev;      /* bilinear: effective energy of the CT that measured the HU; 0 = 70 */

@@ -7,6 +7,7 @@
 
 #include "xt_gmm.h"
 #include "xt_model.h"
+#include "xt_nvdb.h"
 
 int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg) {
   xt_model *m = calloc(1, sizeof *m);
@@ -23,6 +24,7 @@ void xt_model_free(xt_model *m) {
   if (!m) return;
   xt_volume_free(m->volume);
   xt_gmm_free(m->gmm);
+  xt_nvdb_free(m->nvdb);
   free(m->report);
   free(m);
 }
@@ -49,7 +51,10 @@ int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg) {
     *lo = xt_v3(m->gmm->lo[0], m->gmm->lo[1], m->gmm->lo[2]);
     *hi = xt_v3(m->gmm->hi[0], m->gmm->hi[1], m->gmm->hi[2]);
     return 0;
-  case XT_MODEL_NVDB: break;
+  case XT_MODEL_NVDB:
+    if (!m->nvdb) break;
+    xt_nvdb_bounds(m->nvdb, lo, hi);
+    return 0;
   }
   return xt_fail(msg, XT_EINVAL, "model %s: no payload of kind %s", m->name, xt_model_kind_name(m->kind));
 }

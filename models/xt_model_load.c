@@ -11,6 +11,7 @@
 #include "xt_gmm.h"
 #include "xt_gmm_json.h"
 #include "xt_load.h"
+#include "xt_nvdb.h"
 
 typedef int (*model_reader)(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg);
 
@@ -43,6 +44,25 @@ static int read_gmm_json(const char *path, const xt_load_options *opt, xt_model 
   return wrap_gmm(path, xt_gmm_read_json(path, &g, NULL, 0, msg), &g, out, msg);
 }
 
+/* NanoVDB: the grid holds mu or labels itself (xt_nvdb.h); the HU conversions do not apply. */
+static int read_nvdb(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  xt_nvdb_load_options no = {opt ? opt->grid : NULL, opt && opt->convert == XT_LOAD_LABELS, opt ? opt->energy_kev : 0};
+  if (opt && (opt->convert == XT_LOAD_HU_TO_MU || opt->convert == XT_LOAD_HU_TO_LABELS))
+    return xt_fail(msg, XT_EINVAL, "%s: NanoVDB grids hold mu or labels: convert must be mu or labels", path);
+  xt_nvdb *g = NULL;
+  int rc = xt_nvdb_load(path, &no, &g, msg);
+  if (rc) return rc;
+  if ((rc = xt_model_from_nvdb(g, NULL, out, msg))) {
+    xt_nvdb_free(g);
+    return rc;
+  }
+  if (opt && opt->report) { /* what the loader noticed: the format, and the stored value range */
+    snprintf(opt->report->format, sizeof opt->report->format, "nanovdb");
+    opt->report->value_min = opt->report->value_max = g->background;
+  }
+  return 0;
+}
+
 /* File-name suffixes (case-insensitive), longest first where one ends another. */
 static const struct {
   const char *suffix;
@@ -51,6 +71,7 @@ static const struct {
     {".nii.gz", read_volume}, {".nii", read_volume}, {".nrrd", read_volume},
     {".nhdr", read_volume},   {".mha", read_volume}, {".mhd", read_volume},
     {".xgmm", read_gmm_native}, {".gmm.json", read_gmm_json}, {".gmm", read_gmm_thesis},
+    {".nvdb", read_nvdb},
 };
 
 static int ends_with(const char *s, const char *suffix) {

@@ -24,7 +24,7 @@ extern "C" {
 }
 
 /* The kinds, in render order. A new kind adds its table here. */
-static const xt_cuda_kind_ops *const kinds[] = {&xt_cuda_kind_voxel, &xt_cuda_kind_gmm};
+static const xt_cuda_kind_ops *const kinds[] = {&xt_cuda_kind_voxel, &xt_cuda_kind_gmm, &xt_cuda_kind_nvdb};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 #define CK XT_CK

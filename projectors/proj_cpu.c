@@ -18,7 +18,8 @@
 /* Models: each kind's table (xt_proj_kind.h) does the ray; this file sums over models          */
 /* ------------------------------------------------------------------------------------------ */
 
-static const xt_cpu_kind *const kinds[] = {&xt_cpu_kind_dense, &xt_cpu_kind_labels, &xt_cpu_kind_gmm};
+static const xt_cpu_kind *const kinds[] = {&xt_cpu_kind_dense, &xt_cpu_kind_labels, &xt_cpu_kind_gmm,
+                                           &xt_cpu_kind_nvdb};
 
 static const xt_cpu_kind *kind_of(const xt_model *m) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)

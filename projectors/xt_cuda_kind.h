@@ -59,6 +59,7 @@ typedef struct xt_cuda_kind_ops {
 
 extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */
 extern const xt_cuda_kind_ops xt_cuda_kind_gmm;   /* proj_gmm.cu: Gaussian mixtures */
+extern const xt_cuda_kind_ops xt_cuda_kind_nvdb;  /* proj_nvdb.cu: NanoVDB grids */
 
 /* Every CUDA call in host code: on failure, one line naming the call, into msg. */
 #define XT_CK(call)                                                                                            \

@@ -32,5 +32,6 @@ typedef struct xt_cpu_kind {
 extern const xt_cpu_kind xt_cpu_kind_dense;  /* proj_cpu_voxel.c */
 extern const xt_cpu_kind xt_cpu_kind_labels; /* proj_cpu_voxel.c */
 extern const xt_cpu_kind xt_cpu_kind_gmm;    /* proj_cpu_gmm.c */
+extern const xt_cpu_kind xt_cpu_kind_nvdb;   /* proj_cpu_nvdb.c */
 
 #endif /* XT_PROJ_KIND_H */

@@ -13,16 +13,25 @@
 #include "xt_model.h"
 #include "xt_vec.h"
 
-/* World -> cell space for one voxel model under a pose. Returns 0 if the map is singular. */
-static inline int xt_world_to_cell(const xt_model *m, const xt_pose *pose, xt_affine *out) {
+/* World -> cell space of a model whose voxels are placed by index_to_model, with index `first`
+ * at cell 0 (voxel models: 0; NanoVDB grids: their domain's first voxel). Returns 0 if the map
+ * is singular. */
+static inline int xt_world_to_cell_of(const xt_model *m, const xt_affine *index_to_model, const int first[3],
+                                      const xt_pose *pose, xt_affine *out) {
   xt_affine p2w = xt_geom_patient_to_world(pose);
   xt_affine m2w = xt_aff_compose(&p2w, &m->placement);
-  xt_affine i2w = xt_aff_compose(&m2w, &m->volume->index_to_model);
+  xt_affine i2w = xt_aff_compose(&m2w, index_to_model);
   xt_affine w2i;
   if (!xt_aff_invert(&i2w, &w2i)) return 0;
-  for (int a = 0; a < 3; a++) w2i.t[a] += 0.5;
+  for (int a = 0; a < 3; a++) w2i.t[a] += 0.5 - (double)first[a];
   *out = w2i;
   return 1;
+}
+
+/* World -> cell space for one voxel model under a pose. Returns 0 if the map is singular. */
+static inline int xt_world_to_cell(const xt_model *m, const xt_pose *pose, xt_affine *out) {
+  static const int zero[3] = {0, 0, 0};
+  return xt_world_to_cell_of(m, &m->volume->index_to_model, zero, pose, out);
 }
 
 /* Clips the cell-space ray o + s q, s in [0, smax], against the box [0, n). Returns 0 on a miss,

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "xt_gmm.h"
+#include "xt_nvdb.h"
 #include "xt_coverage.h"
 #include "xt_server.h"
 #ifdef XT_SERVER_HAVE_LOADERS
@@ -389,6 +390,18 @@ json_t *xt_srv_models_json(xt_server *s) {
       json_object_set_new(o, "dim", json_pack("[i,i,i]", v->dim[0], v->dim[1], v->dim[2]));
       json_object_set_new(o, "spacing_mm", json_pack("[f,f,f]", v->spacing[0], v->spacing[1], v->spacing[2]));
       json_object_set_new(o, "bytes", json_integer((json_int_t)v->nbytes));
+      json_object_set_new(o, "voxels", json_integer((json_int_t)xt_volume_voxels(v)));
+      json_object_set_new(o, "active_fraction", json_real(1.0));
+      json_object_set_new(o, "device_bytes", json_integer((json_int_t)v->nbytes)); /* the linear copy */
+    }
+    if (m->nvdb) { /* NanoVDB: the domain's voxels, the active share, the grid as uploaded (+ table) */
+      const xt_nvdb *nv = m->nvdb;
+      json_object_set_new(o, "grid", json_pack("{s:s,s:s,s:b}", "name", nv->grid_name, "type",
+                                               xt_nvdb_type_name(nv->grid_type), "labels", nv->labels));
+      json_object_set_new(o, "voxels", json_integer((json_int_t)xt_nvdb_domain_voxels(nv)));
+      json_object_set_new(o, "active_fraction", json_real(xt_nvdb_active_fraction(nv)));
+      json_object_set_new(o, "device_bytes", json_integer((json_int_t)(((nv->bytes + 31) & ~(uint64_t)31) +
+                                                                       (nv->labels ? 256 * sizeof(float) : 0))));
     }
     if (m->gmm) { /* Gaussian mixtures: the count, the native file's size, the cut-off */
       json_object_set_new(o, "gaussians", json_integer((json_int_t)m->gmm->count));

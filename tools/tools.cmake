@@ -32,6 +32,13 @@ else()
   message(STATUS "xtwin: volume loading OFF (no xt_loaders target)")
 endif()
 
+# `xtwin nvdb-convert` (tools/xt_nvdb_cmd.c): needs the loaders and NanoVDB's builder (C++).
+if(TARGET xt_loaders AND TARGET xt_nvdb_build AND XT_CLI_LOADERS)
+  target_sources(xtwin PRIVATE xt_nvdb_cmd.c)
+  target_link_libraries(xtwin PRIVATE xt_nvdb_build)
+  target_compile_definitions(xtwin PRIVATE XT_HAVE_NVDB_CONVERT)
+endif()
+
 # Runs after every subdirectory of the top level has been processed, so bench/ is known.
 function(xt__tools_link_bench)
   if(TARGET xt_bench)

@@ -15,6 +15,9 @@ enum { XT_EXIT_OK = 0, XT_EXIT_RUNTIME = 1, XT_EXIT_USAGE = 2 };
 /* argv[0] is "render"; the options follow. */
 int xt_cmd_render(int argc, char **argv);
 void xt_cmd_render_help(FILE *out);
+/* argv[0] is "nvdb-convert" (tools/xt_nvdb_cmd.c; built with the loaders and NanoVDB's builder). */
+int xt_cmd_nvdb_convert(int argc, char **argv);
+void xt_cmd_nvdb_convert_help(FILE *out);
 
 /* argv[0] is "gmm-fit" (tools/xt_gmm_fit_cmd.c). */
 int xt_cmd_gmm_fit(int argc, char **argv);

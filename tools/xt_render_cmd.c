@@ -41,6 +41,7 @@ typedef struct render_opts {
   double phantom_spacing;
   const char *volume;
   const char *add;
+  const char *grid;
   const char *ellipsoids;
   int labels;
   int convert;
@@ -89,13 +90,16 @@ static const xt_opt fixed_tab[] = {
      "voxelise --ellipsoids as painted material labels instead of additive mu"},
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
      "render a model file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, DICOM (a folder, a .dcm file or "
-     "@LIST, a text file naming the files of one series), or a Gaussian mixture: .xgmm, .gmm (thesis layout), "
-     ".gmm.json"},
+     "@LIST, a text file naming the files of one series), a NanoVDB grid .nvdb, or a Gaussian mixture: .xgmm, "
+     ".gmm (thesis layout), .gmm.json"},
     {"add", XT_OPT_STRING, "FILE[,FILE...]", NULL, "none", 0, 0, NULL, OFF(add),
      "further model files rendered in the same scene (line integrals add), placed like the main model: "
-     "volumes, .xgmm, .gmm, .gmm.json (at most 7)"},
+     "volumes, .nvdb, .xgmm, .gmm, .gmm.json (at most 7)"},
+    {"grid", XT_OPT_STRING, "NAME", NULL, "the file's first", 0, 0, NULL, OFF(grid),
+     "--volume .nvdb: the grid to render, by name"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
-     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
+     "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels "
+     "(.nvdb: mu unless given; Int16 grids and grids converted from labels are labels anyway)"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
      "effective energy for --volume's HU conversion and material table"},
     {"series", XT_OPT_STRING, "UID", NULL, "the only one", 0, 0, NULL, OFF(series),
@@ -306,6 +310,7 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
     lo.nan_value = o->nan_value;
     lo.nifti_xform = o->nifti_transform == 1 ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
     lo.dicom_series = o->series;
+    lo.grid = o->grid;
     if ((rc = xt_model_load(o->volume, &lo, NULL, &m, msg))) return rc;
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");
@@ -392,6 +397,12 @@ int xt_cmd_render(int argc, char **argv) {
   if (o.chain && xt_chain_params_validate(&cprm, &msg)) return say(XT_EXIT_USAGE, "--chain: %s", msg.text);
   if (o.add && (nadded = split_added(o.add, added_buf, sizeof added_buf, added_paths)) < 0)
     return say(XT_EXIT_USAGE, "--add: expected 1 to %d comma-separated file names", MAX_ADDED);
+  {
+    const size_t vl = o.volume ? strlen(o.volume) : 0;
+    const int nvdb = vl > 5 && strcmp(o.volume + vl - 5, ".nvdb") == 0;
+    if (o.grid && !nvdb) return say(XT_EXIT_USAGE, "--grid: applies to --volume FILE.nvdb only");
+    if (nvdb && !is_seen(seen, "convert")) o.convert = 0; /* NanoVDB grids hold mu or labels, never HU */
+  }
 
   const xt_detector_mode *mode = xt_mode_find(o.mode);
   if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);

@@ -3,6 +3,7 @@
  *
  *   xtwin render [options]   render projections (npy + png + json per frame)
  *   xtwin gmm-fit [options]  fit a Gaussian mixture to a volume or phantom
+ *   xtwin nvdb-convert [...] volume or phantom -> NanoVDB grid (.nvdb)
  *   xtwin modes              list the detector modes
  *   xtwin bench [...]        benchmarks (when built with bench/)
  *   xtwin help [command]     help;  xtwin --version */
@@ -30,6 +31,9 @@ typedef struct xt_command {
 static const xt_command commands[] = {
     {"render", "render X-ray projections of the head phantom or a volume file (npy, png, json)", xt_cmd_render},
     {"gmm-fit", "fit a Gaussian mixture to a volume file or a built-in phantom (xgmm/gmm, report)", xt_cmd_gmm_fit},
+#ifdef XT_HAVE_NVDB_CONVERT
+    {"nvdb-convert", "convert a volume file or phantom into a NanoVDB sparse grid (.nvdb)", xt_cmd_nvdb_convert},
+#endif
     {"modes", "list the detector modes (name, pixels, pitch, distances)", cmd_modes},
     {"bench", "run the benchmarks (see xtwin bench --help)", cmd_bench},
     {"help", "show this help, or a command's: xtwin help render", cmd_help},

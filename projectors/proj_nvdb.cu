@@ -1,0 +1,368 @@
+/* NanoVDB grids on the CUDA frame pipeline (xt_cuda_kind.h): hierarchical DDA over the tree with
+ * exact per-voxel integration inside leaves and constant regions (tiles of lower, upper and root
+ * nodes, and the background) crossed in one step each, by length.
+ *
+ * The grid's own bytes are uploaded once at add_model and read in place through PNanoVDB (the
+ * CUDA copy of Debian's header generated at configure time, projectors/cuda.cmake), with the
+ * same read functions as the loader and the CPU reference (models/xt_nvdb_access.h).
+ *
+ * Exactness. As in the voxel kind, the ray's set-up is the reference's (proj_cpu_nvdb.c): pixel
+ * ray, world->cell map, domain clip and entry voxel in double with the _rn intrinsics. The march is
+ * FP32 in a ray-local frame (t in mm from the entry point), and every plane crossing is computed
+ * from integer plane counts, t_a(k) = tn0_a + k dt_a (one FMA, never accumulated): inside a leaf
+ * each step crosses one plane; leaving a constant region of edge D crosses up to D planes of the
+ * exit axis at once, and the other axes take the planes they crossed before that point (counted,
+ * then settled on the same formula so that the voxel chosen is the one t_a(k) says). Cell indices
+ * never move backwards, so the walk ends.
+ *
+ * Layout: one kernel, k_nvdb, templated on the grid type (so PNanoVDB's per-type tables fold into
+ * constants) and on whether it counts steps; one launch per model. */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_cuda_kind.h"
+
+extern "C" {
+#include "xt_cuda_config.h"
+#include "xt_nvdb.h"
+#include "xt_nvdb_raycast.h"
+#include "xt_raycast.h"
+}
+/* 32-bit byte addresses on the device (grids under 4 GiB, checked at add_model): fewer address
+ * instructions per read than PNanoVDB's C default of 64. */
+#define PNANOVDB_ADDRESS_32
+#include "xt_nvdb_access.h"
+
+/* Blocks per SM asked of the compiler: the voxel kind's 4 (64 registers); the march needs ~53 and
+ * no stack (ptxas -v; every per-axis array is indexed by unrolled constants only). */
+#define NVDB_MIN_BLOCKS XT_CUDA_MIN_BLOCKS
+
+/* A resident grid: set at add_model, passed by value in every launch. */
+typedef struct dev_grid {
+  const uint32_t *words;
+  int lo[3], n[3];  /* the domain: first voxel and voxels per axis */
+  float background; /* stored value (mu, or a label id) */
+  int labels;
+  const float *lut; /* labels: 256 mu values (device) */
+} dev_grid;
+
+/* Per frame and model: world->cell map (linear part) and the source in cell space, in double. */
+typedef struct dev_frame_model {
+  double m[3][3];
+  double o[3];
+  int ok;
+  int pad_;
+} dev_frame_model;
+
+typedef struct dev_frame {
+  xt_cuda_camera cam;
+  dev_frame_model fm[XT_CUDA_MAX_MODELS];
+} dev_frame;
+static_assert(sizeof(dev_frame) % 16 == 0, "descriptors are 16-byte multiples");
+
+/* Kernel parameters (by value). */
+typedef struct dev_launch {
+  dev_grid grid;
+  int model, cols, rows, accumulate;
+  const unsigned char *desc; /* nf dev_frame */
+  float *out;
+} dev_launch;
+
+static __device__ __forceinline__ double dm(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ double da(double a, double b) { return __dadd_rn(a, b); }
+
+/* The integral of one ray through one grid (or, COUNT, the number of steps taken). */
+template <int GT, bool COUNT>
+static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_frame_model &fm, const double w[3],
+                                                 double len) {
+  double q[3], o[3];
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    q[k] = da(da(dm(fm.m[k][0], w[0]), dm(fm.m[k][1], w[1])), dm(fm.m[k][2], w[2]));
+    o[k] = fm.o[k];
+  }
+  double s0, s1;
+  if (!xt_clip_box_f64(o, q, gd.n, len, &s0, &s1)) return 0.f;
+  /* Set-up in double, as proj_cpu_nvdb.c: entry cell, first plane per axis; then FP32 from the
+   * entry point. */
+  int idx[3], step[3], kc[3];
+  float tn0[3], dt[3], tx[3];
+#pragma unroll
+  for (int a = 0; a < 3; a++) {
+    int i = (int)floor(da(o[a], dm(s0, q[a])));
+    i = i < 0 ? 0 : (i > gd.n[a] - 1 ? gd.n[a] - 1 : i);
+    idx[a] = i;
+    kc[a] = 0;
+    if (q[a] != 0.0) {
+      const double inv = 1.0 / q[a];
+      step[a] = q[a] > 0 ? 1 : -1;
+      tn0[a] = (float)(dm(da((double)(i + (q[a] > 0)), -o[a]), inv) - s0);
+      dt[a] = (float)fabs(inv);
+    } else {
+      step[a] = 0;
+      tn0[a] = INFINITY;
+      dt[a] = INFINITY;
+    }
+    tx[a] = tn0[a];
+  }
+  const float tend = (float)(s1 - s0);
+  pnanovdb_buf_t buf;
+  buf.data = (uint32_t *)gd.words;
+  pnanovdb_readaccessor_t acc;
+  {
+    pnanovdb_grid_handle_t grid = {pnanovdb_address_null()};
+    pnanovdb_readaccessor_init(&acc, pnanovdb_tree_get_root(buf, pnanovdb_grid_get_tree(buf, grid)));
+  }
+  float t = 0.f, total = 0.f;
+  int steps = 0;
+  for (;;) {
+    const pnanovdb_coord_t ijk = {idx[0] + gd.lo[0], idx[1] + gd.lo[1], idx[2] + gd.lo[2]};
+    int dim;
+    const float v = xt_nvdb_probe((pnanovdb_uint32_t)GT, buf, &acc, &ijk, gd.background, &dim);
+    const float mu = gd.labels ? __ldg(gd.lut + xt_nvdb_label(v)) : v;
+    steps++;
+    if (dim == 1) { /* a leaf: cross voxel after voxel while in it, reading it directly */
+      const pnanovdb_leaf_handle_t leaf = acc.leaf;
+      const int key[3] = {ijk.x >> 3, ijk.y >> 3, ijk.z >> 3};
+      float m = mu;
+      bool done = false;
+      for (;;) { /* cross the voxel's nearest plane (ties to x, then y, as the reference) */
+        const int a = (tx[0] <= tx[1] && tx[0] <= tx[2]) ? 0 : (tx[1] <= tx[2] ? 1 : 2);
+        const float tm = fminf(fminf(fminf(tx[0], tx[1]), tx[2]), tend);
+        total = fmaf(fmaxf(tm - t, 0.f), m, total);
+        t = fmaxf(t, tm);
+        if (t >= tend) {
+          done = true;
+          break;
+        }
+        bool out = false, left = false;
+        /* every index below is a compile-time constant (unrolled): the state stays in registers */
+#pragma unroll
+        for (int b = 0; b < 3; b++)
+          if (b == a) {
+            idx[b] += step[b];
+            out = idx[b] < 0 || idx[b] >= gd.n[b];
+            left = ((idx[b] + gd.lo[b]) >> 3) != key[b];
+            kc[b]++;
+            tx[b] = fmaf((float)kc[b], dt[b], tn0[b]);
+          }
+        if (out) done = true;
+        if (out || left) break;
+        steps++;
+        const pnanovdb_coord_t c = {idx[0] + gd.lo[0], idx[1] + gd.lo[1], idx[2] + gd.lo[2]};
+        const float lv = xt_nvdb_leaf_value((pnanovdb_uint32_t)GT, buf, leaf, &c, gd.background);
+        m = gd.labels ? __ldg(gd.lut + xt_nvdb_label(lv)) : lv;
+      }
+      if (done) break;
+      continue;
+    }
+    /* A constant region of edge dim: planes to its exit face per axis, and the nearest exit. */
+    int base[3], mrem[3];
+    float te[3];
+#pragma unroll
+    for (int a = 0; a < 3; a++) {
+      const int ic = a == 0 ? ijk.x : (a == 1 ? ijk.y : ijk.z);
+      base[a] = (ic & ~(dim - 1)) - gd.lo[a];
+      mrem[a] = step[a] > 0 ? base[a] + dim - idx[a] : (step[a] < 0 ? idx[a] - base[a] + 1 : 0);
+      te[a] = step[a] ? fmaf((float)(kc[a] + mrem[a] - 1), dt[a], tn0[a]) : INFINITY;
+    }
+    const int a = (te[0] <= te[1] && te[0] <= te[2]) ? 0 : (te[1] <= te[2] ? 1 : 2);
+    const float tm = fminf(fminf(fminf(te[0], te[1]), te[2]), tend);
+    total = fmaf(fmaxf(tm - t, 0.f), mu, total);
+    t = fmaxf(t, tm);
+    if (t >= tend) break;
+    bool out = false;
+#pragma unroll
+    for (int b = 0; b < 3; b++) {
+      int j;
+      if (b == a) {
+        j = mrem[b];
+      } else if (step[b]) { /* planes of b crossed before t, at most the region's */
+        const float r = ceilf((t - tn0[b]) / dt[b]) - (float)kc[b];
+        j = r > 0.f ? (r < (float)(mrem[b] - 1) ? (int)r : mrem[b] - 1) : 0;
+        if (j > 0 && fmaf((float)(kc[b] + j - 1), dt[b], tn0[b]) >= t) j--;
+        else if (j < mrem[b] - 1 && fmaf((float)(kc[b] + j), dt[b], tn0[b]) < t) j++;
+      } else {
+        j = 0;
+      }
+      idx[b] += step[b] * j;
+      kc[b] += j;
+      tx[b] = step[b] ? fmaf((float)kc[b], dt[b], tn0[b]) : INFINITY;
+      if (b == a) out = idx[b] < 0 || idx[b] >= gd.n[b];
+    }
+    if (out) break;
+  }
+  return COUNT ? (float)steps : total;
+}
+
+/* Thread mapping: one thread per detector pixel, the voxel kind's tiling (xt_cuda_config.h);
+ * blockIdx.z is the frame. In: the frame descriptors (camera, per-model map), the resident grid.
+ * Out: out[z][row][col] written (0 where the grid is not hit) or, with accumulate, added to. */
+template <int GT, bool COUNT>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb(const __grid_constant__ dev_launch L) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
+  const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
+  const int row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+  if (col >= L.cols || row >= L.rows) return;
+  const dev_frame *f = (const dev_frame *)L.desc + blockIdx.z;
+  const dev_frame_model &fm = f->fm[L.model];
+  float v = 0.f;
+  if (fm.ok) {
+    double w[3];
+    const double len = xt_cuda_pixel_ray(f->cam, col, row, w);
+    v = nvdb_ray<GT, COUNT>(L.grid, fm, w, len);
+  }
+  float *const o = L.out + ((size_t)blockIdx.z * L.rows * L.cols + (size_t)row * L.cols + col);
+  *o = L.accumulate ? *o + v : v;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host side: the kind                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct nvdb_kind {
+  xt_cuda_options opt;
+  int nmodels;
+  const xt_model *models[XT_CUDA_MAX_MODELS];
+  dev_grid dg[XT_CUDA_MAX_MODELS];
+  uint32_t gt[XT_CUDA_MAX_MODELS];
+  void *d_words[XT_CUDA_MAX_MODELS];
+  float *d_lut[XT_CUDA_MAX_MODELS];
+  int debug_sync;
+} nvdb_kind;
+
+static void nvdb_destroy(void *st) {
+  nvdb_kind *p = (nvdb_kind *)st;
+  if (!p) return;
+  for (int i = 0; i < p->nmodels; i++) {
+    cudaFree(p->d_words[i]);
+    cudaFree(p->d_lut[i]);
+  }
+  free(p);
+}
+
+static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
+  nvdb_kind *p = (nvdb_kind *)calloc(1, sizeof *p);
+  if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
+  p->opt = *opt;
+  const char *dbg = getenv("XT_CUDA_SYNC");
+  p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
+  *st = p;
+  return 0;
+}
+
+static int nvdb_accepts(const xt_model *m) { return m->kind == XT_MODEL_NVDB; }
+
+static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
+  nvdb_kind *p = (nvdb_kind *)st;
+  const xt_nvdb *g = m->nvdb;
+  if (!g || !g->words || (g->labels && !g->materials))
+    return xt_fail(msg, XT_EINVAL, "cuda projector: model %s: no NanoVDB grid", m->name);
+  if (p->nmodels == XT_CUDA_MAX_MODELS)
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: at most %d NanoVDB models", XT_CUDA_MAX_MODELS);
+  const int i = p->nmodels;
+  dev_grid *d = &p->dg[i];
+  memset(d, 0, sizeof *d);
+  const size_t bytes = (size_t)((g->bytes + 31) & ~(uint64_t)31);
+  if (bytes > (size_t)UINT32_MAX)
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: grid of %zu bytes (the kernels address 4 GiB)", m->name,
+                   bytes);
+  XT_CK(cudaMalloc(&p->d_words[i], bytes));
+  p->nmodels++; /* owned from here: destroy frees it */
+  p->models[i] = NULL;
+  XT_CK(cudaMemcpy(p->d_words[i], g->words, bytes, cudaMemcpyHostToDevice));
+  if (g->labels) {
+    XT_CK(cudaMalloc((void **)&p->d_lut[i], 256 * sizeof(float)));
+    XT_CK(cudaMemcpy(p->d_lut[i], g->materials->mu, 256 * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  d->words = (const uint32_t *)p->d_words[i];
+  for (int a = 0; a < 3; a++) {
+    d->lo[a] = g->lo[a];
+    d->n[a] = g->hi[a] - g->lo[a] + 1;
+  }
+  d->background = g->background;
+  d->labels = g->labels;
+  d->lut = p->d_lut[i];
+  p->gt[i] = g->grid_type;
+  p->models[i] = m;
+  return 0;
+}
+
+static int nvdb_nmodels(const void *st) {
+  const nvdb_kind *p = (const nvdb_kind *)st;
+  int n = 0;
+  for (int i = 0; i < p->nmodels; i++) n += p->models[i] != NULL;
+  return n;
+}
+
+static size_t nvdb_frame_bytes(const void *st) { return sizeof(dev_frame); }
+
+/* The per-frame constants, on the host in double: proj_cpu_nvdb.c's frame map. */
+static void nvdb_fill_frame(const void *st, const xt_geometry *g, void *desc) {
+  const nvdb_kind *p = (const nvdb_kind *)st;
+  dev_frame *f = (dev_frame *)desc;
+  memset(f, 0, sizeof *f);
+  xt_cuda_camera_fill(g, &f->cam);
+  for (int i = 0; i < p->nmodels; i++) {
+    xt_affine w2c;
+    dev_frame_model *fm = &f->fm[i];
+    fm->ok = p->models[i] && xt_nvdb_world_to_cell(p->models[i], &g->pose, &w2c);
+    if (!fm->ok) continue;
+    memcpy(fm->m, w2c.m, sizeof fm->m);
+    const xt_vec3 o = xt_aff_apply(&w2c, g->source);
+    fm->o[0] = o.x;
+    fm->o[1] = o.y;
+    fm->o[2] = o.z;
+  }
+}
+
+typedef void (*kernel_fn)(const dev_launch);
+
+template <bool COUNT> static kernel_fn pick(uint32_t gt) {
+  switch (gt) {
+  case XT_NVDB_FLOAT: return k_nvdb<XT_NVDB_FLOAT, COUNT>;
+  case XT_NVDB_INT16: return k_nvdb<XT_NVDB_INT16, COUNT>;
+  case XT_NVDB_FP4: return k_nvdb<XT_NVDB_FP4, COUNT>;
+  case XT_NVDB_FP8: return k_nvdb<XT_NVDB_FP8, COUNT>;
+  case XT_NVDB_FP16: return k_nvdb<XT_NVDB_FP16, COUNT>;
+  case XT_NVDB_FPN: return k_nvdb<XT_NVDB_FPN, COUNT>;
+  }
+  return NULL;
+}
+
+static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
+  nvdb_kind *p = (nvdb_kind *)st;
+  int first = 1;
+  for (int i = 0; i < p->nmodels; i++) {
+    if (!p->models[i]) continue;
+    kernel_fn k = L->count ? pick<true>(p->gt[i]) : pick<false>(p->gt[i]);
+    if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);
+    dev_launch dl;
+    memset(&dl, 0, sizeof dl);
+    dl.grid = p->dg[i];
+    dl.model = i;
+    dl.cols = L->cols;
+    dl.rows = L->rows;
+    dl.accumulate = L->accumulate || !first;
+    dl.desc = (const unsigned char *)L->d_desc;
+    dl.out = L->d_out;
+    dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
+              (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
+    k<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(dl);
+    XT_CK(cudaGetLastError());
+    if (p->debug_sync) XT_CK(cudaStreamSynchronize(L->stream));
+    first = 0;
+  }
+  return 0;
+}
+
+const xt_cuda_kind_ops xt_cuda_kind_nvdb = {
+    "nvdb",           nvdb_accepts,    nvdb_create, nvdb_add_model, nvdb_nmodels,
+    nvdb_frame_bytes, nvdb_fill_frame, NULL,        nvdb_render,    nvdb_destroy,
+    NULL, /* set_channels: no material channels for NanoVDB grids yet */
+};

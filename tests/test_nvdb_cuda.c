@@ -1,0 +1,228 @@
+/* GPU tests of the NanoVDB kind (projectors/proj_nvdb.cu) against the float64 CPU reference
+ * (proj_cpu_nvdb.c, itself equal to the dense reference to 1e-12: test_nvdb.c).
+ *
+ * Sparse random grids of every value type (Float, Fp4, Fp8, Fp16, FpN; Int16 and Fp8 labels) under
+ * random poses, rays in voxel planes included; long grids whose rays cross empty upper-node slots
+ * and the root's background; the head phantom at the benchmark's angles; scenes mixing dense,
+ * label and NanoVDB models (the pipeline's kinds adding into one frame); the batch entry point.
+ * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
+ * and max |gpu - ref| <= 1e-4 of the frame's max.
+ *
+ * Labelled `gpu`: CI (no GPU) excludes it; without a device it prints SKIP and passes.
+ * XT_CUDA_TEST_QUICK=1 shrinks the sizes (compute-sanitizer runs). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_phantom.h"
+#include "xt_proj.h"
+#include "xt_proj_cuda.h"
+#include "xt_test.h"
+#include "xt_test_gpu.h"
+#include "xt_test_nvdb.h"
+
+static int quick(void) {
+  const char *q = getenv("XT_CUDA_TEST_QUICK");
+  return q && *q && strcmp(q, "0") != 0;
+}
+
+static int no_device(void) {
+  xt_msg msg;
+  if (xt_proj_available(XT_BACKEND_CUDA, &msg) == 0) return 0;
+  printf("SKIP: %s\n", msg.text);
+  return 1;
+}
+
+static xt_detector_mode tmode(int cols, int rows, double pitch) {
+  xt_detector_mode m = {"test", "test detector", cols, rows, pitch, pitch * tn_urand(0.8, 1.25), 800.0, 1200.0};
+  return m;
+}
+
+static int rgeom(const xt_detector_mode *mode, xt_geometry *g) {
+  xt_pose p = xt_pose_default(mode);
+  p.primary_deg = rand() % 4 == 0 ? 90.0 * (rand() % 4 - 1) : tn_urand(-180, 180);
+  p.secondary_deg = rand() % 4 == 0 ? 0.0 : tn_urand(-40, 40);
+  p.detector_rot_deg = rand() % 3 == 0 ? 0.0 : tn_urand(-30, 30);
+  p.sod_mm = tn_urand(600, 900);
+  p.sid_mm = p.sod_mm + tn_urand(250, 500);
+  p.table_mm = xt_v3(tn_urand(-15, 15), tn_urand(-15, 15), tn_urand(-15, 15));
+  return xt_geom_compute(&p, mode, g, NULL);
+}
+
+/* Renders models on the GPU (one projector) and checks the frame against the reference. */
+static int check_scene(const char *what, xt_model **ms, int nm, const xt_geometry *g) {
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p;
+  xt_msg msg;
+  if (xt_proj_create(&po, &p, &msg)) {
+    fprintf(stderr, "  %s: %s\n", what, msg.text);
+    return 1;
+  }
+  int fail = 0;
+  for (int i = 0; i < nm && !fail; i++)
+    if (xt_proj_add_model(p, ms[i], &msg)) {
+      fprintf(stderr, "  %s: %s\n", what, msg.text);
+      fail = 1;
+    }
+  float *out = poisoned((size_t)g->mode.cols * g->mode.rows);
+  if (!fail && out && xt_proj_render(p, g, out, &msg)) {
+    fprintf(stderr, "  %s: %s\n", what, msg.text);
+    fail = 1;
+  }
+  if (!fail && out) fail = compare(what, (const xt_model *const *)ms, nm, g, out);
+  free(out);
+  xt_proj_destroy(p);
+  return fail || !out;
+}
+
+static void random_trials(int labels, int quant, int trials, int lo, int hi) {
+  for (int t = 0; t < trials; t++) {
+    const double bg = labels ? 0.0 : (t % 2 ? 0.0 : 0.002);
+    xt_model *vm = tn_sparse_model(labels, lo, hi, labels ? 0.0025 : bg);
+    XT_REQUIRE(vm);
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(vm, quant, bg, t % 3 == 2 ? 0.01 : 0.0, &msg);
+    XT_CHECK_MSG(nm, "%s", msg.text);
+    if (!nm) {
+      xt_model_free(vm);
+      return;
+    }
+    xt_detector_mode mode = tmode(64 + rand() % 96, 48 + rand() % 96, tn_urand(0.6, 2.5));
+    xt_geometry g;
+    XT_REQUIRE(rgeom(&mode, &g) == 0);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s trial %d", labels ? "labels" : "mu", xt_nvdb_type_name(nm->nvdb->grid_type), t);
+    XT_CHECK_MSG(check_scene(what, &nm, 1, &g) == 0, "%s", what);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
+XT_TEST(random_float) {
+  if (no_device()) return;
+  srand(101);
+  random_trials(0, XT_NVDB_Q_FLOAT, quick() ? 3 : 16, 8, 72);
+}
+
+XT_TEST(random_quantised) {
+  if (no_device()) return;
+  srand(102);
+  static const int qs[] = {XT_NVDB_Q_FP8, XT_NVDB_Q_FP16, XT_NVDB_Q_FP4, XT_NVDB_Q_FPN};
+  for (int k = 0; k < 4; k++) random_trials(0, qs[k], quick() ? 1 : 5, 8, 64);
+}
+
+XT_TEST(random_labels) {
+  if (no_device()) return;
+  srand(103);
+  random_trials(1, XT_NVDB_Q_INT16, quick() ? 2 : 8, 8, 64);
+  random_trials(1, XT_NVDB_Q_FP8, quick() ? 1 : 6, 8, 64);
+}
+
+/* Long grids: rays cross empty 128^3 slots of the upper node in one step. */
+XT_TEST(long_grids) {
+  if (no_device()) return;
+  srand(104);
+  for (int a = 0; a < 3; a++) {
+    tn_long_axis = a;
+    random_trials(a == 2, a == 2 ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, quick() ? 1 : 4, 8, 40);
+  }
+  tn_long_axis = -1;
+}
+
+/* The head phantom converted (dense mu and labels) at the benchmark's nine angles, all pixels. */
+XT_TEST(head_angles) {
+  if (no_device()) return;
+  const int n = quick() ? 64 : 160;
+  int dim[3] = {n, n, n};
+  static const double ang[9] = {0, 30, 45, 60, 90, 120, 135, 150, 180};
+  const xt_detector_mode *md = xt_mode_find(quick() ? "fd20-128" : "fd20-512");
+  XT_REQUIRE(md);
+  for (int labels = 0; labels < 2; labels++) {
+    xt_model *vm;
+    xt_msg msg = {{0}};
+    XT_REQUIRE(xt_phantom_head_model(dim, 200.0 / n, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &vm, &msg) == 0);
+    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_FP8 : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+    XT_REQUIRE(nm);
+    for (int i = 0; i < (quick() ? 2 : 9); i++) {
+      xt_pose p = xt_pose_default(md);
+      p.primary_deg = ang[i];
+      xt_geometry g;
+      XT_REQUIRE(xt_geom_compute(&p, md, &g, &msg) == 0);
+      char what[64];
+      snprintf(what, sizeof what, "head %s %g deg", labels ? "labels fp8" : "float", ang[i]);
+      XT_CHECK_MSG(check_scene(what, &nm, 1, &g) == 0, "%s", what);
+    }
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
+/* Dense, label and NanoVDB models in one scene: the kinds add into one frame. */
+XT_TEST(mixed_scene) {
+  if (no_device()) return;
+  srand(105);
+  for (int t = 0; t < (quick() ? 1 : 4); t++) {
+    xt_model *d = tn_sparse_model(0, 10, 50, 0.0), *l = tn_sparse_model(1, 10, 50, 0.0025);
+    xt_model *a = tn_sparse_model(0, 10, 50, 0.0), *b = tn_sparse_model(1, 10, 50, 0.0025);
+    XT_REQUIRE(d && l && a && b);
+    xt_msg msg = {{0}};
+    xt_model *na = tn_nvdb_of(a, XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg), *nb = tn_nvdb_of(b, XT_NVDB_Q_INT16, 0.0, 0.0, &msg);
+    XT_REQUIRE(na && nb);
+    xt_model *ms[4] = {na, d, nb, l};
+    xt_detector_mode mode = tmode(96, 80, 1.8);
+    xt_geometry g;
+    XT_REQUIRE(rgeom(&mode, &g) == 0);
+    XT_CHECK(check_scene("mixed dense + labels + 2 nvdb", ms, 4, &g) == 0);
+    xt_model *only[2] = {na, nb}; /* NanoVDB kind alone, two grids of different types */
+    XT_CHECK(check_scene("two nvdb", only, 2, &g) == 0);
+    xt_model_free(na);
+    xt_model_free(nb);
+    xt_model_free(d);
+    xt_model_free(l);
+    xt_model_free(a);
+    xt_model_free(b);
+  }
+}
+
+/* The batch pipeline renders NanoVDB frames like single renders. */
+XT_TEST(batch_matches_single) {
+  if (no_device()) return;
+  srand(106);
+  xt_model *vm = tn_sparse_model(0, 20, 60, 0.0);
+  XT_REQUIRE(vm);
+  xt_msg msg = {{0}};
+  xt_model *nm = tn_nvdb_of(vm, XT_NVDB_Q_FP8, 0.0, 0.0, &msg);
+  XT_REQUIRE(nm);
+  const int nf = quick() ? 3 : 17;
+  xt_detector_mode mode = tmode(80, 64, 1.5);
+  xt_geometry *g = malloc(sizeof *g * nf);
+  XT_REQUIRE(g);
+  for (int i = 0; i < nf; i++) XT_REQUIRE(rgeom(&mode, &g[i]) == 0);
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p;
+  XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
+  XT_REQUIRE(xt_proj_add_model(p, nm, &msg) == 0);
+  const size_t fp = (size_t)mode.cols * mode.rows;
+  float *batch = poisoned(fp * nf), *one = poisoned(fp);
+  XT_REQUIRE(batch && one);
+  XT_REQUIRE(xt_proj_render_batch(p, g, nf, batch, &msg) == 0);
+  size_t diff = 0;
+  for (int i = 0; i < nf; i++) {
+    XT_REQUIRE(xt_proj_render(p, &g[i], one, &msg) == 0);
+    diff += memcmp(one, batch + fp * i, fp * sizeof(float)) != 0;
+  }
+  XT_CHECK_MSG(diff == 0, "%zu batch frames differ from single renders", diff);
+  const xt_model *ms[1] = {nm};
+  XT_CHECK(compare("batch frame 0", ms, 1, &g[0], batch) == 0);
+  free(batch);
+  free(one);
+  free(g);
+  xt_proj_destroy(p);
+  xt_model_free(nm);
+  xt_model_free(vm);
+}
+
+XT_TEST_MAIN(XT_ENTRY(random_float) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
+                 XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(batch_matches_single))

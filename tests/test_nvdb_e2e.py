@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""NanoVDB models end to end, through the real binaries (issue 9, "everywhere models go").
+
+  xtwin nvdb-convert  writes .nvdb files (labels fp8, mu float with a tolerance, zip) that
+                      Debian's nanovdb_validate accepts (when installed); a refused conversion
+                      leaves no file
+  xtwin render        renders them like the volumes they came from (the CPU backend; float32
+                      output, so equal to float rounding), and a truncated one fails in one line
+  xtwin-server        loads one with --model and one through POST /v1/models (next to the dense
+                      head), reports kind, voxels, active fraction and device bytes, and renders
+
+Usage: test_nvdb_e2e.py XTWIN XTWIN_SERVER SCRATCH_DIR  (exit 77 = skipped: no numpy)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: numpy missing (python3-numpy)")
+    sys.exit(77)
+
+XTWIN, SERVER, SCRATCH = sys.argv[1], sys.argv[2], sys.argv[3]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("  FAIL:", what)
+
+
+def run(*args, ok=True):
+    r = subprocess.run(list(args), capture_output=True, text=True, timeout=300)
+    if ok and r.returncode != 0:
+        raise SystemExit("command failed: %s\n%s" % (" ".join(args), r.stderr))
+    return r
+
+
+shutil.rmtree(SCRATCH, ignore_errors=True)
+os.makedirs(SCRATCH)
+P = lambda name: os.path.join(SCRATCH, name)
+small = ["--phantom-size", "96", "--phantom-spacing", "2"]
+
+# --- conversion ----------------------------------------------------------------------------------
+run(XTWIN, "nvdb-convert", "--phantom", "head-labels", *small, "--quant", "fp8", "--out", P("labels.nvdb"))
+run(XTWIN, "nvdb-convert", "--phantom", "head", *small, "--tolerance", "0", "--zip", "--name", "mu",
+    "--out", P("sub/mu.nvdb"))
+check(os.path.getsize(P("sub/mu.nvdb")) > 1000, "zip file written into a created directory")
+r = run(XTWIN, "nvdb-convert", "--phantom", "head-labels", "--quant", "fp4", "--out", P("bad.nvdb"), ok=False)
+check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not os.path.exists(P("bad.nvdb")),
+      "fp4 labels refused in one line, no file: %r" % r.stderr)
+r = run(XTWIN, "nvdb-convert", "--phantom", "head", "--out", P("x.vdb"), ok=False)
+check(r.returncode == 2 and "nvdb" in r.stderr, "--out must end in .nvdb")
+if shutil.which("nanovdb_validate"):
+    for f in ("labels.nvdb", "sub/mu.nvdb"):
+        v = run("nanovdb_validate", "-v", P(f), ok=False)
+        check(v.returncode == 0 and "passed" in v.stdout, "nanovdb_validate %s: %s" % (f, v.stdout + v.stderr))
+
+# --- render: the grid like its volume ------------------------------------------------------------
+for grid, phantom in (("labels.nvdb", "head-labels"), ("sub/mu.nvdb", "head")):
+    run(XTWIN, "render", "--volume", P(grid), "--mode", "fd20-128", "--primary", "30", "--out", P("r/nvdb"))
+    run(XTWIN, "render", "--phantom", phantom, *small, "--mode", "fd20-128", "--primary", "30", "--out", P("r/vol"))
+    a, b = np.load(P("r/nvdb.npy")), np.load(P("r/vol.npy"))
+    err = float(np.abs(a - b).max() / np.abs(b).max())
+    check(err < 1e-6, "render of %s equals the volume's: max relative difference %.3g" % (grid, err))
+    meta = json.load(open(P("r/nvdb.json")))
+    check(meta["model"]["kind"] == "nvdb", "sidecar names the kind")
+r = run(XTWIN, "render", "--volume", P("labels.nvdb"), "--grid", "nonesuch", "--out", P("r/x"), ok=False)
+check(r.returncode == 1 and "no grid named" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+      "--grid with a wrong name: %r" % r.stderr)
+data = open(P("labels.nvdb"), "rb").read()
+open(P("cut.nvdb"), "wb").write(data[: len(data) // 2])
+r = run(XTWIN, "render", "--volume", P("cut.nvdb"), "--out", P("r/cut"), ok=False)
+check(r.returncode == 1 and "truncated" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+      and not os.path.exists(P("r/cut.npy")), "truncated file: %r" % r.stderr)
+
+# --- server --------------------------------------------------------------------------------------
+ports = P("ports.json")
+log = open(P("server.log"), "w")
+srv = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--backend", "cpu", "--threads", "2",
+                        "--mode", "fd20-128", "--fps", "5", "--phantom", "head", "--phantom-dim", "64",
+                        "--phantom-spacing", "3", "--ports-file", ports, "--model", P("labels.nvdb")],
+                       stdout=log, stderr=log)
+try:
+    t0 = time.time()
+    while not os.path.exists(ports) and time.time() - t0 < 60 and srv.poll() is None:
+        time.sleep(0.1)
+    check(os.path.exists(ports), "server started (see %s)" % P("server.log"))
+    base = "http://127.0.0.1:%d" % json.load(open(ports))["rest"]
+
+    def http(method, path, body=None):
+        req = urllib.request.Request(base + path, method=method, data=None if body is None else
+                                     json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    st, body = http("POST", "/v1/models", {"path": P("sub/mu.nvdb"), "name": "mu-grid"})
+    check(st == 201, "POST /v1/models .nvdb: %d %s" % (st, body[:200]))
+    st, body = http("POST", "/v1/models", {"path": P("cut.nvdb")})
+    check(st == 400 and b"truncated" in body, "POST of a truncated grid: %d %s" % (st, body[:200]))
+    st, body = http("GET", "/v1/models")
+    models = json.loads(body)
+    models = models["models"] if isinstance(models, dict) else models
+    kinds = sorted(m["kind"] for m in models)
+    check(kinds.count("nvdb") == 2, "two nvdb models listed: %s" % kinds)
+    for m in models:
+        if m["kind"] != "nvdb":
+            continue
+        check(m["voxels"] == 96 ** 3 and 0 < m["active_fraction"] < 1 and m["device_bytes"] > 0,
+              "nvdb report: %s" % m)
+        check(m["grid"]["type"] in ("fp8", "float"), "grid type reported: %s" % m["grid"])
+    st, body = http("POST", "/v1/render?format=npy", {"pixel_format": "float32", "mode": "fd20-128"})
+    check(st == 200 and len(body) > 128 * 128 * 4, "render with dense + two nvdb models: %d" % st)
+finally:
+    srv.terminate()
+    srv.wait(timeout=30)
+    log.close()
+
+print("%d passed, %d failed" % (1 if not failures else 0, len(failures)))
+sys.exit(1 if failures else 0)

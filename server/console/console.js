@@ -614,16 +614,21 @@
 
   /* Exposure and dose fields, whatever the server calls them (kV, mA, mAs, dose, kerma, DAP...). */
   function doseText(a) {
+    const DOSE = /(^|_)(kv|kvp|ma|mas|dose|kerma|dap|mgy|ugy|filter|cu|focal)(_|$)/i;
     const out = [];
-    const walk = (o, pre) => {
+    const walk = (o, pre, inDose) => {
       for (const [k, v] of Object.entries(o)) {
-        if (v && typeof v === 'object' && !Array.isArray(v)) walk(v, pre + k + '.');
-        else if (/(^|_)(kv|kvp|ma|mas|dose|kerma|dap|mgy|ugy|filter|cu|focal)/i.test(k) && (typeof v === 'number' || typeof v === 'string'))
-          out.push(label(pre + k) + ' ' + (typeof v === 'number' ? +v.toPrecision(4) : v));
+        if (v && typeof v === 'object' && !Array.isArray(v)) {
+          walk(v, pre + k + '.', inDose || DOSE.test(k));
+        } else if ((inDose || DOSE.test(k)) && (typeof v === 'number' || typeof v === 'string')) {
+          const nu = nameUnit(pre + k), val = typeof v === 'number' ? String(+v.toPrecision(4)) : v;
+          // "70 kV" for a bare unit name, else "Air kerma 0.52 mGy"
+          out.push(nu.name === UNITS[k.toLowerCase()] ? val + ' ' + nu.name : nu.name + ' ' + val + (nu.unit ? ' ' + nu.unit : ''));
+        }
       }
     };
-    walk(a, '');
-    return out.slice(0, 4).join('  ');
+    walk(a, '', false);
+    return out.slice(0, 5).join('  ');
   }
 
   function statsTable(fps, lat, slat) {
@@ -791,11 +796,25 @@
   $('in-fps-r').addEventListener('change', () => setAcq({ fps: parseFloat($('in-fps-r').value) }));
   $('in-fps-r').addEventListener('input', () => { $('in-fps').value = $('in-fps-r').value; });
 
-  function label(key) {
-    const hint = S.fields[key];
-    if (hint && hint.label) return hint.label;
-    return key.replace(/_/g, ' ').replace(/\bkv\b/i, 'kV').replace(/\bma\b/i, 'mA').replace(/\bmas\b/i, 'mAs');
+  /* A field's name and unit for people: a hint's label and unit when the server gives them, else
+   * from the name itself ("air_kerma_mgy" -> "Air kerma", "mGy"; "kv" -> "kV"). */
+  const UNITS = { kv: 'kV', kvp: 'kVp', ma: 'mA', mas: 'mAs', ms: 'ms', s: 's', mm: 'mm', deg: '°', mgy: 'mGy',
+    ugy: 'µGy', ngy: 'nGy', ugym2: 'µGy·m²', mgycm2: 'mGy·cm²', gycm2: 'Gy·cm²', fps: 'fps', percent: '%', kev: 'keV' };
+  function nameUnit(key) {
+    const hint = S.fields[key] || {};
+    const leaf = key.split('.').pop();
+    const parts = leaf.split('_');
+    let unit = hint.unit || '';
+    if (!unit && parts.length > 1 && UNITS[parts[parts.length - 1].toLowerCase()]) unit = UNITS[parts.pop().toLowerCase()];
+    let name = hint.label;
+    if (!name) {
+      if (parts.length === 1 && UNITS[parts[0].toLowerCase()]) return { name: UNITS[parts[0].toLowerCase()], unit: '' };
+      name = parts.join(' ');
+      name = name.charAt(0).toUpperCase() + name.slice(1);
+    }
+    return { name, unit };
   }
+  function label(key) { return nameUnit(key).name; }
 
   /* Settings beyond the ones above: one generic control per leaf of the acquisition object
    * (nested objects give dotted names and nested partial updates). Hints from GET /v1/info
@@ -832,8 +851,9 @@
     const row = document.createElement('div');
     row.className = 'row';
     const lab = document.createElement('label');
-    lab.textContent = label(key);
-    if (hint.description) lab.title = hint.description;
+    const nu = nameUnit(key);
+    lab.textContent = nu.name;
+    lab.title = key + (hint.description ? ': ' + hint.description : '');
     row.appendChild(lab);
     let el;
     if (typeof v === 'boolean') {
@@ -869,7 +889,7 @@
     row.appendChild(el);
     const unit = document.createElement('span');
     unit.className = 'unit';
-    unit.textContent = hint.unit || '';
+    unit.textContent = nu.unit;
     row.appendChild(unit);
     el.addEventListener('change', () => {
       let val;

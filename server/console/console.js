@@ -915,6 +915,7 @@
     const t = ev.target;
     if (t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA') && t.type !== 'checkbox') return;
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    if (t && (t.tagName === 'BUTTON' || t.tagName === 'SUMMARY') && (ev.key === ' ' || ev.key === 'Enter')) return; // its own click
     const step = ev.shiftKey ? 5 : 1;
     const bump = (key, d, lo, hi) => changePose(key, clamp(Math.round(((pose[key] || 0) + d) * 10) / 10, lo, hi));
     switch (ev.key) {

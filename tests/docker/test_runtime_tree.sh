@@ -20,8 +20,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+args=("$@")
 given_tree=
-if [ "$1" = "--tree" ]; then
+if [ "${1:-}" = "--tree" ]; then
   given_tree=$(cd "$2" && pwd)
   shift 2
 else
@@ -38,7 +39,7 @@ command -v curl >/dev/null || skip "curl missing"
 
 # Everything below runs in a private mount namespace: the mounts vanish with it.
 if [ -z "${XT_IN_NS:-}" ]; then
-  exec env XT_IN_NS=1 unshare --mount --propagation private bash "$0" "$@"
+  exec env XT_IN_NS=1 unshare --mount --propagation private bash "$0" "${args[@]}"
 fi
 
 work=$(mktemp -d /tmp/xtwin-rt-test-XXXXXX)

@@ -123,7 +123,7 @@ static int time_variant(bench_ctx *b, xt_model *m, const xt_cuda_options *o, con
     xt_cuda_destroy(p);
     return rc;
   }
-  double med, ratio, bd;
+  double med = 0, ratio = 0, bd = 0;
   rc = time_poses(b, p, g, 9, label, vb, &med, &ratio, &bd, msg);
   xt_cuda_destroy(p);
   if (rc) return rc;
@@ -179,7 +179,7 @@ static int single_scene(bench_ctx *b, const char *title, const char *mode, xt_mo
     if (!(rc = xt_cuda_add_model(p, m, msg))) {
       char label[64], name[96];
       snprintf(label, sizeof label, "%s", v < 0 ? "default options" : vox_name(v));
-      double med, ratio, bd;
+      double med = 0, ratio = 0, bd = 0;
       rc = time_poses(b, p, g, nang, label, vox_bytes, &med, &ratio, &bd, msg);
       if (!rc) {
         char tgt[64];

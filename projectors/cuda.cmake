@@ -1,8 +1,8 @@
-# The CUDA projector (issue 3): proj_cuda.cu joins xt_proj, which then reports the cuda backend.
+# The CUDA projector: the frame pipeline (cuda_pipeline.cu) and each kind's kernels (proj_voxel.cu, ...) join xt_proj, which then reports the cuda backend.
 # Included by projectors/CMakeLists.txt only when nvcc was found. ptxas prints each kernel's
 # registers, stack and spills (-Xptxas -v); spills and local memory are warnings, and warnings
 # are errors under XT_WERROR, so a kernel that spills fails CI's build.
-target_sources(xt_proj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/proj_cuda.cu)
+target_sources(xt_proj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_pipeline.cu ${CMAKE_CURRENT_LIST_DIR}/proj_voxel.cu)
 target_compile_definitions(xt_proj PUBLIC XT_HAVE_CUDA)
 target_link_libraries(xt_proj PUBLIC CUDA::cudart_static)
 option(XT_CUDA_PTXAS_VERBOSE "Print ptxas resource usage of the CUDA kernels" ON)

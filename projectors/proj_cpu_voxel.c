@@ -3,7 +3,7 @@
  *
  * Every segment length is the difference of two plane-crossing parameters computed directly from
  * the ray origin (never accumulated), so a ray's line integral carries only rounding error of the
- * order of 1e-15 relative per segment, far below float32. The CUDA kernel (proj_cuda.cu) repeats
+ * order of 1e-15 relative per segment, far below float32. The CUDA kernel (proj_voxel.cu) repeats
  * the ray set-up operation for operation, so the per-frame map must stay xt_world_to_cell's. */
 #include <math.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* Projectors: render the line integral of mu through the loaded models for every detector pixel.
  *
  * One interface, several backends behind a table of function pointers (xt_proj_ops): the CPU
- * reference (proj_cpu.c) and CUDA (proj_cuda.cu when built). Callers never branch on the backend
+ * reference (proj_cpu.c) and CUDA (cuda_pipeline.cu and its kinds, when built). Callers never branch on the backend
  * or the model kind. Models are added once (uploaded once for GPU backends) and must outlive the
  * projector; each render writes rows*cols float32 line integrals, row-major, row 0 first. */
 #ifndef XT_PROJ_H

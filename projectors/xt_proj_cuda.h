@@ -27,7 +27,7 @@ typedef struct xt_cuda_options {
   int voxels; /* XT_CUDA_VOX_* */
   long long dual_min_bytes; /* AUTO: volumes above this many bytes also get the texture copy; -1 = L2 size */
   int lut;    /* XT_CUDA_LUT_*; CONST fails with XT_EBUSY when another projector holds it */
-  int hull;   /* 1: clip rays to each model's content hull (exact; see proj_cuda.cu); 0: off */
+  int hull;   /* 1: clip rays to each model's content hull (exact; see proj_voxel.cu); 0: off */
 } xt_cuda_options;
 
 /* The defaults: what measured fastest (docs/BENCHMARKS.md). */

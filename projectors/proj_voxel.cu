@@ -1,5 +1,6 @@
-/* The CUDA projector: exact voxel traversal of dense float mu volumes and uint8 label volumes
- * with a material table, one launch per frame (or per chunk of many poses), volumes resident.
+/* The voxel kind of the CUDA frame pipeline (xt_cuda_kind.h): exact traversal of dense float mu
+ * volumes and uint8 label volumes with a material table, one launch per chunk of frames, volumes
+ * resident.
  *
  * Exactness. The CPU reference (proj_cpu.c) is the oracle. Each ray's set-up - pixel position,
  * direction, the world->cell map applied to it, box clipping, the entry voxel and the number of
@@ -30,12 +31,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "xt_cuda_kind.h"
 
 extern "C" {
 #include "xt_cuda_config.h"
-#include "xt_proj_cuda.h"
-#include "xt_proj_internal.h"
 #include "xt_raycast.h"
 }
 
@@ -70,9 +70,9 @@ typedef struct dev_frame_model {
   int ok;
 } dev_frame_model;
 
+/* The voxel kind's per-frame descriptor (xt_cuda_kind.h): the camera and every model's map. */
 typedef struct dev_frame {
-  double src[3], det0[3], u[3], v[3];
-  double pu, pv;
+  xt_cuda_camera cam;
   dev_frame_model fm[XT_CUDA_MAX_MODELS];
 } dev_frame;
 
@@ -83,6 +83,7 @@ typedef struct dev_scene {
   const dev_frame *frames; /* one per blockIdx.z */
   const float *luts;       /* XT_CUDA_MAX_MODELS * 256, device memory */
   float *out;              /* frames * rows * cols */
+  int accumulate;          /* add to out (another kind wrote it first) */
 } dev_scene;
 
 /* The 26-DOP's directions (cell space, integer components; both signs of each are one slab). */
@@ -98,8 +99,8 @@ __constant__ float c_hull_dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
 /* Ray set-up in double, operation for operation as proj_cpu.c                                */
 /* ------------------------------------------------------------------------------------------ */
 
-static __device__ __forceinline__ double dm(double a, double b) { return __dmul_rn(a, b); }
-static __device__ __forceinline__ double da(double a, double b) { return __dadd_rn(a, b); }
+#define dm xt_dm
+#define da xt_da
 
 /* The march's start: everything the FP32 loop needs, relative to the entry point. */
 typedef struct ray_start {
@@ -320,7 +321,8 @@ template <class V> static __device__ __forceinline__ float march(V &v, const ray
 
 /* Thread mapping: one thread per detector pixel; a block is a TILE_W x TILE_H tile, each warp an
  * WARP_W x WARP_H sub-tile; blockIdx.z is the frame. In: sc.frames[z] (pose), the resident
- * models and tables. Out: sc.out[z][row][col], every pixel written (0 where no model is hit).
+ * models and tables. Out: sc.out[z][row][col], every pixel written (0 where no model is hit) or,
+ * with sc.accumulate, added to.
  * COUNT writes the number of voxels visited instead of the line integral. */
 template <int VOX, int LUT, bool COUNT, bool HULL>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
@@ -343,15 +345,10 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
     const dev_frame_model *fm = &f->fm[mi];
     if (!fm->ok) continue;
     const dev_model &md = sc.model[mi];
-    /* World ray: xt_geom_pixel_pos, then d / |d| as in proj_cpu.c's frame_worker. Recomputed per
-     * model (a few FP64 operations) so that no double stays live across a march (registers). */
-    const double a = dm((double)col, f->pu), b = dm((double)row, f->pv);
-    const double dx = da(da(f->det0[0], da(dm(f->u[0], a), dm(f->v[0], b))), -f->src[0]);
-    const double dy = da(da(f->det0[1], da(dm(f->u[1], a), dm(f->v[1], b))), -f->src[1]);
-    const double dz = da(da(f->det0[2], da(dm(f->u[2], a), dm(f->v[2], b))), -f->src[2]);
-    const double len = __dsqrt_rn(da(da(dm(dx, dx), dm(dy, dy)), dm(dz, dz)));
-    const double il = __ddiv_rn(1.0, len);
-    const double w[3] = {dm(dx, il), dm(dy, il), dm(dz, il)};
+    /* World ray as in proj_cpu.c's frame_worker. Recomputed per model (a few FP64 operations) so
+     * that no double stays live across a march (registers). */
+    double w[3];
+    const double len = xt_cuda_pixel_ray(f->cam, col, row, w);
     /* [h0, h1]: the part of the ray to march; empty (h0 > h1) when it misses the content hull. */
     float h0 = 0.f, h1 = (float)len;
     if (HULL && md.hull && (md.hull == 2 || !hull_clip(md, fm, w, &h0, &h1))) {
@@ -381,14 +378,16 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
       total += march(v, rs);
     }
   }
-  sc.out[(size_t)blockIdx.z * sc.rows * sc.cols + (size_t)row * sc.cols + col] = total;
+  float *const o = sc.out + ((size_t)blockIdx.z * sc.rows * sc.cols + (size_t)row * sc.cols + col);
+  *o = sc.accumulate ? *o + total : total;
 }
 
+
 /* ------------------------------------------------------------------------------------------ */
-/* Host side                                                                                  */
+/* Host side: the kind                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-struct xt_cuda_proj {
+typedef struct voxel_kind {
   xt_cuda_options opt;
   int nmodels;
   const xt_model *models[XT_CUDA_MAX_MODELS];
@@ -398,149 +397,36 @@ struct xt_cuda_proj {
   float h_luts[XT_CUDA_MAX_MODELS * 256];
   float *d_luts;
   int nluts;
-  cudaStream_t s_render, s_copy;
-  cudaEvent_t ev_k[2], ev_c[2], ev_a, ev_b;
-  /* Frame pipeline scratch, sized for one detector (cols x rows) and `chunk` frames. */
-  int cols, rows, chunk;
-  float *d_out[2], *h_out[2];
-  dev_frame *d_fr[2], *h_fr[2];
   int debug_sync;
-};
+} voxel_kind;
 
 /* Constant memory holds one projector's tables; claimed and released atomically. */
-static xt_cuda_proj *g_const_owner;
+static voxel_kind *g_const_owner;
 
-static int claim_const(xt_cuda_proj *p) {
-  xt_cuda_proj *none = NULL;
+static int claim_const(voxel_kind *p) {
+  voxel_kind *none = NULL;
   return __atomic_compare_exchange_n(&g_const_owner, &none, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-#define CK(call)                                                                                               \
-  do {                                                                                                         \
-    cudaError_t e_ = (call);                                                                                   \
-    if (e_ != cudaSuccess)                                                                                     \
-      return xt_fail(msg, XT_EDEVICE, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-  } while (0)
-
-extern "C" xt_cuda_options xt_cuda_default_options(void) {
-  xt_cuda_options o;
-  o.device = 0;
-  o.voxels = XT_CUDA_VOX_AUTO;
-  o.dual_min_bytes = -1;
-  o.lut = XT_CUDA_LUT_AUTO;
-  o.hull = 1;
-  return o;
-}
-
-extern "C" int xt_cuda_available(xt_msg *msg) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return xt_fail(msg, XT_ENODEV, "backend cuda: no usable CUDA device (%s)", cudaGetErrorString(e));
-  }
-  if (n <= 0) return xt_fail(msg, XT_ENODEV, "backend cuda: no CUDA device present");
-  return 0;
-}
-
-extern "C" int xt_cuda_device_info(int device, xt_cuda_info *info, xt_msg *msg) {
-  int rc = xt_cuda_available(msg);
-  if (rc) return rc;
-  cudaDeviceProp p;
-  CK(cudaGetDeviceProperties(&p, device));
-  memset(info, 0, sizeof *info);
-  snprintf(info->name, sizeof info->name, "%s", p.name);
-  info->sm_count = p.multiProcessorCount;
-  info->cc_major = p.major;
-  info->cc_minor = p.minor;
-  info->l2_bytes = (size_t)p.l2CacheSize;
-  info->global_bytes = p.totalGlobalMem;
-  int khz = 0;
-  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
-  info->sm_clock_mhz = khz / 1000.0;
-  CK(cudaDriverGetVersion(&info->driver_version));
-  CK(cudaRuntimeGetVersion(&info->runtime_version));
-  return 0;
-}
-
-extern "C" int xt_cuda_copy_bandwidth(int device, size_t bytes, int reps, double *gbps, xt_msg *msg) {
-  int rc = xt_cuda_available(msg);
-  if (rc) return rc;
-  CK(cudaSetDevice(device));
-  void *a = NULL, *b = NULL;
-  cudaEvent_t e0 = NULL, e1 = NULL;
-  float best = 1e30f;
-  rc = XT_EDEVICE;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) goto done;
-  if (cudaMemset(a, 1, bytes) != cudaSuccess) goto done;
-  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto done;
-  for (int i = 0; i < reps + 1; i++) {
-    float ms = 0;
-    if (cudaEventRecord(e0) != cudaSuccess || cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) != cudaSuccess ||
-        cudaEventRecord(e1) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
-      goto done;
-    if (i > 0 && ms < best) best = ms; /* the first copy warms up */
-  }
-  *gbps = 2.0 * (double)bytes / (best * 1e-3) / 1e9;
-  rc = 0;
-done:
-  if (rc) xt_fail(msg, rc, "cuda: bandwidth probe failed: %s", cudaGetErrorString(cudaGetLastError()));
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  return rc;
-}
-
-static void free_scratch(xt_cuda_proj *p) {
-  for (int i = 0; i < 2; i++) {
-    cudaFree(p->d_out[i]);
-    cudaFree(p->d_fr[i]);
-    cudaFreeHost(p->h_out[i]);
-    cudaFreeHost(p->h_fr[i]);
-    p->d_out[i] = p->h_out[i] = NULL;
-    p->d_fr[i] = p->h_fr[i] = NULL;
-  }
-  p->cols = p->rows = p->chunk = 0;
-}
-
-extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
+static void voxel_destroy(void *st) {
+  voxel_kind *p = (voxel_kind *)st;
   if (!p) return;
-  cudaSetDevice(p->opt.device);
-  if (p->s_render) cudaStreamSynchronize(p->s_render);
-  if (p->s_copy) cudaStreamSynchronize(p->s_copy);
-  free_scratch(p);
   for (int i = 0; i < p->nmodels; i++) {
     if (p->dm[i].tex) cudaDestroyTextureObject(p->dm[i].tex);
     if (p->arr[i]) cudaFreeArray(p->arr[i]);
     cudaFree(p->d_vox[i]);
   }
   cudaFree(p->d_luts);
-  for (int i = 0; i < 2; i++) {
-    if (p->ev_k[i]) cudaEventDestroy(p->ev_k[i]);
-    if (p->ev_c[i]) cudaEventDestroy(p->ev_c[i]);
-  }
-  if (p->ev_a) cudaEventDestroy(p->ev_a);
-  if (p->ev_b) cudaEventDestroy(p->ev_b);
-  if (p->s_render) cudaStreamDestroy(p->s_render);
-  if (p->s_copy) cudaStreamDestroy(p->s_copy);
-  if (p->opt.lut == XT_CUDA_LUT_CONST) __atomic_store_n(&g_const_owner, (xt_cuda_proj *)NULL, __ATOMIC_RELEASE);
+  if (p->opt.lut == XT_CUDA_LUT_CONST) __atomic_store_n(&g_const_owner, (voxel_kind *)NULL, __ATOMIC_RELEASE);
   free(p);
 }
 
-extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt_msg *msg) {
-  int rc = xt_cuda_available(msg);
-  if (rc) return rc;
-  int ndev = 0;
-  CK(cudaGetDeviceCount(&ndev));
-  if (opt->device < 0 || opt->device >= ndev)
-    return xt_fail(msg, XT_ENODEV, "backend cuda: device %d does not exist (%d present)", opt->device, ndev);
+static int voxel_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   if (opt->voxels != XT_CUDA_VOX_LINEAR && opt->voxels != XT_CUDA_VOX_TEXTURE && opt->voxels != XT_CUDA_VOX_AUTO)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown voxel storage %d", opt->voxels);
   if (opt->lut != XT_CUDA_LUT_SHARED && opt->lut != XT_CUDA_LUT_CONST && opt->lut != XT_CUDA_LUT_AUTO)
     return xt_fail(msg, XT_EINVAL, "backend cuda: unknown table placement %d", opt->lut);
-  xt_cuda_proj *p = (xt_cuda_proj *)calloc(1, sizeof *p);
+  voxel_kind *p = (voxel_kind *)calloc(1, sizeof *p);
   if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
   p->opt = *opt;
   if (opt->lut != XT_CUDA_LUT_SHARED) {
@@ -555,24 +441,13 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   }
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
-  cudaError_t e = cudaSetDevice(opt->device);
-  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_render, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_copy, cudaStreamNonBlocking);
-  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
-    e = cudaEventCreateWithFlags(&p->ev_k[i], cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&p->ev_c[i], cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(p->ev_c[i], p->s_copy);
-  }
-  if (e == cudaSuccess) e = cudaEventCreate(&p->ev_a);
-  if (e == cudaSuccess) e = cudaEventCreate(&p->ev_b);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&p->d_luts, sizeof p->h_luts);
+  cudaError_t e = cudaMalloc((void **)&p->d_luts, sizeof p->h_luts);
   if (e == cudaSuccess) e = cudaMemset(p->d_luts, 0, sizeof p->h_luts);
   if (e != cudaSuccess) {
-    rc = xt_fail(msg, XT_EDEVICE, "backend cuda: set-up on device %d failed: %s", opt->device, cudaGetErrorString(e));
-    xt_cuda_destroy(p);
-    return rc;
+    voxel_destroy(p);
+    return xt_fail(msg, XT_EDEVICE, "backend cuda: label tables on device %d: %s", opt->device, cudaGetErrorString(e));
   }
-  *out = p;
+  *st = p;
   return 0;
 }
 
@@ -642,36 +517,36 @@ static void build_hull(const xt_volume *v, int labels, dev_model *d) {
 }
 
 /* The linear copy, with a guard band of one slice + one voxel on each side (see march()). */
-static int upload_linear(xt_cuda_proj *p, int i, const xt_volume *v, int labels, xt_msg *msg) {
+static int upload_linear(voxel_kind *p, int i, const xt_volume *v, int labels, xt_msg *msg) {
   const size_t elem = labels ? 1 : sizeof(float), nvox = xt_volume_voxels(v);
   const size_t guard = (size_t)v->dim[0] * v->dim[1] + 1;
   dev_model *d = &p->dm[i];
-  CK(cudaMalloc(&p->d_vox[i], (nvox + 2 * guard) * elem));
-  CK(cudaMemset(p->d_vox[i], 0, (nvox + 2 * guard) * elem));
-  CK(cudaMemcpy((char *)p->d_vox[i] + guard * elem, v->data, nvox * elem, cudaMemcpyHostToDevice));
+  XT_CK(cudaMalloc(&p->d_vox[i], (nvox + 2 * guard) * elem));
+  XT_CK(cudaMemset(p->d_vox[i], 0, (nvox + 2 * guard) * elem));
+  XT_CK(cudaMemcpy((char *)p->d_vox[i] + guard * elem, v->data, nvox * elem, cudaMemcpyHostToDevice));
   if (labels) d->u8 = (const unsigned char *)p->d_vox[i] + guard;
   else d->f32 = (const float *)p->d_vox[i] + guard;
   return 0;
 }
 
 /* The texture copy: a 3D cudaArray (block-linear layout), point sampling, clamped. */
-static int upload_texture(xt_cuda_proj *p, int i, const xt_volume *v, int labels, const char *name, xt_msg *msg) {
+static int upload_texture(voxel_kind *p, int i, const xt_volume *v, int labels, const char *name, xt_msg *msg) {
   const size_t elem = labels ? 1 : sizeof(float);
   dev_model *d = &p->dm[i];
   int lim = 0;
-  CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
+  XT_CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
   if (v->dim[0] > lim || v->dim[1] > lim || v->dim[2] > lim)
     return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: dims exceed the 3D texture limit %d", name, lim);
   cudaChannelFormatDesc cd = labels ? cudaCreateChannelDesc<unsigned char>() : cudaCreateChannelDesc<float>();
   cudaExtent ext = make_cudaExtent((size_t)v->dim[0], (size_t)v->dim[1], (size_t)v->dim[2]);
-  CK(cudaMalloc3DArray(&p->arr[i], &cd, ext));
+  XT_CK(cudaMalloc3DArray(&p->arr[i], &cd, ext));
   cudaMemcpy3DParms cp;
   memset(&cp, 0, sizeof cp);
   cp.srcPtr = make_cudaPitchedPtr(v->data, (size_t)v->dim[0] * elem, (size_t)v->dim[0], (size_t)v->dim[1]);
   cp.dstArray = p->arr[i];
   cp.extent = ext;
   cp.kind = cudaMemcpyHostToDevice;
-  CK(cudaMemcpy3D(&cp));
+  XT_CK(cudaMemcpy3D(&cp));
   cudaResourceDesc rd;
   memset(&rd, 0, sizeof rd);
   rd.resType = cudaResourceTypeArray;
@@ -682,24 +557,24 @@ static int upload_texture(xt_cuda_proj *p, int i, const xt_volume *v, int labels
   td.filterMode = cudaFilterModePoint;
   td.readMode = cudaReadModeElementType;
   td.normalizedCoords = 0;
-  CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
+  XT_CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
   return 0;
 }
 
-extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
-  if (m->kind != XT_MODEL_DENSE && m->kind != XT_MODEL_LABELS)
-    return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s: kind %s not supported", m->name,
-                   xt_model_kind_name(m->kind));
+
+static int voxel_accepts(const xt_model *m) { return m->kind == XT_MODEL_DENSE || m->kind == XT_MODEL_LABELS; }
+
+static int voxel_add_model(void *st, const xt_model *m, xt_msg *msg) {
+  voxel_kind *p = (voxel_kind *)st;
   const xt_volume *v = m->volume;
   const int labels = m->kind == XT_MODEL_LABELS;
   if (!v || !v->data || (labels && (!v->materials || v->type != XT_VOXEL_U8)) || (!labels && v->type != XT_VOXEL_F32))
     return xt_fail(msg, XT_EINVAL, "cuda projector: model %s: no voxel data of its kind", m->name);
   if (p->nmodels == XT_CUDA_MAX_MODELS)
-    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: at most %d models", XT_CUDA_MAX_MODELS);
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: at most %d voxel models", XT_CUDA_MAX_MODELS);
   size_t nvox = xt_volume_voxels(v);
   if (nvox >= ((size_t)1 << 31))
     return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: %zu voxels (limit 2^31)", m->name, nvox);
-  CK(cudaSetDevice(p->opt.device));
   const int i = p->nmodels;
   dev_model *d = &p->dm[i];
   memset(d, 0, sizeof *d);
@@ -713,8 +588,8 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
   int want_tex = vox == XT_CUDA_VOX_TEXTURE;
   if (vox == XT_CUDA_VOX_AUTO) {
     int l2 = 0, lim = 0;
-    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p->opt.device));
-    CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
+    XT_CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p->opt.device));
+    XT_CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
     const size_t min_bytes = p->opt.dual_min_bytes >= 0 ? (size_t)p->opt.dual_min_bytes : (size_t)l2;
     want_tex = nvox * elem > min_bytes && v->dim[0] <= lim && v->dim[1] <= lim && v->dim[2] <= lim;
   }
@@ -731,48 +606,24 @@ extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg
     d->mu_bg = v->materials->mu[d->mu_bg_label];
     d->lut = p->nluts++;
     memcpy(&p->h_luts[d->lut * 256], v->materials->mu, 256 * sizeof(float));
-    CK(cudaMemcpy(p->d_luts, p->h_luts, sizeof p->h_luts, cudaMemcpyHostToDevice));
-    if (p->opt.lut == XT_CUDA_LUT_CONST) CK(cudaMemcpyToSymbol(c_lut, p->h_luts, sizeof p->h_luts));
+    XT_CK(cudaMemcpy(p->d_luts, p->h_luts, sizeof p->h_luts, cudaMemcpyHostToDevice));
+    if (p->opt.lut == XT_CUDA_LUT_CONST) XT_CK(cudaMemcpyToSymbol(c_lut, p->h_luts, sizeof p->h_luts));
   }
   p->models[i] = m;
   p->nmodels++;
   return 0;
 }
 
-/* Sizes the pipeline scratch for a detector; allocations happen only when the detector changes. */
-static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, xt_msg *msg) {
-  if (p->cols == cols && p->rows == rows && p->d_out[0]) return 0;
-  CK(cudaStreamSynchronize(p->s_render));
-  CK(cudaStreamSynchronize(p->s_copy));
-  free_scratch(p);
-  const size_t frame = (size_t)cols * rows * sizeof(float);
-  size_t chunk = XT_CUDA_BATCH_CHUNK_BYTES / frame;
-  if (chunk < 1) chunk = 1;
-  if (chunk > XT_CUDA_BATCH_MAX_FRAMES) chunk = XT_CUDA_BATCH_MAX_FRAMES;
-  for (int i = 0; i < 2; i++) {
-    CK(cudaMalloc((void **)&p->d_out[i], frame * chunk));
-    CK(cudaMalloc((void **)&p->d_fr[i], sizeof(dev_frame) * chunk));
-    CK(cudaHostAlloc((void **)&p->h_out[i], frame * chunk, cudaHostAllocDefault));
-    CK(cudaHostAlloc((void **)&p->h_fr[i], sizeof(dev_frame) * chunk, cudaHostAllocDefault));
-  }
-  p->cols = cols;
-  p->rows = rows;
-  p->chunk = (int)chunk;
-  return 0;
-}
+static int voxel_nmodels(const void *st) { return ((const voxel_kind *)st)->nmodels; }
 
-/* The per-frame constants, on the host in double: what proj_cpu.c's setup_models computes. */
-static void fill_frame(const xt_cuda_proj *p, const xt_geometry *g, dev_frame *f) {
+static size_t voxel_frame_bytes(const void *st) { return sizeof(dev_frame); }
+
+/* The per-frame constants, on the host in double: what proj_cpu_voxel.c's frame map computes. */
+static void voxel_fill_frame(const void *st, const xt_geometry *g, void *desc) {
+  const voxel_kind *p = (const voxel_kind *)st;
+  dev_frame *f = (dev_frame *)desc;
   memset(f, 0, sizeof *f);
-  const xt_vec3 vs[4] = {g->source, g->det_origin, g->u, g->v};
-  double *dst[4] = {f->src, f->det0, f->u, f->v};
-  for (int k = 0; k < 4; k++) {
-    dst[k][0] = vs[k].x;
-    dst[k][1] = vs[k].y;
-    dst[k][2] = vs[k].z;
-  }
-  f->pu = g->mode.pitch_u_mm;
-  f->pv = g->mode.pitch_v_mm;
+  xt_cuda_camera_fill(g, &f->cam);
   for (int i = 0; i < p->nmodels; i++) {
     xt_affine w2c;
     dev_frame_model *fm = &f->fm[i];
@@ -800,7 +651,7 @@ template <bool HULL> static kernel_fn pick_variant(int vox, int lut, int count) 
 }
 
 /* The hull kernel only when a model has a hull (it costs a few instructions per ray). */
-static kernel_fn pick_kernel(const xt_cuda_proj *p, int vox, int count) {
+static kernel_fn pick_kernel(const voxel_kind *p, int vox, int count) {
   int hull = 0;
   for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
   return hull ? pick_variant<true>(vox, p->opt.lut, count) : pick_variant<false>(vox, p->opt.lut, count);
@@ -810,7 +661,7 @@ static kernel_fn pick_kernel(const xt_cuda_proj *p, int vox, int count) {
  * detector's u direction (a warp's rays are 8 wide along u) runs within ~25 deg of model 0's x
  * rows, so the warp's fetches share cache lines; the block-linear texture otherwise. A batch
  * launch decides by its first frame. */
-static int pick_vox(const xt_cuda_proj *p, const xt_geometry *g) {
+static int pick_vox(const voxel_kind *p, const xt_geometry *g) {
   if (p->opt.voxels != XT_CUDA_VOX_AUTO) return p->opt.voxels;
   for (int i = 0; i < p->nmodels; i++)
     if (!p->dm[i].tex || !(p->dm[i].f32 || p->dm[i].u8)) return XT_CUDA_VOX_LINEAR;
@@ -821,193 +672,28 @@ static int pick_vox(const xt_cuda_proj *p, const xt_geometry *g) {
   return n > 0 && fabs(uc.x) / n >= XT_CUDA_LINEAR_MIN_ALIGN ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
 }
 
-/* One launch: `nf` frames whose descriptors are at d_frames, output to d_out. Checked. */
-static int launch(xt_cuda_proj *p, const dev_frame *d_frames, int nf, int cols, int rows, float *d_out, int vox,
-                  int count, cudaStream_t st, xt_msg *msg) {
+static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
+  voxel_kind *p = (voxel_kind *)st;
   dev_scene sc;
   memset(&sc, 0, sizeof sc);
   sc.nmodels = p->nmodels;
-  sc.cols = cols;
-  sc.rows = rows;
+  sc.cols = L->cols;
+  sc.rows = L->rows;
   memcpy(sc.model, p->dm, sizeof sc.model);
-  sc.frames = d_frames;
+  sc.frames = (const dev_frame *)L->d_desc;
   sc.luts = p->d_luts;
-  sc.out = d_out;
-  dim3 grid((unsigned)((cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
-            (unsigned)((rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)nf);
-  pick_kernel(p, vox, count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, st>>>(sc);
-  CK(cudaGetLastError());
-  if (p->debug_sync) CK(cudaStreamSynchronize(st));
+  sc.out = L->d_out;
+  sc.accumulate = L->accumulate;
+  const int vox = pick_vox(p, &L->g[0]);
+  dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
+            (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
+  pick_kernel(p, vox, L->count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
+  XT_CK(cudaGetLastError());
+  if (p->debug_sync) XT_CK(cudaStreamSynchronize(L->stream));
   return 0;
 }
 
-static int check_geom(const xt_cuda_proj *p, const xt_geometry *g, xt_msg *msg) {
-  if (g->mode.cols < 1 || g->mode.rows < 1 || g->mode.cols > 65535 * XT_CUDA_TILE_W ||
-      g->mode.rows > 65535 * XT_CUDA_TILE_H)
-    return xt_fail(msg, XT_ERANGE, "cuda projector: detector %d x %d", g->mode.cols, g->mode.rows);
-  return 0;
-}
-
-/* The batch pipeline: chunks of up to p->chunk poses per launch on s_render; the copy-out of
- * chunk i (s_copy, into pinned memory) overlaps the render of chunk i+1, and the host's copy of
- * chunk i into `out` overlaps both. out may be NULL (streaming: frames stay in pinned memory). */
-static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, int per_chunk, float *out, xt_msg *msg) {
-  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
-  int rc = check_geom(p, g, msg);
-  if (rc) return rc;
-  CK(cudaSetDevice(p->opt.device));
-  if ((rc = ensure_scratch(p, cols, rows, msg))) return rc;
-  if (per_chunk < 1 || per_chunk > p->chunk) per_chunk = p->chunk;
-  const size_t fpx = (size_t)cols * rows;
-  const int nch = (frames + per_chunk - 1) / per_chunk;
-  for (int c = 0; c <= nch; c++) {
-    if (c < nch) {
-      const int b = c & 1, first = c * per_chunk;
-      const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
-      /* Chunk c-2 used these buffers; its D2H finished before the host consumed it below. */
-      for (int j = 0; j < nf; j++) fill_frame(p, &g[(first + j) % n], &p->h_fr[b][j]);
-      CK(cudaMemcpyAsync(p->d_fr[b], p->h_fr[b], sizeof(dev_frame) * nf, cudaMemcpyHostToDevice, p->s_render));
-      CK(cudaStreamWaitEvent(p->s_render, p->ev_c[b], 0));
-      const int vox = pick_vox(p, &g[first % n]);
-      if ((rc = launch(p, p->d_fr[b], nf, cols, rows, p->d_out[b], vox, 0, p->s_render, msg))) return rc;
-      CK(cudaEventRecord(p->ev_k[b], p->s_render));
-      CK(cudaStreamWaitEvent(p->s_copy, p->ev_k[b], 0));
-      CK(cudaMemcpyAsync(p->h_out[b], p->d_out[b], fpx * sizeof(float) * nf, cudaMemcpyDeviceToHost, p->s_copy));
-      CK(cudaEventRecord(p->ev_c[b], p->s_copy));
-    }
-    if (c > 0) {
-      const int pb = (c - 1) & 1, first = (c - 1) * per_chunk;
-      const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
-      CK(cudaEventSynchronize(p->ev_c[pb]));
-      if (out) memcpy(out + fpx * (size_t)first, p->h_out[pb], fpx * sizeof(float) * nf);
-    }
-  }
-  return 0;
-}
-
-extern "C" int xt_cuda_render(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *msg) {
-  return pipeline(p, g, 1, 1, 1, out, msg);
-}
-
-extern "C" int xt_cuda_render_batch(xt_cuda_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
-  for (int i = 1; i < n; i++)
-    if (g[i].mode.cols != g[0].mode.cols || g[i].mode.rows != g[0].mode.rows)
-      return xt_fail(msg, XT_EINVAL, "cuda projector: batch frame %d has a different detector", i);
-  return pipeline(p, g, n, n, 0, out, msg);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-extern "C" int xt_cuda_stream(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, double *seconds, xt_msg *msg) {
-  int rc = pipeline(p, g, n, 2, 1, NULL, msg); /* warm-up, and scratch allocation */
-  if (rc) return rc;
-  double t0 = now_s();
-  rc = pipeline(p, g, n, frames, 1, NULL, msg);
-  *seconds = now_s() - t0;
-  return rc;
-}
-
-extern "C" int xt_cuda_render_timed(xt_cuda_proj *p, const xt_geometry *g, float *out, double *seconds, xt_msg *msg) {
-  double t0 = now_s();
-  int rc = xt_cuda_render(p, g, out, msg);
-  *seconds = now_s() - t0;
-  return rc;
-}
-
-/* Bench-only: own output and descriptor buffers, allocated before and freed after timing. */
-extern "C" int xt_cuda_time_kernel(xt_cuda_proj *p, const xt_geometry *g, int n, int per_launch, int warmup, int reps,
-                                   float *ms, xt_msg *msg) {
-  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
-  int rc = check_geom(p, g, msg);
-  if (rc) return rc;
-  if (per_launch < 1 || n < 1 || reps < 1 || warmup < 0) return xt_fail(msg, XT_EINVAL, "time_kernel: bad counts");
-  CK(cudaSetDevice(p->opt.device));
-  const int nlaunch = per_launch < n ? (n + per_launch - 1) / per_launch : 1;
-  const size_t nfr = (size_t)nlaunch * per_launch;
-  dev_frame *h = (dev_frame *)malloc(sizeof(dev_frame) * nfr);
-  dev_frame *d = NULL;
-  float *dout = NULL;
-  cudaError_t e = cudaSuccess;
-  if (!h) return xt_fail(msg, XT_ENOMEM, "time_kernel: out of memory");
-  for (size_t j = 0; j < nfr; j++) fill_frame(p, &g[j % (size_t)n], &h[j]);
-  e = cudaMalloc((void **)&d, sizeof(dev_frame) * nfr);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&dout, (size_t)cols * rows * sizeof(float) * per_launch);
-  if (e == cudaSuccess) e = cudaMemcpy(d, h, sizeof(dev_frame) * nfr, cudaMemcpyHostToDevice);
-  if (e != cudaSuccess) {
-    rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
-    goto done;
-  }
-  for (int i = 0; i < warmup + reps && !rc; i++) {
-    const dev_frame *fr = d + (size_t)(i % nlaunch) * per_launch;
-    if (i >= warmup) e = cudaEventRecord(p->ev_a, p->s_render);
-    if (e == cudaSuccess)
-      rc = launch(p, fr, per_launch, cols, rows, dout, pick_vox(p, &g[(size_t)(i % nlaunch) * per_launch % (size_t)n]), 0,
-                  p->s_render, msg);
-    if (!rc && i >= warmup) {
-      float t = 0;
-      e = cudaEventRecord(p->ev_b, p->s_render);
-      if (e == cudaSuccess) e = cudaEventSynchronize(p->ev_b);
-      if (e == cudaSuccess) e = cudaEventElapsedTime(&t, p->ev_a, p->ev_b);
-      ms[i - warmup] = t;
-    }
-    if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
-  }
-  if (!rc && (e = cudaStreamSynchronize(p->s_render)) != cudaSuccess)
-    rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
-done:
-  cudaFree(d);
-  cudaFree(dout);
-  free(h);
-  return rc;
-}
-
-extern "C" int xt_cuda_count_steps(xt_cuda_proj *p, const xt_geometry *g, double *steps, double *rays_hit, xt_msg *msg) {
-  const int cols = g->mode.cols, rows = g->mode.rows;
-  int rc = check_geom(p, g, msg);
-  if (rc) return rc;
-  CK(cudaSetDevice(p->opt.device));
-  if ((rc = ensure_scratch(p, cols, rows, msg))) return rc;
-  CK(cudaStreamSynchronize(p->s_copy));
-  fill_frame(p, g, &p->h_fr[0][0]);
-  CK(cudaMemcpyAsync(p->d_fr[0], p->h_fr[0], sizeof(dev_frame), cudaMemcpyHostToDevice, p->s_render));
-  if ((rc = launch(p, p->d_fr[0], 1, cols, rows, p->d_out[0], pick_vox(p, g), 1, p->s_render, msg))) return rc;
-  CK(cudaMemcpyAsync(p->h_out[0], p->d_out[0], (size_t)cols * rows * sizeof(float), cudaMemcpyDeviceToHost,
-                     p->s_render));
-  CK(cudaStreamSynchronize(p->s_render));
-  double s = 0, h = 0;
-  for (size_t i = 0; i < (size_t)cols * rows; i++) {
-    s += p->h_out[0][i];
-    h += p->h_out[0][i] > 0;
-  }
-  *steps = s;
-  *rays_hit = h;
-  return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The backend table                                                                          */
-/* ------------------------------------------------------------------------------------------ */
-
-static int ops_create(const xt_proj_options *opt, void **impl, xt_msg *msg) {
-  xt_cuda_options o = xt_cuda_default_options();
-  o.device = opt->device;
-  return xt_cuda_create(&o, (xt_cuda_proj **)impl, msg);
-}
-static int ops_add_model(void *impl, const xt_model *m, xt_msg *msg) {
-  return xt_cuda_add_model((xt_cuda_proj *)impl, m, msg);
-}
-static int ops_render(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
-  return xt_cuda_render((xt_cuda_proj *)impl, g, out, msg);
-}
-static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg) {
-  return xt_cuda_render_batch((xt_cuda_proj *)impl, g, n, out, msg);
-}
-static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
-
-extern "C" const xt_proj_ops xt_proj_cuda_ops = {
-    "cuda", xt_cuda_available, ops_create, ops_add_model, ops_render, ops_render_batch, ops_destroy,
+const xt_cuda_kind_ops xt_cuda_kind_voxel = {
+    "voxel",          voxel_accepts,     voxel_create,     voxel_add_model, voxel_nmodels,
+    voxel_frame_bytes, voxel_fill_frame, NULL,             voxel_render,    voxel_destroy,
 };

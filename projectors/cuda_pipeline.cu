@@ -1,0 +1,488 @@
+/* The CUDA frame pipeline: what every model kind shares (xt_cuda_kind.h) - the device, the two
+ * streams, the per-detector scratch, the per-frame descriptors, batches of many poses per launch
+ * with the copy-out of one chunk overlapping the render of the next - and the backend's C API
+ * (xt_proj_cuda.h) and function table.
+ *
+ * A chunk of frames is rendered by each kind that holds models, in the order of `kinds` below:
+ * the first writes every pixel, the others add their line integrals. Per frame, each kind gets its
+ * own descriptor, filled on the host in double and uploaded for the whole chunk in one copy: the
+ * chunk's descriptor block holds kind 0's nf descriptors, then kind 1's, and so on. */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xt_cuda_kind.h"
+
+extern "C" {
+#include "xt_cuda_config.h"
+#include "xt_proj_internal.h"
+}
+
+/* The kinds, in render order. A new kind adds its table here. */
+static const xt_cuda_kind_ops *const kinds[] = {&xt_cuda_kind_voxel};
+#define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+#define CK XT_CK
+
+struct xt_cuda_proj {
+  xt_cuda_options opt;
+  void *kst[NKINDS]; /* each kind's state */
+  cudaStream_t s_render, s_copy;
+  cudaEvent_t ev_k[2], ev_c[2], ev_a, ev_b;
+  /* Frame pipeline scratch, sized for one detector (cols x rows), `chunk` frames and the kinds'
+   * descriptor bytes per frame; the kinds' own scratch (prepare) for kind_frames frames per
+   * launch and the models they held then (nmodels). Models added later re-size both. */
+  int cols, rows, chunk, kind_frames, nmodels;
+  size_t desc_bytes;
+  float *d_out[2], *h_out[2];
+  unsigned char *d_desc[2], *h_desc[2];
+};
+
+extern "C" xt_cuda_options xt_cuda_default_options(void) {
+  xt_cuda_options o;
+  o.device = 0;
+  o.voxels = XT_CUDA_VOX_AUTO;
+  o.dual_min_bytes = -1;
+  o.lut = XT_CUDA_LUT_AUTO;
+  o.hull = 1;
+  return o;
+}
+
+extern "C" int xt_cuda_available(xt_msg *msg) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return xt_fail(msg, XT_ENODEV, "backend cuda: no usable CUDA device (%s)", cudaGetErrorString(e));
+  }
+  if (n <= 0) return xt_fail(msg, XT_ENODEV, "backend cuda: no CUDA device present");
+  return 0;
+}
+
+extern "C" int xt_cuda_device_info(int device, xt_cuda_info *info, xt_msg *msg) {
+  int rc = xt_cuda_available(msg);
+  if (rc) return rc;
+  cudaDeviceProp p;
+  CK(cudaGetDeviceProperties(&p, device));
+  memset(info, 0, sizeof *info);
+  snprintf(info->name, sizeof info->name, "%s", p.name);
+  info->sm_count = p.multiProcessorCount;
+  info->cc_major = p.major;
+  info->cc_minor = p.minor;
+  info->l2_bytes = (size_t)p.l2CacheSize;
+  info->global_bytes = p.totalGlobalMem;
+  int khz = 0;
+  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  info->sm_clock_mhz = khz / 1000.0;
+  CK(cudaDriverGetVersion(&info->driver_version));
+  CK(cudaRuntimeGetVersion(&info->runtime_version));
+  return 0;
+}
+
+extern "C" int xt_cuda_copy_bandwidth(int device, size_t bytes, int reps, double *gbps, xt_msg *msg) {
+  int rc = xt_cuda_available(msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(device));
+  void *a = NULL, *b = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  float best = 1e30f;
+  rc = XT_EDEVICE;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) goto done;
+  if (cudaMemset(a, 1, bytes) != cudaSuccess) goto done;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto done;
+  for (int i = 0; i < reps + 1; i++) {
+    float ms = 0;
+    if (cudaEventRecord(e0) != cudaSuccess || cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) != cudaSuccess ||
+        cudaEventRecord(e1) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+      goto done;
+    if (i > 0 && ms < best) best = ms; /* the first copy warms up */
+  }
+  *gbps = 2.0 * (double)bytes / (best * 1e-3) / 1e9;
+  rc = 0;
+done:
+  if (rc) xt_fail(msg, rc, "cuda: bandwidth probe failed: %s", cudaGetErrorString(cudaGetLastError()));
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Projector life cycle                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+static void free_scratch(xt_cuda_proj *p) {
+  for (int i = 0; i < 2; i++) {
+    cudaFree(p->d_out[i]);
+    cudaFree(p->d_desc[i]);
+    cudaFreeHost(p->h_out[i]);
+    cudaFreeHost(p->h_desc[i]);
+    p->d_out[i] = p->h_out[i] = NULL;
+    p->d_desc[i] = p->h_desc[i] = NULL;
+  }
+  p->cols = p->rows = p->chunk = p->kind_frames = p->nmodels = 0;
+  p->desc_bytes = 0;
+}
+
+extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
+  if (!p) return;
+  cudaSetDevice(p->opt.device);
+  if (p->s_render) cudaStreamSynchronize(p->s_render);
+  if (p->s_copy) cudaStreamSynchronize(p->s_copy);
+  free_scratch(p);
+  for (int k = 0; k < NKINDS; k++)
+    if (p->kst[k]) kinds[k]->destroy(p->kst[k]);
+  for (int i = 0; i < 2; i++) {
+    if (p->ev_k[i]) cudaEventDestroy(p->ev_k[i]);
+    if (p->ev_c[i]) cudaEventDestroy(p->ev_c[i]);
+  }
+  if (p->ev_a) cudaEventDestroy(p->ev_a);
+  if (p->ev_b) cudaEventDestroy(p->ev_b);
+  if (p->s_render) cudaStreamDestroy(p->s_render);
+  if (p->s_copy) cudaStreamDestroy(p->s_copy);
+  free(p);
+}
+
+extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt_msg *msg) {
+  int rc = xt_cuda_available(msg);
+  if (rc) return rc;
+  int ndev = 0;
+  CK(cudaGetDeviceCount(&ndev));
+  if (opt->device < 0 || opt->device >= ndev)
+    return xt_fail(msg, XT_ENODEV, "backend cuda: device %d does not exist (%d present)", opt->device, ndev);
+  xt_cuda_proj *p = (xt_cuda_proj *)calloc(1, sizeof *p);
+  if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
+  p->opt = *opt;
+  cudaError_t e = cudaSetDevice(opt->device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_render, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_copy, cudaStreamNonBlocking);
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+    e = cudaEventCreateWithFlags(&p->ev_k[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&p->ev_c[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(p->ev_c[i], p->s_copy);
+  }
+  if (e == cudaSuccess) e = cudaEventCreate(&p->ev_a);
+  if (e == cudaSuccess) e = cudaEventCreate(&p->ev_b);
+  if (e != cudaSuccess) {
+    rc = xt_fail(msg, XT_EDEVICE, "backend cuda: set-up on device %d failed: %s", opt->device, cudaGetErrorString(e));
+    xt_cuda_destroy(p);
+    return rc;
+  }
+  for (int k = 0; k < NKINDS; k++)
+    if ((rc = kinds[k]->create(opt, &p->kst[k], msg))) {
+      xt_cuda_destroy(p);
+      return rc;
+    }
+  *out = p;
+  return 0;
+}
+
+extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
+  for (int k = 0; k < NKINDS; k++) {
+    if (!kinds[k]->accepts(m)) continue;
+    CK(cudaSetDevice(p->opt.device));
+    return kinds[k]->add_model(p->kst[k], m, msg);
+  }
+  return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s: kind %s not supported", m->name,
+                 xt_model_kind_name(m->kind));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Frames                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static int active(const xt_cuda_proj *p, int k) { return kinds[k]->nmodels(p->kst[k]) > 0; }
+
+/* Descriptor bytes per frame over the kinds that hold models. */
+static size_t frame_desc_bytes(const xt_cuda_proj *p) {
+  size_t b = 0;
+  for (int k = 0; k < NKINDS; k++)
+    if (active(p, k)) b += kinds[k]->frame_bytes(p->kst[k]);
+  return b;
+}
+
+/* Fills the descriptor block of one launch of nf frames (geometries g[(first + j) % n]). */
+static void fill_descs(const xt_cuda_proj *p, const xt_geometry *g, int n, int first, int nf, unsigned char *block) {
+  for (int k = 0; k < NKINDS; k++) {
+    if (!active(p, k)) continue;
+    const size_t fb = kinds[k]->frame_bytes(p->kst[k]);
+    for (int j = 0; j < nf; j++) kinds[k]->fill_frame(p->kst[k], &g[(first + j) % n], block + fb * (size_t)j);
+    block += fb * (size_t)nf;
+  }
+}
+
+static int total_models(const xt_cuda_proj *p) {
+  int n = 0;
+  for (int k = 0; k < NKINDS; k++) n += kinds[k]->nmodels(p->kst[k]);
+  return n;
+}
+
+static int prepare_kinds(xt_cuda_proj *p, int cols, int rows, int frames, xt_msg *msg) {
+  for (int k = 0; k < NKINDS; k++) {
+    int rc;
+    if (active(p, k) && kinds[k]->prepare && (rc = kinds[k]->prepare(p->kst[k], cols, rows, frames, msg))) return rc;
+  }
+  p->kind_frames = frames;
+  return 0;
+}
+
+/* Sizes the scratch for a detector and at least need_frames frames per launch (0: the pipeline's
+ * chunk). Allocations happen only when the detector, the models or the launch size grow, never
+ * per frame. */
+static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, int need_frames, xt_msg *msg) {
+  const size_t db = frame_desc_bytes(p);
+  const int nm = total_models(p);
+  int rc;
+  if (!(p->cols == cols && p->rows == rows && p->desc_bytes == db && p->nmodels == nm && p->d_out[0])) {
+    CK(cudaStreamSynchronize(p->s_render));
+    CK(cudaStreamSynchronize(p->s_copy));
+    free_scratch(p);
+    const size_t frame = (size_t)cols * rows * sizeof(float);
+    size_t chunk = XT_CUDA_BATCH_CHUNK_BYTES / frame;
+    if (chunk < 1) chunk = 1;
+    if (chunk > XT_CUDA_BATCH_MAX_FRAMES) chunk = XT_CUDA_BATCH_MAX_FRAMES;
+    const size_t dbytes = (db ? db : 16) * chunk;
+    for (int i = 0; i < 2; i++) {
+      CK(cudaMalloc((void **)&p->d_out[i], frame * chunk));
+      CK(cudaMalloc((void **)&p->d_desc[i], dbytes));
+      CK(cudaHostAlloc((void **)&p->h_out[i], frame * chunk, cudaHostAllocDefault));
+      CK(cudaHostAlloc((void **)&p->h_desc[i], dbytes, cudaHostAllocDefault));
+    }
+    if ((rc = prepare_kinds(p, cols, rows, (int)chunk, msg))) {
+      free_scratch(p);
+      return rc;
+    }
+    p->cols = cols;
+    p->rows = rows;
+    p->chunk = (int)chunk;
+    p->desc_bytes = db;
+    p->nmodels = nm;
+  }
+  if (need_frames > p->kind_frames) {
+    CK(cudaStreamSynchronize(p->s_render));
+    if ((rc = prepare_kinds(p, cols, rows, need_frames, msg))) return rc;
+  }
+  return 0;
+}
+
+/* Every active kind renders the nf frames whose descriptor block is at d_block into d_out: the
+ * first writes, the rest add. A scene without models gives zeros. */
+static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows, const unsigned char *d_block,
+                        float *d_out, int count, cudaStream_t st, xt_msg *msg) {
+  int written = 0;
+  for (int k = 0; k < NKINDS; k++) {
+    if (!active(p, k)) continue;
+    xt_cuda_launch L;
+    L.nf = nf;
+    L.cols = cols;
+    L.rows = rows;
+    L.g = g;
+    L.d_desc = d_block;
+    L.d_out = d_out;
+    L.accumulate = written;
+    L.count = count;
+    L.stream = st;
+    int rc = kinds[k]->render(p->kst[k], &L, msg);
+    if (rc) return rc;
+    written = 1;
+    d_block += kinds[k]->frame_bytes(p->kst[k]) * (size_t)nf;
+  }
+  if (!written) CK(cudaMemsetAsync(d_out, 0, (size_t)nf * rows * cols * sizeof(float), st));
+  return 0;
+}
+
+static int check_geom(const xt_geometry *g, xt_msg *msg) {
+  if (g->mode.cols < 1 || g->mode.rows < 1 || g->mode.cols > 65535 * XT_CUDA_TILE_W ||
+      g->mode.rows > 65535 * XT_CUDA_TILE_H)
+    return xt_fail(msg, XT_ERANGE, "cuda projector: detector %d x %d", g->mode.cols, g->mode.rows);
+  return 0;
+}
+
+/* The batch pipeline: chunks of up to p->chunk poses per launch on s_render; the copy-out of
+ * chunk i (s_copy, into pinned memory) overlaps the render of chunk i+1, and the host's copy of
+ * chunk i into `out` overlaps both. out may be NULL (streaming: frames stay in pinned memory).
+ * Kinds see a chunk's geometries contiguously: frames cycle through g[0..n) only when n < frames
+ * (streaming), and then a chunk is one frame. */
+static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, int per_chunk, float *out, xt_msg *msg) {
+  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
+  int rc = check_geom(g, msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, 0, msg))) return rc;
+  if (per_chunk < 1 || per_chunk > p->chunk) per_chunk = p->chunk;
+  if (n < frames) per_chunk = 1;
+  const size_t fpx = (size_t)cols * rows;
+  const int nch = (frames + per_chunk - 1) / per_chunk;
+  for (int c = 0; c <= nch; c++) {
+    if (c < nch) {
+      const int b = c & 1, first = c * per_chunk;
+      const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
+      /* Chunk c-2 used these buffers; its D2H finished before the host consumed it below. */
+      fill_descs(p, g, n, first, nf, p->h_desc[b]);
+      if (p->desc_bytes)
+        CK(cudaMemcpyAsync(p->d_desc[b], p->h_desc[b], p->desc_bytes * nf, cudaMemcpyHostToDevice, p->s_render));
+      CK(cudaStreamWaitEvent(p->s_render, p->ev_c[b], 0));
+      if ((rc = render_kinds(p, &g[first % n], nf, cols, rows, p->d_desc[b], p->d_out[b], 0, p->s_render, msg)))
+        return rc;
+      CK(cudaEventRecord(p->ev_k[b], p->s_render));
+      CK(cudaStreamWaitEvent(p->s_copy, p->ev_k[b], 0));
+      CK(cudaMemcpyAsync(p->h_out[b], p->d_out[b], fpx * sizeof(float) * nf, cudaMemcpyDeviceToHost, p->s_copy));
+      CK(cudaEventRecord(p->ev_c[b], p->s_copy));
+    }
+    if (c > 0) {
+      const int pb = (c - 1) & 1, first = (c - 1) * per_chunk;
+      const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
+      CK(cudaEventSynchronize(p->ev_c[pb]));
+      if (out) memcpy(out + fpx * (size_t)first, p->h_out[pb], fpx * sizeof(float) * nf);
+    }
+  }
+  return 0;
+}
+
+extern "C" int xt_cuda_render(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *msg) {
+  return pipeline(p, g, 1, 1, 1, out, msg);
+}
+
+extern "C" int xt_cuda_render_batch(xt_cuda_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
+  for (int i = 1; i < n; i++)
+    if (g[i].mode.cols != g[0].mode.cols || g[i].mode.rows != g[0].mode.rows)
+      return xt_fail(msg, XT_EINVAL, "cuda projector: batch frame %d has a different detector", i);
+  return pipeline(p, g, n, n, 0, out, msg);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+extern "C" int xt_cuda_stream(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, double *seconds, xt_msg *msg) {
+  int rc = pipeline(p, g, n, 2, 1, NULL, msg); /* warm-up, and scratch allocation */
+  if (rc) return rc;
+  double t0 = now_s();
+  rc = pipeline(p, g, n, frames, 1, NULL, msg);
+  *seconds = now_s() - t0;
+  return rc;
+}
+
+extern "C" int xt_cuda_render_timed(xt_cuda_proj *p, const xt_geometry *g, float *out, double *seconds, xt_msg *msg) {
+  double t0 = now_s();
+  int rc = xt_cuda_render(p, g, out, msg);
+  *seconds = now_s() - t0;
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Measurement                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Bench-only: own output and descriptor buffers, allocated before and freed after timing. Launch
+ * i renders frames g[(i % nlaunch) * per_launch + j) % n], j < per_launch. */
+extern "C" int xt_cuda_time_kernel(xt_cuda_proj *p, const xt_geometry *g, int n, int per_launch, int warmup, int reps,
+                                   float *ms, xt_msg *msg) {
+  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
+  int rc = check_geom(g, msg);
+  if (rc) return rc;
+  if (per_launch < 1 || n < 1 || reps < 1 || warmup < 0) return xt_fail(msg, XT_EINVAL, "time_kernel: bad counts");
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, per_launch, msg))) return rc; /* the kinds' own scratch */
+  const int nlaunch = per_launch < n ? (n + per_launch - 1) / per_launch : 1;
+  const size_t nfr = (size_t)nlaunch * per_launch, db = p->desc_bytes ? p->desc_bytes : 16;
+  xt_geometry *gl = (xt_geometry *)malloc(sizeof(xt_geometry) * nfr);
+  unsigned char *h = (unsigned char *)malloc(db * nfr);
+  unsigned char *d = NULL;
+  float *dout = NULL;
+  cudaError_t e = cudaSuccess;
+  if (!h || !gl) {
+    free(h);
+    free(gl);
+    return xt_fail(msg, XT_ENOMEM, "time_kernel: out of memory");
+  }
+  for (size_t j = 0; j < nfr; j++) gl[j] = g[j % (size_t)n];
+  for (int l = 0; l < nlaunch; l++) fill_descs(p, gl, (int)nfr, l * per_launch, per_launch, h + db * per_launch * (size_t)l);
+  e = cudaMalloc((void **)&d, db * nfr);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&dout, (size_t)cols * rows * sizeof(float) * per_launch);
+  if (e == cudaSuccess) e = cudaMemcpy(d, h, db * nfr, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
+    goto done;
+  }
+  for (int i = 0; i < warmup + reps && !rc; i++) {
+    const int l = i % nlaunch;
+    if (i >= warmup) e = cudaEventRecord(p->ev_a, p->s_render);
+    if (e == cudaSuccess)
+      rc = render_kinds(p, gl + (size_t)l * per_launch, per_launch, cols, rows, d + db * per_launch * (size_t)l, dout, 0,
+                        p->s_render, msg);
+    if (!rc && i >= warmup) {
+      float t = 0;
+      e = cudaEventRecord(p->ev_b, p->s_render);
+      if (e == cudaSuccess) e = cudaEventSynchronize(p->ev_b);
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&t, p->ev_a, p->ev_b);
+      ms[i - warmup] = t;
+    }
+    if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
+  }
+  if (!rc && (e = cudaStreamSynchronize(p->s_render)) != cudaSuccess)
+    rc = xt_fail(msg, XT_EDEVICE, "time_kernel: %s", cudaGetErrorString(e));
+done:
+  cudaFree(d);
+  cudaFree(dout);
+  free(h);
+  free(gl);
+  return rc;
+}
+
+extern "C" int xt_cuda_count_steps(xt_cuda_proj *p, const xt_geometry *g, double *steps, double *rays_hit, xt_msg *msg) {
+  const int cols = g->mode.cols, rows = g->mode.rows;
+  int rc = check_geom(g, msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, 0, msg))) return rc;
+  CK(cudaStreamSynchronize(p->s_copy));
+  fill_descs(p, g, 1, 0, 1, p->h_desc[0]);
+  if (p->desc_bytes)
+    CK(cudaMemcpyAsync(p->d_desc[0], p->h_desc[0], p->desc_bytes, cudaMemcpyHostToDevice, p->s_render));
+  if ((rc = render_kinds(p, g, 1, cols, rows, p->d_desc[0], p->d_out[0], 1, p->s_render, msg))) return rc;
+  CK(cudaMemcpyAsync(p->h_out[0], p->d_out[0], (size_t)cols * rows * sizeof(float), cudaMemcpyDeviceToHost,
+                     p->s_render));
+  CK(cudaStreamSynchronize(p->s_render));
+  double s = 0, h = 0;
+  for (size_t i = 0; i < (size_t)cols * rows; i++) {
+    s += p->h_out[0][i];
+    h += p->h_out[0][i] > 0;
+  }
+  *steps = s;
+  *rays_hit = h;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The backend table                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static int ops_create(const xt_proj_options *opt, void **impl, xt_msg *msg) {
+  xt_cuda_options o = xt_cuda_default_options();
+  o.device = opt->device;
+  return xt_cuda_create(&o, (xt_cuda_proj **)impl, msg);
+}
+static int ops_add_model(void *impl, const xt_model *m, xt_msg *msg) {
+  return xt_cuda_add_model((xt_cuda_proj *)impl, m, msg);
+}
+static int ops_render(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+  return xt_cuda_render((xt_cuda_proj *)impl, g, out, msg);
+}
+static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg) {
+  return xt_cuda_render_batch((xt_cuda_proj *)impl, g, n, out, msg);
+}
+static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
+
+extern "C" const xt_proj_ops xt_proj_cuda_ops = {
+    "cuda", xt_cuda_available, ops_create, ops_add_model, ops_render, ops_render_batch, ops_destroy,
+};

@@ -17,6 +17,7 @@
  *    WebGL2 and with the 2D-canvas fallback (?renderer=2d);
  *  - the arrow keys move the C-arm (a frame with the next sequence number and primary + 1);
  *  - lockstep from the run-mode buttons: a trigger gives a frame flagged lockstep;
+ *  - float32 frames from the Pixels selector pass the same pixel check (shown inverted);
  *  - an invalid value (SID below SOD) shows the server's JSON error and keeps serving;
  *  - over TLS (self-signed certificate; wss on the stream port) frames arrive.
  * Exit 0 pass, 1 fail, 77 skipped (no chromium, no playwright-core: says which and how to fix). */
@@ -165,7 +166,8 @@ async function checkCanvasMatchesRender(page, srv, token, label) {
   const st = await page.evaluate(() => window.xtwin.state);
   const rgba = await page.evaluate(() => window.xtwin.readCanvas());
   const h = st.drawn;
-  const r = await rest(srv, 'POST', '/v1/render', { pose: h.pose, mode: h.mode }, token, 'application/x-npy');
+  const r = await rest(srv, 'POST', '/v1/render', { pose: h.pose, mode: h.mode,
+    pixel_format: h.pixel_format === 2 ? 'float32' : 'uint16' }, token, 'application/x-npy');
   if (!check(r.status === 200, label + ': POST /v1/render answers 200 (got ' + r.status + ')')) return;
   const npy = parseNpy(r.buf);
   check(npy.shape[0] === h.rows && npy.shape[1] === h.cols, label + ': render shape ' + npy.shape + ' = frame ' + h.rows + 'x' + h.cols);
@@ -267,6 +269,19 @@ async function scenarioToken(browser) {
   check(true, 'Trigger produced a frame flagged lockstep');
   await page.click('#seg-runmode button[data-v="free"]');
   await waitFor(page, () => window.xtwin.state.acquisition.run_mode === 'free', null, 'free run again');
+
+  // float32 line integrals through the Pixels selector: drawn inverted (attenuation dark), the
+  // same pixel check against a float32 render.
+  await page.selectOption('#in-pixfmt', 'float32');
+  await waitFor(page, () => { const s = window.xtwin.state; return s.drawn && s.drawn.pixel_format === 2 && s.frames > 0; },
+    null, 'a float32 frame drawn');
+  const ff = (await page.evaluate(() => window.xtwin.state)).frames;
+  await waitFor(page, (n) => window.xtwin.state.frames > n + 1, ff, 'two more float32 frames');
+  check((await rest(srv, 'GET', '/v1/acquisition', undefined, TOKEN)).json().pixel_format === 'float32',
+    'the Pixels selector set float32 on the server');
+  await checkCanvasMatchesRender(page, srv, TOKEN, 'float32');
+  await page.selectOption('#in-pixfmt', 'uint16');
+  await waitFor(page, () => { const d = window.xtwin.state.drawn; return d && d.pixel_format === 1; }, null, 'uint16 again');
 
   // A bad value: SID below SOD. The server's error is shown; the stream goes on.
   await page.fill('#in-sid', '500');

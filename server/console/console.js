@@ -309,7 +309,7 @@
       if (seq <= h.pose_seq) {
         if (seq === h.pose_seq) pushRecent(S.latencies, now - t);
         S.sentAt.delete(seq);
-      }
+      } else if (now - t > 10000) S.sentAt.delete(seq); // never shown (acquisition stopped, say)
     }
     if (S.header && h.pose_seq !== S.header.pose_seq && h.t_sent_ns >= h.t_pose_ns)
       pushRecent(S.srvLatencies, (h.t_sent_ns - h.t_pose_ns) / 1e6);
@@ -399,13 +399,16 @@
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_WRAP_S, gl.CLAMP_TO_EDGE);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_WRAP_T, gl.CLAMP_TO_EDGE);
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 1);
-    let fmt = 0;
+    let fmt = 0, shape = '';
     return {
       name: 'WebGL2',
       upload(h, px) {
         fmt = h.pixel_format;
-        if (fmt === 2) gl.texImage2D(gl.TEXTURE_2D, 0, gl.R32F, h.cols, h.rows, 0, gl.RED, gl.FLOAT, px);
-        else gl.texImage2D(gl.TEXTURE_2D, 0, gl.R16UI, h.cols, h.rows, 0, gl.RED_INTEGER, gl.UNSIGNED_SHORT, px);
+        const f = fmt === 2 ? [gl.R32F, gl.RED, gl.FLOAT] : [gl.R16UI, gl.RED_INTEGER, gl.UNSIGNED_SHORT];
+        const sh = fmt + ':' + h.cols + 'x' + h.rows;
+        if (sh === shape) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, h.cols, h.rows, f[1], f[2], px); // same storage
+        else gl.texImage2D(gl.TEXTURE_2D, 0, f[0], h.cols, h.rows, 0, f[1], f[2], px);
+        shape = sh;
       },
       draw(h, lo, hi, inv, logd) {
         const p = progs[fmt === 2 ? 2 : 1];
@@ -838,7 +841,7 @@
       for (const [p, v] of leaves) box.appendChild(extraControl(p, v));
     }
     for (const [p, v] of leaves) {
-      const el = box.querySelector('[data-key="' + p.join('.') + '"]');
+      const el = box.querySelector('[data-key="' + CSS.escape(p.join('.')) + '"]');
       if (!el || document.activeElement === el) continue;
       if (el.type === 'checkbox') el.checked = !!v;
       else el.value = Array.isArray(v) ? JSON.stringify(v) : v;

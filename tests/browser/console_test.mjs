@@ -303,6 +303,7 @@ async function scenarioToken(browser) {
     await page.press('#in-secondary', 'Enter');
     await page.locator('#stage').click({ position: { x: 5, y: 5 } });
     await waitFor(page, () => { const d = window.xtwin.state.drawn; return d && d.pose.secondary_deg === 15 && d.pose.primary_deg === 30; }, null, 'the screenshot pose');
+    await page.keyboard.press('a'); // window/level for this view
     await sleep(2500);
     await page.screenshot({ path: SHOT });
     console.log('  screenshot: ' + SHOT);

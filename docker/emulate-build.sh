@@ -4,7 +4,7 @@
 # copy of it (the sources copied in as `COPY . /src` would, build-stage.sh run as the RUN line
 # does), and the runtime stage's tree (/rootfs of the build stage) checked by
 # tests/docker/test_runtime_tree.sh --tree. Not part of scripts/test: it downloads ~150 Debian
-# packages and builds from scratch (about 10-20 minutes on two cores); run it after changing the
+# packages and builds from scratch (3-7 minutes on two cores, CPU only); run it after changing the
 # Dockerfile, build-stage.sh, runtime-tree.sh or the package list. Needs root and Debian's mirror.
 #   docker/emulate-build.sh [WORK_DIR]        (default build-docker; the base is reused)
 #   XT_EMULATE_CUDA=/usr/local/cuda docker/emulate-build.sh   (bind-mounts a toolkit, as

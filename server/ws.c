@@ -62,54 +62,29 @@ static int route_ok(struct lws *wsi) {
   return !strcmp(uri, "/v1/stream") || !strcmp(uri, "/v1/stream/");
 }
 
-/* Constant-time comparison of a presented secret with the expected one. */
-static int secret_eq(const char *want, const char *got, size_t m) {
+/* Constant-time comparison of a presented token with the configured one. */
+static int token_eq(const char *want, const char *got, size_t m) {
   size_t n = strlen(want);
   unsigned diff = (unsigned)(n ^ m);
   for (size_t i = 0; i < n; i++) diff |= (unsigned)(want[i] ^ (i < m ? got[i] : 0));
   return diff == 0;
 }
 
-/* Browsers cannot set Authorization on a WebSocket upgrade, so the token may also come as a
- * Sec-WebSocket-Protocol entry "xtwin-bearer.<base64url of the token, no padding>" offered beside
- * "xtwin-stream" (the protocol the server selects; a subprotocol must be an HTTP token, hence the
- * encoding). The expected entry is made once at start. */
-#define XT_WS_BEARER_PREFIX "xtwin-bearer."
-static char bearer_proto[sizeof XT_WS_BEARER_PREFIX + 4 * sizeof(((xt_srv_config *)0)->token) / 3 + 4];
-
-static void make_bearer_proto(const char *token) {
-  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  const unsigned char *t = (const unsigned char *)token;
-  size_t n = strlen(token), o = strlen(XT_WS_BEARER_PREFIX);
-  memcpy(bearer_proto, XT_WS_BEARER_PREFIX, o);
-  for (size_t i = 0; i < n; i += 3) {
-    unsigned v = (unsigned)t[i] << 16 | (i + 1 < n ? (unsigned)t[i + 1] << 8 : 0) | (i + 2 < n ? t[i + 2] : 0);
-    bearer_proto[o++] = b64[v >> 18 & 63];
-    bearer_proto[o++] = b64[v >> 12 & 63];
-    if (i + 1 < n) bearer_proto[o++] = b64[v >> 6 & 63];
-    if (i + 2 < n) bearer_proto[o++] = b64[v & 63];
-  }
-  bearer_proto[o] = 0;
-}
-
+/* The token may come as "Authorization: Bearer TOKEN" (any client), or in the forms a browser can
+ * send on a WebSocket, which cannot carry headers: a Sec-WebSocket-Protocol entry "bearer.TOKEN"
+ * offered beside "xtwin-stream" (the protocol the server selects; a token of HTTP token
+ * characters), or a "token=TOKEN" query parameter (any token, percent-encoded). */
 static int token_ok(xt_server *s, struct lws *wsi) {
   if (!s->cfg.token[0]) return 1;
   char a[1024];
-  int n = lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_HTTP_AUTHORIZATION);
-  if (n > 7 && !strncmp(a, "Bearer ", 7)) return secret_eq(s->cfg.token, a + 7, strlen(a + 7));
-  /* "xtwin-stream, xtwin-bearer.XXXX": each comma-separated entry, spaces trimmed. */
-  if (lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_PROTOCOL) <= 0) return 0;
-  int ok = 0;
-  for (char *e = a; e && *e;) {
-    char *comma = strchr(e, ',');
-    if (comma) *comma = 0;
-    while (*e == ' ') e++;
-    size_t m = strlen(e);
-    while (m && e[m - 1] == ' ') m--;
-    ok |= secret_eq(bearer_proto, e, m);
-    e = comma ? comma + 1 : NULL;
+  if (lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_HTTP_AUTHORIZATION) > 7 && !strncmp(a, "Bearer ", 7))
+    return token_eq(s->cfg.token, a + 7, strlen(a + 7));
+  if (lws_hdr_copy(wsi, a, sizeof a, WSI_TOKEN_PROTOCOL) > 0) {
+    for (char *save = NULL, *t = strtok_r(a, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+      if (!strncmp(t, "bearer.", 7) && token_eq(s->cfg.token, t + 7, strlen(t + 7))) return 1;
   }
-  return ok;
+  const char *q = lws_get_urlarg_by_name(wsi, "token=", a, (int)sizeof a);
+  return q && token_eq(s->cfg.token, q, strlen(q));
 }
 
 /* Refuses an upgrade with a JSON error body. Written by hand: lws_return_http_status() answers
@@ -408,7 +383,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 }
 
 int xt_ws_start(xt_server *s, xt_msg *msg) {
-  make_bearer_proto(s->cfg.token);
   memset(protocols, 0, sizeof protocols);
   protocols[0].name = "xtwin-stream";
   protocols[0].callback = callback;

@@ -4,7 +4,7 @@
  *          frames (api/stream.md header, decoded by its documented offsets and header_size so
  *          that fields appended later do not break it) and JSON commands with acks.
  * With --token the token goes in "Authorization: Bearer" on REST and, since browsers cannot set
- * headers on a WebSocket, as the subprotocol "xtwin-bearer.<base64url>" beside "xtwin-stream".
+ * headers on a WebSocket, as the subprotocol "bearer.TOKEN" beside "xtwin-stream" (or ?token=).
  * Frames are drawn with WebGL2 (uint16 as an integer texture, float32 as a float texture, window
  * and level in the fragment shader), or with a 2D canvas where WebGL2 is missing.
  * Acquisition settings the console does not know (added by later server versions) are shown as
@@ -36,13 +36,6 @@
     t.className = kind || '';
     clearTimeout(toast.timer);
     if (kind !== 'err') toast.timer = setTimeout(() => { t.textContent = ''; }, 4000);
-  }
-
-  function b64url(s) {
-    const bytes = new TextEncoder().encode(s);
-    let bin = '';
-    for (const b of bytes) bin += String.fromCharCode(b);
-    return btoa(bin).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
   }
 
   /* ---- connection state --------------------------------------------------------------------- */
@@ -169,7 +162,13 @@
 
   $('login').addEventListener('submit', (ev) => {
     ev.preventDefault();
-    S.token = $('login-token').value.trim();
+    const t = $('login-token').value.trim();
+    // fetch() refuses other characters in a header, so such a token cannot work from a browser.
+    if (!/^[\x20-\x7e]+$/.test(t)) {
+      $('login-error').textContent = 'a browser can send only printable ASCII tokens';
+      return;
+    }
+    S.token = t;
     sessionStorage.setItem('xtwin-token', S.token);
     start();
   });
@@ -183,10 +182,15 @@
     return proto + '//' + location.hostname + ':' + S.info.ws_port + path;
   }
 
+  /* Browsers cannot set Authorization on a WebSocket: the token goes as a subprotocol entry
+   * "bearer.TOKEN" beside "xtwin-stream" when it is made of HTTP token characters (what a
+   * subprotocol may hold), else as ?token= (api/stream.md). */
+  const TCHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
   function connect() {
-    const url = streamUrl();
+    let url = streamUrl();
     const protocols = ['xtwin-stream'];
-    if (S.token) protocols.push('xtwin-bearer.' + b64url(S.token));
+    if (S.token && TCHARS.test(S.token)) protocols.push('bearer.' + S.token);
+    else if (S.token) url += (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(S.token);
     let ws;
     try {
       ws = new WebSocket(url, protocols);

@@ -19,7 +19,8 @@
  *  - lockstep from the run-mode buttons: a trigger gives a frame flagged lockstep;
  *  - float32 frames from the Pixels selector pass the same pixel check (shown inverted);
  *  - an invalid value (SID below SOD) shows the server's JSON error and keeps serving;
- *  - over TLS (self-signed certificate; wss on the stream port) frames arrive.
+ *  - over TLS (self-signed certificate; wss on the stream port) frames arrive, with a token that
+ *    cannot be a subprotocol (sent as ?token=).
  * Exit 0 pass, 1 fail, 77 skipped (no chromium, no playwright-core: says which and how to fix). */
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -221,7 +222,7 @@ async function scenarioToken(browser) {
   await page.fill('#login-token', TOKEN);
   await page.press('#login-token', 'Enter');
   await waitFor(page, () => window.xtwin.state.drawn && window.xtwin.state.frames >= 2, null, 'two frames after the token');
-  check(true, 'frames arrive over the stream with the token sent as a WebSocket subprotocol');
+  check(true, 'frames arrive over the stream with the token sent as a WebSocket subprotocol (bearer.TOKEN)');
   const st0 = await page.evaluate(() => window.xtwin.state);
   const before = await page.evaluate(() => window.xtwin.readCanvas());
   check(st0.drawn.pose.primary_deg === 0, 'first frames at primary 0');
@@ -327,12 +328,14 @@ async function scenarioTls(browser) {
   const cert = path.join(dir, 'cert.pem'), key = path.join(dir, 'key.pem');
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '2',
     '-subj', '/CN=127.0.0.1'], { stdio: 'ignore' });
-  const srv = await startServer(['--tls-cert', cert, '--tls-key', key]);
+  // A token that is not a valid subprotocol (a space, a slash): the page sends it as ?token=.
+  const TOKEN = 'tls tok/' + Math.random().toString(36).slice(2);
+  const srv = await startServer(['--tls-cert', cert, '--tls-key', key, '--token', TOKEN]);
   check(srv.tls === true && srv.base.startsWith('https:'), 'server started with TLS');
   const page = await newPage(browser, 'tls');
-  await page.goto(srv.base + '/');
+  await page.goto(srv.base + '/#token=' + encodeURIComponent(TOKEN));
   await waitFor(page, () => window.xtwin.state.drawn && window.xtwin.state.frames >= 2, null, 'frames over wss');
-  check(true, 'the console loads over https and frames arrive over wss');
+  check(true, 'the console loads over https and frames arrive over wss (a token with a space and a slash, sent as ?token=)');
   await page.close();
   await stopServer(srv);
 }

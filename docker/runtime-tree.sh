@@ -47,7 +47,7 @@ libs=$( (for b in "${bins[@]}"; do ldd "$b"; done) | awk '
   /not found/ { print "MISSING " $1; next }
   $2 == "=>" && $3 ~ /^\// { print $3 }
   $1 ~ /^\// { print $1 }' | sort -u)
-if echo "$libs" | grep -q '^MISSING'; then
+if grep -q '^MISSING' <<<"$libs"; then
   echo "runtime-tree: unresolved libraries: $(echo "$libs" | grep '^MISSING' | tr '\n' ' ')" >&2
   exit 1
 fi

@@ -67,10 +67,10 @@ unexpected=$(cd "$tree" && find . -mindepth 1 \( -type f -o -type l \) | sed 's|
 for f in bin/sh usr/bin/sh usr/bin/apt usr/bin/dpkg; do
   [ ! -e "$tree/$f" ] || bad "$f is in the runtime tree"
 done
-if find "$tree" -name 'libcuda.so*' -o -name 'libcudart*' | grep -q .; then bad "a CUDA library is in the tree"; else
+if [ -n "$(find "$tree" -name 'libcuda.so*' -o -name 'libcudart*')" ]; then bad "a CUDA library is in the tree"; else
   ok "no libcuda or libcudart in the tree (the driver comes from the host)"; fi
 if [ "$cuda" = "--cuda" ]; then
-  if readelf -d "$tree/usr/local/bin/xtwin-server" | grep -q 'NEEDED.*cudart'; then
+  if grep -q 'NEEDED.*cudart' <<<"$(readelf -d "$tree/usr/local/bin/xtwin-server")"; then
     bad "xtwin-server needs a shared libcudart"
   elif grep -qa 'libcuda.so.1' "$tree/usr/local/bin/xtwin-server"; then
     ok "CUDA build: the CUDA runtime is in xtwin-server (static; it loads the host's libcuda.so.1)"
@@ -123,10 +123,11 @@ if start plain --config /etc/xtwin/config.json; then
   if msg=$(in_tree /usr/local/bin/xtwin-health --config /etc/xtwin/empty.json "http://127.0.0.1:$port/v1/health" 2>&1); then
     bad "xtwin-health passes without the token"
   else
-    echo "$msg" | grep -q "HTTP 401" && ok "xtwin-health fails without the token: $msg" || bad "unexpected: $msg"
+    grep -q "HTTP 401" <<<"$msg" && ok "xtwin-health fails without the token: $msg" || bad "unexpected: $msg"
   fi
   page=$(curl -s -w '\n%{http_code} %{content_type}' "http://127.0.0.1:$port/")
-  echo "$page" | tail -n 1 | grep -q '^200 text/html' && echo "$page" | grep -q 'console.js' &&
+  # (here-strings, not echo | grep -q: with pipefail, grep leaving early can fail the echo)
+  grep -q '^200 text/html' <<<"$(tail -n 1 <<<"$page")" && grep -q 'console.js' <<<"$page" &&
     ok "the console is served by the binary alone (GET / -> 200 text/html)" || bad "GET / from the tree: $(echo "$page" | tail -n 1)"
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/info")
   [ "$code" = 200 ] && ok "GET /v1/info with the token: 200" || bad "GET /v1/info with the token: $code"

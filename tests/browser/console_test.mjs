@@ -35,7 +35,7 @@ const opt = (name, def) => {
   return i >= 0 ? argv[i + 1] : def;
 };
 const SERVER = opt('server');
-const OUT = opt('out', fs.mkdtempSync(path.join(os.tmpdir(), 'xtwin-browser-')));
+const OUT = opt('out') || fs.mkdtempSync(path.join(os.tmpdir(), 'xtwin-browser-'));
 const SHOT = opt('screenshot');
 const CHROMIUM = process.env.XT_CHROMIUM || '/usr/bin/chromium';
 const SCENE = ['--backend', 'cpu', '--threads', '2', '--phantom-dim', opt('phantom-dim', '128'),
@@ -356,4 +356,6 @@ try {
   for (const s of servers) await stopServer(s);
 }
 console.log((failures ? 'FAILED: ' + failures + ' check(s)' : 'passed') + ' in ' + ((Date.now() - t0) / 1000).toFixed(1) + ' s');
+// Server logs and certificates are kept for a failed run only.
+if (!failures) for (const d of fs.readdirSync(OUT)) if (/^(srv|tls)-/.test(d)) fs.rmSync(path.join(OUT, d), { recursive: true, force: true });
 process.exit(failures ? 1 : 0);

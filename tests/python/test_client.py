@@ -14,6 +14,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -72,6 +73,8 @@ class Server:
             self.proc.kill()
             rc = "killed"
         self.log.close()
+        if rc == 0:  # the log is kept when something went wrong
+            shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 
 
@@ -312,6 +315,7 @@ class Auth(unittest.TestCase):
 
     def test_tls(self):
         tmp = tempfile.mkdtemp(prefix="xtwin-pyclient-tls-")
+        self.addCleanup(shutil.rmtree, tmp, True)
         srv = Server(*tls_args(tmp))
         try:
             with self.assertRaises(xtwin.ConnectionFailed):  # self-signed: refused unless asked
@@ -391,6 +395,7 @@ class Examples(ServerTest):
 
     def test_render_angles(self):
         out = tempfile.mkdtemp(prefix="xtwin-ex-")
+        self.addCleanup(shutil.rmtree, out, True)
         text = self.run_example("render_angles.py", "--angles=-30,30", "--out", os.path.join(out, "a"))
         self.assertEqual(text.count("primary"), 2)
         img = np.load(os.path.join(out, "a_+030.0.npy"))
@@ -404,7 +409,9 @@ class Examples(ServerTest):
         self.assertIn("pose->frame over 3 steps", text)
 
     def test_record(self):
-        out = os.path.join(tempfile.mkdtemp(prefix="xtwin-ex-"), "run.npz")
+        tmp = tempfile.mkdtemp(prefix="xtwin-ex-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        out = os.path.join(tmp, "run.npz")
         self.run_example("record.py", "--count", "4", "--out", out)
         z = np.load(out)
         self.assertEqual(z["images"].shape, (4, 128, 128))

@@ -27,6 +27,7 @@
 
 #include <microhttpd.h>
 
+#include "xt_console.h"
 #include "xt_server.h"
 
 /* ---- requests and replies ----------------------------------------------------------------- */
@@ -42,6 +43,7 @@ typedef struct req {
   reply *early;   /* refused on the head: answered once the body is drained */
   size_t drained;
   char cors[256]; /* an allowed Origin, echoed in Access-Control-Allow-Origin */
+  const char *url; /* libmicrohttpd's, valid until the request completes */
 } req;
 
 struct reply {
@@ -260,6 +262,24 @@ static void h_metrics(xt_server *s, struct MHD_Connection *con, req *r, reply *o
   out->ctype = "text/plain; version=0.0.4; charset=utf-8";
 }
 
+/* The browser console's files, compiled in (server/console/, xt_console.h). Public like any static
+ * page: the page asks for the token and sends it with every API request and the stream upgrade. */
+static void h_console(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  const xt_console_asset *a = xt_console_find(r->url);
+  if (!a) return reply_error(out, XT_ENOTFOUND, 404, "no such console file");
+  out->bin = malloc(a->len);
+  if (!out->bin) return reply_error(out, XT_ENOMEM, 0, "console: out of memory");
+  memcpy(out->bin, a->data, a->len);
+  out->binlen = a->len;
+  out->ctype = a->ctype;
+  out->status = 200;
+  add_header(out, "Cache-Control", "no-cache");
+  add_header(out, "X-Content-Type-Options", "nosniff");
+  add_header(out, "Content-Security-Policy",
+             "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: blob:; frame-ancestors 'none'");
+  add_header(out, "Referrer-Policy", "no-referrer");
+}
+
 /* ---- the route table ---------------------------------------------------------------------- */
 
 static const xt_route routes[] = {
@@ -276,6 +296,9 @@ static const xt_route routes[] = {
     {"GET", "/v1/models", "Loaded models", (void *)h_models_get},
     {"POST", "/v1/models", "Load a volume from a path on the server and keep it resident", (void *)h_models_post},
     {"GET", "/metrics", "Prometheus metrics: frames, per-client sent/dropped, histograms", (void *)h_metrics},
+    {"GET", "/", "The browser console (compiled-in page; no token needed)", (void *)h_console},
+    {"GET", "/console.js", "The browser console's script", (void *)h_console},
+    {"GET", "/console.css", "The browser console's style sheet", (void *)h_console},
 };
 #define NROUTES ((int)(sizeof routes / sizeof routes[0]))
 
@@ -393,7 +416,9 @@ static int refuse_head(xt_server *s, struct MHD_Connection *con, const char *met
     }
     return 1;
   }
-  if (!xt_bearer_ok(s, header(con, MHD_HTTP_HEADER_AUTHORIZATION))) {
+  /* The console's files are public like any static page: the page asks for the token itself. */
+  const int console_get = xt_console_find(url) && (!strcmp(method, "GET") || !strcmp(method, "HEAD"));
+  if (!console_get && !xt_bearer_ok(s, header(con, MHD_HTTP_HEADER_AUTHORIZATION))) {
     reply_error(out, XT_EAUTH, 401, "missing or wrong bearer token");
     add_header(out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
     return 1;
@@ -425,6 +450,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     r = calloc(1, sizeof *r);
     if (!r) return MHD_NO;
     *con_cls = r;
+    r->url = url;
     /* First call: the head only. Judge what needs no body. */
     if (!refuse_head(s, con, method, url, version, r, &out)) return MHD_YES;
     const char *expect = header(con, MHD_HTTP_HEADER_EXPECT);

@@ -121,7 +121,8 @@ XT_TEST(test_bad_requests_keep_serving) {
       {"POST", "/v1/render", "{\"colour\": 1}", 400, "INVAL"},
       {"POST", "/v1/models", "{\"path\": 3}", 400, "INVAL"},
       {"GET", "/v1/nothing", NULL, 404, "NOTFOUND"},                        /* unknown routes */
-      {"GET", "/", NULL, 404, "NOTFOUND"},
+      {"GET", "/index.html", NULL, 404, "NOTFOUND"},                       /* the console is at / only */
+      {"POST", "/", "{}", 405, "UNSUPPORTED"},
       {"DELETE", "/v1/pose", NULL, 405, "UNSUPPORTED"},                     /* wrong method */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -1,0 +1,205 @@
+"""REST side of the xtwin client: pose, acquisition, one-shot renders as numpy arrays, models.
+
+Only the standard library (urllib, ssl, json) and numpy; api/openapi.yaml is the reference of
+every route. Bodies go out as application/json; errors come back as the typed exceptions of
+xtwin.errors, carrying the server's JSON error.
+"""
+import io
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import numpy as np
+
+from .errors import ConnectionFailed, error_from
+
+POSE_FIELDS = ("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm", "table_mm")
+
+
+def ssl_context(verify=True, cafile=None):
+    """A client TLS context: the system's CAs (or cafile); verify=False accepts any certificate
+    (a self-signed test server; never across a network you do not trust)."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def pose_update(pose=None, **fields):
+    """A partial pose from a dict and/or keyword arguments, None values left out."""
+    out = dict(pose or {})
+    for k, v in fields.items():
+        if k not in POSE_FIELDS:
+            raise TypeError("unknown pose field %r (one of %s)" % (k, ", ".join(POSE_FIELDS)))
+        if v is not None:
+            out[k] = list(v) if k == "table_mm" else v
+    return out
+
+
+class Rendered:
+    """A frame rendered by POST /v1/render: .image (numpy rows x cols, uint16 or float32), .P (3x4
+    projection matrix), .geometry (the server's geometry JSON: mode, pose, pitch, source and
+    detector centre), .render_ms. np.asarray(rendered) is the image."""
+
+    def __init__(self, image, geometry, render_ms):
+        self.image = image
+        self.geometry = geometry
+        self.P = np.array(geometry["P"], dtype=np.float64)
+        self.pose = geometry.get("pose")
+        self.render_ms = render_ms
+
+    def __array__(self, dtype=None, copy=None):
+        return self.image if dtype is None else self.image.astype(dtype)
+
+    def __repr__(self):
+        return "<Rendered %s %s>" % (self.geometry.get("mode"), self.image.shape)
+
+
+class Client:
+    """xtwin-server over REST.
+
+        c = Client("http://127.0.0.1:8710", token=None)
+        c.set_pose(primary_deg=30, secondary_deg=-10)
+        c.acquisition(fps=30, mode="fd20-512")       # any settings the server has; none: just read
+        img = c.render(primary_deg=45).image          # numpy array
+        with c.stream() as s:                         # the WebSocket frame stream
+            for f in s.frames(count=10): ...
+
+    url: the REST base (http:// or https://); token: the server's --token; verify=False accepts a
+    self-signed certificate; stream_url: the stream's ws(s):// URL when it is not the REST host
+    on GET /v1/info's ws_port (behind a proxy or a container port mapping).
+    """
+
+    def __init__(self, url="http://127.0.0.1:8710", token=None, verify=True, cafile=None, timeout=30.0,
+                 stream_url=None):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.stream_url = stream_url
+        self._ctx = ssl_context(verify, cafile) if self.url.startswith("https:") else None
+        self._verify, self._cafile = verify, cafile
+
+    # ---- transport ----------------------------------------------------------------------------
+
+    def request(self, method, path, body=None, accept="application/json"):
+        """(status, headers, body bytes) of one request; raises the typed error of a 4xx/5xx."""
+        data = None
+        headers = {"Accept": accept}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                j = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                j = {"error": {"name": "", "status": e.code, "message": raw.decode("utf-8", "replace")[:200]
+                               or e.reason}}
+            raise error_from(j, e.code) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise ConnectionFailed("", 0, "%s %s%s: %s" % (method, self.url, path, reason)) from None
+
+    def _json(self, method, path, body=None):
+        status, headers, raw = self.request(method, path, body)
+        return json.loads(raw.decode("utf-8")) if raw else None
+
+    # ---- routes -------------------------------------------------------------------------------
+
+    def health(self):
+        return self._json("GET", "/v1/health")
+
+    def info(self):
+        """Version, backends, GPUs, detector modes, models, limits, configuration, ports."""
+        return self._json("GET", "/v1/info")
+
+    def pose(self):
+        """{"pose": {...}, "seq": n}: the current pose and its sequence number."""
+        return self._json("GET", "/v1/pose")
+
+    def set_pose(self, pose=None, seq=None, **fields):
+        """Updates any subset of the pose (keyword arguments or a dict); returns {"pose", "seq"}.
+        seq (optional) is the sequence number frames will carry; default the previous + 1."""
+        body = pose_update(pose, **fields)
+        if seq is not None:
+            body["seq"] = int(seq)
+        return self._json("PUT", "/v1/pose", body)
+
+    def acquisition(self, settings=None, **fields):
+        """Reads the acquisition (no arguments) or changes any subset of it and returns it after
+        the change. Fields are passed through as given, so settings a newer server adds (kV, dose,
+        raw/processed...) work without a client update."""
+        body = dict(settings or {}, **fields)
+        if not body:
+            return self._json("GET", "/v1/acquisition")
+        return self._json("PUT", "/v1/acquisition", body)
+
+    def start(self):
+        return self._json("POST", "/v1/acquisition/start", {})
+
+    def stop(self):
+        return self._json("POST", "/v1/acquisition/stop", {})
+
+    def trigger(self):
+        """Lockstep: exposes one frame; returns its frame counter."""
+        return self._json("POST", "/v1/acquisition/trigger", {})["frame"]
+
+    def render(self, pose=None, mode=None, pixel_format=None, **pose_fields):
+        """Renders one frame at a pose (the current one, updated by pose/pose_fields) without
+        touching the stream; returns a Rendered (.image numpy array, .P, .geometry)."""
+        body = {}
+        p = pose_update(pose, **pose_fields)
+        if p:
+            body["pose"] = p
+        if mode is not None:
+            body["mode"] = mode
+        if pixel_format is not None:
+            body["pixel_format"] = pixel_format
+        status, headers, raw = self.request("POST", "/v1/render", body, accept="application/x-npy")
+        image = np.load(io.BytesIO(raw), allow_pickle=False)
+        geometry = json.loads(headers.get("X-Xtwin-Geometry", "{}"))
+        ms = headers.get("X-Xtwin-Render-Ms")
+        return Rendered(image, geometry, float(ms) if ms else None)
+
+    def models(self):
+        return self._json("GET", "/v1/models")["models"]
+
+    def load_model(self, path, name=None, convert="mu"):
+        """Loads a volume from a path on the server (see docs/server.md for what it may read)."""
+        body = {"path": path, "convert": convert}
+        if name:
+            body["name"] = name
+        return self._json("POST", "/v1/models", body)["models"]
+
+    def metrics(self):
+        """The Prometheus text of GET /metrics."""
+        return self.request("GET", "/metrics", accept="text/plain")[2].decode("utf-8")
+
+    # ---- the stream ---------------------------------------------------------------------------
+
+    def stream_address(self):
+        """The stream's URL: stream_url if given, else this host on GET /v1/info's ws_port."""
+        if self.stream_url:
+            return self.stream_url
+        info = self.info()
+        u = urllib.parse.urlsplit(self.url)
+        host = u.hostname if ":" not in (u.hostname or "") else "[%s]" % u.hostname
+        path = (info.get("stream") or {}).get("path", "/v1/stream")
+        return "%s://%s:%d%s" % ("wss" if u.scheme == "https" else "ws", host, info["ws_port"], path)
+
+    def stream(self, **kw):
+        """A Stream (the frame iterator and the stream's commands) with this client's token and TLS."""
+        from .stream import Stream
+        kw.setdefault("token", self.token)
+        kw.setdefault("verify", self._verify)
+        kw.setdefault("cafile", self._cafile)
+        return Stream(self.stream_address(), **kw)

@@ -1,0 +1,115 @@
+"""The binary frame message of the xtwin stream, decoded by the offsets api/stream.md documents
+(C: api/xt_stream.h). Pixels start at header_size, so fields a later version appends before the
+pixels are skipped, not misread; Frame.raw_header keeps the whole header for readers of them."""
+import struct
+import time
+
+import numpy as np
+
+MAGIC = 0x46575458  # the bytes "XTWF"
+HEADER_SIZE_V1 = 304
+PIX_U16, PIX_F32 = 1, 2
+FLAG_LOCKSTEP = 1
+
+# (name, offset, struct format) of every version-1 field: the table in api/stream.md.
+FIELDS = (
+    ("magic", 0, "<I"),
+    ("version", 4, "<H"),
+    ("header_size", 6, "<H"),
+    ("frame_counter", 8, "<Q"),
+    ("pose_seq", 16, "<Q"),
+    ("t_pose_ns", 24, "<Q"),
+    ("t_exposure_sched_ns", 32, "<Q"),
+    ("t_exposure_ns", 40, "<Q"),
+    ("t_render_done_ns", 48, "<Q"),
+    ("t_sent_ns", 56, "<Q"),
+    ("frames_dropped", 64, "<Q"),
+    ("rows", 72, "<I"),
+    ("cols", 76, "<I"),
+    ("pixel_format", 80, "<I"),
+    ("flags", 84, "<I"),
+    ("payload_bytes", 88, "<Q"),
+    ("pose", 96, "<8d"),
+    ("P", 160, "<12d"),
+    ("pitch_mm", 256, "<2d"),
+    ("mode", 272, "<24s"),
+    ("period_ns", 296, "<Q"),
+)
+POSE_KEYS = ("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm")
+
+
+class Frame:
+    """One detector frame from the stream.
+
+    image           numpy array (rows, cols): uint16 intensity or float32 line integral; a
+                    read-only view of the received message (np.array(frame.image) to own a copy)
+    pose            dict: primary_deg, secondary_deg, detector_rot_deg, sod_mm, sid_mm, table_mm
+    P               numpy (3, 4) projection matrix, world mm (homogeneous) -> (col*w, row*w, w)
+    counter, pose_seq, frames_dropped, flags, lockstep, mode, pixel_format ("uint16"/"float32"),
+    pitch_mm (u, v), period_ns, version, header_size, raw_header (bytes)
+    t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns: the server's
+                    CLOCK_MONOTONIC; t_received_ns: time.monotonic_ns() when the client read it
+    """
+
+    __slots__ = ("image", "pose", "P", "counter", "pose_seq", "frames_dropped", "flags", "lockstep", "mode",
+                 "pixel_format", "pitch_mm", "period_ns", "version", "header_size", "raw_header", "rows", "cols",
+                 "t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
+                 "t_received_ns")
+
+    def __repr__(self):
+        return "<Frame %d pose_seq %d %s %dx%d %s>" % (self.counter, self.pose_seq, self.mode, self.cols, self.rows,
+                                                      self.pixel_format)
+
+
+def parse_header(msg):
+    """The header fields of a binary stream message as a dict (pose, P, pitch_mm and mode decoded)."""
+    mv = memoryview(msg)
+    if len(mv) < HEADER_SIZE_V1:
+        raise ValueError("stream message of %d bytes is shorter than the %d-byte header" % (len(mv), HEADER_SIZE_V1))
+    h = {}
+    for name, off, fmt in FIELDS:
+        v = struct.unpack_from(fmt, mv, off)
+        h[name] = v[0] if len(v) == 1 else v
+    if h["magic"] != MAGIC:
+        raise ValueError("not an xtwin frame (magic %#x)" % h["magic"])
+    if h["header_size"] < HEADER_SIZE_V1:
+        raise ValueError("header_size %d is below the version-1 size %d" % (h["header_size"], HEADER_SIZE_V1))
+    pose = dict(zip(POSE_KEYS, h["pose"][:5]))
+    pose["table_mm"] = list(h["pose"][5:8])
+    h["pose"] = pose
+    h["mode"] = h["mode"].split(b"\0", 1)[0].decode("utf-8", "replace")
+    return h
+
+
+def parse_frame(msg, t_received_ns=None):
+    """A Frame from one binary stream message (bytes-like)."""
+    h = parse_header(msg)
+    if h["pixel_format"] not in (PIX_U16, PIX_F32):
+        raise ValueError("unknown pixel_format %d" % h["pixel_format"])
+    dtype = np.dtype("<u2") if h["pixel_format"] == PIX_U16 else np.dtype("<f4")
+    n = h["rows"] * h["cols"]
+    hs = h["header_size"]
+    if h["payload_bytes"] != n * dtype.itemsize or hs + h["payload_bytes"] > len(msg):
+        raise ValueError("frame %d: %d payload bytes for %dx%d pixels in a %d-byte message" % (
+            h["frame_counter"], h["payload_bytes"], h["rows"], h["cols"], len(msg)))
+    f = Frame()
+    f.image = np.frombuffer(msg, dtype=dtype, count=n, offset=hs).reshape(h["rows"], h["cols"])
+    f.pose = h["pose"]
+    f.P = np.array(h["P"], dtype=np.float64).reshape(3, 4)
+    f.counter = h["frame_counter"]
+    f.pose_seq = h["pose_seq"]
+    f.frames_dropped = h["frames_dropped"]
+    f.flags = h["flags"]
+    f.lockstep = bool(h["flags"] & FLAG_LOCKSTEP)
+    f.mode = h["mode"]
+    f.pixel_format = "uint16" if h["pixel_format"] == PIX_U16 else "float32"
+    f.pitch_mm = tuple(h["pitch_mm"])
+    f.period_ns = h["period_ns"]
+    f.version = h["version"]
+    f.header_size = hs
+    f.raw_header = bytes(memoryview(msg)[:hs])
+    f.rows, f.cols = h["rows"], h["cols"]
+    for k in ("t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns"):
+        setattr(f, k, h[k])
+    f.t_received_ns = time.monotonic_ns() if t_received_ns is None else t_received_ns
+    return f

@@ -15,5 +15,8 @@ enum { XT_EXIT_OK = 0, XT_EXIT_RUNTIME = 1, XT_EXIT_USAGE = 2 };
 /* argv[0] is "render"; the options follow. */
 int xt_cmd_render(int argc, char **argv);
 void xt_cmd_render_help(FILE *out);
+/* argv[0] is "dataset"; SPEC.json and the options follow (tools/xt_dataset_cmd.c). */
+int xt_cmd_dataset(int argc, char **argv);
+void xt_cmd_dataset_help(FILE *out);
 
 #endif /* XT_CLI_H */

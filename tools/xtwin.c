@@ -28,6 +28,7 @@ typedef struct xt_command {
 
 static const xt_command commands[] = {
     {"render", "render X-ray projections of the head phantom or a volume file (npy, png, json)", xt_cmd_render},
+    {"dataset", "generate a labelled dataset from a spec: sharded, resumable, reproducible (see docs/dataset.md)", xt_cmd_dataset},
     {"modes", "list the detector modes (name, pixels, pitch, distances)", cmd_modes},
     {"bench", "run the benchmarks (see xtwin bench --help)", cmd_bench},
     {"help", "show this help, or a command's: xtwin help render", cmd_help},

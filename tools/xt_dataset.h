@@ -195,7 +195,8 @@ void xt_ds_renderer_free(xt_ds_renderer *r);
  * image models summed), chan[k] (k < nchannels) n frames of channel k. */
 int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *img, xt_msg *msg);
 /* THE label-channel function: today one projector per channel (indicator tables); it becomes one
- * multi-channel render when the projectors gain per-material outputs (issue 10). */
+ * multi-channel render when the projectors gain per-material outputs (issue 10). It may run on
+ * another thread while xt_ds_render_image runs (separate projectors and scratch). */
 int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *const *chan, xt_msg *msg);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -233,6 +234,7 @@ int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, 
 typedef struct xt_ds_out {
   char dir[4096];
   char shards[4200];
+  int direct; /* O_DIRECT shard writes through an aligned staging buffer (--io direct) */
 } xt_ds_out;
 
 /* The paths alone (nothing touched: the dry run). */
@@ -291,6 +293,7 @@ typedef struct xt_ds_summary {
   double encode_s, write_s;
   double disk_busy_s;  /* wall time with at least one write/fsync in flight */
   int workers, writers;
+  const char *backend;
 } xt_ds_summary;
 
 int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, const long long *shards, long long n,

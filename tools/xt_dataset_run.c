@@ -156,6 +156,23 @@ static int make_pool(run *r, worker *w, int count, xt_msg *msg) {
   return 0;
 }
 
+/* The label channels of one group of frames, on a thread of their own so that they render while
+ * the image does (separate projectors, streams and host copies). */
+typedef struct label_job {
+  xt_ds_renderer *rd;
+  const xt_ds_frame *f;
+  int n;
+  float *const *chan;
+  int rc;
+  xt_msg msg;
+} label_job;
+
+static void *label_main(void *arg) {
+  label_job *j = arg;
+  j->rc = xt_ds_render_labels(j->rd, j->f, j->n, j->chan, &j->msg);
+  return NULL;
+}
+
 /* Samples and renders frames [first, first + n) into b. */
 static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long long first, int n, xt_msg *msg) {
   const xt_ds_spec *s = r->s;
@@ -183,9 +200,18 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
     float *img = b->buf + off;
     for (int k = 0; k < K; k++) chan_base[k] = b->buf + (size_t)(1 + k) * r->cap_px + off;
     double t0 = now_s();
-    if (s->write.lineint || s->write.intensity || s->write.raw || s->write.processed)
-      if ((rc = xt_ds_render_image(rd, &b->frames[g0], g1 - g0, img, msg))) return rc;
-    if (K && (rc = xt_ds_render_labels(rd, &b->frames[g0], g1 - g0, chan_base, msg))) return rc;
+    const int want_img = s->write.lineint || s->write.intensity || s->write.raw || s->write.processed;
+    label_job job = {rd, &b->frames[g0], g1 - g0, chan_base, 0, {{0}}};
+    pthread_t tid;
+    int threaded = K && want_img && pthread_create(&tid, NULL, label_main, &job) == 0;
+    if (want_img) rc = xt_ds_render_image(rd, &b->frames[g0], g1 - g0, img, msg);
+    if (threaded) pthread_join(tid, NULL);
+    else if (K && !rc) label_main(&job);
+    if (!rc && job.rc) {
+      rc = job.rc;
+      *msg = job.msg;
+    }
+    if (rc) return rc;
     w->gpu_busy_s += now_s() - t0;
     for (int j = g0; j < g1; j++) {
       b->img[j] = img + (size_t)(j - g0) * px;
@@ -579,6 +605,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
   sum->bytes = r.bytes_done;
   sum->wall_s = wall;
   sum->workers = nw;
+  sum->backend = xt_backend_name(s->backend);
   sum->writers = opt->render_only ? 0 : writers;
   sum->disk_busy_s = r.disk_busy_s;
   for (int i = 0; i < nw; i++) {
@@ -614,20 +641,20 @@ void xt_ds_print_summary(FILE *f, const xt_ds_summary *s, int render_only) {
   const double enc = s->encode_s > 0 && par > 0 ? s->frames / (s->encode_s / par) : INFINITY;
   const double disk = s->disk_busy_s > 0 && bpf > 0 ? s->bytes / s->disk_busy_s / bpf : INFINITY;
   if (render_only) {
-    fprintf(f, "xtwin dataset: rendered %lld frames in %.2f s (render only, nothing written): %.0f frames/s; GPU busy "
-               "%.2f s over %d worker%s: %.0f frames/s per the busy time\n",
-            s->frames, wall, fps, s->gpu_busy_s, s->workers, s->workers > 1 ? "s" : "", gpu);
+    fprintf(f, "xtwin dataset: rendered %lld frames in %.2f s (render only, nothing written): %.0f frames/s; render "
+               "busy %.2f s over %d %s worker%s: %.0f frames/s per the busy time\n",
+            s->frames, wall, fps, s->gpu_busy_s, s->workers, s->backend, s->workers > 1 ? "s" : "", gpu);
     return;
   }
   fprintf(f, "xtwin dataset: wrote %lld frames in %lld shards, %.3f GB in %.2f s: %.0f frames/s, %.3f GB/s\n", s->frames,
           s->shards, s->bytes / 1e9, wall, fps, s->bytes / 1e9 / wall);
-  fprintf(f, "  render    %6.2f s busy over %d worker%s (%3.0f%% of the wall time): %.0f frames/s alone\n",
-          s->gpu_busy_s, s->workers, s->workers > 1 ? "s" : "", 100 * s->gpu_busy_s / s->workers / wall, gpu);
+  fprintf(f, "  render    %6.2f s busy over %d %s worker%s (%3.0f%% of the wall time): %.0f frames/s alone\n",
+          s->gpu_busy_s, s->workers, s->backend, s->workers > 1 ? "s" : "", 100 * s->gpu_busy_s / s->workers / wall, gpu);
   fprintf(f, "  encoding  %6.2f s busy over %d writers on %d cores (%3.0f%%): %.0f frames/s alone\n", s->encode_s,
           s->writers, cores, 100 * s->encode_s / par / wall, enc);
   fprintf(f, "  disk      %6.2f s with a write in flight (%3.0f%%): %.3f GB/s, %.0f frames/s alone\n", s->disk_busy_s,
           100 * s->disk_busy_s / wall, s->bytes / 1e9 / (s->disk_busy_s > 0 ? s->disk_busy_s : wall), disk);
-  const char *name = "render (GPU)";
+  const char *name = strcmp(s->backend, "cuda") == 0 ? "render (GPU)" : "render (CPU projector)";
   double lim = gpu;
   if (enc < lim) lim = enc, name = "encoding (CPU)";
   if (disk < lim) lim = disk, name = "disk";

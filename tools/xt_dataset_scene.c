@@ -236,9 +236,11 @@ struct xt_ds_renderer {
   int group_src[XT_DS_MAX_MODELS]; /* the model whose perturbation the group follows */
   xt_proj *group[XT_DS_MAX_MODELS];
   xt_proj *chan[XT_DS_MAX_CHANNELS];
-  xt_geometry *g; /* n render geometries */
-  float *tmp;     /* a second group's frames, summed into the image */
-  size_t gcap, tcap;
+  /* Scratch, one set for the image and one for the labels: the two may render at once, from two
+   * threads, each through its own projectors. */
+  xt_geometry *g, *gl; /* n render geometries */
+  float *tmp;          /* a second group's frames, summed into the image */
+  size_t gcap, glcap, tcap;
 };
 
 void xt_ds_renderer_free(xt_ds_renderer *r) {
@@ -246,6 +248,7 @@ void xt_ds_renderer_free(xt_ds_renderer *r) {
   for (int i = 0; i < r->ngroups; i++) xt_proj_destroy(r->group[i]);
   for (int k = 0; k < XT_DS_MAX_CHANNELS; k++) xt_proj_destroy(r->chan[k]);
   free(r->g);
+  free(r->gl);
   free(r->tmp);
   free(r);
 }
@@ -296,13 +299,18 @@ static void render_geometry(const xt_ds_frame *f, int src, xt_geometry *g) {
   g->pose.table_mm = xt_v3(0, 0, 0);
 }
 
+static int ensure_geoms(xt_geometry **g, size_t *cap, int n, xt_msg *msg) {
+  if ((size_t)n <= *cap) return 0;
+  xt_geometry *ng = realloc(*g, sizeof *ng * (size_t)n);
+  if (!ng) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  *g = ng;
+  *cap = (size_t)n;
+  return 0;
+}
+
 static int ensure(xt_ds_renderer *r, int n, size_t px, xt_msg *msg) {
-  if ((size_t)n > r->gcap) {
-    xt_geometry *g = realloc(r->g, sizeof *g * (size_t)n);
-    if (!g) return xt_fail(msg, XT_ENOMEM, "out of memory");
-    r->g = g;
-    r->gcap = (size_t)n;
-  }
+  int rc = ensure_geoms(&r->g, &r->gcap, n, msg);
+  if (rc) return rc;
   if (r->ngroups > 1 && (size_t)n * px > r->tcap) {
     float *t = realloc(r->tmp, sizeof *t * (size_t)n * px);
     if (!t) return xt_fail(msg, XT_ENOMEM, "out of memory");
@@ -328,11 +336,11 @@ int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *im
 
 int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *const *chan, xt_msg *msg) {
   const xt_ds_spec *s = r->sc->spec;
-  int rc = ensure(r, n, 0, msg);
+  int rc = ensure_geoms(&r->gl, &r->glcap, n, msg);
   if (rc) return rc;
   for (int k = 0; k < s->nchannels; k++) {
-    for (int i = 0; i < n; i++) render_geometry(&f[i], r->sc->chan_src[k], &r->g[i]);
-    if ((rc = xt_proj_render_batch(r->chan[k], r->g, n, chan[k], msg))) return rc;
+    for (int i = 0; i < n; i++) render_geometry(&f[i], r->sc->chan_src[k], &r->gl[i]);
+    if ((rc = xt_proj_render_batch(r->chan[k], r->gl, n, chan[k], msg))) return rc;
   }
   return 0;
 }

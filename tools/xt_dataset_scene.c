@@ -230,12 +230,15 @@ fail:
 /* Renderers                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Projectors per detector mode: the CUDA projector sizes its scratch (pinned buffers included) for
+ * one detector and re-allocates it when the size changes, so frames of several modes each go to
+ * their mode's projectors (models are then uploaded once per mode). */
 struct xt_ds_renderer {
   const xt_ds_scene *sc;
-  int ngroups;
+  int ngroups, nmodes;
   int group_src[XT_DS_MAX_MODELS]; /* the model whose perturbation the group follows */
-  xt_proj *group[XT_DS_MAX_MODELS];
-  xt_proj *chan[XT_DS_MAX_CHANNELS];
+  xt_proj *group[XT_DS_MAX_MODES][XT_DS_MAX_MODELS];
+  xt_proj *chan[XT_DS_MAX_MODES][XT_DS_MAX_CHANNELS];
   /* Scratch, one set for the image and one for the labels: the two may render at once, from two
    * threads, each through its own projectors. */
   xt_geometry *g, *gl; /* n render geometries */
@@ -245,8 +248,10 @@ struct xt_ds_renderer {
 
 void xt_ds_renderer_free(xt_ds_renderer *r) {
   if (!r) return;
-  for (int i = 0; i < r->ngroups; i++) xt_proj_destroy(r->group[i]);
-  for (int k = 0; k < XT_DS_MAX_CHANNELS; k++) xt_proj_destroy(r->chan[k]);
+  for (int m = 0; m < XT_DS_MAX_MODES; m++) {
+    for (int i = 0; i < XT_DS_MAX_MODELS; i++) xt_proj_destroy(r->group[m][i]);
+    for (int k = 0; k < XT_DS_MAX_CHANNELS; k++) xt_proj_destroy(r->chan[m][k]);
+  }
   free(r->g);
   free(r->gl);
   free(r->tmp);
@@ -267,16 +272,24 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
     const int src = s->models[m].follows >= 0 ? s->models[m].follows : m;
     int g = 0;
     while (g < r->ngroups && r->group_src[g] != src) g++;
-    if (g == r->ngroups) {
-      if ((rc = xt_proj_create(&po, &r->group[g], msg))) goto fail;
-      r->group_src[g] = src;
-      r->ngroups++;
-    }
-    if ((rc = xt_proj_add_model(r->group[g], sc->models[m], msg))) goto fail;
+    if (g == r->ngroups) r->group_src[r->ngroups++] = src;
   }
-  for (int k = 0; k < s->nchannels; k++)
-    if ((rc = xt_proj_create(&po, &r->chan[k], msg)) || (rc = xt_proj_add_model(r->chan[k], sc->chan_model[k], msg)))
-      goto fail;
+  /* The CPU projector keeps no per-detector state: one set serves every mode. */
+  r->nmodes = backend == XT_BACKEND_CUDA ? s->nmodes : 1;
+  for (int mode = 0; mode < r->nmodes; mode++) {
+    for (int m = 0; m < s->nmodels; m++) {
+      if (!s->models[m].in_image) continue;
+      const int src = s->models[m].follows >= 0 ? s->models[m].follows : m;
+      int g = 0;
+      while (r->group_src[g] != src) g++;
+      if (!r->group[mode][g] && (rc = xt_proj_create(&po, &r->group[mode][g], msg))) goto fail;
+      if ((rc = xt_proj_add_model(r->group[mode][g], sc->models[m], msg))) goto fail;
+    }
+    for (int k = 0; k < s->nchannels; k++)
+      if ((rc = xt_proj_create(&po, &r->chan[mode][k], msg)) ||
+          (rc = xt_proj_add_model(r->chan[mode][k], sc->chan_model[k], msg)))
+        goto fail;
+  }
   *out = r;
   return 0;
 fail:
@@ -324,10 +337,11 @@ int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *im
   const size_t px = (size_t)f[0].geom.mode.rows * f[0].geom.mode.cols;
   int rc = ensure(r, n, px, msg);
   if (rc) return rc;
+  const int mode = r->nmodes > 1 ? f[0].mode : 0;
   for (int gi = 0; gi < r->ngroups; gi++) {
     for (int i = 0; i < n; i++) render_geometry(&f[i], r->group_src[gi], &r->g[i]);
     float *dst = gi == 0 ? img : r->tmp;
-    if ((rc = xt_proj_render_batch(r->group[gi], r->g, n, dst, msg))) return rc;
+    if ((rc = xt_proj_render_batch(r->group[mode][gi], r->g, n, dst, msg))) return rc;
     if (gi > 0)
       for (size_t k = 0; k < (size_t)n * px; k++) img[k] += r->tmp[k];
   }
@@ -338,9 +352,10 @@ int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *c
   const xt_ds_spec *s = r->sc->spec;
   int rc = ensure_geoms(&r->gl, &r->glcap, n, msg);
   if (rc) return rc;
+  const int mode = r->nmodes > 1 ? f[0].mode : 0;
   for (int k = 0; k < s->nchannels; k++) {
     for (int i = 0; i < n; i++) render_geometry(&f[i], r->sc->chan_src[k], &r->gl[i]);
-    if ((rc = xt_proj_render_batch(r->chan[k], r->gl, n, chan[k], msg))) return rc;
+    if ((rc = xt_proj_render_batch(r->chan[mode][k], r->gl, n, chan[k], msg))) return rc;
   }
   return 0;
 }

@@ -37,6 +37,20 @@ spec() { # frames shard_frames -> $W/bench.json
 EOF
 }
 
+# A spec with two detector modes, two label channels, intensity and a landmark.
+devspec() {
+  cat >"$W/dev.json" <<EOF
+{"seed": 77, "frames": ${XT_BENCH_DEV_FRAMES:-600}, "backend": "$BACKEND", "detector": {"modes": ["fd20-256", "fd20-128"]},
+ "models": [{"name": "head", "phantom": "head-labels", "size": $((SIZE / 2)), "spacing_mm": $((SPACING * 2)),
+             "perturb": {"translate_mm": 10, "rotate_deg": 10}}],
+ "poses": {"primary_deg": [-180, 180], "secondary_deg": [-40, 40]},
+ "labels": {"channels": [{"name": "bone", "model": "head", "labels": ["bone"]},
+                         {"name": "brain", "model": "head", "labels": ["brain"]}]},
+ "landmarks": [{"name": "top", "model": "head", "position_mm": [0, 0, 80]}],
+ "write": {"intensity": true}, "output": {"shard_frames": 50}}
+EOF
+}
+
 # "wrote N frames in S shards, G GB in T s: F frames/s" -> F ; render-only: "... frames/s; ..."
 fps_of() { sed -nE 's/.*(wrote|rendered) [0-9]+ frames in [^:]*: ([0-9]+) frames\/s.*/\2/p' "$1" | tail -1; }
 bn_of() { sed -nE 's/.*bottleneck: (.*)/\1/p' "$1" | tail -1; }
@@ -61,16 +75,7 @@ if [ "$MODE" = single ]; then
   fi
 
   echo "== --devices 0 vs 0,0; --io direct vs buffered (byte for byte)"
-  cat >"$W/dev.json" <<EOF
-{"seed": 77, "frames": ${XT_BENCH_DEV_FRAMES:-600}, "backend": "$BACKEND", "detector": {"modes": ["fd20-256", "fd20-128"]},
- "models": [{"name": "head", "phantom": "head-labels", "size": $((SIZE / 2)), "spacing_mm": $((SPACING * 2)),
-             "perturb": {"translate_mm": 10, "rotate_deg": 10}}],
- "poses": {"primary_deg": [-180, 180], "secondary_deg": [-40, 40]},
- "labels": {"channels": [{"name": "bone", "model": "head", "labels": ["bone"]},
-                         {"name": "brain", "model": "head", "labels": ["brain"]}]},
- "landmarks": [{"name": "top", "model": "head", "position_mm": [0, 0, 80]}],
- "write": {"intensity": true}, "output": {"shard_frames": 50}}
-EOF
+  devspec
   "$X" dataset "$W/dev.json" --out "$W/d1" $(dv 0) --progress none 2>"$LOG/dev1.log"
   "$X" dataset "$W/dev.json" --out "$W/d2" $(dv 0,0) --writers 3 --progress none 2>"$LOG/dev2.log"
   "$X" dataset "$W/dev.json" --out "$W/d3" $(dv 0) --io direct --progress none 2>"$LOG/dev3.log"
@@ -107,6 +112,14 @@ EOF
 fi
 
 if [ "$MODE" = scale ]; then
+  XT_BENCH_DEV_FRAMES=${XT_BENCH_DEV_FRAMES:-3000} devspec
+  for dev in 0 0,1; do
+    "$X" dataset "$W/dev.json" --out "$W/m$dev" --devices $dev --progress none 2>&1 | tee "$LOG/modes_$dev.txt"
+    row "two modes, 2 channels, --devices $dev" "$(fps_of "$LOG/modes_$dev.txt") frames/s; $(bn_of "$LOG/modes_$dev.txt")"
+  done
+  if diff -r "$W/m0" "$W/m0,1" >/dev/null; then row "--devices 0,1 == --devices 0" "identical ($(ls "$W/m0/shards"/*.tar | wc -l) shards)"
+  else row "--devices 0,1 == --devices 0" "DIFFER"; fi
+  rm -rf "$W/m0" "$W/m0,1"
   N=${XT_BENCH_FRAMES:-12000}
   spec "$N" 100
   for dev in 0 0,1; do

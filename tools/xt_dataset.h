@@ -288,7 +288,8 @@ typedef struct xt_ds_run_opts {
 
 typedef struct xt_ds_summary {
   long long frames, shards;
-  double bytes, wall_s;
+  double bytes, wall_s; /* wall_s from the moment every worker was ready */
+  double setup_s;       /* model uploads and scratch, before that */
   double gpu_busy_s;   /* summed over workers */
   double encode_s, write_s;
   double disk_busy_s;  /* wall time with at least one write/fsync in flight */

@@ -31,6 +31,7 @@ typedef struct ds_opts {
   const char *shard;
   int shard_count;
   const char *devices;
+  int per_device;
   int backend; /* 0 spec's, 1 cpu, 2 cuda */
   int threads, writers, batch;
   int verify, render_only;
@@ -51,6 +52,8 @@ static const xt_opt ds_tab[] = {
      "N for Kubernetes Indexed Jobs (JOB_COMPLETION_INDEX gives I); also XTWIN_SHARD_COUNT"},
     {"devices", XT_OPT_STRING, "LIST", "0", NULL, 0, 0, NULL, OFF(devices),
      "CUDA devices, one worker each: \"0,1\", or \"all\""},
+    {"per-device", XT_OPT_INT, "N", "2", NULL, 1, 16, NULL, OFF(per_device),
+     "workers per listed device: with 2, one batch's copy-out overlaps the next one's render"},
     {"backend", XT_OPT_CHOICE, NULL, "spec", NULL, 0, 0, "spec|cpu|cuda", OFF(backend),
      "the projector, overriding the spec's \"backend\""},
     {"threads", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(threads), "CPU backend threads per frame, 0 = all cores"},
@@ -435,8 +438,17 @@ int xt_cmd_dataset(int argc, char **argv) {
       code = say(XT_EXIT_USAGE, "%s", why);
       goto done;
     }
-  } else if (seen[xt_opt_find(ds_tab, NOPT, "devices")]) {
-    code = say(XT_EXIT_USAGE, "--devices: applies to the cuda backend (this run uses cpu)");
+    if (ro.ndevices * o.per_device > 64) {
+      code = say(XT_EXIT_USAGE, "--per-device: %d devices x %d workers exceed 64 workers", ro.ndevices, o.per_device);
+      goto done;
+    }
+    const int n0 = ro.ndevices; /* the list repeated: d0, d1, d0, d1, ... */
+    for (int k = 1; k < o.per_device; k++)
+      for (int i = 0; i < n0; i++) ro.devices[k * n0 + i] = ro.devices[i];
+    ro.ndevices = n0 * o.per_device;
+  } else if (seen[xt_opt_find(ds_tab, NOPT, "devices")] || seen[xt_opt_find(ds_tab, NOPT, "per-device")]) {
+    code = say(XT_EXIT_USAGE, "--%s: applies to the cuda backend (this run uses cpu)",
+               seen[xt_opt_find(ds_tab, NOPT, "devices")] ? "devices" : "per-device");
     goto done;
   }
   if ((rc = xt_proj_available(spec.backend, &msg))) {

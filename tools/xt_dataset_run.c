@@ -92,7 +92,8 @@ typedef struct run {
   pthread_mutex_t disk_lock;
   int disk_inflight;
   double disk_since, disk_busy_s;
-  int done_threads;
+  int ready;             /* workers whose projectors are set up */
+  double t_launch, t_start; /* threads started; every worker ready (the rates' clock) */
 } run;
 
 static void set_error(run *r, int err, const xt_msg *m) {
@@ -257,6 +258,15 @@ static void *render_main(void *arg) {
     set_error(r, rc, &msg);
     return NULL;
   }
+  /* The clock of the rates starts when every worker is ready: set-up (uploads, scratch) is a fixed
+   * cost, reported apart. */
+  pthread_mutex_lock(&r->lock);
+  if (++r->ready == r->nworkers) {
+    r->t_start = now_s();
+    pthread_cond_broadcast(&r->cond);
+  }
+  while (!r->failed && r->ready < r->nworkers) pthread_cond_wait(&r->cond, &r->lock);
+  pthread_mutex_unlock(&r->lock);
   if (r->opt->render_only) {
     /* Measurement: the task's shards in order, rendered and dropped. */
     batch *b = w->free_list;
@@ -449,10 +459,11 @@ static void fmt_time(double s, char *out, size_t n) {
   else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-static void progress(run *r, FILE *f, int bar, double t0, long long total, int final) {
+static void progress(run *r, FILE *f, int bar, long long total, int final) {
   pthread_mutex_lock(&r->lock);
   long long done = r->frames_done;
   double bytes = r->bytes_done;
+  double t0 = r->t_start > 0 ? r->t_start : r->t_launch;
   pthread_mutex_unlock(&r->lock);
   double el = now_s() - t0;
   double rate = el > 0 ? done / el : 0;
@@ -542,7 +553,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     for (int k = 0; k < MAX_WRITERS; k++) w->slots[k].shard = -1;
     rc = make_pool(&r, w, opt->render_only ? 1 : 2 * w->nwriters + 2, msg);
   }
-  double t0 = now_s();
+  r.t_launch = now_s();
   for (int i = 0; i < nw && !rc; i++) {
     worker *w = &r.workers[i];
     w->writers_alive = w->nwriters;
@@ -588,7 +599,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     pthread_mutex_unlock(&r.lock);
     if (fin) break;
     if (mode != XT_DS_PROGRESS_NONE && now_s() - last >= every) {
-      progress(&r, log, mode == XT_DS_PROGRESS_BAR, t0, total, 0);
+      progress(&r, log, mode == XT_DS_PROGRESS_BAR, total, 0);
       last = now_s();
     }
   }
@@ -597,13 +608,16 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     if (w->render_started) pthread_join(w->render_tid, NULL);
     for (int k = 0; k < w->started_writers; k++) pthread_join(w->writer_tid[k], NULL);
   }
-  double wall = now_s() - t0;
-  if (mode != XT_DS_PROGRESS_NONE && !r.failed) progress(&r, log, mode == XT_DS_PROGRESS_BAR, t0, total, 1);
+  const double t_end = now_s();
+  const double t_start = r.t_start > 0 ? r.t_start : r.t_launch;
+  double wall = t_end - t_start;
+  if (mode != XT_DS_PROGRESS_NONE && !r.failed) progress(&r, log, mode == XT_DS_PROGRESS_BAR, total, 1);
 
   sum->frames = r.frames_done;
   sum->shards = r.shards_done;
   sum->bytes = r.bytes_done;
   sum->wall_s = wall;
+  sum->setup_s = t_start - r.t_launch;
   sum->workers = nw;
   sum->backend = xt_backend_name(s->backend);
   sum->writers = opt->render_only ? 0 : writers;
@@ -642,12 +656,13 @@ void xt_ds_print_summary(FILE *f, const xt_ds_summary *s, int render_only) {
   const double disk = s->disk_busy_s > 0 && bpf > 0 ? s->bytes / s->disk_busy_s / bpf : INFINITY;
   if (render_only) {
     fprintf(f, "xtwin dataset: rendered %lld frames in %.2f s (render only, nothing written): %.0f frames/s; render "
-               "busy %.2f s over %d %s worker%s: %.0f frames/s per the busy time\n",
-            s->frames, wall, fps, s->gpu_busy_s, s->workers, s->backend, s->workers > 1 ? "s" : "", gpu);
+               "busy %.2f s over %d %s worker%s: %.0f frames/s per the busy time (after %.2f s of set-up)\n",
+            s->frames, wall, fps, s->gpu_busy_s, s->workers, s->backend, s->workers > 1 ? "s" : "", gpu, s->setup_s);
     return;
   }
-  fprintf(f, "xtwin dataset: wrote %lld frames in %lld shards, %.3f GB in %.2f s: %.0f frames/s, %.3f GB/s\n", s->frames,
-          s->shards, s->bytes / 1e9, wall, fps, s->bytes / 1e9 / wall);
+  fprintf(f, "xtwin dataset: wrote %lld frames in %lld shards, %.3f GB in %.2f s: %.0f frames/s, %.3f GB/s (after %.2f s "
+             "of set-up)\n",
+          s->frames, s->shards, s->bytes / 1e9, wall, fps, s->bytes / 1e9 / wall, s->setup_s);
   fprintf(f, "  render    %6.2f s busy over %d %s worker%s (%3.0f%% of the wall time): %.0f frames/s alone\n",
           s->gpu_busy_s, s->workers, s->backend, s->workers > 1 ? "s" : "", 100 * s->gpu_busy_s / s->workers / wall, gpu);
   fprintf(f, "  encoding  %6.2f s busy over %d writers on %d cores (%3.0f%%): %.0f frames/s alone\n", s->encode_s,

@@ -4,8 +4,8 @@
 #   run_bench.sh single BIN LOGDIR    one GPU: CUDA correctness, --devices 0 == --devices 0,0 and
 #                                     --io direct == buffered byte for byte, dd oflag=direct, the
 #                                     render rate (--render-only) and end-to-end runs to local disk
-#   run_bench.sh scale BIN LOGDIR     two GPUs: render-only, to RAM (/dev/shm) and to disk, each
-#                                     with --devices 0 and --devices 0,1
+#   run_bench.sh scale BIN LOGDIR     two GPUs: render-only with 1 or 2 GPUs and 1 or 2 workers
+#                                     each, to RAM (/dev/shm) with 1 and 2 GPUs, and to disk
 #
 # BIN holds xtwin and test_dataset_cuda (built elsewhere; LD_LIBRARY_PATH set by the caller).
 # The spec: 512^2 (fd20-512), the 256^3 1 mm head as labels, random poses and perturbations, line
@@ -112,35 +112,36 @@ if [ "$MODE" = single ]; then
 fi
 
 if [ "$MODE" = scale ]; then
+  # Workers per GPU (--per-device, default 2): each worker's render_batch runs kernel, copy-out and
+  # host copy in turn, so a second worker per GPU overlaps them.
   XT_BENCH_DEV_FRAMES=${XT_BENCH_DEV_FRAMES:-3000} devspec
-  for dev in 0 0,1; do
-    "$X" dataset "$W/dev.json" --out "$W/m$dev" --devices $dev --progress none 2>&1 | tee "$LOG/modes_$dev.txt"
-    row "two modes, 2 channels, --devices $dev" "$(fps_of "$LOG/modes_$dev.txt") frames/s; $(bn_of "$LOG/modes_$dev.txt")"
-  done
-  if diff -r "$W/m0" "$W/m0,1" >/dev/null; then row "--devices 0,1 == --devices 0" "identical ($(ls "$W/m0/shards"/*.tar | wc -l) shards)"
-  else row "--devices 0,1 == --devices 0" "DIFFER"; fi
-  rm -rf "$W/m0" "$W/m0,1"
+  "$X" dataset "$W/dev.json" --out "$W/m1" --devices 0 --per-device 1 --progress none 2>&1 | tee "$LOG/modes_1.txt"
+  "$X" dataset "$W/dev.json" --out "$W/m2" --devices 0,1 --progress none 2>&1 | tee "$LOG/modes_2.txt"
+  row "two modes, 2 channels: 1 GPU x 1 worker" "$(fps_of "$LOG/modes_1.txt") frames/s; $(bn_of "$LOG/modes_1.txt")"
+  row "two modes, 2 channels: 2 GPUs x 2 workers" "$(fps_of "$LOG/modes_2.txt") frames/s; $(bn_of "$LOG/modes_2.txt")"
+  if diff -r "$W/m1" "$W/m2" >/dev/null; then row "  byte for byte" "identical ($(ls "$W/m1/shards"/*.tar | wc -l) shards)"
+  else row "  byte for byte" "DIFFER"; fi
+  rm -rf "$W/m1" "$W/m2"
   N=${XT_BENCH_FRAMES:-12000}
   spec "$N" 100
-  for dev in 0 0,1; do
-    "$X" dataset "$W/bench.json" --render-only --devices $dev --progress none 2>&1 | tee "$LOG/render_only_$dev.txt"
-    row "render only, --devices $dev, $N frames" "$(fps_of "$LOG/render_only_$dev.txt") frames/s"
+  for cfg in "0 1" "0 2" "0,1 1" "0,1 2"; do
+    set -- $cfg
+    "$X" dataset "$W/bench.json" --render-only --devices $1 --per-device $2 --progress none 2>&1 | tee "$LOG/ro_$2_$1.txt"
+    row "render only, --devices $1 --per-device $2" "$(fps_of "$LOG/ro_$2_$1.txt") frames/s"
   done
   # To RAM: the disk out of the way, as many frames as /dev/shm holds comfortably.
   FREE=$(df -B1 --output=avail /dev/shm | tail -1)
   NS=$(awk -v f="$FREE" 'BEGIN{n = int(f * 0.7 / 2104000 / 100) * 100; if (n > 8000) n = 8000; print n}')
   spec "$NS" 100
   for dev in 0 0,1; do
-    "$X" dataset "$W/bench.json" --out /dev/shm/xtds --devices $dev --progress none 2>&1 | tee "$LOG/shm_$dev.txt"
-    row "end to end, /dev/shm, --devices $dev, $NS frames" "$(fps_of "$LOG/shm_$dev.txt") frames/s; $(bn_of "$LOG/shm_$dev.txt")"
+    "$X" dataset "$W/bench.json" --out /dev/shm/xtds --devices $dev --progress none 2>&1 | tee "$LOG/shm_${dev/,/_}.txt"
+    row "end to end, /dev/shm, --devices $dev, $NS frames" "$(fps_of "$LOG/shm_${dev/,/_}.txt") frames/s; $(bn_of "$LOG/shm_${dev/,/_}.txt")"
     rm -rf /dev/shm/xtds
   done
   spec 4000 100
-  for dev in 0 0,1; do
-    "$X" dataset "$W/bench.json" --out "$W/run" --devices $dev --progress none 2>&1 | tee "$LOG/disk_$dev.txt"
-    row "end to end, local disk, --devices $dev, 4000 frames" "$(fps_of "$LOG/disk_$dev.txt") frames/s; $(bn_of "$LOG/disk_$dev.txt")"
-    rm -rf "$W/run"
-  done
+  "$X" dataset "$W/bench.json" --out "$W/run" --devices 0 --progress none 2>&1 | tee "$LOG/disk_0.txt"
+  row "end to end, local disk, --devices 0, 4000 frames" "$(fps_of "$LOG/disk_0.txt") frames/s; $(bn_of "$LOG/disk_0.txt")"
+  rm -rf "$W/run"
 fi
 rm -rf "$W"
 

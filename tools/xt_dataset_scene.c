@@ -290,6 +290,23 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
           (rc = xt_proj_add_model(r->chan[mode][k], sc->chan_model[k], msg)))
         goto fail;
   }
+  /* One frame through every CUDA projector now: it sizes its scratch (device and pinned buffers)
+   * on the first render, which belongs to the set-up, not to the first batches. */
+  if (backend == XT_BACKEND_CUDA) {
+    for (int mode = 0; mode < r->nmodes && !rc; mode++) {
+      const xt_detector_mode *md = s->modes[mode];
+      xt_pose pose = xt_pose_default(md);
+      xt_geometry g;
+      float *tmp = malloc(sizeof *tmp * (size_t)md->rows * md->cols);
+      if (!tmp) rc = xt_fail(msg, XT_ENOMEM, "out of memory");
+      else if (!(rc = xt_geom_compute(&pose, md, &g, msg))) {
+        for (int i = 0; i < r->ngroups && !rc; i++) rc = xt_proj_render_batch(r->group[mode][i], &g, 1, tmp, msg);
+        for (int k = 0; k < s->nchannels && !rc; k++) rc = xt_proj_render_batch(r->chan[mode][k], &g, 1, tmp, msg);
+      }
+      free(tmp);
+    }
+    if (rc) goto fail;
+  }
   *out = r;
   return 0;
 fail:

@@ -4,6 +4,7 @@
 #   run_bench.sh single BIN LOGDIR    one GPU: CUDA correctness, --devices 0 == --devices 0,0 and
 #                                     --io direct == buffered byte for byte, dd oflag=direct, the
 #                                     render rate (--render-only) and end-to-end runs to local disk
+#   run_bench.sh workers BIN LOGDIR   one GPU, --per-device 1 and 2 (multi-mode spec, render, RAM)
 #   run_bench.sh scale BIN LOGDIR     two GPUs: render-only with 1 or 2 GPUs and 1 or 2 workers
 #                                     each, to RAM (/dev/shm) with 1 and 2 GPUs, and to disk
 #
@@ -142,6 +143,27 @@ if [ "$MODE" = scale ]; then
   "$X" dataset "$W/bench.json" --out "$W/run" --devices 0 --progress none 2>&1 | tee "$LOG/disk_0.txt"
   row "end to end, local disk, --devices 0, 4000 frames" "$(fps_of "$LOG/disk_0.txt") frames/s; $(bn_of "$LOG/disk_0.txt")"
   rm -rf "$W/run"
+fi
+if [ "$MODE" = workers ]; then
+  # One GPU, 1 or 2 workers: the multi-mode spec, the render rate, and end to end into RAM.
+  XT_BENCH_DEV_FRAMES=${XT_BENCH_DEV_FRAMES:-3000} devspec
+  for pd in 1 2; do
+    "$X" dataset "$W/dev.json" --out "$W/m$pd" --devices 0 --per-device $pd --progress none 2>&1 | tee "$LOG/modes_$pd.txt"
+    row "two modes, 2 channels, --per-device $pd" "$(fps_of "$LOG/modes_$pd.txt") frames/s; $(bn_of "$LOG/modes_$pd.txt")"
+  done
+  if diff -r "$W/m1" "$W/m2" >/dev/null; then row "  byte for byte" "identical"; else row "  byte for byte" "DIFFER"; fi
+  rm -rf "$W/m1" "$W/m2"
+  spec 12000 100
+  for pd in 1 2; do
+    "$X" dataset "$W/bench.json" --render-only --devices 0 --per-device $pd --progress none 2>&1 | tee "$LOG/ro_$pd.txt"
+    row "render only, --per-device $pd" "$(fps_of "$LOG/ro_$pd.txt") frames/s"
+  done
+  spec 8000 100
+  for pd in 1 2; do
+    "$X" dataset "$W/bench.json" --out /dev/shm/xtds --devices 0 --per-device $pd --progress none 2>&1 | tee "$LOG/shm_$pd.txt"
+    row "end to end, /dev/shm, --per-device $pd" "$(fps_of "$LOG/shm_$pd.txt") frames/s; $(bn_of "$LOG/shm_$pd.txt")"
+    rm -rf /dev/shm/xtds
+  done
 fi
 rm -rf "$W"
 

@@ -140,8 +140,12 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
   xt_volume *v = NULL;
   xt_material_table *table = NULL;
   double *buf = NULL;
-  double spacing[3], mu_water = 0;
+  double spacing[3];
   size_t bytes = 0;
+  xt_hu_calib cal;
+  xt_hu_stats hs;
+  xt_hu_stats_init(&hs);
+  xt_load_report *rep = opt ? opt->report : NULL;
   int rc = xt__check_dims(path, g->dim, xt__elem_size(g->elem), &bytes, msg);
   if (rc) goto fail;
   rc = check_geometry(path, g, spacing, msg);
@@ -153,6 +157,14 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
   xt_load_convert conv = opt ? opt->convert : XT_LOAD_MU;
   double energy = opt && opt->energy_kev > 0 ? opt->energy_kev : XT_DEFAULT_ENERGY_KEV;
   int labels = conv == XT_LOAD_HU_TO_LABELS || conv == XT_LOAD_LABELS;
+  int hu = conv == XT_LOAD_HU_TO_MU || conv == XT_LOAD_HU_TO_LABELS;
+  int fill = opt && opt->nan_fill;
+  double fillv = fill ? opt->nan_value : 0;
+  size_t nfilled = 0;
+  if (fill && !isfinite(fillv)) {
+    rc = xt_fail(msg, XT_EINVAL, "%s: the NaN fill value %g is not finite", path, fillv);
+    goto fail;
+  }
   if (conv != XT_LOAD_MU) {
     table = malloc(sizeof *table);
     if (!table) {
@@ -161,7 +173,8 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
     }
     xt_msg m2;
     rc = xt_materials_default(energy, table, &m2);
-    if (!rc && conv == XT_LOAD_HU_TO_MU) rc = xt_hu_mu_water(energy, table, &mu_water, &m2);
+    if (!rc && conv == XT_LOAD_HU_TO_MU)
+      rc = xt_hu_calib_make(opt->hu_model, energy, opt->ct_energy_kev, &cal, &m2);
     if (rc) {
       xt_fail(msg, rc, "%s: %s", path, m2.text);
       goto fail;
@@ -183,11 +196,18 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
   size_t n = xt_volume_voxels(v);
   float *f = v->type == XT_VOXEL_F32 ? v->data : NULL;
   uint8_t *u = v->type == XT_VOXEL_U8 ? v->data : NULL;
+  double vmin = INFINITY, vmax = -INFINITY;
   for (size_t base = 0; base < n; base += CHUNK) {
     size_t cn = n - base < CHUNK ? n - base : CHUNK;
     read_chunk(g, base, cn, buf);
     for (size_t i = 0; i < cn; i++) {
       double x = buf[i];
+      if (fill && isnan(x)) {
+        x = fillv;
+        nfilled++;
+      }
+      if (x < vmin) vmin = x;
+      if (x > vmax) vmax = x;
       if (conv == XT_LOAD_MU) {
         f[base + i] = (float)x; /* non-finite values are reported by xt_volume_validate below */
         continue;
@@ -195,11 +215,13 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
       if (!isfinite(x)) {
         int ijk[3];
         index_of(v, base + i, ijk);
-        rc = xt_fail(msg, XT_ENANDATA, "%s: voxel (%d,%d,%d) is not finite (%g)", path, ijk[0], ijk[1], ijk[2], x);
+        rc = xt_fail(msg, XT_ENANDATA, "%s: voxel (%d,%d,%d) is not finite (%g)%s", path, ijk[0], ijk[1], ijk[2], x,
+                     isnan(x) && !fill ? "; --nan-value V fills NaN voxels" : "");
         goto fail;
       }
+      if (hu) xt_hu_stats_add(&hs, x);
       if (conv == XT_LOAD_HU_TO_MU) {
-        f[base + i] = (float)xt_hu_to_mu(x, mu_water);
+        f[base + i] = (float)xt_hu_calib_mu(&cal, x);
       } else if (conv == XT_LOAD_HU_TO_LABELS) {
         u[base + i] = (uint8_t)xt_hu_to_label(x);
       } else {
@@ -219,7 +241,24 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
     table = NULL;
   }
   rc = xt_volume_validate(v, path, msg);
-  if (rc) goto fail;
+  if (rc) {
+    if (rc == XT_ENANDATA && !fill && msg && strstr(msg->text, "nan") && strlen(msg->text) + 40 < sizeof msg->text)
+      strcat(msg->text, "; --nan-value V fills NaN voxels");
+    goto fail;
+  }
+  if (rep) {
+    rep->value_min = vmin;
+    rep->value_max = vmax;
+    rep->nan_filled = nfilled;
+    rep->nan_value = fillv;
+    if (nfilled)
+      xt_load_report_warn(rep, "nan_filled", "%s: %zu NaN voxels set to %g (--nan-value)", path, nfilled, fillv);
+    if (hu) xt_hu_sanity(&hs, path, rep);
+    if (conv == XT_LOAD_HU_TO_MU) {
+      snprintf(rep->hu_model, sizeof rep->hu_model, "%s", cal.model == XT_HU_LINEAR ? "linear" : "bilinear");
+      rep->ct_energy_kev = cal.model == XT_HU_LINEAR ? 0 : cal.ct_energy_kev;
+    }
+  }
   free(buf);
   free(table);
   *out = v;
@@ -247,6 +286,8 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
   if (opt && (opt->convert < XT_LOAD_MU || opt->convert > XT_LOAD_LABELS))
     return xt_fail(msg, XT_EINVAL, "%s: unknown conversion %d", path, (int)opt->convert);
   int (*reader)(const char *, const xt_load_options *, xt_volume **, xt_msg *) = NULL;
+  if (xt_dicom_path(path)) /* a folder, an @list or a file: xt_load_dicom.c checks its own inputs */
+    return xt__load_dicom(path, opt, out, msg);
   if (ends_with(path, ".nii") || ends_with(path, ".nii.gz"))
     reader = xt__load_nifti;
   else if (ends_with(path, ".nrrd") || ends_with(path, ".nhdr"))
@@ -255,10 +296,15 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
     reader = xt__load_mha;
   else
     return xt_fail(msg, XT_EUNSUPPORTED,
-                   "%s: unknown volume format (expected .nii, .nii.gz, .nrrd, .nhdr, .mha or .mhd)", path);
+                   "%s: unknown volume format (expected .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or DICOM: a "
+                   "folder, .dcm or @list)", path);
   uint64_t size = 0;
   int rc = xt__file_size(path, NULL, &size, msg);
   if (rc) return rc;
   if (size == 0) return xt_fail(msg, XT_ETRUNCATED, "%s: empty file", path);
-  return reader(path, opt, out, msg);
+  rc = reader(path, opt, out, msg);
+  if (!rc && opt && opt->report && !opt->report->format[0])
+    snprintf(opt->report->format, sizeof opt->report->format, "%s",
+             reader == xt__load_nifti ? "nifti" : reader == xt__load_nrrd ? "nrrd" : "metaimage");
+  return rc;
 }

@@ -1,8 +1,9 @@
 /* Loading CT and label volumes from the formats they arrive in: NIfTI-1/2 (.nii, .nii.gz, via
- * libnifti2), NRRD (.nrrd, .nhdr + raw/gzip data, via Teem's nrrd) and MetaImage (.mha, .mhd +
- * raw, our own parser: no C library exists). Origin, spacing and direction are honoured and
- * expressed in patient LPS (NIfTI's RAS is converted). Every failure is one line in msg naming
- * the file and what is wrong; nothing is half-loaded. */
+ * libnifti2), NRRD (.nrrd, .nhdr + raw/gzip data, via Teem's nrrd), MetaImage (.mha, .mhd +
+ * raw, our own parser: no C library exists) and DICOM series (a folder, a .dcm file or an @list
+ * of files, via GDCM). Origin, spacing and direction are honoured and expressed in patient LPS
+ * (NIfTI's RAS is converted). Every failure is one line in msg naming the file and what is
+ * wrong; nothing is half-loaded. */
 #ifndef XT_LOAD_H
 #define XT_LOAD_H
 
@@ -15,21 +16,58 @@ typedef enum xt_load_convert {
   XT_LOAD_LABELS = 3     /* voxels are integer labels 0..255 into the default material table */
 } xt_load_convert;
 
+/* HU -> mu: the bilinear calibration (air-water and water-bone segments, xt_hu.h) is the
+ * default; the single linear scale through water stays selectable. */
+typedef enum xt_hu_model { XT_HU_BILINEAR = 0, XT_HU_LINEAR = 1 } xt_hu_model;
+
+/* NIfTI voxel-to-world map: the sform (as nibabel and ITK prefer), falling back to the qform;
+ * or the qform, falling back to the sform. */
+typedef enum xt_nifti_xform { XT_NIFTI_SFORM = 0, XT_NIFTI_QFORM = 1 } xt_nifti_xform;
+
+/* Zero-initialised options are the defaults. */
 typedef struct xt_load_options {
   xt_load_convert convert;
   double energy_kev; /* for the material table / mu_water; 0 = XT_DEFAULT_ENERGY_KEV */
+  /* real-data options (docs/loaders.md, "Traps of real volumes") */
+  xt_hu_model hu_model;
+  double ct_energy_kev;      /* bilinear: effective energy of the CT that measured the HU; 0 = 70 */
+  int nan_fill;              /* 0: NaN voxels are an error (default); 1: replaced by nan_value */
+  double nan_value;          /* in the file's units (HU for the HU conversions), before conversion */
+  xt_nifti_xform nifti_xform;
+  const char *dicom_series;  /* Series Instance UID (or Series Number) to load from a folder that
+                                holds several series; NULL: the folder must hold exactly one */
+  xt_load_report *report;    /* optional out: warnings and choices (xt_model.h); may be NULL */
 } xt_load_options;
 
-/* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd); anything else is
- * XT_EUNSUPPORTED. opt may be NULL (XT_LOAD_MU). On failure *out is NULL and msg holds one line
- * starting with the path. HU helpers and the label bands: xt_hu.h; details: docs/loaders.md. */
+/* Picks the format from the file name (.nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd) or, for DICOM,
+ * from xt_dicom_path() below; anything else is XT_EUNSUPPORTED. opt may be NULL (XT_LOAD_MU). On
+ * failure *out is NULL and msg holds one line starting with the path. HU helpers and the label
+ * bands: xt_hu.h; details: docs/loaders.md. */
 int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 
+/* 1 when path names DICOM input: a directory, a file named *.dcm / *.dicom / *.ima, a file with
+ * the DICOM preamble ("DICM" at byte 128), or "@LIST" (a text file naming one DICOM file per line,
+ * relative to the list's directory). A trailing "#SERIES" (Series Instance UID or Series Number)
+ * picks one series, like opt->dicom_series. */
+int xt_dicom_path(const char *path);
+
+/* Loads one DICOM series from explicitly named files (all of one series), as xt_volume_load
+ * does for a folder; `what` names the input in messages. */
+int xt_dicom_load_files(const char *what, const char *const *files, int nfiles, const xt_load_options *opt,
+                        xt_volume **out, xt_msg *msg);
+
 /* Loads any model file this build reads, the reader picked from the file name by the table in
- * xt_model_load.c: volumes (xt_volume_load with opt's conversion; dense or labels) and each
- * further kind's files. The model is named `name` (NULL or "": the file's base name) and placed
- * at identity. On failure *out is NULL and msg holds one line starting with the path. */
+ * xt_model_load.c: volumes (xt_volume_load with opt's conversion; dense or labels), DICOM series
+ * (xt_dicom_path) and each further kind's files. The model is named `name` (NULL or "": the file's
+ * base name) and placed at identity; m->report holds the loader's report (opt->report, if set,
+ * receives a copy). On failure *out is NULL and msg holds one line starting with the path. */
 int xt_model_load(const char *path, const xt_load_options *opt, const char *name, xt_model **out, xt_msg *msg);
+
+/* The load report as a JSON object (jansson json_t *, new reference; NULL when out of memory):
+ * format, warnings [{code, message}], value range, and the NIfTI / DICOM / HU choices made. The
+ * sidecar's "load" and the server's model report use it. */
+struct json_t;
+struct json_t *xt_load_report_json(const xt_load_report *r);
 
 /* Reads an ellipsoid phantom from JSON (format: docs/models.md, "Ellipsoid phantom files"):
  *   {"name": "...", "ellipsoids": [{"center": [x,y,z], "semi_axes": [a,b,c], "phi_deg": 0,

@@ -1,6 +1,6 @@
-/* Shared between the format readers (xt_load_nifti.c, xt_load_nrrd.c, xt_load_mha.c) and the
- * common back end (xt_load.c): a non-owning view of a decoded grid and the size checks every
- * reader makes before it allocates. Not installed; not part of the public API. */
+/* Shared between the format readers (xt_load_nifti.c, xt_load_nrrd.c, xt_load_mha.c,
+ * xt_load_dicom.c) and the common back end (xt_load.c): a non-owning view of a decoded grid and
+ * the size checks every reader makes before it allocates. Not installed; not public API. */
 #ifndef XT_LOAD_INTERNAL_H
 #define XT_LOAD_INTERNAL_H
 
@@ -43,5 +43,6 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
 int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 int xt__load_nrrd(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 int xt__load_mha(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
+int xt__load_dicom(const char *path, const xt_load_options *opt, xt_volume **out, xt_msg *msg);
 
 #endif /* XT_LOAD_INTERNAL_H */

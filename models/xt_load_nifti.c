@@ -3,8 +3,12 @@
  * The header is read first (nifti_image_read without data) and everything is checked before the
  * library allocates the voxel buffer: dims, type, and that the file can hold the data the header
  * claims (exactly for .nii, through deflate's 1032:1 bound for .nii.gz). The voxel-to-world map
- * is the sform if sform_code > 0, else the qform if qform_code > 0, else pixdim scaling; NIfTI
- * world is RAS, so rows x and y are negated to get LPS. scl_slope/scl_inter apply when slope != 0.
+ * is the sform if sform_code > 0, else the qform if qform_code > 0, else pixdim scaling (as
+ * nibabel and ITK); opt->nifti_xform = XT_NIFTI_QFORM prefers the qform instead. When both are
+ * set, the largest distance between them over the 8 corner voxels goes into the load report, and
+ * a disagreement larger than the smallest voxel spacing is a warning (real atlases differ by
+ * over 100 mm). NIfTI world is RAS, so rows x and y are negated to get LPS. scl_slope/scl_inter
+ * apply when slope != 0.
  *
  * The voxels are read by us (zlib's gzread handles .nii and .nii.gz alike) because
  * nifti_image_load replaces NaN/inf floats by 0, which would hide bad data.
@@ -170,16 +174,19 @@ int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out
 
   /* index -> RAS mm, then RAS -> LPS (negate x and y) */
   double m[3][4];
-  if (nim->sform_code <= 0 && nim->qform_code > 0)
+  int want_q = opt && opt->nifti_xform == XT_NIFTI_QFORM;
+  int use_s = nim->sform_code > 0 && (!want_q || nim->qform_code <= 0);
+  int use_q = !use_s && nim->qform_code > 0;
+  if (use_q)
     for (int a = 0; a < 3; a++)
       if (!(raw_pixdim[a] > 0) || !isfinite(raw_pixdim[a])) {
         rc = xt_fail(msg, XT_ERANGE, "%s: pixdim[%d] is %g; the qform needs positive voxel sizes", path, a + 1, raw_pixdim[a]);
         goto fail;
       }
-  if (nim->sform_code > 0 || nim->qform_code > 0) {
-    const nifti_dmat44 *s = nim->sform_code > 0 ? &nim->sto_xyz : &nim->qto_xyz;
+  if (use_s || use_q) {
+    const nifti_dmat44 *x = use_s ? &nim->sto_xyz : &nim->qto_xyz;
     for (int r = 0; r < 3; r++)
-      for (int c = 0; c < 4; c++) m[r][c] = s->m[r][c];
+      for (int c = 0; c < 4; c++) m[r][c] = x->m[r][c];
   } else {
     /* no orientation: NIfTI "method 1", x = pixdim * index */
     const double *pd = raw_pixdim;
@@ -190,6 +197,39 @@ int xt__load_nifti(const char *path, const xt_load_options *opt, xt_volume **out
         goto fail;
       }
       m[a][a] = pd[a];
+    }
+  }
+  xt_load_report *rep = opt ? opt->report : NULL;
+  if (rep) {
+    snprintf(rep->format, sizeof rep->format, "nifti");
+    snprintf(rep->xform, sizeof rep->xform, "%s", use_s ? "sform" : use_q ? "qform" : "pixdim");
+    rep->sform_code = nim->sform_code;
+    rep->qform_code = nim->qform_code;
+    rep->xform_disagree_mm = -1;
+    if (nim->sform_code > 0 && nim->qform_code > 0) {
+      /* the two maps at the 8 corner voxels */
+      double worst = 0, minsp = INFINITY;
+      for (int cnr = 0; cnr < 8; cnr++) {
+        double ijk[3] = {(cnr & 1) ? (double)(g.dim[0] - 1) : 0, (cnr & 2) ? (double)(g.dim[1] - 1) : 0,
+                         (cnr & 4) ? (double)(g.dim[2] - 1) : 0};
+        double d2 = 0;
+        for (int r = 0; r < 3; r++) {
+          double a = nim->sto_xyz.m[r][3], b = nim->qto_xyz.m[r][3];
+          for (int c = 0; c < 3; c++) a += nim->sto_xyz.m[r][c] * ijk[c], b += nim->qto_xyz.m[r][c] * ijk[c];
+          d2 += (a - b) * (a - b);
+        }
+        if (sqrt(d2) > worst) worst = sqrt(d2);
+      }
+      for (int c = 0; c < 3; c++) {
+        double l = sqrt(m[0][c] * m[0][c] + m[1][c] * m[1][c] + m[2][c] * m[2][c]);
+        if (l < minsp) minsp = l;
+      }
+      rep->xform_disagree_mm = isfinite(worst) ? worst : -1;
+      if (isfinite(worst) && worst > minsp)
+        xt_load_report_warn(rep, "nifti_qform_sform",
+                            "%s: qform and sform disagree by up to %.3g mm (more than a voxel, %.3g mm); the %s was "
+                            "used (--nifti-transform sform|qform picks)",
+                            path, worst, minsp, use_s ? "sform" : "qform");
     }
   }
   for (int r = 0; r < 3; r++) {

@@ -1,7 +1,9 @@
 /* Models: the kind-independent wrapper around a payload (volume, Gaussian mixture, NanoVDB
  * grid). Each kind's payload lives in its own file; this one only dispatches on the kind. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "xt_model.h"
 
@@ -19,6 +21,7 @@ int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg 
 void xt_model_free(xt_model *m) {
   if (!m) return;
   xt_volume_free(m->volume);
+  free(m->report);
   free(m);
 }
 
@@ -43,4 +46,20 @@ int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg) {
   case XT_MODEL_NVDB: break;
   }
   return xt_fail(msg, XT_EINVAL, "model %s: no payload of kind %s", m->name, xt_model_kind_name(m->kind));
+}
+
+void xt_load_report_warn(xt_load_report *r, const char *code, const char *fmt, ...) {
+  if (!r) return;
+  if (r->nwarn >= XT_LOAD_MAX_WARN) {
+    r->nwarn_dropped++;
+    return;
+  }
+  xt_load_warning *w = &r->warn[r->nwarn++];
+  snprintf(w->code, sizeof w->code, "%s", code);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->text, sizeof w->text, fmt, ap);
+  va_end(ap);
+  for (char *p = w->text; *p; p++) /* one line each */
+    if (*p == '\n' || *p == '\r') *p = ' ';
 }

@@ -50,6 +50,47 @@ enum { XT_VOXEL_F32 = 1, XT_VOXEL_U8 = 2 };
 struct xt_gmm;
 struct xt_nvdb;
 
+/* What a loader noticed and chose while reading a file: warnings for data that is probably not
+ * what the conversion assumes (HU sanity, qform/sform disagreement, NaN filled...), and the
+ * choices it made (NIfTI transform, DICOM series, HU model). Plain data, so the CLI's sidecar,
+ * the server's model report and the dataset generator print it without knowing the formats.
+ * Filled by models/xt_load*.c (docs/loaders.md lists the warning codes). */
+#define XT_LOAD_MAX_WARN 8
+typedef struct xt_load_warning {
+  char code[24];  /* stable machine-readable name, e.g. "hu_no_air" */
+  char text[232]; /* one line for people */
+} xt_load_warning;
+
+typedef struct xt_load_report {
+  char format[16]; /* "nifti", "nrrd", "metaimage", "dicom" */
+  int nwarn;       /* entries in warn[]; further warnings are counted in nwarn_dropped */
+  int nwarn_dropped;
+  xt_load_warning warn[XT_LOAD_MAX_WARN];
+  double value_min, value_max; /* voxel values after the file's own scaling, before conversion */
+  size_t nan_filled;           /* NaN voxels replaced by the nan_value option */
+  double nan_value;
+  char hu_model[12]; /* "linear" or "bilinear" for HU -> mu, "" otherwise */
+  double ct_energy_kev;
+  /* NIfTI: which voxel-to-world map was used, and how far the other one is from it. */
+  char xform[12]; /* "sform", "qform" or "pixdim" */
+  int sform_code, qform_code;
+  double xform_disagree_mm; /* largest distance over the 8 corner voxels; -1 when not both present */
+  /* DICOM */
+  char series_uid[68], modality[20], series_desc[68], transfer_syntax[68];
+  int nseries;        /* image series found where the volume was looked for */
+  int nslices;        /* slices (frames) in the volume */
+  int nskipped;       /* files passed over: not DICOM images, or of another series */
+  int enhanced;       /* one multi-frame (enhanced) object */
+  double slice_step_mm;
+} xt_load_report;
+
+/* Adds a warning (printf-style text) to r; r may be NULL. */
+void xt_load_report_warn(xt_load_report *r, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* Exactly one payload is set, the one of the model's kind; the model owns it. */
 typedef struct xt_model {
   char name[64];
@@ -58,6 +99,7 @@ typedef struct xt_model {
   xt_volume *volume;    /* DENSE and LABELS */
   struct xt_gmm *gmm;   /* GMM */
   struct xt_nvdb *nvdb; /* NVDB */
+  xt_load_report *report; /* owned; set by xt_model_load, NULL for built-in models */
 } xt_model;
 
 /* --- volumes ------------------------------------------------------------------------------ */

@@ -1,7 +1,10 @@
 /* xt_model_load: one entry point for every model file, so the CLI, the server and the dataset
  * generator accept whatever kinds the build can read without branching on them. A kind adds its
- * file names and reader to the table below. */
+ * file names and reader to the table below; DICOM input (a folder, a .dcm file, an @list) is
+ * recognised by xt_dicom_path() before the table, since a folder has no suffix. The loader's
+ * report (warnings, choices) stays with the model. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -31,22 +34,45 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
+/* Runs one reader with a fresh report that the model keeps (and the caller's opt->report gets). */
+static int run_reader(model_reader read, const char *path, const xt_load_options *opt, const char *name, xt_model **out,
+                      xt_msg *msg) {
+  xt_load_options o = {0};
+  if (opt) o = *opt;
+  o.report = calloc(1, sizeof *o.report);
+  if (!o.report) return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+  xt_model *m = NULL;
+  int rc = read(path, &o, &m, msg);
+  if (rc) {
+    free(o.report);
+    return rc;
+  }
+  if (opt && opt->report) *opt->report = *o.report;
+  m->report = o.report;
+  const char *base = strrchr(path, '/');
+  if (base && !base[1]) { /* "dir/": name it after the folder */
+    const char *p = base;
+    while (p > path && p[-1] != '/') p--;
+    snprintf(m->name, sizeof m->name, "%.*s", (int)(base - p), p);
+  } else
+    snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
+  if (name && *name) snprintf(m->name, sizeof m->name, "%s", name);
+  *out = m;
+  return 0;
+}
+
 int xt_model_load(const char *path, const xt_load_options *opt, const char *name, xt_model **out, xt_msg *msg) {
   *out = NULL;
   if (!path || !*path) return xt_fail(msg, XT_EINVAL, "model: empty path");
+  if (xt_dicom_path(path)) return run_reader(read_volume, path, opt, name, out, msg);
   for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++) {
     if (!ends_with(path, readers[i].suffix)) continue;
-    xt_model *m = NULL;
-    int rc = readers[i].read(path, opt, &m, msg);
-    if (rc) return rc;
-    const char *base = strrchr(path, '/');
-    snprintf(m->name, sizeof m->name, "%s", name && *name ? name : (base ? base + 1 : path));
-    *out = m;
-    return 0;
+    return run_reader(readers[i].read, path, opt, name, out, msg);
   }
   char list[256] = "";
   size_t used = 0;
   for (size_t i = 0; i < sizeof readers / sizeof readers[0] && used < sizeof list; i++)
     used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", readers[i].suffix);
-  return xt_fail(msg, XT_EUNSUPPORTED, "%s: unknown model format (expected %s)", path, list);
+  return xt_fail(msg, XT_EUNSUPPORTED, "%s: unknown model format (expected %s, or DICOM: a folder, .dcm or @list)", path,
+                 list);
 }

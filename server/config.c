@@ -62,6 +62,14 @@ static const cfg_entry cfg_table[] = {
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},
     {"convert_threads", CT_INT, N(convert_threads), "0", 0, XT_SRV_MAX_HELPERS + 1, NULL, 0,
      "threads per render worker for the uint16 conversion of a frame (0: auto, half the cores up to 8)"},
+    {"hu_model", CT_STRING, S(hu_model), "bilinear", 0, 0, "bilinear|linear", 0,
+     "HU -> mu for models loaded with convert hu (docs/loaders.md)"},
+    {"ct_energy", CT_DOUBLE, N(ct_energy), "70", 20, 150, NULL, 0,
+     "bilinear HU -> mu: effective energy (keV) of the CT that measured the HU"},
+    {"nifti_transform", CT_STRING, S(nifti_transform), "sform", 0, 0, "sform|qform", 0,
+     "NIfTI voxel-to-world map to use when a file has both"},
+    {"nan_value", CT_STRING, S(nan_value), "none", 0, 0, NULL, 0,
+     "NaN voxels of loaded volumes: none refuses the file, a number replaces them (e.g. -1000 for HU)"},
     {"synthetic", CT_BOOL, N(synthetic), "false", 0, 1, NULL, 0,
      "benchmarks only: stream a constant frame instead of rendering (measures the transport)"},
 };
@@ -148,6 +156,7 @@ static int model_from_json(xt_srv_model_cfg *m, const json_t *j, xt_msg *msg) {
     if (!strcmp(key, "path")) dst = m->path, cap = sizeof m->path;
     else if (!strcmp(key, "name")) dst = m->name, cap = sizeof m->name;
     else if (!strcmp(key, "convert")) dst = m->convert, cap = sizeof m->convert;
+    else if (!strcmp(key, "series")) continue; /* below, once the path is known */
     else {
       rc = xt_fail(msg, XT_EINVAL, "models: unknown key '%s'", key);
       goto done;
@@ -159,6 +168,15 @@ static int model_from_json(xt_srv_model_cfg *m, const json_t *j, xt_msg *msg) {
     memcpy(dst, json_string_value(v), strlen(json_string_value(v)) + 1);
   }
   if (!m->path[0]) rc = xt_fail(msg, XT_EINVAL, "models: entry without a path");
+  /* DICOM: "series" picks one series of a folder; the loader reads it as PATH#SERIES */
+  json_t *ser = json_object_get(j, "series");
+  if (!rc && ser) {
+    size_t n = strlen(m->path);
+    if (!json_is_string(ser) || !json_string_length(ser) || n + 1 + json_string_length(ser) >= sizeof m->path)
+      rc = xt_fail(msg, XT_EINVAL, "models.series: must be a non-empty string (path + series shorter than %zu)", sizeof m->path);
+    else
+      snprintf(m->path + n, sizeof m->path - n, "#%s", json_string_value(ser));
+  }
 done:
   json_decref((json_t *)j);
   return rc;
@@ -298,8 +316,8 @@ void xt_srv_config_usage(FILE *f) {
           "usage: xtwin-server [--config FILE] [--model PATH]... [--OPTION VALUE]...\n"
           "Serves the C-arm digital twin: REST control and a WebSocket frame stream.\n"
           "With no arguments: the built-in head phantom, default mode, 127.0.0.1:8710 (REST) and :8711 (stream).\n\n"
-          "  --config FILE        JSON object with any of the keys below, plus \"models\": [\"path\" | {path, name, convert}]\n"
-          "  --model PATH         load a volume at start (repeatable)\n"
+          "  --config FILE        JSON object with any of the keys below, plus \"models\": [\"path\" | {path, name, convert, series}]\n"
+          "  --model PATH         load a volume at start (repeatable); DICOM: a folder, .dcm or @LIST, PATH#SERIES picks a series\n"
           "  --routes             print the REST route table and exit\n"
           "  --version            print the version and exit\n\n");
   for (int i = 0; i < CFG_COUNT; i++) {

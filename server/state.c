@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "xt_coverage.h"
 #include "xt_server.h"
 #ifdef XT_SERVER_HAVE_LOADERS
 #include "xt_load.h"
@@ -307,8 +308,28 @@ json_t *xt_srv_state_json(xt_server *s) {
   return o;
 }
 
+/* Where a model lands on the detector at the current pose and mode (its projected bounding box;
+ * the CLI also checks the rendered frame's edges). */
+static json_t *coverage_json(const xt_model *m, const xt_geometry *g) {
+  xt_coverage c;
+  xt_msg msg;
+  if (!g || xt_model_coverage(m, g, &c, &msg)) return json_null();
+  json_t *bb = json_array();
+  for (int i = 0; i < 4; i++) json_array_append_new(bb, isfinite(c.bbox[i]) ? json_real(c.bbox[i]) : json_null());
+  return json_pack("{s:s,s:o,s:o,s:s}", "status", xt_cover_name(c.status), "bbox_px", bb, "on_detector",
+                   isfinite(c.on_detector) ? json_real(c.on_detector) : json_null(), "basis",
+                   "the model's bounding box projected at the current pose and mode");
+}
+
 json_t *xt_srv_models_json(xt_server *s) {
   json_t *a = json_array();
+  xt_geometry geom, *g = &geom;
+  pthread_mutex_lock(&s->st_mu);
+  xt_pose pose = s->pose;
+  const xt_detector_mode *mode = s->acq.mode;
+  pthread_mutex_unlock(&s->st_mu);
+  xt_msg gm;
+  if (!mode || xt_geom_compute(&pose, mode, &geom, &gm)) g = NULL;
   pthread_mutex_lock(&s->models_mu);
   for (int i = 0; i < s->nmodels; i++) {
     const xt_model *m = s->models[i];
@@ -319,6 +340,10 @@ json_t *xt_srv_models_json(xt_server *s) {
       json_object_set_new(o, "spacing_mm", json_pack("[f,f,f]", v->spacing[0], v->spacing[1], v->spacing[2]));
       json_object_set_new(o, "bytes", json_integer((json_int_t)v->nbytes));
     }
+#ifdef XT_SERVER_HAVE_LOADERS
+    if (m->report) json_object_set_new(o, "load", xt_load_report_json(m->report));
+#endif
+    json_object_set_new(o, "coverage", coverage_json(m, g));
     json_array_append_new(a, o);
   }
   pthread_mutex_unlock(&s->models_mu);
@@ -375,7 +400,17 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   int rc = parse_convert(convert, &conv, msg);
   if (rc) return rc;
 #ifdef XT_SERVER_HAVE_LOADERS
-  xt_load_options opt = {(xt_load_convert)conv, 0.0};
+  xt_load_options opt = {.convert = (xt_load_convert)conv};
+  opt.hu_model = !strcmp(s->cfg.hu_model, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
+  opt.ct_energy_kev = s->cfg.ct_energy;
+  opt.nifti_xform = !strcmp(s->cfg.nifti_transform, "qform") ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+  if (s->cfg.nan_value[0] && strcmp(s->cfg.nan_value, "none") != 0) {
+    char *end = NULL;
+    opt.nan_value = strtod(s->cfg.nan_value, &end);
+    if (!end || *end || !isfinite(opt.nan_value))
+      return xt_fail(msg, XT_EINVAL, "nan_value: '%s' is neither none nor a number", s->cfg.nan_value);
+    opt.nan_fill = 1;
+  }
   xt_model *m = NULL;
   pthread_mutex_lock(&s->models_mu);
   int n = s->nmodels;

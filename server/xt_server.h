@@ -64,6 +64,11 @@ typedef struct xt_srv_config {
   int verbose;
   int synthetic;       /* benchmarks/tests: skip the projector, send a constant frame */
   int convert_threads; /* threads of the uint16 conversion per worker, 0 = auto */
+  /* volume loading (docs/loaders.md): applied to every model the server loads */
+  char hu_model[16];        /* bilinear | linear */
+  double ct_energy;         /* keV, bilinear HU -> mu */
+  char nifti_transform[16]; /* sform | qform */
+  char nan_value[32];       /* "none" (refuse NaN voxels) or a number to fill them with */
   int nmodels;
   xt_srv_model_cfg models[XT_SRV_MAX_MODELS];
 } xt_srv_config;

@@ -305,7 +305,7 @@ static int run_case(const alloc_case *c, void **obj, xt_msg *msg) {
     *obj = m;
     return rc;
   default: {
-    xt_load_options o = {c->conv, 0};
+    xt_load_options o = {.convert = c->conv};
     v = (xt_volume *)(uintptr_t)0x1; /* xt_volume_load must set it to NULL on failure */
     rc = xt_volume_load(c->path, &o, &v, msg);
     *obj = v;
@@ -474,5 +474,24 @@ XT_TEST(nifti) {
   volume_cases(f, 2);
 }
 
+/* DICOM: a real CT series folder and one file from Debian's python3-pydicom (scripts/install-deps
+ * installs it). Our allocations fail; GDCM's go through C++'s operator new, which these wrappers do
+ * not see. */
+#define XT_PYDICOM_FILES "/usr/lib/python3/dist-packages/pydicom/data/test_files"
+XT_TEST(dicom) {
+  static const char *const f[] = {XT_PYDICOM_FILES "/dicomdirtests/98892001/CT5N", XT_PYDICOM_FILES "/CT_small.dcm"};
+  alloc_case cases[4];
+  int n = 0;
+  for (int i = 0; i < 2; i++) {
+    if (access(f[i], R_OK) != 0) {
+      printf("  (%s missing: python3-pydicom not installed; skipped)\n", f[i]);
+      continue;
+    }
+    cases[n++] = (alloc_case){K_VOLUME, f[i], 0, XT_LOAD_MU};
+    cases[n++] = (alloc_case){K_VOLUME, f[i], 0, XT_LOAD_HU_TO_MU};
+  }
+  run_all(cases, n);
+}
+
 XT_TEST_MAIN(XT_ENTRY(hook_fails_the_nth_call) XT_ENTRY(phantoms) XT_ENTRY(ellipsoid_json) XT_ENTRY(metaimage)
-                 XT_ENTRY(nrrd) XT_ENTRY(nifti))
+                 XT_ENTRY(nrrd) XT_ENTRY(nifti) XT_ENTRY(dicom))

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "xt_cli.h"
+#include "xt_coverage.h"
 #include "xt_geom.h"
 #include "xt_model.h"
 #include "xt_opt.h"
@@ -40,6 +41,11 @@ typedef struct render_opts {
   int labels;
   int convert;
   double energy;
+  const char *series;
+  double nan_value;
+  int hu_model;
+  double ct_energy;
+  int nifti_transform;
   int place;
   double primary, secondary, detector_rot, sod, sid;
   double table[3];
@@ -49,6 +55,7 @@ typedef struct render_opts {
   int threads;
   const char *out;
   int help;
+  int nan_fill; /* set from `seen` */
 } render_opts;
 
 #define OFF(f) offsetof(render_opts, f)
@@ -57,6 +64,8 @@ typedef struct render_opts {
 #define CONVERT_CHOICES "mu|hu|hu-labels|labels"
 #define PLACE_CHOICES "center|native"
 #define BACKEND_CHOICES "cpu|cuda"
+#define HU_MODEL_CHOICES "bilinear|linear"
+#define XFORM_CHOICES "sform|qform"
 static const char *const convert_names[] = {"mu", "hu", "hu-labels", "labels"};
 static const char *const place_names[] = {"center", "native"};
 
@@ -72,11 +81,23 @@ static const xt_opt render_tab[] = {
     {"labels", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(labels),
      "voxelise --ellipsoids as painted material labels instead of additive mu"},
     {"volume", XT_OPT_STRING, "PATH", NULL, "none", 0, 0, NULL, OFF(volume),
-     "render a volume file instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd"},
+     "render a volume instead: .nii, .nii.gz, .nrrd, .nhdr, .mha, .mhd, or DICOM: a folder, a .dcm file or "
+     "@LIST (a text file naming the files of one series)"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
      "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
      "effective energy for --volume's HU conversion and material table"},
+    {"series", XT_OPT_STRING, "UID", NULL, "the only one", 0, 0, NULL, OFF(series),
+     "DICOM: the Series Instance UID (or Series Number) to load from a folder holding several series"},
+    {"nan-value", XT_OPT_REAL, "V", NULL, "refuse NaN", -1e9, 1e9, NULL, OFF(nan_value),
+     "replace NaN voxels of --volume by V (in the file's units: HU for --convert hu, e.g. -1000) instead of refusing "
+     "the file"},
+    {"hu-model", XT_OPT_CHOICE, NULL, "bilinear", NULL, 0, 0, HU_MODEL_CHOICES, OFF(hu_model),
+     "HU -> mu: bilinear (air-water and water-bone segments, bone from xraylib) or linear (mu_water (1 + HU/1000))"},
+    {"ct-energy", XT_OPT_REAL, "KEV", "70", NULL, 20, 150, NULL, OFF(ct_energy),
+     "bilinear HU -> mu: effective energy of the CT that measured the HU"},
+    {"nifti-transform", XT_OPT_CHOICE, NULL, "sform", NULL, 0, 0, XFORM_CHOICES, OFF(nifti_transform),
+     "NIfTI voxel-to-world map to use when both are set (the other is the fallback)"},
     {"place", XT_OPT_CHOICE, NULL, "center", NULL, 0, 0, PLACE_CHOICES, OFF(place),
      "center: the model's bounding-box centre at the patient origin (the isocentre at --table 0,0,0); "
      "native: the file's LPS coordinates as they are"},
@@ -120,7 +141,8 @@ void xt_cmd_render_help(FILE *out) {
           "examples:\n"
           "  xtwin render --phantom head --mode fd20-512 --primary 30 --secondary 15 --out out/head\n"
           "  xtwin render --phantom-size 128 --phantom-spacing 1.5 --angles -90,-45,0,45,90 --out out/sweep\n"
-          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n");
+          "  xtwin render --volume ct.nii.gz --convert hu --place center --backend cuda --out out/ct\n"
+          "  xtwin render --volume dicom/study --series 5 --nan-value -1000 --out out/study\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -154,6 +176,15 @@ static double now_ms(void) {
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
   return s ? s + 1 : path;
+}
+
+static int xt_is_dicom(const char *path) {
+#ifdef XT_HAVE_LOADERS
+  return xt_dicom_path(path);
+#else
+  (void)path;
+  return 0;
+#endif
 }
 
 static int is_seen(const int *seen, const char *name) {
@@ -206,8 +237,14 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
   } else {
 #ifdef XT_HAVE_LOADERS
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {conv[o->convert], o->energy};
-    if ((rc = xt_model_load(o->volume, &lo, base_name(o->volume), &m, msg))) return rc;
+    xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy};
+    lo.hu_model = o->hu_model == 1 ? XT_HU_LINEAR : XT_HU_BILINEAR;
+    lo.ct_energy_kev = o->ct_energy;
+    lo.nan_fill = o->nan_fill;
+    lo.nan_value = o->nan_value;
+    lo.nifti_xform = o->nifti_transform == 1 ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+    lo.dicom_series = o->series;
+    if ((rc = xt_model_load(o->volume, &lo, NULL, &m, msg))) return rc;
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin (no models/xt_load*.c at configure time)");
 #endif
@@ -263,8 +300,11 @@ int xt_cmd_render(int argc, char **argv) {
   if (o.volume && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
     return say(XT_EXIT_USAGE, "--%s: applies to the phantom only, not to --volume",
                is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
-  if (!o.volume && (is_seen(seen, "convert") || is_seen(seen, "energy")))
-    return say(XT_EXIT_USAGE, "--%s: applies to --volume only", is_seen(seen, "convert") ? "convert" : "energy");
+  static const char *const volume_only[] = {"convert", "energy", "series", "nan-value", "hu-model", "ct-energy",
+                                            "nifti-transform"};
+  for (size_t k = 0; k < sizeof volume_only / sizeof volume_only[0]; k++)
+    if (!o.volume && is_seen(seen, volume_only[k])) return say(XT_EXIT_USAGE, "--%s: applies to --volume only", volume_only[k]);
+  o.nan_fill = is_seen(seen, "nan-value");
   if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
 
   const xt_detector_mode *mode = xt_mode_find(o.mode);
@@ -312,7 +352,7 @@ int xt_cmd_render(int argc, char **argv) {
     code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
     goto done;
   }
-  if (o.volume || o.ellipsoids) {
+  if ((o.volume && !xt_is_dicom(o.volume)) || o.ellipsoids) { /* DICOM folders and @lists: the loader checks */
     const char *opt = o.volume ? "volume" : "ellipsoids", *path = o.volume ? o.volume : o.ellipsoids;
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -352,6 +392,9 @@ int xt_cmd_render(int argc, char **argv) {
     else code = say(XT_EXIT_RUNTIME, "%s%s", o.volume ? "--volume: " : "", msg.text);
     goto done;
   }
+  if (model->report) /* what the loader noticed: printed, and kept in every sidecar's "load" */
+    for (int k = 0; k < model->report->nwarn; k++)
+      say(0, "warning: %s [%s]", model->report->warn[k].text, model->report->warn[k].code);
   xt_proj_options po = {backend, o.threads, 0};
   if ((rc = xt_proj_create(&po, &proj, &msg)) || (rc = xt_proj_add_model(proj, model, &msg))) {
     code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
@@ -387,6 +430,28 @@ int xt_cmd_render(int argc, char **argv) {
       if (L > f->lmax) f->lmax = L;
     }
     xt_intensity_u16(lineint, npx, pix);
+    /* Does the model land on the detector? The projected box says where it should be; the frame
+     * itself says whether its shadow is empty (missed) or runs off an edge (clipped). */
+    xt_sidecar_coverage cov;
+    memset(&cov, 0, sizeof cov);
+    if ((rc = xt_model_coverage(model, &f->geom, &cov.box, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "coverage: %s", msg.text);
+      goto done;
+    }
+    for (size_t k = 0; k < npx; k++) {
+      if (!(lineint[k] > 0)) continue;
+      size_t r = k / (size_t)mode->cols, c = k % (size_t)mode->cols;
+      cov.pixels_nonzero++;
+      if (r == 0 || c == 0 || r + 1 == (size_t)mode->rows || c + 1 == (size_t)mode->cols) cov.edge_pixels_nonzero++;
+    }
+    cov.status = cov.pixels_nonzero == 0 ? XT_COVER_MISSED : cov.edge_pixels_nonzero ? XT_COVER_CLIPPED : XT_COVER_INSIDE;
+    if (cov.status == XT_COVER_MISSED)
+      say(0, "warning: %s.npy: the model misses the detector (no pixel has a line integral > 0; its bounding box "
+             "projects to columns %.0f..%.0f, rows %.0f..%.0f of 0..%d, 0..%d) [coverage_missed]",
+          f->stem, cov.box.bbox[0], cov.box.bbox[2], cov.box.bbox[1], cov.box.bbox[3], mode->cols - 1, mode->rows - 1);
+    else if (cov.status == XT_COVER_CLIPPED)
+      say(0, "warning: %s.npy: the model is clipped at the detector's edge (%zu edge pixels attenuated) [coverage_clipped]",
+          f->stem, cov.edge_pixels_nonzero);
 
     char npy_path[4200], png_path[4200], json_path[4200], desc[4400];
     snprintf(npy_path, sizeof npy_path, "%s.npy", f->stem);
@@ -406,7 +471,8 @@ int xt_cmd_render(int argc, char **argv) {
                           f->lmin,
                           f->lmax,
                           f->ms,
-                          XT_VERSION};
+                          XT_VERSION,
+                          &cov};
     const char *paths[3] = {npy_path, png_path, json_path};
     for (int k = 0; k < 3; k++) {
       FILE *fp = NULL;

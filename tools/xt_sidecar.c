@@ -1,5 +1,11 @@
-/* The per-frame JSON sidecar, built with jansson (see xt_sidecar.h, docs/cli.md). */
+/* The per-frame JSON sidecar, built with jansson (see xt_sidecar.h, docs/cli.md). Objects added
+ * for real data (issue 14) stay in their own keys: "load" (what the loader noticed and chose),
+ * "coverage" (did the model land on the detector) and "geometry_pixel_edge" (P in the convention
+ * of DeepDRR and DiffDRR). */
 #include "xt_sidecar.h"
+#ifdef XT_HAVE_LOADERS
+#include "xt_load.h"
+#endif
 
 #include <errno.h>
 #include <jansson.h>
@@ -40,6 +46,52 @@ static json_t *affine34(jb *b, const xt_affine *m) {
     push(b, a, row);
   }
   return a;
+}
+
+void xt_P_to_pixel_edge(const double P[3][4], double out[3][4]) {
+  for (int j = 0; j < 4; j++) {
+    out[0][j] = P[0][j] + 0.5 * P[2][j];
+    out[1][j] = P[1][j] + 0.5 * P[2][j];
+    out[2][j] = P[2][j];
+  }
+}
+
+void xt_P_from_pixel_edge(const double P_edge[3][4], double out[3][4]) {
+  for (int j = 0; j < 4; j++) {
+    out[0][j] = P_edge[0][j] - 0.5 * P_edge[2][j];
+    out[1][j] = P_edge[1][j] - 0.5 * P_edge[2][j];
+    out[2][j] = P_edge[2][j];
+  }
+}
+
+static json_t *mat34(jb *b, const double M[3][4]) {
+  json_t *a = json_array();
+  for (int i = 0; i < 3; i++) {
+    json_t *row = json_array();
+    for (int j = 0; j < 4; j++) push(b, row, num(M[i][j]));
+    push(b, a, row);
+  }
+  return a;
+}
+
+/* A number, or null when it is not finite (coverage of a box behind the source). */
+static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *coverage_json(jb *b, const xt_sidecar_coverage *c) {
+  json_t *o = json_object();
+  put(b, o, "status", str(xt_cover_name(c->status)));
+  put(b, o, "status_note", str("from this frame: missed = no pixel attenuated; clipped = pixels of the first/last row or "
+                               "column attenuated (the shadow runs off the detector); inside = neither"));
+  put(b, o, "pixels_attenuated", json_integer((json_int_t)c->pixels_nonzero));
+  put(b, o, "edge_pixels_attenuated", json_integer((json_int_t)c->edge_pixels_nonzero));
+  json_t *bb = json_array();
+  for (int i = 0; i < 4; i++) push(b, bb, num_or_null(c->box.bbox[i]));
+  put(b, o, "bbox_px", bb);
+  put(b, o, "bbox_note", str("the model's bounding box projected through P: [col_min, row_min, col_max, row_max], "
+                             "pixel-centre coordinates; the detector spans -0.5..cols-0.5, -0.5..rows-0.5"));
+  put(b, o, "bbox_status", str(xt_cover_name(c->box.status)));
+  put(b, o, "bbox_on_detector", num_or_null(c->box.on_detector));
+  return o;
 }
 
 static json_t *build(const xt_sidecar_info *in, jb *b) {
@@ -131,6 +183,22 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
           "w = depth along d in mm from the source"));
   put(b, root, "geometry", geo);
 
+  /* The same projection in the pixel-edge convention of DeepDRR and DiffDRR (docs/geometry.md). */
+  double Pe[3][4];
+  xt_P_to_pixel_edge(g->P, Pe);
+  json_t *ge = json_object();
+  put(b, ge, "P", mat34(b, Pe));
+  json_t *ppe = json_array();
+  push(b, ppe, num(g->c0 + 0.5));
+  push(b, ppe, num(g->r0 + 0.5));
+  put(b, ge, "principal_point", ppe);
+  put(b, ge, "convention",
+      str("pixel (col, row) covers [col, col+1) x [row, row+1): its centre is at (col+0.5, row+0.5), the principal point "
+          "at (cols/2, rows/2), as DeepDRR's CameraIntrinsicTransform.from_sizes and DiffDRR's make_intrinsic_matrix "
+          "build K; P_edge = [[1,0,0.5],[0,1,0.5],[0,0,1]] * P, w unchanged. Angles are not converted: DeepDRR's "
+          "alpha/beta signs are the opposite of primary/secondary (see docs/geometry.md)"));
+  put(b, root, "geometry_pixel_edge", ge);
+
   xt_affine p2w = xt_geom_patient_to_world(&g->pose);
   put(b, root, "patient_to_world", affine34(b, &p2w));
   put(b, root, "patient_to_world_note", str("3x4 [M | t], world = M * patient + t (the table translation)"));
@@ -175,6 +243,10 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
     put(b, mod, "materials", mat);
   }
   put(b, root, "model", mod);
+#ifdef XT_HAVE_LOADERS
+  if (m->report) put(b, root, "load", xt_load_report_json(m->report));
+#endif
+  if (in->coverage) put(b, root, "coverage", coverage_json(b, in->coverage));
 
   json_t *be = json_object();
   put(b, be, "name", str(in->backend));

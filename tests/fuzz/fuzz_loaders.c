@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(path, sizeof path, "%s/%s", dir, names[n]);
     write_all(path, data, size);
     for (int c = XT_LOAD_MU; c <= XT_LOAD_LABELS; c++) {
-      xt_load_options o = {(xt_load_convert)c, 0};
+      xt_load_options o = {.convert = (xt_load_convert)c};
       xt_volume *v = NULL;
       xt_msg m;
       if (xt_volume_load(path, &o, &v, &m) == 0) xt_volume_free(v);

@@ -96,6 +96,10 @@ XT_TEST(spec_errors_name_the_field) {
        "models[0].perturb.translate_mm[1]: [3, 2]: lo > hi"},
       {"{\"seed\": 1, \"frames\": 1, \"models\": [{\"name\": \"h\", \"phantom\": \"head\", \"convert\": \"hu\"}]}",
        "models[0].convert: applies to \"file\" models only"},
+      {"{\"seed\": 1, \"frames\": 1, \"models\": [{\"name\": \"h\", \"phantom\": \"head\", \"hu_model\": \"linear\"}]}",
+       "models[0].hu_model: applies to \"file\" models only"},
+      {"{\"seed\": 1, \"frames\": 1, \"models\": [{\"name\": \"h\", \"file\": \"a.nii\", \"hu_model\": \"cubic\"}]}",
+       "models[0].hu_model: unknown value \"cubic\" (one of bilinear|linear)"},
       {"{\"seed\": 1, \"frames\": 1, \"models\": [{\"name\": \"h\", \"phantom\": \"head\"}, {\"name\": \"s\", \"phantom\": "
        "\"head\", \"follows\": \"x\"}]}",
        "models[1].follows: \"x\" is not an earlier model's name"},

@@ -146,6 +146,8 @@ for f in ds:
     g = m["geometry"]
     uv, depth = xd.project(P, [g["det_center"]])
     check(np.allclose(uv[0], g["principal_point"], atol=1e-6), "P sends the detector centre to the principal point")
+    uve, _ = xd.project(g["P_pixel_edge"], [g["det_center"]])
+    check(np.allclose(uve[0], np.array(g["principal_point"]) + 0.5, atol=1e-6), "P_pixel_edge: centres at +0.5")
     for lm in m["landmarks"]:
         uv, depth = xd.project(P, [lm["world_mm"]])
         check(np.allclose(uv[0], lm["uv"], atol=1e-6) and abs(depth[0] - lm["depth_mm"]) < 1e-6, "landmark uv = P X")

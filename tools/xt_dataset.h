@@ -47,6 +47,12 @@ typedef struct xt_ds_model_spec {
   double spacing_mm;
   int convert;        /* files: xt_load_convert */
   double energy_kev;  /* files: HU conversion and material table */
+  int hu_linear;      /* files: HU -> mu through water only (else the bilinear calibration) */
+  double ct_energy_kev; /* files: effective energy of the CT that measured the HU (bilinear) */
+  int nifti_qform;    /* files: NIfTI's qform first (else the sform) */
+  int nan_fill;       /* files: NaN voxels become nan_value (else they are an error) */
+  double nan_value;
+  char dicom_series[128]; /* files: the series to load from a DICOM folder ("" = the only one) */
   int place_native;   /* 0: bounding-box centre at the patient origin; 1: the file's coordinates */
   double offset_mm[3];
   xt_ds_range translate_mm[3]; /* per-frame (per-run on arcs) rigid perturbation, patient axes */

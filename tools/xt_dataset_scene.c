@@ -41,7 +41,16 @@ static int load_model(const xt_ds_model_spec *ms, xt_model **out, xt_msg *msg) {
 #ifdef XT_HAVE_LOADERS
   if (ms->source == XT_DS_SRC_FILE) {
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {conv[ms->convert], ms->energy_kev};
+    xt_load_options lo;
+    memset(&lo, 0, sizeof lo);
+    lo.convert = conv[ms->convert];
+    lo.energy_kev = ms->energy_kev;
+    lo.hu_model = ms->hu_linear ? XT_HU_LINEAR : XT_HU_BILINEAR;
+    lo.ct_energy_kev = ms->ct_energy_kev;
+    lo.nifti_xform = ms->nifti_qform ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+    lo.nan_fill = ms->nan_fill;
+    lo.nan_value = ms->nan_value;
+    lo.dicom_series = ms->dicom_series[0] ? ms->dicom_series : NULL;
     return xt_model_load(ms->path, &lo, ms->name, out, msg);
   }
   int dim[3] = {ms->size, ms->size, ms->size};
@@ -62,13 +71,17 @@ static int load_model(const xt_ds_model_spec *ms, xt_model **out, xt_msg *msg) {
 #endif
 }
 
-/* mu in 1/mm of a HU value for a model (its energy; phantoms at the default energy). */
+/* mu in 1/mm of a HU value for a model: the calibration its loader used (a CT converted from HU),
+ * else the linear scale through water at its energy (phantoms and mu files at the default). */
 static int hu_to_mu(const xt_ds_model_spec *ms, double hu, double *mu, xt_msg *msg) {
 #ifdef XT_HAVE_LOADERS
-  double w;
-  int rc = xt_hu_mu_water(ms->source == XT_DS_SRC_FILE ? ms->energy_kev : XT_DEFAULT_ENERGY_KEV, NULL, &w, msg);
+  const int from_hu = ms->source == XT_DS_SRC_FILE && ms->convert == 1;
+  xt_hu_calib c;
+  int rc = xt_hu_calib_make(from_hu && !ms->hu_linear ? XT_HU_BILINEAR : XT_HU_LINEAR,
+                            ms->source == XT_DS_SRC_FILE ? ms->energy_kev : XT_DEFAULT_ENERGY_KEV,
+                            ms->source == XT_DS_SRC_FILE ? ms->ct_energy_kev : XT_HU_CT_ENERGY_KEV, &c, msg);
   if (rc) return rc;
-  *mu = hu <= -1000 ? 0.0 : w * (1.0 + hu / 1000.0);
+  *mu = xt_hu_calib_mu(&c, hu);
   return 0;
 #else
   (void)ms, (void)hu, (void)mu;
@@ -163,6 +176,9 @@ int xt_ds_scene_load(const xt_ds_spec *s, xt_ds_scene *sc, xt_msg *msg) {
     const xt_ds_model_spec *ms = &s->models[i];
     struct stat st;
     if (ms->source == XT_DS_SRC_PHANTOM) continue;
+#ifdef XT_HAVE_LOADERS
+    if (ms->source == XT_DS_SRC_FILE && xt_dicom_path(ms->path)) continue; /* folders, @LIST, #SERIES: the loader's */
+#endif
     const char *field = ms->source == XT_DS_SRC_FILE ? "file" : "ellipsoids";
     if (stat(ms->path, &st) != 0)
       return xt_fail(msg, XT_ENOTFOUND, "%s: models[%d].%s: \"%s\": %s", base, i, field, ms->path, strerror(errno));

@@ -36,6 +36,7 @@
 
 #include "xt_cli.h"
 #include "xt_dataset.h"
+#include "xt_sidecar.h"
 
 #define KEY_DIGITS 12
 #define TAR_BLOCK 512
@@ -263,6 +264,11 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, jb *b) {
   json_t *P = json_array();
   for (int i = 0; i < 3; i++) push(b, P, vec(b, g->P[i], 4));
   put(b, geo, "P", P);
+  double Pe[3][4]; /* DeepDRR's and DiffDRR's pixel-edge convention (docs/geometry.md) */
+  xt_P_to_pixel_edge(g->P, Pe);
+  json_t *PE = json_array();
+  for (int i = 0; i < 3; i++) push(b, PE, vec(b, Pe[i], 4));
+  put(b, geo, "P_pixel_edge", PE);
   put(b, geo, "source", v3(b, g->source));
   put(b, geo, "det_center", v3(b, g->det_center));
   put(b, geo, "det_origin", v3(b, g->det_origin));

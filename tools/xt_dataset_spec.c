@@ -354,8 +354,11 @@ static void resolve_path(const char *spec_path, const char *p, char *out, size_t
 
 static int parse_model(ctx *c, xt_ds_spec *s, json_t *mj, int idx) {
   static const char *const keys[] = {"name", "phantom", "file", "ellipsoids", "size", "spacing_mm", "voxels",
-                                     "convert", "energy_kev", "place", "offset_mm", "perturb", "role", "follows",
+                                     "convert", "energy_kev", "hu_model", "ct_energy_kev", "nifti_transform",
+                                     "nan_value", "dicom_series", "place", "offset_mm", "perturb", "role", "follows",
                                      NULL};
+  static const char *const file_only[] = {"convert", "energy_kev", "hu_model", "ct_energy_kev", "nifti_transform",
+                                          "nan_value", "dicom_series", NULL};
   xt_ds_model_spec *m = &s->models[idx];
   int rc;
   memset(m, 0, sizeof *m);
@@ -387,7 +390,9 @@ static int parse_model(ctx *c, xt_ds_spec *s, json_t *mj, int idx) {
     return rc;
   m->size = (int)size;
   if (!file) {
-    const char *bad = json_object_get(mj, "convert") ? "convert" : json_object_get(mj, "energy_kev") ? "energy_kev" : NULL;
+    const char *bad = NULL;
+    for (int i = 0; file_only[i] && !bad; i++)
+      if (json_object_get(mj, file_only[i])) bad = file_only[i];
     if (bad) {
       n = push_key(c, bad);
       rc = fail(c, XT_EINVAL, "applies to \"file\" models only");
@@ -415,9 +420,23 @@ static int parse_model(ctx *c, xt_ds_spec *s, json_t *mj, int idx) {
   } else if (file) {
     m->source = XT_DS_SRC_FILE;
     resolve_path(s->path, file, m->path, sizeof m->path);
+    const char *series;
     if ((rc = get_choice(c, mj, "convert", "mu|hu|hu-labels|labels", 1, &m->convert)) ||
-        (rc = get_number(c, mj, "energy_kev", 20, 150, XT_DEFAULT_ENERGY_KEV, &m->energy_kev)))
+        (rc = get_number(c, mj, "energy_kev", 20, 150, XT_DEFAULT_ENERGY_KEV, &m->energy_kev)) ||
+        (rc = get_choice(c, mj, "hu_model", "bilinear|linear", 0, &m->hu_linear)) ||
+        (rc = get_number(c, mj, "ct_energy_kev", 20, 150, 70, &m->ct_energy_kev)) ||
+        (rc = get_choice(c, mj, "nifti_transform", "sform|qform", 0, &m->nifti_qform)) ||
+        (rc = get_number(c, mj, "nan_value", -1e9, 1e9, 0, &m->nan_value)) ||
+        (rc = get_string(c, mj, "dicom_series", &series)))
       return rc;
+    m->nan_fill = json_object_get(mj, "nan_value") != NULL;
+    if (series) {
+      size_t n2 = push_key(c, "dicom_series");
+      if (strlen(series) >= sizeof m->dicom_series) rc = fail(c, XT_EINVAL, "longer than %zu characters", sizeof m->dicom_series - 1);
+      pop(c, n2);
+      if (rc) return rc;
+      snprintf(m->dicom_series, sizeof m->dicom_series, "%s", series);
+    }
   } else {
     m->source = XT_DS_SRC_ELLIPSOIDS;
     resolve_path(s->path, ell, m->path, sizeof m->path);

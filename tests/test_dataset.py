@@ -100,14 +100,15 @@ SPEC = {
     "write": {"intensity": True},
     "output": {"shard_frames": 3},
 }
-SMALL = ["--threads", "1", "--progress", "none"]
+SMALL = ["--threads", "1"]
 
 
 def make(name, spec=SPEC, extra=(), env=None):
     d = fresh(name)
     p = write_spec(d, spec)
     out = os.path.join(d, "out")
-    rc, so, se = run(p, "--out", out, *SMALL, *extra, env=env)
+    prog = [] if "--progress" in extra else ["--progress", "none"]
+    rc, so, se = run(p, "--out", out, *SMALL, *prog, *extra, env=env)
     return d, p, out, rc, se
 
 
@@ -117,6 +118,15 @@ print("== run and read back")
 d, spec_path, ref, rc, err = make("ref", extra=("--writers", "2"))
 check(rc == 0, f"reference run: exit {rc}: {err}")
 check("bottleneck:" in err, "the summary names a bottleneck")
+# progress: plain lines without a terminal, a bar (carriage returns) when asked
+_, _, _, rc, err = make("lines", extra=("--progress", "lines"))
+check(rc == 0 and re.search(r"^xtwin dataset: 12/12 frames \(100\.0%\), \d+ frames/s, .* ETA ", err, re.M) is not None,
+      f"--progress lines: {err}")
+db = fresh("bar")
+pb = subprocess.run([XTWIN, "dataset", write_spec(db, SPEC), "--out", os.path.join(db, "out"), "--progress", "bar",
+                     *SMALL], capture_output=True, timeout=300)  # bytes: text mode would turn \r into \n
+check(pb.returncode == 0 and b"\r[##############################] 100.0% 12/12 frames" in pb.stderr and b"ETA" in pb.stderr,
+      f"--progress bar: {pb.stderr!r}")
 ds = xd.open_dataset(ref)
 check(len(ds) == 12 and ds.missing == [] and len(ds.shards) == 4, f"12 frames in 4 shards ({len(ds)}, {ds.missing})")
 check(ds.verify() == [], "every shard matches its SHA-256 (hashlib)")

@@ -854,6 +854,16 @@ typedef struct member {
   size_t bytes; /* npy header + data */
 } member;
 
+/* A member of one piece (more may follow); shape3 is (channels, rows, cols), 2-D members use the
+ * last two. */
+static void add_member(member *m, const char *ext, const char *dtype, int ndim, const int shape3[3], const void *p,
+                       size_t n) {
+  m->ext = ext;
+  m->npy_len = npy_header(m->npy, sizeof m->npy, dtype, ndim, ndim == 3 ? shape3 : shape3 + 1);
+  m->data[0] = (piece){p, n};
+  m->npieces = 1;
+}
+
 /* Folder format: member file, its sha256 line for SHA256SUMS. */
 static int write_member_file(xt_ds_shard_writer *w, const char *name, const member *m, xt_ds_wstats *st,
                              xt_ds_disk_fn disk, void *dctx, xt_msg *msg) {
@@ -953,31 +963,19 @@ int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_d
   int nm = 0;
   int shape3[3] = {s->nchannels, rows, cols};
   /* Derived images, in the encoder's scratch. */
-  if (s->write.lineint) {
-    member *m = &mem[nm++];
-    m->ext = "lineint.npy";
-    m->npy_len = npy_header(m->npy, sizeof m->npy, "<f4", 2, shape3 + 1);
-    m->data[0] = (piece){fd->img, px * sizeof(float)};
-    m->npieces = 1;
-  }
+  static const char *const seg_dtype[] = {"|u1", "<u2", "", "<u4", "", "", "", "<u8"};
+  const int sb = seg_bytes(s->nchannels);
+  if (s->write.lineint) add_member(&mem[nm++], "lineint.npy", "<f4", 2, shape3, fd->img, px * sizeof(float));
   if (s->write.intensity) {
     xt_intensity_u16(fd->img, px, e->u16);
-    member *m = &mem[nm++];
-    m->ext = "intensity.npy";
-    m->npy_len = npy_header(m->npy, sizeof m->npy, "<u2", 2, shape3 + 1);
-    m->data[0] = (piece){e->u16, px * sizeof(uint16_t)};
-    m->npieces = 1;
+    add_member(&mem[nm++], "intensity.npy", "<u2", 2, shape3, e->u16, px * sizeof(uint16_t));
   }
   if (s->write.labels) {
     member *m = &mem[nm++];
-    m->ext = "labels.npy";
-    m->npy_len = npy_header(m->npy, sizeof m->npy, "<f4", 3, shape3);
-    for (int k = 0; k < s->nchannels; k++) m->data[k] = (piece){fd->chan[k], px * sizeof(float)};
-    m->npieces = s->nchannels;
+    add_member(m, "labels.npy", "<f4", 3, shape3, fd->chan[0], px * sizeof(float));
+    for (int k = 1; k < s->nchannels; k++) m->data[m->npieces++] = (piece){fd->chan[k], px * sizeof(float)};
   }
   if (s->write.segmentation) {
-    const int sb = seg_bytes(s->nchannels);
-    static const char *const d[] = {"|u1", "<u2", "", "<u4", "", "", "", "<u8"};
     /* Little-endian bitmask, built byte by byte so the host's order does not matter. */
     memset(e->seg, 0, px * (size_t)sb);
     for (int k = 0; k < s->nchannels; k++) {
@@ -987,11 +985,7 @@ int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_d
       for (size_t p = 0; p < px; p++)
         if (c[p] > 0.0f) dst[p * (size_t)sb] |= bit;
     }
-    member *m = &mem[nm++];
-    m->ext = "seg.npy";
-    m->npy_len = npy_header(m->npy, sizeof m->npy, d[sb - 1], 2, shape3 + 1);
-    m->data[0] = (piece){e->seg, px * (size_t)sb};
-    m->npieces = 1;
+    add_member(&mem[nm++], "seg.npy", seg_dtype[sb - 1], 2, shape3, e->seg, px * (size_t)sb);
   }
   {
     const char *text;

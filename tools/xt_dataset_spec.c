@@ -53,6 +53,24 @@ static int fail(ctx *c, int code, const char *fmt, ...) {
   return xt_fail(c->msg, code, "%s: %s: %s", c->file, c->path[0] ? c->path : "(top level)", text);
 }
 
+/* fail() with the field `key` appended to the path for this message only. */
+static int fail_key(ctx *c, const char *key, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static int fail_key(ctx *c, const char *key, int code, const char *fmt, ...) {
+  char text[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  size_t n = push_key(c, key);
+  int rc = fail(c, code, "%s", text);
+  pop(c, n);
+  return rc;
+}
+
 /* Edit distance for "did you mean"; short names only. */
 static int edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
@@ -136,9 +154,7 @@ static int get_int(ctx *c, json_t *obj, const char *key, long long lo, long long
   json_t *v = json_object_get(obj, key);
   if (!v) {
     if (required) {
-      size_t n = push_key(c, key);
-      int rc = fail(c, XT_EINVAL, "required");
-      pop(c, n);
+      int rc = fail_key(c, key, XT_EINVAL, "required");
       return rc;
     }
     *out = def;
@@ -203,9 +219,7 @@ static int get_choice(ctx *c, json_t *obj, const char *key, const char *choices,
     if (!bar) break;
     p = bar + 1;
   }
-  size_t n = push_key(c, key);
-  rc = fail(c, XT_EINVAL, "unknown value \"%s\" (one of %s)", s, choices);
-  pop(c, n);
+  rc = fail_key(c, key, XT_EINVAL, "unknown value \"%s\" (one of %s)", s, choices);
   return rc;
 }
 
@@ -300,9 +314,7 @@ static int get_object(ctx *c, json_t *obj, const char *key, json_t **out) {
   json_t *v = json_object_get(obj, key);
   *out = v;
   if (!v || json_is_object(v)) return 0;
-  size_t n = push_key(c, key);
-  int rc = fail(c, XT_EINVAL, "expected an object, got %s", type_name(v));
-  pop(c, n);
+  int rc = fail_key(c, key, XT_EINVAL, "expected an object, got %s", type_name(v));
   return rc;
 }
 
@@ -310,9 +322,7 @@ static int get_array(ctx *c, json_t *obj, const char *key, json_t **out) {
   json_t *v = json_object_get(obj, key);
   *out = v;
   if (!v || json_is_array(v)) return 0;
-  size_t n = push_key(c, key);
-  int rc = fail(c, XT_EINVAL, "expected an array, got %s", type_name(v));
-  pop(c, n);
+  int rc = fail_key(c, key, XT_EINVAL, "expected an array, got %s", type_name(v));
   return rc;
 }
 
@@ -370,9 +380,7 @@ static int parse_model(ctx *c, xt_ds_spec *s, json_t *mj, int idx) {
       (rc = get_string(c, mj, "file", &file)) || (rc = get_string(c, mj, "ellipsoids", &ell)))
     return rc;
   if (!name) {
-    size_t n = push_key(c, "name");
-    rc = fail(c, XT_EINVAL, "required");
-    pop(c, n);
+    rc = fail_key(c, "name", XT_EINVAL, "required");
     return rc;
   }
   size_t n = push_key(c, "name");
@@ -551,9 +559,7 @@ static int parse_poses(ctx *c, xt_ds_spec *s, json_t *root, long long *runs) {
     double sod_hi = p->sod_set ? p->sod_mm.hi : s->modes[i]->sod_mm;
     double sid_lo = p->sid_set ? p->sid_mm.lo : s->modes[i]->sid_mm;
     if (!(sid_lo > sod_hi)) {
-      size_t k = push_key(c, p->sid_set ? "sid_mm" : "sod_mm");
-      rc = fail(c, XT_EINVAL, "the SID (down to %g mm) must exceed the SOD (up to %g mm) for every draw", sid_lo, sod_hi);
-      pop(c, k);
+      rc = fail_key(c, p->sid_set ? "sid_mm" : "sod_mm", XT_EINVAL, "the SID (down to %g mm) must exceed the SOD (up to %g mm) for every draw", sid_lo, sod_hi);
       goto done;
     }
   }
@@ -566,9 +572,7 @@ static int parse_poses(ctx *c, xt_ds_spec *s, json_t *root, long long *runs) {
       if (!json_object_get(pj, list[i])) continue;
       /* "views" is the arc's view count too. */
       if (w == 0 && p->sampler == XT_DS_POSES_ARC && strcmp(list[i], "views") == 0) continue;
-      size_t k = push_key(c, list[i]);
-      rc = fail(c, XT_EINVAL, "applies to the \"%s\" sampler only", w ? "arc" : "views");
-      pop(c, k);
+      rc = fail_key(c, list[i], XT_EINVAL, "applies to the \"%s\" sampler only", w ? "arc" : "views");
       goto done;
     }
   }
@@ -630,17 +634,13 @@ static int parse_poses(ctx *c, xt_ds_spec *s, json_t *root, long long *runs) {
     double a0 = p->arc_start_deg, a1 = p->arc_start_deg + p->arc_span_deg;
     double lim = p->arc_axis ? XT_SECONDARY_MAX_DEG : XT_PRIMARY_MAX_DEG;
     if (fmin(a0, a1) < -lim || fmax(a0, a1) > lim) {
-      size_t k = push_key(c, "span_deg");
-      rc = fail(c, XT_EINVAL, "the arc %g .. %g deg leaves the %s range [%g, %g]", a0, a1,
+      rc = fail_key(c, "span_deg", XT_EINVAL, "the arc %g .. %g deg leaves the %s range [%g, %g]", a0, a1,
                 p->arc_axis ? "secondary" : "primary", -lim, lim);
-      pop(c, k);
       goto done;
     }
     const char *fixed = p->arc_axis ? "secondary_deg" : "primary_deg";
     if (json_object_get(pj, fixed)) {
-      size_t k = push_key(c, fixed);
-      rc = fail(c, XT_EINVAL, "the arc sets this angle (start_deg, span_deg)");
-      pop(c, k);
+      rc = fail_key(c, fixed, XT_EINVAL, "the arc sets this angle (start_deg, span_deg)");
       goto done;
     }
   }
@@ -678,9 +678,7 @@ static int parse_labels(ctx *c, xt_ds_spec *s, json_t *root, const xt_material_t
     else if (!(rc = check_keys(c, ch, ckeys)) && !(rc = get_string(c, ch, "name", &name)) &&
              !(rc = get_string(c, ch, "model", &model))) {
       if (!name || !model) {
-        size_t w = push_key(c, name ? "model" : "name");
-        rc = fail(c, XT_EINVAL, "required");
-        pop(c, w);
+        rc = fail_key(c, name ? "model" : "name", XT_EINVAL, "required");
       } else {
         size_t w = push_key(c, "name");
         rc = check_name(c, name);
@@ -773,17 +771,11 @@ static int parse_landmarks(ctx *c, xt_ds_spec *s, json_t *root) {
     else if (!(rc = check_keys(c, l, keys)) && !(rc = get_string(c, l, "name", &name)) &&
              !(rc = get_string(c, l, "model", &model))) {
       if (!name || !model) {
-        size_t w = push_key(c, name ? "model" : "name");
-        rc = fail(c, XT_EINVAL, "required");
-        pop(c, w);
+        rc = fail_key(c, name ? "model" : "name", XT_EINVAL, "required");
       } else if (strlen(name) >= XT_DS_NAME_MAX) {
-        size_t w = push_key(c, "name");
-        rc = fail(c, XT_EINVAL, "longer than %d characters", XT_DS_NAME_MAX - 1);
-        pop(c, w);
+        rc = fail_key(c, "name", XT_EINVAL, "longer than %d characters", XT_DS_NAME_MAX - 1);
       } else if ((lm->model = find_model(s, model)) < 0) {
-        size_t w = push_key(c, "model");
-        rc = fail(c, XT_EINVAL, "\"%s\" is not a model's name", model);
-        pop(c, w);
+        rc = fail_key(c, "model", XT_EINVAL, "\"%s\" is not a model's name", model);
       } else {
         snprintf(lm->name, sizeof lm->name, "%s", name);
         rc = get_vec3(c, l, "position_mm", -1e5, 1e5, lm->pos, 1);
@@ -932,15 +924,11 @@ int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
   long long version, seed, frames;
   if ((rc = get_string(&c, root, "format", &fmt))) goto done;
   if (fmt && strcmp(fmt, "xtwin-dataset-spec") != 0) {
-    size_t n = push_key(&c, "format");
-    rc = fail(&c, XT_EINVAL, "\"%s\": expected \"xtwin-dataset-spec\"", fmt);
-    pop(&c, n);
+    rc = fail_key(&c, "format", XT_EINVAL, "\"%s\": expected \"xtwin-dataset-spec\"", fmt);
     goto done;
   }
   if (json_object_get(root, "description") && !json_is_string(json_object_get(root, "description"))) {
-    size_t n = push_key(&c, "description");
-    rc = fail(&c, XT_EINVAL, "expected a string");
-    pop(&c, n);
+    rc = fail_key(&c, "description", XT_EINVAL, "expected a string");
     goto done;
   }
   if ((rc = get_int(&c, root, "version", 1, 1, 1, 0, &version)) ||

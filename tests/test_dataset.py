@@ -262,6 +262,12 @@ check(os.path.isfile(os.path.join(outf, "shards", "shard-000000", "000000000000.
 sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=os.path.join(outf, "shards", "shard-000001"),
                       capture_output=True, text=True)
 check(sums.returncode == 0, f"sha256sum -c SHA256SUMS: {sums.stdout}{sums.stderr}")
+member = os.path.join(outf, "shards", "shard-000002", "000000000007.labels.npy")
+good = open(member, "rb").read()
+open(member, "wb").write(good[:-1] + bytes([good[-1] ^ 1]))
+rc, _, err = run(write_spec(df, folder), "--out", outf, "--verify", *SMALL)
+check(rc == 0 and "3 of 4 shards already complete" in err and open(member, "rb").read() == good,
+      f"--verify remakes a folder shard with a changed member: {err}")
 
 views = dict(SPEC, frames=6, poses={"sampler": "views", "views": ["AP", "LAO 30", "RAO 30 CRAN 20"]},
              labels=None, landmarks=None, write={"intensity": False})

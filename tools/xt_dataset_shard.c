@@ -508,6 +508,27 @@ done:
   return rc;
 }
 
+/* Every file a folder shard's SHA256SUMS names has that digest. */
+static int folder_files_match(const char *dir, const char *sums_path) {
+  char *sums = read_small(sums_path, NULL);
+  if (!sums) return 0;
+  int ok = 1;
+  for (char *line = sums, *next; ok && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    else next = line + strlen(line);
+    if (strlen(line) < 67 || line[64] != ' ' || line[65] != ' ') {
+      ok = 0;
+      break;
+    }
+    char file[4600], h[65];
+    snprintf(file, sizeof file, "%s/%s", dir, line + 66);
+    ok = sha256_file(file, h, NULL) == 0 && strncmp(h, line, 64) == 0;
+  }
+  free(sums);
+  return ok;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The output directory                                                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -667,6 +688,7 @@ int xt_ds_shard_done(const xt_ds_spec *s, const xt_ds_out *o, long long shard, i
       if (verify) {
         char h[65];
         done = sha256_file(path, h, NULL) == 0 && strcmp(h, json_string_value(sha)) == 0;
+        if (done && s->format == XT_DS_FMT_FOLDER) done = folder_files_match(data, path);
       }
     }
     json_decref(j);

@@ -198,6 +198,20 @@ for i in range(4):
     check(sha(os.path.join(out3, f"shards/shard-{i:06d}.tar")) == sha(os.path.join(ref, f"shards/shard-{i:06d}.tar")),
           f"shard {i} of the tasks == the single run's")
 
+# Four tasks at once into one directory (each writes spec.json and dataset.json too).
+dc = fresh("concurrent")
+pc = write_spec(dc, SPEC)
+outc = os.path.join(dc, "out")
+procs = [subprocess.Popen([XTWIN, "dataset", pc, "--out", outc, "--shard", f"{i}/4", "--threads", "1", "--progress",
+                           "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+outs = [p.communicate(timeout=300) for p in procs]
+check(all(p.returncode == 0 for p in procs), f"four concurrent tasks: {[o[1] for o in outs if o[1].strip()]}")
+for i in range(4):
+    rel = f"shards/shard-{i:06d}.tar"
+    check(os.path.exists(os.path.join(outc, rel)) and sha(os.path.join(outc, rel)) == sha(os.path.join(ref, rel)),
+          f"concurrent tasks: {rel}")
+check(not [f for f in files(outc) if "partial" in f or f.startswith(".")], f"concurrent: no temporaries {files(outc)}")
+
 # --- resume after SIGKILL -------------------------------------------------------------------
 
 print("== killed and resumed")

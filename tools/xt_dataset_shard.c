@@ -363,13 +363,19 @@ static int fsync_dir(const char *dir) {
   return r == 0 || e == EINVAL ? 0 : -1;
 }
 
-/* Writes the whole buffer to path through a temporary next to it, fsync and rename. */
+/* Writes the whole buffer to dir/name through a temporary next to it, fsync and rename. The
+ * temporary's name is unique (mkstemp): tasks of a Slurm array or an Indexed Job, on any host,
+ * write spec.json at the same moment. */
+static mode_t file_mode = 0644; /* 0666 & ~umask, read once by xt_ds_out_prepare before any thread */
+
 static int write_atomic(const char *dir, const char *name, const void *data, size_t n, xt_msg *msg) {
   char tmp[4400], fin[4400];
-  snprintf(tmp, sizeof tmp, "%s/.%s.partial", dir, name);
+  snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, name);
   snprintf(fin, sizeof fin, "%s/%s", dir, name);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-  if (fd < 0) return xt_fail(msg, XT_EIO, "cannot create \"%s\": %s", tmp, strerror(errno));
+  int fd = mkstemp(tmp);
+  if (fd < 0) return xt_fail(msg, XT_EIO, "cannot create a file in \"%s\": %s", dir, strerror(errno));
+  if (fchmod(fd, file_mode) != 0) { /* not fatal: the file is still ours (mkstemp makes 0600) */
+  }
   const char *p = data;
   size_t left = n;
   while (left) {
@@ -599,8 +605,9 @@ static int write_or_check(const char *dir, const char *name, const char *text, c
     return 0;
   }
   if (errno != ENOENT) return xt_fail(msg, XT_EIO, "--out: cannot read \"%s\": %s", path, strerror(errno));
-  int rc = write_atomic(dir, name, text, strlen(text), msg);
-  if (rc) return xt_fail(msg, rc, "--out: %s", msg->text);
+  xt_msg m;
+  int rc = write_atomic(dir, name, text, strlen(text), &m);
+  if (rc) return xt_fail(msg, rc, "--out: %s", m.text);
   return 0;
 }
 
@@ -626,6 +633,9 @@ double xt_ds_hash_seconds(size_t bytes) {
 int xt_ds_out_prepare(const xt_ds_spec *s, const char *dir, xt_ds_out *o, xt_msg *msg) {
   int rc = xt_ds_out_paths(dir, o, msg);
   if (rc) return rc;
+  mode_t mask = umask(0); /* umask can only be read by setting it: here, before the threads */
+  umask(mask);
+  file_mode = 0666 & ~mask;
   xt_msg m;
   if ((rc = mkdir_p(o->shards, &m))) return xt_fail(msg, rc, "--out: %s", m.text);
   char probe[4400];
@@ -652,15 +662,22 @@ static void shard_names(const xt_ds_spec *s, const xt_ds_out *o, long long shard
   snprintf(json, cap, "%s/shard-%06lld.json", o->shards, shard);
 }
 
-/* What a killed run may have left of a shard: temporaries, and a shard without its line. */
+/* What a killed run may have left of a shard: its temporaries (every hidden ".shard-N." name: only
+ * the task that owns shard N writes them), and a shard without its line. */
 static void remove_leftovers(const xt_ds_spec *s, const xt_ds_out *o, long long shard) {
-  char p[4400];
-  snprintf(p, sizeof p, "%s/.shard-%06lld.tar.partial", o->shards, shard);
-  unlink(p);
-  snprintf(p, sizeof p, "%s/.shard-%06lld.json.partial", o->shards, shard);
-  unlink(p);
-  snprintf(p, sizeof p, "%s/.shard-%06lld.partial", o->shards, shard);
-  rm_rf(p);
+  char prefix[64];
+  int pl = snprintf(prefix, sizeof prefix, ".shard-%06lld.", shard);
+  DIR *d = opendir(o->shards);
+  if (d) {
+    struct dirent *de;
+    while ((de = readdir(d))) {
+      if (strncmp(de->d_name, prefix, (size_t)pl) != 0) continue;
+      char p[4600];
+      snprintf(p, sizeof p, "%s/%s", o->shards, de->d_name);
+      rm_rf(p);
+    }
+    closedir(d);
+  }
   char data[4400], json[4400];
   shard_names(s, o, shard, data, json, sizeof data);
   if (s->format == XT_DS_FMT_TAR) unlink(data);

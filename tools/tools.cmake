@@ -54,3 +54,6 @@ function(xt__tools_link_bench)
   message(STATUS "xtwin: bench OFF (no xt_bench library target)")
 endfunction()
 cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL xt__tools_link_bench)
+
+# `xtwin dataset` (its own file).
+include(${CMAKE_CURRENT_LIST_DIR}/dataset.cmake)

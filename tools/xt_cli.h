@@ -22,5 +22,8 @@ void xt_cmd_nvdb_convert_help(FILE *out);
 /* argv[0] is "gmm-fit" (tools/xt_gmm_fit_cmd.c). */
 int xt_cmd_gmm_fit(int argc, char **argv);
 void xt_cmd_gmm_fit_help(FILE *out);
+/* argv[0] is "dataset"; SPEC.json and the options follow (tools/xt_dataset_cmd.c). */
+int xt_cmd_dataset(int argc, char **argv);
+void xt_cmd_dataset_help(FILE *out);
 
 #endif /* XT_CLI_H */

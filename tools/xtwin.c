@@ -34,6 +34,7 @@ static const xt_command commands[] = {
 #ifdef XT_HAVE_NVDB_CONVERT
     {"nvdb-convert", "convert a volume file or phantom into a NanoVDB sparse grid (.nvdb)", xt_cmd_nvdb_convert},
 #endif
+    {"dataset", "generate a labelled dataset from a spec: sharded, resumable, reproducible (see docs/dataset.md)", xt_cmd_dataset},
     {"modes", "list the detector modes (name, pixels, pitch, distances)", cmd_modes},
     {"bench", "run the benchmarks (see xtwin bench --help)", cmd_bench},
     {"help", "show this help, or a command's: xtwin help render", cmd_help},

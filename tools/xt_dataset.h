@@ -1,0 +1,311 @@
+/* `xtwin dataset`: the generator of labelled training frames (docs/dataset.md). Internal to
+ * tools/: the spec (xt_dataset_spec.c), per-frame sampling (xt_dataset_sample.c), the scene and its
+ * projectors (xt_dataset_scene.c), shard files (xt_dataset_shard.c), the render/encode/write
+ * pipeline (xt_dataset_run.c) and the command (xt_dataset_cmd.c).
+ *
+ * Every frame is a pure function of (spec, frame index): its seed, pose, detector mode and model
+ * perturbations come from xt_ds_sample_frame, never from the order in which frames are rendered,
+ * so shards come out byte-identical whatever the sharding, the devices or a resume. */
+#ifndef XT_DATASET_H
+#define XT_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "xt_err.h"
+#include "xt_geom.h"
+#include "xt_model.h"
+#include "xt_proj.h"
+
+#define XT_DS_MAX_MODELS 8
+#define XT_DS_MAX_CHANNELS 64 /* the segmentation mask is one bit per channel: uint64 at most */
+#define XT_DS_MAX_MODES 8
+#define XT_DS_MAX_VIEWS 1024
+#define XT_DS_MAX_LANDMARKS 1024
+#define XT_DS_MAX_FRAMES 1000000000000LL /* keys are 12 digits */
+#define XT_DS_NAME_MAX 64
+
+/* A value drawn uniformly from [lo, hi]; lo == hi is a fixed value. */
+typedef struct xt_ds_range {
+  double lo, hi;
+} xt_ds_range;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The spec                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+enum { XT_DS_SRC_PHANTOM = 0, XT_DS_SRC_FILE = 1, XT_DS_SRC_ELLIPSOIDS = 2 };
+
+typedef struct xt_ds_model_spec {
+  char name[XT_DS_NAME_MAX];
+  int source;         /* XT_DS_SRC_* */
+  char path[4096];    /* file or ellipsoid JSON, resolved against the spec's directory */
+  int phantom_labels; /* phantom "head-labels" (1) or "head" (0) */
+  int voxels_labels;  /* ellipsoids: painted labels (1) or additive mu (0) */
+  int size;           /* phantom / ellipsoids: voxels per side */
+  double spacing_mm;
+  int convert;        /* files: xt_load_convert */
+  double energy_kev;  /* files: HU conversion and material table */
+  int hu_linear;      /* files: HU -> mu through water only (else the bilinear calibration) */
+  double ct_energy_kev; /* files: effective energy of the CT that measured the HU (bilinear) */
+  int nifti_qform;    /* files: NIfTI's qform first (else the sform) */
+  int nan_fill;       /* files: NaN voxels become nan_value (else they are an error) */
+  double nan_value;
+  char dicom_series[128]; /* files: the series to load from a DICOM folder ("" = the only one) */
+  int place_native;   /* 0: bounding-box centre at the patient origin; 1: the file's coordinates */
+  double offset_mm[3];
+  xt_ds_range translate_mm[3]; /* per-frame (per-run on arcs) rigid perturbation, patient axes */
+  xt_ds_range rotate_deg[3];   /* about patient x, y, z through the model's centre: R = Rz Ry Rx */
+  int in_image;                /* 0: "role": "labels" (a segmentation: label channels only) */
+  int follows;                 /* index of the model whose placement and perturbation it shares, or -1 */
+} xt_ds_model_spec;
+
+enum { XT_DS_CH_LABELS = 0, XT_DS_CH_MU = 1, XT_DS_CH_HU = 2 };
+
+typedef struct xt_ds_channel_spec {
+  char name[XT_DS_NAME_MAX];
+  int model; /* index into models */
+  int kind;  /* XT_DS_CH_* */
+  unsigned char labels[256]; /* LABELS: 1 for each label value in the channel */
+  double lo, hi;             /* MU (1/mm) or HU range, inclusive */
+} xt_ds_channel_spec;
+
+typedef struct xt_ds_landmark {
+  char name[XT_DS_NAME_MAX];
+  int model;     /* follows this model's placement and perturbation */
+  double pos[3]; /* model frame, mm */
+} xt_ds_landmark;
+
+typedef struct xt_ds_view {
+  char name[XT_DS_NAME_MAX];
+  double primary_deg, secondary_deg;
+} xt_ds_view;
+
+enum { XT_DS_POSES_UNIFORM = 0, XT_DS_POSES_VIEWS = 1, XT_DS_POSES_ARC = 2 };
+enum { XT_DS_QTY_PATH_LENGTH = 0, XT_DS_QTY_LINE_INTEGRAL = 1 };
+enum { XT_DS_FMT_TAR = 0, XT_DS_FMT_FOLDER = 1 };
+
+typedef struct xt_ds_pose_spec {
+  int sampler; /* XT_DS_POSES_* */
+  xt_ds_range primary_deg, secondary_deg, detector_rot_deg, table_mm[3];
+  xt_ds_range sod_mm, sid_mm;
+  int sod_set, sid_set; /* else the detector mode's distances */
+  /* views */
+  xt_ds_view *views;
+  int nviews;
+  xt_ds_range jitter_deg; /* added to both angles of a view; symmetric by default */
+  /* arc: frame = run * views + view; run r spans start .. start + span in `views` steps */
+  int arc_axis; /* 0 primary (propeller), 1 secondary (roll) */
+  double arc_start_deg, arc_span_deg;
+  int arc_views;
+} xt_ds_pose_spec;
+
+/* The chain settings a spec may name (issue 10/11); validated against what the build has. */
+typedef struct xt_ds_chain_spec {
+  int present;
+  xt_ds_range kv, dose_ngy;
+  int noise;
+} xt_ds_chain_spec;
+
+typedef struct xt_ds_write_spec {
+  int lineint, intensity, raw, processed, labels, segmentation, landmarks;
+} xt_ds_write_spec;
+
+typedef struct xt_ds_spec {
+  char path[4096];
+  uint64_t seed;
+  long long frames;
+  xt_backend backend;
+  int nmodes;
+  const xt_detector_mode *modes[XT_DS_MAX_MODES];
+  int nmodels;
+  xt_ds_model_spec models[XT_DS_MAX_MODELS];
+  xt_ds_pose_spec poses;
+  int quantity; /* XT_DS_QTY_* */
+  int nchannels;
+  xt_ds_channel_spec channels[XT_DS_MAX_CHANNELS];
+  int nlandmarks;
+  xt_ds_landmark *landmarks;
+  xt_ds_chain_spec chain;
+  xt_ds_write_spec write;
+  int format;            /* XT_DS_FMT_* */
+  long long shard_frames;
+  char *canonical;       /* the spec as one canonical JSON text (sorted keys, compact): spec.json */
+  char sha256[65];       /* of canonical */
+} xt_ds_spec;
+
+/* Reads and validates path. Errors are one line naming the file and the JSON path of the field
+ * (`spec.json: poses.primary_deg: [90, -90]: lo > hi`); XT_EINVAL for a bad spec, XT_EIO when it
+ * cannot be read, XT_EUNSUPPORTED for what this build lacks (the imaging chain). */
+int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg);
+void xt_ds_spec_free(xt_ds_spec *s);
+long long xt_ds_spec_shards(const xt_ds_spec *s);
+/* The chain fields the build can honour: none until the imaging chain lands on main. */
+int xt_ds_chain_available(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Per-frame sampling                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The documented per-frame seed: splitmix64's finaliser of seed + 0x9E3779B97F4A7C15 (index + 1). */
+uint64_t xt_ds_frame_seed(uint64_t seed, long long index);
+
+typedef struct xt_ds_frame {
+  long long index;
+  uint64_t seed;
+  int mode;       /* index into spec->modes */
+  int view;       /* views: index into spec->poses.views; arcs: the view within the run; else -1 */
+  long long run;  /* arcs: the run; else -1 */
+  xt_geometry geom; /* world geometry (pose, P, source, detector frame) */
+  double translate_mm[XT_DS_MAX_MODELS][3], rotate_deg[XT_DS_MAX_MODELS][3]; /* drawn perturbations */
+  xt_affine perturb[XT_DS_MAX_MODELS];          /* the perturbation alone, patient frame */
+  xt_affine model_to_patient[XT_DS_MAX_MODELS]; /* placement, then the perturbation */
+} xt_ds_frame;
+
+/* The frame's draws and geometry. placement[m] is model m's fixed placement and center[m] its
+ * bounding-box centre in the patient frame (the pivot of its rotations), from the loaded scene. */
+int xt_ds_sample_frame(const xt_ds_spec *s, const xt_affine *placement, const double (*center)[3], long long index,
+                       xt_ds_frame *f, xt_msg *msg);
+
+/* Parses a clinical view name: "AP", "LAT" (LAO 90), "LAO 30", "RAO45", "CRAN 20", "CAUD 15" and
+ * combinations ("RAO 30 CRAN 20"). 0 or XT_EINVAL. */
+int xt_ds_parse_view(const char *text, double *primary_deg, double *secondary_deg);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scene: models, label channels, projectors                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct xt_ds_scene {
+  const xt_ds_spec *spec;
+  xt_model *models[XT_DS_MAX_MODELS];
+  xt_affine placement[XT_DS_MAX_MODELS];
+  double center[XT_DS_MAX_MODELS][3];
+  /* Label channels as models the public projector API renders: each a label volume over the
+   * source model's voxels with an indicator table (path length) or the material's mu (line
+   * integral), or a mask volume built from a dense model's mu/HU range. */
+  xt_model *chan_model[XT_DS_MAX_CHANNELS];
+  int chan_src[XT_DS_MAX_CHANNELS]; /* the model whose transform the channel follows */
+} xt_ds_scene;
+
+int xt_ds_scene_load(const xt_ds_spec *s, xt_ds_scene *sc, xt_msg *msg);
+void xt_ds_scene_free(xt_ds_scene *sc);
+
+/* The renderer of one worker: its projectors on one device. */
+typedef struct xt_ds_renderer xt_ds_renderer;
+int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device, int threads, xt_ds_renderer **out,
+                          xt_msg *msg);
+void xt_ds_renderer_free(xt_ds_renderer *r);
+
+/* Renders n frames of one detector mode: img gets n frames of rows*cols float line integrals (all
+ * image models summed), chan[k] (k < nchannels) n frames of channel k. */
+int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *img, xt_msg *msg);
+/* THE label-channel function: today one projector per channel (indicator tables); it becomes one
+ * multi-channel render when the projectors gain per-material outputs (issue 10). It may run on
+ * another thread while xt_ds_render_image runs (separate projectors and scratch). */
+int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *const *chan, xt_msg *msg);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Shards                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One rendered frame as the writer sees it. */
+typedef struct xt_ds_frame_data {
+  const xt_ds_frame *frame;
+  const float *img;                       /* rows*cols line integrals */
+  const float *chan[XT_DS_MAX_CHANNELS];  /* rows*cols each */
+} xt_ds_frame_data;
+
+/* The member files of one frame, in order; sizes for the dry run and the manifest. */
+typedef struct xt_ds_member_info {
+  char ext[24];   /* "lineint.npy", ..., "json" */
+  char dtype[8];  /* numpy descr ("<f4", "<u2", "|u1", ...), "" for json */
+  int ndim;       /* 2 or 3 */
+} xt_ds_member_info;
+int xt_ds_members(const xt_ds_spec *s, xt_ds_member_info *out, int max);
+/* Bytes of a frame's members in a tar shard (headers and padding included) for mode m, with a
+ * JSON of json_bytes. */
+size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes);
+
+/* Per-writer scratch (intensity, masks, JSON), made once. */
+typedef struct xt_ds_encoder xt_ds_encoder;
+int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg);
+void xt_ds_encoder_free(xt_ds_encoder *e);
+/* The frame's JSON metadata (geometry, pose, imaging parameters, seed, landmarks); valid until
+ * the next call. */
+int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg);
+
+/* Where a dataset lives: DIR/spec.json, DIR/dataset.json, DIR/shards/shard-NNNNNN.{tar,json},
+ * DIR/manifest-IIIII-of-NNNNN.jsonl. */
+typedef struct xt_ds_out {
+  char dir[4096];
+  char shards[4200];
+  int direct; /* O_DIRECT shard writes through an aligned staging buffer (--io direct) */
+} xt_ds_out;
+
+/* The paths alone (nothing touched: the dry run). */
+int xt_ds_out_paths(const char *dir, xt_ds_out *o, xt_msg *msg);
+/* mkdir -p, a write probe, and spec.json / dataset.json written or checked to be the same. */
+int xt_ds_out_prepare(const xt_ds_spec *s, const char *dir, xt_ds_out *o, xt_msg *msg);
+/* 1 when shard i is complete (its manifest line exists and the shard has its size; with verify,
+ * its checksum too), else 0, after removing what a killed run left of it when cleanup is set. */
+int xt_ds_shard_done(const xt_ds_spec *s, const xt_ds_out *o, long long shard, int verify, int cleanup);
+/* Seconds to SHA-256 `bytes` bytes on this core (the dry run's estimate of encoding). */
+double xt_ds_hash_seconds(size_t bytes);
+/* The task's manifest: the manifest lines of `shards` (all complete) concatenated. */
+int xt_ds_write_task_manifest(const xt_ds_out *o, const long long *shards, long long n, int task, int ntasks,
+                              xt_msg *msg);
+
+/* Time spent in each stage by one writer, for the summary. */
+typedef struct xt_ds_wstats {
+  double encode_s; /* CPU: JSON, derived images, checksums */
+  double write_s;  /* write(2), fsync, rename */
+  long long bytes, frames;
+} xt_ds_wstats;
+
+/* Callback through which a writer reports its disk busy intervals (in = 1 entering, 0 leaving). */
+typedef void (*xt_ds_disk_fn)(void *ctx, int in);
+
+typedef struct xt_ds_shard_writer xt_ds_shard_writer;
+int xt_ds_shard_open(const xt_ds_spec *s, const xt_ds_out *o, long long shard, xt_ds_shard_writer **out, xt_msg *msg);
+int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_data *fd, xt_ds_wstats *st,
+                    xt_ds_disk_fn disk, void *disk_ctx, xt_msg *msg);
+/* Completes the shard: fsync, into place, manifest line. Frees w, on failure too. */
+int xt_ds_shard_commit(xt_ds_shard_writer *w, xt_ds_wstats *st, xt_ds_disk_fn disk, void *disk_ctx, xt_msg *msg);
+/* Drops the shard: nothing of it stays on disk. Frees w. */
+void xt_ds_shard_abort(xt_ds_shard_writer *w);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The run                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+enum { XT_DS_PROGRESS_AUTO = 0, XT_DS_PROGRESS_BAR = 1, XT_DS_PROGRESS_LINES = 2, XT_DS_PROGRESS_NONE = 3 };
+
+typedef struct xt_ds_run_opts {
+  int ndevices;
+  int devices[64];   /* CUDA ordinals, one worker each; cpu: one worker */
+  int threads;       /* CPU projector threads (0 = all cores) */
+  int writers;       /* encode/write threads in all (0 = from the cores) */
+  int batch;         /* frames per GPU batch (0 = from the frame size) */
+  int render_only;   /* measure: render every batch, write nothing */
+  int progress;      /* XT_DS_PROGRESS_* */
+  FILE *log;         /* progress and summary (stderr) */
+} xt_ds_run_opts;
+
+typedef struct xt_ds_summary {
+  long long frames, shards;
+  double bytes, wall_s; /* wall_s from the moment every worker was ready */
+  double setup_s;       /* model uploads and scratch, before that */
+  double gpu_busy_s;   /* summed over workers */
+  double encode_s, write_s;
+  double disk_busy_s;  /* wall time with at least one write/fsync in flight */
+  int workers, writers;
+  const char *backend;
+} xt_ds_summary;
+
+int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, const long long *shards, long long n,
+              const xt_ds_run_opts *opt, xt_ds_summary *sum, xt_msg *msg);
+/* The summary lines: rates per stage and the bottleneck, with numbers. */
+void xt_ds_print_summary(FILE *f, const xt_ds_summary *sum, int render_only);
+
+#endif /* XT_DATASET_H */

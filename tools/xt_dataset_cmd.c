@@ -1,0 +1,529 @@
+/* `xtwin dataset SPEC.json`: generates a labelled dataset of frames from a spec (docs/dataset.md).
+ *
+ * Order of work: options, the spec (validated whole, one-line errors naming the field), the task's
+ * shards (--shard I/N, or Slurm's or Kubernetes' own variables), the backend and devices, the
+ * output directory, the models; then either the dry run (counts, bytes and an expected time from
+ * a short calibration) or the run, which skips complete shards (a resume) and ends with the task's
+ * manifest and a summary naming the bottleneck. Exit 0 success, 1 runtime failure, 2 usage. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include "xt_cli.h"
+#include "xt_dataset.h"
+#include "xt_opt.h"
+#ifdef XT_HAVE_CUDA
+#include "xt_proj_cuda.h"
+#endif
+
+typedef struct ds_opts {
+  const char *out;
+  int dry_run;
+  const char *shard;
+  int shard_count;
+  const char *devices;
+  int per_device;
+  int backend; /* 0 spec's, 1 cpu, 2 cuda */
+  int threads, writers, batch;
+  int verify, render_only;
+  int io;
+  int progress;
+  int help;
+} ds_opts;
+
+#define OFF(f) offsetof(ds_opts, f)
+static const xt_opt ds_tab[] = {
+    {"out", XT_OPT_STRING, "DIR", NULL, "required (not for --dry-run)", 0, 0, NULL, OFF(out),
+     "the dataset's directory: spec.json, dataset.json, shards/, manifest-*.jsonl; created if missing"},
+    {"dry-run", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(dry_run),
+     "validate, then print the frame count, the bytes and the expected time (a short calibration); writes nothing"},
+    {"shard", XT_OPT_STRING, "I/N", NULL, "SLURM_ARRAY_TASK_ID/COUNT, JOB_COMPLETION_INDEX, else 0/1", 0, 0, NULL,
+     OFF(shard), "this task is I of N: it makes the shards s with s % N == I"},
+    {"shard-count", XT_OPT_INT, "N", "0", NULL, 0, 1000000, NULL, OFF(shard_count),
+     "N for Kubernetes Indexed Jobs (JOB_COMPLETION_INDEX gives I); also XTWIN_SHARD_COUNT"},
+    {"devices", XT_OPT_STRING, "LIST", "0", NULL, 0, 0, NULL, OFF(devices),
+     "CUDA devices, one worker each: \"0,1\", or \"all\""},
+    {"per-device", XT_OPT_INT, "N", "2", NULL, 1, 16, NULL, OFF(per_device),
+     "workers per listed device: with 2, one batch's copy-out overlaps the next one's render"},
+    {"backend", XT_OPT_CHOICE, NULL, "spec", NULL, 0, 0, "spec|cpu|cuda", OFF(backend),
+     "the projector, overriding the spec's \"backend\""},
+    {"threads", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(threads), "CPU backend threads per frame, 0 = all cores"},
+    {"writers", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(writers),
+     "encode/write threads in all, 0 = the cores less one per worker"},
+    {"batch", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(batch), "frames per render batch, 0 = ~32 MB of frames"},
+    {"verify", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(verify),
+     "re-hash complete shards against their manifest lines before skipping them; remake any that differ"},
+    {"render-only", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(render_only),
+     "render this task's frames and write nothing (no --out needed): the render rate of the spec (benchmarks)"},
+    {"io", XT_OPT_CHOICE, NULL, "buffered", NULL, 0, 0, "buffered|direct", OFF(io),
+     "shard writes through the page cache (fsync per shard), or O_DIRECT in 8 MiB blocks where the file system "
+     "takes it"},
+    {"progress", XT_OPT_CHOICE, NULL, "auto", NULL, 0, 0, "auto|bar|lines|none", OFF(progress),
+     "a bar on a terminal, a line every 10 s otherwise"},
+    {"help", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(help), "print this help and exit"},
+};
+#define NOPT ((int)(sizeof ds_tab / sizeof ds_tab[0]))
+
+void xt_cmd_dataset_help(FILE *out) {
+  fprintf(out,
+          "usage: xtwin dataset SPEC.json --out DIR [options]\n"
+          "\n"
+          "Generates labelled frames from a spec (models, pose sampling, detector modes, label channels,\n"
+          "landmarks, what to write, a seed; docs/dataset.md) into WebDataset-style tar shards (or a\n"
+          "folder per shard) with per-frame geometry, a manifest line per shard with its SHA-256, and\n"
+          "byte-identical output for the same spec on the same backend. A rerun makes only the missing\n"
+          "shards; tasks of --shard I/N (or a Slurm array, or a Kubernetes Indexed Job) split the\n"
+          "shards, and their manifests concatenate.\n"
+          "\n"
+          "options:\n");
+  xt_opt_print_help(ds_tab, NOPT, out);
+  fprintf(out, "\n"
+               "examples:\n"
+               "  xtwin dataset spec.json --dry-run\n"
+               "  xtwin dataset spec.json --out /data/ds --devices all\n"
+               "  sbatch --array=0-15 docs/dataset-sbatch.sh   # 16 tasks, SLURM_ARRAY_TASK_* pick the shards\n");
+}
+
+static int say(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static int say(int code, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  for (char *p = line; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  fprintf(stderr, "xtwin dataset: %s\n", line);
+  return code;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Task and devices                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+static int parse_ll(const char *s, long long lo, long long hi, long long *out) {
+  char *end = NULL;
+  errno = 0;
+  if (!s || !*s) return -1;
+  long long v = strtoll(s, &end, 10);
+  if (*end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* This task's index and count: --shard, else Slurm's array, else a Kubernetes Indexed Job. */
+static int task_of(const ds_opts *o, int *task, int *ntasks, char *why, size_t n) {
+  long long i = 0, c = 1;
+  const char *sid = getenv("SLURM_ARRAY_TASK_ID"), *kid = getenv("JOB_COMPLETION_INDEX");
+  if (o->shard) {
+    const char *slash = strchr(o->shard, '/');
+    char a[32];
+    if (!slash || (size_t)(slash - o->shard) >= sizeof a) {
+      snprintf(why, n, "--shard: \"%s\" is not I/N", o->shard);
+      return -1;
+    }
+    memcpy(a, o->shard, (size_t)(slash - o->shard));
+    a[slash - o->shard] = 0;
+    if (parse_ll(slash + 1, 1, 1000000, &c) || parse_ll(a, 0, c - 1, &i)) {
+      snprintf(why, n, "--shard: \"%s\" is not I/N with 0 <= I < N <= 1000000", o->shard);
+      return -1;
+    }
+  } else if (sid) {
+    long long min = 0, step = 1, id;
+    const char *cnt = getenv("SLURM_ARRAY_TASK_COUNT"), *mn = getenv("SLURM_ARRAY_TASK_MIN"),
+               *st = getenv("SLURM_ARRAY_TASK_STEP");
+    if (parse_ll(sid, 0, LLONG_MAX / 2, &id) || parse_ll(cnt, 1, 1000000, &c) || (mn && parse_ll(mn, 0, id, &min)) ||
+        (st && parse_ll(st, 1, 1000000, &step)) || (id - min) % step || (i = (id - min) / step) >= c) {
+      snprintf(why, n, "SLURM_ARRAY_TASK_ID=%s with SLURM_ARRAY_TASK_COUNT=%s, _MIN=%s, _STEP=%s: not a task index",
+               sid, cnt ? cnt : "(unset)", mn ? mn : "(unset)", st ? st : "(unset)");
+      return -1;
+    }
+  } else if (kid) {
+    const char *env = getenv("XTWIN_SHARD_COUNT");
+    c = o->shard_count;
+    if (!c && (!env || parse_ll(env, 1, 1000000, &c))) {
+      snprintf(why, n, "JOB_COMPLETION_INDEX=%s: give the task count with --shard-count N (the Job's completions) "
+                       "or XTWIN_SHARD_COUNT", kid);
+      return -1;
+    }
+    if (parse_ll(kid, 0, c - 1, &i)) {
+      snprintf(why, n, "JOB_COMPLETION_INDEX=%s: not an index below the task count %lld", kid, c);
+      return -1;
+    }
+  }
+  *task = (int)i;
+  *ntasks = (int)c;
+  return 0;
+}
+
+static int device_count(void) {
+#ifdef XT_HAVE_CUDA
+  int n = 0;
+  xt_cuda_info info;
+  while (n < 64 && xt_cuda_device_info(n, &info, NULL) == 0) n++;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+static int parse_devices(const char *s, xt_ds_run_opts *ro, char *why, size_t n) {
+  ro->ndevices = 0;
+  if (strcmp(s, "all") == 0) {
+    int c = device_count();
+    if (c < 1) {
+      snprintf(why, n, "--devices all: no CUDA device found");
+      return -1;
+    }
+    for (int i = 0; i < c; i++) ro->devices[ro->ndevices++] = i;
+    return 0;
+  }
+  const char *p = s;
+  for (;;) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 0 || v > 1023 || (*end && *end != ',')) {
+      snprintf(why, n, "--devices: \"%s\" is not a list of device numbers or \"all\"", s);
+      return -1;
+    }
+    if (ro->ndevices == 64) {
+      snprintf(why, n, "--devices: more than 64 workers");
+      return -1;
+    }
+    ro->devices[ro->ndevices++] = (int)v;
+    if (!*end) break;
+    p = end + 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dry run                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static void human(double b, char *out, size_t n) {
+  const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  int i = 0;
+  while (b >= 1000 && i < 5) b /= 1000, i++;
+  snprintf(out, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+/* Where the dataset would go: the nearest existing directory, for the disk probe. */
+static int probe_disk(const char *out, double bytes, double *rate) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", out);
+  struct stat st;
+  while (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    char *slash = strrchr(dir, '/');
+    if (!slash) {
+      snprintf(dir, sizeof dir, ".");
+      break;
+    }
+    if (slash == dir) slash[1] = 0;
+    else *slash = 0;
+  }
+  char path[4300];
+  snprintf(path, sizeof path, "%s/.xtwin-dry-run-probe-%ld", dir, (long)getpid());
+  size_t total = bytes > (64 << 20) ? (64 << 20) : (size_t)bytes;
+  if (total < (1 << 20)) total = 1 << 20;
+  enum { CH = 1 << 20 };
+  char *buf = calloc(1, CH);
+  int fd = buf ? open(path, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+  if (fd < 0) {
+    free(buf);
+    return -1;
+  }
+  double t0 = now_s();
+  int bad = 0;
+  for (size_t d = 0; d < total && !bad; d += CH) bad = write(fd, buf, CH) != CH;
+  bad |= fsync(fd) != 0 && errno != EINVAL;
+  double t = now_s() - t0;
+  close(fd);
+  unlink(path);
+  free(buf);
+  if (bad || t <= 0) return -1;
+  *rate = total / t;
+  return 0;
+}
+
+static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o, const xt_ds_run_opts *ro, int task,
+                   int ntasks, long long nshards_task, long long done_shards, long long frames_task) {
+  xt_msg msg;
+  int rc;
+  /* Calibration: one batch rendered, its JSONs encoded, a hash rate measured. */
+  const int cal = s->backend == XT_BACKEND_CUDA ? (int)(s->frames < 64 ? s->frames : 64) : 1;
+  size_t px = 0;
+  for (int m = 0; m < s->nmodes; m++) {
+    size_t q = (size_t)s->modes[m]->rows * s->modes[m]->cols;
+    if (q > px) px = q;
+  }
+  xt_ds_frame *f = calloc((size_t)cal, sizeof *f);
+  float *img = malloc(sizeof *img * px * (size_t)cal);
+  float **chan = calloc((size_t)(s->nchannels ? s->nchannels : 1), sizeof *chan);
+  xt_ds_renderer *rd = NULL;
+  xt_ds_encoder *enc = NULL;
+  int code = XT_EXIT_OK;
+  if (!f || !img || !chan) {
+    code = say(XT_EXIT_RUNTIME, "out of memory");
+    goto done;
+  }
+  for (int k = 0; k < s->nchannels; k++)
+    if (!(chan[k] = malloc(sizeof **chan * px * (size_t)cal))) {
+      code = say(XT_EXIT_RUNTIME, "out of memory");
+      goto done;
+    }
+  int n = 0;
+  for (long long i = 0; i < s->frames && n < cal; i++) {
+    if ((rc = xt_ds_sample_frame(s, sc->placement, (const double(*)[3])sc->center, i, &f[n], &msg))) {
+      code = say(XT_EXIT_USAGE, "frame %lld: %s", i, msg.text);
+      goto done;
+    }
+    if (f[n].mode == f[0].mode) n++;
+  }
+  if ((rc = xt_ds_renderer_create(sc, s->backend, ro->ndevices ? ro->devices[0] : 0, o->threads, &rd, &msg)) ||
+      (rc = xt_ds_encoder_create(sc, &enc, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+    goto done;
+  }
+  /* Once to warm up (uploads, scratch), once timed. */
+  double t_render = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    double t0 = now_s();
+    if ((rc = xt_ds_render_image(rd, f, n, img, &msg)) || (s->nchannels && (rc = xt_ds_render_labels(rd, f, n, chan, &msg)))) {
+      code = say(XT_EXIT_RUNTIME, "render: %s", msg.text);
+      goto done;
+    }
+    t_render = (now_s() - t0) / n;
+    if (s->backend == XT_BACKEND_CPU) break;
+  }
+  size_t json_total = 0;
+  double t0 = now_s();
+  for (int i = 0; i < n; i++) {
+    const char *text;
+    size_t len;
+    if ((rc = xt_ds_frame_json(enc, &f[i], &text, &len, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+      goto done;
+    }
+    json_total += len;
+  }
+  double t_json = (now_s() - t0) / n;
+  const size_t json_bytes = json_total / (size_t)n;
+  double bpf = 0;
+  for (int m = 0; m < s->nmodes; m++) bpf += (double)xt_ds_frame_bytes(s, m, json_bytes) / s->nmodes;
+  const double t_hash = xt_ds_hash_seconds(64 << 20) / (double)(64 << 20) * bpf;
+  const double todo_frames = (double)frames_task * (nshards_task - done_shards) / (nshards_task ? nshards_task : 1);
+  const double total_bytes = todo_frames * bpf + (nshards_task - done_shards) * 1024.0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int workers = ro->ndevices ? ro->ndevices : 1;
+  int writers = o->writers ? o->writers : (int)cores - workers;
+  if (writers < 1) writers = 1;
+  const double gpu_fps = workers / t_render;
+  const double enc_fps = (writers < cores ? writers : cores) / (t_json + t_hash);
+  double disk_rate = 0;
+  int have_disk = o->out && probe_disk(o->out, total_bytes, &disk_rate) == 0;
+  const double disk_fps = have_disk ? disk_rate / bpf : INFINITY;
+  double fps = gpu_fps;
+  const char *lim = "render";
+  if (enc_fps < fps) fps = enc_fps, lim = "encoding";
+  if (disk_fps < fps) fps = disk_fps, lim = "disk";
+
+  char b1[32], b2[32], b3[32];
+  human(bpf, b1, sizeof b1);
+  human(total_bytes, b2, sizeof b2);
+  printf("spec %s: ok (sha256 %.16s...)\n", s->path, s->sha256);
+  printf("frames: %lld in %lld shards of %lld (%s); this task %d/%d: %lld shards, %lld frames", s->frames,
+         xt_ds_spec_shards(s), s->shard_frames, s->format == XT_DS_FMT_TAR ? "tar" : "folder", task, ntasks,
+         nshards_task, frames_task);
+  if (done_shards) printf(" (%lld shards already complete)", done_shards);
+  printf("\nper frame: %s (", b1);
+  xt_ds_member_info mi[16];
+  int nm = xt_ds_members(s, mi, 16);
+  for (int i = 0; i < nm; i++) printf("%s%s", i ? ", " : "", mi[i].ext);
+  printf("; JSON ~%zu B)\n", json_bytes);
+  printf("to write: %s\n", b2);
+  human(disk_rate, b3, sizeof b3);
+  printf("rates: render %.0f frames/s (%s, %d worker%s, %d-frame calibration), encoding %.0f frames/s (%d writers), "
+         "disk %s\n",
+         gpu_fps, xt_backend_name(s->backend), workers, workers > 1 ? "s" : "", n, enc_fps, writers,
+         have_disk ? b3 : "not measured (no --out)");
+  if (have_disk) printf("       (disk: %s/s from a %s fsync'd probe = %.0f frames/s)\n", b3, "64 MB", disk_fps);
+  printf("expected time: %.1f s at %.0f frames/s (limited by %s)\n", todo_frames / fps, fps, lim);
+done:
+  xt_ds_renderer_free(rd);
+  xt_ds_encoder_free(enc);
+  if (chan)
+    for (int k = 0; k < s->nchannels; k++) free(chan[k]);
+  free(chan);
+  free(img);
+  free(f);
+  return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The command                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+int xt_cmd_dataset(int argc, char **argv) {
+  ds_opts o;
+  int seen[XT_OPT_MAX];
+  xt_msg msg = {{0}};
+  xt_ds_spec spec;
+  xt_ds_scene scene;
+  int have_spec = 0, have_scene = 0, code = XT_EXIT_OK, rc;
+  long long *mine = NULL, *todo = NULL;
+  memset(&o, 0, sizeof o);
+  memset(&scene, 0, sizeof scene);
+
+  const char *spec_path = NULL;
+  int first = 1;
+  if (argc > 1 && strncmp(argv[1], "--", 2) != 0) {
+    spec_path = argv[1];
+    first = 2;
+  }
+  if (xt_opt_parse(ds_tab, NOPT, argc - first, argv + first, &o, seen, &msg)) {
+    int hint = strncmp(msg.text, "unknown option", 14) == 0 || strncmp(msg.text, "unexpected", 10) == 0;
+    return say(XT_EXIT_USAGE, "%s%s", msg.text, hint ? " (see xtwin dataset --help)" : "");
+  }
+  if (o.help) {
+    xt_cmd_dataset_help(stdout);
+    return XT_EXIT_OK;
+  }
+  if (!spec_path) return say(XT_EXIT_USAGE, "no spec given: xtwin dataset SPEC.json --out DIR (see --help)");
+  if (!o.out && !o.dry_run && !o.render_only) return say(XT_EXIT_USAGE, "--out: required (the dataset's directory)");
+  if (o.render_only && o.dry_run) return say(XT_EXIT_USAGE, "--render-only and --dry-run exclude each other");
+
+  if ((rc = xt_ds_spec_load(spec_path, &spec, &msg)))
+    return say(rc == XT_EIO ? XT_EXIT_RUNTIME : XT_EXIT_USAGE, "%s", msg.text);
+  have_spec = 1;
+  if (o.backend) spec.backend = o.backend == 1 ? XT_BACKEND_CPU : XT_BACKEND_CUDA;
+
+  int task = 0, ntasks = 1;
+  char why[512];
+  if (task_of(&o, &task, &ntasks, why, sizeof why)) {
+    code = say(XT_EXIT_USAGE, "%s", why);
+    goto done;
+  }
+  xt_ds_run_opts ro;
+  memset(&ro, 0, sizeof ro);
+  ro.threads = o.threads;
+  ro.writers = o.writers;
+  ro.batch = o.batch;
+  ro.render_only = o.render_only;
+  static const int prog[] = {XT_DS_PROGRESS_AUTO, XT_DS_PROGRESS_BAR, XT_DS_PROGRESS_LINES, XT_DS_PROGRESS_NONE};
+  ro.progress = prog[o.progress];
+  ro.log = stderr;
+  if (spec.backend == XT_BACKEND_CUDA) {
+    if (parse_devices(o.devices, &ro, why, sizeof why)) {
+      code = say(XT_EXIT_USAGE, "%s", why);
+      goto done;
+    }
+    if (ro.ndevices * o.per_device > 64) {
+      code = say(XT_EXIT_USAGE, "--per-device: %d devices x %d workers exceed 64 workers", ro.ndevices, o.per_device);
+      goto done;
+    }
+    const int n0 = ro.ndevices; /* the list repeated: d0, d1, d0, d1, ... */
+    for (int k = 1; k < o.per_device; k++)
+      for (int i = 0; i < n0; i++) ro.devices[k * n0 + i] = ro.devices[i];
+    ro.ndevices = n0 * o.per_device;
+  } else if (seen[xt_opt_find(ds_tab, NOPT, "devices")] || seen[xt_opt_find(ds_tab, NOPT, "per-device")]) {
+    code = say(XT_EXIT_USAGE, "--%s: applies to the cuda backend (this run uses cpu)",
+               seen[xt_opt_find(ds_tab, NOPT, "devices")] ? "devices" : "per-device");
+    goto done;
+  }
+  if ((rc = xt_proj_available(spec.backend, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "backend %s: %s", xt_backend_name(spec.backend), msg.text);
+    goto done;
+  }
+
+  /* The task's shards. */
+  const long long nshards = xt_ds_spec_shards(&spec);
+  long long nmine = nshards > task ? (nshards - task + ntasks - 1) / ntasks : 0, ntodo = 0, frames_task = 0;
+  mine = malloc(sizeof *mine * (size_t)(nmine ? nmine : 1));
+  todo = malloc(sizeof *todo * (size_t)(nmine ? nmine : 1));
+  if (!mine || !todo) {
+    code = say(XT_EXIT_RUNTIME, "out of memory");
+    goto done;
+  }
+  for (long long i = 0; i < nmine; i++) {
+    mine[i] = task + i * ntasks;
+    long long f0 = mine[i] * spec.shard_frames;
+    frames_task += spec.frames - f0 < spec.shard_frames ? spec.frames - f0 : spec.shard_frames;
+  }
+
+  xt_ds_out out;
+  if (o.dry_run) {
+    long long done_shards = 0;
+    if (o.out && xt_ds_out_paths(o.out, &out, &msg) == 0)
+      for (long long i = 0; i < nmine; i++) done_shards += xt_ds_shard_done(&spec, &out, mine[i], 0, 0);
+    if ((rc = xt_ds_scene_load(&spec, &scene, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+      goto done;
+    }
+    have_scene = 1;
+    code = dry_run(&spec, &scene, &o, &ro, task, ntasks, nmine, done_shards, frames_task);
+    goto done;
+  }
+
+  memset(&out, 0, sizeof out);
+  if (!o.render_only && (rc = xt_ds_out_prepare(&spec, o.out, &out, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+    goto done;
+  }
+  out.direct = o.io == 1;
+  if (!o.render_only) {
+    for (long long i = 0; i < nmine; i++)
+      if (!xt_ds_shard_done(&spec, &out, mine[i], o.verify, 1)) todo[ntodo++] = mine[i];
+  } else {
+    memcpy(todo, mine, sizeof *todo * (size_t)nmine);
+    ntodo = nmine;
+  }
+  if (ntodo == 0) {
+    fprintf(stderr, "xtwin dataset: task %d/%d: all %lld shards are complete; nothing to do\n", task, ntasks, nmine);
+  } else {
+    if ((rc = xt_ds_scene_load(&spec, &scene, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+      goto done;
+    }
+    have_scene = 1;
+    if (ntodo < nmine)
+      fprintf(stderr, "xtwin dataset: task %d/%d: %lld of %lld shards already complete; making the other %lld\n", task,
+              ntasks, nmine - ntodo, nmine, ntodo);
+    xt_ds_summary sum;
+    if ((rc = xt_ds_run(&spec, &scene, &out, todo, ntodo, &ro, &sum, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+      goto done;
+    }
+    xt_ds_print_summary(stderr, &sum, o.render_only);
+  }
+  if (!o.render_only && (rc = xt_ds_write_task_manifest(&out, mine, nmine, task, ntasks, &msg))) {
+    code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+    goto done;
+  }
+done:
+  if (have_scene) xt_ds_scene_free(&scene);
+  if (have_spec) xt_ds_spec_free(&spec);
+  free(mine);
+  free(todo);
+  return code;
+}

@@ -105,6 +105,7 @@ static int build_tables(const xt_chain_params *p, const xt_chanset *cs, xt_chain
       (rc = xt_spectrum_air_kerma(&full, 1000.0, &info->kerma_ugy_per_mas, msg)))
     return rc;
   info->absorbed_fraction = n_in > 0 ? n_abs / n_in : 0;
+  info->flat_kev_per_mm2_ugy = info->kerma_ugy_per_mas > 0 ? t->flat1 / info->kerma_ugy_per_mas : 0;
   info->nbins = s.n;
   info->nch = cs->n;
   xt_chanset_names(cs, info->channels, sizeof info->channels);
@@ -130,6 +131,7 @@ void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t
   fc->seed = p->seed;
   fc->frame = frame;
   fc->noise = p->quantum_noise;
+  xt_collim_make(p, fc->cols, fc->rows, &fc->coll);
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_u_mm, &fc->bu);
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_v_mm, &fc->bv);
   xt_readout_const *r = &fc->ro;

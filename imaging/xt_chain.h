@@ -53,6 +53,20 @@ typedef struct xt_chain_params {
   double window, level;  /* attenuation units ln(flat / signal) */
   double temporal_alpha; /* recursive filter weight of the new frame; 1 = off */
   double edge_gain;      /* unsharp-mask gain; 0 = off */
+  /* exposure settings, dose and dose-rate control (issue 11: xt_exposure.h, xt_dose.h, xt_drc.h) */
+  double pulse_ms;        /* pulse width; the tube current is mas / pulse width */
+  double focal_spot_mm;   /* nominal focal spot size (reported; its blur is not modelled) */
+  int grid;               /* 1: anti-scatter grid in */
+  double grid_tp;         /* the grid's primary transmission */
+  double shutter[4];      /* left, right, top, bottom: fraction of the field each shutter covers */
+  double wedge[2];        /* left, right: fraction of the field each wedge filter covers */
+  double wedge_t;         /* a wedge's transmission */
+  double irp_mm;          /* interventional reference point: this far from the isocentre toward the focus */
+  int protocol;           /* XT_PROTOCOL_*: the preset last applied (0 custom) */
+  int drc;                /* 1: dose-rate control sets kV, pulse width and mA each frame */
+  double drc_target_ngy;  /* requested detector dose per frame, nGy */
+  double drc_kv_max;      /* the control curve's highest kV */
+  double drc_max_step;    /* largest change of the detector dose the loop asks for in one frame, factor */
 } xt_chain_params;
 
 xt_chain_params xt_chain_params_default(void);
@@ -85,6 +99,7 @@ typedef struct xt_chain_info {
   double absorbed_fraction; /* of the incident photons, in the CsI (unattenuated beam) */
   int nbins, nch;
   char channels[256]; /* "air,soft_tissue,bone" */
+  double flat_kev_per_mm2_ugy; /* absorbed energy per detector area per air kerma, unattenuated (issue 11: xt_drc.c) */
 } xt_chain_info;
 
 typedef struct xt_chain xt_chain;

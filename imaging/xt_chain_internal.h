@@ -5,6 +5,7 @@
 
 #include "xt_chain.h"
 #include "xt_chain_math.h"
+#include "xt_exposure.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +40,7 @@ typedef struct xt_chain_frame_const {
   xt_blur_kernel bu, bv; /* along columns (u) and rows (v) */
   xt_readout_const ro;
   xt_process_const pc;
+  xt_collim coll; /* shutters, wedges, grid (issue 11: xt_exposure.h) */
 } xt_chain_frame_const;
 
 struct xt_chain {

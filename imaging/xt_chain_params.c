@@ -52,6 +52,28 @@ static const xt_chain_param_info tab[] = {
     {"temporal_alpha", XT_PARAM_REAL, P(temporal_alpha), 0.5, 0.01, 1.0, "",
      "recursive filter: weight of the new frame (1 = off)"},
     {"edge_gain", XT_PARAM_REAL, P(edge_gain), 0.5, 0, 10, "", "edge enhancement: unsharp-mask gain (0 = off)"},
+    /* exposure settings, dose and dose-rate control (issue 11; xt_exposure.c, xt_dose.c, xt_drc.c) */
+    {"pulse_ms", XT_PARAM_REAL, P(pulse_ms), 5.0, 0.1, 1000, "ms",
+     "pulse width (the tube current mA = mas / pulse width; set 'ma' to change it)"},
+    {"focal_spot_mm", XT_PARAM_REAL, P(focal_spot_mm), 0.4, 0.1, 2.0, "mm", "nominal focal spot (reported only)"},
+    {"grid", XT_PARAM_INT, P(grid), 0, 0, 1, "", "anti-scatter grid in (1) or out (0)"},
+    {"grid_tp", XT_PARAM_REAL, P(grid_tp), 0.7, 0.3, 1.0, "", "the grid's primary transmission"},
+    {"shutter_left", XT_PARAM_REAL, P(shutter[0]), 0, 0, 1, "", "collimator: fraction of the field the left shutter covers"},
+    {"shutter_right", XT_PARAM_REAL, P(shutter[1]), 0, 0, 1, "", "collimator: fraction the right shutter covers"},
+    {"shutter_top", XT_PARAM_REAL, P(shutter[2]), 0, 0, 1, "", "collimator: fraction the top shutter covers"},
+    {"shutter_bottom", XT_PARAM_REAL, P(shutter[3]), 0, 0, 1, "", "collimator: fraction the bottom shutter covers"},
+    {"wedge_left", XT_PARAM_REAL, P(wedge[0]), 0, 0, 1, "", "wedge filter: fraction of the field it covers from the left"},
+    {"wedge_right", XT_PARAM_REAL, P(wedge[1]), 0, 0, 1, "", "wedge filter: fraction it covers from the right"},
+    {"wedge_t", XT_PARAM_REAL, P(wedge_t), 0.3, 0.01, 1.0, "", "a wedge filter's transmission"},
+    {"irp_mm", XT_PARAM_REAL, P(irp_mm), 150, 0, 500, "mm",
+     "interventional reference point: distance from the isocentre toward the focal spot (IEC 60601-2-43: 150)"},
+    {"protocol", XT_PARAM_INT, P(protocol), 0, 0, 6, "",
+     "protocol preset last applied: 0 custom, 1..3 fluoro low/normal/high, 4, 5 cine 15/30, 6 DSA"},
+    {"drc", XT_PARAM_INT, P(drc), 0, 0, 1, "", "dose-rate control: kV, pulse width and mA set each frame (1) or fixed (0)"},
+    {"drc_target_ngy", XT_PARAM_REAL, P(drc_target_ngy), 40, 1, 100000, "nGy", "requested detector dose per frame"},
+    {"drc_kv_max", XT_PARAM_REAL, P(drc_kv_max), 110, 70, XT_KV_MAX, "kV", "highest kV of the dose control curve"},
+    {"drc_max_step", XT_PARAM_REAL, P(drc_max_step), 2.0, 1.05, 10, "",
+     "largest factor by which the loop changes the detector dose in one frame"},
 };
 #define NTAB ((int)(sizeof tab / sizeof tab[0]))
 

@@ -23,6 +23,7 @@ typedef struct chain_dev {
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
   float *A, *X, *T, *D, *F, *FA, *lag, *Y, *S;
+  float *M;      /* DSA mask (issue 11) */
   uint16_t *out; /* raw (ocols x orows) then proc */
   float *gain, *offset;
   unsigned char *defect;
@@ -36,7 +37,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S};
+  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -126,6 +127,7 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->M, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
@@ -137,6 +139,7 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   d->orows = fc->orows;
   d->nch = nch;
   c->first = 1;
+  c->dsa_valid = 0;
   return 0;
 }
 
@@ -164,9 +167,14 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
       (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
     return rc;
+  fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
   if (out->proc &&
       (rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, raw, d->FA, d->Y, proc, d->st, msg)))
     return rc;
+  if (out->proc && c->prm.dsa && !c->dsa_valid) {
+    CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
+    c->dsa_valid = 1;
+  }
   /* the one crossing: raw, or raw and proc together (contiguous) */
   if (out->raw || out->proc) {
     const size_t off = out->raw ? 0 : no, n = (out->raw ? no : 0) + (out->proc ? no : 0);

@@ -169,7 +169,7 @@ static int default_threads(void) {
 }
 
 static void free_scratch(xt_chain *c) {
-  float **f[] = {&c->A, &c->X, &c->T, &c->D, &c->F, &c->FA, &c->lag, &c->Y, &c->E};
+  float **f[] = {&c->A, &c->X, &c->T, &c->D, &c->F, &c->FA, &c->lag, &c->Y, &c->E, &c->M};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     free(*f[i]);
     *f[i] = NULL;
@@ -218,6 +218,7 @@ int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
   const int maps_changed = p->panel_seed != c->prm.panel_seed || p->gain_fpn != c->prm.gain_fpn ||
                            p->offset_adu != c->prm.offset_adu || p->offset_fpn_adu != c->prm.offset_fpn_adu ||
                            p->defect_fraction != c->prm.defect_fraction || p->defect_lines != c->prm.defect_lines;
+  if (p->dsa && !c->prm.dsa) c->dsa_valid = 0; /* switched on: the next frame is the mask */
   c->prm = *p;
   c->tab = t;
   c->info = info;
@@ -231,8 +232,11 @@ int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
 const xt_chain_params *xt_chain_get_params(const xt_chain *c) { return &c->prm; }
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info) { *info = c->info; }
 
+void xt_chain_dsa_remask(xt_chain *c) { c->dsa_valid = 0; }
+
 void xt_chain_reset(xt_chain *c) {
   c->first = 1;
+  c->dsa_valid = 0;
   if (c->lag) memset(c->lag, 0, sizeof *c->lag * (size_t)XT_LAG_TERMS * c->ocols * c->orows);
 #ifdef XT_HAVE_CUDA
   if (c->dev) xt_chain_cuda_reset(c);
@@ -302,8 +306,9 @@ static int cpu_scratch(xt_chain *c, const xt_chain_frame_const *fc, xt_msg *msg)
   c->FA = malloc(no * sizeof(float));
   c->lag = calloc(no * XT_LAG_TERMS, sizeof(float));
   c->Y = calloc(no, sizeof(float));
+  c->M = calloc(no, sizeof(float));
   c->raw = malloc(no * sizeof(uint16_t));
-  if (!c->A || !c->X || !c->T || !c->D || !c->F || !c->FA || !c->lag || !c->Y || !c->raw) {
+  if (!c->A || !c->X || !c->T || !c->D || !c->F || !c->FA || !c->lag || !c->Y || !c->M || !c->raw) {
     free_scratch(c);
     return xt_fail(msg, XT_ENOMEM, "chain: out of memory for a %d x %d frame", fc->cols, fc->rows);
   }
@@ -312,6 +317,7 @@ static int cpu_scratch(xt_chain *c, const xt_chain_frame_const *fc, xt_msg *msg)
   c->ocols = fc->ocols;
   c->orows = fc->orows;
   c->first = 1;
+  c->dsa_valid = 0;
   return 0;
 }
 
@@ -346,7 +352,12 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   if (out->raw) memcpy(out->raw, c->raw, sizeof(uint16_t) * fc.ocols * fc.orows);
   if (out->proc) {
     run_stage(c, &fc, out, ST_PLOG, fc.orows);
+    fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? c->M : NULL; /* DSA: the mask frame itself is unsubtracted */
     run_stage(c, &fc, out, ST_POUT, fc.orows);
+    if (c->prm.dsa && !c->dsa_valid) {
+      memcpy(c->M, c->Y, sizeof(float) * fc.ocols * fc.orows);
+      c->dsa_valid = 1;
+    }
     c->first = 0;
   }
   return 0;

@@ -67,6 +67,7 @@ typedef struct xt_chain_params {
   double drc_target_ngy;  /* requested detector dose per frame, nGy */
   double drc_kv_max;      /* the control curve's highest kV */
   double drc_max_step;    /* largest change of the detector dose the loop asks for in one frame, factor */
+  int dsa;                /* 1: digital subtraction: the processed frame is the log image minus the mask's */
 } xt_chain_params;
 
 xt_chain_params xt_chain_params_default(void);
@@ -111,8 +112,11 @@ void xt_chain_destroy(xt_chain *c);
 int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg);
 const xt_chain_params *xt_chain_get_params(const xt_chain *c);
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info);
-/* Lag and temporal-filter states back to zero (a new run). */
+/* Lag and temporal-filter states back to zero, the DSA mask dropped (a new run). */
 void xt_chain_reset(xt_chain *c);
+/* DSA: the next processed frame becomes the mask (it is delivered unsubtracted; later frames are
+ * its log image minus the mask's). Also happens on the first frame after dsa is switched on. */
+void xt_chain_dsa_remask(xt_chain *c);
 
 /* The output frame's size for a render geometry: the detector's, halved by 2x2 binning. */
 void xt_chain_out_size(const xt_chain *c, const xt_geometry *g, int *cols, int *rows);

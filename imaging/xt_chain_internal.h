@@ -56,6 +56,8 @@ struct xt_chain {
   /* CPU scratch for a render grid of cols x rows (output ocols x orows) */
   int cols, rows, ocols, orows;
   float *A, *X, *T, *D, *F, *FA, *lag, *Y, *E;
+  float *M;      /* DSA mask: the mask frame's log image (issue 11) */
+  int dsa_valid; /* M holds this run's mask */
   uint16_t *raw;
   /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
   void *dev;

@@ -74,6 +74,8 @@ static const xt_chain_param_info tab[] = {
     {"drc_kv_max", XT_PARAM_REAL, P(drc_kv_max), 110, 70, XT_KV_MAX, "kV", "highest kV of the dose control curve"},
     {"drc_max_step", XT_PARAM_REAL, P(drc_max_step), 2.0, 1.05, 10, "",
      "largest factor by which the loop changes the detector dose in one frame"},
+    {"dsa", XT_PARAM_INT, P(dsa), 0, 0, 1, "",
+     "digital subtraction (1): processed = log image minus the mask frame's (the first after switching on)"},
 };
 #define NTAB ((int)(sizeof tab / sizeof tab[0]))
 

@@ -58,6 +58,11 @@ int xt_protocol_apply(xt_chain_params *p, int id, xt_msg *msg) {
   n.drc_target_ngy = r->target_ngy;
   n.temporal_alpha = r->temporal_alpha;
   n.protocol = id;
+  n.dsa = id == XT_PROTOCOL_DSA;
+  /* display: the subtracted image with zero difference mid-grey and iodine dark; else the defaults */
+  n.window = n.dsa ? 1.0 : xt_chain_param_find("window")->def;
+  n.level = n.dsa ? 0.0 : xt_chain_param_find("level")->def;
+  n.edge_gain = n.dsa ? 0.0 : xt_chain_param_find("edge_gain")->def;
   int rc = xt_chain_params_validate(&n, msg);
   if (!rc) *p = n;
   return rc;

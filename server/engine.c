@@ -402,6 +402,10 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   uint64_t t0 = xt_now_ns();
   int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg), cols = 0, rows = 0;
   if (!rc) rc = worker_chain(w, &prm, &msg);
+  if (!rc && w->chain_run != j->run_gen) { /* a new run: lag, temporal filter and DSA mask start again */
+    xt_chain_reset(w->chain);
+    w->chain_run = j->run_gen;
+  }
   if (!rc) {
     xt_chain_out_size(w->chain, &g, &cols, &rows);
     const size_t pay = (size_t)cols * rows * 2, len = XT_STREAM_HEADER_SIZE + pay;

@@ -283,6 +283,7 @@ typedef struct xt_worker {
   xt_chain *chain;    /* the imaging chain on this worker's projector, made on first use */
   int models_added;   /* models on this worker's projector (the chain is remade when it grows) */
   int chain_models;   /* ... when the chain was made */
+  uint64_t chain_run; /* the run the chain's states (lag, temporal filter, DSA mask) belong to */
   /* Helpers that share the line integral -> uint16 conversion with the worker (engine.c). */
   int nhelp;
   pthread_t help[XT_SRV_MAX_HELPERS];

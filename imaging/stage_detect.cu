@@ -31,6 +31,11 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     const float tc = xt_collim_t(&fc.coll, col, row); /* shutters, wedges, grid (issue 11) */
     s *= tc;
     q *= tc;
+    if (fc.sc.field) { /* scatter (issue 11): its quanta at the primary's mean energy per quantum */
+      const float sc = xt_scatter_at(&fc.sc, col, row);
+      s += sc;
+      q += sc * (t.flat2 / t.flat1);
+    }
     if (S)
       S[i] = s;
     F[i] = G * t.flat1 * fc.coll.grid_tp; /* the flat field is calibrated with the grid in */

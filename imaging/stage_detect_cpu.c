@@ -19,6 +19,11 @@ void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *f
       const float tc = xt_collim_t(&fc->coll, c, r); /* shutters, wedges, grid (issue 11) */
       s *= tc;
       q *= tc;
+      if (fc->sc.field) { /* scatter (issue 11): its quanta at the primary's mean energy per quantum */
+        const float sc = xt_scatter_at(&fc->sc, c, r);
+        s += sc;
+        q += sc * (t->flat2 / t->flat1);
+      }
       if (S) S[i] = s;
       F[i] = G * t->flat1 * fc->coll.grid_tp; /* the flat field is calibrated with the grid in */
       if (fc->noise) {

@@ -106,6 +106,7 @@ static int build_tables(const xt_chain_params *p, const xt_chanset *cs, xt_chain
     return rc;
   info->absorbed_fraction = n_in > 0 ? n_abs / n_in : 0;
   info->flat_kev_per_mm2_ugy = info->kerma_ugy_per_mas > 0 ? t->flat1 / info->kerma_ugy_per_mas : 0;
+  if ((rc = xt_scatter_water_fit(t, &info->water_fit_a, &info->water_fit_b, msg))) return rc;
   info->nbins = s.n;
   info->nch = cs->n;
   xt_chanset_names(cs, info->channels, sizeof info->channels);
@@ -132,6 +133,7 @@ void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t
   fc->frame = frame;
   fc->noise = p->quantum_noise;
   xt_collim_make(p, fc->cols, fc->rows, &fc->coll);
+  if (p->scatter) xt_scatter_plan_make(p, &c->info, fc->cols, fc->rows, g->mode.pitch_u_mm, &fc->sc);
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_u_mm, &fc->bu);
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_v_mm, &fc->bv);
   xt_readout_const *r = &fc->ro;
@@ -344,6 +346,10 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   if ((rc = cpu_scratch(c, &fc, msg))) return rc;
   fc.pc.first = c->first;
   if (c->cs.n && (rc = xt_proj_render_channels(c->proj, g, c->A, msg))) return rc;
+  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
+    fc.sc.field = c->sc_buf[2];
+    xt_stage_scatter_cpu(&c->tab, &fc, c->A, c->sc_buf[0], c->sc_buf[1], c->sc_buf[2]);
+  }
   run_stage(c, &fc, out, ST_DETECT, fc.rows);
   run_stage(c, &fc, out, ST_BLUR_ROWS, fc.rows);
   run_stage(c, &fc, out, ST_BLUR_COLS, fc.rows);

@@ -68,6 +68,11 @@ typedef struct xt_chain_params {
   double drc_kv_max;      /* the control curve's highest kV */
   double drc_max_step;    /* largest change of the detector dose the loop asks for in one frame, factor */
   int dsa;                /* 1: digital subtraction: the processed frame is the log image minus the mask's */
+  int scatter;            /* 1: scatter kernel model on (xt_scatter.h) */
+  double scatter_sigma_mm; /* sigma of the broad scatter kernel at the detector */
+  double spr_200;         /* scatter-to-primary ratio behind 200 mm of water, broad beam, grid out */
+  double spr_exp;         /* SPR(t) = spr_200 (t / 200 mm)^spr_exp */
+  double grid_ts;         /* the grid's scatter transmission */
 } xt_chain_params;
 
 xt_chain_params xt_chain_params_default(void);
@@ -101,6 +106,7 @@ typedef struct xt_chain_info {
   int nbins, nch;
   char channels[256]; /* "air,soft_tissue,bone" */
   double flat_kev_per_mm2_ugy; /* absorbed energy per detector area per air kerma, unattenuated (issue 11: xt_drc.c) */
+  double water_fit_a, water_fit_b; /* the spectrum's water curve ln(F/P) = a t + b t^2, t mm (xt_scatter.c) */
 } xt_chain_info;
 
 typedef struct xt_chain xt_chain;

@@ -76,6 +76,13 @@ static const xt_chain_param_info tab[] = {
      "largest factor by which the loop changes the detector dose in one frame"},
     {"dsa", XT_PARAM_INT, P(dsa), 0, 0, 1, "",
      "digital subtraction (1): processed = log image minus the mask frame's (the first after switching on)"},
+    {"scatter", XT_PARAM_INT, P(scatter), 0, 0, 1, "", "scatter kernel model on (1) or off (0)"},
+    {"scatter_sigma_mm", XT_PARAM_REAL, P(scatter_sigma_mm), 50, 5, 300, "mm",
+     "sigma of the broad scatter kernel at the detector"},
+    {"spr_200", XT_PARAM_REAL, P(spr_200), 4.0, 0, 50, "",
+     "scatter-to-primary ratio behind 200 mm of water, broad beam, grid out"},
+    {"spr_exp", XT_PARAM_REAL, P(spr_exp), 1.4, 0.5, 3, "", "SPR(t) = spr_200 (t / 200 mm)^spr_exp"},
+    {"grid_ts", XT_PARAM_REAL, P(grid_ts), 0.15, 0, 1, "", "the grid's scatter transmission"},
 };
 #define NTAB ((int)(sizeof tab / sizeof tab[0]))
 

@@ -398,7 +398,66 @@ XT_TEST(dsa_of_a_static_scene_is_zero_outside_the_iodine) {
   xt_model_free(m);
 }
 
-XT_TEST_MAIN(XT_ENTRY(dsa_of_a_static_scene_is_zero_outside_the_iodine) XT_ENTRY(exposure_settings_couple_current_pulse_and_mas) XT_ENTRY(air_kerma_per_frame_matches_the_closed_form)
+/* Scatter at the centre of a slab: (S_on - S_off) / S_off of the noise-free expected signal. */
+static double centre_spr(double mm, const xt_chain_params *p0, double *spr_grid) {
+  xt_model *m = slab(mm);
+  xt_proj *pr = m ? cpu_proj_with(m) : NULL;
+  xt_chain_params p = *p0;
+  p.quantum_noise = 0;
+  xt_chain *c = NULL;
+  if (!pr || xt_chain_create(&p, pr, &c, NULL)) return NAN;
+  xt_geometry g = geom("fd20-256");
+  float *e = malloc(sizeof(float) * 256 * 256);
+  double v[4] = {0, 0, 0, 0};
+  for (int k = 0; k < 4 && e; k++) { /* scatter off/on, grid out/in */
+    p.scatter = k & 1;
+    p.grid = k >> 1;
+    xt_chain_out out = {0};
+    out.expected = e;
+    if (xt_chain_set_params(c, &p, NULL) || xt_chain_frame(c, &g, (uint64_t)k, &out, NULL)) break;
+    for (int r = 126; r < 130; r++)
+      for (int col = 126; col < 130; col++) v[k] += e[r * 256 + col];
+  }
+  free(e);
+  xt_chain_destroy(c);
+  xt_proj_destroy(pr);
+  xt_model_free(m);
+  if (spr_grid) *spr_grid = (v[3] - v[2]) / v[2];
+  return (v[1] - v[0]) / v[0];
+}
+
+/* The kernel's mass inside a centred open field of half-widths hu, hv (mm) at sigma (mm). */
+static double inside(double hu, double hv, double sigma) { return erf(hu / (sigma * sqrt(2.0))) * erf(hv / (sigma * sqrt(2.0))); }
+
+/* Scatter-to-primary ratio at the centre of a soft-tissue slab (water within ~2 % in mu) on a
+ * 296 mm square detector, grid out: SPR(t) = spr_200 (t / 200)^spr_exp times the broad kernel's
+ * mass inside the field, within 5 % (the slab is soft tissue, not water: its water-equivalent
+ * thickness is ~1.5 % less; the coarse grid's sampling). The defaults spr_200 = 4, spr_exp = 1.4
+ * give 1.5 / 4.0 / 7.1 at 100 / 200 / 300 mm: the range of broad-beam values for water in the
+ * literature (notes §3.9: up to ~5 and more), [U] as docs/imaging.md says. With the grid in the
+ * ratio is SPR x grid_ts / grid_tp to float rounding; closing the shutters to a central third
+ * cuts it to the kernel's mass inside the smaller field, within 8 % (cells of 4.6 mm). */
+XT_TEST(scatter_to_primary_ratio_of_water_slabs) {
+  xt_chain_params p = quiet_for("fd20-256");
+  const double mm[3] = {100, 200, 300};
+  for (int k = 0; k < 3; k++) {
+    double with_grid = 0;
+    const double got = centre_spr(mm[k], &p, &with_grid);
+    const double want = p.spr_200 * pow(mm[k] / 200.0, p.spr_exp) * inside(148, 148, p.scatter_sigma_mm);
+    XT_CHECK_MSG(fabs(got / want - 1) < 0.05, "%g mm: SPR %g, model %g", mm[k], got, want);
+    if (getenv("XT_TEST_VERBOSE")) fprintf(stderr, "%g mm: SPR %g (grid %g), model %g\n", mm[k], got, with_grid, want);
+    XT_CHECK_MSG(fabs(with_grid / (got * p.grid_ts / p.grid_tp) - 1) < 1e-3, "%g mm: grid SPR %g vs %g", mm[k],
+                 with_grid, got * p.grid_ts / p.grid_tp);
+  }
+  xt_chain_params q = p;
+  q.shutter[0] = q.shutter[1] = q.shutter[2] = q.shutter[3] = 1.0 / 3.0;
+  const double got = centre_spr(200, &q, NULL);
+  const double want = p.spr_200 * inside(296.0 / 6, 296.0 / 6, p.scatter_sigma_mm);
+  XT_CHECK_MSG(fabs(got / want - 1) < 0.08, "collimated to a third: SPR %g, model %g", got, want);
+  if (getenv("XT_TEST_VERBOSE")) fprintf(stderr, "a third: SPR %g, model %g\n", got, want);
+}
+
+XT_TEST_MAIN(XT_ENTRY(scatter_to_primary_ratio_of_water_slabs) XT_ENTRY(dsa_of_a_static_scene_is_zero_outside_the_iodine) XT_ENTRY(exposure_settings_couple_current_pulse_and_mas) XT_ENTRY(air_kerma_per_frame_matches_the_closed_form)
                  XT_ENTRY(kerma_area_product_is_field_area_times_kerma) XT_ENTRY(collimator_and_grid_shape_the_signal)
                      XT_ENTRY(drc_measures_the_open_field_dose) XT_ENTRY(drc_settles_after_a_thickness_step)
                          XT_ENTRY(drc_clamps_at_kv_max_with_closed_shutters))

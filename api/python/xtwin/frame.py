@@ -70,6 +70,7 @@ FIELDS = (
     ("drc_target_ngy", 552, "<d"),
     ("drc_curve_s", 560, "<d"),
     ("drc_flags", 568, "<I"),
+    ("reserved3", 572, "<I"),
 )
 FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
 CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "filter_cu_mm", "mean_energy_kev",

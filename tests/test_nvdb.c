@@ -304,7 +304,7 @@ XT_TEST(file_roundtrip_and_grid_names) {
   XT_REQUIRE(write_grid(b, XT_NVDB_Q_FP8, "material", 0, scratch("b.nvdb", p2, sizeof p2)) > 0);
   XT_REQUIRE(write_grid(a, XT_NVDB_Q_FLOAT, "density", 1, scratch("z.nvdb", pz, sizeof pz)) > 0);
   /* two segments in one file: a multi-grid file as NanoVDB reads it */
-  unsigned char *d1, *d2;
+  unsigned char *d1 = NULL, *d2 = NULL;
   long n1 = file_bytes(p1, &d1), n2 = file_bytes(p2, &d2);
   XT_REQUIRE(n1 > 0 && n2 > 0);
   unsigned char *cat = malloc((size_t)(n1 + n2));

@@ -79,7 +79,7 @@ static xt_model *tn_sparse_model(int labels, int lo, int hi, double bg) {
 
 /* Gives a label model of tn_sparse_model the default material table (at 60 keV, so that it has
  * material channels), its labels taken modulo the table's 8 entries (label 0 = air). */
-static int tn_default_materials(xt_model *vm) {
+static inline int tn_default_materials(xt_model *vm) {
   xt_volume *v = vm->volume;
   if (xt_materials_default(60.0, v->materials, NULL)) return -1;
   uint8_t *u = (uint8_t *)v->data;

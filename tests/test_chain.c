@@ -1,6 +1,6 @@
 /* The imaging chain on the CPU against independent facts: Philox's published known-answer vectors,
- * the Poisson sampler's moments, exp(-L) for one energy (label head, and with Gaussian mixtures), flat-field noise variance against the
- * compound-Poisson closed form and its 1/dose scaling, the noise power spectrum against the
+ * the Poisson sampler's moments, exp(-L) for one energy (label head, and with Gaussian mixtures),
+ * flat-field noise variance against the compound-Poisson closed form and its 1/dose scaling, the noise power spectrum against the
  * configured MTF^2, a slanted edge's measured MTF against the configured one, the lag impulse
  * response, 2x2 binning, processing, and bit-identical replay. */
 #include <math.h>

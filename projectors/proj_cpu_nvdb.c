@@ -16,7 +16,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "xt_nvdb.h"
 #include "xt_nvdb_access.h"
@@ -144,16 +143,9 @@ static double nvdb_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 
   return acc;
 }
 
+/* The voxel kinds' map (xt_voxel_chan_build takes grids too): the same malloc'd xt_voxel_chan. */
 static int nvdb_chan_build(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg) {
-  xt_voxel_chan *ch = malloc(sizeof *ch);
-  if (!ch) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
-  int rc = xt_voxel_chan_build(cs, m, ch, msg);
-  if (rc) {
-    free(ch);
-    return rc;
-  }
-  *chan = ch;
-  return 0;
+  return xt_cpu_kind_dense.chan_build(m, cs, chan, msg);
 }
 
 static void nvdb_ray_channels(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,

@@ -10,9 +10,9 @@
 
 #include "xt_chain.h"
 #include "xt_chain_internal.h"
-#include "xt_gmm.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 
 /* Random123's kat_vectors for philox4x32-10 (counter, key, expected). */
 XT_TEST(philox_matches_random123_known_answers) {
@@ -97,31 +97,6 @@ static xt_chain_params quiet(void) {
   return p;
 }
 
-/* A random mixture of n Gaussians around the head, labels 1..7 of the default table or none. */
-static xt_model *mixture(int n, int labels, double shift) {
-  xt_gmm *gm = NULL;
-  xt_model *m = NULL;
-  if (xt_gmm_create((size_t)n, &gm, NULL)) return NULL;
-  gm->has_labels = labels;
-  for (int i = 0; i < n; i++) {
-    xt_gaussian *g = &gm->g[i];
-    for (int a = 0; a < 3; a++) {
-      g->centre[a] = (float)(-60 + 120.0 * rand() / RAND_MAX);
-      g->scale[a] = (float)(3 + 12.0 * rand() / RAND_MAX);
-    }
-    g->quat[0] = (float)(0.2 + 0.8 * rand() / RAND_MAX);
-    g->quat[1] = (float)(-1 + 2.0 * rand() / RAND_MAX);
-    g->rho = (float)(0.001 + 0.02 * rand() / RAND_MAX);
-    g->label = labels ? (uint32_t)(1 + rand() % (XT_MAT_DEFAULT_COUNT - 1)) : XT_GMM_NO_LABEL;
-  }
-  if (xt_gmm_finish(gm, "mixture", NULL) || xt_model_from_gmm(gm, "mixture", &m, NULL)) {
-    xt_gmm_free(gm);
-    return NULL;
-  }
-  m->placement.t[0] = shift;
-  return m;
-}
-
 /* One energy: the detected signal over the flat field is exp(-L), L the mono line integral of the
  * same scene at that energy (the label table's 60 keV), to float rounding: the label head alone,
  * and with Gaussian mixtures (labelled and not) in the scene too - the chain through every
@@ -134,8 +109,8 @@ static void one_energy(int with_mixtures) {
   XT_REQUIRE(p);
   if (with_mixtures) {
     srand(5);
-    mix[0] = mixture(150, 1, -25);
-    mix[1] = mixture(150, 0, 25);
+    mix[0] = labelled_mixture(150, 1, 60, 3, 15, -25);
+    mix[1] = labelled_mixture(150, 0, 60, 3, 15, 25);
     XT_REQUIRE(mix[0] && mix[1] && xt_proj_add_model(p, mix[0], NULL) == 0 && xt_proj_add_model(p, mix[1], NULL) == 0);
   }
   xt_chain *c = NULL;

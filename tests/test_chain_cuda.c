@@ -17,10 +17,10 @@
 #include <string.h>
 
 #include "xt_chain.h"
-#include "xt_gmm.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 #ifdef XT_TEST_NVDB
 #include "xt_test_nvdb.h"
 #endif
@@ -167,39 +167,15 @@ XT_TEST(cuda_chain_matches_cpu_without_noise) {
   xt_model_free(m);
 }
 
-/* A random mixture of n Gaussians (labels 1..7 of the default table, or none), around the head. */
-static xt_model *mixture(int n, int labels, double shift) {
-  xt_gmm *gm = NULL;
-  xt_model *m = NULL;
-  if (xt_gmm_create((size_t)n, &gm, NULL)) return NULL;
-  gm->has_labels = labels;
-  for (int i = 0; i < n; i++) {
-    xt_gaussian *g = &gm->g[i];
-    for (int a = 0; a < 3; a++) {
-      g->centre[a] = (float)(-70 + 140.0 * rand() / RAND_MAX);
-      g->scale[a] = (float)(2 + 13.0 * rand() / RAND_MAX);
-    }
-    g->quat[0] = (float)(0.2 + 0.8 * rand() / RAND_MAX);
-    g->quat[2] = (float)(-1 + 2.0 * rand() / RAND_MAX);
-    g->rho = (float)(0.001 + 0.03 * rand() / RAND_MAX);
-    g->label = labels ? (uint32_t)(1 + rand() % (XT_MAT_DEFAULT_COUNT - 1)) : XT_GMM_NO_LABEL;
-  }
-  if (xt_gmm_finish(gm, "mixture", NULL) || xt_model_from_gmm(gm, labels ? "mix-labels" : "mix", &m, NULL)) {
-    xt_gmm_free(gm);
-    return NULL;
-  }
-  m->placement.t[0] = shift;
-  return m;
-}
-
 /* The scene of every kind: [0] label head, [1] labelled mixture, [2] unlabelled mixture, and with
  * NanoVDB [3] a label grid and [4] a mu grid (converted from sparse random volumes). *n models. */
-static int mixed_scene(xt_model **ms, int *n) {
+static int mixed_scene(xt_model **ms, int *n, unsigned seed) {
   const int dim[3] = {80, 80, 80};
+  srand(seed);
   *n = 0;
   if (xt_phantom_head_model(dim, 2.4, XT_VOXEL_U8, &ms[0], NULL)) return -1;
-  ms[1] = mixture(400, 1, -20);
-  ms[2] = mixture(300, 0, 25);
+  ms[1] = labelled_mixture(400, 1, 70, 2, 15, -20);
+  ms[2] = labelled_mixture(300, 0, 70, 2, 15, 25);
   if (!ms[1] || !ms[2]) return -1;
   *n = 3;
 #ifdef XT_TEST_NVDB
@@ -219,10 +195,9 @@ static int mixed_scene(xt_model **ms, int *n) {
  * GPU against the float64 reference. */
 XT_TEST(cuda_channels_of_every_kind_match_the_reference) {
   if (no_gpu()) return;
-  srand(77);
   xt_model *all[5] = {NULL};
   int n = 0;
-  XT_REQUIRE(mixed_scene(all, &n) == 0);
+  XT_REQUIRE(mixed_scene(all, &n, 77) == 0);
   const int subsets[][6] = {{5, 0, 1, 2, 3, 4}, {1, 1}, {1, 2}, {2, 1, 2}, {2, 3, 4}, {2, 2, 3}, {3, 0, 1, 2}};
   const char *quick = getenv("XT_CUDA_TEST_QUICK"); /* compute-sanitizer runs: the whole scene, one pose */
   const int nsub = quick && *quick && strcmp(quick, "0") ? 1 : (int)(sizeof subsets / sizeof subsets[0]);
@@ -272,10 +247,9 @@ XT_TEST(cuda_channels_of_every_kind_match_the_reference) {
 
 XT_TEST(cuda_chain_of_a_mixed_scene_matches_cpu) {
   if (no_gpu()) return;
-  srand(78);
   xt_model *all[5] = {NULL};
   int n = 0;
-  XT_REQUIRE(mixed_scene(all, &n) == 0);
+  XT_REQUIRE(mixed_scene(all, &n, 78) == 0);
   chain_matches_cpu(all, n);
   for (int i = 0; i < n; i++) xt_model_free(all[i]);
 }

@@ -22,6 +22,7 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 #include "xt_test_nvdb.h"
 
 #define XT_REQUIRE_MSG_(cond, m)                                                                    \
@@ -601,24 +602,9 @@ XT_TEST(mixed_scene_channels_reproduce_mono) {
   xt_model *ms[5] = {NULL};
   const int dim[3] = {48, 48, 48};
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &ms[0], NULL) == 0);
-  for (int k = 0; k < 2; k++) {
-    xt_gmm *gm = NULL;
-    XT_REQUIRE(xt_gmm_create(200, &gm, NULL) == 0);
-    gm->has_labels = k == 0;
-    for (int i = 0; i < 200; i++) {
-      xt_gaussian *g = &gm->g[i];
-      for (int a = 0; a < 3; a++) {
-        g->centre[a] = (float)tn_urand(-50, 50);
-        g->scale[a] = (float)tn_urand(2, 12);
-      }
-      g->quat[0] = (float)tn_urand(0.2, 1);
-      g->quat[1] = (float)tn_urand(-1, 1);
-      g->rho = (float)tn_urand(0.001, 0.03);
-      g->label = k == 0 ? (uint32_t)(1 + rand() % (XT_MAT_DEFAULT_COUNT - 1)) : XT_GMM_NO_LABEL;
-    }
-    XT_REQUIRE(xt_gmm_finish(gm, "mix", NULL) == 0 && xt_model_from_gmm(gm, k ? "mix-mu" : "mix-labels", &ms[1 + k], NULL) == 0);
-    ms[1 + k]->placement.t[0] = k ? 30 : -30;
-  }
+  ms[1] = labelled_mixture(200, 1, 50, 2, 12, -30);
+  ms[2] = labelled_mixture(200, 0, 50, 2, 12, 30);
+  XT_REQUIRE(ms[1] && ms[2]);
   xt_model *lv = tn_sparse_model(1, 24, 40, 0.0), *dv = tn_sparse_model(0, 24, 40, 0.0);
   XT_REQUIRE(lv && dv && tn_default_materials(lv) == 0);
   xt_msg msg = {{0}};

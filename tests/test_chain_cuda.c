@@ -53,6 +53,35 @@ static xt_geometry geom(const char *mode, double primary, double secondary) {
   return g;
 }
 
+/* The channel planes of projector p (CUDA, models ms) at pose g against the float64 reference:
+ * *err the largest |gpu - ref| (infinite where a value was left unwritten: NaN-poisoned first),
+ * *mx the largest |ref|, *l2 the relative L2 difference. 0, or -1 when a render fails. */
+static int compare_channels(xt_proj *p, xt_model *const *ms, int nm, const xt_chanset *cs, const xt_geometry *g,
+                            double *err, double *mx, double *l2) {
+  const size_t n = (size_t)g->mode.rows * g->mode.cols * (size_t)cs->n;
+  float *gpu = malloc(sizeof *gpu * n);
+  double *ref = malloc(sizeof *ref * n);
+  int rc = gpu && ref ? 0 : -1;
+  for (size_t i = 0; !rc && i < n; i++) gpu[i] = NAN;
+  if (!rc && (xt_proj_render_channels(p, g, gpu, NULL) ||
+              xt_ref_render_channels_f64((const xt_model *const *)ms, nm, cs, g, ref, 0, NULL)))
+    rc = -1;
+  double d2 = 0, r2 = 0;
+  *err = *mx = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    const double d = gpu[i] - ref[i];
+    *mx = fmax(*mx, fabs(ref[i]));
+    *err = fmax(*err, fabs(d));
+    d2 += d * d;
+    r2 += ref[i] * ref[i];
+    if (!(gpu[i] == gpu[i])) *err = INFINITY; /* unwritten */
+  }
+  *l2 = r2 > 0 ? sqrt(d2 / r2) : INFINITY;
+  free(gpu);
+  free(ref);
+  return rc;
+}
+
 XT_TEST(cuda_channels_match_the_reference) {
   if (no_gpu()) return;
   const int dim[3] = {96, 96, 96};
@@ -69,22 +98,9 @@ XT_TEST(cuda_channels_match_the_reference) {
     const double angles[][2] = {{0, 0}, {33, -12}, {90, 0}, {-120, 25}};
     for (int a = 0; a < 4; a++) {
       xt_geometry g = geom("fd20-256", angles[a][0], angles[a][1]);
-      const size_t plane = (size_t)g.mode.rows * g.mode.cols;
-      float *gpu = malloc(sizeof *gpu * plane * cs.n);
-      double *ref = malloc(sizeof *ref * plane * cs.n);
-      XT_REQUIRE(gpu && ref);
-      for (size_t i = 0; i < plane * cs.n; i++) gpu[i] = NAN;
-      XT_REQUIRE(xt_proj_render_channels(p, &g, gpu, NULL) == 0);
-      XT_REQUIRE(xt_ref_render_channels_f64((const xt_model *const *)ms, nm, &cs, &g, ref, 0, NULL) == 0);
-      double mx = 0, err = 0;
-      for (size_t i = 0; i < plane * cs.n; i++) {
-        mx = fmax(mx, fabs(ref[i]));
-        err = fmax(err, fabs(gpu[i] - ref[i])); /* NaN (unwritten) fails below */
-        if (!(gpu[i] == gpu[i])) err = INFINITY;
-      }
+      double err, mx, l2;
+      XT_REQUIRE(compare_channels(p, ms, nm, &cs, &g, &err, &mx, &l2) == 0);
       XT_CHECK_MSG(err <= 1e-4 * mx, "%d models, pose %d: max |gpu - ref| %g of %g", nm, a, err, mx);
-      free(gpu);
-      free(ref);
     }
     xt_proj_destroy(p);
   }
@@ -216,29 +232,12 @@ XT_TEST(cuda_channels_of_every_kind_match_the_reference) {
     const double angles[][2] = {{0, 0}, {41, -12}, {-115, 25}};
     for (int a = 0; a < nposes; a++) {
       xt_geometry g = geom("fd20-256", angles[a][0], angles[a][1]);
-      const size_t plane = (size_t)g.mode.rows * g.mode.cols;
-      float *gpu = malloc(sizeof *gpu * plane * cs.n);
-      double *ref = malloc(sizeof *ref * plane * cs.n);
-      XT_REQUIRE(gpu && ref);
-      for (size_t i = 0; i < plane * cs.n; i++) gpu[i] = NAN;
-      XT_REQUIRE(xt_proj_render_channels(p, &g, gpu, &msg) == 0);
-      XT_REQUIRE(xt_ref_render_channels_f64((const xt_model *const *)ms, nm, &cs, &g, ref, 0, NULL) == 0);
-      double mx = 0, err = 0, d2 = 0, r2 = 0;
-      for (size_t i = 0; i < plane * cs.n; i++) {
-        const double d = gpu[i] - ref[i];
-        mx = fmax(mx, fabs(ref[i]));
-        err = fmax(err, fabs(d));
-        d2 += d * d;
-        r2 += ref[i] * ref[i];
-        if (!(gpu[i] == gpu[i])) err = INFINITY; /* unwritten */
-      }
-      const double l2 = sqrt(d2 / r2);
+      double err, mx, l2;
+      XT_REQUIRE(compare_channels(p, ms, nm, &cs, &g, &err, &mx, &l2) == 0);
       XT_CHECK_MSG(err <= 1e-4 * mx && l2 < 1e-5 && mx > 0, "subset %d (%d models, %d channels), pose %d: max %g of %g, rel L2 %g",
                    s, nm, cs.n, a, err, mx, l2);
       printf("  subset %d (%d models, %d channels) pose %d: max err %.2e of max, rel L2 %.2e\n", s, nm, cs.n, a,
              err / mx, l2);
-      free(gpu);
-      free(ref);
     }
     xt_proj_destroy(p);
   }

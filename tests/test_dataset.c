@@ -135,8 +135,18 @@ XT_TEST(spec_errors_name_the_field) {
       {"{" BASE ", \"landmarks\": [{\"name\": \"n\", \"model\": \"h\"}]}", "landmarks[0].position_mm: required"},
       {"{" BASE ", \"chain\": {\"kvp\": 70}}", "chain.kvp: unknown field (did you mean \"kv\"?)"},
       {"{" BASE ", \"chain\": {\"kv\": [40, 150]}}", "chain.kv[1]: 150 is outside [40, 125]"},
-      {"{" BASE ", \"chain\": {\"kv\": 70}}", "chain: the imaging chain"},
-      {"{" BASE ", \"write\": {\"raw\": true}}", "write.raw: needs the imaging chain"},
+      {"{" BASE ", \"chain\": {\"kv\": 70, \"filter_cu_mn\": 0.2}}", "chain.filter_cu_mn: unknown field (did you mean \"filter_cu_mm\"?)"},
+      {"{" BASE ", \"chain\": {\"filter_cu_mm\": 9}}", "spec.json: chain.filter_cu_mm: 9 outside [0, 2]"},
+      {"{" BASE ", \"chain\": {\"binning\": 1.5}}", "spec.json: chain.binning: 1.5 is not a whole number"},
+      {"{" BASE ", \"chain\": {\"lag\": true}}", "spec.json: chain.lag: expected a number, got a boolean"},
+      {"{" BASE ", \"chain\": {\"lag_frac_1\": 0.45, \"lag_frac_2\": 0.45}}", "spec.json: chain.lag_frac_*: fractions sum"},
+      {"{" BASE ", \"chain\": {\"seed\": 3}}", "spec.json: chain.seed: not settable"},
+      {"{" BASE ", \"chain\": {\"mas\": 0.1, \"dose_ngy\": 50}}", "spec.json: chain.mas: give mas or dose_ngy, not both"},
+      {"{" BASE ", \"chain\": {\"noise\": false, \"quantum_noise\": 1}}", "spec.json: chain.quantum_noise: conflicts with"},
+      {"{" BASE ", \"chain\": {\"dose_ngy\": [0.001, 10]}}", "spec.json: chain.dose_ngy: 0.001 nGy at 80 kV and SID 1195 mm needs"},
+      {"{" BASE ", \"chain\": {\"kv\": 70}, \"write\": {\"raw\": false, \"processed\": false}}",
+       "spec.json: write: a \"chain\" but neither raw nor processed"},
+      {"{" BASE ", \"write\": {\"raw\": true}}", "write.raw: needs a \"chain\" section"},
       {"{" BASE ", \"write\": {\"labels\": true}}", "write.labels: no label channels"},
       {"{" BASE ", \"write\": {\"lineint\": false}}", "write: writes no image and no labels"},
       {"{" BASE ", \"write\": {\"landmarks\": 1}}", "write.landmarks: expected true or false"},
@@ -156,12 +166,58 @@ XT_TEST(spec_errors_name_the_field) {
                  cases[i].want);
     XT_CHECK_MSG(strchr(msg.text, '\n') == NULL, "case %zu: more than one line", i);
   }
-  /* The chain is reported as missing from the build, not as a bad spec. */
   xt_ds_spec s;
   xt_msg msg;
-  XT_CHECK(load_text("{" BASE ", \"chain\": {\"kv\": 70}}", &s, &msg) == XT_EUNSUPPORTED);
   /* A file that cannot be read is an I/O error naming the path. */
   XT_CHECK(xt_ds_spec_load("/nonexistent/spec.json", &s, &msg) == XT_EIO && strstr(msg.text, "/nonexistent/spec.json"));
+  remove_dir();
+}
+
+/* The chain section: the chain's parameters by name, kV and dose drawn per frame inside their
+ * ranges, one draw each after every other (the poses of a spec without a chain are unchanged),
+ * and dose -> mAs by the inverse square law (twice the SID, four times the mAs) and linearly. */
+XT_TEST(chain_spec_and_draws) {
+  make_dir();
+  xt_ds_spec a, b, c;
+  xt_msg msg;
+  XT_REQUIRE(load_text("{\"seed\": 9007199254740999, \"frames\": 50, " M0 ", \"poses\": {\"sid_mm\": [1000, 2000]}, "
+                       "\"chain\": {\"kv\": [60, 90], \"dose_ngy\": [10, 40], \"noise\": false, \"filter_cu_mm\": 0.2, "
+                       "\"binning\": 2, \"panel_seed\": 7}}",
+                       &a, &msg) == 0);
+  XT_REQUIRE(load_text("{\"seed\": 9007199254740999, \"frames\": 50, " M0 ", \"poses\": {\"sid_mm\": [1000, 2000]}}", &b,
+                       &msg) == 0);
+  XT_REQUIRE(load_text("{\"seed\": 1, \"frames\": 10, " M0 ", \"chain\": {\"mas\": 0.25}}", &c, &msg) == 0);
+  XT_CHECK(a.chain.present && a.write.raw && a.write.processed && !b.chain.present && !b.write.raw);
+  XT_CHECK(a.chain.base.filter_cu_mm == 0.2 && a.chain.base.binning == 2 && a.chain.base.panel_seed == 7);
+  XT_CHECK(a.chain.base.quantum_noise == 0 && a.chain.base.e_noise_adu == 0);
+  XT_CHECK(a.chain.base.seed == 9007199254740999ULL - (1ULL << 53)); /* the spec's seed mod 2^53 */
+  XT_CHECK(c.chain.base.mas == 0.25 && c.chain.base.quantum_noise == 1 && c.chain.base.seed == 1);
+  xt_ds_spec_free(&c);
+  int rows, cols;
+  xt_ds_chain_size(&a, 0, &rows, &cols);
+  XT_CHECK(rows == 256 && cols == 256); /* fd20-512 binned 2x2 */
+  xt_affine id = xt_aff_identity();
+  double ctr[1][3] = {{0, 0, 0}};
+  for (long long i = 0; i < 50; i++) {
+    xt_ds_frame fa, fb;
+    XT_REQUIRE(xt_ds_sample_frame(&a, &id, (const double(*)[3])ctr, i, &fa, &msg) == 0);
+    XT_REQUIRE(xt_ds_sample_frame(&b, &id, (const double(*)[3])ctr, i, &fb, &msg) == 0);
+    XT_CHECK(fa.geom.pose.sid_mm == fb.geom.pose.sid_mm && fa.geom.pose.primary_deg == fb.geom.pose.primary_deg);
+    XT_CHECK(fa.chain.kv >= 60 && fa.chain.kv <= 90 && fa.dose_ngy >= 10 && fa.dose_ngy <= 40);
+    XT_CHECK(fa.chain.filter_cu_mm == 0.2 && fa.chain.seed == a.chain.base.seed);
+    double m1, m2, m3;
+    XT_REQUIRE(xt_ds_dose_mas(&fa.chain, fa.chain.kv, fa.geom.pose.sid_mm, fa.dose_ngy, &m1, &msg) == 0);
+    XT_REQUIRE(xt_ds_dose_mas(&fa.chain, fa.chain.kv, 2 * fa.geom.pose.sid_mm, fa.dose_ngy, &m2, &msg) == 0);
+    XT_REQUIRE(xt_ds_dose_mas(&fa.chain, fa.chain.kv, fa.geom.pose.sid_mm, 3 * fa.dose_ngy, &m3, &msg) == 0);
+    XT_CHECK(fa.chain.mas == m1 && fabs(m2 / m1 - 4) < 1e-9 && fabs(m3 / m1 - 3) < 1e-9);
+  }
+  /* Image models moving independently cannot share one chain scene. */
+  XT_CHECK(load_text("{\"seed\": 1, \"frames\": 1, \"models\": [{\"name\": \"h\", \"phantom\": \"head\", \"size\": 16}, "
+                     "{\"name\": \"g\", \"phantom\": \"head\", \"size\": 16}], \"chain\": {}}",
+                     &c, &msg) == XT_EINVAL &&
+           strstr(msg.text, "spec.json: chain: image models \"h\" and \"g\" move independently"));
+  xt_ds_spec_free(&a);
+  xt_ds_spec_free(&b);
   remove_dir();
 }
 
@@ -571,7 +627,7 @@ XT_TEST(tar_shard_layout) {
   for (int i = 0; i < 3; i++) {
     xt_ds_frame f;
     XT_REQUIRE(xt_ds_sample_frame(&s, sc.placement, (const double(*)[3])sc.center, i, &f, &msg) == 0);
-    xt_ds_frame_data fd = {&f, img, {ch}};
+    xt_ds_frame_data fd = {&f, img, {ch}, NULL, NULL};
     XT_REQUIRE(xt_ds_shard_add(w, e, &fd, &st, NULL, NULL, &msg) == 0);
   }
   XT_REQUIRE(xt_ds_shard_commit(w, &st, NULL, NULL, &msg) == 0);
@@ -632,7 +688,7 @@ XT_TEST(tar_shard_layout) {
   remove_dir();
 }
 
-XT_TEST_MAIN(XT_ENTRY(spec_errors_name_the_field) XT_ENTRY(spec_defaults_and_canonical_text) XT_ENTRY(view_names)
+XT_TEST_MAIN(XT_ENTRY(spec_errors_name_the_field) XT_ENTRY(chain_spec_and_draws) XT_ENTRY(spec_defaults_and_canonical_text) XT_ENTRY(view_names)
                  XT_ENTRY(sampling_ranges_and_determinism) XT_ENTRY(arc_angles_and_one_draw_per_run)
                      XT_ENTRY(boxes_under_random_motion_match_exact_chords)
                          XT_ENTRY(two_models_move_apart_and_a_segmentation_follows_one)

@@ -215,6 +215,25 @@ int xt_ds_scene_load(const xt_ds_spec *s, xt_ds_scene *sc, xt_msg *msg) {
     sc->center[i][1] = c.y;
     sc->center[i][2] = c.z;
   }
+  /* The chain sees a model only through its material channels: a kind without them would be
+   * missing from the raw frame without a word (the chain renders no channel of it), so it is
+   * refused here, by asking a CPU projector which channels the model brings. */
+  for (int i = 0; s->chain.present && i < s->nmodels; i++) {
+    if (!s->models[i].in_image) continue;
+    xt_proj_options po = {XT_BACKEND_CPU, 1, 0};
+    xt_proj *p = NULL;
+    xt_chanset cs;
+    memset(&cs, 0, sizeof cs);
+    if (!(rc = xt_proj_create(&po, &p, msg)) && !(rc = xt_proj_add_model(p, sc->models[i], msg)))
+      rc = xt_proj_channels(p, &cs, msg);
+    xt_proj_destroy(p);
+    if (!rc && cs.n == 0)
+      rc = xt_fail(msg, XT_EUNSUPPORTED,
+                   "%s: chain: model \"%s\" (%s) has no material channels yet, so the imaging chain cannot see it "
+                   "(docs/imaging.md, \"Material channels\")",
+                   base, s->models[i].name, xt_model_kind_name(sc->models[i]->kind));
+    if (rc) goto fail;
+  }
   for (int k = 0; k < s->nchannels; k++) {
     const xt_ds_channel_spec *cs = &s->channels[k];
     const xt_model *src = sc->models[cs->model];

@@ -210,9 +210,9 @@ void xt_ds_renderer_free(xt_ds_renderer *r);
 /* Renders n frames of one detector mode: img gets n frames of rows*cols float line integrals (all
  * image models summed), chan[k] (k < nchannels) n frames of channel k. */
 int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *img, xt_msg *msg);
-/* THE label-channel function: today one projector per channel (indicator tables); it becomes one
- * multi-channel render when the projectors gain per-material outputs (issue 10). It may run on
- * another thread while xt_ds_render_image runs (separate projectors and scratch). */
+/* THE label-channel function: one projector per channel (indicator tables; the chain's
+ * per-material channels are basis materials, not label sets: docs/dataset.md). It may run on
+ * another thread while xt_ds_render_image and xt_ds_render_chain run (separate projectors). */
 int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *const *chan, xt_msg *msg);
 /* The imaging chain's frames (spec with a chain): raw and proc get n frames of the chain's size
  * (xt_ds_chain_size). Each frame is a first exposure (lag and temporal filter reset) with frame

@@ -12,8 +12,13 @@
  * own whose voxels hold the channel's labels and a background label outside it, with a table of
  * 1 per channel label (path length, mm) or the material's mu (line integral); a channel of a dense
  * model is a mask of its mu (or HU) range. Each has its own projector. All of that sits behind
- * xt_ds_render_labels, the one function that changes when the projectors gain per-material
- * channel outputs (issue 10). */
+ * xt_ds_render_labels. The projectors' per-material channels (issue 10) cannot replace it: they
+ * give areal densities of basis materials summed over a projector's models, not a channel's
+ * labels (two labels of one material, user HU thresholds) as path lengths (docs/dataset.md).
+ *
+ * With a chain, each worker binds one imaging chain per detector mode to the image projector
+ * (the spec keeps the image models in one group), and every frame runs as a first exposure keyed
+ * by the frame's index (xt_ds_render_chain). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

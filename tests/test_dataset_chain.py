@@ -3,8 +3,8 @@
 
 - every frame is reproduced by `xtwin render --chain` from the frame's metadata alone (its pose and
   every chain parameter the metadata lists, --seed and --frame): raw and processed identical byte
-  for byte, with noise off and with noise on (the render's 16-bit PNGs decoded here with zlib and
-  the PNG filters of RFC 2083, not by xtwin), and the render sidecar's parameter list equal to the
+  for byte, with noise off and with noise on (the render's 16-bit PNGs decoded by test_cli.py's
+  reader, not by xtwin), and the render sidecar's parameter list equal to the
   frame's (every parameter, by the chain's own table);
 - dose_ngy: the frame's mAs gives that air kerma at the SID by the render sidecar's kerma per mAs
   at 1 m and the inverse square law;
@@ -21,10 +21,8 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
-import zlib
 
 try:
     import numpy as np
@@ -36,15 +34,12 @@ XTWIN, SRC, SCRATCH = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(SRC, "api", "python"))
 import xtwin_dataset as xd  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("  FAIL:", what)
-    return cond
-
+# test_cli.py's check() and its 16-bit PNG reader (chunks and CRCs, zlib, the five scanline
+# filters; not xtwin's code). That script reads its arguments when imported: it gets these.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_argv, sys.argv = sys.argv, [sys.argv[0], XTWIN, os.path.join(SRC, "tools", "xt_render_cmd.c"), SCRATCH]
+from test_cli import check, failures, read_png16_gray as read_png16  # noqa: E402
+sys.argv = _argv
 
 def env():
     e = dict(os.environ)
@@ -85,45 +80,6 @@ def one_line_error(rc, err, want_rc, pattern, what):
     ok &= check(len(lines) == 1, f"{what}: {len(lines)} stderr lines: {err!r}")
     ok &= check(bool(lines) and re.search(pattern, lines[-1]) is not None, f"{what}: {err.strip()!r} !~ {pattern!r}")
     return ok
-
-
-def read_png16(path):
-    """A 16-bit greyscale, non-interlaced PNG: chunks, zlib, then the five scanline filters."""
-    data = open(path, "rb").read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
-    pos, idat, w, h = 8, b"", 0, 0
-    while pos < len(data):
-        n, typ = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        if typ == b"IHDR":
-            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert depth == 16 and ctype == 0 and interlace == 0, (depth, ctype, interlace)
-        elif typ == b"IDAT":
-            idat += body
-        pos += 12 + n
-    raw = zlib.decompress(idat)
-    bpp, stride = 2, 2 * w
-    out, prev = bytearray(h * stride), bytearray(stride)
-    for r in range(h):
-        f = raw[r * (stride + 1)]
-        line = bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - bpp] if i >= bpp else 0
-            b = prev[i]
-            c = prev[i - bpp] if i >= bpp else 0
-            if f == 1:
-                line[i] = (line[i] + a) & 255
-            elif f == 2:
-                line[i] = (line[i] + b) & 255
-            elif f == 3:
-                line[i] = (line[i] + (a + b) // 2) & 255
-            elif f == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        out[r * stride:(r + 1) * stride] = line
-        prev = line
-    return np.frombuffer(bytes(out), dtype=">u2").reshape(h, w).astype(np.uint16)
 
 
 HEAD = {"name": "head", "phantom": "head-labels", "size": 32, "spacing_mm": 6}

@@ -178,6 +178,10 @@ for rel in shards:
     for where in ("tasks", "one"):
         p = os.path.join(d, where, rel)
         check(os.path.isfile(p) and sha(p) == sha(os.path.join(ref, rel)), f"{where}: {rel} == the single run's")
+with open(os.path.join(ref, "dataset.json")) as fh:
+    members = {m["ext"]: m for m in json.load(fh)["members"]}
+check(members["raw.npy"]["dtype"] == "<u2" and members["raw.npy"]["shape"] == "(rows / 2, cols / 2)" ==
+      members["processed.npy"]["shape"], f"dataset.json: binned chain members {members}")
 a = xd.open_dataset(ref)
 frames = list(a)
 check(not np.array_equal(frames[0]["raw"], frames[1]["raw"]), "frames differ")

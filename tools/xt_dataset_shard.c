@@ -591,7 +591,10 @@ static char *dataset_json(const xt_ds_spec *s) {
     put(&b, m, "ext", json_string(mi[i].ext));
     if (mi[i].ndim) {
       put(&b, m, "dtype", json_string(mi[i].dtype));
-      put(&b, m, "shape", json_string(mi[i].ndim == 3 ? "(channels, rows, cols)" : "(rows, cols)"));
+      const int binned = s->chain.present && s->chain.base.binning == 2 &&
+                         (!strcmp(mi[i].ext, "raw.npy") || !strcmp(mi[i].ext, "processed.npy"));
+      put(&b, m, "shape",
+          json_string(mi[i].ndim == 3 ? "(channels, rows, cols)" : binned ? "(rows / 2, cols / 2)" : "(rows, cols)"));
     }
     push(&b, mem, m);
   }

@@ -188,6 +188,8 @@ static int check_data_present(const char *path, const Nrrd *nrrd, const NrrdIoSt
   return 0;
 }
 
+#define XT_NRRD_LINE_MAX 512 /* a field's line: well under Teem's message buffer with its wording */
+
 /* The data files a detached header names, checked before Teem sees the header: Teem opens them
  * while reading the header (even with skipData), so a FIFO there would block it, and a name
  * outside opt's model folders must never be opened. Every "data file: NAME" line of the header
@@ -213,6 +215,17 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
     const char *name = NULL;
     if (!*line) {
       break; /* the blank line that ends the header: attached data */
+    }
+    /* Teem formats its error messages, which quote the offending line, into a fixed 1,025-byte
+     * stack buffer without bounds (_biffMsgAddVL): a long unparseable line smashes its stack
+     * (found by scripts/long-fuzz, reproducer tests/fuzz/loaders/crash_long_line.nhdr). Fields are
+     * short; comments and key/value pairs are never quoted, and data file names are checked here
+     * (they may be as long as a path). */
+    if (n > XT_NRRD_LINE_MAX && line[0] != '#' && !strstr(line, ":=") &&
+        strncasecmp(line, "data file: ", 11) != 0 && strncasecmp(line, "datafile: ", 10) != 0) {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: header line %d is %zu bytes long (at most %d for a field)", path, lines, n,
+                   XT_NRRD_LINE_MAX);
+      break;
     }
     /* Teem's field names are case-insensitive, "data file" or "datafile", ended by ": " */
     char *colon = strstr(line, ": ");

@@ -867,13 +867,13 @@ static int parse_chain(ctx *c, xt_ds_spec *s, json_t *root) {
   ch->base.kv = ch->kv.lo;
   /* dose_ngy: the mAs it asks for at the corners of kV and SID (kerma grows with kV, falls with
    * SID) must be the chain's to give, so no frame fails halfway through a run. */
+  double sid_lo = s->poses.sid_set ? s->poses.sid_mm.lo : s->modes[0]->sid_mm,
+         sid_hi = s->poses.sid_set ? s->poses.sid_mm.hi : s->modes[0]->sid_mm;
+  for (int k = 1; !s->poses.sid_set && k < s->nmodes; k++) {
+    if (s->modes[k]->sid_mm < sid_lo) sid_lo = s->modes[k]->sid_mm;
+    if (s->modes[k]->sid_mm > sid_hi) sid_hi = s->modes[k]->sid_mm;
+  }
   for (int i = 0; ch->dose_set && i < 8 && !rc; i++) {
-    const xt_detector_mode *md = s->modes[0];
-    double sid_lo = s->poses.sid_set ? s->poses.sid_mm.lo : md->sid_mm, sid_hi = s->poses.sid_set ? s->poses.sid_mm.hi : md->sid_mm;
-    for (int k = 1; !s->poses.sid_set && k < s->nmodes; k++) {
-      if (s->modes[k]->sid_mm < sid_lo) sid_lo = s->modes[k]->sid_mm;
-      if (s->modes[k]->sid_mm > sid_hi) sid_hi = s->modes[k]->sid_mm;
-    }
     const double kv = i & 1 ? ch->kv.hi : ch->kv.lo, sid = i & 2 ? sid_hi : sid_lo,
                  dose = i & 4 ? ch->dose_ngy.hi : ch->dose_ngy.lo;
     const xt_chain_param_info *in = xt_chain_param_find("mas");

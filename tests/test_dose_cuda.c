@@ -130,6 +130,11 @@ XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
   XT_REQUIRE(rc_ && pc_ && rg && pgp);
   xt_chain_out oc = {rc_, pc_, NULL, NULL}, og = {rg, pgp, NULL, NULL};
   const uint16_t zero = (uint16_t)floor(4095 * 0.5 + 0.5);
+  /* The chain's GPU/CPU bar for processed frames is 2 codes at the default window (6 attenuation
+   * units, test_chain_cuda): 0.003 units of float-vs-double difference in the log image. DSA's
+   * window is narrower (1 unit), so the same difference spans more codes: the bar in codes scales
+   * by the window ratio. */
+  const int tol = (int)ceil(2.0 * xt_chain_param_find("window")->def / p.window);
   for (int f = 0; f < 3; f++) {
     if (f == 2) { /* a change after the mask: less mAs (a darker frame), subtracted on both */
       p.mas = 0.04;
@@ -138,10 +143,10 @@ XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
     XT_REQUIRE(xt_chain_frame(cc, &g, (uint64_t)f, &oc, NULL) == 0 && xt_chain_frame(cg, &g, (uint64_t)f, &og, NULL) == 0);
     int diff = 0, off = 0;
     for (int i = 0; i < n; i++) {
-      diff += abs((int)pc_[i] - (int)pgp[i]) > 2;
+      diff += abs((int)pc_[i] - (int)pgp[i]) > tol;
       off += pgp[i] != zero;
     }
-    XT_CHECK_MSG(diff == 0, "frame %d: %d processed codes differ by more than 2", f, diff);
+    XT_CHECK_MSG(diff == 0, "frame %d: %d processed codes differ by more than %d", f, diff, tol);
     if (f == 1) XT_CHECK_MSG(off <= n / 1000, "frame 1 against its mask: %d pixels off the zero grey", off);
   }
   free(rc_);

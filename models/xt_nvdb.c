@@ -506,7 +506,7 @@ static int read_blob(FILE *f, const char *path, const file_meta *m, uint16_t cod
     }
   } else {
     uint64_t zn;
-    if (fread(&zn, 8, 1, f) != 1 || zn + 8 > m->file_size) {
+    if (fread(&zn, 8, 1, f) != 1 || m->file_size < 8 || zn > m->file_size - 8) { /* zn + 8 would wrap */
       rc = xt_fail(msg, XT_ETRUNCATED, "%s: truncated or bad ZIP block of grid \"%s\"", path, m->name);
       goto fail;
     }

@@ -54,7 +54,7 @@ static int read_nvdb(const char *path, const xt_load_options *opt, xt_model **ou
   if (rc) return rc;
   if ((rc = xt_model_from_nvdb(g, NULL, out, msg))) {
     xt_nvdb_free(g);
-    return rc;
+    return xt_fail(msg, rc, "%s: out of memory for the model", path);
   }
   if (opt && opt->report) { /* what the loader noticed: the format, and the stored value range */
     snprintf(opt->report->format, sizeof opt->report->format, "nanovdb");

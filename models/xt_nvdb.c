@@ -544,8 +544,7 @@ int xt_nvdb_load(const char *path, const xt_nvdb_load_options *opt, xt_nvdb **ou
   size_t nlen = 0;
   const char *want = opt && opt->grid && *opt->grid ? opt->grid : NULL;
   *out = NULL;
-  f = fopen(path, "rb");
-  if (!f) return xt_fail(msg, XT_ENOTFOUND, "%s: cannot open", path);
+  if ((rc = xt__fopen_regular(path, &f, NULL, msg))) return rc; /* never blocks on a FIFO */
   if (fseeko(f, 0, SEEK_END) != 0) {
     rc = xt_fail(msg, XT_EIO, "%s: cannot seek", path);
     goto fail;

@@ -350,6 +350,10 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
   g->grid_class = u32at(b, PNANOVDB_GRID_OFF_GRID_CLASS);
   memcpy(g->grid_name, b + PNANOVDB_GRID_OFF_GRID_NAME, sizeof g->grid_name);
   g->grid_name[sizeof g->grid_name - 1] = '\0';
+  /* The name goes into reports (JSON: valid UTF-8 only) and messages: printable ASCII kept, any
+   * other byte shown as '?' (the name a client asks for is matched against the file's own). */
+  for (char *ch = g->grid_name; *ch; ch++)
+    if ((unsigned char)*ch < 0x20 || (unsigned char)*ch > 0x7e) *ch = '?';
 
   /* The map: index -> world, NanoVDB's double matrix (row-major, world = M ijk + v). */
   {

@@ -9,7 +9,10 @@
  * hostile ones); ctest test_fuzz_models replays both through this same code (built with
  * XT_FUZZ_NO_ENTRY), every file under every reader and option. Long runs: scripts/long-fuzz
  * fuzz_models. By hand (clang build):
- *   build-fuzz/tests/fuzz_models -max_len=400000 -max_total_time=60 tests/fuzz/nvdb tests/fuzz/gmm */
+ *   build-fuzz/tests/fuzz_models -max_len=400000 -dict=tests/fuzz/models.dict -max_total_time=60 CORPUS
+ * with CORPUS a copy of both seed folders (libFuzzer adds files to it); scripts/long-fuzz also adds
+ * each seed with its reader's byte appended (the JSON reader is blind otherwise: jansson carries no
+ * coverage instrumentation, so a seed cut by one byte never parses and is dropped). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,8 @@
 const char *const xt_fuzz_models_names[XT_FUZZ_MODELS_NAMES] = {"f.nvdb", "f.xgmm", "f.gmm", "f.gmm.json"};
 
 static char dir[64];
+
+static void remove_dir(void) { rmdir(dir); } /* empty: each load unlinks its file */
 
 /* The model centred on the isocentre and rendered on 8 x 8 pixels that cover its bounds: every
  * ray meets the model's box, so the reader's checked offsets are followed. */
@@ -55,6 +60,7 @@ int xt_fuzz_models_load(const uint8_t *data, size_t size, int name, int option) 
   if (!dir[0]) {
     snprintf(dir, sizeof dir, "/tmp/xt_fuzz_models_XXXXXX");
     if (!mkdtemp(dir)) return XT_EIO;
+    atexit(remove_dir);
   }
   char path[128];
   snprintf(path, sizeof path, "%s/%s", dir, xt_fuzz_models_names[name % XT_FUZZ_MODELS_NAMES]);

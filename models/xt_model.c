@@ -88,8 +88,9 @@ int xt__fopen_regular(const char *path, FILE **f, uint64_t *size, xt_msg *msg) {
     return xt_fail(msg, XT_EIO, "%s: %s", path, strerror(e));
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int dir = S_ISDIR(st.st_mode);
+  const int stat_ok = fstat(fd, &st) == 0;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {
+    const int dir = stat_ok && S_ISDIR(st.st_mode);
     close(fd);
     return xt_fail(msg, XT_EINVAL, "%s: %s", path, dir ? "is a directory, not a file" : "not a regular file");
   }

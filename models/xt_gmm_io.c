@@ -81,16 +81,10 @@ static void encode_record(unsigned char *p, const xt_gaussian *g) {
 
 /* Opens path and reports its size; one line on failure. */
 static int open_sized(const char *path, FILE **f, size_t *size, xt_msg *msg) {
-  *f = fopen(path, "rb");
-  if (!*f) return xt_fail(msg, errno == ENOENT ? XT_ENOTFOUND : XT_EIO, "%s: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(*f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(*f);
-    *f = NULL;
-    return xt_fail(msg, XT_EIO, "%s: not a regular file", path);
-  }
-  *size = (size_t)st.st_size;
-  return 0;
+  uint64_t n = 0;
+  int rc = xt__fopen_regular(path, f, &n, msg); /* never blocks on a FIFO */
+  *size = (size_t)n;
+  return rc;
 }
 
 static int read_exact(FILE *f, void *buf, size_t n, const char *path, size_t at, xt_msg *msg) {

@@ -96,7 +96,10 @@ int xt_gmm_read_json(const char *path, xt_gmm **out, char *name, size_t name_cap
   json_error_t jerr;
   xt_gmm *g = NULL;
   int rc = 0;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  FILE *f = NULL;
+  if ((rc = xt__fopen_regular(path, &f, NULL, msg))) return rc; /* never blocks on a FIFO */
+  json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+  fclose(f);
   if (!root) {
     if (json_error_code(&jerr) == json_error_out_of_memory) return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
     if (!jerr.text[0]) return xt_fail(msg, XT_EFORMAT, "%s: JSON parser failed without a reason (out of memory?)", path);

@@ -1,9 +1,13 @@
 /* Models: the kind-independent wrapper around a payload (volume, Gaussian mixture, NanoVDB
  * grid). Each kind's payload lives in its own file; this one only dispatches on the kind. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "xt_gmm.h"
 #include "xt_model.h"
@@ -73,4 +77,28 @@ void xt_load_report_warn(xt_load_report *r, const char *code, const char *fmt, .
   va_end(ap);
   for (char *p = w->text; *p; p++) /* one line each */
     if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+int xt__fopen_regular(const char *path, FILE **f, uint64_t *size, xt_msg *msg) {
+  *f = NULL;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT || e == ENOTDIR) return xt_fail(msg, XT_ENOTFOUND, "%s: no such file", path);
+    return xt_fail(msg, XT_EIO, "%s: %s", path, strerror(e));
+  }
+  struct stat st;
+  const int stat_ok = fstat(fd, &st) == 0;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {
+    const int dir = stat_ok && S_ISDIR(st.st_mode);
+    close(fd);
+    return xt_fail(msg, XT_EINVAL, "%s: %s", path, dir ? "is a directory, not a file" : "not a regular file");
+  }
+  if (!(*f = fdopen(fd, "rb"))) {
+    const int e = errno;
+    close(fd);
+    return xt_fail(msg, e == ENOMEM ? XT_ENOMEM : XT_EIO, "%s: %s", path, strerror(e));
+  }
+  if (size) *size = (uint64_t)st.st_size;
+  return 0;
 }

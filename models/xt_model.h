@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "xt_err.h"
 #include "xt_vec.h"
@@ -129,6 +130,14 @@ const char *xt_model_kind_name(xt_model_kind k);
 /* The axis-aligned bounds, in model mm, of everything the model can attenuate (voxel cubes for
  * volumes; each kind states its own extent). XT_EINVAL when the payload is missing. */
 int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg);
+
+/* Opens path for reading as a regular file without ever blocking: the descriptor is opened with
+ * O_NONBLOCK and checked (fstat) before anything is read, so a FIFO or device named like a model
+ * file is refused at once instead of hanging the caller (a server thread). *size (may be NULL)
+ * gets the file's length. One line naming the file on failure: XT_ENOTFOUND, XT_EINVAL (a
+ * directory or anything not a regular file), XT_EIO. For the readers of xt_models (.nvdb, .xgmm,
+ * .gmm) and xt_loaders (.gmm.json). */
+int xt__fopen_regular(const char *path, FILE **f, uint64_t *size, xt_msg *msg);
 
 /* --- materials ---------------------------------------------------------------------------- */
 

@@ -3,6 +3,10 @@
  * file names and reader to the table below; DICOM input (a folder, a .dcm file, an @list) is
  * recognised by xt_dicom_path() before the table, since a folder has no suffix. The loader's
  * report (warnings, choices) stays with the model. */
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700 /* realpath */
+#endif
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,7 @@
 #include "xt_gmm.h"
 #include "xt_gmm_json.h"
 #include "xt_load.h"
+#include "xt_load_internal.h"
 #include "xt_nvdb.h"
 
 typedef int (*model_reader)(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg);
@@ -54,7 +59,7 @@ static int read_nvdb(const char *path, const xt_load_options *opt, xt_model **ou
   if (rc) return rc;
   if ((rc = xt_model_from_nvdb(g, NULL, out, msg))) {
     xt_nvdb_free(g);
-    return rc;
+    return xt_fail(msg, rc, "%s: out of memory for the model", path);
   }
   if (opt && opt->report) { /* what the loader noticed: the format, and the stored value range */
     snprintf(opt->report->format, sizeof opt->report->format, "nanovdb");
@@ -79,15 +84,31 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
-/* Runs one reader with a fresh report that the model keeps (and the caller's opt->report gets). */
+/* Runs one reader with a fresh report that the model keeps (and the caller's opt->report gets).
+ * The volume readers confine every file they open themselves (xt__file_check: a header names its
+ * data files); the other kinds read one file, checked here the same way before the reader sees
+ * it: under the model folders when opt confines (the resolved path is what the reader opens, so a
+ * symlink swapped in after the check is not followed), and a regular file, never waited on. */
 static int run_reader(model_reader read, const char *path, const xt_load_options *opt, const char *name, xt_model **out,
                       xt_msg *msg) {
   xt_load_options o = {0};
   if (opt) o = *opt;
+  char *real = NULL;
+  int rc;
+  if (read != read_volume) {
+    uint64_t size;
+    if ((rc = xt__file_check(path, NULL, opt, &size, msg))) return rc;
+    if (opt && opt->roots && !(real = realpath(path, NULL)))
+      return xt_fail(msg, errno == ENOMEM ? XT_ENOMEM : XT_EIO, "%s: %s", path, strerror(errno));
+  }
   o.report = calloc(1, sizeof *o.report);
-  if (!o.report) return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+  if (!o.report) {
+    free(real);
+    return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+  }
   xt_model *m = NULL;
-  int rc = read(path, &o, &m, msg);
+  rc = read(real ? real : path, &o, &m, msg);
+  free(real);
   if (rc) {
     free(o.report);
     return rc;

@@ -350,6 +350,10 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
   g->grid_class = u32at(b, PNANOVDB_GRID_OFF_GRID_CLASS);
   memcpy(g->grid_name, b + PNANOVDB_GRID_OFF_GRID_NAME, sizeof g->grid_name);
   g->grid_name[sizeof g->grid_name - 1] = '\0';
+  /* The name goes into reports (JSON: valid UTF-8 only) and messages: printable ASCII kept, any
+   * other byte shown as '?' (the name a client asks for is matched against the file's own). */
+  for (char *ch = g->grid_name; *ch; ch++)
+    if ((unsigned char)*ch < 0x20 || (unsigned char)*ch > 0x7e) *ch = '?';
 
   /* The map: index -> world, NanoVDB's double matrix (row-major, world = M ijk + v). */
   {
@@ -507,7 +511,7 @@ static int read_blob(FILE *f, const char *path, const file_meta *m, uint16_t cod
     }
   } else {
     uint64_t zn;
-    if (fread(&zn, 8, 1, f) != 1 || zn + 8 > m->file_size) {
+    if (fread(&zn, 8, 1, f) != 1 || m->file_size < 8 || zn > m->file_size - 8) { /* zn + 8 would wrap */
       rc = xt_fail(msg, XT_ETRUNCATED, "%s: truncated or bad ZIP block of grid \"%s\"", path, m->name);
       goto fail;
     }
@@ -545,8 +549,7 @@ int xt_nvdb_load(const char *path, const xt_nvdb_load_options *opt, xt_nvdb **ou
   size_t nlen = 0;
   const char *want = opt && opt->grid && *opt->grid ? opt->grid : NULL;
   *out = NULL;
-  f = fopen(path, "rb");
-  if (!f) return xt_fail(msg, XT_ENOTFOUND, "%s: cannot open", path);
+  if ((rc = xt__fopen_regular(path, &f, NULL, msg))) return rc; /* never blocks on a FIFO */
   if (fseeko(f, 0, SEEK_END) != 0) {
     rc = xt_fail(msg, XT_EIO, "%s: cannot seek", path);
     goto fail;

@@ -40,6 +40,10 @@ int xt_fail(xt_msg *msg, int err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg->text, sizeof msg->text, fmt, ap);
     va_end(ap);
+    /* One line whatever a file or a client put in the names a message quotes (a NanoVDB grid
+     * name, a JSON key with an escaped newline): control characters become '?'. */
+    for (unsigned char *c = (unsigned char *)msg->text; *c; c++)
+      if (*c < 0x20 || *c == 0x7f) *c = '?';
   }
   return err;
 }

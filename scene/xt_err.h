@@ -48,7 +48,8 @@ typedef struct xt_msg {
   char text[512];
 } xt_msg;
 
-/* printf into msg (if non-NULL) and return err, so a failure site is one statement:
+/* printf into msg (if non-NULL; control characters, such as a newline quoted from a file, become
+ * '?') and return err, so a failure site is one statement:
  *   return xt_fail(msg, XT_EFORMAT, "%s: bad dimension %d", path, n); */
 int xt_fail(xt_msg *msg, int err, const char *fmt, ...)
 #if defined(__GNUC__)

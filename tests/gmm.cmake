@@ -41,13 +41,4 @@ if(TARGET xtwin)
     set_tests_properties(test_gmm_py PROPERTIES TIMEOUT 600 LABELS cpu SKIP_RETURN_CODE 77)
   endif()
 endif()
-#   fuzz_gmm        libFuzzer target of the GMM readers (clang only, not part of ctest):
-#                   build/tests/fuzz_gmm -max_total_time=60 tests/fuzz/gmm
-if(CMAKE_C_COMPILER_ID MATCHES "Clang")
-  add_executable(fuzz_gmm fuzz/fuzz_gmm.c ${PROJECT_SOURCE_DIR}/models/xt_gmm.c ${PROJECT_SOURCE_DIR}/models/xt_gmm_io.c
-                          ${PROJECT_SOURCE_DIR}/models/xt_gmm_json.c)
-  target_compile_options(fuzz_gmm PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz_gmm PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_include_directories(fuzz_gmm PRIVATE ${PROJECT_SOURCE_DIR}/models)
-  target_link_libraries(fuzz_gmm PRIVATE xt_loaders xt_warnings)
-endif()
+#   fuzz_models     the libFuzzer target of these readers and of NanoVDB's: tests/nvdb.cmake

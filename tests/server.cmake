@@ -44,6 +44,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_security
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_security PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # NanoVDB grids and Gaussian mixtures: --model, POST /v1/models under --model-root, the model
+    # report (kind, voxels, active fraction, device bytes; gaussians, cut-off), confinement, FIFOs.
+    add_test(NAME test_server_models
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_models.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_models PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Faults: killed, stalled and flooding clients, slowloris on the stream, half-open TCP, a lossy
     # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
     add_test(NAME test_server_faults

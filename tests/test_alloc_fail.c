@@ -3,8 +3,8 @@
  * non-empty one-line message, leave *out NULL and leak nothing; the loop ends at the first N past
  * the last allocation, where the load must succeed.
  *
- * The hook: this executable is linked with -Wl,--wrap=malloc,calloc,realloc,free,strdup
- * (tests/alloc.cmake), so calls from this file and from our static libraries (xt_scene,
+ * The hook: this executable is linked with -Wl,--wrap=malloc,calloc,realloc,free,strdup,aligned_alloc
+ * (tests/alloc.cmake; aligned_alloc holds a NanoVDB grid's bytes), so calls from this file and from our static libraries (xt_scene,
  * xt_models, xt_loaders) reach the __wrap_* functions below, which call the real allocator
  * (ASan's, in the sanitizer build). Calls made inside shared libraries (libnifti2, Teem, zlib,
  * xraylib) are not wrapped: what is tested is our code's handling of its own failures; jansson,
@@ -37,11 +37,13 @@ void *__real_calloc(size_t n, size_t size);
 void *__real_realloc(void *p, size_t n);
 void __real_free(void *p);
 char *__real_strdup(const char *s);
+void *__real_aligned_alloc(size_t align, size_t n);
 void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t n, size_t size);
 void *__wrap_realloc(void *p, size_t n);
 void __wrap_free(void *p);
 char *__wrap_strdup(const char *s);
+void *__wrap_aligned_alloc(size_t align, size_t n);
 
 enum { LIVE_MAX = 1 << 14 };
 /* volatile: glibc declares malloc & co. leaf functions, so without it GCC may take the hook's
@@ -114,6 +116,13 @@ void __wrap_free(void *p) {
 char *__wrap_strdup(const char *s) {
   if (inject()) return NULL;
   char *p = __real_strdup(s);
+  live_add(p);
+  return p;
+}
+
+void *__wrap_aligned_alloc(size_t align, size_t n) {
+  if (inject()) return NULL;
+  void *p = __real_aligned_alloc(align, n);
   live_add(p);
   return p;
 }
@@ -271,6 +280,7 @@ typedef struct alloc_case {
   const char *path; /* JSON and volume files */
   int type;         /* head and JSON: XT_VOXEL_F32 or XT_VOXEL_U8 */
   xt_load_convert conv;
+  const char *grid; /* .nvdb: the grid's name (NULL: the first) */
 } alloc_case;
 
 static const char *const conv_name[] = {"MU", "HU_TO_MU", "HU_TO_LABELS", "LABELS"};
@@ -305,8 +315,8 @@ static int run_case(const alloc_case *c, void **obj, xt_msg *msg) {
     rc = json_model(c->path, c->type, &m, msg);
     *obj = m;
     return rc;
-  case K_MODEL: { /* any model file through the table (Gaussian mixtures) */
-    xt_load_options o = {.convert = c->conv};
+  case K_MODEL: { /* any model file through the table (Gaussian mixtures, NanoVDB) */
+    xt_load_options o = {.convert = c->conv, .grid = c->grid};
     m = (xt_model *)(uintptr_t)0x1; /* xt_model_load must set it to NULL on failure */
     rc = xt_model_load(c->path, &o, NULL, &m, msg);
     *obj = m;
@@ -331,7 +341,9 @@ static void describe(const alloc_case *c, char *buf, size_t n) {
   const char *base = c->path ? strrchr(c->path, '/') + 1 : NULL;
   if (c->kind == K_HEAD) snprintf(buf, n, "head %s", c->type == XT_VOXEL_U8 ? "labels" : "dense");
   else if (c->kind == K_JSON) snprintf(buf, n, "%s %s", base, c->type == XT_VOXEL_U8 ? "labels" : "dense");
-  else if (c->kind == K_MODEL) snprintf(buf, n, "%s", base);
+  else if (c->kind == K_MODEL)
+    snprintf(buf, n, "%s%s%s%s", base, c->grid ? " grid " : "", c->grid ? c->grid : "",
+             c->conv == XT_LOAD_LABELS ? " LABELS" : "");
   else snprintf(buf, n, "%s %s", base, conv_name[c->conv]);
 }
 
@@ -418,11 +430,12 @@ static void run_all(const alloc_case *cases, int n) {
 XT_TEST(hook_fails_the_nth_call) {
   int live0 = g_nlive;
   arm(2, 0);
-  void *a = malloc(8), *b = calloc(2, 8), *c = strdup("x"), *d = realloc(NULL, 8);
+  void *a = malloc(8), *b = calloc(2, 8), *c = strdup("x"), *d = realloc(NULL, 8), *al = aligned_alloc(32, 64);
   disarm();
-  XT_CHECK(a && !b && c && d);
-  XT_CHECK(g_calls == 4 && g_injected == 1);
-  XT_CHECK(g_nlive == live0 + 3);
+  XT_CHECK(a && !b && c && d && al && ((uintptr_t)al & 31) == 0);
+  XT_CHECK(g_calls == 5 && g_injected == 1);
+  XT_CHECK(g_nlive == live0 + 4);
+  free(al);
   arm(1, 1);
   void *e = realloc(d, 64), *f = malloc(1);
   disarm();
@@ -436,8 +449,8 @@ XT_TEST(hook_fails_the_nth_call) {
 
 XT_TEST(phantoms) {
   static const alloc_case cases[] = {
-      {K_HEAD, NULL, XT_VOXEL_F32, XT_LOAD_MU},
-      {K_HEAD, NULL, XT_VOXEL_U8, XT_LOAD_MU},
+      {K_HEAD, NULL, XT_VOXEL_F32, XT_LOAD_MU, NULL},
+      {K_HEAD, NULL, XT_VOXEL_U8, XT_LOAD_MU, NULL},
   };
   run_all(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -450,11 +463,11 @@ static void volume_cases(const char *const *names, int nnames) {
   for (int i = 0; i < nnames; i++) {
     const char *p = tp(names[i]);
     if (strstr(p, ".json")) {
-      cases[n++] = (alloc_case){K_JSON, p, XT_VOXEL_F32, XT_LOAD_MU};
-      cases[n++] = (alloc_case){K_JSON, p, XT_VOXEL_U8, XT_LOAD_MU};
+      cases[n++] = (alloc_case){K_JSON, p, XT_VOXEL_F32, XT_LOAD_MU, NULL};
+      cases[n++] = (alloc_case){K_JSON, p, XT_VOXEL_U8, XT_LOAD_MU, NULL};
       continue;
     }
-    for (int cv = XT_LOAD_MU; cv <= XT_LOAD_LABELS; cv++) cases[n++] = (alloc_case){K_VOLUME, p, 0, (xt_load_convert)cv};
+    for (int cv = XT_LOAD_MU; cv <= XT_LOAD_LABELS; cv++) cases[n++] = (alloc_case){K_VOLUME, p, 0, (xt_load_convert)cv, NULL};
   }
   run_all(cases, n);
   tmp_end(g_files, NFILES);
@@ -496,8 +509,8 @@ XT_TEST(dicom) {
       printf("  (%s missing: python3-pydicom not installed; skipped)\n", f[i]);
       continue;
     }
-    cases[n++] = (alloc_case){K_VOLUME, f[i], 0, XT_LOAD_MU};
-    cases[n++] = (alloc_case){K_VOLUME, f[i], 0, XT_LOAD_HU_TO_MU};
+    cases[n++] = (alloc_case){K_VOLUME, f[i], 0, XT_LOAD_MU, NULL};
+    cases[n++] = (alloc_case){K_VOLUME, f[i], 0, XT_LOAD_HU_TO_MU, NULL};
   }
   run_all(cases, n);
 }
@@ -527,7 +540,7 @@ XT_TEST(gaussian_mixtures) {
   write_bytes(tp(names[2]), "wb", json, strlen(json));
   json_set_alloc_funcs(jansson_malloc, __wrap_free);
   alloc_case cases[3];
-  for (int i = 0; i < 3; i++) cases[i] = (alloc_case){K_MODEL, tp(names[i]), 0, XT_LOAD_MU};
+  for (int i = 0; i < 3; i++) cases[i] = (alloc_case){K_MODEL, tp(names[i]), 0, XT_LOAD_MU, NULL};
   /* tp() reuses one buffer: give each case its own copy of the path */
   static char paths[3][256];
   for (int i = 0; i < 3; i++) {
@@ -538,5 +551,34 @@ XT_TEST(gaussian_mixtures) {
   tmp_end(names, 3);
 }
 
+/* NanoVDB (issue 9): files written by our converter (`xtwin nvdb-convert`; the seeds of the
+ * fuzz corpus tests/fuzz/nvdb): a plain Float grid, ZIP-compressed Int16 and Fp8 labels with the
+ * xtwin record's material table, a quantised FpN grid, and a file of two segments where the second
+ * grid is picked by name. zlib's own allocations are not wrapped (a shared library). */
+#ifdef XT_FUZZ_NVDB_CORPUS_DIR
+XT_TEST(nanovdb) {
+  static const struct {
+    const char *file, *grid;
+    xt_load_convert conv;
+  } f[] = {{"float_head.nvdb", NULL, XT_LOAD_MU},
+           {"zip_fp8_labels.nvdb", NULL, XT_LOAD_LABELS},
+           {"zip_int16_labels.nvdb", NULL, XT_LOAD_MU},
+           {"zip_fpn_head.nvdb", "density", XT_LOAD_MU},
+           {"zip_two_segments.nvdb", "b", XT_LOAD_MU}};
+  enum { N = (int)(sizeof f / sizeof f[0]) };
+  static char paths[N][512];
+  alloc_case cases[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(paths[i], sizeof paths[i], "%s/%s", XT_FUZZ_NVDB_CORPUS_DIR, f[i].file);
+    XT_REQUIRE(access(paths[i], R_OK) == 0);
+    cases[i] = (alloc_case){K_MODEL, paths[i], 0, f[i].conv, f[i].grid};
+  }
+  run_all(cases, N);
+}
+#define NVDB_ENTRY XT_ENTRY(nanovdb)
+#else
+#define NVDB_ENTRY
+#endif
+
 XT_TEST_MAIN(XT_ENTRY(hook_fails_the_nth_call) XT_ENTRY(phantoms) XT_ENTRY(ellipsoid_json) XT_ENTRY(metaimage)
-                 XT_ENTRY(nrrd) XT_ENTRY(nifti) XT_ENTRY(dicom) XT_ENTRY(gaussian_mixtures))
+                 XT_ENTRY(nrrd) XT_ENTRY(nifti) XT_ENTRY(dicom) XT_ENTRY(gaussian_mixtures) NVDB_ENTRY)

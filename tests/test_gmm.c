@@ -494,9 +494,9 @@ XT_TEST(native_rejections) {
     REJECT(p, read_native, vb[i].word);
     REJECT(p, read_native, "Gaussian 1");
   }
-  /* missing file, a directory */
-  REJECT(tp("absent.xgmm"), read_native, "No such file");
-  REJECT(g_dir, read_native, "regular");
+  /* missing file, a directory (the volume loaders' words) */
+  REJECT(tp("absent.xgmm"), read_native, "no such file");
+  REJECT(g_dir, read_native, "is a directory");
 }
 
 XT_TEST(thesis_rejections) {

@@ -4,7 +4,9 @@
  * Sparse random grids of every value type (Float, Fp4, Fp8, Fp16, FpN; Int16 and Fp8 labels) under
  * random poses, rays in voxel planes included; long grids whose rays cross empty upper-node slots
  * and the root's background; the head phantom at the benchmark's angles; scenes mixing dense,
- * label and NanoVDB models (the pipeline's kinds adding into one frame); the batch entry point.
+ * label and NanoVDB models, and with a Gaussian mixture too (the pipeline's three kinds adding into
+ * one frame; test_nvdb's mixed_scene_is_the_sum holds the CPU reference of such scenes equal to the
+ * sum of its models rendered alone); the batch entry point.
  * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
  * and max |gpu - ref| <= 1e-4 of the frame's max.
  *
@@ -20,6 +22,7 @@
 #include "xt_proj.h"
 #include "xt_proj_cuda.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 #include "xt_test_gpu.h"
 #include "xt_test_nvdb.h"
 
@@ -186,6 +189,50 @@ XT_TEST(mixed_scene) {
   }
 }
 
+/* Issue 9 Deliver 5 / issue 8 Deliver 6 on the GPU: a dense or label volume, a Gaussian mixture
+ * and a NanoVDB grid in one scene, each placed on its own, against the CPU reference of the scene;
+ * also all five (dense, labels, the mixture, a Float and an Int16 grid) and the batch path. */
+XT_TEST(mixed_scene_with_gmm) {
+  if (no_device()) return;
+  srand(107);
+  for (int t = 0; t < (quick() ? 2 : 6); t++) {
+    const int labels = t % 2;
+    xt_model *vm = tn_sparse_model(labels, 10, 50, labels ? 0.0025 : 0.0);
+    xt_model *src = tn_sparse_model(!labels, 10, 50, labels ? 0.0 : 0.0025);
+    xt_model *gm = random_mixture(50 + rand() % 200, 20, 1.0, 8.0, 4.8);
+    XT_REQUIRE(vm && src && gm);
+    xt_affine rz = xt_aff_rot(2, tn_urand(-XT_PI, XT_PI)), rx = xt_aff_rot(0, tn_urand(-XT_PI, XT_PI));
+    gm->placement = xt_aff_compose(&rx, &rz);
+    for (int a = 0; a < 3; a++) gm->placement.t[a] = tn_urand(-10, 10);
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(src, labels ? XT_NVDB_Q_FLOAT : XT_NVDB_Q_INT16, 0.0, 0.0, &msg);
+    XT_CHECK_MSG(nm, "%s", msg.text);
+    if (!nm) return;
+    xt_detector_mode mode = tmode(64 + rand() % 96, 48 + rand() % 96, tn_urand(1.2, 2.2));
+    xt_geometry g;
+    XT_REQUIRE(rgeom(&mode, &g) == 0);
+    char what[96];
+    snprintf(what, sizeof what, "%s + gmm %zu + nvdb %s, trial %d", labels ? "labels" : "dense", gm->gmm->count,
+             xt_nvdb_type_name(nm->nvdb->grid_type), t);
+    xt_model *ms[3] = {gm, nm, vm};
+    XT_CHECK_MSG(check_scene(what, ms, 3, &g) == 0, "%s", what);
+    if (t == 1) { /* every kind at once: dense, labels, mixture, Float and Int16 grids */
+      xt_model *other = tn_sparse_model(0, 10, 50, 0.0);
+      XT_REQUIRE(other);
+      xt_model *nf = tn_nvdb_of(other, XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+      XT_REQUIRE(nf);
+      xt_model *all[5] = {vm, nf, gm, other, nm};
+      XT_CHECK(check_scene("dense + labels + gmm + 2 nvdb", all, 5, &g) == 0);
+      xt_model_free(nf);
+      xt_model_free(other);
+    }
+    xt_model_free(nm);
+    xt_model_free(vm);
+    xt_model_free(src);
+    xt_model_free(gm);
+  }
+}
+
 /* The batch pipeline renders NanoVDB frames like single renders. */
 XT_TEST(batch_matches_single) {
   if (no_device()) return;
@@ -225,4 +272,5 @@ XT_TEST(batch_matches_single) {
 }
 
 XT_TEST_MAIN(XT_ENTRY(random_float) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
-                 XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(batch_matches_single))
+                 XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(mixed_scene_with_gmm)
+                     XT_ENTRY(batch_matches_single))

@@ -53,6 +53,9 @@ typedef struct xt_chain_params {
   double window, level;  /* attenuation units ln(flat / signal) */
   double temporal_alpha; /* recursive filter weight of the new frame; 1 = off */
   double edge_gain;      /* unsharp-mask gain; 0 = off */
+  /* backend */
+  int cpu_exact; /* CPU backend: 1 renders the channels with the exact float64 reference, 0 with the
+                  * fast march (xt_proj_render_channels_fast); no effect on the GPU */
 } xt_chain_params;
 
 xt_chain_params xt_chain_params_default(void);
@@ -96,6 +99,8 @@ void xt_chain_destroy(xt_chain *c);
 int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg);
 const xt_chain_params *xt_chain_get_params(const xt_chain *c);
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info);
+/* Worker threads of the CPU pipeline's stages (0: all cores, the default). */
+void xt_chain_set_threads(xt_chain *c, int threads);
 /* Lag and temporal-filter states back to zero (a new run). */
 void xt_chain_reset(xt_chain *c);
 

@@ -52,6 +52,10 @@ static const xt_chain_param_info tab[] = {
     {"temporal_alpha", XT_PARAM_REAL, P(temporal_alpha), 0.5, 0.01, 1.0, "",
      "recursive filter: weight of the new frame (1 = off)"},
     {"edge_gain", XT_PARAM_REAL, P(edge_gain), 0.5, 0, 10, "", "edge enhancement: unsharp-mask gain (0 = off)"},
+    /* backend */
+    {"cpu_exact", XT_PARAM_INT, P(cpu_exact), 0, 0, 1, "",
+     "CPU backend: material channels by the exact float64 reference projector (1) or the fast march (0, "
+     "within 1e-5 rel L2 of it)"},
 };
 #define NTAB ((int)(sizeof tab / sizeof tab[0]))
 

@@ -20,7 +20,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "xt_proj_kind.h"
@@ -84,23 +83,20 @@ static void march_setup(const int n[3], const double o[3], const double q[3], do
 }
 
 /* One step: the axis of the nearest crossing (ties to x, then y, as the reference), its crossing
- * returned, the axis advanced (or stopped at its count), the voxel moved. */
+ * returned, the axis advanced (or stopped at its count), the linear index moved. */
 #define XT_FAST_STEP(t)                                                                           \
   do {                                                                                            \
     if (tx <= ty && tx <= tz) {                                                                   \
       t = tx;                                                                                     \
       lin += dx;                                                                                  \
-      ix += sx;                                                                                   \
       tx = --cx ? tx + ddx : INFINITY;                                                            \
     } else if (ty <= tz) {                                                                        \
       t = ty;                                                                                     \
       lin += dy;                                                                                  \
-      iy += sy;                                                                                   \
       ty = --cy ? ty + ddy : INFINITY;                                                            \
     } else {                                                                                      \
       t = tz;                                                                                     \
       lin += dz;                                                                                  \
-      iz += sz;                                                                                   \
       tz = --cz ? tz + ddz : INFINITY;                                                            \
     }                                                                                             \
   } while (0)
@@ -109,65 +105,14 @@ static void march_setup(const int n[3], const double o[3], const double q[3], do
   double tx = (mr).next[0], ty = (mr).next[1], tz = (mr).next[2];                                 \
   const double ddx = (mr).dt[0], ddy = (mr).dt[1], ddz = (mr).dt[2];                              \
   const ptrdiff_t dx = (mr).dlin[0], dy = (mr).dlin[1], dz = (mr).dlin[2];                        \
-  const int sx = dx > 0 ? 1 : -1, sy = dy > 0 ? 1 : -1, sz = dz > 0 ? 1 : -1;                     \
   int cx = (mr).count[0], cy = (mr).count[1], cz = (mr).count[2];                                 \
-  int ix = (mr).idx[0], iy = (mr).idx[1], iz = (mr).idx[2];                                       \
   ptrdiff_t lin = (mr).lin;                                                                       \
   int total = cx + cy + cz
 
-/* Inside a uniform block: the crossings up to the block's exit taken at once. The exit is the
- * first crossing of a block face: per axis, the face's plane is m more crossings after its next
- * one (when the axis still has that many); the other axes take their crossings before it. Counts,
- * crossings and the voxel are updated as the steps would have; returns the exit's parameter, or
- * INFINITY when the ray ends inside the block (then every remaining crossing is in it). */
-static double block_exit(const int nbits, double t[3], const double dt[3], int cnt[3], int idx[3], const int stp[3],
-                         const ptrdiff_t dl[3], ptrdiff_t *lin, int *total) {
-  int m[3], best = -1;
-  double texit = INFINITY;
-  for (int a = 0; a < 3; a++) {
-    m[a] = -1;
-    if (!cnt[a]) continue;
-    const int b = idx[a] >> nbits;
-    /* the plane of the axis's next crossing, and the block's face ahead */
-    const int p = idx[a] + (stp[a] > 0), face = stp[a] > 0 ? (b + 1) << nbits : b << nbits;
-    m[a] = stp[a] > 0 ? face - p : p - face;
-    if (cnt[a] <= m[a]) continue; /* the ray ends before this face */
-    const double te = t[a] + m[a] * dt[a];
-    if (te < texit) {
-      texit = te;
-      best = a;
-    }
-  }
-  if (best < 0) {
-    *total = 0;
-    return INFINITY;
-  }
-  for (int a = 0; a < 3; a++) {
-    int k;
-    if (a == best) k = m[a] + 1;
-    else if (!cnt[a] || !(t[a] < texit)) k = 0;
-    else {
-      k = (int)((texit - t[a]) / dt[a]) + 1;
-      const int lim = m[a] < 0 ? 0 : (m[a] < cnt[a] ? m[a] : cnt[a]); /* stays in the block */
-      if (k > lim) k = lim;
-    }
-    if (!k) continue;
-    cnt[a] -= k;
-    *total -= k;
-    idx[a] += k * stp[a];
-    *lin += k * dl[a];
-    t[a] = cnt[a] ? t[a] + k * dt[a] : INFINITY;
-  }
-  return texit;
-}
-
-/* Labels: path length per label over the ray, in runs; then the label's weights. Uniform blocks
- * (the table) are crossed in one go. */
-static void march_labels(const uint8_t *lab, const xt_voxel_chan_cpu *cc, const march *mr, double s0, double s1,
+/* Labels: path length per label over the ray, in runs; then the label's weights. */
+static void march_labels(const uint8_t *lab, const xt_voxel_chan *ch, const march *mr, double s0, double s1,
                          double *acc) {
   XT_FAST_LOCALS(*mr);
-  const int nbx = cc->nb[0], nby = cc->nb[1], sh = XT_FAST_BLOCK_SHIFT;
-  const uint16_t *blk = nbx ? cc->block : NULL;
   double len[256];
   uint8_t seen[256], used[256];
   int nused = 0;
@@ -186,20 +131,6 @@ static void march_labels(const uint8_t *lab, const xt_voxel_chan_cpu *cc, const 
     cur = (l);                                                                                    \
   } while (0)
   while (total > 0) {
-    if (blk && blk[(ix >> sh) + nbx * ((iy >> sh) + (ptrdiff_t)nby * (iz >> sh))] != XT_FAST_MIXED) {
-      double t[3] = {tx, ty, tz}, dt[3] = {ddx, ddy, ddz};
-      int cnt[3] = {cx, cy, cz}, idx[3] = {ix, iy, iz};
-      const int stp[3] = {sx, sy, sz};
-      const ptrdiff_t dl[3] = {dx, dy, dz};
-      const double te = block_exit(sh, t, dt, cnt, idx, stp, dl, &lin, &total);
-      if (te == INFINITY) break;
-      tx = t[0], ty = t[1], tz = t[2];
-      cx = cnt[0], cy = cnt[1], cz = cnt[2];
-      ix = idx[0], iy = idx[1], iz = idx[2];
-      const unsigned l = lab[lin];
-      if (l != cur) XT_FAST_FLUSH(l, te);
-      continue;
-    }
     double t;
     XT_FAST_STEP(t);
     total--;
@@ -209,7 +140,7 @@ static void march_labels(const uint8_t *lab, const xt_voxel_chan_cpu *cc, const 
   XT_FAST_FLUSH(cur, s1);
 #undef XT_FAST_FLUSH
   for (int k = 0; k < nused; k++) {
-    const float *w = cc->ch.w[used[k]];
+    const float *w = ch->w[used[k]];
     const double L = len[used[k]];
     for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += L * (double)w[c];
   }
@@ -249,52 +180,7 @@ void xt_voxel_ray_channels_fast(const xt_model *m, const void *state, const void
   if (!xt_clip_box_f64(o, q, v->dim, len, &s0, &s1)) return;
   march mr;
   march_setup(v->dim, o, q, s0, s1, &mr);
-  const xt_voxel_chan_cpu *cc = chan;
-  if (v->type == XT_VOXEL_U8) march_labels((const uint8_t *)v->data, cc, &mr, s0, s1, acc);
-  else march_dense((const float *)v->data, &cc->ch, &mr, s0, s1, acc);
+  if (v->type == XT_VOXEL_U8) march_labels((const uint8_t *)v->data, chan, &mr, s0, s1, acc);
+  else march_dense((const float *)v->data, chan, &mr, s0, s1, acc);
 }
 
-int xt_voxel_chan_cpu_new(const xt_model *m, xt_voxel_chan_cpu **out, xt_msg *msg) {
-  const xt_volume *v = m->volume;
-  const int labels = v && v->type == XT_VOXEL_U8 && v->data;
-  int nb[3] = {0, 0, 0};
-  size_t nblk = 0;
-  if (labels) {
-    nblk = 1;
-    for (int a = 0; a < 3; a++) {
-      nb[a] = ((v->dim[a] - 1) >> XT_FAST_BLOCK_SHIFT) + 1;
-      nblk *= (size_t)nb[a];
-    }
-  }
-  xt_voxel_chan_cpu *cc = malloc(sizeof *cc + nblk * sizeof cc->block[0]);
-  if (!cc) return xt_fail(msg, XT_ENOMEM, "cpu projector: model %s: out of memory for its channel map", m->name);
-  memset(cc, 0, sizeof *cc);
-  if (labels) {
-    const uint8_t *lab = v->data;
-    const int *n = v->dim;
-    memcpy(cc->nb, nb, sizeof nb);
-    /* first touch: the block's first voxel; then any other label makes it mixed */
-    uint8_t *touched = calloc(nblk, 1);
-    if (!touched) {
-      free(cc);
-      return xt_fail(msg, XT_ENOMEM, "cpu projector: model %s: out of memory for its channel map", m->name);
-    }
-    for (int z = 0; z < n[2]; z++)
-      for (int y = 0; y < n[1]; y++) {
-        const uint8_t *row = lab + ((size_t)z * n[1] + y) * n[0];
-        const size_t b0 = ((size_t)(z >> XT_FAST_BLOCK_SHIFT) * nb[1] + (y >> XT_FAST_BLOCK_SHIFT)) * nb[0];
-        for (int x = 0; x < n[0]; x++) {
-          const size_t b = b0 + (x >> XT_FAST_BLOCK_SHIFT);
-          if (!touched[b]) {
-            touched[b] = 1;
-            cc->block[b] = row[x];
-          } else if (cc->block[b] != row[x]) {
-            cc->block[b] = XT_FAST_MIXED;
-          }
-        }
-      }
-    free(touched);
-  }
-  *out = cc;
-  return 0;
-}

@@ -107,11 +107,9 @@ static double voxel_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3
 }
 
 static int voxel_chan_build(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg) {
-  xt_voxel_chan_cpu *cc = NULL;
-  int rc = xt_voxel_chan_cpu_new(m, &cc, msg); /* the map and the fast march's block table */
-  if (rc) return rc;
-  xt_voxel_chan *ch = &cc->ch;
-  rc = xt_voxel_chan_build(cs, m, ch, msg);
+  xt_voxel_chan *ch = malloc(sizeof *ch);
+  if (!ch) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+  int rc = xt_voxel_chan_build(cs, m, ch, msg);
   if (rc) {
     free(ch);
     return rc;

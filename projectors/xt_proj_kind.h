@@ -4,8 +4,6 @@
 #ifndef XT_PROJ_KIND_H
 #define XT_PROJ_KIND_H
 
-#include <stdint.h>
-
 #include "xt_channels.h"
 #include "xt_geom.h"
 #include "xt_model.h"
@@ -39,18 +37,6 @@ typedef struct xt_cpu_kind {
 typedef struct xt_voxel_state {
   xt_affine w2c;
 } xt_voxel_state;
-
-/* The voxel kinds' channel map on the CPU, one allocation (freed with free()): the map first, so
- * the reference reads it as an xt_voxel_chan, then the fast march's table of uniform blocks. */
-#define XT_FAST_BLOCK_SHIFT 3   /* blocks of 8^3 voxels */
-#define XT_FAST_MIXED 0xFFFFu   /* a block whose voxels differ */
-typedef struct xt_voxel_chan_cpu {
-  xt_voxel_chan ch;
-  int nb[3];        /* blocks per axis; 0 0 0: no table (dense volumes) */
-  uint16_t block[]; /* label volumes: per block its one label, or XT_FAST_MIXED */
-} xt_voxel_chan_cpu;
-/* Allocates the map of voxel model m (unfilled: xt_voxel_chan_build fills ch) with its block table. */
-int xt_voxel_chan_cpu_new(const xt_model *m, xt_voxel_chan_cpu **out, xt_msg *msg);
 
 /* The fast channel march of voxel models (proj_cpu_fast.c): same arguments as ray_channels. */
 void xt_voxel_ray_channels_fast(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w,

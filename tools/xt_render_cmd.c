@@ -539,6 +539,7 @@ int xt_cmd_render(int argc, char **argv) {
       code = say(XT_EXIT_RUNTIME, "--chain: %s", msg.text);
       goto done;
     }
+    xt_chain_set_threads(chain, o.threads); /* the CPU stages: as the projector */
     xt_chain_out_size(chain, &frames[0].geom, &ocols, &orows);
     raw = malloc((size_t)ocols * orows * sizeof *raw);
     proc = malloc((size_t)ocols * orows * sizeof *proc);

@@ -4,7 +4,7 @@
  * counts keyed by (seed, frame, pixel).
  *
  * The spectrum integral is most of the CPU chain's arithmetic (bins x (channels + 2^x + 2) per
- * pixel), so it runs on 4 pixels at once with the compiler's generic vectors (SSE, the x86-64
+ * pixel), so it runs on 16 pixels at once (4 vectors of 4, for overlapping latencies) with the compiler's generic vectors (SSE, the x86-64
  * baseline): the same sums in the same order as xt_detect_expect (xt_chain_math.h), with 2^x
  * by Cephes' exp2f polynomial (relative error 1.5e-7, against the GPU's ex2.approx at ~2^-22); the
  * GPU/CPU bar on expected signals is 2e-5 relative (docs/imaging.md). The draws stay per pixel. */
@@ -44,18 +44,31 @@ static inline vf vexp2(vf x) {
   return (vf)((vi)(p * scale) & keep);
 }
 
-/* S and Q of LANES pixels whose channels are a[c] (xt_detect_expect without G). */
-static void expect4(const xt_chain_tables *t, const vf *a, vf *S, vf *Q) {
-  vf s = vsplat(0.f), q = vsplat(0.f);
+#define NV 4 /* vectors a call: independent 2^x chains, so their latencies overlap */
+#define PIX (NV * LANES)
+
+/* S and Q of PIX pixels whose channels are a[v][c] (xt_detect_expect without G). */
+static void expect_pix(const xt_chain_tables *t, const vf (*a)[XT_CHAIN_MAX_CH], vf *S, vf *Q) {
+  vf s[NV], q[NV];
+  for (int v = 0; v < NV; v++) s[v] = q[v] = vsplat(0.f);
   for (int b = 0; b < t->nbins; b++) {
-    vf mu = vsplat(0.f);
-    for (int c = 0; c < t->nch; c++) mu += vsplat(t->mr[b][c]) * a[c];
-    const vf tr = vexp2(-mu);
-    s += vsplat(t->k1[b]) * tr;
-    q += vsplat(t->k2[b]) * tr;
+    const vf k1 = vsplat(t->k1[b]), k2 = vsplat(t->k2[b]);
+    vf mu[NV];
+    for (int v = 0; v < NV; v++) mu[v] = vsplat(0.f);
+    for (int c = 0; c < t->nch; c++) {
+      const vf m = vsplat(t->mr[b][c]);
+      for (int v = 0; v < NV; v++) mu[v] += m * a[v][c];
+    }
+    for (int v = 0; v < NV; v++) {
+      const vf tr = vexp2(-mu[v]);
+      s[v] += k1 * tr;
+      q[v] += k2 * tr;
+    }
   }
-  *S = s;
-  *Q = q;
+  for (int v = 0; v < NV; v++) {
+    S[v] = s[v];
+    Q[v] = q[v];
+  }
 }
 
 void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const float *A, int r0, int r1,
@@ -63,20 +76,20 @@ void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *f
   const int cols = fc->cols;
   const size_t plane = (size_t)cols * fc->rows;
   for (int r = r0; r < r1; r++)
-    for (int c0 = 0; c0 < cols; c0 += LANES) {
-      const int nl = cols - c0 < LANES ? cols - c0 : LANES;
-      vf a[XT_CHAIN_MAX_CH], vs, vq;
+    for (int c0 = 0; c0 < cols; c0 += PIX) {
+      const int nl = cols - c0 < PIX ? cols - c0 : PIX;
+      vf a[NV][XT_CHAIN_MAX_CH], vs[NV], vq[NV];
       for (int ch = 0; ch < t->nch && ch < XT_CHAIN_MAX_CH; ch++) {
-        float lane[LANES] = {0};
+        float lane[PIX] = {0};
         memcpy(lane, A + plane * ch + (size_t)r * cols + c0, sizeof(float) * (size_t)nl);
-        memcpy(&a[ch], lane, sizeof lane);
+        for (int v = 0; v < NV; v++) memcpy(&a[v][ch], lane + v * LANES, sizeof(vf));
       }
-      expect4(t, a, &vs, &vq);
+      expect_pix(t, (const vf(*)[XT_CHAIN_MAX_CH])a, vs, vq);
       for (int l = 0; l < nl; l++) {
         const int c = c0 + l;
         const size_t i = (size_t)r * cols + c;
         const float G = xt_pixel_geometry(&fc->cam, c, r, fc->mas);
-        const float s = G * vs[l], q = G * vq[l];
+        const float s = G * vs[l / LANES][l % LANES], q = G * vq[l / LANES][l % LANES];
         if (S) S[i] = s;
         F[i] = G * t->flat1;
         if (fc->noise) {

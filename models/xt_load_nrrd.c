@@ -188,6 +188,10 @@ static int check_data_present(const char *path, const Nrrd *nrrd, const NrrdIoSt
   return 0;
 }
 
+/* Header lines Teem may quote in an error: well under its 1,025-byte message buffer. */
+#define XT_NRRD_LINE_MAX 512
+#define XT_NRRD_DATA_LINE_MAX 900
+
 /* The data files a detached header names, checked before Teem sees the header: Teem opens them
  * while reading the header (even with skipData), so a FIFO there would block it, and a name
  * outside opt's model folders must never be opened. Every "data file: NAME" line of the header
@@ -213,6 +217,18 @@ static int check_detached(const char *path, const xt_load_options *opt, xt_msg *
     const char *name = NULL;
     if (!*line) {
       break; /* the blank line that ends the header: attached data */
+    }
+    /* Teem formats its error messages, which quote the offending line, into a fixed 1,025-byte
+     * stack buffer without bounds (_biffMsgAddVL): a long unparseable line smashes its stack
+     * (found by scripts/long-fuzz, reproducers tests/fuzz/loaders/crash_long_line*.nhdr; a
+     * key/value line is no exception). Only comments, which Teem skips, may be longer; data file
+     * names may be as long as a path, well under the buffer with Teem's wording. */
+    const int is_data_line = !strncasecmp(line, "data file: ", 11) || !strncasecmp(line, "datafile: ", 10);
+    const size_t max = is_data_line ? XT_NRRD_DATA_LINE_MAX : XT_NRRD_LINE_MAX;
+    if (n > max && line[0] != '#') {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: header line %d is %zu bytes long (at most %zu outside comments)", path, lines,
+                   n, max);
+      break;
     }
     /* Teem's field names are case-insensitive, "data file" or "datafile", ended by ": " */
     char *colon = strstr(line, ": ");

@@ -484,6 +484,37 @@ XT_TEST(nrrd_malformed) {
   tmp_end();
 }
 
+/* Teem quotes a bad line into a fixed 1,025-byte buffer (a stack overflow found by long-fuzz):
+ * long field and key/value lines are refused before Teem reads them; long comments, which Teem
+ * skips, still load. */
+XT_TEST(nrrd_long_lines) {
+  tmp_begin();
+  unsigned char d[NV * 2];
+  ref_i16_le(d);
+  static char hdr[8192], pad[3001];
+  memset(pad, 'x', sizeof pad - 1);
+  const char *p = tp("longfield.nrrd");
+  snprintf(hdr, sizeof hdr, "NRRD0004\ntype: int16\ndimension: 3\nsizes: 4 3 2\nspacings: 1 1 1\nno such field: %s\n"
+           "endian: little\nencoding: raw\n\n", pad);
+  write_text_then(p, hdr, d, sizeof d);
+  EXPECT_FAIL(p, XT_LOAD_MU, XT_EFORMAT);
+  p = tp("longkv.nrrd");
+  snprintf(hdr, sizeof hdr, "NRRD0004\ntype: int16\ndimension: 3\nsizes: 4 3 2\nspacings: 1 1 1\nnote:=%s\n"
+           "endian: little\nencoding: raw\n\n", pad);
+  write_text_then(p, hdr, d, sizeof d);
+  EXPECT_FAIL(p, XT_LOAD_MU, XT_EFORMAT);
+  p = tp("longcomment.nrrd");
+  snprintf(hdr, sizeof hdr, "NRRD0004\n# %s\ntype: int16\ndimension: 3\nsizes: 4 3 2\nspacings: 1 1 1\nnote:=short\n"
+           "endian: little\nencoding: raw\n\n", pad);
+  write_text_then(p, hdr, d, sizeof d);
+  xt_volume *v = NULL;
+  xt_msg m;
+  XT_CHECK_MSG(load(p, XT_LOAD_MU, &v, &m) == 0, "%s", m.text);
+  if (v) check_ref_values(v, 0);
+  xt_volume_free(v);
+  tmp_end();
+}
+
 /* --- NIfTI -------------------------------------------------------------------------------- */
 
 /* A NIfTI-1 file written from a filled header struct (not through the library's writer). */
@@ -835,7 +866,7 @@ XT_TEST(fuzz_corpus) {
 
 XT_TEST_MAIN(XT_ENTRY(mha_oblique_int16) XT_ENTRY(mha_double_msb_and_orientation) XT_ENTRY(mha_compressed)
                  XT_ENTRY(mhd_detached) XT_ENTRY(mha_malformed) XT_ENTRY(generic_file_errors)
-                     XT_ENTRY(nrrd_ras_oblique) XT_ENTRY(nrrd_gzip_and_detached) XT_ENTRY(nrrd_malformed)
+                     XT_ENTRY(nrrd_ras_oblique) XT_ENTRY(nrrd_gzip_and_detached) XT_ENTRY(nrrd_malformed) XT_ENTRY(nrrd_long_lines)
                          XT_ENTRY(nifti1_sform_scaled) XT_ENTRY(nifti2_gz_qform) XT_ENTRY(nifti_pixdim_only_and_4d)
                              XT_ENTRY(nifti_malformed) XT_ENTRY(hu_formulas) XT_ENTRY(hu_through_loader)
                                  XT_ENTRY(labels_mode) XT_ENTRY(fuzz_corpus))

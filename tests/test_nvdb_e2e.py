@@ -85,7 +85,8 @@ ports = P("ports.json")
 log = open(P("server.log"), "w")
 srv = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--backend", "cpu", "--threads", "2",
                         "--mode", "fd20-128", "--fps", "5", "--phantom", "head", "--phantom-dim", "64",
-                        "--phantom-spacing", "3", "--ports-file", ports, "--model", P("labels.nvdb")],
+                        "--phantom-spacing", "3", "--ports-file", ports, "--model", P("labels.nvdb"),
+                        "--model-root", SCRATCH],  # POST /v1/models loads only from there
                        stdout=log, stderr=log)
 try:
     t0 = time.time()

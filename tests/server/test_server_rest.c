@@ -429,7 +429,7 @@ XT_TEST(test_gmm_models) {
   XT_REQUIRE((f = fopen(bad, "w")));
   fputs("{\"gaussians\": [{\"center\": [0,0,0], \"scale\": -1, \"rho\": 0.05}]}", f);
   fclose(f);
-  const char *const args[] = {"--model", a, NULL};
+  const char *const args[] = {"--model", a, "--model-root", dir, NULL}; /* POST loads only from there */
   xt_srv_proc p;
   XT_REQUIRE(xt_srv_spawn(&p, args) == 0);
   xt_resp r;

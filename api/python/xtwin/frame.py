@@ -8,10 +8,12 @@ import numpy as np
 
 MAGIC = 0x46575458  # the bytes "XTWF"
 HEADER_SIZE_V1 = 304
+HEADER_SIZE_V2 = 400  # version 2 appended the imaging chain's fields (frame_kind .. chain_flags)
 PIX_U16, PIX_F32 = 1, 2
 FLAG_LOCKSTEP = 1
 
-# (name, offset, struct format) of every version-1 field: the table in api/stream.md.
+# (name, offset, struct format) of every field: the table in api/stream.md. Fields at or beyond a
+# message's header_size (an older server's shorter header) are decoded as None.
 FIELDS = (
     ("magic", 0, "<I"),
     ("version", 4, "<H"),
@@ -34,7 +36,24 @@ FIELDS = (
     ("pitch_mm", 256, "<2d"),
     ("mode", 272, "<24s"),
     ("period_ns", 296, "<Q"),
+    ("frame_kind", 304, "<I"),
+    ("bits_stored", 308, "<I"),
+    ("chain_seed", 312, "<Q"),
+    ("chain_params_hash", 320, "<Q"),
+    ("kv", 328, "<d"),
+    ("mas", 336, "<d"),
+    ("filter_al_mm", 344, "<d"),
+    ("filter_cu_mm", 352, "<d"),
+    ("mean_energy_kev", 360, "<d"),
+    ("kerma_ugy_per_mas", 368, "<d"),
+    ("window", 376, "<d"),
+    ("level", 384, "<d"),
+    ("binning", 392, "<I"),
+    ("chain_flags", 396, "<I"),
 )
+FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
+CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "filter_cu_mm", "mean_energy_kev",
+              "kerma_ugy_per_mas", "window", "level", "binning", "chain_flags")
 POSE_KEYS = ("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm")
 
 
@@ -47,6 +66,9 @@ class Frame:
     P               numpy (3, 4) projection matrix, world mm (homogeneous) -> (col*w, row*w, w)
     counter, pose_seq, frames_dropped, flags, lockstep, mode, pixel_format ("uint16"/"float32"),
     pitch_mm (u, v), period_ns, version, header_size, raw_header (bytes)
+    frame_kind      "mono" (chain off), "raw" (the panel's ADC codes) or "processed"; bits_stored;
+                    chain: dict of the imaging chain's header fields (kv, mas, seed, ...) or None
+                    when the chain is off (both None from a version-1 server)
     t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns: the server's
                     CLOCK_MONOTONIC; t_received_ns: time.monotonic_ns() when the client read it
     """
@@ -54,7 +76,7 @@ class Frame:
     __slots__ = ("image", "pose", "P", "counter", "pose_seq", "frames_dropped", "flags", "lockstep", "mode",
                  "pixel_format", "pitch_mm", "period_ns", "version", "header_size", "raw_header", "rows", "cols",
                  "t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
-                 "t_received_ns")
+                 "t_received_ns", "frame_kind", "bits_stored", "chain")
 
     def __repr__(self):
         return "<Frame %d pose_seq %d %s %dx%d %s>" % (self.counter, self.pose_seq, self.mode, self.cols, self.rows,
@@ -67,7 +89,11 @@ def parse_header(msg):
     if len(mv) < HEADER_SIZE_V1:
         raise ValueError("stream message of %d bytes is shorter than the %d-byte header" % (len(mv), HEADER_SIZE_V1))
     h = {}
+    hs = struct.unpack_from("<H", mv, 6)[0]
     for name, off, fmt in FIELDS:
+        if off + struct.calcsize(fmt) > max(hs, HEADER_SIZE_V1):
+            h[name] = None
+            continue
         v = struct.unpack_from(fmt, mv, off)
         h[name] = v[0] if len(v) == 1 else v
     if h["magic"] != MAGIC:
@@ -109,6 +135,9 @@ def parse_frame(msg, t_received_ns=None):
     f.header_size = hs
     f.raw_header = bytes(memoryview(msg)[:hs])
     f.rows, f.cols = h["rows"], h["cols"]
+    f.frame_kind = None if h["frame_kind"] is None else FRAME_KINDS.get(h["frame_kind"], str(h["frame_kind"]))
+    f.bits_stored = h["bits_stored"]
+    f.chain = {k: h[k] for k in CHAIN_KEYS} if f.frame_kind in ("raw", "processed") else None
     for k in ("t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns"):
         setattr(f, k, h[k])
     f.t_received_ns = time.monotonic_ns() if t_received_ns is None else t_received_ns

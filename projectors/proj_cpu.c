@@ -261,7 +261,7 @@ static int cpu_render_channels(void *impl, const xt_geometry *g, float *out, xt_
   return channels_frame(impl, g, 0, out, msg);
 }
 
-static int cpu_render_channels_fast(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+int xt_proj_cpu_render_channels_fast(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
   return channels_frame(impl, g, 1, out, msg);
 }
 
@@ -298,6 +298,5 @@ const xt_proj_ops xt_proj_cpu_ops = {
     .destroy = cpu_destroy,
     .channels = cpu_channels,
     .render_channels = cpu_render_channels,
-    .render_channels_fast = cpu_render_channels_fast,
     .render_device = NULL,
 };

@@ -41,9 +41,6 @@ typedef struct xt_proj_ops {
    * caller's stream (a cudaStream_t) without synchronising: the line integral (channels 0) or the
    * channel planes (channels 1). For the imaging chain's device pipeline. */
   int (*render_device)(void *impl, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
-  /* Optional: the channels by a faster path within the float bars (CPU: proj_cpu_fast.c); NULL:
-   * render_channels serves both. */
-  int (*render_channels_fast)(void *impl, const xt_geometry *g, float *out, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);

@@ -381,6 +381,7 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
   record r;
   if ((rc = find_record(b, gsize, what, &r, msg))) goto fail;
   g->has_record = r.present;
+  g->energy_kev = r.present && r.energy >= 1.0 && r.energy <= 500.0 ? r.energy : 0.0;
   g->labels = r.present ? r.labels : (gt == XT_NVDB_INT16 || (opt && opt->labels));
   if (r.present && !r.labels && opt && opt->labels) {
     rc = xt_fail(msg, XT_EINVAL, "%s: the grid holds mu (its xtwin record says so), not labels", what);

@@ -14,7 +14,8 @@
  * nvdb-convert`; other writers' files have none. Little-endian byte layout:
  *   0  char magic[8] "XTWINVDB"       8  u32 version (1)     12 u32 flags (bit 0: labels)
  *   16 i32 domain_lo[3] (inclusive)   28 i32 domain_hi[3] (inclusive, index space)
- *   40 f64 energy_kev                 48 u32 material count  52 u32 reserved (0)
+ *   40 f64 energy_kev (of the table, or of a mu grid's values; 0 = unknown)
+ *   48 u32 material count              52 u32 reserved (0)
  *   56 count x { f32 mu (1/mm); u32 reserved; f64 density (g/cm^3); char name[32] } (48 B each) */
 #ifndef XT_NVDB_H
 #define XT_NVDB_H
@@ -61,6 +62,8 @@ typedef struct xt_nvdb {
   uint64_t active_voxels;   /* active voxels, leaves and tiles together */
   uint32_t nodes[4];        /* leaf, lower, upper node counts; root tiles */
   int has_record;           /* the file carried an xtwin record */
+  double energy_kev;        /* mu grids: the energy the mu values are for (the record's; 0 when
+                               unknown: material channels take XT_DEFAULT_ENERGY_KEV) */
 } xt_nvdb;
 
 typedef struct xt_nvdb_load_options {

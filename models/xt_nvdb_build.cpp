@@ -44,7 +44,9 @@ void fill_record(const xt_volume *v, unsigned char *p) {
     std::memcpy(p + 16 + 4 * a, &lo, 4);
     std::memcpy(p + 28 + 4 * a, &hi, 4);
   }
-  const double e = labels ? v->materials->energy_kev : 0.0;
+  /* labels: the table's energy; mu grids: the energy the mu values are for, so that material
+   * channels convert them back to density at it (0 = unknown: XT_DEFAULT_ENERGY_KEV) */
+  const double e = labels ? v->materials->energy_kev : v->energy_kev;
   std::memcpy(p + 40, &e, 8);
   std::memcpy(p + 48, &n, 4);
   for (int i = 0; i < nmat; i++) {

@@ -7,9 +7,13 @@
  * ray a' + s w' keeps the world parameter s (|w'| = 1 only for rigid placements; the closed form
  * takes any |w'|), and the integral is over world millimetres as for voxels. The BVH's boxes
  * enclose the cut-off ellipsoids, so a segment that misses a box meets none of its Gaussians
- * within the cut-off: skipping it changes nothing. */
+ * within the cut-off: skipping it changes nothing.
+ *
+ * Material channels (xt_channels.h): each Gaussian's integral, an optical depth, goes to the
+ * channels of its material by the mixture's xt_gmm_chan row (its label's, or row 0 without labels). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "xt_gmm.h"
 #include "xt_gmm_line.h"
@@ -65,28 +69,65 @@ static double gaussian_on_ray(const xt_gaussian *g, const double o[3], const dou
   return xt_gmm_segment(P, g->rho, r, d, len, k2);
 }
 
-static double gmm_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
+/* The walk of the world ray through the mixture's BVH: without a channel map the line integral
+ * into acc[0], with one each Gaussian's integral into its material's channels. */
+static void gmm_walk(const xt_model *m, const void *state, const xt_gmm_chan *ch, xt_vec3 a, xt_vec3 w, double len,
+                     double *acc) {
   const gmm_state *st = state;
   const xt_gmm *gm = m->gmm;
   const xt_vec3 oa = xt_aff_apply(&st->w2m, a), wa = xt_aff_apply_dir(&st->w2m, w);
   const double o[3] = {oa.x, oa.y, oa.z}, d[3] = {wa.x, wa.y, wa.z};
   uint32_t stack[128];
   int top = 0;
-  double acc = 0.0;
   stack[top++] = 0;
   while (top > 0) {
     const xt_gmm_node *n = &gm->nodes[stack[--top]];
     if (!hits_box(n, o, d, len)) continue;
     if (n->count) {
-      for (uint32_t i = 0; i < n->count; i++) acc += gaussian_on_ray(&gm->g[gm->index[n->first + i]], o, d, len, st->k2);
+      for (uint32_t i = 0; i < n->count; i++) {
+        const xt_gaussian *g = &gm->g[gm->index[n->first + i]];
+        const double v = gaussian_on_ray(g, o, d, len, st->k2);
+        if (!ch) {
+          acc[0] += v;
+          continue;
+        }
+        const float *wr = ch->w[ch->labels ? (g->label & 255u) : 0];
+        for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += v * (double)wr[c];
+      }
     } else if (top + 2 <= (int)(sizeof stack / sizeof stack[0])) {
       /* right pushed first: the left subtree is summed first, a fixed order */
       stack[top++] = n->first + 1;
       stack[top++] = n->first;
     }
   }
+}
+
+static double gmm_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
+  double acc = 0.0;
+  gmm_walk(m, state, NULL, a, w, len, &acc);
   return acc;
 }
 
-/* no material channels yet: the chain refuses mixtures (xt_channels.h) */
-const xt_cpu_kind xt_cpu_kind_gmm = {.kind = XT_MODEL_GMM, .check = gmm_check, .frame = gmm_frame, .ray = gmm_ray};
+static int gmm_chan_build(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg) {
+  xt_gmm_chan *ch = malloc(sizeof *ch);
+  if (!ch) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+  int rc = xt_gmm_chan_build(cs, m, ch, msg);
+  if (rc) {
+    free(ch);
+    return rc;
+  }
+  *chan = ch;
+  return 0;
+}
+
+static void gmm_ray_channels(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
+                             double *acc) {
+  gmm_walk(m, state, chan, a, w, len, acc);
+}
+
+const xt_cpu_kind xt_cpu_kind_gmm = {.kind = XT_MODEL_GMM,
+                                     .check = gmm_check,
+                                     .frame = gmm_frame,
+                                     .ray = gmm_ray,
+                                     .chan_build = gmm_chan_build,
+                                     .ray_channels = gmm_ray_channels};

@@ -9,7 +9,10 @@
  * the same plane formula, and its integral is the region's value times the length. The domain
  * (xt_nvdb.h) is the box the ray is clipped to: there, voxels that are not active count as the
  * background. So a grid converted from a volume renders like the volume (inactive voxels =
- * background) up to the rounding of the per-voxel sums (~1e-15 relative). */
+ * background) up to the rounding of the per-voxel sums (~1e-15 relative).
+ *
+ * Material channels (xt_channels.h) take the same walk: each segment's value goes to the channels
+ * through the grid's xt_voxel_chan, exactly as a voxel of a label or dense volume would. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,14 +26,27 @@
 /* The parameter at which the ray o + s q leaves cell i of an axis (exit plane of direction step). */
 static inline double plane_s(int plane, double o, double inv) { return ((double)plane - o) * inv; }
 
+/* A segment of length seg through stored value v: mu x seg into acc[0], or the channels. */
+static inline void add_segment(const xt_nvdb *g, const xt_voxel_chan *ch, double seg, float v, double *acc) {
+  if (!ch) {
+    acc[0] += seg * (g->labels ? (double)g->materials->mu[xt_nvdb_label(v)] : (double)v);
+  } else if (ch->labels) {
+    const float *w = ch->w[xt_nvdb_label(v)];
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)w[c];
+  } else {
+    const int k = v < ch->thr[0] ? 0 : (v < ch->thr[1] ? 1 : 2);
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)v * (double)ch->cw[k][c];
+  }
+}
+
 /* Integral of mu over s in [s0, s1] of the ray o + s q in the domain's cell space (domain voxel 0
- * at cell 0, n cells per axis). */
-static double traverse(const xt_nvdb *g, const double o[3], const double q[3], const int n[3], double s0, double s1) {
+ * at cell 0, n cells per axis) into acc[0], or with a channel map its channels into acc[]. */
+static void traverse(const xt_nvdb *g, const double o[3], const double q[3], const int n[3], double s0, double s1,
+                     const xt_voxel_chan *ch, double *out) {
   pnanovdb_buf_t buf = pnanovdb_make_buf(g->words, g->bytes / 4);
   pnanovdb_grid_handle_t grid = {pnanovdb_address_null()};
   pnanovdb_readaccessor_t acc;
   pnanovdb_readaccessor_init(&acc, pnanovdb_tree_get_root(buf, pnanovdb_grid_get_tree(buf, grid)));
-  const float *lut = g->labels ? g->materials->mu : NULL;
   int idx[3], step[3];
   double inv[3], snext[3];
   for (int a = 0; a < 3; a++) {
@@ -42,17 +58,16 @@ static double traverse(const xt_nvdb *g, const double o[3], const double q[3], c
     inv[a] = step[a] ? 1.0 / q[a] : 0.0;
     snext[a] = step[a] ? plane_s(i + (step[a] > 0), o[a], inv[a]) : INFINITY;
   }
-  double s = s0, total = 0.0;
+  double s = s0;
   for (;;) {
     const pnanovdb_coord_t ijk = {idx[0] + g->lo[0], idx[1] + g->lo[1], idx[2] + g->lo[2]};
     int dim;
     const float v = xt_nvdb_probe(g->grid_type, buf, &acc, &ijk, g->background, &dim);
-    const double mu = lut ? (double)lut[xt_nvdb_label(v)] : (double)v;
     if (dim == 1) { /* a leaf voxel: one dense step */
       const int a = snext[0] <= snext[1] ? (snext[0] <= snext[2] ? 0 : 2) : (snext[1] <= snext[2] ? 1 : 2);
       const double se = snext[a] < s1 ? snext[a] : s1;
       if (se > s) {
-        total += (se - s) * mu;
+        add_segment(g, ch, se - s, v, out);
         s = se;
       }
       if (s >= s1) break;
@@ -73,7 +88,7 @@ static double traverse(const xt_nvdb *g, const double o[3], const double q[3], c
     const int a = sx[0] <= sx[1] ? (sx[0] <= sx[2] ? 0 : 2) : (sx[1] <= sx[2] ? 1 : 2);
     const double se = sx[a] < s1 ? sx[a] : s1;
     if (se > s) {
-      total += (se - s) * mu;
+      add_segment(g, ch, se - s, v, out);
       s = se;
     }
     if (s >= s1) break;
@@ -90,7 +105,6 @@ static double traverse(const xt_nvdb *g, const double o[3], const double q[3], c
       snext[b] = step[b] ? plane_s(idx[b] + (step[b] > 0), o[b], inv[b]) : INFINITY;
     }
   }
-  return total;
 }
 
 /* Per frame: the world -> cell map of the domain (cell 0 = domain voxel lo). */
@@ -111,16 +125,37 @@ static int nvdb_frame(const xt_model *m, const xt_pose *pose, void *state) {
   return xt_nvdb_world_to_cell(m, pose, &st->w2c);
 }
 
-static double nvdb_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
+static void nvdb_walk(const xt_model *m, const void *state, const xt_voxel_chan *ch, xt_vec3 a, xt_vec3 w, double len,
+                      double *acc) {
   const nvdb_state *st = state;
   const xt_nvdb *g = m->nvdb;
   xt_vec3 oc = xt_aff_apply(&st->w2c, a), qc = xt_aff_apply_dir(&st->w2c, w);
   const double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z};
   const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
   double s0, s1;
-  if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) return 0.0;
-  return traverse(g, o, q, n, s0, s1);
+  if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) return;
+  traverse(g, o, q, n, s0, s1, ch, acc);
 }
 
-/* no material channels yet: the chain refuses NanoVDB grids (xt_channels.h) */
-const xt_cpu_kind xt_cpu_kind_nvdb = {.kind = XT_MODEL_NVDB, .check = nvdb_check, .frame = nvdb_frame, .ray = nvdb_ray};
+static double nvdb_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
+  double acc = 0.0;
+  nvdb_walk(m, state, NULL, a, w, len, &acc);
+  return acc;
+}
+
+/* The voxel kinds' map (xt_voxel_chan_build takes grids too): the same malloc'd xt_voxel_chan. */
+static int nvdb_chan_build(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg) {
+  return xt_cpu_kind_dense.chan_build(m, cs, chan, msg);
+}
+
+static void nvdb_ray_channels(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
+                              double *acc) {
+  nvdb_walk(m, state, chan, a, w, len, acc);
+}
+
+const xt_cpu_kind xt_cpu_kind_nvdb = {.kind = XT_MODEL_NVDB,
+                                      .check = nvdb_check,
+                                      .frame = nvdb_frame,
+                                      .ray = nvdb_ray,
+                                      .chan_build = nvdb_chan_build,
+                                      .ray_channels = nvdb_ray_channels};

@@ -14,6 +14,11 @@
  *   render      one block per tile: the tile's Gaussians through shared memory, each pixel adding
  *               the exact integral of those it meets within the cut-off.
  *
+ * Material channels (xt_channels.h): each Gaussian is one material (xt_gmm_chan), so a channel
+ * plane is the same render with each Gaussian's term weighted by its material's g/cm^2 per unit
+ * optical depth in that channel: one render pass per channel the mixtures feed, after one
+ * preprocess and sort (Gaussians of weight 0 are masked out of the pass like a missed warp).
+ *
  * The footprint math (the pixel's squared Mahalanobis distance as a ratio of two quadratic
  * forms, the silhouette conic, AccuTile's row spans, a Gaussian's term at a pixel) lives in
  * xt_gmm_footprint.h, shared with host-side checks. Gaussians whose cut-off ellipsoid reaches
@@ -31,6 +36,7 @@
 #include "xt_gmm_footprint.h"
 
 extern "C" {
+#include "xt_channels.h"
 #include "xt_cub.h"
 #include "xt_cuda_config.h"
 #include "xt_gmm.h"
@@ -76,7 +82,16 @@ typedef struct gmm_state {
   void *d_temp;
   size_t temp_bytes;
   uint32_t *h_total; /* pinned: the pair count of the frame */
+  /* channels (set_channels): each Gaussian's row of the weight table (model slot x 256 + label),
+   * the table (XT_CUDA_MAX_MODELS x 256 rows of XT_MAX_CHANNELS g/cm^2 per optical depth), and the
+   * channels some Gaussian feeds (bit c) */
+  uint16_t *d_row;
+  float *d_tab;
+  uint32_t feeds;
+  int chan_models; /* models the table covers */
 } gmm_state;
+
+static_assert(XT_CUDA_MAX_MODELS * 256 <= 65536, "weight rows fit uint16");
 
 static void free_scratch(gmm_state *s) {
   cudaFree(s->d_screen);
@@ -117,6 +132,8 @@ static void gmm_destroy(void *st) {
   if (!s) return;
   free_scratch(s);
   cudaFree(s->d_g);
+  cudaFree(s->d_row);
+  cudaFree(s->d_tab);
   free(s);
 }
 
@@ -261,6 +278,10 @@ typedef struct ren_args {
   const uint2 *ranges;
   float *out;
   int cols, rows, ntx, accumulate;
+  /* CH: channel ch, each Gaussian's term times tab[row[id] * XT_MAX_CHANNELS + ch] */
+  const uint16_t *row;
+  const float *tab;
+  int ch;
 } ren_args;
 
 /* Thread mapping: one block per TW x TH tile, XT_GMM_BLOCK threads of two pixels each; warp w
@@ -271,9 +292,12 @@ typedef struct ren_args {
  * (pixel lengths). Out: out[row][col], written (accumulate 0: every pixel of the detector) or
  * added to. A warp skips the Gaussians its region does not meet (a uniform branch). Each batch
  * sums in float, batches in double: thousands of terms keep ~1e-7 relative accuracy, in the same
- * order every time. */
+ * order every time. CH: the terms of one material channel, each weighted (a weight of 0 masks the
+ * Gaussian out for every warp). */
+template <bool CH>
 __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__ ren_args A) {
   __shared__ float4 sh[4][XT_GMM_BATCH];
+  __shared__ float shw[CH ? XT_GMM_BATCH : 1];
   __shared__ uint32_t msk[XT_GMM_BATCH];
   const int tx = blockIdx.x, ty = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -298,6 +322,11 @@ __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__
       sh[3][threadIdx.x] = r.g3;
       msk[threadIdx.x] = xt_gmm_warp_mask(A.conic[id], tx * TW, ty * TH);
       rare = r.g0.z < 0.f;
+      if (CH) {
+        const float w = __ldg(A.tab + (size_t)A.row[id] * XT_MAX_CHANNELS + A.ch);
+        shw[threadIdx.x] = w;
+        if (w == 0.f) msk[threadIdx.x] = 0;
+      }
     }
     /* the barrier also tells the block whether this batch holds a rare record at all */
     rare = __syncthreads_or(rare);
@@ -306,15 +335,22 @@ __global__ void __launch_bounds__(XT_GMM_BLOCK) k_render(const __grid_constant__
       for (int j = 0; j < nb; j++) {
         if (!(msk[j] & bit)) continue; /* uniform across the warp */
         const float4 g0 = sh[0][j], g1 = sh[1][j], g2 = sh[2][j];
-        part += xt_gmm_term_common(g0, g1, g2, fx, fy);
-        part2 += xt_gmm_term_common(g0, g1, g2, fx, fy2);
+        if (CH) {
+          const float w = shw[j];
+          part = fmaf(w, xt_gmm_term_common(g0, g1, g2, fx, fy), part);
+          part2 = fmaf(w, xt_gmm_term_common(g0, g1, g2, fx, fy2), part2);
+        } else {
+          part += xt_gmm_term_common(g0, g1, g2, fx, fy);
+          part2 += xt_gmm_term_common(g0, g1, g2, fx, fy2);
+        }
       }
     } else {
       for (int j = 0; j < nb; j++) {
         if (!(msk[j] & bit)) continue;
         const float4 g0 = sh[0][j], g1 = sh[1][j], g2 = sh[2][j], g3 = sh[3][j];
-        part += xt_gmm_term(g0, g1, g2, g3, fx, fy);
-        part2 += xt_gmm_term(g0, g1, g2, g3, fx, fy2);
+        const float w = CH ? shw[j] : 1.f;
+        part = fmaf(w, xt_gmm_term(g0, g1, g2, g3, fx, fy), part);
+        part2 = fmaf(w, xt_gmm_term(g0, g1, g2, g3, fx, fy2), part2);
       }
     }
     acc += (double)part;
@@ -416,9 +452,10 @@ typedef struct stage_events {
     if (ev) CK(cudaEventRecord(ev->ev[i], stream));     \
   } while (0)
 
-/* One frame: desc on the device, output at out. Queues everything on `stream`; one
- * synchronisation, for the pair count. *npairs (may be NULL) gets the frame's pair count. */
-static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int accumulate, cudaStream_t stream,
+/* One frame: desc on the device, output at out (nch 0: the line integrals; else nch channel
+ * planes). Queues everything on `stream`; one synchronisation, for the pair count. *npairs (may be
+ * NULL) gets the frame's pair count. */
+static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int accumulate, int nch, cudaStream_t stream,
                         stage_events *ev, uint32_t *npairs, xt_msg *msg) {
   MARK(0);
   for (int m = 0; m < s->nmodels; m++) {
@@ -487,8 +524,25 @@ static int render_frame(gmm_state *s, const gmm_frame *desc, float *out, int acc
   R.rows = s->rows;
   R.ntx = s->ntx;
   R.accumulate = accumulate;
-  k_render<<<dim3((unsigned)s->ntx, (unsigned)s->nty), XT_GMM_BLOCK, 0, stream>>>(R);
-  CK(cudaGetLastError());
+  R.row = s->d_row;
+  R.tab = s->d_tab;
+  R.ch = 0;
+  const dim3 grid((unsigned)s->ntx, (unsigned)s->nty);
+  if (!nch) {
+    k_render<false><<<grid, XT_GMM_BLOCK, 0, stream>>>(R);
+    CK(cudaGetLastError());
+  }
+  const size_t plane = (size_t)s->cols * s->rows;
+  for (int c = 0; c < nch; c++) {
+    R.out = out + plane * (size_t)c;
+    R.ch = c;
+    if (s->feeds >> c & 1u) {
+      k_render<true><<<grid, XT_GMM_BLOCK, 0, stream>>>(R);
+      CK(cudaGetLastError());
+    } else if (!accumulate) {
+      CK(cudaMemsetAsync(R.out, 0, plane * sizeof(float), stream));
+    }
+  }
   MARK(6);
   return 0;
 }
@@ -497,7 +551,9 @@ static int gmm_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   gmm_state *s = (gmm_state *)st;
   if (L->cols != s->cols || L->rows != s->rows || s->sized_for != s->ntotal)
     return xt_fail(msg, XT_EINTERNAL, "cuda gmm: render before prepare for %d x %d", L->cols, L->rows);
-  const size_t fpx = (size_t)L->cols * L->rows;
+  if (L->nch && s->chan_models != s->nmodels)
+    return xt_fail(msg, XT_EINTERNAL, "cuda gmm: channels launch without channel maps");
+  const size_t fpx = (size_t)L->cols * L->rows * (L->nch ? L->nch : 1);
   for (int j = 0; j < L->nf; j++) {
     float *out = L->d_out + fpx * (size_t)j;
     if (L->count) { /* no step count of its own: nothing added */
@@ -505,16 +561,60 @@ static int gmm_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
       continue;
     }
     const gmm_frame *desc = (const gmm_frame *)((const unsigned char *)L->d_desc + sizeof(gmm_frame) * (size_t)j);
-    int rc = render_frame(s, desc, out, L->accumulate, L->stream, NULL, NULL, msg);
+    int rc = render_frame(s, desc, out, L->accumulate, L->nch, L->stream, NULL, NULL, msg);
     if (rc) return rc;
   }
   return 0;
 }
 
+/* Each Gaussian's weight row and the models' weight tables for the set cs (xt_gmm_chan), uploaded;
+ * only when the set or the models change, never per frame. */
+static int gmm_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
+  gmm_state *s = (gmm_state *)st;
+  const size_t nrow = (size_t)XT_CUDA_MAX_MODELS * 256;
+  float *tab = (float *)calloc(nrow * XT_MAX_CHANNELS, sizeof(float));
+  uint16_t *row = (uint16_t *)malloc(sizeof(uint16_t) * (s->ntotal ? s->ntotal : 1));
+  xt_gmm_chan *ch = (xt_gmm_chan *)malloc(sizeof *ch);
+  int rc = 0;
+  uint32_t feeds = 0;
+  if (!tab || !row || !ch) rc = xt_fail(msg, XT_ENOMEM, "cuda gmm: out of memory");
+  for (int m = 0; m < s->nmodels && !rc; m++) {
+    const xt_gmm *g = s->models[m]->gmm;
+    if ((rc = xt_gmm_chan_build(cs, s->models[m], ch, msg))) break;
+    memcpy(tab + (size_t)m * 256 * XT_MAX_CHANNELS, ch->w, sizeof ch->w);
+    for (size_t i = 0; i < g->count; i++) {
+      const uint32_t l = ch->labels ? (g->g[i].label & 255u) : 0u;
+      row[s->first[m] + i] = (uint16_t)(m * 256 + (int)l);
+      for (int c = 0; c < XT_MAX_CHANNELS; c++)
+        if (ch->w[l][c] != 0.f) feeds |= 1u << c;
+    }
+  }
+  if (!rc && !s->d_tab && cudaMalloc((void **)&s->d_tab, nrow * XT_MAX_CHANNELS * sizeof(float)) != cudaSuccess)
+    rc = xt_fail(msg, XT_EDEVICE, "cuda gmm: channel table: out of device memory");
+  if (!rc) {
+    cudaFree(s->d_row);
+    s->d_row = NULL;
+    if (cudaMalloc((void **)&s->d_row, sizeof(uint16_t) * (s->ntotal ? s->ntotal : 1)) != cudaSuccess)
+      rc = xt_fail(msg, XT_EDEVICE, "cuda gmm: channel rows: out of device memory");
+  }
+  if (!rc) {
+    cudaError_t e = cudaMemcpy(s->d_tab, tab, nrow * XT_MAX_CHANNELS * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(s->d_row, row, sizeof(uint16_t) * s->ntotal, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda gmm: channel upload: %s", cudaGetErrorString(e));
+  }
+  if (!rc) {
+    s->feeds = feeds;
+    s->chan_models = s->nmodels;
+  }
+  free(tab);
+  free(row);
+  free(ch);
+  return rc;
+}
+
 const xt_cuda_kind_ops xt_cuda_kind_gmm = {
     "gmm", gmm_accepts, gmm_create, gmm_add_model, gmm_nmodels, gmm_frame_bytes, gmm_fill_frame, gmm_prepare,
-    gmm_render, gmm_destroy,
-    NULL, /* set_channels: no material channels for mixtures yet */
+    gmm_render, gmm_destroy, gmm_set_channels,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -570,7 +670,7 @@ extern "C" int xt_gmm_cuda_profile_frame(int device, const xt_model *const *mode
   }
   for (int r = 0; r < warmup + reps && !rc; r++) {
     uint32_t np = 0;
-    rc = render_frame(s, d_desc, d_out, 0, stream, &ev, &np, msg);
+    rc = render_frame(s, d_desc, d_out, 0, 0, stream, &ev, &np, msg);
     if (rc) break;
     if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) break;
     out->pairs = np;

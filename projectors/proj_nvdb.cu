@@ -16,7 +16,11 @@
  * never move backwards, so the walk ends.
  *
  * Layout: one kernel, k_nvdb, templated on the grid type (so PNanoVDB's per-type tables fold into
- * constants) and on whether it counts steps; one launch per model. */
+ * constants) and on its output (the line integral, the step count, or the material channels); one
+ * launch per model. Channels (xt_channels.h) take the same march: each segment's stored value
+ * goes to the channels by the grid's xt_voxel_chan, as proj_cpu_nvdb.c does - a label's weight
+ * row (two 16-byte loads), or for mu grids the optical depth of the value's HU class, weighted
+ * once at the end. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -27,6 +31,7 @@
 #include "xt_cuda_kind.h"
 
 extern "C" {
+#include "xt_channels.h"
 #include "xt_cuda_config.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_raycast.h"
@@ -40,6 +45,12 @@ extern "C" {
 /* Blocks per SM asked of the compiler: the voxel kind's 4 (64 registers); the march needs ~53 and
  * no stack (ptxas -v; every per-axis array is indexed by unrolled constants only). */
 #define NVDB_MIN_BLOCKS XT_CUDA_MIN_BLOCKS
+/* The channels variant keeps 8 accumulators (labels) or 3 (mu grids) more: ~60 registers, so it
+ * fits the same 4 blocks with no spill (ptxas -v). */
+#define NVDB_CH_MIN_BLOCKS XT_CUDA_MIN_BLOCKS
+
+/* What the kernel writes. */
+enum { OUT_MU = 0, OUT_COUNT = 1, OUT_CH = 2 };
 
 /* A resident grid: set at add_model, passed by value in every launch. */
 typedef struct dev_grid {
@@ -48,6 +59,10 @@ typedef struct dev_grid {
   float background; /* stored value (mu, or a label id) */
   int labels;
   const float *lut; /* labels: 256 mu values (device) */
+  /* channels (set_channels): labels: 256 rows of XT_MAX_CHANNELS weights (g/cm^2 per mm); mu
+   * grids: rows 0..2 the HU classes' weights per optical depth, thr the class bounds (1/mm) */
+  const float4 *chw;
+  float thr[2];
 } dev_grid;
 
 /* Per frame and model: world->cell map (linear part) and the source in cell space, in double. */
@@ -68,6 +83,7 @@ static_assert(sizeof(dev_frame) % 16 == 0, "descriptors are 16-byte multiples");
 typedef struct dev_launch {
   dev_grid grid;
   int model, cols, rows, accumulate;
+  int nch; /* OUT_CH: planes per frame */
   const unsigned char *desc; /* nf dev_frame */
   float *out;
 } dev_launch;
@@ -75,10 +91,37 @@ typedef struct dev_launch {
 static __device__ __forceinline__ double dm(double a, double b) { return __dmul_rn(a, b); }
 static __device__ __forceinline__ double da(double a, double b) { return __dadd_rn(a, b); }
 
-/* The integral of one ray through one grid (or, COUNT, the number of steps taken). */
-template <int GT, bool COUNT>
-static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_frame_model &fm, const double w[3],
-                                                 double len) {
+/* What a segment adds: OUT_MU mu x length into a[0]; OUT_CH the channels (a label's weight row
+ * into a[0..7]; a mu grid's optical depth into a[class] for the HU class of the value). */
+template <int OUT>
+static __device__ __forceinline__ void add_seg(const dev_grid &gd, float len, float v, float *a) {
+  if (OUT != OUT_CH) {
+    const float mu = gd.labels ? __ldg(gd.lut + xt_nvdb_label(v)) : v;
+    a[0] = fmaf(len, mu, a[0]);
+  } else if (gd.labels) {
+    const float4 w0 = __ldg(gd.chw + 2 * xt_nvdb_label(v)), w1 = __ldg(gd.chw + 2 * xt_nvdb_label(v) + 1);
+    a[0] = fmaf(len, w0.x, a[0]);
+    a[1] = fmaf(len, w0.y, a[1]);
+    a[2] = fmaf(len, w0.z, a[2]);
+    a[3] = fmaf(len, w0.w, a[3]);
+    a[4] = fmaf(len, w1.x, a[4]);
+    a[5] = fmaf(len, w1.y, a[5]);
+    a[6] = fmaf(len, w1.z, a[6]);
+    a[7] = fmaf(len, w1.w, a[7]);
+  } else {
+    const float d = len * v; /* constant indices only: the accumulators stay in registers */
+    if (v < gd.thr[0]) a[0] += d;
+    else if (v < gd.thr[1]) a[1] += d;
+    else a[2] += d;
+  }
+}
+
+/* The integral of one ray through one grid into a[0] (or, OUT_COUNT, the number of steps taken;
+ * OUT_CH, the channel accumulators of add_seg). */
+template <int GT, int OUT>
+static __device__ __forceinline__ void nvdb_ray(const dev_grid &gd, const dev_frame_model &fm, const double w[3],
+                                                double len, float *acc8) {
+  constexpr bool COUNT = OUT == OUT_COUNT;
   double q[3], o[3];
 #pragma unroll
   for (int k = 0; k < 3; k++) {
@@ -86,7 +129,7 @@ static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_f
     o[k] = fm.o[k];
   }
   double s0, s1;
-  if (!xt_clip_box_f64(o, q, gd.n, len, &s0, &s1)) return 0.f;
+  if (!xt_clip_box_f64(o, q, gd.n, len, &s0, &s1)) return;
   /* Set-up in double, as proj_cpu_nvdb.c: entry cell, first plane per axis; then FP32 from the
    * entry point. */
   int idx[3], step[3], kc[3];
@@ -117,23 +160,22 @@ static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_f
     pnanovdb_grid_handle_t grid = {pnanovdb_address_null()};
     pnanovdb_readaccessor_init(&acc, pnanovdb_tree_get_root(buf, pnanovdb_grid_get_tree(buf, grid)));
   }
-  float t = 0.f, total = 0.f;
+  float t = 0.f;
   int steps = 0;
   for (;;) {
     const pnanovdb_coord_t ijk = {idx[0] + gd.lo[0], idx[1] + gd.lo[1], idx[2] + gd.lo[2]};
     int dim;
     const float v = xt_nvdb_probe((pnanovdb_uint32_t)GT, buf, &acc, &ijk, gd.background, &dim);
-    const float mu = gd.labels ? __ldg(gd.lut + xt_nvdb_label(v)) : v;
     steps++;
     if (dim == 1) { /* a leaf: cross voxel after voxel while in it, reading it directly */
       const pnanovdb_leaf_handle_t leaf = acc.leaf;
       const int key[3] = {ijk.x >> 3, ijk.y >> 3, ijk.z >> 3};
-      float m = mu;
+      float m = v; /* the stored value of the voxel being crossed */
       bool done = false;
       for (;;) { /* cross the voxel's nearest plane (ties to x, then y, as the reference) */
         const int a = (tx[0] <= tx[1] && tx[0] <= tx[2]) ? 0 : (tx[1] <= tx[2] ? 1 : 2);
         const float tm = fminf(fminf(fminf(tx[0], tx[1]), tx[2]), tend);
-        total = fmaf(fmaxf(tm - t, 0.f), m, total);
+        add_seg<OUT>(gd, fmaxf(tm - t, 0.f), m, acc8);
         t = fmaxf(t, tm);
         if (t >= tend) {
           done = true;
@@ -154,8 +196,7 @@ static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_f
         if (out || left) break;
         steps++;
         const pnanovdb_coord_t c = {idx[0] + gd.lo[0], idx[1] + gd.lo[1], idx[2] + gd.lo[2]};
-        const float lv = xt_nvdb_leaf_value((pnanovdb_uint32_t)GT, buf, leaf, &c, gd.background);
-        m = gd.labels ? __ldg(gd.lut + xt_nvdb_label(lv)) : lv;
+        m = xt_nvdb_leaf_value((pnanovdb_uint32_t)GT, buf, leaf, &c, gd.background);
       }
       if (done) break;
       continue;
@@ -172,7 +213,7 @@ static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_f
     }
     const int a = (te[0] <= te[1] && te[0] <= te[2]) ? 0 : (te[1] <= te[2] ? 1 : 2);
     const float tm = fminf(fminf(fminf(te[0], te[1]), te[2]), tend);
-    total = fmaf(fmaxf(tm - t, 0.f), mu, total);
+    add_seg<OUT>(gd, fmaxf(tm - t, 0.f), v, acc8);
     t = fmaxf(t, tm);
     if (t >= tend) break;
     bool out = false;
@@ -196,14 +237,16 @@ static __device__ __forceinline__ float nvdb_ray(const dev_grid &gd, const dev_f
     }
     if (out) break;
   }
-  return COUNT ? (float)steps : total;
+  if (COUNT) acc8[0] = (float)steps;
 }
 
 /* Thread mapping: one thread per detector pixel, the voxel kind's tiling (xt_cuda_config.h);
  * blockIdx.z is the frame. In: the frame descriptors (camera, per-model map), the resident grid.
- * Out: out[z][row][col] written (0 where the grid is not hit) or, with accumulate, added to. */
-template <int GT, bool COUNT>
-__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb(const __grid_constant__ dev_launch L) {
+ * Out: out[z][row][col] written (0 where the grid is not hit) or, with accumulate, added to;
+ * OUT_CH: nch planes per frame, channel c of frame z at out + (z nch + c) rows cols. */
+template <int GT, int OUT>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, OUT == OUT_CH ? NVDB_CH_MIN_BLOCKS : NVDB_MIN_BLOCKS)
+    k_nvdb(const __grid_constant__ dev_launch L) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
   const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
@@ -211,14 +254,36 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb
   if (col >= L.cols || row >= L.rows) return;
   const dev_frame *f = (const dev_frame *)L.desc + blockIdx.z;
   const dev_frame_model &fm = f->fm[L.model];
-  float v = 0.f;
+  float a[OUT == OUT_CH ? XT_MAX_CHANNELS : 1];
+#pragma unroll
+  for (int c = 0; c < (OUT == OUT_CH ? XT_MAX_CHANNELS : 1); c++) a[c] = 0.f;
   if (fm.ok) {
     double w[3];
     const double len = xt_cuda_pixel_ray(f->cam, col, row, w);
-    v = nvdb_ray<GT, COUNT>(L.grid, fm, w, len);
+    nvdb_ray<GT, OUT>(L.grid, fm, w, len, a);
   }
-  float *const o = L.out + ((size_t)blockIdx.z * L.rows * L.cols + (size_t)row * L.cols + col);
-  *o = L.accumulate ? *o + v : v;
+  if (OUT != OUT_CH) {
+    float *const o = L.out + ((size_t)blockIdx.z * L.rows * L.cols + (size_t)row * L.cols + col);
+    *o = L.accumulate ? *o + a[0] : a[0];
+    return;
+  }
+  if (!L.grid.labels) { /* mu grid: the classes' optical depths, weighted (xt_voxel_chan.cw) */
+    const float d0 = a[0], d1 = a[1], d2 = a[2];
+    const float4 *cw = L.grid.chw;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float4 r0 = __ldg(cw + h), r1 = __ldg(cw + 2 + h), r2 = __ldg(cw + 4 + h);
+      a[4 * h + 0] = fmaf(d2, r2.x, fmaf(d1, r1.x, d0 * r0.x));
+      a[4 * h + 1] = fmaf(d2, r2.y, fmaf(d1, r1.y, d0 * r0.y));
+      a[4 * h + 2] = fmaf(d2, r2.z, fmaf(d1, r1.z, d0 * r0.z));
+      a[4 * h + 3] = fmaf(d2, r2.w, fmaf(d1, r1.w, d0 * r0.w));
+    }
+  }
+  const size_t plane = (size_t)L.rows * L.cols;
+  float *const o = L.out + (size_t)blockIdx.z * L.nch * plane + (size_t)row * L.cols + col;
+#pragma unroll
+  for (int c = 0; c < XT_MAX_CHANNELS; c++)
+    if (c < L.nch) o[c * plane] = L.accumulate ? o[c * plane] + a[c] : a[c];
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -233,6 +298,8 @@ typedef struct nvdb_kind {
   uint32_t gt[XT_CUDA_MAX_MODELS];
   void *d_words[XT_CUDA_MAX_MODELS];
   float *d_lut[XT_CUDA_MAX_MODELS];
+  float *d_chw[XT_CUDA_MAX_MODELS]; /* channels: 256 x XT_MAX_CHANNELS weights per model */
+  int chan_models;                  /* models the channel tables cover */
   int debug_sync;
 } nvdb_kind;
 
@@ -242,6 +309,7 @@ static void nvdb_destroy(void *st) {
   for (int i = 0; i < p->nmodels; i++) {
     cudaFree(p->d_words[i]);
     cudaFree(p->d_lut[i]);
+    cudaFree(p->d_chw[i]);
   }
   free(p);
 }
@@ -323,24 +391,57 @@ static void nvdb_fill_frame(const void *st, const xt_geometry *g, void *desc) {
 
 typedef void (*kernel_fn)(const dev_launch);
 
-template <bool COUNT> static kernel_fn pick(uint32_t gt) {
+template <int OUT> static kernel_fn pick(uint32_t gt) {
   switch (gt) {
-  case XT_NVDB_FLOAT: return k_nvdb<XT_NVDB_FLOAT, COUNT>;
-  case XT_NVDB_INT16: return k_nvdb<XT_NVDB_INT16, COUNT>;
-  case XT_NVDB_FP4: return k_nvdb<XT_NVDB_FP4, COUNT>;
-  case XT_NVDB_FP8: return k_nvdb<XT_NVDB_FP8, COUNT>;
-  case XT_NVDB_FP16: return k_nvdb<XT_NVDB_FP16, COUNT>;
-  case XT_NVDB_FPN: return k_nvdb<XT_NVDB_FPN, COUNT>;
+  case XT_NVDB_FLOAT: return k_nvdb<XT_NVDB_FLOAT, OUT>;
+  case XT_NVDB_INT16: return k_nvdb<XT_NVDB_INT16, OUT>;
+  case XT_NVDB_FP4: return k_nvdb<XT_NVDB_FP4, OUT>;
+  case XT_NVDB_FP8: return k_nvdb<XT_NVDB_FP8, OUT>;
+  case XT_NVDB_FP16: return k_nvdb<XT_NVDB_FP16, OUT>;
+  case XT_NVDB_FPN: return k_nvdb<XT_NVDB_FPN, OUT>;
   }
   return NULL;
 }
 
+/* Every grid's map onto the set cs (xt_voxel_chan), uploaded: only when the set or the models
+ * change, never per frame. */
+static int nvdb_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
+  nvdb_kind *p = (nvdb_kind *)st;
+  xt_voxel_chan *ch = (xt_voxel_chan *)malloc(sizeof *ch);
+  if (!ch) return xt_fail(msg, XT_ENOMEM, "cuda nvdb: out of memory");
+  int rc = 0;
+  for (int i = 0; i < p->nmodels && !rc; i++) {
+    if (!p->models[i]) continue;
+    if ((rc = xt_voxel_chan_build(cs, p->models[i], ch, msg))) break;
+    static_assert(sizeof ch->w == 256 * XT_MAX_CHANNELS * sizeof(float), "label rows");
+    if (!ch->labels) { /* rows 0..2: the classes' weights per optical depth */
+      memset(ch->w, 0, sizeof ch->w);
+      memcpy(ch->w, ch->cw, sizeof ch->cw);
+    }
+    cudaError_t e = cudaSuccess;
+    if (!p->d_chw[i]) e = cudaMalloc((void **)&p->d_chw[i], sizeof ch->w);
+    if (e == cudaSuccess) e = cudaMemcpy(p->d_chw[i], ch->w, sizeof ch->w, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+      rc = xt_fail(msg, XT_EDEVICE, "cuda nvdb: channel table: %s", cudaGetErrorString(e));
+      break;
+    }
+    p->dg[i].chw = (const float4 *)p->d_chw[i];
+    p->dg[i].thr[0] = ch->thr[0];
+    p->dg[i].thr[1] = ch->thr[1];
+  }
+  if (!rc) p->chan_models = p->nmodels;
+  free(ch);
+  return rc;
+}
+
 static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   nvdb_kind *p = (nvdb_kind *)st;
+  if (L->nch && p->chan_models != p->nmodels)
+    return xt_fail(msg, XT_EINTERNAL, "cuda nvdb: channels launch without channel maps");
   int first = 1;
   for (int i = 0; i < p->nmodels; i++) {
     if (!p->models[i]) continue;
-    kernel_fn k = L->count ? pick<true>(p->gt[i]) : pick<false>(p->gt[i]);
+    kernel_fn k = L->nch ? pick<OUT_CH>(p->gt[i]) : (L->count ? pick<OUT_COUNT>(p->gt[i]) : pick<OUT_MU>(p->gt[i]));
     if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);
     dev_launch dl;
     memset(&dl, 0, sizeof dl);
@@ -349,6 +450,7 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
     dl.cols = L->cols;
     dl.rows = L->rows;
     dl.accumulate = L->accumulate || !first;
+    dl.nch = L->nch;
     dl.desc = (const unsigned char *)L->d_desc;
     dl.out = L->d_out;
     dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
@@ -364,5 +466,5 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
 const xt_cuda_kind_ops xt_cuda_kind_nvdb = {
     "nvdb",           nvdb_accepts,    nvdb_create, nvdb_add_model, nvdb_nmodels,
     nvdb_frame_bytes, nvdb_fill_frame, NULL,        nvdb_render,    nvdb_destroy,
-    NULL, /* set_channels: no material channels for NanoVDB grids yet */
+    nvdb_set_channels,
 };

@@ -3,7 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "xt_channels.h"
+#include "xt_gmm.h"
+#include "xt_nvdb.h"
 
 int xt_chanset_find(const xt_chanset *cs, int b) {
   for (int c = 0; c < cs->n; c++)
@@ -23,24 +27,94 @@ static int add_basis(xt_chanset *cs, int b, const char *model, xt_msg *msg) {
 /* The dense classes' basis materials, in class order. */
 static const int dense_class[3] = {XT_BASIS_AIR, XT_BASIS_SOFT, XT_BASIS_BONE};
 
+/* What a voxel-like model holds (dense or label volume, NanoVDB grid): labels through table *t, or
+ * mu values at energy *e_kev. */
+static int voxel_source(const xt_model *m, int *labels, const xt_material_table **t, double *e_kev, xt_msg *msg) {
+  *labels = 0;
+  *t = NULL;
+  *e_kev = XT_DEFAULT_ENERGY_KEV;
+  if (m->kind == XT_MODEL_DENSE || m->kind == XT_MODEL_LABELS) {
+    const xt_volume *v = m->volume;
+    if (!v) return xt_fail(msg, XT_EINVAL, "channels: model %s has no volume", m->name);
+    *labels = m->kind == XT_MODEL_LABELS;
+    *t = v->materials;
+    if (v->energy_kev > 0) *e_kev = v->energy_kev;
+  } else if (m->kind == XT_MODEL_NVDB) {
+    const xt_nvdb *g = m->nvdb;
+    if (!g) return xt_fail(msg, XT_EINVAL, "channels: model %s has no grid", m->name);
+    *labels = g->labels;
+    *t = g->materials;
+    if (g->energy_kev > 0) *e_kev = g->energy_kev;
+  } else {
+    return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s is not a voxel model", m->name,
+                   xt_model_kind_name(m->kind));
+  }
+  if (*labels && !*t) return xt_fail(msg, XT_EINVAL, "channels: model %s has no material table", m->name);
+  return 0;
+}
+
+/* The basis parts of label l of table t, msg naming the model. */
+static int label_parts(const xt_model *m, const xt_material_table *t, int l, xt_basis_part parts[2], int *np,
+                       xt_msg *msg) {
+  xt_msg m2;
+  int rc = xt_material_basis(t, l, parts, np, &m2);
+  return rc ? xt_fail(msg, rc, "channels: model %s: %s", m->name, m2.text) : 0;
+}
+
+/* The labels a mixture's Gaussians use (bit l of used[l / 64]); none when it has no labels. */
+static void gmm_used_labels(const xt_gmm *g, uint64_t used[4]) {
+  memset(used, 0, 4 * sizeof *used);
+  if (!g->has_labels) return;
+  for (size_t i = 0; i < g->count; i++) {
+    const uint32_t l = g->g[i].label & 255u; /* validated 0..255 when has_labels */
+    used[l >> 6] |= (uint64_t)1 << (l & 63);
+  }
+}
+
 int xt_chanset_add_model(xt_chanset *cs, const xt_model *m, xt_msg *msg) {
   xt_chanset next = *cs; /* all or nothing */
   int rc = 0;
-  if (m->kind == XT_MODEL_DENSE) {
-    for (int k = 0; k < 3 && !rc; k++) rc = add_basis(&next, dense_class[k], m->name, msg);
-  } else if (m->kind == XT_MODEL_LABELS) {
-    const xt_material_table *t = m->volume ? m->volume->materials : NULL;
-    if (!t) return xt_fail(msg, XT_EINVAL, "channels: model %s has no material table", m->name);
-    for (int l = 0; l < t->count && !rc; l++) {
-      xt_basis_part parts[2];
-      int np = 0;
-      xt_msg m2;
-      if ((rc = xt_material_basis(t, l, parts, &np, &m2))) return xt_fail(msg, rc, "channels: model %s: %s", m->name, m2.text);
-      for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
+  if (m->kind == XT_MODEL_GMM) {
+    const xt_gmm *g = m->gmm;
+    if (!g || !g->g) return xt_fail(msg, XT_EINVAL, "channels: model %s has no mixture", m->name);
+    if (!g->has_labels) {
+      rc = add_basis(&next, XT_BASIS_SOFT, m->name, msg);
+    } else {
+      xt_material_table *t = malloc(sizeof *t);
+      if (!t) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
+      uint64_t used[4];
+      gmm_used_labels(g, used);
+      rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, t, msg);
+      for (int l = 0; l < 256 && !rc; l++) {
+        if (!(used[l >> 6] >> (l & 63) & 1u)) continue;
+        xt_basis_part parts[2];
+        int np = 0;
+        if ((rc = label_parts(m, t, l, parts, &np, msg))) break;
+        if (np == 0) rc = xt_fail(msg, XT_EINVAL, "channels: model %s: label %d is no default material", m->name, l);
+        for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
+      }
+      free(t);
     }
   } else {
-    return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s has no material channels yet", m->name,
-                   xt_model_kind_name(m->kind));
+    int labels;
+    const xt_material_table *t;
+    double e;
+    if ((rc = voxel_source(m, &labels, &t, &e, msg))) {
+      if (rc == XT_EUNSUPPORTED)
+        return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s has no material channels", m->name,
+                       xt_model_kind_name(m->kind));
+      return rc;
+    }
+    if (!labels) {
+      for (int k = 0; k < 3 && !rc; k++) rc = add_basis(&next, dense_class[k], m->name, msg);
+    } else {
+      for (int l = 0; l < t->count && !rc; l++) {
+        xt_basis_part parts[2];
+        int np = 0;
+        if ((rc = label_parts(m, t, l, parts, &np, msg))) return rc;
+        for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
+      }
+    }
   }
   if (!rc) *cs = next;
   return rc;
@@ -56,52 +130,87 @@ void xt_chanset_names(const xt_chanset *cs, char *buf, size_t len) {
   }
 }
 
+static int chan_of(const xt_chanset *cs, const xt_model *m, int basis, int *c, xt_msg *msg) {
+  *c = xt_chanset_find(cs, basis);
+  if (*c < 0)
+    return xt_fail(msg, XT_EINVAL, "channels: model %s: material %s is not in the channel set", m->name,
+                   xt_basis_name(basis));
+  return 0;
+}
+
 int xt_voxel_chan_build(const xt_chanset *cs, const xt_model *m, xt_voxel_chan *out, xt_msg *msg) {
   memset(out, 0, sizeof *out);
-  const xt_volume *v = m->volume;
-  if (!v) return xt_fail(msg, XT_EINVAL, "channels: model %s has no volume", m->name);
-  if (m->kind == XT_MODEL_LABELS) {
-    const xt_material_table *t = v->materials;
-    if (!t) return xt_fail(msg, XT_EINVAL, "channels: model %s has no material table", m->name);
+  int labels, rc;
+  const xt_material_table *t;
+  double e;
+  if ((rc = voxel_source(m, &labels, &t, &e, msg))) return rc;
+  if (labels) {
     out->labels = 1;
     for (int l = 0; l < t->count; l++) {
       xt_basis_part parts[2];
-      int np = 0;
-      xt_msg m2;
-      int rc = xt_material_basis(t, l, parts, &np, &m2);
-      if (rc) return xt_fail(msg, rc, "channels: model %s: %s", m->name, m2.text);
+      int np = 0, c;
+      if ((rc = label_parts(m, t, l, parts, &np, msg))) return rc;
       for (int k = 0; k < np; k++) {
-        const int c = xt_chanset_find(cs, parts[k].basis);
-        if (c < 0)
-          return xt_fail(msg, XT_EINVAL, "channels: model %s: material %s is not in the channel set", m->name,
-                         xt_basis_name(parts[k].basis));
+        if ((rc = chan_of(cs, m, parts[k].basis, &c, msg))) return rc;
         out->w[l][c] += (float)(parts[k].density * 0.1); /* g/cm^3 x mm -> g/cm^2 */
       }
     }
     return 0;
   }
-  if (m->kind != XT_MODEL_DENSE)
-    return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s is not a voxel model", m->name,
-                   xt_model_kind_name(m->kind));
-  const double e = v->energy_kev > 0 ? v->energy_kev : XT_DEFAULT_ENERGY_KEV;
   /* HU is defined against water; as xt_hu.h, mu_water = (mu/rho)_soft x 1 g/cm^3 */
   double mr_soft = 0;
-  int rc = xt_basis_mass_atten(XT_BASIS_SOFT, e, &mr_soft, msg);
-  if (rc) return rc;
+  if ((rc = xt_basis_mass_atten(XT_BASIS_SOFT, e, &mr_soft, msg))) return rc;
   const double mu_w = mr_soft * 0.1; /* 1/mm */
   out->thr[0] = (float)(mu_w * (1.0 + XT_DENSE_AIR_BELOW_HU / 1000.0));
   out->thr[1] = (float)(mu_w * (1.0 + XT_DENSE_BONE_FROM_HU / 1000.0));
   for (int k = 0; k < 3; k++) {
     double mr = 0;
-    if ((rc = xt_basis_mass_atten(dense_class[k], e, &mr, msg))) return rc;
-    const int c = xt_chanset_find(cs, dense_class[k]);
-    if (c < 0)
-      return xt_fail(msg, XT_EINVAL, "channels: model %s: material %s is not in the channel set", m->name,
-                     xt_basis_name(dense_class[k]));
+    int c;
+    if ((rc = xt_basis_mass_atten(dense_class[k], e, &mr, msg)) || (rc = chan_of(cs, m, dense_class[k], &c, msg)))
+      return rc;
     /* mu [1/mm] x len [mm] / (mu/rho) [cm^2/g] = g/cm^2 */
     out->cw[k][c] = (float)(1.0 / mr);
   }
   return 0;
+}
+
+int xt_gmm_chan_build(const xt_chanset *cs, const xt_model *m, xt_gmm_chan *out, xt_msg *msg) {
+  memset(out, 0, sizeof *out);
+  const xt_gmm *g = m->gmm;
+  if (m->kind != XT_MODEL_GMM || !g || !g->g)
+    return xt_fail(msg, XT_EINVAL, "channels: model %s has no mixture", m->name);
+  const double e = XT_DEFAULT_ENERGY_KEV;
+  int rc, c;
+  if (!g->has_labels) {
+    double mr = 0;
+    if ((rc = xt_basis_mass_atten(XT_BASIS_SOFT, e, &mr, msg)) || (rc = chan_of(cs, m, XT_BASIS_SOFT, &c, msg))) return rc;
+    out->w[0][c] = (float)(1.0 / mr); /* optical depth / (mu/rho) = g/cm^2 */
+    return 0;
+  }
+  out->labels = 1;
+  xt_material_table *t = malloc(sizeof *t);
+  if (!t) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
+  uint64_t used[4];
+  gmm_used_labels(g, used);
+  rc = xt_materials_default(e, t, msg);
+  for (int l = 0; l < 256 && !rc; l++) {
+    if (!(used[l >> 6] >> (l & 63) & 1u)) continue;
+    xt_basis_part parts[2];
+    int np = 0;
+    double mr[2] = {0, 0}, mu = 0; /* mu_l in 1/mm, from the parts, in double */
+    if ((rc = label_parts(m, t, l, parts, &np, msg))) break;
+    for (int k = 0; k < np && !rc; k++) {
+      rc = xt_basis_mass_atten(parts[k].basis, e, &mr[k], msg);
+      mu += mr[k] * parts[k].density * 0.1;
+    }
+    if (!rc && !(mu > 0)) rc = xt_fail(msg, XT_EINVAL, "channels: model %s: label %d is no default material", m->name, l);
+    for (int k = 0; k < np && !rc; k++) {
+      if (!(rc = chan_of(cs, m, parts[k].basis, &c, msg)))
+        out->w[l][c] += (float)(parts[k].density * 0.1 / mu); /* (tau / mu_l) mm x density -> g/cm^2 */
+    }
+  }
+  free(t);
+  return rc;
 }
 
 int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_CHANNELS], xt_msg *msg) {

@@ -11,8 +11,14 @@
  *    mu / (mu/rho)_class at the volume's energy (xt_volume.energy_kev), so the channels reproduce
  *    the volume's own line integral at that energy; iodine cannot be told from HU and comes from a
  *    label model (a vessel mask) instead;
- *  - further kinds (Gaussian mixtures, NanoVDB) carry one material per model or component and add
- *    their own rows here when they implement channels.
+ *  - NanoVDB grids: label grids as label volumes (their own table), mu grids as dense volumes (HU
+ *    classes at the grid's energy, xt_nvdb.energy_kev), through the same map (xt_voxel_chan);
+ *  - Gaussian mixtures: each Gaussian is one material. With labels (the native .xgmm), label l is
+ *    entry l of the default material table, and its optical depth tau (the Gaussian's line
+ *    integral of mu) becomes the path tau / mu_l(E0) through that material: density x path per
+ *    basis part, mu_l = sum_parts (mu/rho) rho at E0 = XT_DEFAULT_ENERGY_KEV (the energy the
+ *    mixtures' mu are taken at; mixtures carry none of their own). Without labels (the thesis .gmm,
+ *    fits of mu volumes) the whole mixture is soft tissue: A = tau / (mu/rho)_soft(E0).
  * The monochromatic line integral at any energy E0 is sum_m (mu/rho)_m(E0) A_m; at the tables'
  * own energy it equals the mono render to float rounding (tests/test_channels.c). */
 #ifndef XT_CHANNELS_H
@@ -51,8 +57,18 @@ typedef struct xt_voxel_chan {
   float cw[3][XT_MAX_CHANNELS];
 } xt_voxel_chan;
 
-/* Builds the map of voxel model m (dense or labels) onto the set cs, which must hold m's materials. */
+/* Builds the map of voxel model m (dense or labels, or a NanoVDB grid of mu or labels) onto the set cs, which must hold m's materials. */
 int xt_voxel_chan_build(const xt_chanset *cs, const xt_model *m, xt_voxel_chan *out, xt_msg *msg);
+
+/* How a mixture's Gaussians feed the channels of a set: g/cm^2 of channel c per unit of optical
+ * depth of a Gaussian of label l, w[l][c] (row 0 for every Gaussian of a mixture without labels).
+ * Host form; the CUDA kind uploads the rows per Gaussian. */
+typedef struct xt_gmm_chan {
+  int labels;
+  float w[256][XT_MAX_CHANNELS];
+} xt_gmm_chan;
+
+int xt_gmm_chan_build(const xt_chanset *cs, const xt_model *m, xt_gmm_chan *out, xt_msg *msg);
 
 /* mu/rho (cm^2/g) of every channel of cs at energy e_kev: the line integral is sum_c mr[c] A[c]. */
 int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_CHANNELS], xt_msg *msg);

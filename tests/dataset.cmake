@@ -3,6 +3,9 @@
 #   test_dataset_cuda     the same frames through the CUDA projector (label gpu)
 #   test_dataset_e2e      the real binary: outputs, determinism, sharding, resume after SIGKILL,
 #                         bad input, full disk, unwritable output (tests/test_dataset.py)
+#   test_dataset_chain    the imaging chain's raw/processed frames: == `xtwin render --chain` of the
+#                         frame's metadata, byte-identical over splits with noise on, bad chain
+#                         keys (tests/test_dataset_chain.py)
 #   test_dataset_reader   api/python/xtwin_dataset.py against shards written by Python's tarfile
 #                         and by xtwin (tests/test_dataset_reader.py)
 #   test_dataset_slurm    a real single-node Slurm cluster runs a 4-task array (skips, exit 77,
@@ -19,13 +22,16 @@ if(TARGET xt_dataset)
     add_test(NAME test_dataset_e2e
       COMMAND ${XT_DS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dataset.py $<TARGET_FILE:xtwin>
               ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dataset_scratch)
+    add_test(NAME test_dataset_chain
+      COMMAND ${XT_DS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dataset_chain.py $<TARGET_FILE:xtwin>
+              ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dataset_chain_scratch)
     add_test(NAME test_dataset_reader
       COMMAND ${XT_DS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dataset_reader.py $<TARGET_FILE:xtwin>
               ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dataset_reader_scratch)
     add_test(NAME test_dataset_slurm
       COMMAND ${XT_DS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dataset_slurm.py $<TARGET_FILE:xtwin>
               ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dataset_slurm_scratch)
-    set_tests_properties(test_dataset_e2e test_dataset_reader test_dataset_slurm PROPERTIES
+    set_tests_properties(test_dataset_e2e test_dataset_chain test_dataset_reader test_dataset_slurm PROPERTIES
       TIMEOUT 600 LABELS cpu SKIP_RETURN_CODE 77)
   endif()
 endif()

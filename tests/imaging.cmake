@@ -9,4 +9,8 @@ set_tests_properties(test_chain PROPERTIES RUN_SERIAL TRUE)
 if(XT_HAVE_CUDA)
   xt_add_test(test_chain_cuda SOURCES test_chain_cuda.c LIBS xt_imaging LABELS gpu)
   set_tests_properties(test_chain_cuda PROPERTIES ENVIRONMENT "XT_TEST_TIMEOUT=300")
+  if(TARGET xt_nvdb_build) # NanoVDB grids in the mixed scenes
+    target_link_libraries(test_chain_cuda PRIVATE xt_nvdb_build)
+    target_compile_definitions(test_chain_cuda PRIVATE XT_TEST_NVDB=1)
+  endif()
 endif()

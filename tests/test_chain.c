@@ -1,6 +1,6 @@
 /* The imaging chain on the CPU against independent facts: Philox's published known-answer vectors,
- * the Poisson sampler's moments, exp(-L) for one energy, flat-field noise variance against the
- * compound-Poisson closed form and its 1/dose scaling, the noise power spectrum against the
+ * the Poisson sampler's moments, exp(-L) for one energy (label head, and with Gaussian mixtures),
+ * flat-field noise variance against the compound-Poisson closed form and its 1/dose scaling, the noise power spectrum against the
  * configured MTF^2, a slanted edge's measured MTF against the configured one, the lag impulse
  * response, 2x2 binning, processing, and bit-identical replay. */
 #include <math.h>
@@ -12,6 +12,7 @@
 #include "xt_chain_internal.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 
 /* Random123's kat_vectors for philox4x32-10 (counter, key, expected). */
 XT_TEST(philox_matches_random123_known_answers) {
@@ -97,13 +98,21 @@ static xt_chain_params quiet(void) {
 }
 
 /* One energy: the detected signal over the flat field is exp(-L), L the mono line integral of the
- * same scene at that energy (the label table's 60 keV), to float rounding. */
-XT_TEST(one_energy_transmission_is_exp_minus_line_integral) {
+ * same scene at that energy (the label table's 60 keV), to float rounding: the label head alone,
+ * and with Gaussian mixtures (labelled and not) in the scene too - the chain through every
+ * channel rule the CPU has. */
+static void one_energy(int with_mixtures) {
   const int dim[3] = {64, 64, 64};
-  xt_model *head = NULL;
+  xt_model *head = NULL, *mix[2] = {NULL, NULL};
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
   xt_proj *p = cpu_proj_with(head);
   XT_REQUIRE(p);
+  if (with_mixtures) {
+    srand(5);
+    mix[0] = labelled_mixture(150, 1, 60, 3, 15, -25);
+    mix[1] = labelled_mixture(150, 0, 60, 3, 15, 25);
+    XT_REQUIRE(mix[0] && mix[1] && xt_proj_add_model(p, mix[0], NULL) == 0 && xt_proj_add_model(p, mix[1], NULL) == 0);
+  }
   xt_chain *c = NULL;
   xt_chain_params prm = quiet();
   XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
@@ -135,12 +144,19 @@ XT_TEST(one_energy_transmission_is_exp_minus_line_integral) {
       lmax = fmax(lmax, L[i]);
     }
   XT_CHECK(lmax > 2);
-  XT_CHECK_MSG(worst <= 2e-5, "worst relative |S/F - exp(-L)| = %g", worst);
+  XT_CHECK_MSG(worst <= 2e-5, "mixtures %d: worst relative |S/F - exp(-L)| = %g", with_mixtures, worst);
   free(L);
   free(S);
   xt_chain_destroy(c);
   xt_proj_destroy(p);
   xt_model_free(head);
+  xt_model_free(mix[0]);
+  xt_model_free(mix[1]);
+}
+
+XT_TEST(one_energy_transmission_is_exp_minus_line_integral) {
+  one_energy(0);
+  one_energy(1);
 }
 
 /* Relative noise r = signal / expected - 1 over a central square of a flat field. */

@@ -5,7 +5,11 @@
  *    codes within 1 ADU (a rounding tie of float sums), processed within 2;
  *  - with noise: flat-field mean and relative variance agree with the CPU's within 3 % (each is
  *    the mean of 65536 pixels; the draws differ because expf/logf differ in the last bits);
- *  - replay: the same seed and poses give bit-identical raw and processed frames on the GPU.
+ *  - replay: the same seed and poses give bit-identical raw and processed frames on the GPU;
+ *  - every model kind's channels (Gaussian mixtures with and without labels, NanoVDB label and mu
+ *    grids, with label volumes) against the float64 reference, alone and mixed: relative L2 below
+ *    1e-5 and max |gpu - ref| <= 1e-4 of the frame's largest value; the noise-free chain frame of
+ *    the mixed scene as above.
  * Labelled `gpu`; without a device it prints SKIP and passes. */
 #include <math.h>
 #include <stdint.h>
@@ -16,6 +20,10 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
+#ifdef XT_TEST_NVDB
+#include "xt_test_nvdb.h"
+#endif
 
 static int no_gpu(void) {
   if (xt_proj_available(XT_BACKEND_CUDA, NULL) == 0) return 0;
@@ -45,6 +53,35 @@ static xt_geometry geom(const char *mode, double primary, double secondary) {
   return g;
 }
 
+/* The channel planes of projector p (CUDA, models ms) at pose g against the float64 reference:
+ * *err the largest |gpu - ref| (infinite where a value was left unwritten: NaN-poisoned first),
+ * *mx the largest |ref|, *l2 the relative L2 difference. 0, or -1 when a render fails. */
+static int compare_channels(xt_proj *p, xt_model *const *ms, int nm, const xt_chanset *cs, const xt_geometry *g,
+                            double *err, double *mx, double *l2) {
+  const size_t n = (size_t)g->mode.rows * g->mode.cols * (size_t)cs->n;
+  float *gpu = malloc(sizeof *gpu * n);
+  double *ref = malloc(sizeof *ref * n);
+  int rc = gpu && ref ? 0 : -1;
+  for (size_t i = 0; !rc && i < n; i++) gpu[i] = NAN;
+  if (!rc && (xt_proj_render_channels(p, g, gpu, NULL) ||
+              xt_ref_render_channels_f64((const xt_model *const *)ms, nm, cs, g, ref, 0, NULL)))
+    rc = -1;
+  double d2 = 0, r2 = 0;
+  *err = *mx = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    const double d = gpu[i] - ref[i];
+    *mx = fmax(*mx, fabs(ref[i]));
+    *err = fmax(*err, fabs(d));
+    d2 += d * d;
+    r2 += ref[i] * ref[i];
+    if (!(gpu[i] == gpu[i])) *err = INFINITY; /* unwritten */
+  }
+  *l2 = r2 > 0 ? sqrt(d2 / r2) : INFINITY;
+  free(gpu);
+  free(ref);
+  return rc;
+}
+
 XT_TEST(cuda_channels_match_the_reference) {
   if (no_gpu()) return;
   const int dim[3] = {96, 96, 96};
@@ -61,22 +98,9 @@ XT_TEST(cuda_channels_match_the_reference) {
     const double angles[][2] = {{0, 0}, {33, -12}, {90, 0}, {-120, 25}};
     for (int a = 0; a < 4; a++) {
       xt_geometry g = geom("fd20-256", angles[a][0], angles[a][1]);
-      const size_t plane = (size_t)g.mode.rows * g.mode.cols;
-      float *gpu = malloc(sizeof *gpu * plane * cs.n);
-      double *ref = malloc(sizeof *ref * plane * cs.n);
-      XT_REQUIRE(gpu && ref);
-      for (size_t i = 0; i < plane * cs.n; i++) gpu[i] = NAN;
-      XT_REQUIRE(xt_proj_render_channels(p, &g, gpu, NULL) == 0);
-      XT_REQUIRE(xt_ref_render_channels_f64((const xt_model *const *)ms, nm, &cs, &g, ref, 0, NULL) == 0);
-      double mx = 0, err = 0;
-      for (size_t i = 0; i < plane * cs.n; i++) {
-        mx = fmax(mx, fabs(ref[i]));
-        err = fmax(err, fabs(gpu[i] - ref[i])); /* NaN (unwritten) fails below */
-        if (!(gpu[i] == gpu[i])) err = INFINITY;
-      }
+      double err, mx, l2;
+      XT_REQUIRE(compare_channels(p, ms, nm, &cs, &g, &err, &mx, &l2) == 0);
       XT_CHECK_MSG(err <= 1e-4 * mx, "%d models, pose %d: max |gpu - ref| %g of %g", nm, a, err, mx);
-      free(gpu);
-      free(ref);
     }
     xt_proj_destroy(p);
   }
@@ -90,12 +114,12 @@ typedef struct both {
   uint16_t *raw[2], *proc[2];
 } both;
 
-static int run_both(xt_model *m, const xt_chain_params *prm, const char *mode, int frames, both *o) {
-  xt_model *ms[1] = {m};
+static int run_both_models(xt_model *const *ms, int nm, const xt_chain_params *prm, const char *mode, int frames,
+                           both *o) {
   xt_geometry g = geom(mode, 20, 5);
   const size_t np = (size_t)g.mode.rows * g.mode.cols;
   for (int b = 0; b < 2; b++) {
-    xt_proj *p = proj(b ? XT_BACKEND_CUDA : XT_BACKEND_CPU, ms, m ? 1 : 0);
+    xt_proj *p = proj(b ? XT_BACKEND_CUDA : XT_BACKEND_CPU, ms, nm);
     xt_chain *c = NULL;
     if (!p || xt_chain_create(prm, p, &c, NULL)) return -1;
     o->S[b] = malloc(np * sizeof(float));
@@ -111,6 +135,11 @@ static int run_both(xt_model *m, const xt_chain_params *prm, const char *mode, i
   return 0;
 }
 
+static int run_both(xt_model *m, const xt_chain_params *prm, const char *mode, int frames, both *o) {
+  xt_model *ms[1] = {m};
+  return run_both_models(ms, m ? 1 : 0, prm, mode, frames, o);
+}
+
 static void free_both(both *o) {
   for (int b = 0; b < 2; b++) {
     free(o->S[b]);
@@ -120,18 +149,15 @@ static void free_both(both *o) {
   }
 }
 
-XT_TEST(cuda_chain_matches_cpu_without_noise) {
-  if (no_gpu()) return;
-  const int dim[3] = {96, 96, 96};
-  xt_model *m = NULL;
-  XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
+/* The noise-free chain on both backends: signals within 2e-5, raw within 1 ADU, processed 2. */
+static void chain_matches_cpu(xt_model *const *ms, int nm) {
   xt_chain_params prm = xt_chain_params_default();
   prm.quantum_noise = 0;
   prm.e_noise_adu = 0;
   prm.mas = 0.01;
   both o;
   memset(&o, 0, sizeof o);
-  XT_REQUIRE(run_both(m, &prm, "fd20-256", 3, &o) == 0);
+  XT_REQUIRE(run_both_models(ms, nm, &prm, "fd20-256", 3, &o) == 0);
   const size_t np = 256 * 256;
   double es = 0, ed = 0;
   int draw = 0, dproc = 0;
@@ -146,7 +172,85 @@ XT_TEST(cuda_chain_matches_cpu_without_noise) {
   XT_CHECK_MSG(draw <= 1, "raw: worst difference %d ADU", draw);
   XT_CHECK_MSG(dproc <= 2, "processed: worst difference %d", dproc);
   free_both(&o);
+}
+
+XT_TEST(cuda_chain_matches_cpu_without_noise) {
+  if (no_gpu()) return;
+  const int dim[3] = {96, 96, 96};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
+  chain_matches_cpu(&m, 1);
   xt_model_free(m);
+}
+
+/* The scene of every kind: [0] label head, [1] labelled mixture, [2] unlabelled mixture, and with
+ * NanoVDB [3] a label grid and [4] a mu grid (converted from sparse random volumes). *n models. */
+static int mixed_scene(xt_model **ms, int *n, unsigned seed) {
+  const int dim[3] = {80, 80, 80};
+  srand(seed);
+  *n = 0;
+  if (xt_phantom_head_model(dim, 2.4, XT_VOXEL_U8, &ms[0], NULL)) return -1;
+  ms[1] = labelled_mixture(400, 1, 70, 2, 15, -20);
+  ms[2] = labelled_mixture(300, 0, 70, 2, 15, 25);
+  if (!ms[1] || !ms[2]) return -1;
+  *n = 3;
+#ifdef XT_TEST_NVDB
+  xt_model *lv = tn_sparse_model(1, 24, 48, 0.0), *dv = tn_sparse_model(0, 24, 48, 0.0);
+  if (!lv || !dv || tn_default_materials(lv)) return -1;
+  ms[3] = tn_nvdb_of(lv, XT_NVDB_Q_FP8, 0.0, 0.0, NULL);
+  ms[4] = tn_nvdb_of(dv, XT_NVDB_Q_FLOAT, 0.0, 0.0, NULL);
+  xt_model_free(lv);
+  xt_model_free(dv);
+  if (!ms[3] || !ms[4]) return -1;
+  *n = 5;
+#endif
+  return 0;
+}
+
+/* Channels of subsets of the mixed scene (each kind alone: it then writes every plane itself) on the
+ * GPU against the float64 reference. */
+XT_TEST(cuda_channels_of_every_kind_match_the_reference) {
+  if (no_gpu()) return;
+  xt_model *all[5] = {NULL};
+  int n = 0;
+  XT_REQUIRE(mixed_scene(all, &n, 77) == 0);
+  const int subsets[][6] = {{5, 0, 1, 2, 3, 4}, {1, 1}, {1, 2}, {2, 1, 2}, {2, 3, 4}, {2, 2, 3}, {3, 0, 1, 2}};
+  const char *quick = getenv("XT_CUDA_TEST_QUICK"); /* compute-sanitizer runs: the whole scene, one pose */
+  const int nsub = quick && *quick && strcmp(quick, "0") ? 1 : (int)(sizeof subsets / sizeof subsets[0]);
+  const int nposes = nsub == 1 ? 1 : 3;
+  for (int s = 0; s < nsub; s++) {
+    xt_model *ms[5];
+    int nm = 0;
+    for (int i = 0; i < subsets[s][0]; i++)
+      if (subsets[s][1 + i] < n) ms[nm++] = all[subsets[s][1 + i]];
+    if (nm < subsets[s][0]) continue; /* a NanoVDB subset without NanoVDB */
+    xt_proj *p = proj(XT_BACKEND_CUDA, ms, nm);
+    XT_REQUIRE(p);
+    xt_chanset cs;
+    xt_msg msg;
+    XT_REQUIRE(xt_proj_channels(p, &cs, &msg) == 0);
+    const double angles[][2] = {{0, 0}, {41, -12}, {-115, 25}};
+    for (int a = 0; a < nposes; a++) {
+      xt_geometry g = geom("fd20-256", angles[a][0], angles[a][1]);
+      double err, mx, l2;
+      XT_REQUIRE(compare_channels(p, ms, nm, &cs, &g, &err, &mx, &l2) == 0);
+      XT_CHECK_MSG(err <= 1e-4 * mx && l2 < 1e-5 && mx > 0, "subset %d (%d models, %d channels), pose %d: max %g of %g, rel L2 %g",
+                   s, nm, cs.n, a, err, mx, l2);
+      printf("  subset %d (%d models, %d channels) pose %d: max err %.2e of max, rel L2 %.2e\n", s, nm, cs.n, a,
+             err / mx, l2);
+    }
+    xt_proj_destroy(p);
+  }
+  for (int i = 0; i < n; i++) xt_model_free(all[i]);
+}
+
+XT_TEST(cuda_chain_of_a_mixed_scene_matches_cpu) {
+  if (no_gpu()) return;
+  xt_model *all[5] = {NULL};
+  int n = 0;
+  XT_REQUIRE(mixed_scene(all, &n, 78) == 0);
+  chain_matches_cpu(all, n);
+  for (int i = 0; i < n; i++) xt_model_free(all[i]);
 }
 
 XT_TEST(cuda_chain_noise_agrees_statistically) {
@@ -199,4 +303,5 @@ XT_TEST(cuda_replay_is_bit_identical) {
 }
 
 XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_chain_matches_cpu_without_noise)
+                 XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical))

@@ -14,11 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "xt_channels.h"
+#include "xt_gmm.h"
 #include "xt_load.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_build.h"
+#include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_gmm.h"
 #include "xt_test_nvdb.h"
 
 #define XT_REQUIRE_MSG_(cond, m)                                                                    \
@@ -304,7 +308,7 @@ XT_TEST(file_roundtrip_and_grid_names) {
   XT_REQUIRE(write_grid(b, XT_NVDB_Q_FP8, "material", 0, scratch("b.nvdb", p2, sizeof p2)) > 0);
   XT_REQUIRE(write_grid(a, XT_NVDB_Q_FLOAT, "density", 1, scratch("z.nvdb", pz, sizeof pz)) > 0);
   /* two segments in one file: a multi-grid file as NanoVDB reads it */
-  unsigned char *d1, *d2;
+  unsigned char *d1 = NULL, *d2 = NULL;
   long n1 = file_bytes(p1, &d1), n2 = file_bytes(p2, &d2);
   XT_REQUIRE(n1 > 0 && n2 > 0);
   unsigned char *cat = malloc((size_t)(n1 + n2));
@@ -537,6 +541,116 @@ XT_TEST(independent_writer) {
   xt_model_free(dm);
 }
 
+/* ---- material channels ------------------------------------------------------------------------ */
+
+/* Channel planes of model m on set cs (double reference), NULL on failure. */
+static double *render_ch(const xt_model *m, const xt_chanset *cs, const xt_geometry *g) {
+  const size_t np = (size_t)g->mode.cols * g->mode.rows * (size_t)cs->n;
+  double *out = malloc(np * sizeof *out);
+  const xt_model *ms[1] = {m};
+  xt_msg msg;
+  if (out && xt_ref_render_channels_f64(ms, 1, cs, g, out, 0, &msg)) {
+    fprintf(stderr, "  render channels: %s\n", msg.text);
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* A grid converted from a label volume has the label volume's channels (each label's composition),
+ * one converted from a mu volume the dense volume's (HU classes at the volume's energy, which the
+ * converter records): 1e-12 relative on every pixel of every plane, as the mono renders. */
+XT_TEST(channels_equal_the_source_volume) {
+  srand(31);
+  for (int t = 0; t < 9; t++) {
+    const int labels = t % 3 != 0;
+    const int quant = labels ? (t % 3 == 1 ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FP8) : XT_NVDB_Q_FLOAT;
+    const double bg = labels ? 0.0 : (t % 2 ? 0.0 : 0.002);
+    xt_model *vm = tn_sparse_model(labels, 8, 56, bg);
+    XT_REQUIRE(vm);
+    if (labels) XT_REQUIRE(tn_default_materials(vm) == 0);
+    else vm->volume->energy_kev = 70; /* not the default: the grid must carry it */
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(vm, quant, bg, 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    XT_CHECK(labels || nm->nvdb->energy_kev == 70);
+    xt_chanset cs = {0}, cg = {0};
+    XT_REQUIRE(xt_chanset_add_model(&cs, vm, NULL) == 0);
+    XT_REQUIRE_MSG_(xt_chanset_add_model(&cg, nm, &msg) == 0, msg);
+    XT_CHECK(cg.n == cs.n && memcmp(cg.basis, cs.basis, sizeof cs.basis) == 0);
+    XT_CHECK(cs.n == (labels ? 8 : 3));
+    xt_detector_mode mode = tmode(40 + rand() % 48, 36 + rand() % 48, tn_urand(0.6, 2.0));
+    xt_geometry g;
+    XT_REQUIRE(rgeom(&mode, &g) == 0);
+    double *d = render_ch(vm, &cs, &g), *n = render_ch(nm, &cs, &g), mx;
+    XT_REQUIRE(d && n);
+    const double w = max_rel(d, n, (size_t)mode.cols * mode.rows * (size_t)cs.n, &mx);
+    XT_CHECK_MSG(w <= 1e-12 && mx > 0, "%s %s trial %d: max relative difference %.3g (max %.4g)",
+                 labels ? "labels" : "dense", xt_nvdb_type_name(nm->nvdb->grid_type), t, w, mx);
+    free(d);
+    free(n);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
+/* A scene of every kind (label volume, mixtures with and without labels, label and mu grids): the
+ * channels reproduce the mono line integral at the tables' energy, sum_m (mu/rho)_m A_m = L,
+ * through the CPU backend (float planes), on every pixel. */
+XT_TEST(mixed_scene_channels_reproduce_mono) {
+  srand(32);
+  xt_model *ms[5] = {NULL};
+  const int dim[3] = {48, 48, 48};
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &ms[0], NULL) == 0);
+  ms[1] = labelled_mixture(200, 1, 50, 2, 12, -30);
+  ms[2] = labelled_mixture(200, 0, 50, 2, 12, 30);
+  XT_REQUIRE(ms[1] && ms[2]);
+  xt_model *lv = tn_sparse_model(1, 24, 40, 0.0), *dv = tn_sparse_model(0, 24, 40, 0.0);
+  XT_REQUIRE(lv && dv && tn_default_materials(lv) == 0);
+  xt_msg msg = {{0}};
+  ms[3] = tn_nvdb_of(lv, XT_NVDB_Q_INT16, 0.0, 0.0, &msg);
+  XT_REQUIRE_MSG_(ms[3], msg);
+  ms[4] = tn_nvdb_of(dv, XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+  XT_REQUIRE_MSG_(ms[4], msg);
+  xt_proj *p = NULL;
+  xt_proj_options po = {XT_BACKEND_CPU, 2, 0};
+  XT_REQUIRE(xt_proj_create(&po, &p, NULL) == 0);
+  for (int i = 0; i < 5; i++) XT_REQUIRE(xt_proj_add_model(p, ms[i], NULL) == 0);
+  xt_chanset cs;
+  XT_REQUIRE_MSG_(xt_proj_channels(p, &cs, &msg) == 0, msg);
+  XT_CHECK(cs.n == 8);
+  double mr[XT_MAX_CHANNELS];
+  XT_REQUIRE(xt_chanset_mass_atten(&cs, XT_DEFAULT_ENERGY_KEV, mr, NULL) == 0);
+  const xt_detector_mode *mode = xt_mode_find("fd20-128");
+  for (int a = 0; a < 3; a++) {
+    xt_geometry g;
+    xt_pose pose = xt_pose_default(mode);
+    pose.primary_deg = 50.0 * a;
+    pose.secondary_deg = a == 1 ? 15 : 0;
+    XT_REQUIRE(xt_geom_compute(&pose, mode, &g, NULL) == 0);
+    const size_t plane = (size_t)mode->rows * mode->cols;
+    float *L = malloc(sizeof *L * plane), *A = malloc(sizeof *A * plane * cs.n);
+    XT_REQUIRE(L && A);
+    XT_REQUIRE(xt_proj_render(p, &g, L, NULL) == 0);
+    XT_REQUIRE_MSG_(xt_proj_render_channels(p, &g, A, &msg) == 0, msg);
+    double err = 0, lmax = 0;
+    for (size_t k = 0; k < plane; k++) {
+      double s = 0;
+      for (int c = 0; c < cs.n; c++) s += mr[c] * A[plane * c + k];
+      lmax = fmax(lmax, L[k]);
+      err = fmax(err, fabs(s - L[k]));
+    }
+    XT_CHECK_MSG(err <= 2e-6 * lmax && lmax > 1, "pose %d: max |sum - mono| = %g of %g", a, err, lmax);
+    free(L);
+    free(A);
+  }
+  xt_proj_destroy(p);
+  for (int i = 0; i < 5; i++) xt_model_free(ms[i]);
+  xt_model_free(lv);
+  xt_model_free(dv);
+}
+
 XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(quantised_error) XT_ENTRY(file_roundtrip_and_grid_names)
-                     XT_ENTRY(bad_files) XT_ENTRY(independent_writer))
+                     XT_ENTRY(bad_files) XT_ENTRY(independent_writer) XT_ENTRY(channels_equal_the_source_volume)
+                         XT_ENTRY(mixed_scene_channels_reproduce_mono))

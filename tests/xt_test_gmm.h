@@ -41,4 +41,31 @@ static inline xt_model *random_mixture(int n, double spread, double smin, double
   return m;
 }
 
+/* n Gaussians centred within +-spread mm, scales smin..smax mm, rho 0.001..0.031 /mm, rotations
+ * about a random axis in the x-z plane, with labels 1..7 of the default material table (labels 1)
+ * or none; placed shifted by `shift` mm along x. (The draws are test_chain_cuda's measured scene.) */
+static inline xt_model *labelled_mixture(int n, int labels, double spread, double smin, double smax, double shift) {
+  xt_gmm *gm;
+  xt_model *m;
+  if (xt_gmm_create((size_t)n, &gm, NULL)) return NULL;
+  gm->has_labels = labels;
+  for (int i = 0; i < n; i++) {
+    xt_gaussian *g = &gm->g[i];
+    for (int a = 0; a < 3; a++) {
+      g->centre[a] = (float)(-spread + 2 * spread * rand() / RAND_MAX);
+      g->scale[a] = (float)(smin + (smax - smin) * rand() / RAND_MAX);
+    }
+    g->quat[0] = (float)(0.2 + 0.8 * rand() / RAND_MAX);
+    g->quat[2] = (float)(-1 + 2.0 * rand() / RAND_MAX);
+    g->rho = (float)(0.001 + 0.03 * rand() / RAND_MAX);
+    g->label = labels ? (uint32_t)(1 + rand() % (XT_MAT_DEFAULT_COUNT - 1)) : XT_GMM_NO_LABEL;
+  }
+  if (xt_gmm_finish(gm, "mixture", NULL) || xt_model_from_gmm(gm, labels ? "mix-labels" : "mix", &m, NULL)) {
+    xt_gmm_free(gm);
+    return NULL;
+  }
+  m->placement.t[0] = shift;
+  return m;
+}
+
 #endif /* XT_TEST_GMM_H */

@@ -77,6 +77,16 @@ static xt_model *tn_sparse_model(int labels, int lo, int hi, double bg) {
   return m;
 }
 
+/* Gives a label model of tn_sparse_model the default material table (at 60 keV, so that it has
+ * material channels), its labels taken modulo the table's 8 entries (label 0 = air). */
+static inline int tn_default_materials(xt_model *vm) {
+  xt_volume *v = vm->volume;
+  if (xt_materials_default(60.0, v->materials, NULL)) return -1;
+  uint8_t *u = (uint8_t *)v->data;
+  for (size_t i = 0; i < xt_volume_voxels(v); i++) u[i] = (uint8_t)(u[i] % XT_MAT_DEFAULT_COUNT);
+  return 0;
+}
+
 /* The converter's grid of a voxel model, with the model's name and placement. */
 static xt_model *tn_nvdb_of(const xt_model *vm, int quant, double bg, double tol, xt_msg *msg) {
   xt_nvdb_build_options o = {quant, bg, tol, 1e-3, NULL};

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "xt_chain.h"
 #include "xt_err.h"
 #include "xt_geom.h"
 #include "xt_model.h"
@@ -101,11 +102,15 @@ typedef struct xt_ds_pose_spec {
   int arc_views;
 } xt_ds_pose_spec;
 
-/* The chain settings a spec may name (issue 10/11); validated against what the build has. */
+/* The imaging chain (imaging/xt_chain.h) a spec may name: every parameter of the chain's table as
+ * a fixed value, kv and dose_ngy as ranges drawn per frame, noise on or off. */
 typedef struct xt_ds_chain_spec {
   int present;
+  xt_chain_params base; /* the chain's defaults, then the spec's values; kv = kv.lo, seed = noise_seed */
   xt_ds_range kv, dose_ngy;
-  int noise;
+  int dose_set;         /* dose_ngy given: each frame's mas follows from it, its kV and its SID */
+  int noise;            /* 0: quantum_noise and e_noise_adu are 0 */
+  uint64_t noise_seed;  /* the chain's `seed`: the spec's seed mod 2^53 (the table's range) */
 } xt_ds_chain_spec;
 
 typedef struct xt_ds_write_spec {
@@ -137,12 +142,15 @@ typedef struct xt_ds_spec {
 
 /* Reads and validates path. Errors are one line naming the file and the JSON path of the field
  * (`spec.json: poses.primary_deg: [90, -90]: lo > hi`); XT_EINVAL for a bad spec, XT_EIO when it
- * cannot be read, XT_EUNSUPPORTED for what this build lacks (the imaging chain). */
+ * cannot be read. */
 int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg);
 void xt_ds_spec_free(xt_ds_spec *s);
 long long xt_ds_spec_shards(const xt_ds_spec *s);
-/* The chain fields the build can honour: none until the imaging chain lands on main. */
-int xt_ds_chain_available(void);
+/* The mAs that gives dose_ngy of air kerma (no patient) at the detector, sid_mm from the focal
+ * spot, at kv with p's tube and filtration. */
+int xt_ds_dose_mas(const xt_chain_params *p, double kv, double sid_mm, double dose_ngy, double *mas, xt_msg *msg);
+/* Size of the chain's raw and processed frames for mode m: the detector's, divided by the binning. */
+void xt_ds_chain_size(const xt_ds_spec *s, int mode, int *rows, int *cols);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Per-frame sampling                                                                         */
@@ -161,6 +169,8 @@ typedef struct xt_ds_frame {
   double translate_mm[XT_DS_MAX_MODELS][3], rotate_deg[XT_DS_MAX_MODELS][3]; /* drawn perturbations */
   xt_affine perturb[XT_DS_MAX_MODELS];          /* the perturbation alone, patient frame */
   xt_affine model_to_patient[XT_DS_MAX_MODELS]; /* placement, then the perturbation */
+  double dose_ngy;      /* chain: the drawn dose (when the spec gives dose_ngy), else 0 */
+  xt_chain_params chain; /* chain: every parameter of the frame (kv and mas drawn); its frame number is index */
 } xt_ds_frame;
 
 /* The frame's draws and geometry. placement[m] is model m's fixed placement and center[m] its
@@ -200,10 +210,15 @@ void xt_ds_renderer_free(xt_ds_renderer *r);
 /* Renders n frames of one detector mode: img gets n frames of rows*cols float line integrals (all
  * image models summed), chan[k] (k < nchannels) n frames of channel k. */
 int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *img, xt_msg *msg);
-/* THE label-channel function: today one projector per channel (indicator tables); it becomes one
- * multi-channel render when the projectors gain per-material outputs (issue 10). It may run on
- * another thread while xt_ds_render_image runs (separate projectors and scratch). */
+/* THE label-channel function: one projector per channel (indicator tables; the chain's
+ * per-material channels are basis materials, not label sets: docs/dataset.md). It may run on
+ * another thread while xt_ds_render_image and xt_ds_render_chain run (separate projectors). */
 int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *const *chan, xt_msg *msg);
+/* The imaging chain's frames (spec with a chain): raw and proc get n frames of the chain's size
+ * (xt_ds_chain_size). Each frame is a first exposure (lag and temporal filter reset) with frame
+ * number f->index and seed f->chain.seed, so it depends on nothing rendered before it. Uses the
+ * image's projectors: call it on the thread that calls xt_ds_render_image. */
+int xt_ds_render_chain(xt_ds_renderer *r, const xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Shards                                                                                     */
@@ -214,6 +229,7 @@ typedef struct xt_ds_frame_data {
   const xt_ds_frame *frame;
   const float *img;                       /* rows*cols line integrals */
   const float *chan[XT_DS_MAX_CHANNELS];  /* rows*cols each */
+  const uint16_t *raw, *proc;             /* chain: its size (xt_ds_chain_size) each, or NULL */
 } xt_ds_frame_data;
 
 /* The member files of one frame, in order; sizes for the dry run and the manifest. */

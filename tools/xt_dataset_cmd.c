@@ -280,10 +280,11 @@ static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o,
   xt_ds_frame *f = calloc((size_t)cal, sizeof *f);
   float *img = malloc(sizeof *img * px * (size_t)cal);
   float **chan = calloc((size_t)(s->nchannels ? s->nchannels : 1), sizeof *chan);
+  uint16_t *u16 = s->chain.present ? malloc(sizeof *u16 * 2 * px * (size_t)cal) : NULL;
   xt_ds_renderer *rd = NULL;
   xt_ds_encoder *enc = NULL;
   int code = XT_EXIT_OK;
-  if (!f || !img || !chan) {
+  if (!f || !img || !chan || (s->chain.present && !u16)) {
     code = say(XT_EXIT_RUNTIME, "out of memory");
     goto done;
   }
@@ -309,7 +310,10 @@ static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o,
   double t_render = 0;
   for (int pass = 0; pass < 2; pass++) {
     double t0 = now_s();
-    if ((rc = xt_ds_render_image(rd, f, n, img, &msg)) || (s->nchannels && (rc = xt_ds_render_labels(rd, f, n, chan, &msg)))) {
+    /* What the run renders: the image, the chain's frames, the label channels. */
+    if (((s->write.lineint || s->write.intensity) && (rc = xt_ds_render_image(rd, f, n, img, &msg))) ||
+        (s->chain.present && (rc = xt_ds_render_chain(rd, f, n, u16, u16 + px * (size_t)n, &msg))) ||
+        (s->nchannels && (rc = xt_ds_render_labels(rd, f, n, chan, &msg)))) {
       code = say(XT_EXIT_RUNTIME, "render: %s", msg.text);
       goto done;
     }
@@ -376,6 +380,7 @@ done:
     for (int k = 0; k < s->nchannels; k++) free(chan[k]);
   free(chan);
   free(img);
+  free(u16);
   free(f);
   return code;
 }

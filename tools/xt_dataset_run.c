@@ -40,6 +40,8 @@ typedef struct batch {
   float *buf;        /* (1 + K) regions of cap_px floats */
   const float **img; /* per position */
   const float **chan; /* per position, K each */
+  uint16_t *u16;     /* chain: raw then processed regions of cap_px each, or NULL */
+  const uint16_t **raw, **proc; /* per position (chain) */
   struct batch *next;
 } batch;
 
@@ -130,6 +132,9 @@ static void free_pool(worker *w) {
     free(b->buf);
     free(b->img);
     free(b->chan);
+    free(b->u16);
+    free(b->raw);
+    free(b->proc);
   }
   free(w->pool);
   w->pool = NULL;
@@ -148,6 +153,12 @@ static int make_pool(run *r, worker *w, int count, xt_msg *msg) {
     b->buf = malloc(sizeof *b->buf * r->cap_px * (size_t)(1 + K));
     b->img = malloc(sizeof *b->img * (size_t)B);
     b->chan = malloc(sizeof *b->chan * (size_t)B * (size_t)(K ? K : 1));
+    if (r->s->chain.present) { /* the chain's frames are never larger than the render's */
+      b->u16 = malloc(sizeof *b->u16 * r->cap_px * 2);
+      b->raw = malloc(sizeof *b->raw * (size_t)B);
+      b->proc = malloc(sizeof *b->proc * (size_t)B);
+      if (!b->u16 || !b->raw || !b->proc) return xt_fail(msg, XT_ENOMEM, "out of memory for the chain's frames");
+    }
     if (!b->frames || !b->order || !b->buf || !b->img || !b->chan)
       return xt_fail(msg, XT_ENOMEM, "out of memory for %d batch buffers of %.0f MB", count,
                      r->cap_px * (1.0 + K) * 4 / 1e6);
@@ -192,7 +203,7 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
       b->frames[pos] = f;
       b->order[i] = pos++;
     }
-  size_t off = 0;
+  size_t off = 0, uoff = 0;
   float *chan_base[XT_DS_MAX_CHANNELS];
   for (int g0 = 0; g0 < n;) {
     int g1 = g0;
@@ -201,11 +212,16 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
     float *img = b->buf + off;
     for (int k = 0; k < K; k++) chan_base[k] = b->buf + (size_t)(1 + k) * r->cap_px + off;
     double t0 = now_s();
-    const int want_img = s->write.lineint || s->write.intensity || s->write.raw || s->write.processed;
+    const int want_img = s->write.lineint || s->write.intensity;
     label_job job = {rd, &b->frames[g0], g1 - g0, chan_base, 0, {{0}}};
     pthread_t tid;
-    int threaded = K && want_img && pthread_create(&tid, NULL, label_main, &job) == 0;
+    int threaded = K && (want_img || s->chain.present) && pthread_create(&tid, NULL, label_main, &job) == 0;
     if (want_img) rc = xt_ds_render_image(rd, &b->frames[g0], g1 - g0, img, msg);
+    int orows = 0, ocols = 0;
+    if (s->chain.present) xt_ds_chain_size(s, b->frames[g0].mode, &orows, &ocols);
+    const size_t opx = (size_t)orows * ocols;
+    if (!rc && s->chain.present)
+      rc = xt_ds_render_chain(rd, &b->frames[g0], g1 - g0, b->u16 + uoff, b->u16 + r->cap_px + uoff, msg);
     if (threaded) pthread_join(tid, NULL);
     else if (K && !rc) label_main(&job);
     if (!rc && job.rc) {
@@ -217,8 +233,13 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
     for (int j = g0; j < g1; j++) {
       b->img[j] = img + (size_t)(j - g0) * px;
       for (int k = 0; k < K; k++) b->chan[(size_t)j * K + k] = chan_base[k] + (size_t)(j - g0) * px;
+      if (s->chain.present) {
+        b->raw[j] = b->u16 + uoff + (size_t)(j - g0) * opx;
+        b->proc[j] = b->u16 + r->cap_px + uoff + (size_t)(j - g0) * opx;
+      }
     }
     off += (size_t)(g1 - g0) * px;
+    uoff += (size_t)(g1 - g0) * opx;
     g0 = g1;
   }
   w->frames_rendered += n;
@@ -399,6 +420,8 @@ static void *writer_main(void *arg) {
         fd.frame = &b->frames[p];
         fd.img = b->img[p];
         for (int k = 0; k < K; k++) fd.chan[k] = b->chan[(size_t)p * K + k];
+        fd.raw = b->raw ? b->raw[p] : NULL;
+        fd.proc = b->proc ? b->proc[p] : NULL;
         if ((rc = xt_ds_shard_add(sw, enc, &fd, st, disk_cb, r, &msg))) set_error(r, rc, &msg);
       }
       pthread_mutex_lock(&r->lock);
@@ -519,7 +542,8 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     size_t px = (size_t)s->modes[m]->rows * s->modes[m]->cols;
     if (px > r.cap_px) r.cap_px = px;
   }
-  const size_t frame_bytes = r.cap_px * sizeof(float) * (size_t)(1 + s->nchannels);
+  const size_t frame_bytes =
+      r.cap_px * (sizeof(float) * (size_t)(1 + s->nchannels) + (s->chain.present ? 2 * sizeof(uint16_t) : 0));
   int B = opt->batch;
   if (B <= 0) {
     B = (int)(BATCH_BYTES / frame_bytes);

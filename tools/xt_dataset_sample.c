@@ -139,7 +139,21 @@ int xt_ds_sample_frame(const xt_ds_spec *s, const xt_affine *placement, const do
     f->perturb[m] = e;
     f->model_to_patient[m] = xt_aff_compose(&e, &placement[m]);
   }
-  return xt_geom_compute(&pose, mode, &f->geom, msg);
+
+  /* 4. the imaging chain: kV, then dose (after every other draw, so a chain never moves them) */
+  const xt_ds_chain_spec *ch = &s->chain;
+  double kv = draw(&r, ch->kv), dose = draw(&r, ch->dose_ngy);
+  int rc = xt_geom_compute(&pose, mode, &f->geom, msg);
+  if (rc || !ch->present) return rc;
+  f->chain = ch->base;
+  f->chain.kv = kv;
+  if (ch->dose_set) {
+    double mas;
+    if ((rc = xt_ds_dose_mas(&ch->base, kv, f->geom.pose.sid_mm, dose, &mas, msg))) return rc;
+    if ((rc = xt_chain_param_set(&f->chain, "mas", mas, msg))) return rc;
+    f->dose_ngy = dose;
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -12,8 +12,13 @@
  * own whose voxels hold the channel's labels and a background label outside it, with a table of
  * 1 per channel label (path length, mm) or the material's mu (line integral); a channel of a dense
  * model is a mask of its mu (or HU) range. Each has its own projector. All of that sits behind
- * xt_ds_render_labels, the one function that changes when the projectors gain per-material
- * channel outputs (issue 10). */
+ * xt_ds_render_labels. The projectors' per-material channels (issue 10) cannot replace it: they
+ * give areal densities of basis materials summed over a projector's models, not a channel's
+ * labels (two labels of one material, user HU thresholds) as path lengths (docs/dataset.md).
+ *
+ * With a chain, each worker binds one imaging chain per detector mode to the image projector
+ * (the spec keeps the image models in one group), and every frame runs as a first exposure keyed
+ * by the frame's index (xt_ds_render_chain). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -215,6 +220,25 @@ int xt_ds_scene_load(const xt_ds_spec *s, xt_ds_scene *sc, xt_msg *msg) {
     sc->center[i][1] = c.y;
     sc->center[i][2] = c.z;
   }
+  /* The chain sees a model only through its material channels: a kind without them would be
+   * missing from the raw frame without a word (the chain renders no channel of it), so it is
+   * refused here, by asking a CPU projector which channels the model brings. */
+  for (int i = 0; s->chain.present && i < s->nmodels; i++) {
+    if (!s->models[i].in_image) continue;
+    xt_proj_options po = {XT_BACKEND_CPU, 1, 0};
+    xt_proj *p = NULL;
+    xt_chanset cs;
+    memset(&cs, 0, sizeof cs);
+    if (!(rc = xt_proj_create(&po, &p, msg)) && !(rc = xt_proj_add_model(p, sc->models[i], msg)))
+      rc = xt_proj_channels(p, &cs, msg);
+    xt_proj_destroy(p);
+    if (!rc && cs.n == 0)
+      rc = xt_fail(msg, XT_EUNSUPPORTED,
+                   "%s: chain: model \"%s\" (%s) has no material channels yet, so the imaging chain cannot see it "
+                   "(docs/imaging.md, \"Material channels\")",
+                   base, s->models[i].name, xt_model_kind_name(sc->models[i]->kind));
+    if (rc) goto fail;
+  }
   for (int k = 0; k < s->nchannels; k++) {
     const xt_ds_channel_spec *cs = &s->channels[k];
     const xt_model *src = sc->models[cs->model];
@@ -255,6 +279,7 @@ struct xt_ds_renderer {
   int group_src[XT_DS_MAX_MODELS]; /* the model whose perturbation the group follows */
   xt_proj *group[XT_DS_MAX_MODES][XT_DS_MAX_MODELS];
   xt_proj *chan[XT_DS_MAX_MODES][XT_DS_MAX_CHANNELS];
+  xt_chain *chain[XT_DS_MAX_MODES]; /* on group[mode][0], the one image group (the spec checks) */
   /* Scratch, one set for the image and one for the labels: the two may render at once, from two
    * threads, each through its own projectors. */
   xt_geometry *g, *gl; /* n render geometries */
@@ -265,6 +290,7 @@ struct xt_ds_renderer {
 void xt_ds_renderer_free(xt_ds_renderer *r) {
   if (!r) return;
   for (int m = 0; m < XT_DS_MAX_MODES; m++) {
+    xt_chain_destroy(r->chain[m]); /* before its projector */
     for (int i = 0; i < XT_DS_MAX_MODELS; i++) xt_proj_destroy(r->group[m][i]);
     for (int k = 0; k < XT_DS_MAX_CHANNELS; k++) xt_proj_destroy(r->chan[m][k]);
   }
@@ -305,6 +331,14 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
       if ((rc = xt_proj_create(&po, &r->chan[mode][k], msg)) ||
           (rc = xt_proj_add_model(r->chan[mode][k], sc->chan_model[k], msg)))
         goto fail;
+    if (s->chain.present && (rc = xt_chain_create(&s->chain.base, r->group[mode][0], &r->chain[mode], msg))) {
+      if (strncmp(msg->text, "chain", 5) != 0) {
+        char t[sizeof msg->text];
+        snprintf(t, sizeof t, "%s", msg->text);
+        xt_fail(msg, rc, "chain: %s", t);
+      }
+      goto fail;
+    }
   }
   /* One frame through every CUDA projector now: it sizes its scratch (device and pinned buffers)
    * on the first render, which belongs to the set-up, not to the first batches. */
@@ -318,6 +352,14 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
       else if (!(rc = xt_geom_compute(&pose, md, &g, msg))) {
         for (int i = 0; i < r->ngroups && !rc; i++) rc = xt_proj_render_batch(r->group[mode][i], &g, 1, tmp, msg);
         for (int k = 0; k < s->nchannels && !rc; k++) rc = xt_proj_render_batch(r->chan[mode][k], &g, 1, tmp, msg);
+        if (!rc && r->chain[mode]) { /* the chain's device scratch and panel maps, likewise */
+          int orows, ocols;
+          xt_ds_chain_size(s, mode, &orows, &ocols);
+          uint16_t *u = malloc(sizeof *u * 2 * (size_t)orows * ocols);
+          xt_chain_out co = {u, u ? u + (size_t)orows * ocols : NULL, NULL, NULL};
+          rc = u ? xt_chain_frame(r->chain[mode], &g, 0, &co, msg) : xt_fail(msg, XT_ENOMEM, "out of memory");
+          free(u);
+        }
       }
       free(tmp);
     }
@@ -389,6 +431,41 @@ int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *c
   for (int k = 0; k < s->nchannels; k++) {
     for (int i = 0; i < n; i++) render_geometry(&f[i], r->sc->chan_src[k], &r->gl[i]);
     if ((rc = xt_proj_render_batch(r->chan[mode][k], r->gl, n, chan[k], msg))) return rc;
+  }
+  return 0;
+}
+
+/* Compared through the chain's table (the struct has padding). */
+static int same_params(const xt_chain_params *a, const xt_chain_params *b) {
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    if (xt_chain_param_get(a, in) != xt_chain_param_get(b, in)) return 0;
+  }
+  return 1;
+}
+
+int xt_ds_render_chain(xt_ds_renderer *r, const xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg) {
+  const int mode = r->nmodes > 1 ? f[0].mode : 0;
+  xt_chain *c = r->chain[mode];
+  if (!c) return xt_fail(msg, XT_EINVAL, "chain: the spec has none");
+  int orows, ocols;
+  xt_ds_chain_size(r->sc->spec, f[0].mode, &orows, &ocols);
+  const size_t opx = (size_t)orows * ocols;
+  for (int i = 0; i < n; i++) {
+    xt_geometry g;
+    int rc, cr, cc;
+    /* New tables only when a drawn parameter changed (kV, the mAs of a dose): the chain rebuilds
+     * its spectrum tables and, on the GPU, uploads them. */
+    if (!same_params(xt_chain_get_params(c), &f[i].chain) &&
+        (rc = xt_chain_set_params(c, &f[i].chain, msg)))
+      return rc;
+    xt_chain_reset(c); /* a first exposure: nothing of the frame rendered before it lingers */
+    render_geometry(&f[i], r->group_src[0], &g);
+    xt_chain_out_size(c, &g, &cc, &cr);
+    if (cc != ocols || cr != orows)
+      return xt_fail(msg, XT_EINVAL, "chain: a %d x %d frame, expected %d x %d", cc, cr, ocols, orows);
+    xt_chain_out co = {raw + (size_t)i * opx, proc + (size_t)i * opx, NULL, NULL};
+    if ((rc = xt_chain_frame(c, &g, (uint64_t)f[i].index, &co, msg))) return rc;
   }
   return 0;
 }

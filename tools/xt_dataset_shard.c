@@ -108,10 +108,11 @@ static size_t elem_size(const char *dtype) { return (size_t)(dtype[2] - '0'); }
 static size_t member_data_bytes(const xt_ds_spec *s, const xt_ds_member_info *mi, int mode) {
   const xt_detector_mode *md = s->modes[mode];
   int shape[3] = {s->nchannels, md->rows, md->cols};
+  if (!strcmp(mi->ext, "raw.npy") || !strcmp(mi->ext, "processed.npy")) xt_ds_chain_size(s, mode, &shape[1], &shape[2]);
   char h[256];
   const int *sh = mi->ndim == 3 ? shape : shape + 1;
   size_t hb = npy_header(h, sizeof h, mi->dtype, mi->ndim, sh);
-  size_t n = (size_t)md->rows * md->cols * (mi->ndim == 3 ? (size_t)s->nchannels : 1);
+  size_t n = (size_t)shape[1] * shape[2] * (mi->ndim == 3 ? (size_t)s->nchannels : 1);
   return hb + n * elem_size(mi->dtype);
 }
 
@@ -225,6 +226,36 @@ static json_t *aff34(jb *b, const xt_affine *m) {
   return a;
 }
 
+/* Every parameter that shaped the frame's raw and processed images, by the chain's table (as the
+ * render sidecar's "chain" object), and what reproduces the frame alone. */
+static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, jb *b) {
+  json_t *ch = json_object(), *prm = json_object(), *units = json_object(), *fl = json_object();
+  int rows, cols;
+  put(b, ch, "frame", json_integer(f->index));
+  put(b, ch, "frame_note", json_string("the chain's frame number (the dataset's frame index): with parameters.seed it "
+                                       "keys the frame's noise; each frame is a first exposure (lag and temporal "
+                                       "filter start from zero)"));
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    const double v = xt_chain_param_get(&f->chain, in);
+    put(b, prm, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
+    if (*in->unit) put(b, units, in->name, json_string(in->unit));
+  }
+  put(b, ch, "parameters", prm);
+  put(b, ch, "units", units);
+  put(b, ch, "noise", json_boolean(s->chain.noise));
+  if (s->chain.dose_set) put(b, ch, "dose_ngy", json_real(f->dose_ngy));
+  xt_ds_chain_size(s, f->mode, &rows, &cols);
+  if (s->write.raw) put(b, fl, "raw", json_string("raw.npy: uint16 ADC codes (\"for processing\"), 0 .. 2^adc_bits - 1"));
+  if (s->write.processed)
+    put(b, fl, "processed", json_string("processed.npy: uint16, 12 bits stored (\"for presentation\"), attenuation dark"));
+  put(b, fl, "rows", json_integer(rows));
+  put(b, fl, "cols", json_integer(cols));
+  put(b, ch, "files", fl);
+  put(b, ch, "model", json_string("docs/imaging.md"));
+  return ch;
+}
+
 static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, jb *b) {
   const xt_ds_spec *s = sc->spec;
   const xt_geometry *g = &f->geom;
@@ -300,7 +331,7 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, jb *b) {
     if (sc->models[m] && sc->models[m]->volume && sc->models[m]->volume->materials) lv = sc->models[m]->volume;
   put(b, im, "energy_kev", json_real(lv ? lv->materials->energy_kev : XT_DEFAULT_ENERGY_KEV));
   if (s->write.intensity) put(b, im, "intensity", json_string("round(65535 * exp(-L)), uint16"));
-  put(b, im, "chain", json_null());
+  put(b, im, "chain", s->chain.present ? chain_json(s, f, b) : json_null());
   put(b, root, "imaging", im);
 
   if (s->write.labels || s->write.segmentation) {
@@ -560,7 +591,10 @@ static char *dataset_json(const xt_ds_spec *s) {
     put(&b, m, "ext", json_string(mi[i].ext));
     if (mi[i].ndim) {
       put(&b, m, "dtype", json_string(mi[i].dtype));
-      put(&b, m, "shape", json_string(mi[i].ndim == 3 ? "(channels, rows, cols)" : "(rows, cols)"));
+      const int binned = s->chain.present && s->chain.base.binning == 2 &&
+                         (!strcmp(mi[i].ext, "raw.npy") || !strcmp(mi[i].ext, "processed.npy"));
+      put(&b, m, "shape",
+          json_string(mi[i].ndim == 3 ? "(channels, rows, cols)" : binned ? "(rows / 2, cols / 2)" : "(rows, cols)"));
     }
     push(&b, mem, m);
   }
@@ -1008,6 +1042,14 @@ int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_d
   if (s->write.intensity) {
     xt_intensity_u16(fd->img, px, e->u16);
     add_member(&mem[nm++], "intensity.npy", "<u2", 2, shape3, e->u16, px * sizeof(uint16_t));
+  }
+  if (s->write.raw || s->write.processed) {
+    int cshape[3] = {0, 0, 0};
+    xt_ds_chain_size(s, f->mode, &cshape[1], &cshape[2]);
+    const size_t cb = (size_t)cshape[1] * cshape[2] * sizeof(uint16_t);
+    if (!fd->raw || !fd->proc) return xt_fail(msg, XT_EINVAL, "frame %lld: no chain frames", f->index);
+    if (s->write.raw) add_member(&mem[nm++], "raw.npy", "<u2", 2, cshape, fd->raw, cb);
+    if (s->write.processed) add_member(&mem[nm++], "processed.npy", "<u2", 2, cshape, fd->proc, cb);
   }
   if (s->write.labels) {
     member *m = &mem[nm++];

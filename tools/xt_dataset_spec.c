@@ -788,24 +788,115 @@ done:
   return rc;
 }
 
-int xt_ds_chain_available(void) { return 0; }
+void xt_ds_chain_size(const xt_ds_spec *s, int mode, int *rows, int *cols) {
+  const int b = s->chain.present ? s->chain.base.binning : 1;
+  *rows = s->modes[mode]->rows / b;
+  *cols = s->modes[mode]->cols / b;
+}
 
-/* Validated now, so typos surface today; honoured when the imaging chain lands (issue 10). */
+int xt_ds_dose_mas(const xt_chain_params *p, double kv, double sid_mm, double dose_ngy, double *mas, xt_msg *msg) {
+  xt_tube t = {kv, p->anode_deg, p->inherent_al_mm, p->filter_al_mm, p->filter_cu_mm};
+  xt_spectrum sp;
+  double k = 0;
+  int rc = xt_spectrum_tube(&t, &sp, msg);
+  if (rc || (rc = xt_spectrum_air_kerma(&sp, sid_mm, &k, msg))) return rc;
+  if (!(k > 0)) return xt_fail(msg, XT_ERANGE, "chain.dose_ngy: no air kerma at %g kV", kv);
+  *mas = dose_ngy * 1e-3 / k;
+  return 0;
+}
+
+/* A chain error as a spec error: the chain's own messages name the parameter as its JSON path
+ * ("chain.lag_frac_1: ...", the tube's "tube.kv: ..."), so only the file goes in front. */
+static int chain_fail(ctx *c, const xt_msg *m) {
+  const int tube = strncmp(m->text, "tube.", 5) == 0;
+  return xt_fail(c->msg, XT_EINVAL, "%s: %s%s", c->file, tube ? "chain." : "", m->text + (tube ? 5 : 0));
+}
+
+/* "chain": every parameter of the chain's table (imaging/xt_chain_params.c) by its name, set and
+ * range-checked by the chain itself (xt_chain_param_set, xt_chain_params_validate); kv and
+ * dose_ngy may be ranges drawn per frame; noise false turns quantum and electronic noise off. The
+ * chain's `seed` is not a field: the noise is keyed by the spec's seed and the frame's index. */
 static int parse_chain(ctx *c, xt_ds_spec *s, json_t *root) {
-  static const char *const keys[] = {"kv", "dose_ngy", "noise", NULL};
+  const char *keys[96];
+  int nk = 0;
+  keys[nk++] = "dose_ngy";
+  keys[nk++] = "noise";
+  for (int i = 0; i < xt_chain_param_count() && nk < 95; i++) keys[nk++] = xt_chain_param_at(i)->name;
+  keys[nk] = NULL;
   json_t *cj;
   int rc;
   if ((rc = get_object(c, root, "chain", &cj))) return rc;
   if (!cj) return 0;
   size_t n = push_key(c, "chain");
   xt_ds_chain_spec *ch = &s->chain;
+  xt_msg m = {{0}};
   ch->present = 1;
-  if (!(rc = check_keys(c, cj, keys)) && !(rc = get_range(c, cj, "kv", 40, 125, 0, 70, &ch->kv, NULL)) &&
-      !(rc = get_range(c, cj, "dose_ngy", 0.001, 1e6, 0, 100, &ch->dose_ngy, NULL)) &&
-      !(rc = get_bool(c, cj, "noise", 1, &ch->noise)) && !xt_ds_chain_available())
-    rc = fail(c, XT_EUNSUPPORTED,
-              "the imaging chain (spectra, detector, noise: issue 10) is not in this build yet; frames are ideal "
-              "line integrals (remove \"chain\")");
+  ch->base = xt_chain_params_default();
+  ch->noise_seed = s->seed & ((UINT64_C(1) << 53) - 1);
+  ch->dose_set = json_object_get(cj, "dose_ngy") != NULL;
+  if ((rc = check_keys(c, cj, keys)) || (rc = get_range(c, cj, "kv", XT_KV_MIN, XT_KV_MAX, 0, ch->base.kv, &ch->kv, NULL)) ||
+      (rc = get_range(c, cj, "dose_ngy", 0.001, 1e6, 0, 0, &ch->dose_ngy, NULL)) ||
+      (rc = get_bool(c, cj, "noise", 1, &ch->noise)))
+    goto done;
+  const char *key;
+  json_t *v;
+  json_object_foreach(cj, key, v) {
+    if (!strcmp(key, "kv") || !strcmp(key, "dose_ngy") || !strcmp(key, "noise")) continue;
+    double x;
+    size_t q = push_key(c, key);
+    if (!strcmp(key, "seed"))
+      rc = fail(c, XT_EINVAL, "not settable: the noise is keyed by the spec's \"seed\" and the frame's index");
+    else if (!strcmp(key, "mas") && ch->dose_set)
+      rc = fail(c, XT_EINVAL, "give mas or dose_ngy, not both");
+    else if ((!strcmp(key, "quantum_noise") || !strcmp(key, "e_noise_adu")) && !ch->noise)
+      rc = fail(c, XT_EINVAL, "conflicts with \"noise\": false (which sets it to 0)");
+    else if (!(rc = want_number(c, v, -HUGE_VAL, HUGE_VAL, &x)) && xt_chain_param_set(&ch->base, key, x, &m))
+      rc = chain_fail(c, &m);
+    pop(c, q);
+    if (rc) goto done;
+  }
+  if (!ch->noise) ch->base.quantum_noise = 0, ch->base.e_noise_adu = 0;
+  ch->base.seed = ch->noise_seed;
+  /* The tube's cross-checks at both ends of the kV range. */
+  for (int e = 0; e < 2 && !rc; e++) {
+    xt_chain_params t = ch->base;
+    t.kv = e ? ch->kv.hi : ch->kv.lo;
+    if (xt_chain_params_validate(&t, &m)) rc = chain_fail(c, &m);
+  }
+  if (rc) goto done;
+  ch->base.kv = ch->kv.lo;
+  /* dose_ngy: the mAs it asks for at the corners of kV and SID (kerma grows with kV, falls with
+   * SID) must be the chain's to give, so no frame fails halfway through a run. */
+  double sid_lo = s->poses.sid_set ? s->poses.sid_mm.lo : s->modes[0]->sid_mm,
+         sid_hi = s->poses.sid_set ? s->poses.sid_mm.hi : s->modes[0]->sid_mm;
+  for (int k = 1; !s->poses.sid_set && k < s->nmodes; k++) {
+    if (s->modes[k]->sid_mm < sid_lo) sid_lo = s->modes[k]->sid_mm;
+    if (s->modes[k]->sid_mm > sid_hi) sid_hi = s->modes[k]->sid_mm;
+  }
+  for (int i = 0; ch->dose_set && i < 8 && !rc; i++) {
+    const double kv = i & 1 ? ch->kv.hi : ch->kv.lo, sid = i & 2 ? sid_hi : sid_lo,
+                 dose = i & 4 ? ch->dose_ngy.hi : ch->dose_ngy.lo;
+    const xt_chain_param_info *in = xt_chain_param_find("mas");
+    double mas = 0;
+    if (xt_ds_dose_mas(&ch->base, kv, sid, dose, &mas, &m)) rc = chain_fail(c, &m);
+    else if (mas < in->lo || mas > in->hi)
+      rc = fail_key(c, "dose_ngy", XT_EINVAL, "%g nGy at %g kV and SID %g mm needs %.3g mAs, outside the chain's [%g, %g]",
+                    dose, kv, sid, mas, in->lo, in->hi);
+  }
+  if (rc) goto done;
+  /* One scene for the chain: it renders the material channels of one projector with one pose. */
+  int group = -1;
+  for (int i = 0; i < s->nmodels && !rc; i++) {
+    if (!s->models[i].in_image) continue;
+    const int src = s->models[i].follows >= 0 ? s->models[i].follows : i;
+    if (group < 0) group = src;
+    else if (src != group)
+      rc = fail(c, XT_EINVAL,
+                "image models \"%s\" and \"%s\" move independently; the chain renders them as one scene "
+                "(give \"%s\" \"follows\": \"%s\", or \"role\": \"labels\")",
+                s->models[group].name, s->models[i].name, s->models[i].name, s->models[group].name);
+  }
+done:
   pop(c, n);
   return rc;
 }
@@ -821,21 +912,22 @@ static int parse_write(ctx *c, xt_ds_spec *s, json_t *root) {
   if (!wj) wj = empty = json_object();
   size_t n = push_key(c, "write");
   if ((rc = check_keys(c, wj, keys)) || (rc = get_bool(c, wj, "lineint", 1, &w->lineint)) ||
-      (rc = get_bool(c, wj, "intensity", 0, &w->intensity)) || (rc = get_bool(c, wj, "raw", 0, &w->raw)) ||
-      (rc = get_bool(c, wj, "processed", 0, &w->processed)) ||
+      (rc = get_bool(c, wj, "intensity", 0, &w->intensity)) ||
+      (rc = get_bool(c, wj, "raw", s->chain.present, &w->raw)) ||
+      (rc = get_bool(c, wj, "processed", s->chain.present, &w->processed)) ||
       (rc = get_bool(c, wj, "labels", s->nchannels > 0, &w->labels)) ||
       (rc = get_bool(c, wj, "segmentation", s->nchannels > 0, &w->segmentation)) ||
       (rc = get_bool(c, wj, "landmarks", s->nlandmarks > 0, &w->landmarks)))
     goto done;
   const char *bad = NULL, *why = NULL;
-  if ((w->raw || w->processed) && !xt_ds_chain_available())
-    bad = w->raw ? "raw" : "processed", why = "needs the imaging chain (issue 10), not in this build yet";
-  else if ((w->raw || w->processed) && !s->chain.present)
+  if ((w->raw || w->processed) && !s->chain.present)
     bad = w->raw ? "raw" : "processed", why = "needs a \"chain\" section";
   else if ((w->labels || w->segmentation) && s->nchannels == 0)
     bad = w->labels ? "labels" : "segmentation", why = "no label channels (labels.channels)";
   else if (w->landmarks && s->nlandmarks == 0)
     bad = "landmarks", why = "no landmarks given";
+  else if (s->chain.present && !w->raw && !w->processed)
+    why = "a \"chain\" but neither raw nor processed: the chain would shape nothing";
   else if (!w->lineint && !w->intensity && !w->raw && !w->processed && !w->labels && !w->segmentation)
     why = "writes no image and no labels";
   if (why) {

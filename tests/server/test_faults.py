@@ -80,7 +80,7 @@ class Healthy:
 
     def check_unharmed(self):
         """Paced on the grid, every counter gap accounted for (a render skip or a drop counted in
-        frames_dropped), and most exposures delivered: a fault that blocked the service thread
+        frames_dropped), and most published frames delivered: a fault that blocked the service thread
         would starve this client. Whether it lost none at all is a question for a machine that is
         not also running the attack: the soak benchmark (bench/server/soak.sh) answers it; here the
         attackers share the two cores with the server, so the count is printed, not asserted."""
@@ -90,8 +90,11 @@ class Healthy:
         hs = [h for h, _, _ in got]
         T = 1e9 / round(1e9 / hs[-1]["period_ns"], 3)  # the exact period the grid uses (period_ns is rounded)
         check_paced(got, T, metric(text, "xtwin_frames_skipped_total"), metric(text, "xtwin_deadlines_missed_total"))
-        span = hs[-1]["frame_counter"] - hs[0]["frame_counter"]
-        check(2 * (len(hs) - 1) >= span, "the healthy client got %d of %d exposures" % (len(hs) - 1, span))
+        # Of the frames the server published (render skips, the loaded machine's, are not this
+        # client's loss and are accounted for above), most must have reached this client.
+        dropped = hs[-1]["frames_dropped"] - hs[0]["frames_dropped"]
+        delivered = len(hs) - 1
+        check(delivered >= dropped, "the healthy client got %d of %d published frames" % (delivered, delivered + dropped))
         print("    healthy client: %d frames, %d dropped while the fault ran" % (
             len(hs), hs[-1]["frames_dropped"] - hs[0]["frames_dropped"]))
 

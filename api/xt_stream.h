@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define XT_STREAM_MAGIC 0x46575458u /* bytes "XTWF" */
-#define XT_STREAM_VERSION 2
+#define XT_STREAM_VERSION 3
 
 enum {
   XT_STREAM_PIX_U16 = 1, /* uint16: intensity round(65535 * exp(-line integral)), or (frame_kind
@@ -40,10 +40,25 @@ enum {
   XT_STREAM_FLAG_LOCKSTEP = 1u /* frame answers a trigger (run mode lockstep) */
 };
 
+/* exposure_flags (version 3, offset 492). */
+enum {
+  XT_STREAM_EXPOSURE_GRID = 1u, /* anti-scatter grid in */
+  XT_STREAM_EXPOSURE_DRC = 2u   /* dose-rate control set this frame's kV, pulse width and mA */
+};
+
+/* drc_flags (version 3, offset 568): imaging/xt_drc.h's XT_DRC_* */
+enum {
+  XT_STREAM_DRC_ON = 1u,
+  XT_STREAM_DRC_SETTLED = 2u,     /* the last measurement within 10 % of the target */
+  XT_STREAM_DRC_CLAMP_HIGH = 4u,  /* at the curve's end (kV at drc_kv_max) and asking for more */
+  XT_STREAM_DRC_CLAMP_LOW = 8u,   /* at the curve's start and asking for less */
+  XT_STREAM_DRC_RATE_LIMITED = 16u /* the last step was cut to the rate limit */
+};
+
 typedef struct xt_stream_header {
   uint32_t magic;               /*   0  XT_STREAM_MAGIC */
   uint16_t version;             /*   4  XT_STREAM_VERSION */
-  uint16_t header_size;         /*   6  bytes before the pixels (304 in version 1, 400 in 2) */
+  uint16_t header_size;         /*   6  bytes before the pixels (304 in version 1, 400 in 2, 576 in 3) */
   uint64_t frame_counter;       /*   8  exposure number since start, strictly increasing */
   uint64_t pose_seq;            /*  16  sequence number of the last pose update applied */
   uint64_t t_pose_ns;           /*  24  when that pose update reached the server */
@@ -78,9 +93,31 @@ typedef struct xt_stream_header {
   double window, level;         /* 376, 384  processing: attenuation units */
   uint32_t binning;             /* 392  1 or 2 (2x2, charge summed) */
   uint32_t chain_flags;         /* 396  XT_STREAM_CHAIN_* */
-} xt_stream_header;             /* 400 */
+  /* version 3: exposure settings, dose, dose-rate control (all 0 for mono frames) */
+  double ma;                    /* 400  tube current */
+  double pulse_ms;              /* 408  pulse width (mas = ma x pulse_ms / 1000) */
+  double focal_spot_mm;         /* 416  nominal focal spot */
+  double shutter[4];            /* 424  left, right, top, bottom: fraction of the field covered */
+  double wedge[2];              /* 456  left, right: fraction of the field covered */
+  double wedge_t;               /* 472  a wedge's transmission */
+  double grid_tp;               /* 480  the grid's primary transmission (0 with the grid out) */
+  uint32_t protocol;            /* 488  preset last applied: 0 custom, 1-3 fluoro low/normal/high,
+                                        4, 5 cine 15/30, 6 DSA */
+  uint32_t exposure_flags;      /* 492  XT_STREAM_EXPOSURE_* */
+  double k_irp_mgy;             /* 496  air kerma of this frame at the reference point */
+  double kap_gycm2;             /* 504  kerma-area product of this frame */
+  double k_irp_total_mgy;       /* 512  run total including this frame */
+  double kap_total_gycm2;       /* 520  run total including this frame */
+  uint64_t dose_frames;         /* 528  frames in the run totals */
+  double d_irp_mm;              /* 536  focal spot to the reference point */
+  double drc_measured_ngy;      /* 544  detector dose measured in this frame's central field */
+  double drc_target_ngy;        /* 552  requested detector dose per frame */
+  double drc_curve_s;           /* 560  the loop's position on its curve for the next frame, 0..7 */
+  uint32_t drc_flags;           /* 568  XT_STREAM_DRC_* after this frame's measurement */
+  uint32_t reserved3;           /* 572  0 */
+} xt_stream_header;             /* 576 */
 
-#define XT_STREAM_HEADER_SIZE 400
+#define XT_STREAM_HEADER_SIZE 576
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "xt_stream.h describes a little-endian wire format; this host is big-endian"
@@ -121,6 +158,26 @@ _Static_assert(offsetof(xt_stream_header, window) == 376, "window");
 _Static_assert(offsetof(xt_stream_header, level) == 384, "level");
 _Static_assert(offsetof(xt_stream_header, binning) == 392, "binning");
 _Static_assert(offsetof(xt_stream_header, chain_flags) == 396, "chain_flags");
+_Static_assert(offsetof(xt_stream_header, ma) == 400, "ma");
+_Static_assert(offsetof(xt_stream_header, pulse_ms) == 408, "pulse_ms");
+_Static_assert(offsetof(xt_stream_header, focal_spot_mm) == 416, "focal_spot_mm");
+_Static_assert(offsetof(xt_stream_header, shutter) == 424, "shutter");
+_Static_assert(offsetof(xt_stream_header, wedge) == 456, "wedge");
+_Static_assert(offsetof(xt_stream_header, wedge_t) == 472, "wedge_t");
+_Static_assert(offsetof(xt_stream_header, grid_tp) == 480, "grid_tp");
+_Static_assert(offsetof(xt_stream_header, protocol) == 488, "protocol");
+_Static_assert(offsetof(xt_stream_header, exposure_flags) == 492, "exposure_flags");
+_Static_assert(offsetof(xt_stream_header, k_irp_mgy) == 496, "k_irp_mgy");
+_Static_assert(offsetof(xt_stream_header, kap_gycm2) == 504, "kap_gycm2");
+_Static_assert(offsetof(xt_stream_header, k_irp_total_mgy) == 512, "k_irp_total_mgy");
+_Static_assert(offsetof(xt_stream_header, kap_total_gycm2) == 520, "kap_total_gycm2");
+_Static_assert(offsetof(xt_stream_header, dose_frames) == 528, "dose_frames");
+_Static_assert(offsetof(xt_stream_header, d_irp_mm) == 536, "d_irp_mm");
+_Static_assert(offsetof(xt_stream_header, drc_measured_ngy) == 544, "drc_measured_ngy");
+_Static_assert(offsetof(xt_stream_header, drc_target_ngy) == 552, "drc_target_ngy");
+_Static_assert(offsetof(xt_stream_header, drc_curve_s) == 560, "drc_curve_s");
+_Static_assert(offsetof(xt_stream_header, drc_flags) == 568, "drc_flags");
+_Static_assert(offsetof(xt_stream_header, reserved3) == 572, "reserved3");
 _Static_assert(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE, "header size");
 
 #endif /* XT_STREAM_H */

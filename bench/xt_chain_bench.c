@@ -15,6 +15,7 @@
 
 #include "xt_bench.h"
 #include "xt_chain.h"
+#include "xt_drc.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -85,6 +86,28 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   const double t0 = now_s();
   for (int i = 0; i < e2e_n && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(100 + i), &out, msg);
   const double e2e = (now_s() - t0) * 1e3 / e2e_n;
+  /* issue 11: scatter and the grid on (device time), then end to end with the dose-rate loop too
+   * (its host step: measure, move on the curve, new spectrum tables uploaded, every frame) */
+  double ms_sc = 0, e2e_drc = 0;
+  if (!rc) {
+    prm.scatter = 1;
+    prm.grid = 1;
+    prm.drc = 1;
+    rc = xt_chain_set_params(c, &prm, msg);
+    if (!rc) rc = xt_chain_time_device(c, g, 9, 18, frames, 2, &ms_sc, msg);
+    xt_drc d;
+    xt_drc_reset(&d, &prm);
+    const double t2 = now_s();
+    for (int i = 0; i < e2e_n && !rc; i++) {
+      xt_drc_apply(&d, &prm);
+      if ((rc = xt_chain_set_params(c, &prm, msg)) || (rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(400 + i), &out, msg)))
+        break;
+      xt_chain_info ci;
+      xt_chain_get_info(c, &ci);
+      xt_drc_update(&d, &prm, xt_drc_measure(raw, oc, orr, &prm, &ci, g[0].mode.pitch_u_mm * g[0].mode.pitch_v_mm));
+    }
+    e2e_drc = (now_s() - t2) * 1e3 / e2e_n;
+  }
   free(raw);
   free(proc);
   if (rc) goto done;
@@ -92,6 +115,8 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   printf("  chain to raw (device)         %8.4f ms  %8.0f fps  %.2fx mono\n", ms[1], 1e3 / ms[1], ms[1] / ms[0]);
   printf("  chain to raw + processed      %8.4f ms  %8.0f fps  %.2fx mono\n", ms[2], 1e3 / ms[2], ms[2] / ms[0]);
   printf("  end to end, one copy-out      %8.4f ms  %8.0f fps  (synchronous, one frame at a time)\n", e2e, 1e3 / e2e);
+  printf("  + scatter and grid (device)   %8.4f ms  %8.0f fps  scatter costs %.4f ms\n", ms_sc, 1e3 / ms_sc, ms_sc - ms[2]);
+  printf("  end to end + scatter + loop   %8.4f ms  %8.0f fps  the loop's host step included\n", e2e_drc, 1e3 / e2e_drc);
   char name[64];
   snprintf(name, sizeof name, "%s mono", tag);
   add_row(name, ms[0], "");
@@ -101,6 +126,10 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   add_row(name, ms[2] / ms[0], "<= 2x");
   snprintf(name, sizeof name, "%s end-to-end", tag);
   add_row(name, e2e, "");
+  snprintf(name, sizeof name, "%s chain+scatter", tag);
+  add_row(name, ms_sc, t_chain);
+  snprintf(name, sizeof name, "%s e2e+scatter+drc", tag);
+  add_row(name, e2e_drc, "");
 done:
   xt_chain_destroy(c);
   xt_proj_destroy(p);

@@ -23,6 +23,8 @@ typedef struct chain_dev {
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
   float *A, *X, *T, *D, *F, *FA, *lag, *Y, *S;
+  float *M;      /* DSA mask (issue 11) */
+  float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
   float *gain, *offset;
   unsigned char *defect;
@@ -36,7 +38,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S};
+  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -126,6 +128,8 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->M, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->SC, 3 * XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID * sizeof(float)));
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
@@ -137,6 +141,7 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   d->orows = fc->orows;
   d->nch = nch;
   c->first = 1;
+  c->dsa_valid = 0;
   return 0;
 }
 
@@ -160,13 +165,23 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   const size_t np = (size_t)fc.cols * fc.rows, no = (size_t)fc.ocols * fc.orows;
   uint16_t *raw = d->out, *proc = d->out + no;
   if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
+  const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
+  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
+    fc.sc.field = d->SC + 2 * ncell;
+    if ((rc = xt_stage_scatter_cuda(d->tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
+  }
   if ((rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, out->expected ? d->S : NULL, d->st, msg)) ||
       (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
     return rc;
+  fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
   if (out->proc &&
       (rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, raw, d->FA, d->Y, proc, d->st, msg)))
     return rc;
+  if (out->proc && c->prm.dsa && !c->dsa_valid) {
+    CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
+    c->dsa_valid = 1;
+  }
   /* the one crossing: raw, or raw and proc together (contiguous) */
   if (out->raw || out->proc) {
     const size_t off = out->raw ? 0 : no, n = (out->raw ? no : 0) + (out->proc ? no : 0);
@@ -202,6 +217,11 @@ extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int 
       continue;
     }
     if (c->cs.n) rc = xt_proj_render_device(c->proj, gi, 1, d->A, d->st, msg);
+    if (!rc && c->prm.scatter) { /* scatter (issue 11) */
+      const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
+      fc.sc.field = d->SC + 2 * ncell;
+      rc = xt_stage_scatter_cuda(d->tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg);
+    }
     if (!rc) rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, NULL, d->st, msg);
     if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg);
     if (!rc) rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, d->out, d->FA, d->st, msg);

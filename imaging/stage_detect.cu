@@ -28,9 +28,17 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     const float G = xt_pixel_geometry(&fc.cam, col, row, fc.mas);
     float s, q;
     xt_detect_expect(&t, a, G, &s, &q);
+    const float tc = xt_collim_t(&fc.coll, col, row); /* shutters, wedges, grid (issue 11) */
+    s *= tc;
+    q *= tc;
+    if (fc.sc.field) { /* scatter (issue 11): its quanta at the primary's mean energy per quantum */
+      const float sc = xt_scatter_at(&fc.sc, col, row);
+      s += sc;
+      q += sc * (t.flat2 / t.flat1);
+    }
     if (S)
       S[i] = s;
-    F[i] = G * t.flat1;
+    F[i] = G * t.flat1 * fc.coll.grid_tp; /* the flat field is calibrated with the grid in */
     if (fc.noise) {
       xt_rng g;
       xt_rng_init(&g, fc.seed, fc.frame, (uint32_t)i, XT_RNG_QUANTA);

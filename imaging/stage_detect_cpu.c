@@ -89,9 +89,17 @@ void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *f
         const int c = c0 + l;
         const size_t i = (size_t)r * cols + c;
         const float G = xt_pixel_geometry(&fc->cam, c, r, fc->mas);
-        const float s = G * vs[l / LANES][l % LANES], q = G * vq[l / LANES][l % LANES];
+        float s = G * vs[l / LANES][l % LANES], q = G * vq[l / LANES][l % LANES];
+        const float tc = xt_collim_t(&fc->coll, c, r); /* shutters, wedges, grid (issue 11) */
+        s *= tc;
+        q *= tc;
+        if (fc->sc.field) { /* scatter (issue 11): its quanta at the primary's mean energy per quantum */
+          const float sc = xt_scatter_at(&fc->sc, c, r);
+          s += sc;
+          q += sc * (t->flat2 / t->flat1);
+        }
         if (S) S[i] = s;
-        F[i] = G * t->flat1;
+        F[i] = G * t->flat1 * fc->coll.grid_tp; /* the flat field is calibrated with the grid in */
         if (fc->noise) {
           xt_rng g;
           xt_rng_init(&g, fc->seed, fc->frame, (uint32_t)i, XT_RNG_QUANTA);

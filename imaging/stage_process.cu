@@ -43,15 +43,17 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_process_out(const __grid_con
   const size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= (size_t)fc.ocols * fc.orows) return;
   const int r = (int)(o / fc.ocols), c = (int)(o % fc.ocols);
+  const float *M = fc.pc.dsa_mask; /* DSA: the log image minus the mask's (issue 11) */
   float s = 0.f;
   for (int dy = -1; dy <= 1; dy++)
     for (int dx = -1; dx <= 1; dx++) {
       int y = r + dy, x = c + dx;
       y = y < 0 ? 0 : (y >= fc.orows ? fc.orows - 1 : y);
       x = x < 0 ? 0 : (x >= fc.ocols ? fc.ocols - 1 : x);
-      s += Y[(size_t)y * fc.ocols + x];
+      const size_t i = (size_t)y * fc.ocols + x;
+      s += M ? Y[i] - M[i] : Y[i];
     }
-  const float y0 = Y[o];
+  const float y0 = M ? Y[o] - M[o] : Y[o];
   const float e = y0 + fc.pc.edge_gain * (y0 - s * (1.f / 9.f));
   proc[o] = xt_process_window(&fc.pc, e);
 }

@@ -39,6 +39,8 @@ void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_map
 
 void xt_stage_process_out_cpu(const xt_chain_frame_const *fc, const float *Y, int r0, int r1, uint16_t *proc) {
   const int oc = fc->ocols, orr = fc->orows;
+  const float *M = fc->pc.dsa_mask; /* DSA: the log image minus the mask's (issue 11) */
+#define YV(i) (M ? Y[i] - M[i] : Y[i])
   for (int r = r0; r < r1; r++)
     for (int c = 0; c < oc; c++) {
       float s = 0.f;
@@ -47,10 +49,11 @@ void xt_stage_process_out_cpu(const xt_chain_frame_const *fc, const float *Y, in
           int y = r + dy, x = c + dx;
           y = y < 0 ? 0 : (y >= orr ? orr - 1 : y);
           x = x < 0 ? 0 : (x >= oc ? oc - 1 : x);
-          s += Y[(size_t)y * oc + x];
+          s += YV((size_t)y * oc + x);
         }
-      const float y0 = Y[(size_t)r * oc + c];
+      const float y0 = YV((size_t)r * oc + c);
       const float e = y0 + fc->pc.edge_gain * (y0 - s * (1.f / 9.f));
       proc[(size_t)r * oc + c] = xt_process_window(&fc->pc, e);
     }
 }
+#undef YV

@@ -105,6 +105,8 @@ static int build_tables(const xt_chain_params *p, const xt_chanset *cs, xt_chain
       (rc = xt_spectrum_air_kerma(&full, 1000.0, &info->kerma_ugy_per_mas, msg)))
     return rc;
   info->absorbed_fraction = n_in > 0 ? n_abs / n_in : 0;
+  info->flat_kev_per_mm2_ugy = info->kerma_ugy_per_mas > 0 ? t->flat1 / info->kerma_ugy_per_mas : 0;
+  if ((rc = xt_scatter_water_fit(t, &info->water_fit_a, &info->water_fit_b, msg))) return rc;
   info->nbins = s.n;
   info->nch = cs->n;
   xt_chanset_names(cs, info->channels, sizeof info->channels);
@@ -130,6 +132,8 @@ void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t
   fc->seed = p->seed;
   fc->frame = frame;
   fc->noise = p->quantum_noise;
+  xt_collim_make(p, fc->cols, fc->rows, &fc->coll);
+  if (p->scatter) xt_scatter_plan_make(p, &c->info, fc->cols, fc->rows, g->mode.pitch_u_mm, &fc->sc);
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_u_mm, &fc->bu);
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_v_mm, &fc->bv);
   xt_readout_const *r = &fc->ro;
@@ -167,7 +171,7 @@ static int default_threads(void) {
 }
 
 static void free_scratch(xt_chain *c) {
-  float **f[] = {&c->A, &c->X, &c->T, &c->D, &c->F, &c->FA, &c->lag, &c->Y, &c->E};
+  float **f[] = {&c->A, &c->X, &c->T, &c->D, &c->F, &c->FA, &c->lag, &c->Y, &c->E, &c->M};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     free(*f[i]);
     *f[i] = NULL;
@@ -216,6 +220,7 @@ int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
   const int maps_changed = p->panel_seed != c->prm.panel_seed || p->gain_fpn != c->prm.gain_fpn ||
                            p->offset_adu != c->prm.offset_adu || p->offset_fpn_adu != c->prm.offset_fpn_adu ||
                            p->defect_fraction != c->prm.defect_fraction || p->defect_lines != c->prm.defect_lines;
+  if (p->dsa && !c->prm.dsa) c->dsa_valid = 0; /* switched on: the next frame is the mask */
   c->prm = *p;
   c->tab = t;
   c->info = info;
@@ -230,9 +235,11 @@ const xt_chain_params *xt_chain_get_params(const xt_chain *c) { return &c->prm; 
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info) { *info = c->info; }
 
 void xt_chain_set_threads(xt_chain *c, int threads) { c->threads = threads > 0 ? (threads > 64 ? 64 : threads) : default_threads(); }
+void xt_chain_dsa_remask(xt_chain *c) { c->dsa_valid = 0; }
 
 void xt_chain_reset(xt_chain *c) {
   c->first = 1;
+  c->dsa_valid = 0;
   if (c->lag) memset(c->lag, 0, sizeof *c->lag * (size_t)XT_LAG_TERMS * c->ocols * c->orows);
 #ifdef XT_HAVE_CUDA
   if (c->dev) xt_chain_cuda_reset(c);
@@ -302,8 +309,9 @@ static int cpu_scratch(xt_chain *c, const xt_chain_frame_const *fc, xt_msg *msg)
   c->FA = malloc(no * sizeof(float));
   c->lag = calloc(no * XT_LAG_TERMS, sizeof(float));
   c->Y = calloc(no, sizeof(float));
+  c->M = calloc(no, sizeof(float));
   c->raw = malloc(no * sizeof(uint16_t));
-  if (!c->A || !c->X || !c->T || !c->D || !c->F || !c->FA || !c->lag || !c->Y || !c->raw) {
+  if (!c->A || !c->X || !c->T || !c->D || !c->F || !c->FA || !c->lag || !c->Y || !c->M || !c->raw) {
     free_scratch(c);
     return xt_fail(msg, XT_ENOMEM, "chain: out of memory for a %d x %d frame", fc->cols, fc->rows);
   }
@@ -312,6 +320,7 @@ static int cpu_scratch(xt_chain *c, const xt_chain_frame_const *fc, xt_msg *msg)
   c->ocols = fc->ocols;
   c->orows = fc->orows;
   c->first = 1;
+  c->dsa_valid = 0;
   return 0;
 }
 
@@ -342,6 +351,10 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
                           : xt_proj_render_channels_fast(c->proj, g, c->A, msg);
     if (rc) return rc;
   }
+  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
+    fc.sc.field = c->sc_buf[2];
+    xt_stage_scatter_cpu(&c->tab, &fc, c->A, c->sc_buf[0], c->sc_buf[1], c->sc_buf[2]);
+  }
   run_stage(c, &fc, out, ST_DETECT, fc.rows);
   run_stage(c, &fc, out, ST_BLUR_ROWS, fc.rows);
   run_stage(c, &fc, out, ST_BLUR_COLS, fc.rows);
@@ -350,7 +363,12 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   if (out->raw) memcpy(out->raw, c->raw, sizeof(uint16_t) * fc.ocols * fc.orows);
   if (out->proc) {
     run_stage(c, &fc, out, ST_PLOG, fc.orows);
+    fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? c->M : NULL; /* DSA: the mask frame itself is unsubtracted */
     run_stage(c, &fc, out, ST_POUT, fc.orows);
+    if (c->prm.dsa && !c->dsa_valid) {
+      memcpy(c->M, c->Y, sizeof(float) * fc.ocols * fc.orows);
+      c->dsa_valid = 1;
+    }
     c->first = 0;
   }
   return 0;

@@ -53,6 +53,26 @@ typedef struct xt_chain_params {
   double window, level;  /* attenuation units ln(flat / signal) */
   double temporal_alpha; /* recursive filter weight of the new frame; 1 = off */
   double edge_gain;      /* unsharp-mask gain; 0 = off */
+  /* exposure settings, dose and dose-rate control (issue 11: xt_exposure.h, xt_dose.h, xt_drc.h) */
+  double pulse_ms;        /* pulse width; the tube current is mas / pulse width */
+  double focal_spot_mm;   /* nominal focal spot size (reported; its blur is not modelled) */
+  int grid;               /* 1: anti-scatter grid in */
+  double grid_tp;         /* the grid's primary transmission */
+  double shutter[4];      /* left, right, top, bottom: fraction of the field each shutter covers */
+  double wedge[2];        /* left, right: fraction of the field each wedge filter covers */
+  double wedge_t;         /* a wedge's transmission */
+  double irp_mm;          /* interventional reference point: this far from the isocentre toward the focus */
+  int protocol;           /* XT_PROTOCOL_*: the preset last applied (0 custom) */
+  int drc;                /* 1: dose-rate control sets kV, pulse width and mA each frame */
+  double drc_target_ngy;  /* requested detector dose per frame, nGy */
+  double drc_kv_max;      /* the control curve's highest kV */
+  double drc_max_step;    /* largest change of the detector dose the loop asks for in one frame, factor */
+  int dsa;                /* 1: digital subtraction: the processed frame is the log image minus the mask's */
+  int scatter;            /* 1: scatter kernel model on (xt_scatter.h) */
+  double scatter_sigma_mm; /* sigma of the broad scatter kernel at the detector */
+  double spr_200;         /* scatter-to-primary ratio behind 200 mm of water, broad beam, grid out */
+  double spr_exp;         /* SPR(t) = spr_200 (t / 200 mm)^spr_exp */
+  double grid_ts;         /* the grid's scatter transmission */
   /* backend */
   int cpu_exact; /* CPU backend: 1 renders the channels with the exact float64 reference, 0 with the
                   * fast march (xt_proj_render_channels_fast); no effect on the GPU */
@@ -88,6 +108,8 @@ typedef struct xt_chain_info {
   double absorbed_fraction; /* of the incident photons, in the CsI (unattenuated beam) */
   int nbins, nch;
   char channels[256]; /* "air,soft_tissue,bone" */
+  double flat_kev_per_mm2_ugy; /* absorbed energy per detector area per air kerma, unattenuated (issue 11: xt_drc.c) */
+  double water_fit_a, water_fit_b; /* the spectrum's water curve ln(F/P) = a t + b t^2, t mm (xt_scatter.c) */
 } xt_chain_info;
 
 typedef struct xt_chain xt_chain;
@@ -101,8 +123,11 @@ const xt_chain_params *xt_chain_get_params(const xt_chain *c);
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info);
 /* Worker threads of the CPU pipeline's stages (0: all cores, the default). */
 void xt_chain_set_threads(xt_chain *c, int threads);
-/* Lag and temporal-filter states back to zero (a new run). */
+/* Lag and temporal-filter states back to zero, the DSA mask dropped (a new run). */
 void xt_chain_reset(xt_chain *c);
+/* DSA: the next processed frame becomes the mask (it is delivered unsubtracted; later frames are
+ * its log image minus the mask's). Also happens on the first frame after dsa is switched on. */
+void xt_chain_dsa_remask(xt_chain *c);
 
 /* The output frame's size for a render geometry: the detector's, halved by 2x2 binning. */
 void xt_chain_out_size(const xt_chain *c, const xt_geometry *g, int *cols, int *rows);

@@ -5,6 +5,8 @@
 
 #include "xt_chain.h"
 #include "xt_chain_math.h"
+#include "xt_exposure.h"
+#include "xt_scatter.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +41,8 @@ typedef struct xt_chain_frame_const {
   xt_blur_kernel bu, bv; /* along columns (u) and rows (v) */
   xt_readout_const ro;
   xt_process_const pc;
+  xt_collim coll; /* shutters, wedges, grid (issue 11: xt_exposure.h) */
+  xt_scatter_plan sc; /* scatter (issue 11: xt_scatter.h); sc.field NULL: off */
 } xt_chain_frame_const;
 
 struct xt_chain {
@@ -54,6 +58,9 @@ struct xt_chain {
   /* CPU scratch for a render grid of cols x rows (output ocols x orows) */
   int cols, rows, ocols, orows;
   float *A, *X, *T, *D, *F, *FA, *lag, *Y, *E;
+  float *M;      /* DSA mask: the mask frame's log image (issue 11) */
+  float sc_buf[3][XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID]; /* scatter: sources, one pass, the field */
+  int dsa_valid; /* M holds this run's mask */
   uint16_t *raw;
   /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
   void *dev;
@@ -72,6 +79,12 @@ void xt_stage_readout_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m
 void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const uint16_t *raw,
                               const float *FA, int r0, int r1, float *Y);
 void xt_stage_process_out_cpu(const xt_chain_frame_const *fc, const float *Y, int r0, int r1, uint16_t *proc);
+/* Scatter (issue 11, xt_scatter.c, stage_scatter_cpu.c): the spectrum's water curve, a frame's plan, the coarse field. */
+int xt_scatter_water_fit(const xt_chain_tables *t, double *wa, double *wb, xt_msg *msg);
+void xt_scatter_plan_make(const xt_chain_params *p, const xt_chain_info *ci, int cols, int rows, double pitch_mm,
+                          xt_scatter_plan *s);
+void xt_stage_scatter_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const float *A, float *src, float *tmp,
+                          float *out);
 
 #ifdef XT_HAVE_CUDA
 /* The device pipeline (chain_cuda.cu). */

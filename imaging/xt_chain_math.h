@@ -273,6 +273,7 @@ typedef struct xt_process_const {
   float edge_gain;     /* unsharp mask: e = y + edge_gain (y - mean3x3(y)) */
   float out_max;       /* 4095: 12 bits stored */
   int first;           /* 1: the temporal state starts from this frame */
+  const float *dsa_mask; /* DSA (issue 11): the mask frame's log image, subtracted before edge and window; NULL off */
 } xt_process_const;
 
 /* Offset/gain-corrected signal (ADU of an ideal panel) of a raw code. */

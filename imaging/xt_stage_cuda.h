@@ -24,6 +24,9 @@ extern "C" {
 /* detect: A (nch planes) -> X (absorbed energy, quanta drawn), F (flat expectation), S (expected; may be NULL) */
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
                          float *F, float *S, cudaStream_t st, xt_msg *msg);
+/* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
+int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
+                          float *tmp, float *out, cudaStream_t st, xt_msg *msg);
 /* blur: in -> tmp (rows) -> out (columns) */
 int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *tmp, float *out, cudaStream_t st,
                        xt_msg *msg);

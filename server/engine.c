@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "xt_exposure.h"
 #include "xt_server.h"
 
 /* ---- frames and the ring ------------------------------------------------------------------ */
@@ -306,9 +307,8 @@ static void fill_header(xt_stream_header *h, const xt_job *j, const xt_geometry 
   h->bits_stored = 16;
 }
 
-/* The chain's part of a header (version 2 fields). */
-static void fill_chain_header(xt_stream_header *h, const xt_job *j, const xt_chain_info *ci, int kind) {
-  const xt_chain_params *p = &j->chain_prm;
+/* The chain's part of a header (version 2 fields); p the exposure the frame had. */
+static void fill_chain_header(xt_stream_header *h, const xt_chain_params *p, const xt_chain_info *ci, int kind) {
   h->frame_kind = (uint32_t)kind;
   h->bits_stored = kind == XT_STREAM_KIND_RAW ? (uint32_t)p->adc_bits : 12u;
   h->chain_seed = p->seed;
@@ -326,6 +326,71 @@ static void fill_chain_header(xt_stream_header *h, const xt_job *j, const xt_cha
                    (p->temporal_alpha < 1 ? XT_STREAM_CHAIN_TEMPORAL : 0u) | (p->edge_gain > 0 ? XT_STREAM_CHAIN_EDGE : 0u);
 }
 
+/* Version 3: the exposure settings, the frame's dose and the run's totals, the loop's state. */
+static void fill_dose_header(xt_stream_header *h, const xt_chain_params *p, const xt_dose *d, const xt_dose_totals *t,
+                             const xt_drc *drc) {
+  h->ma = xt_exposure_ma(p);
+  h->pulse_ms = p->pulse_ms;
+  h->focal_spot_mm = p->focal_spot_mm;
+  memcpy(h->shutter, p->shutter, sizeof h->shutter);
+  memcpy(h->wedge, p->wedge, sizeof h->wedge);
+  h->wedge_t = p->wedge_t;
+  h->grid_tp = p->grid ? p->grid_tp : 0;
+  h->protocol = (uint32_t)p->protocol;
+  h->exposure_flags = (p->grid ? XT_STREAM_EXPOSURE_GRID : 0u) | (p->drc ? XT_STREAM_EXPOSURE_DRC : 0u);
+  h->k_irp_mgy = d->k_irp_mgy;
+  h->kap_gycm2 = d->kap_gycm2;
+  h->k_irp_total_mgy = t->k_irp_mgy;
+  h->kap_total_gycm2 = t->kap_gycm2;
+  h->dose_frames = t->frames;
+  h->d_irp_mm = d->d_irp_mm;
+  if (p->drc) {
+    h->drc_measured_ngy = drc->measured_ngy;
+    h->drc_target_ngy = drc->target_ngy;
+    h->drc_curve_s = drc->s;
+    h->drc_flags = drc->flags;
+  }
+}
+
+/* The exposure of a frame: the job's settings, or with dose-rate control on the loop's point on its
+ * curve (the loop and the run totals restart with each run). */
+static void frame_exposure(xt_server *s, const xt_job *j, xt_chain_params *p) {
+  *p = j->chain_prm;
+  xt_metrics *m = &s->metrics;
+  pthread_mutex_lock(&m->mu);
+  if (m->dose_run != j->run_gen) {
+    m->dose_run = j->run_gen;
+    memset(&m->dose, 0, sizeof m->dose);
+    m->drc_live = 0;
+  }
+  if (p->drc) {
+    if (!m->drc_live) xt_drc_reset(&m->drc, p);
+    m->drc_live = 1;
+    xt_drc_apply(&m->drc, p);
+  } else
+    m->drc_live = 0;
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* After a frame: its dose into the run totals, its measurement into the loop; copies for the header. */
+static void frame_account(xt_server *s, const xt_job *j, const xt_chain_params *p, const xt_chain_info *ci,
+                          const xt_geometry *g, const uint16_t *raw, int cols, int rows, xt_dose *d, xt_dose_totals *t,
+                          xt_drc *drc) {
+  memset(d, 0, sizeof *d);
+  if (xt_dose_frame(p, ci->kerma_ugy_per_mas, g, d, NULL)) memset(d, 0, sizeof *d); /* irp behind the focus */
+  const double meas = p->drc ? xt_drc_measure(raw, cols, rows, p, ci, g->mode.pitch_u_mm * g->mode.pitch_v_mm) : 0;
+  xt_metrics *m = &s->metrics;
+  pthread_mutex_lock(&m->mu);
+  if (m->dose_run == j->run_gen) {
+    xt_dose_add(&m->dose, d);
+    m->dose_last = *d;
+    if (p->drc && m->drc_live) xt_drc_update(&m->drc, p, meas);
+  }
+  *t = m->dose;
+  *drc = m->drc;
+  pthread_mutex_unlock(&m->mu);
+}
+
 /* A frame through the imaging chain: raw and processed, each a message of its own in one frame;
  * on a GPU the pixels come from the device once, already uint16 (no conversion here). */
 static void render_chain_frame(xt_worker *w, const xt_job *j) {
@@ -333,9 +398,15 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_msg msg;
   xt_geometry g;
   xt_frame *f = NULL;
+  xt_chain_params prm;
+  frame_exposure(s, j, &prm);
   uint64_t t0 = xt_now_ns();
   int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg), cols = 0, rows = 0;
-  if (!rc) rc = worker_chain(w, &j->chain_prm, &msg);
+  if (!rc) rc = worker_chain(w, &prm, &msg);
+  if (!rc && w->chain_run != j->run_gen) { /* a new run: lag, temporal filter and DSA mask start again */
+    xt_chain_reset(w->chain);
+    w->chain_run = j->run_gen;
+  }
   if (!rc) {
     xt_chain_out_size(w->chain, &g, &cols, &rows);
     const size_t pay = (size_t)cols * rows * 2, len = XT_STREAM_HEADER_SIZE + pay;
@@ -357,11 +428,17 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   uint64_t t1 = xt_now_ns();
   xt_chain_info ci;
   xt_chain_get_info(w->chain, &ci);
+  xt_dose dose;
+  xt_dose_totals tot;
+  xt_drc drc;
+  frame_account(s, j, &prm, &ci, &g, (const uint16_t *)(const void *)(f->msg + XT_STREAM_HEADER_SIZE), cols, rows, &dose,
+                &tot, &drc);
   xt_stream_header h;
   fill_header(&h, j, &g, rows, cols, XT_STREAM_PIX_U16, (size_t)cols * rows * 2, t1);
-  fill_chain_header(&h, j, &ci, XT_STREAM_KIND_RAW);
+  fill_chain_header(&h, &prm, &ci, XT_STREAM_KIND_RAW);
+  fill_dose_header(&h, &prm, &dose, &tot, &drc);
   memcpy(f->msg, &h, sizeof h);
-  fill_chain_header(&h, j, &ci, XT_STREAM_KIND_PROCESSED);
+  fill_chain_header(&h, &prm, &ci, XT_STREAM_KIND_PROCESSED);
   memcpy(f->msg2, &h, sizeof h);
   publish(s, f, j, t0, t1, -1);
 }
@@ -583,6 +660,7 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   j.pixel_format = s->acq.pixel_format;
   j.chain = s->acq.chain;
   j.chain_prm = s->acq.chain_prm;
+  j.run_gen = s->run_gen;
   j.lockstep = lockstep;
   xt_worker *w = &s->workers[s->rr++ % (unsigned)s->nworkers];
   int rc = worker_push(s, w, &j);

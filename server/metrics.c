@@ -137,6 +137,15 @@ char *xt_metrics_text(xt_metrics *m, size_t *len) {
     if (m->clients[i].used)
       sb_printf(&b, "xtwin_client_frames_dropped_total{client=\"%u\",peer=\"%s\"} %llu\n", m->clients[i].id,
                 m->clients[i].peer, (unsigned long long)m->clients[i].dropped);
+  /* dose of the current run (issue 11): gauges, as they restart with each run */
+  sb_printf(&b, "# HELP xtwin_run_frames Frames exposed in the current run (imaging chain on).\n"
+                "# TYPE xtwin_run_frames gauge\nxtwin_run_frames %llu\n", (unsigned long long)m->dose.frames);
+  sb_printf(&b, "# HELP xtwin_run_air_kerma_mgy Air kerma at the interventional reference point, run total.\n"
+                "# TYPE xtwin_run_air_kerma_mgy gauge\nxtwin_run_air_kerma_mgy %.9g\n", m->dose.k_irp_mgy);
+  sb_printf(&b, "# HELP xtwin_run_kap_gycm2 Kerma-area product, run total.\n"
+                "# TYPE xtwin_run_kap_gycm2 gauge\nxtwin_run_kap_gycm2 %.9g\n", m->dose.kap_gycm2);
+  sb_printf(&b, "# HELP xtwin_drc_measured_ngy Dose-rate control: detector dose measured in the last frame.\n"
+                "# TYPE xtwin_drc_measured_ngy gauge\nxtwin_drc_measured_ngy %.9g\n", m->drc.measured_ngy);
   hist(&b, &m->render);
   hist(&b, &m->convert);
   hist(&b, &m->period);

@@ -126,6 +126,7 @@ static void h_acq_get(xt_server *s, struct MHD_Connection *con, req *r, reply *o
   json_t *j = xt_acq_to_json(&s->acq);
   json_object_set_new(j, "next_frame", json_integer((json_int_t)s->next_counter));
   pthread_mutex_unlock(&s->st_mu);
+  json_object_set_new(j, "dose", xt_dose_json(s)); /* after st_mu: takes metrics.mu */
   reply_json(out, 200, j);
 }
 

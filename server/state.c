@@ -10,6 +10,7 @@
 #include "xt_gmm.h"
 #include "xt_nvdb.h"
 #include "xt_coverage.h"
+#include "xt_exposure.h"
 #include "xt_server.h"
 #ifdef XT_SERVER_HAVE_LOADERS
 #include "xt_load.h"
@@ -157,24 +158,41 @@ int xt_pixfmt_parse(const char *s, int *out) {
   return 0;
 }
 
-/* "chain": {"enabled": bool, and any parameter of imaging's table by its name}, a partial update. */
+/* "chain": {"enabled": bool, and any parameter of imaging's table by its name}, a partial update.
+ * "protocol" (a preset's name or number) is applied first, so the other fields of the same update
+ * adjust the preset; it also sets the acquisition's frame rate. "ma" sets the tube current (mAs
+ * follows: xt_exposure_set). */
 static int chain_from_json(const json_t *obj, xt_acq *a, xt_msg *msg) {
   if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "chain: expected a JSON object");
   const char *key;
   json_t *v;
   xt_chain_params p = a->chain_prm;
+  const json_t *pv = json_object_get(obj, "protocol");
+  if (pv) {
+    int id = -1;
+    if (json_is_string(pv)) id = xt_protocol_find(json_string_value(pv));
+    else if (json_is_integer(pv)) id = (int)json_integer_value(pv);
+    if (id < 0 || id >= XT_PROTOCOL_COUNT)
+      return xt_fail(msg, XT_EINVAL, "chain.protocol: expected custom, fluoro_low, fluoro_normal, fluoro_high, cine_15, "
+                                     "cine_30 or dsa");
+    int rc = xt_protocol_apply(&p, id, msg);
+    if (rc) return rc;
+    if (xt_protocol_fps(id) > 0) a->fps = xt_protocol_fps(id);
+  }
   json_object_foreach((json_t *)obj, key, v) {
     if (!strcmp(key, "enabled")) {
       if (!json_is_boolean(v)) return xt_fail(msg, XT_EINVAL, "chain.enabled: expected true or false");
       a->chain = json_is_true(v);
       continue;
     }
-    if (!xt_chain_param_find(key)) return xt_fail(msg, XT_EINVAL, "chain: unknown field '%s' (docs/imaging.md)", key);
+    if (!strcmp(key, "protocol")) continue;
+    if (!xt_chain_param_find(key) && strcmp(key, "ma"))
+      return xt_fail(msg, XT_EINVAL, "chain: unknown field '%s' (docs/imaging.md)", key);
     char field[64];
     snprintf(field, sizeof field, "chain.%s", key);
     double x = 0;
     int rc = get_number(v, field, &x, msg);
-    if (rc || (rc = xt_chain_param_set(&p, key, x, msg))) return rc;
+    if (rc || (rc = xt_exposure_set(&p, key, x, msg))) return rc;
   }
   int rc = xt_chain_params_validate(&p, msg);
   if (rc) return rc;
@@ -190,6 +208,8 @@ json_t *xt_chain_to_json(int enabled, const xt_chain_params *p) {
     const double v = xt_chain_param_get(p, in);
     json_object_set_new(o, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
   }
+  json_object_set_new(o, "ma", json_real(xt_exposure_ma(p))); /* derived: mas / pulse width */
+  json_object_set_new(o, "protocol_name", json_string(xt_protocol_name(p->protocol)));
   return o;
 }
 
@@ -334,6 +354,7 @@ int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
   xt_acq a = s->acq;
   int rc = xt_acq_from_json(obj, &a, msg);
   if (!rc) {
+    if (a.running && !s->acq.running) s->run_gen++; /* a new run: dose totals start again */
     s->acq = a;
     s->acq_gen++;
     xt_engine_kick(s);
@@ -344,6 +365,7 @@ int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
 
 int xt_srv_start(xt_server *s, int run) {
   pthread_mutex_lock(&s->st_mu);
+  if (run && !s->acq.running) s->run_gen++; /* a new run: dose totals start again */
   s->acq.running = run;
   s->acq_gen++;
   xt_engine_kick(s);
@@ -525,4 +547,19 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   (void)s, (void)path, (void)name, (void)conv;
   return xt_fail(msg, XT_EUNSUPPORTED, "this server was built without the volume loaders");
 #endif
+}
+
+/* ---- dose ----------------------------------------------------------------------------------- */
+
+json_t *xt_dose_json(xt_server *s) {
+  xt_metrics *m = &s->metrics;
+  pthread_mutex_lock(&m->mu);
+  json_t *o = json_pack("{s:I,s:f,s:f,s:{s:f,s:f,s:f,s:f},s:{s:b,s:f,s:f,s:f,s:i}}", "run_frames",
+                        (json_int_t)m->dose.frames, "k_irp_total_mgy", m->dose.k_irp_mgy, "kap_total_gycm2",
+                        m->dose.kap_gycm2, "last_frame", "k_irp_mgy", m->dose_last.k_irp_mgy, "kap_gycm2",
+                        m->dose_last.kap_gycm2, "d_irp_mm", m->dose_last.d_irp_mm, "field_cm2", m->dose_last.field_cm2,
+                        "drc", "active", m->drc_live && (m->drc.flags & XT_DRC_ON), "measured_ngy", m->drc.measured_ngy,
+                        "target_ngy", m->drc.target_ngy, "curve_s", m->drc.s, "flags", (int)m->drc.flags);
+  pthread_mutex_unlock(&m->mu);
+  return o;
 }

@@ -24,6 +24,8 @@
 
 #include "../api/xt_stream.h"
 #include "xt_chain.h"
+#include "xt_dose.h"
+#include "xt_drc.h"
 #include "xt_geom.h"
 #include "xt_model.h"
 #include "xt_proj.h"
@@ -131,6 +133,12 @@ typedef struct xt_metrics {
   uint64_t sent_total, dropped_total; /* over all clients ever connected */
   xt_hist render, convert, period, jitter, latency, pose_latency;
   xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
+  /* dose bookkeeping and dose-rate control of the current run (issue 11; engine.c) */
+  uint64_t dose_run;       /* the run (xt_server.run_gen) the totals and the loop belong to */
+  xt_dose_totals dose;     /* run totals */
+  xt_dose dose_last;       /* the last frame's */
+  xt_drc drc;              /* the loop's state */
+  int drc_live;            /* drc was reset for this run */
 } xt_metrics;
 
 void xt_metrics_init(xt_metrics *m);
@@ -252,6 +260,7 @@ typedef struct xt_job {
   int pixel_format, lockstep;
   int chain;
   xt_chain_params chain_prm;
+  uint64_t run_gen; /* the run this exposure belongs to (dose totals, dose-rate control) */
   /* render / add model */
   xt_call *call;
 } xt_job;
@@ -274,6 +283,7 @@ typedef struct xt_worker {
   xt_chain *chain;    /* the imaging chain on this worker's projector, made on first use */
   int models_added;   /* models on this worker's projector (the chain is remade when it grows) */
   int chain_models;   /* ... when the chain was made */
+  uint64_t chain_run; /* the run the chain's states (lag, temporal filter, DSA mask) belong to */
   /* Helpers that share the line integral -> uint16 conversion with the worker (engine.c). */
   int nhelp;
   pthread_t help[XT_SRV_MAX_HELPERS];
@@ -308,6 +318,7 @@ typedef struct xt_server {
   uint64_t pose_seq, t_pose;
   xt_acq acq;
   uint64_t acq_gen;      /* bumped on every acquisition change */
+  uint64_t run_gen;      /* bumped when an acquisition starts: a new run of dose totals */
   uint64_t next_counter; /* frame counter of the next exposure */
   int stopping;
 
@@ -345,6 +356,8 @@ void xt_ws_wake(xt_server *s);
 
 /* Shared by REST and WS: apply updates under st_mu, returning the applied pose seq. */
 int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg);
+/* {"run_frames", "k_irp_total_mgy", "kap_total_gycm2", the last frame's, the loop's state}: takes metrics.mu */
+json_t *xt_dose_json(xt_server *s);
 int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg);
 int xt_srv_start(xt_server *s, int run);
 json_t *xt_srv_state_json(xt_server *s);

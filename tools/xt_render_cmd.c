@@ -18,6 +18,9 @@
 #include <time.h>
 
 #include "xt_chain.h"
+#include "xt_dose.h"
+#include "xt_drc.h"
+#include "xt_exposure.h"
 #include "xt_cli.h"
 #include "xt_coverage.h"
 #include "xt_geom.h"
@@ -386,9 +389,15 @@ int xt_cmd_render(int argc, char **argv) {
   if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
   xt_chain_params cprm = xt_chain_params_default();
   if (!o.chain && is_seen(seen, "frame")) return say(XT_EXIT_USAGE, "--frame: applies with --chain only");
+  /* --protocol first: a preset, which the other options given then adjust */
+  for (int i = 0; i < xt_chain_param_count(); i++)
+    if (seen[NFIXED + i] && o.chain && !strcmp(xt_chain_param_at(i)->name, "protocol") &&
+        xt_exposure_set(&cprm, "protocol", o.chain_vals[i], &msg))
+      return say(XT_EXIT_USAGE, "--protocol: %s", msg.text);
   for (int i = 0; i < xt_chain_param_count(); i++) {
     if (!seen[NFIXED + i]) continue;
     if (!o.chain) return say(XT_EXIT_USAGE, "--%s: applies with --chain only", chain_names[i]);
+    if (!strcmp(xt_chain_param_at(i)->name, "protocol")) continue;
     if (xt_chain_param_set(&cprm, xt_chain_param_at(i)->name, o.chain_vals[i], &msg)) {
       const char *t = strchr(msg.text, ':'); /* "chain.name: why" -> "--name: why" */
       return say(XT_EXIT_USAGE, "--%s%s", chain_names[i], t ? t : msg.text);
@@ -534,6 +543,10 @@ int xt_cmd_render(int argc, char **argv) {
     }
 
   int ocols = 0, orows = 0;
+  xt_drc drc;               /* dose-rate control over the command's frames, a run */
+  xt_dose_totals dose_total; /* the run's dose */
+  memset(&drc, 0, sizeof drc);
+  memset(&dose_total, 0, sizeof dose_total);
   if (o.chain) {
     if ((rc = xt_chain_create(&cprm, proj, &chain, &msg))) {
       code = say(XT_EXIT_RUNTIME, "--chain: %s", msg.text);
@@ -541,6 +554,7 @@ int xt_cmd_render(int argc, char **argv) {
     }
     xt_chain_set_threads(chain, o.threads); /* the CPU stages: as the projector */
     xt_chain_out_size(chain, &frames[0].geom, &ocols, &orows);
+    if (cprm.drc) xt_drc_reset(&drc, &cprm);
     raw = malloc((size_t)ocols * orows * sizeof *raw);
     proc = malloc((size_t)ocols * orows * sizeof *proc);
     if (!raw || !proc || !ocols || !orows) {
@@ -611,14 +625,30 @@ int xt_cmd_render(int argc, char **argv) {
     xt_sidecar_chain sc;
     xt_chain_info ci;
     memset(&sc, 0, sizeof sc);
+    xt_dose dose;
     if (chain) {
       const double t1 = now_ms();
       xt_chain_out co = {raw, proc, NULL, NULL};
+      if (cprm.drc) { /* the loop's exposure for this frame */
+        xt_drc_apply(&drc, &cprm);
+        if ((rc = xt_chain_set_params(chain, &cprm, &msg))) {
+          code = say(XT_EXIT_RUNTIME, "chain: dose-rate control: %s", msg.text);
+          goto done;
+        }
+      }
       if ((rc = xt_chain_frame(chain, &f->geom, (uint64_t)o.frame0 + (uint64_t)i, &co, &msg))) {
         code = say(XT_EXIT_RUNTIME, "chain: %s", msg.text);
         goto done;
       }
       xt_chain_get_info(chain, &ci);
+      if ((rc = xt_dose_frame(&cprm, ci.kerma_ugy_per_mas, &f->geom, &dose, &msg))) {
+        code = say(XT_EXIT_RUNTIME, "chain: %s", msg.text);
+        goto done;
+      }
+      xt_dose_add(&dose_total, &dose);
+      if (cprm.drc)
+        xt_drc_update(&drc, &cprm,
+                      xt_drc_measure(raw, ocols, orows, &cprm, &ci, f->geom.mode.pitch_u_mm * f->geom.mode.pitch_v_mm));
       for (int k = 0; k < xt_chain_param_count() && k < XT_OPT_MAX; k++) {
         const xt_chain_param_info *in = xt_chain_param_at(k);
         sp[k] = (xt_sidecar_param){in->name, xt_chain_param_get(&cprm, in), in->unit};
@@ -626,7 +656,10 @@ int xt_cmd_render(int argc, char **argv) {
       sc = (xt_sidecar_chain){xt_chain_param_count(), sp, (unsigned long long)o.frame0 + (unsigned long long)i,
                               ci.mean_energy_kev, ci.hvl_mm_al, ci.kerma_ugy_per_mas, ci.absorbed_fraction, ci.nbins,
                               ci.channels, base_name(raw_path), base_name(proc_path), orows, ocols, cprm.adc_bits,
-                              now_ms() - t1};
+                              now_ms() - t1, xt_protocol_name(cprm.protocol), xt_exposure_ma(&cprm),
+                              dose.k_irp_mgy, dose.kap_gycm2, dose.d_irp_mm, dose.field_cm2,
+                              (unsigned long long)dose_total.frames, dose_total.k_irp_mgy, dose_total.kap_gycm2,
+                              cprm.drc, drc.measured_ngy, drc.target_ngy, drc.s, drc.flags};
     }
     snprintf(desc, sizeof desc, "xtwin intensity I/I0 = pixel/65535, pixel = round(65535*exp(-L)); geometry in %s",
              base_name(json_path));

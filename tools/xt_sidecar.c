@@ -290,7 +290,28 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
     put(b, der, "csi_absorbed_fraction", num(c->absorbed_fraction));
     put(b, der, "energy_bins", json_integer(c->nbins));
     put(b, der, "channels", str(c->channels));
+    put(b, der, "ma", num(c->ma));
+    put(b, der, "protocol_name", str(c->protocol_name ? c->protocol_name : "custom"));
     put(b, ch, "derived", der);
+    json_t *d = json_object();
+    put(b, d, "k_irp_mgy", num(c->k_irp_mgy));
+    put(b, d, "kap_gycm2", num(c->kap_gycm2));
+    put(b, d, "d_irp_mm", num(c->d_irp_mm));
+    put(b, d, "field_cm2_at_irp", num(c->field_cm2));
+    put(b, d, "run_frames", json_integer((json_int_t)c->run_frames));
+    put(b, d, "k_irp_total_mgy", num(c->k_irp_total_mgy));
+    put(b, d, "kap_total_gycm2", num(c->kap_total_gycm2));
+    put(b, d, "note", str("air kerma free in air at the interventional reference point (SOD - irp_mm) and the "
+                          "kerma-area product of this frame; totals over this command's frames (docs/imaging.md)"));
+    put(b, ch, "dose", d);
+    if (c->drc) {
+      json_t *r = json_object();
+      put(b, r, "measured_ngy", num(c->drc_measured_ngy));
+      put(b, r, "target_ngy", num(c->drc_target_ngy));
+      put(b, r, "curve_s", num(c->drc_curve_s));
+      put(b, r, "flags", json_integer((json_int_t)c->drc_flags));
+      put(b, ch, "drc", r);
+    }
     json_t *fl = json_object();
     put(b, fl, "raw", str(c->raw_file));
     put(b, fl, "raw_content", str("16-bit PNG holding the panel's raw ADC codes (\"for processing\"), 0..2^adc_bits-1"));

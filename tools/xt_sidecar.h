@@ -28,6 +28,15 @@ typedef struct xt_sidecar_chain {
   const char *raw_file, *proc_file;
   int out_rows, out_cols, adc_bits;
   double chain_ms;
+  /* issue 11: the frame's dose, the run's totals, the dose-rate loop after this frame */
+  const char *protocol_name;
+  double ma;
+  double k_irp_mgy, kap_gycm2, d_irp_mm, field_cm2;
+  unsigned long long run_frames;
+  double k_irp_total_mgy, kap_total_gycm2;
+  int drc; /* the loop on: the four below */
+  double drc_measured_ngy, drc_target_ngy, drc_curve_s;
+  unsigned drc_flags;
 } xt_sidecar_chain;
 
 /* Whether the model landed on the detector in this frame (sidecar "coverage"). */

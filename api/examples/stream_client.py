@@ -22,13 +22,18 @@ HEADER = struct.Struct("<IHHQQQQQQQQIIIIQ8d12d2d24sQ")       # version 1: 304 by
 CHAIN = struct.Struct("<IIQQ8dII")                          # version 2 appends at 304: 96 bytes
 CHAIN_FIELDS = ("frame_kind", "bits_stored", "chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm",
                 "filter_cu_mm", "mean_energy_kev", "kerma_ugy_per_mas", "window", "level", "binning", "chain_flags")
+# version 3 appends at 400: exposure settings, dose, dose-rate control (176 bytes)
+EXPOSURE = struct.Struct("<3d4d2d2dIIddddQddddII")
+EXPOSURE_FIELDS = ("ma", "pulse_ms", "focal_spot_mm", "shutter", "wedge", "wedge_t", "grid_tp", "protocol",
+                   "exposure_flags", "k_irp_mgy", "kap_gycm2", "k_irp_total_mgy", "kap_total_gycm2", "dose_frames",
+                   "d_irp_mm", "drc_measured_ngy", "drc_target_ngy", "drc_curve_s", "drc_flags", "reserved3")
 KIND_MONO, KIND_RAW, KIND_PROCESSED = 0, 1, 2
 HEADER_FIELDS = ("magic", "version", "header_size", "frame_counter", "pose_seq", "t_pose_ns",
                  "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
                  "frames_dropped", "rows", "cols", "pixel_format", "flags", "payload_bytes")
 MAGIC = 0x46575458  # "XTWF"
 PIX_U16, PIX_F32 = 1, 2
-assert HEADER.size == 304 and HEADER.size + CHAIN.size == 400
+assert HEADER.size == 304 and HEADER.size + CHAIN.size == 400 and HEADER.size + CHAIN.size + EXPOSURE.size == 576
 
 
 def parse_header(msg):
@@ -45,6 +50,11 @@ def parse_header(msg):
     h["period_ns"] = v[39]
     if h["version"] >= 2 and h["header_size"] >= HEADER.size + CHAIN.size:
         h.update(zip(CHAIN_FIELDS, CHAIN.unpack_from(msg, HEADER.size)))
+    if h["version"] >= 3 and h["header_size"] >= 576:
+        v3 = EXPOSURE.unpack_from(msg, 400)
+        h.update(zip(EXPOSURE_FIELDS[:3], v3[:3]))
+        h["shutter"], h["wedge"] = list(v3[3:7]), list(v3[7:9])
+        h.update(zip(EXPOSURE_FIELDS[5:], v3[9:]))
     px = memoryview(msg)[h["header_size"]:h["header_size"] + h["payload_bytes"]]
     return h, px
 

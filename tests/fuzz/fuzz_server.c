@@ -85,6 +85,7 @@ static void fz_base(xt_pose *pose, xt_acq *acq) {
   acq->fps = 15;
   acq->pixel_format = XT_STREAM_PIX_U16;
   acq->running = 1;
+  acq->chain_prm = xt_chain_params_default(); /* as the server starts (main.c): chain updates can be valid */
 }
 
 static int fz_pose(const char *text, size_t len) {

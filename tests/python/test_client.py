@@ -185,7 +185,7 @@ class StreamTests(ServerTest):
     def test_frame_equals_render_of_its_pose(self):
         """A streamed frame is the REST render of the pose in its header: pixels and P."""
         with self.c.stream() as s:
-            self.assertEqual(s.hello["header_size"], 400)
+            self.assertEqual(s.hello["header_size"], 576)
             seq = s.set_pose(primary_deg=25, secondary_deg=-15, sid_mm=1100)
             f = s.wait_for_pose(seq, timeout=20)
             self.assertEqual(f.pose_seq, seq)
@@ -250,16 +250,16 @@ class StreamTests(ServerTest):
             f = s.next_frame(timeout=20)
         raw = bytearray(f.raw_header) + bytes(np.ascontiguousarray(f.image).tobytes())
         extra = struct.pack("<dd", 12.5, -1.0)  # a future field or two
-        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (2, 400, "mono", 16, None))
-        grown = bytearray(raw[:400]) + extra + raw[400:]
-        struct.pack_into("<HH", grown, 4, 3, 400 + len(extra))  # version 3, longer header
+        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (3, 576, "mono", 16, None))
+        grown = bytearray(raw[:576]) + extra + raw[576:]
+        struct.pack_into("<HH", grown, 4, 4, 576 + len(extra))  # version 4, longer header
         g = xtwin.parse_frame(bytes(grown))
-        self.assertEqual((g.version, g.header_size), (3, 416))
+        self.assertEqual((g.version, g.header_size), (4, 592))
         self.assertTrue(np.array_equal(g.image, f.image))
         self.assertEqual((g.counter, g.pose, g.mode, g.frame_kind), (f.counter, f.pose, f.mode, f.frame_kind))
-        self.assertEqual(g.raw_header[400:], extra)
+        self.assertEqual(g.raw_header[576:], extra)
         # A version-1 server's 304-byte header: the chain's fields are absent, not misread.
-        old = bytearray(raw[:304]) + raw[400:]
+        old = bytearray(raw[:304]) + raw[576:]
         struct.pack_into("<HH", old, 4, 1, 304)
         h = xtwin.parse_frame(bytes(old))
         self.assertTrue(np.array_equal(h.image, f.image))

@@ -6,6 +6,7 @@
  * guard);
  * every other result is free as long as nothing crashes, leaks or breaks the driver's checks. */
 #include <dirent.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "xt_server.h"
@@ -135,6 +136,12 @@ XT_TEST(chain_settings_contract) {
       {"{\"chain\":{\"enabled\":1}}", "chain.enabled", XT_EINVAL},
       {"{\"chain\":[]}", "chain: expected a JSON object", XT_EINVAL},
       {"{\"chain\":{\"lag_frac_1\":0.5,\"lag_frac_2\":0.5}}", "lag", XT_ERANGE},
+      /* issue 11: presets by name or number, the tube current */
+      {"{\"chain\":{\"protocol\":\"turbo\"}}", "chain.protocol: expected custom", XT_EINVAL},
+      {"{\"chain\":{\"protocol\":7}}", "chain.protocol", XT_EINVAL},
+      {"{\"chain\":{\"protocol\":2.5}}", "chain.protocol", XT_EINVAL},
+      {"{\"chain\":{\"ma\":0}}", "chain.ma: 0 outside", XT_ERANGE},
+      {"{\"chain\":{\"protocol\":\"dsa\",\"kv\":20}}", "chain.kv", XT_ERANGE},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     xt_acq before = acq;
@@ -148,7 +155,19 @@ XT_TEST(chain_settings_contract) {
   json_t *out = xt_acq_to_json(&acq);
   json_t *ch = json_object_get(out, "chain");
   XT_CHECK(json_is_true(json_object_get(ch, "enabled")) && json_real_value(json_object_get(ch, "kv")) == 70);
-  XT_CHECK(json_object_size(ch) == (size_t)xt_chain_param_count() + 1);
+  XT_CHECK(json_object_size(ch) == (size_t)xt_chain_param_count() + 3); /* enabled, derived ma, protocol_name */
+  json_decref(out);
+  /* a preset by name, adjusted by the same update's other fields (applied after it), and its fps */
+  j = json_loads("{\"chain\":{\"kv\":90,\"protocol\":\"cine_30\",\"ma\":200}}", 0, NULL);
+  XT_REQUIRE(j);
+  XT_CHECK(xt_acq_from_json(j, &acq, &m) == 0);
+  XT_CHECK(acq.chain_prm.protocol == 5 && acq.chain_prm.kv == 90 && acq.fps == 30 && acq.chain_prm.grid == 1);
+  XT_CHECK(fabs(acq.chain_prm.mas - 200 * acq.chain_prm.pulse_ms / 1000) < 1e-12);
+  json_decref(j);
+  out = xt_acq_to_json(&acq);
+  ch = json_object_get(out, "chain");
+  XT_CHECK(!strcmp(json_string_value(json_object_get(ch, "protocol_name")), "cine_30"));
+  XT_CHECK(fabs(json_real_value(json_object_get(ch, "ma")) - 200) < 1e-9);
   json_decref(out);
   xt_ws_cmd k;
   const char *f = "{\"type\":\"frames\",\"frames\":\"processed\"}";

@@ -375,8 +375,29 @@ XT_TEST(test_stream_doc_offsets) {
       {"pitch_mm", offsetof(xt_stream_header, pitch_mm)},
       {"mode", offsetof(xt_stream_header, mode)},
       {"period_ns", offsetof(xt_stream_header, period_ns)},
+      /* version 3 (issue 11) */
+      {"ma", offsetof(xt_stream_header, ma)},
+      {"pulse_ms", offsetof(xt_stream_header, pulse_ms)},
+      {"focal_spot_mm", offsetof(xt_stream_header, focal_spot_mm)},
+      {"shutter", offsetof(xt_stream_header, shutter)},
+      {"wedge", offsetof(xt_stream_header, wedge)},
+      {"wedge_t", offsetof(xt_stream_header, wedge_t)},
+      {"grid_tp", offsetof(xt_stream_header, grid_tp)},
+      {"protocol", offsetof(xt_stream_header, protocol)},
+      {"exposure_flags", offsetof(xt_stream_header, exposure_flags)},
+      {"k_irp_mgy", offsetof(xt_stream_header, k_irp_mgy)},
+      {"kap_gycm2", offsetof(xt_stream_header, kap_gycm2)},
+      {"k_irp_total_mgy", offsetof(xt_stream_header, k_irp_total_mgy)},
+      {"kap_total_gycm2", offsetof(xt_stream_header, kap_total_gycm2)},
+      {"dose_frames", offsetof(xt_stream_header, dose_frames)},
+      {"d_irp_mm", offsetof(xt_stream_header, d_irp_mm)},
+      {"drc_measured_ngy", offsetof(xt_stream_header, drc_measured_ngy)},
+      {"drc_target_ngy", offsetof(xt_stream_header, drc_target_ngy)},
+      {"drc_curve_s", offsetof(xt_stream_header, drc_curve_s)},
+      {"drc_flags", offsetof(xt_stream_header, drc_flags)},
+      {"reserved3", offsetof(xt_stream_header, reserved3)},
   };
-  int seen[32] = {0};
+  int seen[64] = {0};
   char line[512];
   while (fgets(line, sizeof line, f)) {
     unsigned off;

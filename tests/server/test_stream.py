@@ -166,11 +166,11 @@ def u16(px):
 async def test_frames_counters_size_shadow(srv):
     async with connect(srv) as ws:
         hello = await reply(ws)
-        check(hello["type"] == "hello" and hello["header_size"] == 400, "hello: %r" % hello)
+        check(hello["type"] == "hello" and hello["header_size"] == 576, "hello: %r" % hello)
         got = await frames(ws, 12)
     last = None
     for h, px, _ in got:
-        check(h["version"] == 2 and h["header_size"] == 400, "header version/size")
+        check(h["version"] == 3 and h["header_size"] == 576, "header version/size")
         check(h["rows"] == 128 and h["cols"] == 128 and h["mode"] == "fd20-128", "declared size")
         check(h["pixel_format"] == PIX_U16 and h["payload_bytes"] == 128 * 128 * 2 == len(px), "payload size")
         check(last is None or h["frame_counter"] > last, "counters strictly increasing")
@@ -512,6 +512,77 @@ async def test_chain_raw_and_processed(srv):
         check(abs(h["pitch_mm"][0] - 2 * 2.31) < 1e-9, "binned pitch")
 
 
+async def frames_until(ws, cond, what, limit=120, timeout=60.0):
+    """Frames until cond(header) holds (at most limit frames); returns them all."""
+    got = []
+    while True:
+        (h, px, t), = await frames(ws, 1, timeout)
+        got.append(h)
+        if cond(h):
+            return got
+        check(len(got) < limit, "%s: not within %d frames (last %r)" % (what, limit, {
+            k: h.get(k) for k in ("kv", "mas", "drc_measured_ngy", "drc_flags", "shutter")}))
+
+
+async def test_exposure_dose_and_drc(srv):
+    # Issue 11 over real sockets. A protocol preset set over the WebSocket shows in every header
+    # (and the frame rate follows it); each frame's air kerma at the reference point equals the
+    # closed form from that header's own mAs, kerma per mAs and SOD, mA x pulse = mAs; the run totals
+    # grow by each frame's figures and restart with a new run; /v1/acquisition and /metrics carry
+    # them. The dose-rate loop settles on the head to its target; closing the shutters (REST) drives
+    # kV to drc_kv_max with no render error. The panel's gain is scaled to the 2.31 mm render pixel
+    # (adu_per_kev) so that it saturates where a native FD20 pixel does.
+    async with connect(srv) as ws:
+        await reply(ws)
+        await ws.send(json.dumps({"type": "acquisition", "id": 7, "acquisition": {"chain": {
+            "protocol": "fluoro_normal", "adu_per_kev": 0.00045, "lag": 0, "temporal_alpha": 1}}}))
+        ack = await reply(ws)
+        check(ack.get("ok") and ack.get("id") == 7, "acquisition ack: %r" % ack)
+        code, body = srv.curl("GET", "/v1/acquisition")
+        check(code == 200 and body["fps"] == 15 and body["chain"]["protocol_name"] == "fluoro_normal"
+              and body["chain"]["grid"] == 1 and body["chain"]["drc"] == 1, "protocol applied: %r" % body)
+        got = await frames_until(ws, lambda h: h["protocol"] == 2 and h["drc_flags"] & 2, "the loop settles")
+        last = None
+        for h in got[-8:]:
+            if h["protocol"] != 2:
+                continue
+            check(h["exposure_flags"] == 3 and abs(h["grid_tp"] - 0.7) < 1e-12, "grid and loop flags")
+            check(abs(h["ma"] * h["pulse_ms"] / 1000 - h["mas"]) < 1e-9 * h["mas"], "mA x pulse = mAs")
+            d = h["pose"]["sod_mm"] - 150
+            want = h["mas"] * h["kerma_ugy_per_mas"] * (1000 / d) ** 2 * 1e-3
+            check(abs(h["k_irp_mgy"] / want - 1) < 1e-9 and h["d_irp_mm"] == d, "K_irp %r vs %r" % (h["k_irp_mgy"], want))
+            check(h["kap_gycm2"] > 0 and h["k_irp_total_mgy"] >= h["k_irp_mgy"], "KAP and totals")
+            if last and h["dose_frames"] == last["dose_frames"] + 1:
+                check(abs(h["k_irp_total_mgy"] - last["k_irp_total_mgy"] - h["k_irp_mgy"]) < 1e-9 * h["k_irp_total_mgy"],
+                      "totals grow by the frame's kerma")
+            last = h
+        h = got[-1]
+        check(abs(h["drc_measured_ngy"] / h["drc_target_ngy"] - 1) < 0.1 and h["drc_target_ngy"] == 40, "settled: %r" % h)
+        code, body = srv.curl("GET", "/v1/acquisition")
+        check(body["dose"]["run_frames"] >= h["dose_frames"]
+              and body["dose"]["k_irp_total_mgy"] >= h["k_irp_total_mgy"] * (1 - 1e-12),
+              "GET /v1/acquisition dose: %r" % body.get("dose"))
+        code, text = srv.curl("GET", "/metrics")
+        # the gauge is printed to 9 digits: at least this frame's total, to that rounding
+        check(metric(text, "xtwin_run_air_kerma_mgy") >= h["k_irp_total_mgy"] * (1 - 1e-8) > 0, "metrics run kerma: %g vs %g"
+              % (metric(text, "xtwin_run_air_kerma_mgy"), h["k_irp_total_mgy"]))
+        errors = metric(text, "xtwin_render_errors_total")
+        # closed shutters: no signal, kV to the curve's maximum, flagged, no error
+        code, body = srv.curl("PUT", "/v1/acquisition", {"chain": {"shutter_left": 0.5, "shutter_right": 0.5}})
+        check(code == 200, "shutters: %d %r" % (code, body))
+        got = await frames_until(ws, lambda h: h["shutter"][0] == 0.5 and h["kv"] == 110, "kV to the maximum")
+        h = got[-1]
+        check(h["drc_flags"] & 4 and h["drc_measured_ngy"] == 0 and h["kap_gycm2"] == 0, "clamped: %r" % h)
+        code, text = srv.curl("GET", "/metrics")
+        check(metric(text, "xtwin_render_errors_total") == errors, "no render error")
+        # a new run restarts the totals
+        srv.curl("POST", "/v1/acquisition/stop")
+        srv.curl("POST", "/v1/acquisition/start")
+        (h, _, _), = await frames(ws, 1)
+        got = await frames_until(ws, lambda x: x["dose_frames"] < h["dose_frames"] or x["dose_frames"] <= 3, "new run")
+        check(got[-1]["k_irp_total_mgy"] <= got[-1]["dose_frames"] * got[-1]["k_irp_mgy"] * 1.0000001, "restarted totals")
+
+
 TESTS = [
     (test_frames_counters_size_shadow, []),
     (test_pacing_30fps, ["--phantom-dim", "64", "--phantom-spacing", "4"]),  # cheap renders: this tests the clock
@@ -525,6 +596,7 @@ TESTS = [
     (test_tls_wss, "tls"),
     (test_clean_shutdown, []),
     (test_chain_raw_and_processed, ["--chain"]),
+    (test_exposure_dose_and_drc, ["--chain"]),
 ]
 
 

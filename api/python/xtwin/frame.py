@@ -9,6 +9,7 @@ import numpy as np
 MAGIC = 0x46575458  # the bytes "XTWF"
 HEADER_SIZE_V1 = 304
 HEADER_SIZE_V2 = 400  # version 2 appended the imaging chain's fields (frame_kind .. chain_flags)
+HEADER_SIZE_V3 = 576  # version 3: exposure settings, dose, dose-rate control (ma .. drc_flags)
 PIX_U16, PIX_F32 = 1, 2
 FLAG_LOCKSTEP = 1
 
@@ -50,10 +51,34 @@ FIELDS = (
     ("level", 384, "<d"),
     ("binning", 392, "<I"),
     ("chain_flags", 396, "<I"),
+    ("ma", 400, "<d"),
+    ("pulse_ms", 408, "<d"),
+    ("focal_spot_mm", 416, "<d"),
+    ("shutter", 424, "<4d"),
+    ("wedge", 456, "<2d"),
+    ("wedge_t", 472, "<d"),
+    ("grid_tp", 480, "<d"),
+    ("protocol", 488, "<I"),
+    ("exposure_flags", 492, "<I"),
+    ("k_irp_mgy", 496, "<d"),
+    ("kap_gycm2", 504, "<d"),
+    ("k_irp_total_mgy", 512, "<d"),
+    ("kap_total_gycm2", 520, "<d"),
+    ("dose_frames", 528, "<Q"),
+    ("d_irp_mm", 536, "<d"),
+    ("drc_measured_ngy", 544, "<d"),
+    ("drc_target_ngy", 552, "<d"),
+    ("drc_curve_s", 560, "<d"),
+    ("drc_flags", 568, "<I"),
+    ("reserved3", 572, "<I"),
 )
 FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
 CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "filter_cu_mm", "mean_energy_kev",
-              "kerma_ugy_per_mas", "window", "level", "binning", "chain_flags")
+              "kerma_ugy_per_mas", "window", "level", "binning", "chain_flags",
+              # version 3 (None from an older server): exposure, dose of the frame and the run, the loop
+              "ma", "pulse_ms", "focal_spot_mm", "shutter", "wedge", "wedge_t", "grid_tp", "protocol",
+              "exposure_flags", "k_irp_mgy", "kap_gycm2", "k_irp_total_mgy", "kap_total_gycm2", "dose_frames",
+              "d_irp_mm", "drc_measured_ngy", "drc_target_ngy", "drc_curve_s", "drc_flags")
 POSE_KEYS = ("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm")
 
 

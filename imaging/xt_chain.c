@@ -234,6 +234,7 @@ int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
 const xt_chain_params *xt_chain_get_params(const xt_chain *c) { return &c->prm; }
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info) { *info = c->info; }
 
+void xt_chain_set_threads(xt_chain *c, int threads) { c->threads = threads > 0 ? (threads > 64 ? 64 : threads) : default_threads(); }
 void xt_chain_dsa_remask(xt_chain *c) { c->dsa_valid = 0; }
 
 void xt_chain_reset(xt_chain *c) {
@@ -345,7 +346,11 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
 #endif
   if ((rc = cpu_scratch(c, &fc, msg))) return rc;
   fc.pc.first = c->first;
-  if (c->cs.n && (rc = xt_proj_render_channels(c->proj, g, c->A, msg))) return rc;
+  if (c->cs.n) {
+    rc = c->prm.cpu_exact ? xt_proj_render_channels(c->proj, g, c->A, msg)
+                          : xt_proj_render_channels_fast(c->proj, g, c->A, msg);
+    if (rc) return rc;
+  }
   if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
     fc.sc.field = c->sc_buf[2];
     xt_stage_scatter_cpu(&c->tab, &fc, c->A, c->sc_buf[0], c->sc_buf[1], c->sc_buf[2]);

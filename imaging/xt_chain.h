@@ -73,6 +73,9 @@ typedef struct xt_chain_params {
   double spr_200;         /* scatter-to-primary ratio behind 200 mm of water, broad beam, grid out */
   double spr_exp;         /* SPR(t) = spr_200 (t / 200 mm)^spr_exp */
   double grid_ts;         /* the grid's scatter transmission */
+  /* backend */
+  int cpu_exact; /* CPU backend: 1 renders the channels with the exact float64 reference, 0 with the
+                  * fast march (xt_proj_render_channels_fast); no effect on the GPU */
 } xt_chain_params;
 
 xt_chain_params xt_chain_params_default(void);
@@ -118,6 +121,8 @@ void xt_chain_destroy(xt_chain *c);
 int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg);
 const xt_chain_params *xt_chain_get_params(const xt_chain *c);
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info);
+/* Worker threads of the CPU pipeline's stages (0: all cores, the default). */
+void xt_chain_set_threads(xt_chain *c, int threads);
 /* Lag and temporal-filter states back to zero, the DSA mask dropped (a new run). */
 void xt_chain_reset(xt_chain *c);
 /* DSA: the next processed frame becomes the mask (it is delivered unsubtracted; later frames are

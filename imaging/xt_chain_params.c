@@ -83,6 +83,10 @@ static const xt_chain_param_info tab[] = {
      "scatter-to-primary ratio behind 200 mm of water, broad beam, grid out"},
     {"spr_exp", XT_PARAM_REAL, P(spr_exp), 1.4, 0.5, 3, "", "SPR(t) = spr_200 (t / 200 mm)^spr_exp"},
     {"grid_ts", XT_PARAM_REAL, P(grid_ts), 0.15, 0, 1, "", "the grid's scatter transmission"},
+    /* backend */
+    {"cpu_exact", XT_PARAM_INT, P(cpu_exact), 0, 0, 1, "",
+     "CPU backend: material channels by the exact float64 reference projector (1) or the fast march (0, "
+     "within 1e-5 rel L2 of it)"},
 };
 #define NTAB ((int)(sizeof tab / sizeof tab[0]))
 

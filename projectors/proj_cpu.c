@@ -45,10 +45,14 @@ static void setup_models(const xt_model *const *models, int n, const xt_pose *po
   }
 }
 
-static void integrate_channels(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double len, double *acc) {
+/* fast: the kinds' fast march where they have one (proj_cpu_fast.c), else their exact one. */
+static void integrate_channels(const ray_model *rm, int n, int fast, xt_vec3 a, xt_vec3 w, double len, double *acc) {
   for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] = 0.0;
-  for (int i = 0; i < n; i++)
-    if (rm[i].ok) rm[i].k->ray_channels(rm[i].m, rm[i].state, rm[i].chan, a, w, len, acc);
+  for (int i = 0; i < n; i++) {
+    if (!rm[i].ok) continue;
+    if (fast && rm[i].k->ray_channels_fast) rm[i].k->ray_channels_fast(rm[i].m, rm[i].state, rm[i].chan, a, w, len, acc);
+    else rm[i].k->ray_channels(rm[i].m, rm[i].state, rm[i].chan, a, w, len, acc);
+  }
 }
 
 static double integrate(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double len) {
@@ -82,6 +86,7 @@ typedef struct frame_job {
   int nmodels;
   const xt_geometry *g;
   int nch; /* 0: line integrals; else this many channel planes */
+  int fast; /* channels by the kinds' fast march */
   double *out64;
   float *out32;
   atomic_int next_row;
@@ -102,7 +107,7 @@ static void *frame_worker(void *arg) {
       if (job->nch) {
         double acc[XT_MAX_CHANNELS];
         const size_t plane = (size_t)rows * cols;
-        integrate_channels(job->rm, job->nmodels, g->source, xt_v3_scale(d, 1.0 / len), len, acc);
+        integrate_channels(job->rm, job->nmodels, job->fast, g->source, xt_v3_scale(d, 1.0 / len), len, acc);
         for (int ch = 0; ch < job->nch; ch++) {
           if (job->out64) job->out64[plane * ch + k] = acc[ch];
           if (job->out32) job->out32[plane * ch + k] = (float)acc[ch];
@@ -122,14 +127,15 @@ static int default_threads(void) {
   return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
 }
 
-/* chans: NULL for line integrals, else each model's channel map and nch planes out. */
+/* chans: NULL for line integrals, else each model's channel map and nch planes out (fast: by the
+ * kinds' fast march). */
 static int render_frame(const xt_model *const *models, int n, const xt_geometry *g, void *const *chans, int nch,
-                        double *out64, float *out32, int threads, xt_msg *msg) {
+                        int fast, double *out64, float *out32, int threads, xt_msg *msg) {
   if (n < 0 || n > 1024) return xt_fail(msg, XT_EINVAL, "render: %d models", n);
   ray_model *rm = calloc((size_t)(n > 0 ? n : 1), sizeof *rm);
   if (!rm) return xt_fail(msg, XT_ENOMEM, "render: out of memory");
   setup_models(models, n, &g->pose, chans, rm);
-  frame_job job = {.rm = rm, .nmodels = n, .g = g, .nch = chans ? nch : 0, .out64 = out64, .out32 = out32};
+  frame_job job = {.rm = rm, .nmodels = n, .g = g, .nch = chans ? nch : 0, .fast = fast, .out64 = out64, .out32 = out32};
   atomic_init(&job.next_row, 0);
   if (threads <= 0) threads = default_threads();
   if (threads > g->mode.rows) threads = g->mode.rows;
@@ -147,7 +153,7 @@ static int render_frame(const xt_model *const *models, int n, const xt_geometry 
 
 int xt_ref_render_f64(const xt_model *const *models, int n, const xt_geometry *g, double *out, int threads,
                       xt_msg *msg) {
-  return render_frame(models, n, g, NULL, 0, out, NULL, threads, msg);
+  return render_frame(models, n, g, NULL, 0, 0, out, NULL, threads, msg);
 }
 
 /* Each model's channel map onto cs; chans[i] NULL-initialised by the caller, freed with free_chans. */
@@ -173,7 +179,7 @@ int xt_ref_render_channels_f64(const xt_model *const *models, int n, const xt_ch
   void **chans = calloc((size_t)(n > 0 ? n : 1), sizeof *chans);
   if (!chans) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
   int rc = build_chans(models, n, cs, chans, msg);
-  if (!rc) rc = render_frame(models, n, g, chans, cs->n, out, NULL, threads, msg);
+  if (!rc) rc = render_frame(models, n, g, chans, cs->n, 0, out, NULL, threads, msg);
   free_chans(chans, n);
   return rc;
 }
@@ -237,8 +243,7 @@ static int cpu_channels(void *impl, xt_chanset *cs, xt_msg *msg) {
   return 0;
 }
 
-static int cpu_render_channels(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
-  cpu_proj *p = impl;
+static int channels_frame(cpu_proj *p, const xt_geometry *g, int fast, float *out, xt_msg *msg) {
   for (int i = 0; i < p->nmodels; i++) {
     if (p->chans[i]) continue;
     const xt_cpu_kind *k = kind_of(p->models[i]);
@@ -249,12 +254,20 @@ static int cpu_render_channels(void *impl, const xt_geometry *g, float *out, xt_
     if (rc) return rc;
   }
   if (!p->cs.n) return 0;
-  return render_frame(p->models, p->nmodels, g, p->chans, p->cs.n, NULL, out, p->threads, msg);
+  return render_frame(p->models, p->nmodels, g, p->chans, p->cs.n, fast, NULL, out, p->threads, msg);
+}
+
+static int cpu_render_channels(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+  return channels_frame(impl, g, 0, out, msg);
+}
+
+int xt_proj_cpu_render_channels_fast(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
+  return channels_frame(impl, g, 1, out, msg);
 }
 
 static int cpu_render(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
   cpu_proj *p = impl;
-  return render_frame(p->models, p->nmodels, g, NULL, 0, NULL, out, p->threads, msg);
+  return render_frame(p->models, p->nmodels, g, NULL, 0, 0, NULL, out, p->threads, msg);
 }
 
 static int cpu_render_batch(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg) {

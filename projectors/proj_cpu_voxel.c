@@ -73,10 +73,8 @@ static inline void traverse(const xt_volume *v, const double o[3], const double 
   }
 }
 
-/* Per frame: the world -> cell map. */
-typedef struct voxel_state {
-  xt_affine w2c;
-} voxel_state;
+/* Per frame: the world -> cell map (xt_voxel_state, shared with the fast march). */
+typedef xt_voxel_state voxel_state;
 
 _Static_assert(sizeof(voxel_state) <= XT_CPU_KIND_STATE, "voxel state fits the kind state");
 
@@ -126,6 +124,6 @@ static void voxel_ray_channels(const xt_model *m, const void *state, const void 
 }
 
 const xt_cpu_kind xt_cpu_kind_dense = {XT_MODEL_DENSE, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
-                                       voxel_ray_channels};
+                                       voxel_ray_channels, xt_voxel_ray_channels_fast};
 const xt_cpu_kind xt_cpu_kind_labels = {XT_MODEL_LABELS, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
-                                        voxel_ray_channels};
+                                        voxel_ray_channels, xt_voxel_ray_channels_fast};

@@ -98,6 +98,11 @@ int xt_proj_render_channels(xt_proj *p, const xt_geometry *g, float *out, xt_msg
   return p->ops->render_channels(p->impl, g, out, msg);
 }
 
+int xt_proj_render_channels_fast(xt_proj *p, const xt_geometry *g, float *out, xt_msg *msg) {
+  if (p->backend != XT_BACKEND_CPU) return xt_proj_render_channels(p, g, out, msg);
+  return xt_proj_cpu_render_channels_fast(p->impl, g, out, msg);
+}
+
 int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg) {
   if (!p->ops->render_device)
     return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: renders to host memory only", p->ops->name);

@@ -58,8 +58,14 @@ xt_backend xt_proj_backend(const xt_proj *p);
 
 /* The channel set of the models added so far. */
 int xt_proj_channels(xt_proj *p, xt_chanset *cs, xt_msg *msg);
-/* One frame's material channels: cs.n planes of rows*cols floats (g/cm^2), channel-major. */
+/* One frame's material channels: cs.n planes of rows*cols floats (g/cm^2), channel-major. On the
+ * CPU backend the exact float64 reference (the GPU kernels' oracle). */
 int xt_proj_render_channels(xt_proj *p, const xt_geometry *g, float *out, xt_msg *msg);
+/* The same by the backend's fast path: on the CPU a leaner march of voxel models (proj_cpu_fast.c;
+ * other kinds exact), within rel L2 1e-5 and max 1e-4 of the frame's largest value of the reference
+ * (docs/projector.md, "The fast CPU path"); elsewhere xt_proj_render_channels. What the CPU
+ * imaging chain renders unless its parameter cpu_exact is 1. */
+int xt_proj_render_channels_fast(xt_proj *p, const xt_geometry *g, float *out, xt_msg *msg);
 /* Device backends: one frame into device memory on a CUDA stream (see xt_proj_ops.render_device);
  * XT_EUNSUPPORTED on the CPU backend. */
 int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);

@@ -27,7 +27,20 @@ typedef struct xt_cpu_kind {
   int (*chan_build)(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg);
   void (*ray_channels)(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
                        double *acc);
+  /* Optional: the same channels by a faster march (proj_cpu_fast.c), within the float bars of
+   * docs/projector.md ("The fast CPU path") rather than exact; NULL: ray_channels serves both. */
+  void (*ray_channels_fast)(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
+                            double *acc);
 } xt_cpu_kind;
+
+/* The voxel kinds' per-frame state: the world -> cell map (proj_cpu_voxel.c, proj_cpu_fast.c). */
+typedef struct xt_voxel_state {
+  xt_affine w2c;
+} xt_voxel_state;
+
+/* The fast channel march of voxel models (proj_cpu_fast.c): same arguments as ray_channels. */
+void xt_voxel_ray_channels_fast(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w,
+                                double len, double *acc);
 
 extern const xt_cpu_kind xt_cpu_kind_dense;  /* proj_cpu_voxel.c */
 extern const xt_cpu_kind xt_cpu_kind_labels; /* proj_cpu_voxel.c */

@@ -255,6 +255,7 @@ static int worker_chain(xt_worker *w, const xt_chain_params *p, xt_msg *msg) {
   }
   if (!w->chain) {
     int rc = xt_chain_create(p, w->proj, &w->chain, msg);
+    if (!rc) xt_chain_set_threads(w->chain, w->srv->cfg.threads); /* the CPU stages: as the projector */
     w->chain_models = w->models_added;
     return rc;
   }

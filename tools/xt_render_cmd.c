@@ -552,6 +552,7 @@ int xt_cmd_render(int argc, char **argv) {
       code = say(XT_EXIT_RUNTIME, "--chain: %s", msg.text);
       goto done;
     }
+    xt_chain_set_threads(chain, o.threads); /* the CPU stages: as the projector */
     xt_chain_out_size(chain, &frames[0].geom, &ocols, &orows);
     if (cprm.drc) xt_drc_reset(&drc, &cprm);
     raw = malloc((size_t)ocols * orows * sizeof *raw);

@@ -73,9 +73,9 @@ for grid, phantom in (("labels.nvdb", "head-labels"), ("sub/mu.nvdb", "head")):
     check(err < 1e-6, "render of %s equals the volume's: max relative difference %.3g" % (grid, err))
     meta = json.load(open(P("r/nvdb.json")))
     check(meta["model"]["kind"] == "nvdb", "sidecar names the kind")
-r = run(XTWIN, "render", "--volume", P("labels.nvdb"), "--grid", "nonesuch", "--out", P("r/x"), ok=False)
+r = run(XTWIN, "render", "--volume", P("labels.nvdb"), "--grid-name", "nonesuch", "--out", P("r/x"), ok=False)
 check(r.returncode == 1 and "no grid named" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
-      "--grid with a wrong name: %r" % r.stderr)
+      "--grid-name with a wrong name: %r" % r.stderr)
 data = open(P("labels.nvdb"), "rb").read()
 open(P("cut.nvdb"), "wb").write(data[: len(data) // 2])
 r = run(XTWIN, "render", "--volume", P("cut.nvdb"), "--out", P("r/cut"), ok=False)

@@ -98,7 +98,7 @@ static const xt_opt fixed_tab[] = {
     {"add", XT_OPT_STRING, "FILE[,FILE...]", NULL, "none", 0, 0, NULL, OFF(add),
      "further model files rendered in the same scene (line integrals add), placed like the main model: "
      "volumes, .nvdb, .xgmm, .gmm, .gmm.json (at most 7)"},
-    {"grid", XT_OPT_STRING, "NAME", NULL, "the file's first", 0, 0, NULL, OFF(grid),
+    {"grid-name", XT_OPT_STRING, "NAME", NULL, "the file's first", 0, 0, NULL, OFF(grid),
      "--volume .nvdb: the grid to render, by name"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
      "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels "
@@ -409,7 +409,7 @@ int xt_cmd_render(int argc, char **argv) {
   {
     const size_t vl = o.volume ? strlen(o.volume) : 0;
     const int nvdb = vl > 5 && strcmp(o.volume + vl - 5, ".nvdb") == 0;
-    if (o.grid && !nvdb) return say(XT_EXIT_USAGE, "--grid: applies to --volume FILE.nvdb only");
+    if (o.grid && !nvdb) return say(XT_EXIT_USAGE, "--grid-name: applies to --volume FILE.nvdb only");
     if (nvdb && !is_seen(seen, "convert")) o.convert = 0; /* NanoVDB grids hold mu or labels, never HU */
   }
 

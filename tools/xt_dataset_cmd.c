@@ -93,22 +93,7 @@ void xt_cmd_dataset_help(FILE *out) {
                "  sbatch --array=0-15 docs/dataset-sbatch.sh   # 16 tasks, SLURM_ARRAY_TASK_* pick the shards\n");
 }
 
-static int say(int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static int say(int code, const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  for (char *p = line; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  fprintf(stderr, "xtwin dataset: %s\n", line);
-  return code;
-}
+#define say(code, ...) xt_cli_say("dataset", (code), __VA_ARGS__)
 
 static double now_s(void) {
   struct timespec ts;

@@ -117,22 +117,7 @@ void xt_cmd_gmm_fit_help(FILE *out) {
           "  xtwin render --volume head.xgmm --mode fd20-512 --out out/gmm\n");
 }
 
-static int say(int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static int say(int code, const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  for (char *p = line; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  fprintf(stderr, "xtwin gmm-fit: %s\n", line);
-  return code;
-}
+#define say(code, ...) xt_cli_say("gmm-fit", (code), __VA_ARGS__)
 
 static int is_seen(const int *seen, const char *name) {
   int i = xt_opt_find(fit_tab, NOPT, name);

@@ -86,18 +86,7 @@ void xt_cmd_nvdb_convert_help(FILE *out) {
                "  xtwin nvdb-convert --phantom head-labels --phantom-size 256 --quant int16 --out head.nvdb\n");
 }
 
-static int say(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int say(int code, const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  for (char *p = line; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  fprintf(stderr, "xtwin nvdb-convert: %s\n", line);
-  return code;
-}
+#define say(code, ...) xt_cli_say("nvdb-convert", (code), __VA_ARGS__)
 
 static int seen_opt(const int *seen, const char *name) {
   const int i = xt_opt_find(tab, NOPT, name);

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -209,4 +211,16 @@ void xt_opt_print_help(const xt_opt *tab, int n, FILE *out) {
     else fprintf(out, "  %-*s", INDENT - 2, form);
     print_wrapped(out, text, INDENT, WIDTH);
   }
+}
+
+int xt_cli_say(const char *cmd, int code, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  for (char *p = line; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  fprintf(stderr, "xtwin %s: %s\n", cmd, line);
+  return code;
 }

@@ -54,6 +54,14 @@ int xt_opt_find(const xt_opt *tab, int n, const char *name);
 /* Prints one entry per option: form, help, default and range. */
 void xt_opt_print_help(const xt_opt *tab, int n, FILE *out);
 
+/* Prints "xtwin CMD: <text>" to stderr as exactly one line (line breaks in the text become spaces)
+ * and returns code: every subcommand's error and warning lines. */
+int xt_cli_say(const char *cmd, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* Strict number parsing (whole string, finite): 0 or XT_EINVAL. */
 int xt_opt_parse_real(const char *s, double *out);
 

@@ -202,23 +202,7 @@ void xt_cmd_render_help(FILE *out) {
 /* Helpers                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Prints "xtwin render: <text>" as exactly one line and returns code. */
-static int say(int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static int say(int code, const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  for (char *p = line; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  fprintf(stderr, "xtwin render: %s\n", line);
-  return code;
-}
+#define say(code, ...) xt_cli_say("render", (code), __VA_ARGS__)
 
 static double now_ms(void) {
   struct timespec ts;

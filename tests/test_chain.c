@@ -12,6 +12,7 @@
 #include "xt_chain_internal.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
+#include "xt_test_chain.h"
 #include "xt_test_gmm.h"
 
 /* Random123's kat_vectors for philox4x32-10 (counter, key, expected). */
@@ -64,38 +65,14 @@ XT_TEST(poisson_sampler_has_poisson_moments) {
 }
 
 /* An empty scene (a flat field) or the head, on a CPU projector. */
-static xt_proj *cpu_proj_with(xt_model *m) {
-  xt_proj *p = NULL;
-  xt_proj_options po = {XT_BACKEND_CPU, 2, 0};
-  if (xt_proj_create(&po, &p, NULL)) return NULL;
-  if (m && xt_proj_add_model(p, m, NULL)) {
-    xt_proj_destroy(p);
-    return NULL;
-  }
-  return p;
-}
+static xt_proj *cpu_proj_with(xt_model *m) { return xt_tc_proj(XT_BACKEND_CPU, 2, &m, m ? 1 : 0); }
 
 static xt_geometry geom(const char *mode, double primary, double detrot) {
-  xt_geometry g;
-  const xt_detector_mode *md = xt_mode_find(mode);
-  xt_pose pose = xt_pose_default(md);
-  pose.primary_deg = primary;
-  pose.detector_rot_deg = detrot;
-  xt_geom_compute(&pose, md, &g, NULL);
-  return g;
+  return xt_tc_geom(mode, primary, 0, detrot);
 }
 
 /* A quiet panel: no fixed pattern, defects, lag or electronic noise. */
-static xt_chain_params quiet(void) {
-  xt_chain_params p = xt_chain_params_default();
-  p.e_noise_adu = 0;
-  p.offset_fpn_adu = 0;
-  p.gain_fpn = 0;
-  p.defect_fraction = 0;
-  p.defect_lines = 0;
-  p.lag = 0;
-  return p;
-}
+static xt_chain_params quiet(void) { return xt_tc_quiet(); }
 
 /* One energy: the detected signal over the flat field is exp(-L), L the mono line integral of the
  * same scene at that energy (the label table's 60 keV), to float rounding: the label head alone,

@@ -20,6 +20,7 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_chain.h"
 #include "xt_test_gmm.h"
 #ifdef XT_TEST_NVDB
 #include "xt_test_nvdb.h"
@@ -31,26 +32,10 @@ static int no_gpu(void) {
   return 1;
 }
 
-static xt_proj *proj(xt_backend b, xt_model *const *ms, int n) {
-  xt_proj *p = NULL;
-  xt_proj_options po = {b, 0, 0};
-  if (xt_proj_create(&po, &p, NULL)) return NULL;
-  for (int i = 0; i < n; i++)
-    if (xt_proj_add_model(p, ms[i], NULL)) {
-      xt_proj_destroy(p);
-      return NULL;
-    }
-  return p;
-}
+static xt_proj *proj(xt_backend b, xt_model *const *ms, int n) { return xt_tc_proj(b, 0, ms, n); }
 
 static xt_geometry geom(const char *mode, double primary, double secondary) {
-  xt_geometry g;
-  const xt_detector_mode *md = xt_mode_find(mode);
-  xt_pose pose = xt_pose_default(md);
-  pose.primary_deg = primary;
-  pose.secondary_deg = secondary;
-  xt_geom_compute(&pose, md, &g, NULL);
-  return g;
+  return xt_tc_geom(mode, primary, secondary, 0);
 }
 
 /* The channel planes of projector p (CUDA, models ms) at pose g against the float64 reference:

@@ -17,39 +17,19 @@
 #include "xt_drc.h"
 #include "xt_exposure.h"
 #include "xt_test.h"
+#include "xt_test_chain.h"
 
-static xt_proj *cpu_proj_with(xt_model *m) {
-  xt_proj *p = NULL;
-  xt_proj_options po = {XT_BACKEND_CPU, 2, 0};
-  if (xt_proj_create(&po, &p, NULL)) return NULL;
-  if (m && xt_proj_add_model(p, m, NULL)) {
-    xt_proj_destroy(p);
-    return NULL;
-  }
-  return p;
-}
+static xt_proj *cpu_proj_with(xt_model *m) { return xt_tc_proj(XT_BACKEND_CPU, 2, &m, m ? 1 : 0); }
 
-static xt_geometry geom(const char *mode) {
-  xt_geometry g;
-  const xt_detector_mode *md = xt_mode_find(mode);
-  xt_pose pose = xt_pose_default(md);
-  xt_geom_compute(&pose, md, &g, NULL);
-  return g;
-}
+static xt_geometry geom(const char *mode) { return xt_tc_geom(mode, 0, 0, 0); }
 
 /* A quiet panel (no fixed pattern, defects, lag, electronic noise, blur) whose conversion gain is
  * scaled to the coarse render pixel of `mode`, so that it saturates at the air kerma a native
  * 0.154 mm FD20 pixel does (~1 uGy) rather than 225 times lower. */
 static xt_chain_params quiet_for(const char *mode) {
   const xt_detector_mode *md = xt_mode_find(mode);
-  xt_chain_params p = xt_chain_params_default();
+  xt_chain_params p = xt_tc_quiet();
   p.adu_per_kev *= 0.154 * 0.154 / (md->pitch_u_mm * md->pitch_v_mm);
-  p.e_noise_adu = 0;
-  p.offset_fpn_adu = 0;
-  p.gain_fpn = 0;
-  p.defect_fraction = 0;
-  p.defect_lines = 0;
-  p.lag = 0;
   p.psf_mm = 0;
   return p;
 }

@@ -19,6 +19,7 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_chain.h"
 
 static int no_gpu(void) {
   if (xt_proj_available(XT_BACKEND_CUDA, NULL) == 0) return 0;
@@ -26,33 +27,12 @@ static int no_gpu(void) {
   return 1;
 }
 
-static xt_proj *proj(xt_backend b, xt_model *m) {
-  xt_proj *p = NULL;
-  xt_proj_options po = {b, 0, 0};
-  if (xt_proj_create(&po, &p, NULL)) return NULL;
-  if (m && xt_proj_add_model(p, m, NULL)) {
-    xt_proj_destroy(p);
-    return NULL;
-  }
-  return p;
-}
+static xt_proj *proj(xt_backend b, xt_model *m) { return xt_tc_proj(b, 0, &m, m ? 1 : 0); }
 
-static xt_geometry geom(const char *mode) {
-  xt_geometry g;
-  const xt_detector_mode *md = xt_mode_find(mode);
-  xt_pose pose = xt_pose_default(md);
-  xt_geom_compute(&pose, md, &g, NULL);
-  return g;
-}
+static xt_geometry geom(const char *mode) { return xt_tc_geom(mode, 0, 0, 0); }
 
 static xt_chain_params quiet(void) {
-  xt_chain_params p = xt_chain_params_default();
-  p.e_noise_adu = 0;
-  p.offset_fpn_adu = 0;
-  p.gain_fpn = 0;
-  p.defect_fraction = 0;
-  p.defect_lines = 0;
-  p.lag = 0;
+  xt_chain_params p = xt_tc_quiet();
   p.quantum_noise = 0;
   p.adu_per_kev *= 0.154 * 0.154 / (1.155 * 1.155); /* saturation as a native pixel's, on fd20-256 */
   return p;

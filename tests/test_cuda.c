@@ -236,23 +236,35 @@ XT_TEST(rays_on_planes) {
   xt_model_free(m);
 }
 
+/* The batch tests' scene: a random model (seeded), n random poses on a 200 x 150 detector and a
+ * CUDA projector holding the model; NULL (and nothing to free) on failure. */
+static xt_proj *batch_scene(unsigned seed, int labels, int n, xt_detector_mode *mode, xt_geometry *g, xt_model **m) {
+  srand(seed);
+  *m = random_model(labels);
+  *mode = test_mode(200, 150, 1.5);
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p = NULL;
+  xt_msg msg;
+  int ok = *m != NULL;
+  for (int i = 0; i < n && ok; i++) ok = random_geom(mode, &g[i]) == 0;
+  if (ok && xt_proj_create(&po, &p, &msg) == 0 && xt_proj_add_model(p, *m, &msg) == 0) return p;
+  xt_proj_destroy(p);
+  xt_model_free(*m);
+  return NULL;
+}
+
 /* A batch into page-locked memory from xt_host_alloc takes the pipeline's direct path (frames
  * copied out where they belong, in chunks whose copies overlap the next chunk's kernels): the same
  * bytes as through the staging buffers, every pixel written, and the reference where it is
  * checked. 37 frames of 200 x 150 are two direct chunks; a second batch starts inside the buffer. */
 XT_TEST(batch_into_host_memory) {
-  srand(12);
-  xt_model *m = random_model(0);
-  XT_REQUIRE(m);
-  xt_detector_mode mode = test_mode(200, 150, 1.5);
   enum { N = 37 };
+  xt_model *m;
   xt_geometry g[N];
-  for (int i = 0; i < N; i++) XT_REQUIRE(random_geom(&mode, &g[i]) == 0);
-  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
-  xt_proj *p;
+  xt_detector_mode mode;
   xt_msg msg;
-  XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
-  XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
+  xt_proj *p = batch_scene(12, 0, N, &mode, g, &m);
+  XT_REQUIRE(p);
   const size_t np = (size_t)mode.cols * mode.rows;
   float *paged = poisoned(np * N), *pinned = NULL;
   XT_REQUIRE(paged);
@@ -279,18 +291,13 @@ XT_TEST(batch_into_host_memory) {
 }
 
 XT_TEST(batch_equals_single) {
-  srand(4);
-  xt_model *m = random_model(1);
-  XT_REQUIRE(m);
-  xt_detector_mode mode = test_mode(200, 150, 1.5);
   enum { N = 37 }; /* more than one chunk of the pipeline at this size? no: exercises odd counts */
+  xt_model *m;
   xt_geometry g[N];
-  for (int i = 0; i < N; i++) XT_REQUIRE(random_geom(&mode, &g[i]) == 0);
-  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
-  xt_proj *p;
+  xt_detector_mode mode;
   xt_msg msg;
-  XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
-  XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
+  xt_proj *p = batch_scene(4, 1, N, &mode, g, &m);
+  XT_REQUIRE(p);
   size_t np = (size_t)mode.cols * mode.rows;
   float *batch = poisoned(np * N), *one = poisoned(np);
   XT_REQUIRE(batch && one);

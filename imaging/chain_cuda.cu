@@ -3,6 +3,9 @@
  *
  *   xt_proj_render_device     material channels A            (projectors: cuda_pipeline.cu)
  *   k_detect                  A -> X (quanta), F (flat)      (stage_detect.cu)
+ *     or, fused (voxel models only, no scatter: queue_detect below):
+ *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
+ *   k_detect<sums>            P -> X, F
  *   k_blur x2                 X -> T -> D                    (stage_blur.cu)
  *   k_readout                 D, F -> raw, FA; lag state     (stage_readout.cu)
  *   k_process_log, _out       raw, FA -> Y (state) -> proc   (stage_process.cu)
@@ -122,8 +125,9 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaStreamSynchronize(d->st));
   free_frame_scratch(d);
   const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
-  CK(cudaMalloc((void **)&d->A, np * nch * sizeof(float)));
-  CK(cudaMemsetAsync(d->A, 0, np * nch * sizeof(float), d->st));
+  const size_t na = np * (nch < 2 ? 2 : nch); /* the channel planes, or the fused path's 2 sums */
+  CK(cudaMalloc((void **)&d->A, na * sizeof(float)));
+  CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
   float **planes[] = {&d->X, &d->T, &d->D, &d->F, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
@@ -145,6 +149,33 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   return 0;
 }
 
+/* Render and detect, queued: -> X, F (and S when non-NULL). A scene of voxel models without scatter
+ * takes the fused path: the projector integrates the spectrum while the channels are in registers
+ * (xt_proj_render_device_spectral; the same xt_spectral_sum as the detect stage's) and k_detect<sums>
+ * finishes the pixels, so the channel planes never reach memory. Other scenes (other kinds: their
+ * channels add across kinds, the sums do not; scatter, which samples the channel planes) render the
+ * planes for the whole detect stage. */
+static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chain_frame_const *fc, float *S,
+                        xt_msg *msg) {
+  int rc;
+  if (c->cs.n && !c->prm.scatter && !c->unfused) {
+    const xt_chan_spectral sp = {c->tab.nbins, &d->tab->mr[0][0], d->tab->k1, d->tab->k2}; /* device addresses */
+    rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
+    if (rc == 0) {
+      c->fused_frames++;
+      return xt_stage_detect_sums_cuda(d->tab, fc, d->A, d->X, d->F, S, d->st, msg);
+    }
+    if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
+  }
+  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
+  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
+    const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
+    fc->sc.field = d->SC + 2 * ncell;
+    if ((rc = xt_stage_scatter_cuda(d->tab, fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
+  }
+  return xt_stage_detect_cuda(d->tab, fc, d->A, d->X, d->F, S, d->st, msg);
+}
+
 /* A float plane for tests and diagnostics (not on the frame path). */
 static int copy_plane(chain_dev *d, const float *src, float *dst, size_t n, xt_msg *msg) {
   CK(cudaMemcpyAsync(d->h_f, src, n * sizeof(float), cudaMemcpyDeviceToHost, d->st));
@@ -164,13 +195,7 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   fc.pc.first = c->first;
   const size_t np = (size_t)fc.cols * fc.rows, no = (size_t)fc.ocols * fc.orows;
   uint16_t *raw = d->out, *proc = d->out + no;
-  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
-  const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
-  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
-    fc.sc.field = d->SC + 2 * ncell;
-    if ((rc = xt_stage_scatter_cuda(d->tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
-  }
-  if ((rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, out->expected ? d->S : NULL, d->st, msg)) ||
+  if ((rc = queue_detect(c, d, g, &fc, out->expected ? d->S : NULL, msg)) ||
       (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
     return rc;
@@ -216,13 +241,7 @@ extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int 
       rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
       continue;
     }
-    if (c->cs.n) rc = xt_proj_render_device(c->proj, gi, 1, d->A, d->st, msg);
-    if (!rc && c->prm.scatter) { /* scatter (issue 11) */
-      const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
-      fc.sc.field = d->SC + 2 * ncell;
-      rc = xt_stage_scatter_cuda(d->tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg);
-    }
-    if (!rc) rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, NULL, d->st, msg);
+    rc = queue_detect(c, d, gi, &fc, NULL, msg);
     if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg);
     if (!rc) rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, d->out, d->FA, d->st, msg);
     if (!rc && what == 2)

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "xt_spectral.h" /* xt_exp2, xt_spectral_sum: shared with the fused projector path */
 #include "xt_vec.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -146,8 +147,9 @@ static XT_INLINE XT_HOSTDEV double xt_rng_poisson(xt_rng *g, double lam) {
 /* Stage tables and per-frame constants                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-#define XT_CHAIN_MAX_BINS 128
-#define XT_CHAIN_MAX_CH 8 /* = XT_MAX_CHANNELS */
+#define XT_CHAIN_MAX_BINS XT_SPECTRAL_MAX_BINS
+#define XT_CHAIN_MAX_CH 8 /* = XT_MAX_CHANNELS: mr's rows are xt_spectral_sum's w rows */
+typedef char xt_chain_ch_is_max_channels_[XT_CHAIN_MAX_CH == XT_MAX_CHANNELS ? 1 : -1];
 
 /* Built on the host from the spectrum, the detector and the channel set (xt_chain.c). */
 typedef struct xt_chain_tables {
@@ -182,31 +184,13 @@ static XT_INLINE XT_HOSTDEV float xt_pixel_geometry(const xt_chain_cam *c, int c
 /* Stage: polychromatic detection and quanta (stage_detect*)                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-/* 2^x: one MUFU.EX2 on the GPU (relative error ~2^-22, well inside the chain's float bar); exp2f
- * on the CPU. */
-static XT_INLINE XT_HOSTDEV float xt_exp2(float x) {
-#ifdef __CUDA_ARCH__
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-#else
-  return exp2f(x);
-#endif
-}
-
 /* The expected absorbed energy S (keV) and its second moment Q (keV^2) at a pixel with areal
  * densities A[c] (g/cm^2) and geometry factor G: S = G sum_b k1_b exp(-sum_c (mu/rho)_bc A_c) (the
  * table holds (mu/rho) log2(e), so the exponential is one 2^x), Q likewise with k2. Q is what an
  * energy-integrating panel's variance is (each absorbed quantum adds E). */
 static XT_INLINE XT_HOSTDEV void xt_detect_expect(const xt_chain_tables *t, const float *A, float G, float *S, float *Q) {
-  float s = 0.f, q = 0.f;
-  for (int b = 0; b < t->nbins; b++) {
-    float mu = 0.f;
-    for (int c = 0; c < XT_CHAIN_MAX_CH; c++) mu += t->mr[b][c] * A[c];
-    const float tr = xt_exp2(-mu);
-    s += t->k1[b] * tr;
-    q += t->k2[b] * tr;
-  }
+  float s, q;
+  xt_spectral_sum(&t->mr[0][0], t->k1, t->k2, t->nbins, A, &s, &q);
   *S = G * s;
   *Q = G * q;
 }

@@ -24,6 +24,10 @@ extern "C" {
 /* detect: A (nch planes) -> X (absorbed energy, quanta drawn), F (flat expectation), S (expected; may be NULL) */
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
                          float *F, float *S, cudaStream_t st, xt_msg *msg);
+/* detect, fused path: P (the 2 planes of spectral sums the projector evaluated in its march's
+ * epilogue, xt_proj_render_device_spectral) -> X, F, S as above */
+int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
+                              float *F, float *S, cudaStream_t st, xt_msg *msg);
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
                           float *tmp, float *out, cudaStream_t st, xt_msg *msg);

@@ -29,6 +29,9 @@ typedef struct chain_dev {
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
+  xt_draw_rest *rest; /* the fused path's deferred draws (one slot a render pixel) */
+  unsigned *rest_n;   /* their 2 counters, used alternately */
+  int rest_parity;
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
@@ -47,6 +50,10 @@ static void free_frame_scratch(chain_dev *d) {
     *f[i] = NULL;
   }
   cudaFree(d->out);
+  cudaFree(d->rest);
+  cudaFree(d->rest_n);
+  d->rest = NULL;
+  d->rest_n = NULL;
   cudaFreeHost(d->h_out);
   cudaFreeHost(d->h_f);
   d->out = NULL;
@@ -122,9 +129,11 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   if (d->cols == fc->cols && d->rows == fc->rows && d->ocols == fc->ocols && d->orows == fc->orows && d->nch == nch &&
       d->A)
     return 0;
+  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
+  if (np > 0x7fffffffu) /* the stages index pixels in 32 bits */
+    return xt_fail(msg, XT_ERANGE, "chain: render grid %d x %d over 2^31 pixels", fc->cols, fc->rows);
   CK(cudaStreamSynchronize(d->st));
   free_frame_scratch(d);
-  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
   const size_t na = np * (nch < 2 ? 2 : nch); /* the channel planes, or the fused path's 2 sums */
   CK(cudaMalloc((void **)&d->A, na * sizeof(float)));
   CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
@@ -137,6 +146,10 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
+  CK(cudaMalloc((void **)&d->rest, np * sizeof(xt_draw_rest)));
+  CK(cudaMalloc((void **)&d->rest_n, 2 * sizeof(unsigned)));
+  CK(cudaMemsetAsync(d->rest_n, 0, 2 * sizeof(unsigned), d->st));
+  d->rest_parity = 0;
   CK(cudaHostAlloc((void **)&d->h_out, 2 * no * sizeof(uint16_t), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_f, np * sizeof(float), cudaHostAllocDefault));
   d->cols = fc->cols;
@@ -163,7 +176,9 @@ static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chai
     rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
     if (rc == 0) {
       c->fused_frames++;
-      return xt_stage_detect_sums_cuda(d->tab, fc, d->A, d->X, d->F, S, d->st, msg);
+      d->rest_parity ^= fc->noise ? 1 : 0; /* the counter the previous frame's draw zeroed */
+      return xt_stage_detect_sums_cuda(d->tab, fc, d->A, d->X, d->F, S, d->rest, d->rest_n, d->rest_parity, d->st,
+                                       msg);
     }
     if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
   }

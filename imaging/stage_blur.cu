@@ -7,9 +7,10 @@
 template <int AXIS>
 __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_blur(const __grid_constant__ xt_blur_kernel k, int cols, int rows,
                                                          const float *in, float *out) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (size_t)cols * rows) return;
-  const int r = (int)(i / cols), c = (int)(i % cols);
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (unsigned)cols * (unsigned)rows) return;
+  int r, c;
+  xt_stage_rc(i, cols, &r, &c);
   float s = 0.f;
   for (int j = -k.r; j <= k.r; j++) {
     if (AXIS == 0) {

@@ -107,6 +107,9 @@ typedef struct dev_scene {
   const float *spec_w, *spec_k1, *spec_k2;
 } dev_scene;
 
+/* The spectral table in shared memory: bins padded with zero bins to a multiple of 4 (whole groups
+ * in xt_spectral_sum, the same sums bit for bit), k1 and k2 interleaved. */
+#define XT_SPEC_PAD(nb) (((nb) + 3) & ~3)
 /* Shared memory of k_channels beyond the channel table: the largest spectral table. */
 #define XT_SPEC_SMEM_MAX (sizeof(float) * XT_SPECTRAL_MAX_BINS * (XT_MAX_CHANNELS + 2))
 
@@ -475,14 +478,13 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
   for (int i = threadIdx.x; i < 2 * sc.chw_rows; i += blockDim.x) s_chw[i] = __ldg((const float4 *)sc.chw + i);
   if (sc.spec_nbins) { /* the spectral table after the channel table (addresses recomputed after the march:
                           nothing of this stays live in registers across it) */
-    const int nb = sc.spec_nbins;
+    const int nb = sc.spec_nbins, nbp = XT_SPEC_PAD(nb);
     float4 *const s_sw = s_chw + 2 * sc.chw_rows;
-    float *const s_k = (float *)(s_sw + 2 * nb);
-    for (int i = threadIdx.x; i < 2 * nb; i += blockDim.x) s_sw[i] = __ldg((const float4 *)sc.spec_w + i);
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-      s_k[i] = __ldg(sc.spec_k1 + i);
-      s_k[nb + i] = __ldg(sc.spec_k2 + i);
-    }
+    float2 *const s_k = (float2 *)(s_sw + 2 * nbp);
+    const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = threadIdx.x; i < 2 * nbp; i += blockDim.x) s_sw[i] = i < 2 * nb ? __ldg((const float4 *)sc.spec_w + i) : zero4;
+    for (int i = threadIdx.x; i < nbp; i += blockDim.x)
+      s_k[i] = i < nb ? make_float2(__ldg(sc.spec_k1 + i), __ldg(sc.spec_k2 + i)) : make_float2(0.f, 0.f);
   }
   __syncthreads();
   int col, row;
@@ -521,11 +523,11 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
   }
   const size_t plane = (size_t)sc.rows * sc.cols;
   if (sc.spec_nbins) {
-    const int nb = sc.spec_nbins;
+    const int nbp = XT_SPEC_PAD(sc.spec_nbins);
     const float4 *const s_sw = s_chw + 2 * sc.chw_rows;
-    const float *const s_k = (const float *)(s_sw + 2 * nb);
+    const float *const s_k = (const float *)(s_sw + 2 * nbp);
     float s, q;
-    xt_spectral_sum((const float *)s_sw, s_k, s_k + nb, nb, a, &s, &q);
+    xt_spectral_sum((const float *)s_sw, s_k, s_k + 1, 2, nbp, a, &s, &q);
     float *const o = sc.out + (size_t)blockIdx.z * 2 * plane + (size_t)row * sc.cols + col;
     o[0] = s;
     o[plane] = q;
@@ -926,7 +928,8 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
     for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
     kernel_fn k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true> : k_channels<XT_CUDA_VOX_LINEAR, false>)
                                             : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true> : k_channels<XT_CUDA_VOX_TEXTURE, false>);
-    const size_t smem = sizeof(float) * (XT_MAX_CHANNELS * (size_t)p->chw_rows + (XT_MAX_CHANNELS + 2) * (size_t)sc.spec_nbins);
+    const size_t smem =
+        sizeof(float) * (XT_MAX_CHANNELS * (size_t)p->chw_rows + (XT_MAX_CHANNELS + 2) * (size_t)XT_SPEC_PAD(sc.spec_nbins));
     if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, smem, L->stream>>>(sc);
   } else {
     pick_kernel(p, vox, L->count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);

@@ -37,34 +37,35 @@ static XT_INLINE XT_HOSTDEV float xt_exp2(float x) {
 #endif
 }
 
-/* S = sum_b k1_b 2^(-sum_c w_bc a_c), Q likewise with k2, for channels a[XT_MAX_CHANNELS]. Two bins
- * at a time: their exponents are independent chains of 8 FMAs (instruction-level parallelism for
- * the GPU's latency), while S and Q still add bin after bin, so the result is that of the plain
- * loop (the CPU's SSE twin, stage_detect_cpu.c, keeps the same order). */
-static XT_INLINE XT_HOSTDEV void xt_spectral_sum(const float *w, const float *k1, const float *k2, int nbins,
+/* S = sum_b k1_b 2^(-sum_c w_bc a_c), Q likewise with k2, for channels a[XT_MAX_CHANNELS]; bin b's
+ * moments at k1[b ks], k2[b ks] (ks 1: two arrays; 2: interleaved pairs, one 128-bit shared load for
+ * two bins on the GPU). Four bins at a time, then two, then one: their exponents are independent
+ * chains of 8 FMAs (instruction-level parallelism for the GPU's latency, and the loop's overhead
+ * shared), while S and Q still add bin after bin, so the result is that of the plain loop over b
+ * (the CPU's SSE twin, stage_detect_cpu.c, keeps that order). Bins with w = k = 0 (padding) leave
+ * S and Q unchanged, bit for bit. */
+static XT_INLINE XT_HOSTDEV void xt_spectral_sum(const float *w, const float *k1, const float *k2, int ks, int nbins,
                                                  const float *a, float *S, float *Q) {
   float s = 0.f, q = 0.f;
   int b = 0;
-  for (; b + 1 < nbins; b += 2) {
-    const float *w0 = w + (size_t)b * XT_MAX_CHANNELS, *w1 = w0 + XT_MAX_CHANNELS;
-    float m0 = 0.f, m1 = 0.f;
-    for (int c = 0; c < XT_MAX_CHANNELS; c++) {
-      m0 += w0[c] * a[c];
-      m1 += w1[c] * a[c];
+  for (; b + 3 < nbins; b += 4) {
+    const float *w0 = w + (size_t)b * XT_MAX_CHANNELS;
+    float m[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int c = 0; c < XT_MAX_CHANNELS; c++)
+      for (int j = 0; j < 4; j++) m[j] += w0[j * XT_MAX_CHANNELS + c] * a[c];
+    for (int j = 0; j < 4; j++) {
+      const float t = xt_exp2(-m[j]);
+      s += k1[(b + j) * ks] * t;
+      q += k2[(b + j) * ks] * t;
     }
-    const float t0 = xt_exp2(-m0), t1 = xt_exp2(-m1);
-    s += k1[b] * t0;
-    q += k2[b] * t0;
-    s += k1[b + 1] * t1;
-    q += k2[b + 1] * t1;
   }
-  if (b < nbins) {
+  for (; b < nbins; b++) {
     const float *w0 = w + (size_t)b * XT_MAX_CHANNELS;
     float m0 = 0.f;
     for (int c = 0; c < XT_MAX_CHANNELS; c++) m0 += w0[c] * a[c];
     const float t0 = xt_exp2(-m0);
-    s += k1[b] * t0;
-    q += k2[b] * t0;
+    s += k1[b * ks] * t0;
+    q += k2[b * ks] * t0;
   }
   *S = s;
   *Q = q;

@@ -6,7 +6,7 @@
  *     or, fused (voxel models only, no scatter: queue_detect below):
  *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
  *   k_detect<sums>            P -> X, F
- *   k_blur x2                 X -> T -> D                    (stage_blur.cu)
+ *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
  *   k_readout                 D, F -> raw, FA; lag state     (stage_readout.cu)
  *   k_process_log, _out       raw, FA -> Y (state) -> proc   (stage_process.cu)
  *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory
@@ -25,7 +25,7 @@ typedef struct chain_dev {
   int device;
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
-  float *A, *X, *T, *D, *F, *FA, *lag, *Y, *S;
+  float *A, *X, *D, *F, *FA, *lag, *Y, *S;
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
@@ -44,7 +44,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -137,7 +137,7 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   const size_t na = np * (nch < 2 ? 2 : nch); /* the channel planes, or the fused path's 2 sums */
   CK(cudaMalloc((void **)&d->A, na * sizeof(float)));
   CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
-  float **planes[] = {&d->X, &d->T, &d->D, &d->F, &d->S};
+  float **planes[] = {&d->X, &d->D, &d->F, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
@@ -211,7 +211,7 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   const size_t np = (size_t)fc.cols * fc.rows, no = (size_t)fc.ocols * fc.orows;
   uint16_t *raw = d->out, *proc = d->out + no;
   if ((rc = queue_detect(c, d, g, &fc, out->expected ? d->S : NULL, msg)) ||
-      (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
+      (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
     return rc;
   fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
@@ -257,7 +257,7 @@ extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int 
       continue;
     }
     rc = queue_detect(c, d, gi, &fc, NULL, msg);
-    if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg);
+    if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg);
     if (!rc) rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, d->out, d->FA, d->st, msg);
     if (!rc && what == 2)
       rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, d->out, d->FA, d->Y, d->out + no, d->st, msg);

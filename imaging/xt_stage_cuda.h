@@ -49,9 +49,8 @@ int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
                           float *tmp, float *out, cudaStream_t st, xt_msg *msg);
-/* blur: in -> tmp (rows) -> out (columns) */
-int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *tmp, float *out, cudaStream_t st,
-                       xt_msg *msg);
+/* blur: in -> out (rows then columns, one kernel) */
+int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
 /* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated */
 int xt_stage_readout_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
                           const unsigned char *defect, const float *D, const float *F, float *lag, uint16_t *raw,

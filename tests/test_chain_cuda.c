@@ -138,9 +138,12 @@ static void free_both(both *o) {
   }
 }
 
-/* The noise-free chain on both backends: signals within 2e-5, raw within 1 ADU, processed 2. */
-static void chain_matches_cpu(xt_model *const *ms, int nm) {
+/* The noise-free chain on both backends: signals within 2e-5, raw within 1 ADU, processed 2. psf_mm
+ * > 0: that PSF instead of the default (2 mm, the largest allowed: a blur radius of 6 pixels at
+ * fd20-256, so the blur kernel's tiles and halos are exercised beyond the default's 1). */
+static void chain_matches_cpu(xt_model *const *ms, int nm, double psf_mm) {
   xt_chain_params prm = xt_chain_params_default();
+  if (psf_mm > 0) prm.psf_mm = psf_mm;
   prm.quantum_noise = 0;
   prm.e_noise_adu = 0;
   prm.mas = 0.01;
@@ -168,7 +171,8 @@ XT_TEST(cuda_chain_matches_cpu_without_noise) {
   const int dim[3] = {96, 96, 96};
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
-  chain_matches_cpu(&m, 1);
+  chain_matches_cpu(&m, 1, 0);
+  chain_matches_cpu(&m, 1, 2.0);
   xt_model_free(m);
 }
 
@@ -238,7 +242,7 @@ XT_TEST(cuda_chain_of_a_mixed_scene_matches_cpu) {
   xt_model *all[5] = {NULL};
   int n = 0;
   XT_REQUIRE(mixed_scene(all, &n, 78) == 0);
-  chain_matches_cpu(all, n);
+  chain_matches_cpu(all, n, 0);
   for (int i = 0; i < n; i++) xt_model_free(all[i]);
 }
 

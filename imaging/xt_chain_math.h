@@ -119,8 +119,8 @@ static XT_INLINE XT_HOSTDEV double xt_log_factorial(double k) {
  * Mathematics and Economics 12, 1993), as numpy uses it. Returns a double (counts up to 2^53).
  *
  * PTRS in pieces, so that the GPU can split it (stage_detect.cu): try `it` takes the generator's
- * u32 draws 2 it and 2 it + 1 (xt_rng_seek reaches them); its quick step settles ~90 % of tries
- * with a few operations, and the rest need the full test, four logarithms in double. */
+ * u32 draws 2 it and 2 it + 1 (xt_rng_seek reaches them); its quick step settles ~3/4 of tries
+ * with a few operations; most of the rest need the full test, four logarithms in double. */
 typedef struct xt_ptrs {
   double lam, slam, b, a, vr;
 } xt_ptrs;

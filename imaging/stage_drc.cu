@@ -11,10 +11,9 @@
  * caller zeroes it: the step kernel after reading it, or a memset). */
 __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     k_drc_field(const uint16_t *raw, int ocols, int c0, int c1, int r0, int r1, unsigned long long *sum) {
-  const int w = c1 - c0;
-  const long n = (long)w * (r1 - r0);
+  const int w = c1 - c0, n = w * (r1 - r0); /* < 2^31: a third of the widest detector each way */
   unsigned long long acc = 0;
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     acc += raw[(size_t)(r0 + i / w) * ocols + (c0 + i % w)];
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
   if ((threadIdx.x & 31) == 0 && acc) atomicAdd(sum, acc);

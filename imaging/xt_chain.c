@@ -234,6 +234,8 @@ int xt_chain_drc_attach(xt_chain *c, int on, xt_msg *msg) {
 
 void xt_chain_drc_last(const xt_chain *c, xt_chain_drc_frame *r) { *r = c->rec; }
 
+unsigned long long xt_chain_table_builds(const xt_chain *c) { return (unsigned long long)c->tc->builds; }
+
 const xt_chain_params *xt_chain_get_params(const xt_chain *c) { return &c->prm; }
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info) { *info = c->info; }
 

@@ -165,6 +165,9 @@ int xt_chain_drc_attach(xt_chain *c, int on, xt_msg *msg);
 /* The last frame's record (with `drc` on; zeros otherwise). On a GPU it came back with the frame. */
 void xt_chain_drc_last(const xt_chain *c, xt_chain_drc_frame *r);
 
+/* Spectral table sets built so far: the cache's misses (xt_chain_cache.c; benchmarks, tests). */
+unsigned long long xt_chain_table_builds(const xt_chain *c);
+
 /* Benchmark (CUDA chains; XT_EUNSUPPORTED otherwise): device time per frame of `reps` frames queued
  * back to back on the chain's stream (poses g[i % n], after `warmup` frames), timed with CUDA events,
  * without the copy-out. what: 0 the mono line-integral render alone (the baseline), 1 the chain to

@@ -497,6 +497,16 @@ XT_TEST(drc_kv_moves_in_whole_steps) {
     XT_CHECK_NEAR(log(mas) + 3 * log(kv), xt_drc_log_output(s, 110), 1e-12);
     XT_CHECK(fabs(mas / (ma * ms * 1e-3) - 1) <= 0.026);
   }
+  /* the closed-form inverse of the curve: log_output(solve(y)) = y inside, the ends outside */
+  const double kvm[3] = {70, 95.5, 125};
+  for (int j = 0; j < 3; j++) {
+    const double y0 = xt_drc_log_output(0, kvm[j]), y1 = xt_drc_log_output(7, kvm[j]);
+    for (int i = 0; i <= 1000; i++) {
+      const double y = y0 + (y1 - y0) * i / 1000.0;
+      XT_CHECK_NEAR(xt_drc_log_output(xt_drc_solve(y, kvm[j]), kvm[j]), y, 1e-12);
+    }
+    XT_CHECK(xt_drc_solve(y0 - 1, kvm[j]) == 0 && xt_drc_solve(y1 + 1, kvm[j]) == 7);
+  }
 }
 
 /* A run of the loop as the server runs it (apply, set_params, frame, measure, update): the raw

@@ -16,7 +16,10 @@
  *      primary's (variance: the primary's mean absorbed energy per quantum).
  *
  * A uniform slab on a field much wider than sigma thus shows SPR(t) at the centre, with the grid
- * SPR(t) x grid_ts / grid_tp. The per-pixel lookup is XT_HOSTDEV, shared by both detect stages. */
+ * SPR(t) x grid_ts / grid_tp; on a narrower field the kernel's mass inside it (the model's field-size
+ * dependence: growing with the field, saturating). The SPR(t) defaults are [U]: no published SPR
+ * table was reachable; the closest citable figures and the test against them are in
+ * docs/imaging.md section 11. The per-pixel lookup is XT_HOSTDEV, shared by both detect stages. */
 #ifndef XT_SCATTER_H
 #define XT_SCATTER_H
 

@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
       const unsigned long long s = *sum;
       *sum = 0;
       int k = (int)L->kv - XT_DRC_BANK_KV0;
-      k = k < 0 ? 0 : (k >= bank->n ? bank->n - 1 : k);
+      k = k >= bank->n ? bank->n - 1 : k; /* an empty bank (drc switched on without one): slot 0 */
+      k = k < 0 ? 0 : k;
       rec->kv = L->kv;
       rec->mas = L->mas;
       rec->pulse_ms = L->pulse_ms;
@@ -55,7 +56,8 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     }
     xt_drc_exposure(L->st.s, law.kv_max, &L->kv, &L->pulse_ms, &L->mas);
     int k = (int)L->kv - XT_DRC_BANK_KV0;
-    k = k < 0 ? 0 : (k >= bank->n ? bank->n - 1 : k);
+    k = k >= bank->n ? bank->n - 1 : k;
+    k = k < 0 ? 0 : k;
     slot = bank->slot[k];
     scale = (float)L->mas;
   }

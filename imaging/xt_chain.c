@@ -173,7 +173,10 @@ static int loop_bank(xt_chain *c, xt_msg *msg) {
             k->v[2] == p->inherent_al_mm && k->v[3] == p->filter_al_mm && k->v[4] == p->filter_cu_mm &&
             k->v[5] == p->csi_mm && k->v[6] == p->csi_fill && k->v[7] == p->energy_bins;
   }
-  if (valid) return 0;
+  if (valid) { /* kept the most recently used: a miss elsewhere evicts another slot (66 < 96) */
+    for (int i = 0; i < b->n; i++) c->tc->stamp[b->slot[i]] = ++c->tc->clock;
+    return 0;
+  }
   int rc = xt__tab_cache_bank(c, p, msg);
 #ifdef XT_HAVE_CUDA
   if (!rc && c->dev) rc = xt_chain_cuda_upload_bank(c, msg);

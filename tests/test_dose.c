@@ -633,10 +633,33 @@ XT_TEST(scatter_to_primary_ratio_against_published_figures) {
   }
 }
 
+/* With the loop on, the cache keeps every whole kV of its curve (the device step reads them by
+ * slot) however many other table sets pass through it; the bank's slots hold their kVs. */
+XT_TEST(table_cache_keeps_the_loops_kvs) {
+  xt_proj *pr = cpu_proj_with(NULL);
+  xt_chain_params p = quiet_for("fd20-128");
+  p.drc = 1;
+  xt_chain *c = NULL;
+  XT_REQUIRE(pr && xt_chain_create(&p, pr, &c, NULL) == 0);
+  XT_REQUIRE(c->tc->bank.n == 110 - XT_DRC_BANK_KV0 + 1);
+  const xt_drc_bank *b = &c->tc->bank;
+  int bad = 0;
+  for (int j = 0; j < 2 * XT_TAB_SLOTS; j++) { /* more fractional kVs than slots; the bank after each */
+    xt_chain_params q = p;
+    q.kv = 60.5 + 0.25 * j;
+    XT_REQUIRE(xt_chain_set_params(c, &q, NULL) == 0);
+    for (int i = 0; i < b->n; i++) bad += !c->tc->used[b->slot[i]] || c->tc->key[b->slot[i]].v[0] != XT_DRC_BANK_KV0 + i;
+  }
+  XT_CHECK_MSG(bad == 0, "%d bank slots lost their kV", bad);
+  xt_chain_destroy(c);
+  xt_proj_destroy(pr);
+}
+
 XT_TEST_MAIN(XT_ENTRY(scatter_to_primary_ratio_of_water_slabs) XT_ENTRY(dsa_of_a_static_scene_is_zero_outside_the_iodine) XT_ENTRY(exposure_settings_couple_current_pulse_and_mas) XT_ENTRY(air_kerma_per_frame_matches_the_closed_form)
                  XT_ENTRY(kerma_area_product_is_field_area_times_kerma) XT_ENTRY(collimator_and_grid_shape_the_signal)
                      XT_ENTRY(drc_measures_the_open_field_dose) XT_ENTRY(drc_settles_after_a_thickness_step)
                          XT_ENTRY(drc_clamps_at_kv_max_with_closed_shutters)
                              XT_ENTRY(table_cache_hits_give_the_frames_of_a_fresh_build)
                                  XT_ENTRY(drc_kv_moves_in_whole_steps) XT_ENTRY(loop_with_the_cache_equals_the_loop_without)
-                                     XT_ENTRY(scatter_to_primary_ratio_against_published_figures))
+                                     XT_ENTRY(scatter_to_primary_ratio_against_published_figures)
+                                         XT_ENTRY(table_cache_keeps_the_loops_kvs))

@@ -28,6 +28,7 @@
 #include "xt_proj_cuda.h"
 #include "xt_test.h"
 #include "xt_test_gmm.h"
+#include "xt_test_gpu.h"
 
 static int quick(void) {
   const char *q = getenv("XT_CUDA_TEST_QUICK");
@@ -62,63 +63,6 @@ static int random_geom(const xt_detector_mode *mode, xt_geometry *g) {
   p.detector_rot_deg = urand(-30, 30);
   p.table_mm = xt_v3(urand(-15, 15), urand(-15, 15), urand(-15, 15));
   return xt_geom_compute(&p, mode, g, NULL);
-}
-
-static double g_worst_ratio, g_worst_rel; /* over the whole run, for the log */
-
-/* GPU frame vs the float64 reference; prints and returns the failures. */
-static int compare(const char *what, const xt_model *const *models, int nm, const xt_geometry *g, const float *gpu) {
-  size_t np = (size_t)g->mode.cols * g->mode.rows;
-  double *ref = malloc(sizeof(double) * np);
-  if (!ref) return 1;
-  xt_msg msg;
-  if (xt_ref_render_f64(models, nm, g, ref, 0, &msg)) {
-    free(ref);
-    return 1;
-  }
-  double mx = 0, num = 0, den = 0, worst = 0;
-  size_t bad = 0, worst_i = 0, unwritten = 0, hit = 0;
-  for (size_t i = 0; i < np; i++) {
-    if (!isfinite(gpu[i])) unwritten++;
-    if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
-    hit += ref[i] > 0;
-  }
-  for (size_t i = 0; i < np; i++) {
-    double e = fabs((double)gpu[i] - ref[i]);
-    if (!(e <= worst)) {
-      worst = e;
-      worst_i = i;
-    }
-    num += e * e;
-    den += ref[i] * ref[i];
-    if (!(e <= 1e-4 * mx)) bad++;
-  }
-  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-  int fail = unwritten > 0 || bad > 0 || !(rel < 1e-5) || mx == 0;
-  if (mx > 0 && worst / mx > g_worst_ratio) g_worst_ratio = worst / mx;
-  if (rel > g_worst_rel) g_worst_rel = rel;
-  if (fail || getenv("XT_CUDA_TEST_VERBOSE"))
-    fprintf(stderr,
-            "  %s: %dx%d, max %.6g, %zu pixels hit, rel L2 %.3g, max abs %.3g (%.3g of max) at pixel %zu (gpu %.9g ref "
-            "%.9g), %zu over tolerance, %zu unwritten\n",
-            what, g->mode.cols, g->mode.rows, mx, hit, rel, worst, mx > 0 ? worst / mx : 0, worst_i, gpu[worst_i],
-            ref[worst_i], bad, unwritten);
-  free(ref);
-  return fail;
-}
-
-/* The worst figures of this test's comparisons (each test runs in a process of its own). */
-static void summary(const char *test) {
-  printf("  %s: worst max |gpu - ref| %.3g of the frame maximum, worst relative L2 %.3g\n", test, g_worst_ratio,
-         g_worst_rel);
-  fflush(stdout);
-}
-
-static float *poisoned(size_t n) {
-  float *f = malloc(sizeof(float) * n);
-  if (f)
-    for (size_t i = 0; i < n; i++) f[i] = NAN;
-  return f;
 }
 
 /* Renders the models on the GPU (xt_cuda API: the frame pipeline) and compares. */

@@ -44,6 +44,23 @@ static xt_chain_params quiet(void) {
   return p;
 }
 
+/* The 64^3 head phantom (labels). */
+static xt_model *head64(void) {
+  const int dim[3] = {64, 64, 64};
+  xt_model *head = NULL;
+  return xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0 ? head : NULL;
+}
+
+/* The normal-dose fluoroscopy preset (dose-rate control on) on the quiet panel, no temporal filter. */
+static xt_chain_params fluoro(void) {
+  xt_chain_params p = quiet();
+  const double adu = p.adu_per_kev;
+  if (xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL)) p.drc = 0; /* the tests then fail on the loop */
+  p.adu_per_kev = adu;
+  p.temporal_alpha = 1;
+  return p;
+}
+
 XT_TEST(cuda_collimator_and_grid_match_the_cpu) {
   if (no_gpu()) return;
   const int dim[3] = {64, 64, 64};
@@ -150,15 +167,10 @@ XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
  * settling time on the head (a step from the preset's guess) and stays within 10 %. */
 XT_TEST(cuda_drc_settles_on_the_head) {
   if (no_gpu()) return;
-  const int dim[3] = {64, 64, 64};
-  xt_model *head = NULL;
-  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_model *head = head64();
+  XT_REQUIRE(head);
   xt_proj *pg = proj(XT_BACKEND_CUDA, head);
-  xt_chain_params p = quiet();
-  const double adu = p.adu_per_kev;
-  XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL) == 0);
-  p.adu_per_kev = adu;
-  p.temporal_alpha = 1;
+  xt_chain_params p = fluoro();
   xt_chain *cg = NULL;
   XT_REQUIRE(pg && xt_chain_create(&p, pg, &cg, NULL) == 0);
   xt_geometry g = geom("fd20-256");
@@ -238,15 +250,10 @@ XT_TEST(cuda_field_sum_equals_the_host_sum) {
  * XT_DRC_SETTLE_FRAMES from the protocol's start. */
 XT_TEST(cuda_attached_loop_steps_as_its_host_twin) {
   if (no_gpu()) return;
-  const int dim[3] = {64, 64, 64};
-  xt_model *head = NULL;
-  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_model *head = head64();
+  XT_REQUIRE(head);
   xt_proj *pg = proj(XT_BACKEND_CUDA, head);
-  xt_chain_params p = quiet();
-  const double adu = p.adu_per_kev;
-  XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL) == 0);
-  p.adu_per_kev = adu;
-  p.temporal_alpha = 1;
+  xt_chain_params p = fluoro();
   p.scatter = 1;
   p.mas *= 0.2; /* start well below the target */
   xt_chain *ca = NULL, *cx = NULL;

@@ -389,7 +389,7 @@ static double centre_spr(double mm, const xt_chain_params *p0, double *spr_grid)
   xt_geometry g = geom("fd20-256");
   float *e = malloc(sizeof(float) * 256 * 256);
   double v[4] = {0, 0, 0, 0};
-  for (int k = 0; k < 4 && e; k++) { /* scatter off/on, grid out/in */
+  for (int k = 0; k < (spr_grid ? 4 : 2) && e; k++) { /* scatter off/on, grid out/in (when asked for) */
     p.scatter = k & 1;
     p.grid = k >> 1;
     xt_chain_out out = {0};

@@ -235,6 +235,10 @@ int xt_chain_drc_attach(xt_chain *c, int on, xt_msg *msg) {
   return loop_bank(c, msg);
 }
 
+/* The record the device's step writes and one copy brings back with the frame (chain_cuda.cu): host
+ * and device compile the same header, so one layout; its size is the "80-byte record" the docs name. */
+_Static_assert(sizeof(xt_chain_drc_frame) == 80, "xt_chain_drc_frame: 3 doubles, 2 u64, xt_drc (40 bytes)");
+
 void xt_chain_drc_last(const xt_chain *c, xt_chain_drc_frame *r) { *r = c->rec; }
 
 unsigned long long xt_chain_table_builds(const xt_chain *c) { return (unsigned long long)c->tc->builds; }

@@ -588,15 +588,15 @@ XT_TEST(loop_with_the_cache_equals_the_loop_without) {
  * citable table of SPR against thickness and field size was reachable here, so the defaults are not
  * refitted and these are range checks, each bar stated with its reason). Soft-tissue slabs (water
  * within ~2 % in mu), centre of the 296 mm detector, grid out:
- *  - Malusek, Seger, Alm Carlsson, Carlsson (Proc. SPIE 5030, 2003; Monte Carlo, water cylinders):
- *    the SPR "may reach values around 5 for large phantoms, wide beams and 120 kV spectrum". A
+ *  - "Simulation of scatter in cone-beam CT: effects on projection image quality" (Monte Carlo, two
+ *    water cylinders; the abstract notes-detector-domain §3.9 cites): the SPR "may reach values around 5 for large phantoms, wide beams and 120 kV spectrum". A
  *    300 mm slab on the full field at 120 kV must lie within a factor 1.5 of 5: "around" a rounded
  *    maximum for a phantom and beam the abstract does not size, so no finer bar is honest;
  *  - Siewerdsen & Jaffray (Med Phys 28:220, 2001; measured, flat-panel cone beam): SPR "in excess of
  *    100 %" for a pelvis at a 6 degree cone angle. A 200 mm slab (thinner than a pelvis, so a lower
  *    bound) under a field of 2 tan 3 deg x SID at the detector must exceed 1;
- *  - the published dependences (the same sources; Persliden & Alm Carlsson, collision-density Monte
- *    Carlo behind water slabs): the SPR grows with thickness and with field area, and saturates as
+ *  - the published dependences (the same sources; "A Monte Carlo collision density estimator for
+ *    calculations of the scatter rejection in diagnostic radiology", water slabs): the SPR grows with thickness and with field area, and saturates as
  *    the field grows (the model's field-size dependence: the broad kernel's mass inside the field,
  *    Gaussian as Boone, Arnold & Seibert measured the scatter PSF, Med Phys 13:254, 1986). */
 XT_TEST(scatter_to_primary_ratio_against_published_figures) {

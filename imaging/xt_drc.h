@@ -14,7 +14,7 @@
  * (xt_chain_set_params never rebuilds them on the loop's path). The loop predicts the detector dose at
  * another s as D' = D x (mAs'/mAs) x (kV'/kV)^3 (behind a patient the signal grows ~kV^3..5 at
  * fixed mAs; the low exponent errs on the stable side), asks for a step of 0.6 x ln(target/D),
- * at most ln(drc_max_step) either way (the rate limit), and solves for s' by bisection; s is
+ * at most ln(drc_max_step) either way (the rate limit), and solves for s' in closed form; s is
  * clamped to [0, 7]. With the default rate limit 2 a tenfold change of attenuation settles to
  * within 10 % of the target in 10 frames (tests/test_dose.c holds this). No signal at all (closed
  * shutters) drives the loop to the curve's end, kV at drc_kv_max, without an error. */

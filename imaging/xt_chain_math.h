@@ -198,7 +198,8 @@ typedef char xt_chain_ch_is_max_channels_[XT_CHAIN_MAX_CH == XT_MAX_CHANNELS ? 1
 /* Built on the host from the spectrum, the detector and the channel set (xt_chain.c). */
 typedef struct xt_chain_tables {
   int nbins, nch;
-  int pad_[2]; /* mr's rows 16-byte aligned: two 128-bit shared loads per bin on the GPU */
+  float wa, wb; /* the spectrum's water curve ln(F/P) = wa t + wb t^2, t mm (scatter, issue 11); the two
+                 * words also keep mr's rows 16-byte aligned: two 128-bit shared loads per bin on the GPU */
   float mr[XT_CHAIN_MAX_BINS][XT_CHAIN_MAX_CH]; /* (mu/rho)_c(E_b) x log2(e), cm^2/g; 0 past nch */
   float k1[XT_CHAIN_MAX_BINS]; /* fluence x eta x E: keV absorbed per mm^2 per mAs at 1 m, per bin */
   float k2[XT_CHAIN_MAX_BINS]; /* fluence x eta x E^2: its second moment, keV^2 */

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "xt_chain_internal.h"
+#include "xt_drc.h"
 }
 
 #define XT_STAGE_BLOCK 256 /* threads per block of the per-pixel stages */
@@ -49,6 +50,17 @@ int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
                           float *tmp, float *out, cudaStream_t st, xt_msg *msg);
+/* dose-rate control (issue 11, stage_drc.cu): the loop's state on the device and the next frame's
+ * exposure; the measuring field's code sum; the device-resident step */
+typedef struct xt_drc_dev {
+  xt_drc st;
+  double kv, mas, pulse_ms; /* the next frame's exposure */
+} xt_drc_dev;
+int xt_stage_drc_field_cuda(const uint16_t *raw, int ocols, int orows, unsigned long long *sum, cudaStream_t st,
+                            xt_msg *msg);
+int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chain_tables *slots, xt_chain_tables *live,
+                           unsigned long long *sum, unsigned long long n, const xt_drc_law *law, const xt_drc_meter *m,
+                           int measure, xt_chain_drc_frame *rec, cudaStream_t st, xt_msg *msg);
 /* blur: in -> out (rows then columns, one kernel) */
 int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
 /* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated */

@@ -2,8 +2,9 @@
  *
  *   (a)  the thesis scene (1024^2, SOD 800, SID 1205), the 8-material head (labels), 9 poses: device
  *        time per frame of the mono render alone, the chain to the raw frame, and to raw + processed,
- *        timed with CUDA events over frames queued back to back; and the end-to-end frame (render,
- *        chain, one copy-out, in host memory) timed on the host;
+ *        timed with CUDA events over frames queued back to back (and raw + processed again with the
+ *        detect stage unfused: channel planes, then the whole stage); and the end-to-end frame
+ *        (render, chain, one copy-out, in host memory) timed on the host;
  *   (c)  FD20 full resolution (2480 x 1920), same head and measures;
  *   both also with scatter and the grid on, and then the dose-rate loop closed every frame (issue 11):
  *        attached inside the chain (its device-resident step, frames back to back: device time;
@@ -20,6 +21,7 @@
 
 #include "xt_bench.h"
 #include "xt_chain.h"
+#include "xt_chain_internal.h" /* unfused: the separate detect stage, measured beside the fused path */
 #include "xt_drc.h"
 
 static double now_s(void) {
@@ -72,9 +74,13 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   xt_chain_get_info(c, &info);
   printf("\n%s: %d x %d, %d channels (%s), %d energy bins, %g kV\n", title, g[0].mode.cols, g[0].mode.rows, info.nch,
          info.channels, info.nbins, prm.kv);
-  double ms[3];
+  double ms[3], ms_unf = 0;
   for (int w = 0; w < 3; w++)
     if ((rc = xt_chain_time_device(c, g, 9, 18, frames, w, &ms[w], msg))) goto done;
+  c->unfused = 1;
+  rc = xt_chain_time_device(c, g, 9, 18, frames, 2, &ms_unf, msg);
+  c->unfused = 0;
+  if (rc) goto done;
   /* end to end: xt_chain_frame (render, chain, one copy-out, raw + processed into host memory) */
   int oc, orr;
   xt_chain_out_size(c, &g[0], &oc, &orr);
@@ -139,7 +145,9 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   if (rc) goto done;
   printf("  mono render (device)          %8.4f ms  %8.0f fps\n", ms[0], 1e3 / ms[0]);
   printf("  chain to raw (device)         %8.4f ms  %8.0f fps  %.2fx mono\n", ms[1], 1e3 / ms[1], ms[1] / ms[0]);
-  printf("  chain to raw + processed      %8.4f ms  %8.0f fps  %.2fx mono\n", ms[2], 1e3 / ms[2], ms[2] / ms[0]);
+  printf("  chain to raw + processed      %8.4f ms  %8.0f fps  %.2fx mono  (detect fused: %s)\n", ms[2], 1e3 / ms[2],
+         ms[2] / ms[0], c->fused_frames ? "yes" : "no");
+  printf("  the same, detect unfused      %8.4f ms  %8.0f fps  %.2fx mono\n", ms_unf, 1e3 / ms_unf, ms_unf / ms[0]);
   printf("  end to end, one copy-out      %8.4f ms  %8.0f fps  (synchronous, one frame at a time)\n", e2e, 1e3 / e2e);
   printf("  + scatter and grid (device)   %8.4f ms  %8.0f fps  scatter costs %.4f ms\n", ms_sc, 1e3 / ms_sc, ms_sc - ms[2]);
   printf("  + dose-rate loop on the device %7.4f ms  %8.0f fps  the loop (field reduction + step) costs %.4f ms\n", ms_loop,
@@ -155,6 +163,8 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   add_row(name, ms[2], t_chain);
   snprintf(name, sizeof name, "%s chain/mono", tag);
   add_row(name, ms[2] / ms[0], "<= 2x");
+  snprintf(name, sizeof name, "%s unfused/mono", tag);
+  add_row(name, ms_unf / ms[0], "");
   snprintf(name, sizeof name, "%s end-to-end", tag);
   add_row(name, e2e, "");
   snprintf(name, sizeof name, "%s chain+scatter", tag);

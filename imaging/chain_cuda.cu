@@ -4,7 +4,10 @@
  *   xt_proj_render_device     material channels A            (projectors: cuda_pipeline.cu)
  *   k_scatter_*               A -> coarse scatter field      (stage_scatter.cu; scatter on)
  *   k_detect                  A -> X (quanta), F (flat)      (stage_detect.cu)
- *   k_blur x2                 X -> T -> D                    (stage_blur.cu)
+ *     or, fused (voxel models only, no scatter: queue_detect below):
+ *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
+ *   k_detect<sums>            P -> X, F
+ *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
  *   k_readout                 D, F -> raw, FA; lag state     (stage_readout.cu)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
  *   k_process_log, _out       raw, FA -> Y (state) -> proc   (stage_process.cu)
@@ -26,10 +29,13 @@ typedef struct chain_dev {
   int device;
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
-  float *A, *X, *T, *D, *F, *FA, *lag, *Y, *S;
+  float *A, *X, *D, *F, *FA, *lag, *Y, *S;
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
+  xt_draw_rest *rest; /* the fused path's deferred draws (one slot a render pixel) */
+  unsigned *rest_n;   /* their 2 counters, used alternately */
+  int rest_parity;
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
@@ -51,12 +57,16 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
   }
   cudaFree(d->out);
+  cudaFree(d->rest);
+  cudaFree(d->rest_n);
+  d->rest = NULL;
+  d->rest_n = NULL;
   cudaFreeHost(d->h_out);
   cudaFreeHost(d->h_f);
   d->out = NULL;
@@ -169,12 +179,15 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   if (d->cols == fc->cols && d->rows == fc->rows && d->ocols == fc->ocols && d->orows == fc->orows && d->nch == nch &&
       d->A)
     return 0;
+  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
+  if (np > 0x7fffffffu) /* the stages index pixels in 32 bits */
+    return xt_fail(msg, XT_ERANGE, "chain: render grid %d x %d over 2^31 pixels", fc->cols, fc->rows);
   CK(cudaStreamSynchronize(d->st));
   free_frame_scratch(d);
-  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
-  CK(cudaMalloc((void **)&d->A, np * nch * sizeof(float)));
-  CK(cudaMemsetAsync(d->A, 0, np * nch * sizeof(float), d->st));
-  float **planes[] = {&d->X, &d->T, &d->D, &d->F, &d->S};
+  const size_t na = np * (nch < 2 ? 2 : nch); /* the channel planes, or the fused path's 2 sums */
+  CK(cudaMalloc((void **)&d->A, na * sizeof(float)));
+  CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
+  float **planes[] = {&d->X, &d->D, &d->F, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
@@ -183,6 +196,10 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
+  CK(cudaMalloc((void **)&d->rest, np * sizeof(xt_draw_rest)));
+  CK(cudaMalloc((void **)&d->rest_n, 2 * sizeof(unsigned)));
+  CK(cudaMemsetAsync(d->rest_n, 0, 2 * sizeof(unsigned), d->st));
+  d->rest_parity = 0;
   CK(cudaHostAlloc((void **)&d->h_out, 2 * no * sizeof(uint16_t), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_f, np * sizeof(float), cudaHostAllocDefault));
   d->cols = fc->cols;
@@ -193,6 +210,36 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   c->first = 1;
   c->dsa_valid = 0;
   return 0;
+}
+
+/* Render and detect, queued: -> X, F (and S when non-NULL), with the device tables tab. A scene of
+ * voxel models without scatter takes the fused path when the host knows the tables' bin count
+ * (nbins > 0): the projector integrates the spectrum while the channels are in registers
+ * (xt_proj_render_device_spectral; the same xt_spectral_sum as the detect stage's) and k_detect<sums>
+ * finishes the pixels, so the channel planes never reach memory. Other scenes (other kinds: their
+ * channels add across kinds, the sums do not; scatter, which samples the channel planes; the
+ * attached dose-rate loop, whose next kV and so bin count the device picks) render the planes for
+ * the whole detect stage. */
+static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chain_frame_const *fc,
+                        const xt_chain_tables *tab, int nbins, float *S, xt_msg *msg) {
+  int rc;
+  if (c->cs.n && nbins > 0 && !c->prm.scatter && !c->unfused) { /* tab: device; nbins: its bins, from the host */
+    const xt_chan_spectral sp = {nbins, &tab->mr[0][0], tab->k1, tab->k2}; /* device addresses */
+    rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
+    if (rc == 0) {
+      c->fused_frames++;
+      d->rest_parity ^= fc->noise ? 1 : 0; /* the counter the previous frame's draw zeroed */
+      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, d->F, S, d->rest, d->rest_n, d->rest_parity, d->st, msg);
+    }
+    if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
+  }
+  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
+  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
+    const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
+    fc->sc.field = d->SC + 2 * ncell;
+    if ((rc = xt_stage_scatter_cuda(tab, fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
+  }
+  return xt_stage_detect_cuda(tab, fc, d->A, d->X, d->F, S, d->st, msg);
 }
 
 /* A float plane for tests and diagnostics (not on the frame path). */
@@ -236,14 +283,9 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
     tab = d->live;
     fc.mas = 1.f;
   }
-  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
-  const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
-  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
-    fc.sc.field = d->SC + 2 * ncell;
-    if ((rc = xt_stage_scatter_cuda(tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
-  }
-  if ((rc = xt_stage_detect_cuda(tab, &fc, d->A, d->X, d->F, expected ? d->S : NULL, d->st, msg)) ||
-      (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
+  /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
+  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
+      (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
     return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */

@@ -102,6 +102,9 @@ struct xt_chain {
   uint16_t *raw;
   /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
   void *dev;
+  int unfused; /* 1: channel planes and the whole detect stage even where the projector could fuse the
+                  spectrum integral into its march (tests compare the two; benchmarks measure both) */
+  long fused_frames; /* frames whose detect stage took the fused path (tests) */
 };
 
 /* Fills the frame constants for geometry g and frame number `frame`. */

@@ -2,15 +2,22 @@
  * pixels and crosses to the host once.
  *
  *   xt_proj_render_device     material channels A            (projectors: cuda_pipeline.cu)
+ *   k_scatter_*               A -> coarse scatter field      (stage_scatter.cu; scatter on)
  *   k_detect                  A -> X (quanta), F (flat)      (stage_detect.cu)
- *   k_blur x2                 X -> T -> D                    (stage_blur.cu)
+ *     or, fused (voxel models only, no scatter: queue_detect below):
+ *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
+ *   k_detect<sums>            P -> X, F
+ *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
  *   k_readout                 D, F -> raw, FA; lag state     (stage_readout.cu)
+ *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
  *   k_process_log, _out       raw, FA -> Y (state) -> proc   (stage_process.cu)
- *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory
+ *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
- * copy. Scratch is allocated once per detector size (never per frame); the tables and panel maps
- * are uploaded when they change. */
+ * copy. Scratch is allocated once per detector size (never per frame). The spectral tables live in
+ * XT_TAB_SLOTS device slots beside the host's cache (xt_chain_cache.c), each uploaded when it is
+ * built; a frame reads its slot, or with the attached dose-rate loop the `live` tables the loop's
+ * step wrote for it (the next kV's slot times the next mAs). */
 #include <cuda_runtime.h>
 
 #include <stdlib.h>
@@ -22,28 +29,44 @@ typedef struct chain_dev {
   int device;
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
-  float *A, *X, *T, *D, *F, *FA, *lag, *Y, *S;
+  float *A, *X, *D, *F, *FA, *lag, *Y, *S;
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
+  xt_draw_rest *rest; /* the fused path's deferred draws (one slot a render pixel) */
+  unsigned *rest_n;   /* their 2 counters, used alternately */
+  int rest_parity;
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
-  xt_chain_tables *tab;
+  xt_chain_tables *slots; /* the table cache's device side (XT_TAB_SLOTS) */
+  /* dose-rate control (issue 11): allocated with the chain */
+  xt_chain_tables *live;    /* the attached loop's tables for the next frame */
+  xt_drc_bank *bank;
+  xt_drc_dev *loop;
+  unsigned long long *fsum; /* the measuring field's code sum */
+  xt_chain_drc_frame *rec;  /* the step's record of the frame */
   /* pinned host side of the copy-out */
   uint16_t *h_out;
   float *h_f;
+  xt_chain_drc_frame *h_rec;
+  unsigned long long *h_fsum;
+  xt_drc_dev *h_loop;
 } chain_dev;
 
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->T, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
   }
   cudaFree(d->out);
+  cudaFree(d->rest);
+  cudaFree(d->rest_n);
+  d->rest = NULL;
+  d->rest_n = NULL;
   cudaFreeHost(d->h_out);
   cudaFreeHost(d->h_f);
   d->out = NULL;
@@ -68,16 +91,24 @@ extern "C" void xt_chain_cuda_destroy(xt_chain *c) {
   if (d->st) cudaStreamSynchronize(d->st);
   free_frame_scratch(d);
   free_maps(d);
-  cudaFree(d->tab);
+  cudaFree(d->slots);
+  cudaFree(d->live);
+  cudaFree(d->bank);
+  cudaFree(d->loop);
+  cudaFree(d->fsum);
+  cudaFree(d->rec);
+  cudaFreeHost(d->h_rec);
+  cudaFreeHost(d->h_fsum);
+  cudaFreeHost(d->h_loop);
   if (d->st) cudaStreamDestroy(d->st);
   free(d);
   c->dev = NULL;
 }
 
+/* The panel maps (when they change). */
 extern "C" int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg) {
   chain_dev *d = (chain_dev *)c->dev;
   CK(cudaSetDevice(d->device));
-  CK(cudaMemcpyAsync(d->tab, &c->tab, sizeof c->tab, cudaMemcpyHostToDevice, d->st));
   if (c->maps.gain) {
     const size_t n = (size_t)c->maps.cols * c->maps.rows;
     if (d->maps_cols != c->maps.cols || d->maps_rows != c->maps.rows) {
@@ -93,7 +124,25 @@ extern "C" int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg) {
     CK(cudaMemcpyAsync(d->offset, c->maps.offset, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
     CK(cudaMemcpyAsync(d->defect, c->maps.defect, n, cudaMemcpyHostToDevice, d->st));
   }
-  /* the host's tables and maps may change after this returns */
+  /* the host's maps may change after this returns */
+  CK(cudaStreamSynchronize(d->st));
+  return 0;
+}
+
+/* A table slot just built on the host (a cache miss: at set-up, never on the loop's path). The
+ * copy is ordered after the frames queued before it; the wait keeps the host's slot stable. */
+extern "C" int xt_chain_cuda_upload_slot(xt_chain *c, int slot, xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  CK(cudaSetDevice(d->device));
+  CK(cudaMemcpyAsync(d->slots + slot, &c->tc->tab[slot], sizeof(xt_chain_tables), cudaMemcpyHostToDevice, d->st));
+  CK(cudaStreamSynchronize(d->st));
+  return 0;
+}
+
+extern "C" int xt_chain_cuda_upload_bank(xt_chain *c, xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  CK(cudaSetDevice(d->device));
+  CK(cudaMemcpyAsync(d->bank, &c->tc->bank, sizeof(xt_drc_bank), cudaMemcpyHostToDevice, d->st));
   CK(cudaStreamSynchronize(d->st));
   return 0;
 }
@@ -104,8 +153,19 @@ extern "C" int xt_chain_cuda_create(xt_chain *c, xt_msg *msg) {
   c->dev = d;
   CK(cudaGetDevice(&d->device));
   CK(cudaStreamCreateWithFlags(&d->st, cudaStreamNonBlocking));
-  CK(cudaMalloc((void **)&d->tab, sizeof(xt_chain_tables)));
-  return xt_chain_cuda_upload(c, msg);
+  CK(cudaMalloc((void **)&d->slots, XT_TAB_SLOTS * sizeof(xt_chain_tables)));
+  CK(cudaMalloc((void **)&d->live, sizeof(xt_chain_tables)));
+  CK(cudaMalloc((void **)&d->bank, sizeof(xt_drc_bank)));
+  CK(cudaMalloc((void **)&d->loop, sizeof(xt_drc_dev)));
+  CK(cudaMalloc((void **)&d->fsum, sizeof(unsigned long long)));
+  CK(cudaMalloc((void **)&d->rec, sizeof(xt_chain_drc_frame)));
+  CK(cudaMemset(d->bank, 0, sizeof(xt_drc_bank)));
+  CK(cudaMemset(d->fsum, 0, sizeof(unsigned long long)));
+  CK(cudaMemset(d->rec, 0, sizeof(xt_chain_drc_frame)));
+  CK(cudaHostAlloc((void **)&d->h_rec, sizeof(xt_chain_drc_frame), cudaHostAllocDefault));
+  CK(cudaHostAlloc((void **)&d->h_fsum, sizeof(unsigned long long), cudaHostAllocDefault));
+  CK(cudaHostAlloc((void **)&d->h_loop, sizeof(xt_drc_dev), cudaHostAllocDefault));
+  return 0;
 }
 
 extern "C" void xt_chain_cuda_reset(xt_chain *c) {
@@ -119,12 +179,15 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   if (d->cols == fc->cols && d->rows == fc->rows && d->ocols == fc->ocols && d->orows == fc->orows && d->nch == nch &&
       d->A)
     return 0;
+  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
+  if (np > 0x7fffffffu) /* the stages index pixels in 32 bits */
+    return xt_fail(msg, XT_ERANGE, "chain: render grid %d x %d over 2^31 pixels", fc->cols, fc->rows);
   CK(cudaStreamSynchronize(d->st));
   free_frame_scratch(d);
-  const size_t np = (size_t)fc->cols * fc->rows, no = (size_t)fc->ocols * fc->orows;
-  CK(cudaMalloc((void **)&d->A, np * nch * sizeof(float)));
-  CK(cudaMemsetAsync(d->A, 0, np * nch * sizeof(float), d->st));
-  float **planes[] = {&d->X, &d->T, &d->D, &d->F, &d->S};
+  const size_t na = np * (nch < 2 ? 2 : nch); /* the channel planes, or the fused path's 2 sums */
+  CK(cudaMalloc((void **)&d->A, na * sizeof(float)));
+  CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
+  float **planes[] = {&d->X, &d->D, &d->F, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
@@ -133,6 +196,10 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
+  CK(cudaMalloc((void **)&d->rest, np * sizeof(xt_draw_rest)));
+  CK(cudaMalloc((void **)&d->rest_n, 2 * sizeof(unsigned)));
+  CK(cudaMemsetAsync(d->rest_n, 0, 2 * sizeof(unsigned), d->st));
+  d->rest_parity = 0;
   CK(cudaHostAlloc((void **)&d->h_out, 2 * no * sizeof(uint16_t), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_f, np * sizeof(float), cudaHostAllocDefault));
   d->cols = fc->cols;
@@ -145,6 +212,36 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   return 0;
 }
 
+/* Render and detect, queued: -> X, F (and S when non-NULL), with the device tables tab. A scene of
+ * voxel models without scatter takes the fused path when the host knows the tables' bin count
+ * (nbins > 0): the projector integrates the spectrum while the channels are in registers
+ * (xt_proj_render_device_spectral; the same xt_spectral_sum as the detect stage's) and k_detect<sums>
+ * finishes the pixels, so the channel planes never reach memory. Other scenes (other kinds: their
+ * channels add across kinds, the sums do not; scatter, which samples the channel planes; the
+ * attached dose-rate loop, whose next kV and so bin count the device picks) render the planes for
+ * the whole detect stage. */
+static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chain_frame_const *fc,
+                        const xt_chain_tables *tab, int nbins, float *S, xt_msg *msg) {
+  int rc;
+  if (c->cs.n && nbins > 0 && !c->prm.scatter && !c->unfused) { /* tab: device; nbins: its bins, from the host */
+    const xt_chan_spectral sp = {nbins, &tab->mr[0][0], tab->k1, tab->k2}; /* device addresses */
+    rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
+    if (rc == 0) {
+      c->fused_frames++;
+      d->rest_parity ^= fc->noise ? 1 : 0; /* the counter the previous frame's draw zeroed */
+      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, d->F, S, d->rest, d->rest_n, d->rest_parity, d->st, msg);
+    }
+    if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
+  }
+  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
+  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
+    const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
+    fc->sc.field = d->SC + 2 * ncell;
+    if ((rc = xt_stage_scatter_cuda(tab, fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
+  }
+  return xt_stage_detect_cuda(tab, fc, d->A, d->X, d->F, S, d->st, msg);
+}
+
 /* A float plane for tests and diagnostics (not on the frame path). */
 static int copy_plane(chain_dev *d, const float *src, float *dst, size_t n, xt_msg *msg) {
   CK(cudaMemcpyAsync(d->h_f, src, n * sizeof(float), cudaMemcpyDeviceToHost, d->st));
@@ -153,81 +250,133 @@ static int copy_plane(chain_dev *d, const float *src, float *dst, size_t n, xt_m
   return 0;
 }
 
-extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out,
-                                   xt_msg *msg) {
-  chain_dev *d = (chain_dev *)c->dev;
+/* The attached loop restarts: its state from the parameters (xt_drc_reset, on the host as the CPU
+ * twin does), then a step without a measurement writes the first frame's tables and exposure. */
+static int loop_restart(xt_chain *c, chain_dev *d, xt_msg *msg) {
+  xt_drc_dev *h = d->h_loop;
+  memset(h, 0, sizeof *h);
+  CK(cudaStreamSynchronize(d->st)); /* the pinned staging may still be read by an earlier restart */
+  xt_drc_reset(&h->st, &c->prm);
+  CK(cudaMemcpyAsync(d->loop, h, sizeof *h, cudaMemcpyHostToDevice, d->st));
+  CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
+  const xt_drc_law law = xt_drc_law_of(&c->prm);
+  const xt_drc_meter m = {0, 0, 0, 0, 0};
+  c->drc_fresh = 0;
+  return xt_stage_drc_step_cuda(d->loop, d->bank, d->slots, d->live, d->fsum, 0, &law, &m, 0, d->rec, d->st, msg);
+}
+
+/* Queues one frame on the stream: render, scatter, detect, blur, readout, the loop's measurement
+ * and step, process when proc. Outputs stay on the device (raw at d->out, proc after it). */
+static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t frame, int proc, int expected,
+                       xt_msg *msg) {
   xt_chain_frame_const fc;
   int rc;
-  CK(cudaSetDevice(d->device));
   xt_chain_frame_const_make(c, g, frame, &fc);
   if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
   fc.pc.first = c->first;
-  const size_t np = (size_t)fc.cols * fc.rows, no = (size_t)fc.ocols * fc.orows;
-  uint16_t *raw = d->out, *proc = d->out + no;
-  if (c->cs.n && (rc = xt_proj_render_device(c->proj, g, 1, d->A, d->st, msg))) return rc;
-  const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
-  if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
-    fc.sc.field = d->SC + 2 * ncell;
-    if ((rc = xt_stage_scatter_cuda(d->tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
+  const size_t no = (size_t)fc.ocols * fc.orows;
+  uint16_t *raw = d->out;
+  const int loop = c->drc_attached && c->prm.drc;
+  const xt_chain_tables *tab = d->slots + c->slot;
+  if (loop) { /* the tables and mAs the loop's last step wrote */
+    if (c->drc_fresh && (rc = loop_restart(c, d, msg))) return rc;
+    tab = d->live;
+    fc.mas = 1.f;
   }
-  if ((rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, out->expected ? d->S : NULL, d->st, msg)) ||
-      (rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg)) ||
+  /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
+  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
+      (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
     return rc;
+  if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
+    if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
+    if ((rc = xt_stage_drc_field_cuda(raw, fc.ocols, fc.orows, d->fsum, d->st, msg))) return rc;
+    if (loop) {
+      int c0, c1, r0, r1;
+      xt_drc_field_box(fc.ocols, fc.orows, &c0, &c1, &r0, &r1);
+      const xt_drc_law law = xt_drc_law_of(&c->prm);
+      const xt_drc_meter m = xt_drc_meter_of(&c->prm, g->mode.pitch_u_mm * g->mode.pitch_v_mm);
+      rc = xt_stage_drc_step_cuda(d->loop, d->bank, d->slots, d->live, d->fsum,
+                                  (unsigned long long)(c1 - c0) * (unsigned long long)(r1 - r0), &law, &m, 1, d->rec,
+                                  d->st, msg);
+      if (rc) return rc;
+    }
+  }
   fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
-  if (out->proc &&
-      (rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, raw, d->FA, d->Y, proc, d->st, msg)))
+  if (proc && (rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, raw, d->FA, d->Y, d->out + no, d->st, msg)))
     return rc;
-  if (out->proc && c->prm.dsa && !c->dsa_valid) {
+  if (proc && c->prm.dsa && !c->dsa_valid) {
     CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
     c->dsa_valid = 1;
   }
-  /* the one crossing: raw, or raw and proc together (contiguous) */
+  return 0;
+}
+
+extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out,
+                                   xt_msg *msg) {
+  chain_dev *d = (chain_dev *)c->dev;
+  int rc;
+  CK(cudaSetDevice(d->device));
+  if ((rc = queue_frame(c, d, g, frame, out->proc != NULL, out->expected != NULL, msg))) return rc;
+  const size_t np = (size_t)d->cols * d->rows, no = (size_t)d->ocols * d->orows;
+  const int loop = c->drc_attached && c->prm.drc;
+  /* the one crossing: raw, or raw and proc together (contiguous), and the loop's few bytes */
   if (out->raw || out->proc) {
     const size_t off = out->raw ? 0 : no, n = (out->raw ? no : 0) + (out->proc ? no : 0);
     CK(cudaMemcpyAsync(d->h_out + off, d->out + off, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, d->st));
   }
+  if (loop) CK(cudaMemcpyAsync(d->h_rec, d->rec, sizeof *d->h_rec, cudaMemcpyDeviceToHost, d->st));
+  else if (c->prm.drc) CK(cudaMemcpyAsync(d->h_fsum, d->fsum, sizeof *d->h_fsum, cudaMemcpyDeviceToHost, d->st));
   CK(cudaStreamSynchronize(d->st));
   if (out->raw) memcpy(out->raw, d->h_out, no * sizeof(uint16_t));
   if (out->proc) memcpy(out->proc, d->h_out + no, no * sizeof(uint16_t));
+  if (loop) {
+    c->rec = *d->h_rec;
+    c->drc = c->rec.drc;
+  } else if (c->prm.drc) {
+    int c0, c1, r0, r1;
+    xt_drc_field_box(d->ocols, d->orows, &c0, &c1, &r0, &r1);
+    memset(&c->rec, 0, sizeof c->rec);
+    c->rec.kv = c->prm.kv;
+    c->rec.mas = c->prm.mas;
+    c->rec.pulse_ms = c->prm.pulse_ms;
+    c->rec.field_sum = *d->h_fsum;
+    c->rec.field_n = (uint64_t)(c1 - c0) * (uint64_t)(r1 - r0);
+  }
   if (out->expected && (rc = copy_plane(d, d->S, out->expected, np, msg))) return rc;
   if (out->signal && (rc = copy_plane(d, d->D, out->signal, np, msg))) return rc;
   return 0;
 }
 
-/* Benchmark: frames queued back to back on the stream, timed with events; no copy-out. */
+/* Benchmark: frames queued back to back on the stream, timed with events; no copy-out. With the
+ * attached loop (what 3) every frame is measured and steps the loop on the device before the next
+ * is exposed: the loop is closed each frame, with no host round trip. */
 extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what, double *ms,
                                   xt_msg *msg) {
   chain_dev *d = (chain_dev *)c->dev;
-  xt_chain_frame_const fc;
-  int rc;
+  int rc = 0;
   cudaEvent_t e0 = NULL, e1 = NULL;
   CK(cudaSetDevice(d->device));
-  xt_chain_frame_const_make(c, &g[0], 0, &fc);
-  if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
+  const int attached = c->drc_attached, drc = c->prm.drc;
+  if (what != 3) { /* the chain alone: no loop, no measurement */
+    c->drc_attached = 0;
+    c->prm.drc = 0;
+  }
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   for (int i = 0; i < warmup + reps && !rc; i++) {
     if (i == warmup) rc = cudaEventRecord(e0, d->st) == cudaSuccess ? 0 : XT_EDEVICE;
     const xt_geometry *gi = &g[i % n];
-    xt_chain_frame_const_make(c, gi, (uint64_t)i, &fc);
-    const size_t no = (size_t)fc.ocols * fc.orows;
     if (what == 0) {
-      rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
+      xt_chain_frame_const fc;
+      xt_chain_frame_const_make(c, gi, (uint64_t)i, &fc);
+      if (!(rc = ensure_scratch(c, d, &fc, msg))) rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
       continue;
     }
-    if (c->cs.n) rc = xt_proj_render_device(c->proj, gi, 1, d->A, d->st, msg);
-    if (!rc && c->prm.scatter) { /* scatter (issue 11) */
-      const size_t ncell = XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID;
-      fc.sc.field = d->SC + 2 * ncell;
-      rc = xt_stage_scatter_cuda(d->tab, &fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg);
-    }
-    if (!rc) rc = xt_stage_detect_cuda(d->tab, &fc, d->A, d->X, d->F, NULL, d->st, msg);
-    if (!rc) rc = xt_stage_blur_cuda(&fc, d->X, d->T, d->D, d->st, msg);
-    if (!rc) rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, d->out, d->FA, d->st, msg);
-    if (!rc && what == 2)
-      rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, d->out, d->FA, d->Y, d->out + no, d->st, msg);
+    if (!rc) rc = queue_frame(c, d, gi, (uint64_t)i, what >= 2, 0, msg);
   }
+  c->drc_attached = attached;
+  c->prm.drc = drc;
   float t = 0;
   if (!rc && (cudaEventRecord(e1, d->st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
               cudaEventElapsedTime(&t, e0, e1) != cudaSuccess))

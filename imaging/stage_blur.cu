@@ -1,37 +1,57 @@
 /* Stage "blur" on the GPU (twin of stage_blur_cpu.c): the separable Gaussian PSF, a rows pass and a
- * columns pass, edges replicated, the same weights and summation order as the CPU. */
+ * columns pass, edges replicated, the same weights and summation order as the CPU. Both passes in
+ * one kernel: a block stages its tile of the input with the halo in shared memory, runs the rows
+ * pass over the tile's rows and the halo rows into shared memory and the columns pass from there,
+ * so the intermediate plane never reaches memory (the halo rows' rows pass is done twice, by the
+ * two blocks that share them: a few FMAs). Each output is the same sums in the same order as the
+ * two separate passes. */
 #include "xt_stage_cuda.h"
 
-/* Thread mapping: one thread per pixel (linear index). In: in. Out: out = in (*) w along columns u
- * (AXIS 0, within a row) or along rows v (AXIS 1, within a column). */
-template <int AXIS>
-__global__ void __launch_bounds__(XT_STAGE_BLOCK) k_blur(const __grid_constant__ xt_blur_kernel k, int cols, int rows,
-                                                         const float *in, float *out) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (size_t)cols * rows) return;
-  const int r = (int)(i / cols), c = (int)(i % cols);
-  float s = 0.f;
-  for (int j = -k.r; j <= k.r; j++) {
-    if (AXIS == 0) {
-      int x = c + j;
-      x = x < 0 ? 0 : (x >= cols ? cols - 1 : x);
-      s += k.w[j + k.r] * __ldg(in + (size_t)r * cols + x);
-    } else {
-      int y = r + j;
-      y = y < 0 ? 0 : (y >= rows ? rows - 1 : y);
-      s += k.w[j + k.r] * __ldg(in + (size_t)y * cols + c);
-    }
+#define BLUR_TW 32 /* a block's output tile, columns x rows (its threads) */
+#define BLUR_TH 8
+#define BLUR_IW (BLUR_TW + 2 * XT_BLUR_MAX_R)
+#define BLUR_IH (BLUR_TH + 2 * XT_BLUR_MAX_R)
+
+/* Thread mapping: a block is a BLUR_TW x BLUR_TH output tile (blockIdx.x, .y), thread (x, y) its
+ * pixel. In: in, the kernels bu (along columns u, within a row) and bv (along rows v). Out: out. */
+__global__ void __launch_bounds__(BLUR_TW *BLUR_TH)
+    k_blur(const __grid_constant__ xt_blur_kernel bu, const __grid_constant__ xt_blur_kernel bv, int cols, int rows,
+           const float *in, float *out) {
+  __shared__ float s_in[BLUR_IH][BLUR_IW]; /* input rows clamp(r0 - rv + ly), columns clamp(c0 - ru + lx) */
+  __shared__ float s_t[BLUR_IH][BLUR_TW];  /* the rows pass of those rows at the tile's columns */
+  const int ru = bu.r, rv = bv.r, iw = BLUR_TW + 2 * ru, ih = BLUR_TH + 2 * rv;
+  const int c0 = blockIdx.x * BLUR_TW, r0 = blockIdx.y * BLUR_TH;
+  const int tid = threadIdx.y * BLUR_TW + threadIdx.x;
+  for (int k = tid; k < ih * iw; k += BLUR_TW * BLUR_TH) {
+    const int ly = k / iw, lx = k - ly * iw;
+    int y = r0 - rv + ly, x = c0 - ru + lx;
+    y = y < 0 ? 0 : (y >= rows ? rows - 1 : y);
+    x = x < 0 ? 0 : (x >= cols ? cols - 1 : x);
+    s_in[ly][lx] = __ldg(in + (size_t)y * cols + x);
   }
-  out[i] = s;
+  __syncthreads();
+  for (int k = tid; k < ih * BLUR_TW; k += BLUR_TW * BLUR_TH) {
+    const int ly = k / BLUR_TW, lx = k - ly * BLUR_TW;
+    float s = 0.f;
+    for (int j = -ru; j <= ru; j++)
+      s += bu.w[j + ru] * s_in[ly][lx + ru + j];
+    s_t[ly][lx] = s;
+  }
+  __syncthreads();
+  const int c = c0 + threadIdx.x, r = r0 + threadIdx.y;
+  if (c >= cols || r >= rows)
+    return;
+  float s = 0.f;
+  for (int j = -rv; j <= rv; j++)
+    s += bv.w[j + rv] * s_t[threadIdx.y + rv + j][threadIdx.x];
+  out[(size_t)r * cols + c] = s;
 }
 
-int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *tmp, float *out, cudaStream_t st,
-                       xt_msg *msg) {
-  const size_t n = (size_t)fc->cols * fc->rows;
-  const unsigned blocks = (unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK);
-  k_blur<0><<<blocks, XT_STAGE_BLOCK, 0, st>>>(fc->bu, fc->cols, fc->rows, in, tmp);
-  XT_SCK(cudaGetLastError());
-  k_blur<1><<<blocks, XT_STAGE_BLOCK, 0, st>>>(fc->bv, fc->cols, fc->rows, tmp, out);
+int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg) {
+  if (fc->bu.r > XT_BLUR_MAX_R || fc->bv.r > XT_BLUR_MAX_R || fc->bu.r < 0 || fc->bv.r < 0)
+    return xt_fail(msg, XT_EINTERNAL, "chain: blur radius %d, %d", fc->bu.r, fc->bv.r);
+  const dim3 grid((unsigned)((fc->cols + BLUR_TW - 1) / BLUR_TW), (unsigned)((fc->rows + BLUR_TH - 1) / BLUR_TH));
+  k_blur<<<grid, dim3(BLUR_TW, BLUR_TH), 0, st>>>(fc->bu, fc->bv, fc->cols, fc->rows, in, out);
   XT_SCK(cudaGetLastError());
   return 0;
 }

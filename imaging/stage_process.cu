@@ -15,9 +15,10 @@ static __device__ __forceinline__ float atten(const xt_chain_frame_const &fc, co
 __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_process_log(const __grid_constant__ xt_chain_frame_const fc, const float *gain,
                                                                 const float *offset, const unsigned char *defect,
                                                                 const uint16_t *raw, const float *FA, float *Y) {
-  const size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= (size_t)fc.ocols * fc.orows) return;
-  const int r = (int)(o / fc.ocols), c = (int)(o % fc.ocols);
+  const unsigned o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= (unsigned)fc.ocols * (unsigned)fc.orows) return;
+  int r, c;
+  xt_stage_rc(o, fc.ocols, &r, &c);
   float L = atten(fc, gain, offset, defect, raw, FA, r, c);
   if (L != L) {
     const int nr[4] = {r, r, r - 1, r + 1}, nc[4] = {c - 1, c + 1, c, c};
@@ -40,9 +41,10 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_process_log(const __grid_con
 /* Thread mapping: one thread per output pixel. In: Y. Out: proc. */
 __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_process_out(const __grid_constant__ xt_chain_frame_const fc, const float *Y,
                                                                 uint16_t *proc) {
-  const size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= (size_t)fc.ocols * fc.orows) return;
-  const int r = (int)(o / fc.ocols), c = (int)(o % fc.ocols);
+  const unsigned o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= (unsigned)fc.ocols * (unsigned)fc.orows) return;
+  int r, c;
+  xt_stage_rc(o, fc.ocols, &r, &c);
   const float *M = fc.pc.dsa_mask; /* DSA: the log image minus the mask's (issue 11) */
   float s = 0.f;
   for (int dy = -1; dy <= 1; dy++)

@@ -8,10 +8,12 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
                                                             const float *offset, const unsigned char *defect,
                                                             const float *D, const float *F, float *lag, uint16_t *raw,
                                                             float *FA) {
-  const size_t oplane = (size_t)fc.ocols * fc.orows;
-  const size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned oplane = (unsigned)fc.ocols * (unsigned)fc.orows;
+  const unsigned o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= oplane) return;
-  const int r = (int)(o / fc.ocols), c = (int)(o % fc.ocols), b = fc.ro.bin;
+  int r, c;
+  xt_stage_rc(o, fc.ocols, &r, &c);
+  const int b = fc.ro.bin;
   float x = 0.f, f = 0.f;
   for (int dy = 0; dy < b; dy++)
     for (int dx = 0; dx < b; dx++) {
@@ -21,12 +23,12 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
     }
   float l[XT_LAG_TERMS];
 #pragma unroll
-  for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = lag[oplane * k + o];
+  for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = lag[(size_t)oplane * k + o];
   xt_rng g;
   xt_rng_init(&g, fc.seed, fc.frame, (uint32_t)o, XT_RNG_READ);
   raw[o] = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gain[o], offset[o], defect[o], &g);
 #pragma unroll
-  for (int k = 0; k < XT_LAG_TERMS; k++) lag[oplane * k + o] = l[k];
+  for (int k = 0; k < XT_LAG_TERMS; k++) lag[(size_t)oplane * k + o] = l[k];
   FA[o] = f * fc.ro.adu_per_kev;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "xt_chain_internal.h"
+#include "xt_drc.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Set-up                                                                                     */
@@ -67,49 +68,6 @@ int xt_panel_maps_make(const xt_chain_params *p, int cols, int rows, xt_panel_ma
   n.rows = rows;
   xt_panel_maps_free(m);
   *m = n;
-  return 0;
-}
-
-/* Spectrum, CsI absorption and the channels' mass attenuation, per energy bin. */
-static int build_tables(const xt_chain_params *p, const xt_chanset *cs, xt_chain_tables *t, xt_chain_info *info,
-                        xt_msg *msg) {
-  xt_tube tube = {p->kv, p->anode_deg, p->inherent_al_mm, p->filter_al_mm, p->filter_cu_mm};
-  xt_spectrum full, s;
-  int rc;
-  if ((rc = xt_spectrum_tube(&tube, &full, msg))) return rc;
-  if ((rc = xt_spectrum_rebin(&full, p->energy_bins > 0 ? p->energy_bins : full.n, &s, msg))) return rc;
-  memset(t, 0, sizeof *t);
-  memset(info, 0, sizeof *info);
-  t->nbins = s.n;
-  t->nch = cs->n;
-  const double rho_csi = xt_basis_density(XT_BASIS_CSI) * p->csi_fill;
-  double n_in = 0, n_abs = 0;
-  for (int b = 0; b < s.n; b++) {
-    const double e = s.e_kev[b];
-    double mr_csi = 0, mr[XT_MAX_CHANNELS];
-    if ((rc = xt_basis_mass_atten(XT_BASIS_CSI, e, &mr_csi, msg)) || (rc = xt_chanset_mass_atten(cs, e, mr, msg)))
-      return rc;
-    /* absorption efficiency of the CsI layer: the fraction of quanta that interact in it; an
-     * interacting quantum is taken to deposit all its energy (K-fluorescence escape neglected) */
-    const double eta = 1.0 - exp(-mr_csi * rho_csi * p->csi_mm * 0.1);
-    for (int c = 0; c < XT_MAX_CHANNELS; c++) t->mr[b][c] = (float)(mr[c] * 1.4426950408889634); /* log2(e) */
-    t->k1[b] = (float)(s.fluence[b] * eta * e);
-    t->k2[b] = (float)(s.fluence[b] * eta * e * e);
-    t->flat1 += t->k1[b];
-    t->flat2 += t->k2[b];
-    n_in += s.fluence[b];
-    n_abs += s.fluence[b] * eta;
-  }
-  info->mean_energy_kev = xt_spectrum_mean_energy(&full);
-  if ((rc = xt_spectrum_hvl(&full, XT_BASIS_ALUMINIUM, &info->hvl_mm_al, msg)) ||
-      (rc = xt_spectrum_air_kerma(&full, 1000.0, &info->kerma_ugy_per_mas, msg)))
-    return rc;
-  info->absorbed_fraction = n_in > 0 ? n_abs / n_in : 0;
-  info->flat_kev_per_mm2_ugy = info->kerma_ugy_per_mas > 0 ? t->flat1 / info->kerma_ugy_per_mas : 0;
-  if ((rc = xt_scatter_water_fit(t, &info->water_fit_a, &info->water_fit_b, msg))) return rc;
-  info->nbins = s.n;
-  info->nch = cs->n;
-  xt_chanset_names(cs, info->channels, sizeof info->channels);
   return 0;
 }
 
@@ -188,7 +146,42 @@ void xt_chain_destroy(xt_chain *c) {
 #endif
   free_scratch(c);
   xt_panel_maps_free(&c->maps);
+  free(c->tc);
   free(c);
+}
+
+/* The cache slot of the parameters' own tables (a hit but for the first frame after a change: the
+ * loop's kVs may have moved the LRU). */
+static int own_tables(xt_chain *c, xt_msg *msg) {
+  int slot, rc = xt__tab_cache_get(c, &c->prm, c->prm.kv, &slot, msg);
+  if (rc) return rc;
+  c->slot = slot;
+  c->tab = &c->tc->tab[slot];
+  c->info = c->tc->info[slot];
+  return 0;
+}
+
+/* With the loop on, every whole kV of its curve in the cache (built at set-up, not per frame). */
+static int loop_bank(xt_chain *c, xt_msg *msg) {
+  const xt_chain_params *p = &c->prm;
+  if (!p->drc || !c->tc->enabled) return 0;
+  const xt_drc_bank *b = &c->tc->bank;
+  int valid = b->n == (int)floor(p->drc_kv_max) - XT_DRC_BANK_KV0 + 1;
+  for (int i = 0; valid && i < b->n; i++) {
+    const xt_tab_key *k = &c->tc->key[b->slot[i]];
+    valid = c->tc->used[b->slot[i]] && k->v[0] == XT_DRC_BANK_KV0 + i && k->v[1] == p->anode_deg &&
+            k->v[2] == p->inherent_al_mm && k->v[3] == p->filter_al_mm && k->v[4] == p->filter_cu_mm &&
+            k->v[5] == p->csi_mm && k->v[6] == p->csi_fill && k->v[7] == p->energy_bins;
+  }
+  if (valid) { /* kept the most recently used: a miss elsewhere evicts another slot (66 < 96) */
+    for (int i = 0; i < b->n; i++) c->tc->stamp[b->slot[i]] = ++c->tc->clock;
+    return 0;
+  }
+  int rc = xt__tab_cache_bank(c, p, msg);
+#ifdef XT_HAVE_CUDA
+  if (!rc && c->dev) rc = xt_chain_cuda_upload_bank(c, msg);
+#endif
+  return rc;
 }
 
 int xt_chain_create(const xt_chain_params *p, xt_proj *proj, xt_chain **out, xt_msg *msg) {
@@ -201,10 +194,11 @@ int xt_chain_create(const xt_chain_params *p, xt_proj *proj, xt_chain **out, xt_
   c->backend = xt_proj_backend(proj);
   c->threads = default_threads();
   c->first = 1;
-  if ((rc = xt_proj_channels(proj, &c->cs, msg)) || (rc = build_tables(p, &c->cs, &c->tab, &c->info, msg))) goto fail;
+  if ((rc = xt_proj_channels(proj, &c->cs, msg)) || (rc = xt__tab_cache_init(&c->tc, msg))) goto fail;
 #ifdef XT_HAVE_CUDA
   if (c->backend == XT_BACKEND_CUDA && (rc = xt_chain_cuda_create(c, msg))) goto fail;
 #endif
+  if ((rc = loop_bank(c, msg)) || (rc = own_tables(c, msg))) goto fail;
   *out = c;
   return 0;
 fail:
@@ -212,24 +206,42 @@ fail:
   return rc;
 }
 
+/* Tables are looked up in the cache (xt_chain_cache.c): a change of mAs, mA or pulse width, or of
+ * kV to one seen before, builds and uploads nothing. */
 int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
-  xt_chain_tables t;
-  xt_chain_info info;
   int rc = xt_chain_params_validate(p, msg);
-  if (rc || (rc = build_tables(p, &c->cs, &t, &info, msg))) return rc;
+  if (rc) return rc;
   const int maps_changed = p->panel_seed != c->prm.panel_seed || p->gain_fpn != c->prm.gain_fpn ||
                            p->offset_adu != c->prm.offset_adu || p->offset_fpn_adu != c->prm.offset_fpn_adu ||
                            p->defect_fraction != c->prm.defect_fraction || p->defect_lines != c->prm.defect_lines;
-  if (p->dsa && !c->prm.dsa) c->dsa_valid = 0; /* switched on: the next frame is the mask */
+  const int loop_changed = p->drc != c->prm.drc || p->drc_target_ngy != c->prm.drc_target_ngy ||
+                           p->drc_kv_max != c->prm.drc_kv_max || p->drc_max_step != c->prm.drc_max_step;
+  const xt_chain_params old = c->prm;
   c->prm = *p;
-  c->tab = t;
-  c->info = info;
+  if ((rc = loop_bank(c, msg)) || (rc = own_tables(c, msg))) {
+    c->prm = old; /* the old tables are still cached or rebuilt on the next frame */
+    return rc;
+  }
+  if (p->dsa && !old.dsa) c->dsa_valid = 0; /* switched on: the next frame is the mask */
+  if (loop_changed) c->drc_fresh = 1;
   if (maps_changed) xt_panel_maps_free(&c->maps); /* remade for the next frame */
-#ifdef XT_HAVE_CUDA
-  if (c->dev && (rc = xt_chain_cuda_upload(c, msg))) return rc;
-#endif
   return 0;
 }
+
+int xt_chain_drc_attach(xt_chain *c, int on, xt_msg *msg) {
+  c->drc_attached = on != 0;
+  c->drc_fresh = 1;
+  memset(&c->rec, 0, sizeof c->rec);
+  return loop_bank(c, msg);
+}
+
+/* The record the device's step writes and one copy brings back with the frame (chain_cuda.cu): host
+ * and device compile the same header, so one layout; its size is the "80-byte record" the docs name. */
+_Static_assert(sizeof(xt_chain_drc_frame) == 80, "xt_chain_drc_frame: 3 doubles, 2 u64, xt_drc (40 bytes)");
+
+void xt_chain_drc_last(const xt_chain *c, xt_chain_drc_frame *r) { *r = c->rec; }
+
+unsigned long long xt_chain_table_builds(const xt_chain *c) { return (unsigned long long)c->tc->builds; }
 
 const xt_chain_params *xt_chain_get_params(const xt_chain *c) { return &c->prm; }
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info) { *info = c->info; }
@@ -240,6 +252,7 @@ void xt_chain_dsa_remask(xt_chain *c) { c->dsa_valid = 0; }
 void xt_chain_reset(xt_chain *c) {
   c->first = 1;
   c->dsa_valid = 0;
+  c->drc_fresh = 1;
   if (c->lag) memset(c->lag, 0, sizeof *c->lag * (size_t)XT_LAG_TERMS * c->ocols * c->orows);
 #ifdef XT_HAVE_CUDA
   if (c->dev) xt_chain_cuda_reset(c);
@@ -257,6 +270,7 @@ void xt_chain_out_size(const xt_chain *c, const xt_geometry *g, int *cols, int *
 
 typedef struct band_job {
   xt_chain *c;
+  const xt_chain_tables *tab; /* the frame's (the loop's kV, or the parameters') */
   const xt_chain_frame_const *fc;
   const xt_chain_out *out;
   int stage, rows, nthreads, index;
@@ -270,7 +284,7 @@ static void *band_worker(void *arg) {
   const xt_chain_frame_const *fc = j->fc;
   const int r0 = (int)((long)j->rows * j->index / j->nthreads), r1 = (int)((long)j->rows * (j->index + 1) / j->nthreads);
   switch (j->stage) {
-  case ST_DETECT: xt_stage_detect_cpu(&c->tab, fc, c->A, r0, r1, c->X, c->F, j->out->expected); break;
+  case ST_DETECT: xt_stage_detect_cpu(j->tab, fc, c->A, r0, r1, c->X, c->F, j->out->expected); break;
   case ST_BLUR_ROWS: xt_stage_blur_rows_cpu(&fc->bu, fc->cols, fc->rows, c->X, r0, r1, c->T); break;
   case ST_BLUR_COLS: xt_stage_blur_cols_cpu(&fc->bv, fc->cols, fc->rows, c->T, r0, r1, c->D); break;
   case ST_READOUT: xt_stage_readout_cpu(fc, &c->maps, c->D, c->F, r0, r1, c->lag, c->raw, c->FA); break;
@@ -281,13 +295,14 @@ static void *band_worker(void *arg) {
 }
 
 /* Runs one stage over `rows` rows on the chain's threads (fewer when they cannot start). */
-static void run_stage(xt_chain *c, const xt_chain_frame_const *fc, const xt_chain_out *out, int stage, int rows) {
+static void run_stage(xt_chain *c, const xt_chain_tables *tab, const xt_chain_frame_const *fc, const xt_chain_out *out,
+                      int stage, int rows) {
   int n = c->threads < rows ? c->threads : rows;
   if (n < 1) n = 1;
   band_job jobs[64];
   pthread_t tid[64];
   int started[64] = {0};
-  for (int i = 0; i < n; i++) jobs[i] = (band_job){c, fc, out, stage, rows, n, i};
+  for (int i = 0; i < n; i++) jobs[i] = (band_job){c, tab, fc, out, stage, rows, n, i};
   for (int i = 1; i < n; i++) started[i] = pthread_create(&tid[i], NULL, band_worker, &jobs[i]) == 0;
   band_worker(&jobs[0]);
   for (int i = 1; i < n; i++) {
@@ -324,12 +339,22 @@ static int cpu_scratch(xt_chain *c, const xt_chain_frame_const *fc, xt_msg *msg)
   return 0;
 }
 
+/* The loop's exposure of the next frame (attached loop, `drc` on): kV, pulse width and mAs. */
+static void loop_exposure(xt_chain *c, double *kv, double *pulse_ms, double *mas) {
+  if (c->drc_fresh) {
+    xt_drc_reset(&c->drc, &c->prm);
+    c->drc_fresh = 0;
+  }
+  xt_drc_exposure(c->drc.s, c->prm.drc_kv_max, kv, pulse_ms, mas);
+}
+
 int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg) {
   xt_chain_frame_const fc;
   int rc;
   if (g->mode.cols < c->prm.binning || g->mode.rows < c->prm.binning)
     return xt_fail(msg, XT_ERANGE, "chain: a %d x %d detector cannot be binned %dx%d", g->mode.cols, g->mode.rows,
                    c->prm.binning, c->prm.binning);
+  if ((rc = own_tables(c, msg))) return rc;
   xt_chain_frame_const_make(c, g, frame, &fc);
   if (!c->maps.gain || c->maps.cols != fc.ocols || c->maps.rows != fc.orows) {
     if ((rc = xt_panel_maps_make(&c->prm, fc.ocols, fc.orows, &c->maps, msg))) return rc;
@@ -346,6 +371,19 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
 #endif
   if ((rc = cpu_scratch(c, &fc, msg))) return rc;
   fc.pc.first = c->first;
+  /* the frame's exposure: the attached loop's point on its curve, or the parameters' */
+  const int loop = c->drc_attached && c->prm.drc;
+  const xt_chain_tables *tab = c->tab;
+  const xt_chain_info *inf = &c->info;
+  double kv = c->prm.kv, pulse = c->prm.pulse_ms, mas = c->prm.mas;
+  if (loop) {
+    int slot;
+    loop_exposure(c, &kv, &pulse, &mas);
+    if ((rc = xt__tab_cache_get(c, &c->prm, kv, &slot, msg))) return rc; /* a hit: the bank holds every kV */
+    tab = &c->tc->tab[slot];
+    inf = &c->tc->info[slot];
+    fc.mas = (float)mas;
+  }
   if (c->cs.n) {
     rc = c->prm.cpu_exact ? xt_proj_render_channels(c->proj, g, c->A, msg)
                           : xt_proj_render_channels_fast(c->proj, g, c->A, msg);
@@ -353,18 +391,31 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   }
   if (c->prm.scatter) { /* the coarse scatter field before detection (issue 11) */
     fc.sc.field = c->sc_buf[2];
-    xt_stage_scatter_cpu(&c->tab, &fc, c->A, c->sc_buf[0], c->sc_buf[1], c->sc_buf[2]);
+    xt_stage_scatter_cpu(tab, &fc, c->A, c->sc_buf[0], c->sc_buf[1], c->sc_buf[2]);
   }
-  run_stage(c, &fc, out, ST_DETECT, fc.rows);
-  run_stage(c, &fc, out, ST_BLUR_ROWS, fc.rows);
-  run_stage(c, &fc, out, ST_BLUR_COLS, fc.rows);
+  run_stage(c, tab, &fc, out, ST_DETECT, fc.rows);
+  run_stage(c, tab, &fc, out, ST_BLUR_ROWS, fc.rows);
+  run_stage(c, tab, &fc, out, ST_BLUR_COLS, fc.rows);
   if (out->signal) memcpy(out->signal, c->D, sizeof(float) * fc.cols * fc.rows);
-  run_stage(c, &fc, out, ST_READOUT, fc.orows);
+  run_stage(c, tab, &fc, out, ST_READOUT, fc.orows);
   if (out->raw) memcpy(out->raw, c->raw, sizeof(uint16_t) * fc.ocols * fc.orows);
+  if (c->prm.drc) { /* the measuring field (issue 11); the attached loop's step */
+    memset(&c->rec, 0, sizeof c->rec);
+    c->rec.kv = kv;
+    c->rec.pulse_ms = pulse;
+    c->rec.mas = mas;
+    xt_drc_field_sum(c->raw, fc.ocols, fc.orows, &c->rec.field_sum, &c->rec.field_n);
+    if (loop) {
+      const xt_drc_meter m = xt_drc_meter_of(&c->prm, g->mode.pitch_u_mm * g->mode.pitch_v_mm);
+      const xt_drc_law law = xt_drc_law_of(&c->prm);
+      xt_drc_step(&c->drc, &law, kv, mas, xt_drc_ngy(c->rec.field_sum, c->rec.field_n, &m, inf->flat_kev_per_mm2_ugy));
+      c->rec.drc = c->drc;
+    }
+  }
   if (out->proc) {
-    run_stage(c, &fc, out, ST_PLOG, fc.orows);
+    run_stage(c, tab, &fc, out, ST_PLOG, fc.orows);
     fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? c->M : NULL; /* DSA: the mask frame itself is unsubtracted */
-    run_stage(c, &fc, out, ST_POUT, fc.orows);
+    run_stage(c, tab, &fc, out, ST_POUT, fc.orows);
     if (c->prm.dsa && !c->dsa_valid) {
       memcpy(c->M, c->Y, sizeof(float) * fc.ocols * fc.orows);
       c->dsa_valid = 1;
@@ -380,6 +431,10 @@ int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, i
 #ifdef XT_HAVE_CUDA
   if (c->dev) {
     xt_chain_frame_const fc;
+    int rc0 = own_tables(c, msg);
+    if (rc0) return rc0;
+    if (what == 3 && !(c->drc_attached && c->prm.drc))
+      return xt_fail(msg, XT_EINVAL, "chain timing: the loop is not attached with drc on");
     xt_chain_frame_const_make(c, &g[0], 0, &fc);
     if (!c->maps.gain || c->maps.cols != fc.ocols || c->maps.rows != fc.orows) {
       int rc = xt_panel_maps_make(&c->prm, fc.ocols, fc.orows, &c->maps, msg);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xt_drc_math.h"
 #include "xt_proj.h"
 #include "xt_spectrum.h"
 
@@ -145,10 +146,34 @@ typedef struct xt_chain_out {
  * for lag and the temporal filter to mean anything; any order is reproducible. */
 int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
 
+/* Dose-rate control inside the chain (issue 11; xt_drc.h states the loop). Attached, with the
+ * `drc` parameter on, each xt_chain_frame exposes the frame at the loop's point on its curve,
+ * measures its central field and moves the loop for the next frame: on a GPU the measurement is a
+ * device reduction and the step a one-block kernel (xt_drc_math.h's arithmetic) that writes the next
+ * frame's tables and mAs on the device, so frames need no host round trip and can be queued back to
+ * back (xt_chain_time_device what 3); on the CPU the same arithmetic runs on the host. The loop
+ * restarts from the parameters' kV and mAs on attaching, on xt_chain_reset and when a parameter of
+ * the loop changes. Not attached (the default), the `drc` parameter only makes the chain measure
+ * the field (the caller runs the loop: xt_drc_update, xt_drc_apply, xt_chain_set_params, as the
+ * server does for its workers' shared loop). */
+typedef struct xt_chain_drc_frame {
+  double kv, mas, pulse_ms;      /* the exposure this frame had */
+  uint64_t field_sum, field_n;   /* its measuring field's exact code sum and pixel count */
+  xt_drc drc;                    /* the loop's state after this frame's measurement (attached only) */
+} xt_chain_drc_frame;
+int xt_chain_drc_attach(xt_chain *c, int on, xt_msg *msg);
+/* The last frame's record (with `drc` on; zeros otherwise). On a GPU it came back with the frame. */
+void xt_chain_drc_last(const xt_chain *c, xt_chain_drc_frame *r);
+
+/* Spectral table sets built so far: the cache's misses (xt_chain_cache.c; benchmarks, tests). */
+unsigned long long xt_chain_table_builds(const xt_chain *c);
+
 /* Benchmark (CUDA chains; XT_EUNSUPPORTED otherwise): device time per frame of `reps` frames queued
  * back to back on the chain's stream (poses g[i % n], after `warmup` frames), timed with CUDA events,
  * without the copy-out. what: 0 the mono line-integral render alone (the baseline), 1 the chain to
- * the raw frame, 2 the chain to the raw and processed frames. */
+ * the raw frame, 2 the chain to the raw and processed frames, 3 as 2 with the attached dose-rate
+ * loop closed on the device every frame (its reduction and step included; XT_EINVAL unless
+ * attached with `drc` on). */
 int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what,
                          double *ms_per_frame, xt_msg *msg);
 

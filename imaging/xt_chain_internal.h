@@ -5,6 +5,7 @@
 
 #include "xt_chain.h"
 #include "xt_chain_math.h"
+#include "xt_drc_math.h"
 #include "xt_exposure.h"
 #include "xt_scatter.h"
 
@@ -45,13 +46,50 @@ typedef struct xt_chain_frame_const {
   xt_scatter_plan sc; /* scatter (issue 11: xt_scatter.h); sc.field NULL: off */
 } xt_chain_frame_const;
 
+/* The spectral tables' cache (xt_chain_cache.c). */
+#define XT_TAB_SLOTS 96  /* every whole kV of the loop's curve (60..125: at most 66) and 30 more */
+#define XT_TAB_KEY_N 8
+#define XT_DRC_BANK_KV0 60 /* the loop's curve starts at 60 kV */
+#define XT_DRC_BANK_N 66   /* whole kVs 60..125 */
+typedef struct xt_tab_key {
+  double v[XT_TAB_KEY_N]; /* kV, anode, inherent Al, filter Al, Cu, CsI mm, CsI fill, energy bins */
+} xt_tab_key;
+/* The whole kVs of the loop's curve: each one's cache slot and signal per air kerma (the device
+ * loop's step picks its next frame's tables here). */
+typedef struct xt_drc_bank {
+  int n; /* kVs XT_DRC_BANK_KV0 .. + n - 1 */
+  int slot[XT_DRC_BANK_N];
+  double flat_per_ugy[XT_DRC_BANK_N];
+} xt_drc_bank;
+typedef struct xt_tab_cache {
+  xt_tab_key key[XT_TAB_SLOTS];
+  xt_chain_tables tab[XT_TAB_SLOTS];
+  xt_chain_info info[XT_TAB_SLOTS];
+  uint64_t stamp[XT_TAB_SLOTS], clock;
+  int used[XT_TAB_SLOTS];
+  int enabled;            /* 0: every request builds (tests' uncached reference) */
+  uint64_t hits, builds;  /* counters (tests, bench) */
+  xt_drc_bank bank;       /* valid while the loop is on */
+} xt_tab_cache;
+int xt__tab_cache_init(xt_tab_cache **out, xt_msg *msg);
+/* The slot holding the tables of p's shape at kv (built on a miss, uploaded to the device). */
+int xt__tab_cache_get(xt_chain *c, const xt_chain_params *p, double kv, int *slot, xt_msg *msg);
+/* Every whole kV of the loop's curve in the cache, and the bank that indexes them. */
+int xt__tab_cache_bank(xt_chain *c, const xt_chain_params *p, xt_msg *msg);
+
 struct xt_chain {
   xt_chain_params prm;
   xt_chain_info info;
   xt_proj *proj;
   xt_backend backend;
   xt_chanset cs;
-  xt_chain_tables tab;
+  xt_tab_cache *tc;
+  int slot;                  /* the cache slot of prm's tables */
+  const xt_chain_tables *tab; /* = &tc->tab[slot] */
+  /* dose-rate control inside the chain (xt_chain_drc_attach) */
+  int drc_attached, drc_fresh; /* fresh: the loop restarts at the next frame */
+  xt_drc drc;                /* the host's loop state (CPU backend; the device's record otherwise) */
+  xt_chain_drc_frame rec;    /* the last frame's record */
   xt_panel_maps maps;
   int threads;
   int first; /* the next frame starts the temporal filter */
@@ -64,6 +102,9 @@ struct xt_chain {
   uint16_t *raw;
   /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
   void *dev;
+  int unfused; /* 1: channel planes and the whole detect stage even where the projector could fuse the
+                  spectrum integral into its march (tests compare the two; benchmarks measure both) */
+  long fused_frames; /* frames whose detect stage took the fused path (tests) */
 };
 
 /* Fills the frame constants for geometry g and frame number `frame`. */
@@ -89,7 +130,9 @@ void xt_stage_scatter_cpu(const xt_chain_tables *t, const xt_chain_frame_const *
 #ifdef XT_HAVE_CUDA
 /* The device pipeline (chain_cuda.cu). */
 int xt_chain_cuda_create(xt_chain *c, xt_msg *msg);
-int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg); /* tables and panel maps changed */
+int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg); /* panel maps changed */
+int xt_chain_cuda_upload_slot(xt_chain *c, int slot, xt_msg *msg); /* a table cache slot was built */
+int xt_chain_cuda_upload_bank(xt_chain *c, xt_msg *msg); /* the loop's bank changed */
 int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
 void xt_chain_cuda_reset(xt_chain *c);
 void xt_chain_cuda_destroy(xt_chain *c);

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "xt_spectral.h" /* xt_exp2, xt_spectral_sum: shared with the fused projector path */
 #include "xt_vec.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -115,7 +116,55 @@ static XT_INLINE XT_HOSTDEV double xt_log_factorial(double k) {
 
 /* Poisson(lam): inversion by sequential search below 10; above, Hormann's PTRS transformed
  * rejection ("The transformed rejection method for generating Poisson random variables", Insurance:
- * Mathematics and Economics 12, 1993), as numpy uses it. Returns a double (counts up to 2^53). */
+ * Mathematics and Economics 12, 1993), as numpy uses it. Returns a double (counts up to 2^53).
+ *
+ * PTRS in pieces, so that the GPU can split it (stage_detect.cu): try `it` takes the generator's
+ * u32 draws 2 it and 2 it + 1 (xt_rng_seek reaches them); its quick step settles ~3/4 of tries
+ * with a few operations; most of the rest need the full test, four logarithms in double. */
+typedef struct xt_ptrs {
+  double lam, slam, b, a, vr;
+} xt_ptrs;
+
+static XT_INLINE XT_HOSTDEV void xt_ptrs_init(xt_ptrs *p, double lam) {
+  p->lam = lam;
+  p->slam = sqrt(lam);
+  p->b = 0.931 + 2.53 * p->slam;
+  p->a = -0.059 + 0.02483 * p->b;
+  p->vr = 0.9277 - 3.6224 / (p->b - 2.0);
+}
+
+/* One try's quick step on its uniforms (U in (-0.5, 0.5), V): 1 accepted (*k), 0 rejected, -1 the
+ * full test (xt_ptrs_test) decides. */
+static XT_INLINE XT_HOSTDEV int xt_ptrs_quick(const xt_ptrs *p, double U, double V, double *k, double *us) {
+  *us = 0.5 - fabs(U);
+  *k = floor((2.0 * p->a / *us + p->b) * U + p->lam + 0.43);
+  if (*us >= 0.07 && V <= p->vr) return 1;
+  if (*k < 0 || (*us < 0.013 && V > *us)) return 0;
+  return -1;
+}
+
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {
+  const double invalpha = 1.1239 + 1.1328 / (p->b - 3.4);
+  return log(V) + log(invalpha) - log(p->a / (us * us) + p->b) <= -p->lam + k * log(p->lam) - xt_log_factorial(k);
+}
+
+#define XT_PTRS_MAX_TRIES 1000
+
+/* PTRS from try `it0` on (lam >= 10; the generator at u32 draw 2 it0). */
+static XT_INLINE XT_HOSTDEV double xt_ptrs_from(xt_rng *g, double lam, int it0) {
+  xt_ptrs p;
+  xt_ptrs_init(&p, lam);
+  for (int it = it0; it < XT_PTRS_MAX_TRIES; it++) {
+    const double U = xt_rng_uniform(g) - 0.5, V = xt_rng_uniform(g);
+    double k, us;
+    const int r = xt_ptrs_quick(&p, U, V, &k, &us);
+    if (r > 0) return k;
+    if (r == 0) continue;
+    if (xt_ptrs_test(&p, V, us, k)) return k;
+  }
+  return floor(lam + 0.5); /* not reached in practice (acceptance ~ 0.9 per try) */
+}
+
 static XT_INLINE XT_HOSTDEV double xt_rng_poisson(xt_rng *g, double lam) {
   if (!(lam > 0)) return 0.0;
   if (lam < 10.0) {
@@ -128,31 +177,29 @@ static XT_INLINE XT_HOSTDEV double xt_rng_poisson(xt_rng *g, double lam) {
     }
     return k;
   }
-  const double slam = sqrt(lam), loglam = log(lam);
-  const double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
-  const double invalpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2.0);
-  for (int it = 0; it < 1000; it++) {
-    const double U = xt_rng_uniform(g) - 0.5, V = xt_rng_uniform(g);
-    const double us = 0.5 - fabs(U);
-    const double k = floor((2.0 * a / us + b) * U + lam + 0.43);
-    if (us >= 0.07 && V <= vr) return k;
-    if (k < 0 || (us < 0.013 && V > us)) continue;
-    if (log(V) + log(invalpha) - log(a / (us * us) + b) <= -lam + k * loglam - xt_log_factorial(k)) return k;
-  }
-  return floor(lam + 0.5); /* not reached in practice (acceptance ~ 0.9 per try) */
+  return xt_ptrs_from(g, lam, 0);
+}
+
+/* Positions the generator at its n-th u32 draw (counted from 0), as if n had been taken. */
+static XT_INLINE XT_HOSTDEV void xt_rng_seek(xt_rng *g, uint32_t n) {
+  g->block = n / 4;
+  g->used = 4;
+  for (uint32_t i = 0; i < n % 4; i++) (void)xt_rng_u32(g);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Stage tables and per-frame constants                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-#define XT_CHAIN_MAX_BINS 128
-#define XT_CHAIN_MAX_CH 8 /* = XT_MAX_CHANNELS */
+#define XT_CHAIN_MAX_BINS XT_SPECTRAL_MAX_BINS
+#define XT_CHAIN_MAX_CH 8 /* = XT_MAX_CHANNELS: mr's rows are xt_spectral_sum's w rows */
+typedef char xt_chain_ch_is_max_channels_[XT_CHAIN_MAX_CH == XT_MAX_CHANNELS ? 1 : -1];
 
 /* Built on the host from the spectrum, the detector and the channel set (xt_chain.c). */
 typedef struct xt_chain_tables {
   int nbins, nch;
-  int pad_[2]; /* mr's rows 16-byte aligned: two 128-bit shared loads per bin on the GPU */
+  float wa, wb; /* the spectrum's water curve ln(F/P) = wa t + wb t^2, t mm (scatter, issue 11); the two
+                 * words also keep mr's rows 16-byte aligned: two 128-bit shared loads per bin on the GPU */
   float mr[XT_CHAIN_MAX_BINS][XT_CHAIN_MAX_CH]; /* (mu/rho)_c(E_b) x log2(e), cm^2/g; 0 past nch */
   float k1[XT_CHAIN_MAX_BINS]; /* fluence x eta x E: keV absorbed per mm^2 per mAs at 1 m, per bin */
   float k2[XT_CHAIN_MAX_BINS]; /* fluence x eta x E^2: its second moment, keV^2 */
@@ -182,31 +229,13 @@ static XT_INLINE XT_HOSTDEV float xt_pixel_geometry(const xt_chain_cam *c, int c
 /* Stage: polychromatic detection and quanta (stage_detect*)                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-/* 2^x: one MUFU.EX2 on the GPU (relative error ~2^-22, well inside the chain's float bar); exp2f
- * on the CPU. */
-static XT_INLINE XT_HOSTDEV float xt_exp2(float x) {
-#ifdef __CUDA_ARCH__
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-#else
-  return exp2f(x);
-#endif
-}
-
 /* The expected absorbed energy S (keV) and its second moment Q (keV^2) at a pixel with areal
  * densities A[c] (g/cm^2) and geometry factor G: S = G sum_b k1_b exp(-sum_c (mu/rho)_bc A_c) (the
  * table holds (mu/rho) log2(e), so the exponential is one 2^x), Q likewise with k2. Q is what an
  * energy-integrating panel's variance is (each absorbed quantum adds E). */
 static XT_INLINE XT_HOSTDEV void xt_detect_expect(const xt_chain_tables *t, const float *A, float G, float *S, float *Q) {
-  float s = 0.f, q = 0.f;
-  for (int b = 0; b < t->nbins; b++) {
-    float mu = 0.f;
-    for (int c = 0; c < XT_CHAIN_MAX_CH; c++) mu += t->mr[b][c] * A[c];
-    const float tr = xt_exp2(-mu);
-    s += t->k1[b] * tr;
-    q += t->k2[b] * tr;
-  }
+  float s, q;
+  xt_spectral_sum(&t->mr[0][0], t->k1, t->k2, 1, t->nbins, A, &s, &q);
   *S = G * s;
   *Q = G * q;
 }
@@ -215,10 +244,12 @@ static XT_INLINE XT_HOSTDEV void xt_detect_expect(const xt_chain_tables *t, cons
  * detector's signal is a compound Poisson sum of the quanta's energies, mean S and variance Q; it
  * is drawn as K ~ Poisson(S^2 / Q) effective quanta of Q / S keV each, which has exactly that mean
  * and variance (the Swank factor of the absorbed spectrum folded in). */
+static XT_INLINE XT_HOSTDEV double xt_detect_quanta(float S, float Q) { return (double)S * (double)S / (double)Q; }
+static XT_INLINE XT_HOSTDEV float xt_detect_energy(double K, float S, float Q) { return (float)(K * ((double)Q / (double)S)); }
+
 static XT_INLINE XT_HOSTDEV float xt_detect_draw(float S, float Q, xt_rng *g) {
   if (!(S > 0.f) || !(Q > 0.f)) return 0.f;
-  const double n = (double)S * (double)S / (double)Q;
-  return (float)(xt_rng_poisson(g, n) * ((double)Q / (double)S));
+  return xt_detect_energy(xt_rng_poisson(g, xt_detect_quanta(S, Q)), S, Q);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -79,6 +79,11 @@ static const xt_chain_param_info tab[] = {
     {"scatter", XT_PARAM_INT, P(scatter), 0, 0, 1, "", "scatter kernel model on (1) or off (0)"},
     {"scatter_sigma_mm", XT_PARAM_REAL, P(scatter_sigma_mm), 50, 5, 300, "mm",
      "sigma of the broad scatter kernel at the detector"},
+    /* spr_200, spr_exp: [U], not fitted to a published table (none was reachable); the closest
+     * citable figures - "Simulation of scatter in cone-beam CT: effects on projection image quality"
+     * (Monte Carlo): ~5 for large water phantoms, wide beams, 120 kV; Siewerdsen & Jaffray, Med. Phys.
+     * 28:220 (2001): > 1 for a pelvis at 6 degrees -
+     * and the test holding the model to them: docs/imaging.md section 11 */
     {"spr_200", XT_PARAM_REAL, P(spr_200), 4.0, 0, 50, "",
      "scatter-to-primary ratio behind 200 mm of water, broad beam, grid out"},
     {"spr_exp", XT_PARAM_REAL, P(spr_exp), 1.4, 0.5, 3, "", "SPR(t) = spr_200 (t / 200 mm)^spr_exp"},

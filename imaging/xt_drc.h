@@ -8,10 +8,13 @@
  *   mA     10   10   10   10   100  100  400  400
  *   ms     3    3    8    8    8    8    8    8
  *
- * linear between nodes in a curve position s in [0, 7]. The loop predicts the detector dose at
+ * linear between nodes in a curve position s in [0, 7]; the generator sets kV in 1 kV steps, so a
+ * frame's kV is the curve's rounded to a whole kV and its mAs takes up the remainder (x (kV_curve /
+ * kV_set)^3, at most 2.5 %), which lets the chain keep one set of spectral tables per whole kV
+ * (xt_chain_set_params never rebuilds them on the loop's path). The loop predicts the detector dose at
  * another s as D' = D x (mAs'/mAs) x (kV'/kV)^3 (behind a patient the signal grows ~kV^3..5 at
  * fixed mAs; the low exponent errs on the stable side), asks for a step of 0.6 x ln(target/D),
- * at most ln(drc_max_step) either way (the rate limit), and solves for s' by bisection; s is
+ * at most ln(drc_max_step) either way (the rate limit), and solves for s' in closed form; s is
  * clamped to [0, 7]. With the default rate limit 2 a tenfold change of attenuation settles to
  * within 10 % of the target in 10 frames (tests/test_dose.c holds this). No signal at all (closed
  * shutters) drives the loop to the curve's end, kV at drc_kv_max, without an error. */
@@ -21,35 +24,26 @@
 #include <stdint.h>
 
 #include "xt_chain.h"
+#include "xt_drc_math.h"
 
-#define XT_DRC_NODES 8
 #define XT_DRC_SETTLE_FRAMES 10 /* the stated settling time (to 10 %) after a tenfold step */
-
-enum {
-  XT_DRC_ON = 1u,           /* the loop set this frame's exposure */
-  XT_DRC_SETTLED = 2u,      /* the last measurement was within 10 % of the target */
-  XT_DRC_CLAMP_HIGH = 4u,   /* at the curve's end (kV at drc_kv_max) and asking for more */
-  XT_DRC_CLAMP_LOW = 8u,    /* at the curve's start and asking for less */
-  XT_DRC_RATE_LIMITED = 16u /* the last step was cut to drc_max_step */
-};
-
-typedef struct xt_drc {
-  double s;            /* curve position of the next frame */
-  double measured_ngy; /* the last measurement: detector air kerma per frame in the measuring field */
-  double target_ngy;
-  uint32_t flags;
-  uint64_t frames;     /* frames measured since the reset */
-} xt_drc;
 
 /* Starts the loop at the point of the curve nearest in output to p's kV and mAs. */
 void xt_drc_reset(xt_drc *d, const xt_chain_params *p);
-/* The exposure of curve position s: kv, pulse_ms and mas of p set (other fields kept). */
+/* The exposure of curve position s: kv (whole kV), pulse_ms and mas of p set (other fields kept). */
 void xt_drc_apply(const xt_drc *d, xt_chain_params *p);
-/* Detector air kerma (nGy, in front of the grid) of the measuring field of a raw frame (ocols x
- * orows), from the mean offset-subtracted code and the spectrum's signal per air kerma
+/* The loop's constants and the measurement's, from the parameters (pixel_mm2: a render pixel). */
+xt_drc_law xt_drc_law_of(const xt_chain_params *p);
+xt_drc_meter xt_drc_meter_of(const xt_chain_params *p, double pixel_mm2);
+/* The measuring field's exact code sum of a raw frame (ocols x orows) and its pixel count. */
+void xt_drc_field_sum(const uint16_t *raw, int ocols, int orows, uint64_t *sum, uint64_t *n);
+/* Detector air kerma (nGy, in front of the grid) of the measuring field of a raw frame, from the
+ * mean offset-subtracted code and the spectrum's signal per air kerma
  * (xt_chain_info.flat_kev_per_mm2_ugy); pixel_mm2 the area of a render (native) pixel. */
 double xt_drc_measure(const uint16_t *raw, int ocols, int orows, const xt_chain_params *p, const xt_chain_info *ci,
                       double pixel_mm2);
+/* The same from a field sum (xt_chain_drc_field: the device's reduction). */
+double xt_drc_measure_sum(uint64_t sum, uint64_t n, const xt_chain_params *p, const xt_chain_info *ci, double pixel_mm2);
 /* One step of the loop from a measurement of a frame exposed with p. */
 void xt_drc_update(xt_drc *d, const xt_chain_params *p, double measured_ngy);
 

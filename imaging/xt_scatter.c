@@ -41,8 +41,6 @@ void xt_scatter_plan_make(const xt_chain_params *p, const xt_chain_info *ci, int
   if (s->cell < 1) s->cell = 1;
   s->gc = (cols + s->cell - 1) / s->cell;
   s->gr = (rows + s->cell - 1) / s->cell;
-  s->wa = (float)ci->water_fit_a;
-  s->wb = (float)ci->water_fit_b;
   s->spr_200 = (float)p->spr_200;
   s->spr_exp = (float)p->spr_exp;
   s->grid_ts = p->grid ? (float)p->grid_ts : 1.f;

@@ -16,7 +16,10 @@
  *      primary's (variance: the primary's mean absorbed energy per quantum).
  *
  * A uniform slab on a field much wider than sigma thus shows SPR(t) at the centre, with the grid
- * SPR(t) x grid_ts / grid_tp. The per-pixel lookup is XT_HOSTDEV, shared by both detect stages. */
+ * SPR(t) x grid_ts / grid_tp; on a narrower field the kernel's mass inside it (the model's field-size
+ * dependence: growing with the field, saturating). The SPR(t) defaults are [U]: no published SPR
+ * table was reachable; the closest citable figures and the test against them are in
+ * docs/imaging.md section 11. The per-pixel lookup is XT_HOSTDEV, shared by both detect stages. */
 #ifndef XT_SCATTER_H
 #define XT_SCATTER_H
 
@@ -28,7 +31,6 @@
 typedef struct xt_scatter_plan {
   const float *field; /* gc x gr, keV per render pixel at the cell centres (grid factor applied) */
   int gc, gr, cell;   /* coarse grid and its cell, render pixels */
-  float wa, wb;       /* water curve ln(F/P) = wa t + wb t^2, t in mm */
   float spr_200, spr_exp, grid_ts;
   float sigma_cells;  /* the kernel's sigma in cells */
   int radius;         /* kernel taps each side, cells */
@@ -51,14 +53,15 @@ static XT_INLINE XT_HOSTDEV float xt_scatter_at(const xt_scatter_plan *s, int co
   return a + fy * (b - a);
 }
 
-/* Water-equivalent thickness (mm) of a primary transmission ln(F/P) = L on the fitted curve. */
-static XT_INLINE XT_HOSTDEV float xt_scatter_tw(const xt_scatter_plan *s, float L) {
+/* Water-equivalent thickness (mm) of a primary transmission ln(F/P) = L on the spectrum's fitted
+ * water curve L = wa t + wb t^2 (xt_chain_tables.wa, wb: it travels with the spectrum's tables). */
+static XT_INLINE XT_HOSTDEV float xt_scatter_tw(float wa, float wb, float L) {
   if (!(L > 0.f)) return 0.f;
-  if (s->wb > -1e-12f && s->wb < 1e-12f) return L / s->wa;
-  const float disc = s->wa * s->wa + 4.f * s->wb * L;
-  const float tmax = s->wb < 0.f ? -s->wa / (2.f * s->wb) : 1e9f; /* the concave curve's apex */
+  if (wb > -1e-12f && wb < 1e-12f) return L / wa;
+  const float disc = wa * wa + 4.f * wb * L;
+  const float tmax = wb < 0.f ? -wa / (2.f * wb) : 1e9f; /* the concave curve's apex */
   if (disc <= 0.f) return tmax;
-  const float t = (-s->wa + sqrtf(disc)) / (2.f * s->wb);
+  const float t = (-wa + sqrtf(disc)) / (2.f * wb);
   return t < tmax ? t : tmax;
 }
 

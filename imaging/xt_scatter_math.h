@@ -25,7 +25,7 @@ static XT_INLINE XT_HOSTDEV float xt_scatter_source(const xt_chain_tables *t, co
   const float F = G * t->flat1;
   const float L = P > 0.f ? logf(F / P) : 80.f;
   const float tc = xt_collim_t(k, col, row) / k->grid_tp;
-  return P * tc * xt_scatter_spr(s, xt_scatter_tw(s, L));
+  return P * tc * xt_scatter_spr(s, xt_scatter_tw(t->wa, t->wb, L));
 }
 
 /* One pass of the broad Gaussian over the coarse field (axis 0 along rows of cells, 1 along

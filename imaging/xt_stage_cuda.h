@@ -8,10 +8,19 @@
 
 extern "C" {
 #include "xt_chain_internal.h"
+#include "xt_drc.h"
 }
 
 #define XT_STAGE_BLOCK 256 /* threads per block of the per-pixel stages */
 #define XT_DETECT_MAX_BLOCKS 1056 /* the detect stage's grid: 8 blocks per SM of a 132-SM Hopper */
+
+/* Row r and column c of linear index i in a grid `cols` wide, in 32 bits (a 64-bit division is a
+ * long routine; the pipeline's grids stay below 2^31 pixels: chain_cuda.cu checks). */
+static __device__ __forceinline__ void xt_stage_rc(unsigned i, int cols, int *r, int *c) {
+  const unsigned q = i / (unsigned)cols;
+  *r = (int)q;
+  *c = (int)(i - q * (unsigned)cols);
+}
 
 /* Every CUDA call in host code: on failure, one line naming the call, into msg. */
 #define XT_SCK(call)                                                                                           \
@@ -24,12 +33,36 @@ extern "C" {
 /* detect: A (nch planes) -> X (absorbed energy, quanta drawn), F (flat expectation), S (expected; may be NULL) */
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
                          float *F, float *S, cudaStream_t st, xt_msg *msg);
+/* A pixel whose quanta's draw the fused path's second kernel finishes (stage_detect.cu, "The split draw"). */
+typedef struct xt_draw_rest {
+  uint32_t i; /* pixel */
+  int it;     /* the PTRS try to resume */
+  float s, q; /* its expected signal and second moment */
+} xt_draw_rest;
+
+/* detect, fused path: P (the 2 planes of spectral sums the projector evaluated in its march's
+ * epilogue, xt_proj_render_device_spectral) -> X, F, S as above. rest: room for a deferred draw per
+ * render pixel; rest_n: 2 counters, 0 before first use; parity: which counter this frame appends to
+ * (alternate per frame: the draw zeroes the other, for the next frame). */
+int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
+                              float *F, float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
+                              xt_msg *msg);
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
                           float *tmp, float *out, cudaStream_t st, xt_msg *msg);
-/* blur: in -> tmp (rows) -> out (columns) */
-int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *tmp, float *out, cudaStream_t st,
-                       xt_msg *msg);
+/* dose-rate control (issue 11, stage_drc.cu): the loop's state on the device and the next frame's
+ * exposure; the measuring field's code sum; the device-resident step */
+typedef struct xt_drc_dev {
+  xt_drc st;
+  double kv, mas, pulse_ms; /* the next frame's exposure */
+} xt_drc_dev;
+int xt_stage_drc_field_cuda(const uint16_t *raw, int ocols, int orows, unsigned long long *sum, cudaStream_t st,
+                            xt_msg *msg);
+int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chain_tables *slots, xt_chain_tables *live,
+                           unsigned long long *sum, unsigned long long n, const xt_drc_law *law, const xt_drc_meter *m,
+                           int measure, xt_chain_drc_frame *rec, cudaStream_t st, xt_msg *msg);
+/* blur: in -> out (rows then columns, one kernel) */
+int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
 /* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated */
 int xt_stage_readout_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
                           const unsigned char *defect, const float *D, const float *F, float *lag, uint16_t *raw,

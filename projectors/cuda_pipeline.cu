@@ -332,8 +332,9 @@ static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, int need_frames, 
 
 /* Every active kind renders the nf frames whose descriptor block is at d_block into d_out: the
  * first writes, the rest add. A scene without models gives zeros. */
-static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows, const unsigned char *d_block,
-                        float *d_out, int count, int nch, cudaStream_t st, xt_msg *msg) {
+static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows,
+                           const unsigned char *d_block, float *d_out, int count, int nch, const xt_chan_spectral *sp,
+                           cudaStream_t st, xt_msg *msg) {
   int written = 0;
   for (int k = 0; k < NKINDS; k++) {
     if (!active(p, k)) continue;
@@ -347,6 +348,7 @@ static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols,
     L.accumulate = written;
     L.count = count;
     L.nch = nch;
+    L.spectral = sp;
     L.stream = st;
     int rc = kinds[k]->render(p->kst[k], &L, msg);
     if (rc) return rc;
@@ -355,6 +357,11 @@ static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols,
   }
   if (!written) CK(cudaMemsetAsync(d_out, 0, (size_t)nf * (nch ? nch : 1) * rows * cols * sizeof(float), st));
   return 0;
+}
+
+static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows, const unsigned char *d_block,
+                        float *d_out, int count, int nch, cudaStream_t st, xt_msg *msg) {
+  return render_kinds_sp(p, g, nf, cols, rows, d_block, d_out, count, nch, NULL, st, msg);
 }
 
 static int check_geom(const xt_geometry *g, xt_msg *msg) {
@@ -466,13 +473,24 @@ extern "C" int xt_cuda_render_timed(xt_cuda_proj *p, const xt_geometry *g, float
 /* One frame into device memory on the caller's stream: the descriptors go through a pinned slot
  * whose previous upload (XT_DEV_SLOTS renders ago) has completed, then every kind renders. No host
  * synchronisation with the frame itself: the imaging chain queues its stages behind it. */
-extern "C" int xt_cuda_render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream,
-                                     xt_msg *msg) {
+static int render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, const xt_chan_spectral *sp, float *d_out,
+                         void *stream, xt_msg *msg) {
   const int cols = g->mode.cols, rows = g->mode.rows;
   cudaStream_t st = (cudaStream_t)stream;
   int rc = check_geom(g, msg);
   if (rc) return rc;
   if (channels && !p->cs_ok) return xt_fail(msg, XT_EUNSUPPORTED, "%s", p->cs_msg.text);
+  if (sp) { /* the sums of several kinds' channels do not add: the voxel kind alone, and some channel */
+    int voxels = 0;
+    for (int k = 0; k < NKINDS; k++) {
+      if (active(p, k) && kinds[k] != &xt_cuda_kind_voxel)
+        return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: spectral sums need voxel models only (%s present)",
+                       kinds[k]->name);
+      voxels |= active(p, k);
+    }
+    if (!voxels || !p->cs.n)
+      return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: spectral sums need a voxel model with channels");
+  }
   CK(cudaSetDevice(p->opt.device));
   if ((rc = ensure_scratch(p, cols, rows, 1, msg))) return rc;
   const size_t db = p->desc_bytes ? p->desc_bytes : 16;
@@ -496,7 +514,17 @@ extern "C" int xt_cuda_render_device(xt_cuda_proj *p, const xt_geometry *g, int 
   fill_descs(p, g, 1, 0, 1, p->h_dslot[b]);
   if (p->desc_bytes) CK(cudaMemcpyAsync(p->d_dslot[b], p->h_dslot[b], p->desc_bytes, cudaMemcpyHostToDevice, st));
   CK(cudaEventRecord(p->ev_dslot[b], st));
-  return render_kinds(p, g, 1, cols, rows, p->d_dslot[b], d_out, 0, channels ? p->cs.n : 0, st, msg);
+  return render_kinds_sp(p, g, 1, cols, rows, p->d_dslot[b], d_out, 0, channels ? p->cs.n : 0, sp, st, msg);
+}
+
+extern "C" int xt_cuda_render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream,
+                                     xt_msg *msg) {
+  return render_device(p, g, channels, NULL, d_out, stream, msg);
+}
+
+extern "C" int xt_cuda_render_spectral(xt_cuda_proj *p, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out,
+                                       void *stream, xt_msg *msg) {
+  return render_device(p, g, 1, sp, d_out, stream, msg);
 }
 
 /* One frame's channel planes into host memory (synchronous): for tests and the CLI. */
@@ -646,8 +674,13 @@ static int ops_render_channels(void *impl, const xt_geometry *g, float *out, xt_
 static int ops_render_device(void *impl, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg) {
   return xt_cuda_render_device((xt_cuda_proj *)impl, g, channels, d_out, stream, msg);
 }
+static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out, void *stream,
+                               xt_msg *msg) {
+  return xt_cuda_render_spectral((xt_cuda_proj *)impl, g, sp, d_out, stream, msg);
+}
 
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
     "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
-    ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_host_alloc,    ops_host_free,
+    ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral, ops_host_alloc,
+    ops_host_free,
 };

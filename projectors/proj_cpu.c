@@ -299,4 +299,5 @@ const xt_proj_ops xt_proj_cpu_ops = {
     .channels = cpu_channels,
     .render_channels = cpu_render_channels,
     .render_device = NULL,
+    .render_spectral = NULL,
 };

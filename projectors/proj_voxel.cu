@@ -25,7 +25,9 @@
  * the benchmark's bound) and whether models carry hulls. docs/gpu-notes.md records what each
  * variant measured. A second kernel, k_channels, walks the same rays with the same set-up and march
  * but accumulates material channels (xt_channels.h): label voxels add their row of a per-model
- * weight table, dense voxels their optical depth into their HU class. */
+ * weight table, dense voxels their optical depth into their HU class. Given a spectral table it
+ * writes, instead of the planes, the channels' two spectral sums (xt_spectral.h: the imaging
+ * chain's polychromatic integral, evaluated while the channels are in registers). */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -99,7 +101,17 @@ typedef struct dev_scene {
   int nch;                 /* k_channels: planes per frame */
   const float *chw;        /* k_channels: the packed channel table */
   int chw_rows;            /* its rows */
+  /* k_channels with spec_nbins > 0: the channels' spectral sums (xt_spectral.h) instead of the
+   * planes, 2 planes per frame (device pointers of the caller's table) */
+  int spec_nbins;
+  const float *spec_w, *spec_k1, *spec_k2;
 } dev_scene;
+
+/* The spectral table in shared memory: bins padded with zero bins to a multiple of 4 (whole groups
+ * in xt_spectral_sum, the same sums bit for bit), k1 and k2 interleaved. */
+#define XT_SPEC_PAD(nb) (((nb) + 3) & ~3)
+/* Shared memory of k_channels beyond the channel table: the largest spectral table. */
+#define XT_SPEC_SMEM_MAX (sizeof(float) * XT_SPECTRAL_MAX_BINS * (XT_MAX_CHANNELS + 2))
 
 /* The 26-DOP's directions (cell space, integer components; both signs of each are one slab). */
 #define XT_HULL_DIR_LIST                                                                              \
@@ -455,13 +467,25 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
 }
 
 /* Thread mapping as k_render. In: the frames, models and sc.chw (channel tables). Out: sc.nch
- * planes per frame, sc.out[z][c][row][col], written or (sc.accumulate) added to. */
+ * planes per frame, sc.out[z][c][row][col], written or (sc.accumulate) added to; with
+ * sc.spec_nbins > 0 the two spectral sums instead, sc.out[z][0 or 1][row][col], written.
+ * Shared memory: the channel table, then (spectral) the bins' weight rows, k1 and k2. */
 template <int VOX, bool HULL>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
                                                                                  : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
     k_channels(const __grid_constant__ dev_scene sc) {
   extern __shared__ float4 s_chw[];
   for (int i = threadIdx.x; i < 2 * sc.chw_rows; i += blockDim.x) s_chw[i] = __ldg((const float4 *)sc.chw + i);
+  if (sc.spec_nbins) { /* the spectral table after the channel table (addresses recomputed after the march:
+                          nothing of this stays live in registers across it) */
+    const int nb = sc.spec_nbins, nbp = XT_SPEC_PAD(nb);
+    float4 *const s_sw = s_chw + 2 * sc.chw_rows;
+    float2 *const s_k = (float2 *)(s_sw + 2 * nbp);
+    const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = threadIdx.x; i < 2 * nbp; i += blockDim.x) s_sw[i] = i < 2 * nb ? __ldg((const float4 *)sc.spec_w + i) : zero4;
+    for (int i = threadIdx.x; i < nbp; i += blockDim.x)
+      s_k[i] = i < nb ? make_float2(__ldg(sc.spec_k1 + i), __ldg(sc.spec_k2 + i)) : make_float2(0.f, 0.f);
+  }
   __syncthreads();
   int col, row;
   tile_pixel(&col, &row);
@@ -498,6 +522,17 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
     }
   }
   const size_t plane = (size_t)sc.rows * sc.cols;
+  if (sc.spec_nbins) {
+    const int nbp = XT_SPEC_PAD(sc.spec_nbins);
+    const float4 *const s_sw = s_chw + 2 * sc.chw_rows;
+    const float *const s_k = (const float *)(s_sw + 2 * nbp);
+    float s, q;
+    xt_spectral_sum((const float *)s_sw, s_k, s_k + 1, 2, nbp, a, &s, &q);
+    float *const o = sc.out + (size_t)blockIdx.z * 2 * plane + (size_t)row * sc.cols + col;
+    o[0] = s;
+    o[plane] = q;
+    return;
+  }
   float *const o = sc.out + (size_t)blockIdx.z * sc.nch * plane + (size_t)row * sc.cols + col;
 #pragma unroll
   for (int c = 0; c < XT_MAX_CHANNELS; c++)
@@ -837,8 +872,8 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   }
   if (!rc) {
     cudaError_t e = cudaMemcpy(p->d_chw, h, sizeof(float) * rowsz * rows, cudaMemcpyHostToDevice);
-    /* above 48 KB of shared memory a kernel must opt in */
-    const int bytes = (int)(sizeof(float) * rowsz * rows);
+    /* above 48 KB of shared memory a kernel must opt in (the spectral table may follow) */
+    const int bytes = (int)(sizeof(float) * rowsz * rows + XT_SPEC_SMEM_MAX);
     if (e == cudaSuccess && bytes > 48 * 1024) {
       e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       if (e == cudaSuccess)
@@ -864,6 +899,8 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   if (L->nch && p->chan_models != p->nmodels)
     return xt_fail(msg, XT_EINTERNAL, "cuda projector: channel tables cover %d of %d voxel models", p->chan_models,
                    p->nmodels);
+  if (L->spectral && (!L->nch || L->accumulate || L->count))
+    return xt_fail(msg, XT_EINTERNAL, "cuda projector: spectral sums of a channels launch of one kind only");
   dev_scene sc;
   memset(&sc, 0, sizeof sc);
   sc.nmodels = p->nmodels;
@@ -877,6 +914,12 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   sc.nch = L->nch;
   sc.chw = p->d_chw;
   sc.chw_rows = p->chw_rows;
+  if (L->spectral) {
+    sc.spec_nbins = L->spectral->nbins;
+    sc.spec_w = L->spectral->w;
+    sc.spec_k1 = L->spectral->k1;
+    sc.spec_k2 = L->spectral->k2;
+  }
   const int vox = pick_vox(p, &L->g[0]);
   dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
             (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
@@ -885,7 +928,8 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
     for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
     kernel_fn k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true> : k_channels<XT_CUDA_VOX_LINEAR, false>)
                                             : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true> : k_channels<XT_CUDA_VOX_TEXTURE, false>);
-    const size_t smem = sizeof(float) * XT_MAX_CHANNELS * (size_t)p->chw_rows;
+    const size_t smem =
+        sizeof(float) * (XT_MAX_CHANNELS * (size_t)p->chw_rows + (XT_MAX_CHANNELS + 2) * (size_t)XT_SPEC_PAD(sc.spec_nbins));
     if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, smem, L->stream>>>(sc);
   } else {
     pick_kernel(p, vox, L->count)<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);

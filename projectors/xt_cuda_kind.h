@@ -31,6 +31,9 @@ typedef struct xt_cuda_launch {
                            cannot, add nothing and succeed */
   int nch;              /* 0: line integrals; n > 0: material channels (xt_channels.h), n planes per
                            frame, channel c of frame j at d_out + (j*n + c)*rows*cols */
+  const xt_chan_spectral *spectral; /* NULL; or (nch > 0, one kind alone) the channels' spectral sums
+                                       (xt_spectral.h) instead of the planes: 2 planes per frame, sums
+                                       of k1 then of k2; host struct, device pointers */
   cudaStream_t stream;  /* everything of the launch goes on this stream; no synchronisation */
 } xt_cuda_launch;
 

@@ -109,6 +109,15 @@ int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float 
   return p->ops->render_device(p->impl, g, channels, d_out, stream, msg);
 }
 
+int xt_proj_render_device_spectral(xt_proj *p, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out,
+                                   void *stream, xt_msg *msg) {
+  if (!p->ops->render_spectral)
+    return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: no device spectral sums", p->ops->name);
+  if (!sp || sp->nbins < 1 || sp->nbins > XT_SPECTRAL_MAX_BINS)
+    return xt_fail(msg, XT_EINVAL, "spectral sums: %d bins (1..%d)", sp ? sp->nbins : 0, XT_SPECTRAL_MAX_BINS);
+  return p->ops->render_spectral(p->impl, g, sp, d_out, stream, msg);
+}
+
 int xt_host_alloc(xt_backend b, size_t bytes, void **out, xt_msg *msg) {
   const xt_proj_ops *ops = ops_for(b);
   *out = NULL;

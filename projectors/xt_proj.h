@@ -13,6 +13,7 @@
 #include "xt_channels.h"
 #include "xt_geom.h"
 #include "xt_model.h"
+#include "xt_spectral.h"
 
 typedef enum xt_backend { XT_BACKEND_CPU = 1, XT_BACKEND_CUDA = 2 } xt_backend;
 
@@ -41,6 +42,11 @@ typedef struct xt_proj_ops {
    * caller's stream (a cudaStream_t) without synchronising: the line integral (channels 0) or the
    * channel planes (channels 1). For the imaging chain's device pipeline. */
   int (*render_device)(void *impl, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
+  /* Device backends only (NULL otherwise): the channels' spectral sums (xt_spectral.h) evaluated
+   * in the march's epilogue, 2 planes into d_out; XT_EUNSUPPORTED, queueing nothing, where the
+   * scene cannot (see xt_proj_render_device_spectral). */
+  int (*render_spectral)(void *impl, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out, void *stream,
+                         xt_msg *msg);
   /* Device backends only (NULL otherwise: plain memory): host memory the device's DMA writes
    * directly (xt_host_alloc). */
   int (*host_alloc)(size_t bytes, void **out, xt_msg *msg);
@@ -84,6 +90,15 @@ int xt_proj_render_channels_fast(xt_proj *p, const xt_geometry *g, float *out, x
 /* Device backends: one frame into device memory on a CUDA stream (see xt_proj_ops.render_device);
  * XT_EUNSUPPORTED on the CPU backend. */
 int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
+/* Device backends: one frame's spectral sums of its channels (xt_spectral_sum with sp, whose
+ * pointers are device memory) into d_out: plane 0 the k1 sums, plane 1 the k2 sums (rows*cols
+ * floats each), computed from the channels in registers, so the channel planes never reach memory.
+ * Equal, on one device, to xt_spectral_sum applied to xt_proj_render_device's planes. Only where
+ * every model is of one kind that offers it (today the voxel kind: dense and label volumes): the
+ * sums of several kinds' channels do not add. Otherwise XT_EUNSUPPORTED, with nothing queued, and
+ * the caller renders the planes instead. */
+int xt_proj_render_device_spectral(xt_proj *p, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out,
+                                   void *stream, xt_msg *msg);
 
 /* --- the exact reference (double precision, CPU) ------------------------------------------ */
 

@@ -64,6 +64,9 @@ void xt_cuda_destroy(xt_cuda_proj *p);
 int xt_cuda_channels(xt_cuda_proj *p, xt_chanset *cs, xt_msg *msg);
 int xt_cuda_render_channels(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *msg);
 int xt_cuda_render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
+/* The channels' spectral sums, 2 planes (xt_proj_render_device_spectral): voxel models only. */
+int xt_cuda_render_spectral(xt_cuda_proj *p, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out,
+                            void *stream, xt_msg *msg);
 
 /* --- measurement (benchmark, tests) -------------------------------------------------------- */
 

@@ -374,11 +374,14 @@ static void frame_exposure(xt_server *s, const xt_job *j, xt_chain_params *p) {
 
 /* After a frame: its dose into the run totals, its measurement into the loop; copies for the header. */
 static void frame_account(xt_server *s, const xt_job *j, const xt_chain_params *p, const xt_chain_info *ci,
-                          const xt_geometry *g, const uint16_t *raw, int cols, int rows, xt_dose *d, xt_dose_totals *t,
+                          const xt_geometry *g, const xt_chain_drc_frame *field, xt_dose *d, xt_dose_totals *t,
                           xt_drc *drc) {
   memset(d, 0, sizeof *d);
   if (xt_dose_frame(p, ci->kerma_ugy_per_mas, g, d, NULL)) memset(d, 0, sizeof *d); /* irp behind the focus */
-  const double meas = p->drc ? xt_drc_measure(raw, cols, rows, p, ci, g->mode.pitch_u_mm * g->mode.pitch_v_mm) : 0;
+  /* the measuring field's sum came with the frame (on a GPU, a device reduction: no pass over the
+   * raw frame here) */
+  const double meas =
+      p->drc ? xt_drc_measure_sum(field->field_sum, field->field_n, p, ci, g->mode.pitch_u_mm * g->mode.pitch_v_mm) : 0;
   xt_metrics *m = &s->metrics;
   pthread_mutex_lock(&m->mu);
   if (m->dose_run == j->run_gen) {
@@ -431,8 +434,9 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_dose dose;
   xt_dose_totals tot;
   xt_drc drc;
-  frame_account(s, j, &prm, &ci, &g, (const uint16_t *)(const void *)(f->msg + XT_STREAM_HEADER_SIZE), cols, rows, &dose,
-                &tot, &drc);
+  xt_chain_drc_frame field;
+  xt_chain_drc_last(w->chain, &field);
+  frame_account(s, j, &prm, &ci, &g, &field, &dose, &tot, &drc);
   xt_stream_header h;
   fill_header(&h, j, &g, rows, cols, XT_STREAM_PIX_U16, (size_t)cols * rows * 2, t1);
   fill_chain_header(&h, &prm, &ci, XT_STREAM_KIND_RAW);

@@ -94,7 +94,7 @@ static void one_energy(int with_mixtures) {
   xt_chain_params prm = quiet();
   XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
   /* one bin at exactly 60 keV */
-  xt_chain_tables *t = &c->tab;
+  xt_chain_tables *t = &c->tc->tab[c->slot]; /* the cached slot of the parameters' tables, overridden */
   double mr[XT_MAX_CHANNELS];
   XT_REQUIRE(xt_chanset_mass_atten(&c->cs, 60.0, mr, NULL) == 0);
   t->nbins = 1;
@@ -172,7 +172,7 @@ static void flat_noise(double mas, int frames, const char *mode, double psf, dou
         re[col - n0] = x;
         sv += x * x;
         /* compound Poisson: var(signal) = Q = S^2 flat2 / (G flat1^2) = S flat2 / flat1 */
-        sp += (double)c->tab.flat2 / c->tab.flat1 / S[i] * w2u * w2v;
+        sp += (double)c->tab->flat2 / c->tab->flat1 / S[i] * w2u * w2v;
         cnt++;
       }
       /* the row's periodogram at the first nf frequencies k / n cycles per pixel, Hann-windowed
@@ -353,7 +353,7 @@ XT_TEST(lag_decays_as_configured) {
   xt_chain_frame_const fc;
   xt_chain_frame_const_make(c, &g, 0, &fc);
   const int i = 64 * 128 + 64;
-  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab.flat1 * prm.adu_per_kev;
+  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab->flat1 * prm.adu_per_kev;
   prm.mas = 10000.0 / per_mas;
   const double on = prm.mas;
   XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);

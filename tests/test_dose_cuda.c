@@ -6,7 +6,12 @@
  *    and a subtracted frame after a change agree with the CPU's codes within 2 (float rounding);
  *  - the dose-rate loop on the device converges as on the CPU (same stated settling bar);
  *  - scatter on the device (coarse sources, broad kernel, grid): the expected signal of the head
- *    with scatter and the grid within 1e-4 relative of the CPU's. */
+ *    with scatter and the grid within 1e-4 relative of the CPU's;
+ *  - the measuring field's sum reduced on the device equals the host's sum of the same raw frame,
+ *    exactly, and so does the dose it converts to;
+ *  - the device-resident loop step (attached loop): each frame's record against its host twin
+ *    (xt_drc_math.h on the host from the device's previous state and field sum), its frames against
+ *    the same exposures set from the host, its settling within the stated frames. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include <string.h>
 
 #include "xt_chain.h"
+#include "xt_chain_internal.h"
 #include "xt_drc.h"
 #include "xt_exposure.h"
 #include "xt_phantom.h"
@@ -35,6 +41,23 @@ static xt_chain_params quiet(void) {
   xt_chain_params p = xt_tc_quiet();
   p.quantum_noise = 0;
   p.adu_per_kev *= 0.154 * 0.154 / (1.155 * 1.155); /* saturation as a native pixel's, on fd20-256 */
+  return p;
+}
+
+/* The 64^3 head phantom (labels). */
+static xt_model *head64(void) {
+  const int dim[3] = {64, 64, 64};
+  xt_model *head = NULL;
+  return xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0 ? head : NULL;
+}
+
+/* The normal-dose fluoroscopy preset (dose-rate control on) on the quiet panel, no temporal filter. */
+static xt_chain_params fluoro(void) {
+  xt_chain_params p = quiet();
+  const double adu = p.adu_per_kev;
+  if (xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL)) p.drc = 0; /* the tests then fail on the loop */
+  p.adu_per_kev = adu;
+  p.temporal_alpha = 1;
   return p;
 }
 
@@ -144,15 +167,10 @@ XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
  * settling time on the head (a step from the preset's guess) and stays within 10 %. */
 XT_TEST(cuda_drc_settles_on_the_head) {
   if (no_gpu()) return;
-  const int dim[3] = {64, 64, 64};
-  xt_model *head = NULL;
-  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_model *head = head64();
+  XT_REQUIRE(head);
   xt_proj *pg = proj(XT_BACKEND_CUDA, head);
-  xt_chain_params p = quiet();
-  const double adu = p.adu_per_kev;
-  XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL) == 0);
-  p.adu_per_kev = adu;
-  p.temporal_alpha = 1;
+  xt_chain_params p = fluoro();
   xt_chain *cg = NULL;
   XT_REQUIRE(pg && xt_chain_create(&p, pg, &cg, NULL) == 0);
   xt_geometry g = geom("fd20-256");
@@ -181,5 +199,117 @@ XT_TEST(cuda_drc_settles_on_the_head) {
   xt_model_free(head);
 }
 
+/* The measuring field on the device: its code sum equals the host's sum of the raw frame that came
+ * back with it, exactly (integers), detached and attached; the doses convert alike. */
+XT_TEST(cuda_field_sum_equals_the_host_sum) {
+  if (no_gpu()) return;
+  const int dim[3] = {64, 64, 64};
+  xt_model *head = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_proj *pg = proj(XT_BACKEND_CUDA, head);
+  xt_chain_params p = xt_tc_quiet(); /* noise on: codes of every parity */
+  p.drc = 1;
+  p.scatter = 1;
+  xt_chain *cg = NULL;
+  XT_REQUIRE(pg && xt_chain_create(&p, pg, &cg, NULL) == 0);
+  const char *modes[2] = {"fd20-256", "thesis"};
+  for (int mi = 0; mi < 2; mi++) {
+    xt_geometry g = geom(modes[mi]);
+    const int oc = g.mode.cols, orr = g.mode.rows;
+    uint16_t *raw = malloc(2 * (size_t)oc * orr);
+    XT_REQUIRE(raw);
+    for (int att = 0; att < 2; att++) {
+      XT_REQUIRE(xt_chain_drc_attach(cg, att, NULL) == 0);
+      xt_chain_out o = {raw, NULL, NULL, NULL};
+      XT_REQUIRE(xt_chain_frame(cg, &g, 3, &o, NULL) == 0);
+      xt_chain_drc_frame r;
+      xt_chain_drc_last(cg, &r);
+      uint64_t sum, n;
+      xt_drc_field_sum(raw, oc, orr, &sum, &n);
+      XT_CHECK_MSG(r.field_sum == sum && r.field_n == n, "%s attached %d: device %llu / %llu, host %llu / %llu", modes[mi],
+                   att, (unsigned long long)r.field_sum, (unsigned long long)r.field_n, (unsigned long long)sum,
+                   (unsigned long long)n);
+      XT_CHECK(sum > n * 1000); /* a real signal above the offset */
+      xt_chain_info ci;
+      xt_chain_get_info(cg, &ci);
+      const double px = g.mode.pitch_u_mm * g.mode.pitch_v_mm;
+      if (!att) XT_CHECK(xt_drc_measure_sum(r.field_sum, r.field_n, &p, &ci, px) == xt_drc_measure(raw, oc, orr, &p, &ci, px));
+    }
+    free(raw);
+  }
+  xt_chain_destroy(cg);
+  xt_proj_destroy(pg);
+  xt_model_free(head);
+}
+
+/* The device-resident loop: every frame's record against the host twin's arithmetic from the
+ * device's own previous state and field sum (the measurement exactly, the step's s within 1e-12:
+ * libm's and CUDA's logs may differ in the last bit), its exposures against xt_drc_exposure, its
+ * raw frames against a detached chain given the same exposures from the host (the device scales the
+ * tables by mAs instead of the geometry: float rounding, codes within 2), and settling within
+ * XT_DRC_SETTLE_FRAMES from the protocol's start. */
+XT_TEST(cuda_attached_loop_steps_as_its_host_twin) {
+  if (no_gpu()) return;
+  xt_model *head = head64();
+  XT_REQUIRE(head);
+  xt_proj *pg = proj(XT_BACKEND_CUDA, head);
+  xt_chain_params p = fluoro();
+  p.scatter = 1;
+  p.mas *= 0.2; /* start well below the target */
+  xt_chain *ca = NULL, *cx = NULL;
+  XT_REQUIRE(pg && xt_chain_create(&p, pg, &ca, NULL) == 0 && xt_chain_create(&p, pg, &cx, NULL) == 0);
+  XT_REQUIRE(xt_chain_drc_attach(ca, 1, NULL) == 0);
+  xt_geometry g = geom("fd20-256");
+  const int n = 256 * 256;
+  uint16_t *ra = malloc(2 * n), *rx = malloc(2 * n);
+  XT_REQUIRE(ra && rx);
+  xt_drc prev;
+  xt_drc_reset(&prev, &p);
+  const xt_drc_law law = xt_drc_law_of(&p);
+  const xt_drc_meter m = xt_drc_meter_of(&p, g.mode.pitch_u_mm * g.mode.pitch_v_mm);
+  int settled = -1, worst = 0;
+  double worst_s = 0;
+  for (int f = 0; f < 25; f++) {
+    xt_chain_out oa = {ra, NULL, NULL, NULL}, ox = {rx, NULL, NULL, NULL};
+    XT_REQUIRE(xt_chain_frame(ca, &g, (uint64_t)f, &oa, NULL) == 0);
+    xt_chain_drc_frame r;
+    xt_chain_drc_last(ca, &r);
+    double kv, ms, mas;
+    xt_drc_exposure(prev.s, p.drc_kv_max, &kv, &ms, &mas);
+    XT_CHECK_MSG(r.kv == kv && fabs(r.mas / mas - 1) < 1e-12 && fabs(r.pulse_ms / ms - 1) < 1e-12, "frame %d: %g kV %g mAs, host %g %g", f,
+                 r.kv, r.mas, kv, mas);
+    const int k = (int)r.kv - XT_DRC_BANK_KV0;
+    XT_REQUIRE(k >= 0 && k < ca->tc->bank.n);
+    const double ngy = xt_drc_ngy(r.field_sum, r.field_n, &m, ca->tc->bank.flat_per_ugy[k]);
+    XT_CHECK_MSG(r.drc.measured_ngy == ngy, "frame %d: device %.17g nGy, host %.17g", f, r.drc.measured_ngy, ngy);
+    xt_drc twin = prev;
+    xt_drc_step(&twin, &law, r.kv, r.mas, ngy);
+    worst_s = fmax(worst_s, fabs(twin.s - r.drc.s));
+    XT_CHECK_MSG(fabs(twin.s - r.drc.s) <= 1e-12 && twin.flags == r.drc.flags && twin.frames == r.drc.frames,
+                 "frame %d: s %.17g flags %u, host %.17g %u", f, r.drc.s, r.drc.flags, twin.s, twin.flags);
+    /* the same exposure set from the host on a detached chain */
+    xt_chain_params q = p;
+    q.kv = r.kv;
+    q.mas = r.mas;
+    q.pulse_ms = r.pulse_ms;
+    XT_REQUIRE(xt_chain_set_params(cx, &q, NULL) == 0 && xt_chain_frame(cx, &g, (uint64_t)f, &ox, NULL) == 0);
+    for (int i = 0; i < n; i++) worst = abs((int)ra[i] - (int)rx[i]) > worst ? abs((int)ra[i] - (int)rx[i]) : worst;
+    const int in = fabs(ngy / p.drc_target_ngy - 1) < 0.1;
+    if (in && settled < 0) settled = f;
+    if (!in && settled >= 0) XT_CHECK_MSG(0, "left the band at frame %d: %g nGy", f, ngy);
+    prev = r.drc;
+  }
+  XT_CHECK_MSG(worst <= 2, "attached and detached frames differ by %d codes", worst);
+  XT_CHECK_MSG(settled >= 1 && settled <= XT_DRC_SETTLE_FRAMES, "settled after %d frames", settled);
+  if (getenv("XT_TEST_VERBOSE")) fprintf(stderr, "settled after %d frames, s within %g, codes within %d\n", settled, worst_s, worst);
+  free(ra);
+  free(rx);
+  xt_chain_destroy(ca);
+  xt_chain_destroy(cx);
+  xt_proj_destroy(pg);
+  xt_model_free(head);
+}
+
 XT_TEST_MAIN(XT_ENTRY(cuda_collimator_and_grid_match_the_cpu) XT_ENTRY(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene)
-                 XT_ENTRY(cuda_drc_settles_on_the_head))
+                 XT_ENTRY(cuda_drc_settles_on_the_head) XT_ENTRY(cuda_field_sum_equals_the_host_sum)
+                     XT_ENTRY(cuda_attached_loop_steps_as_its_host_twin))

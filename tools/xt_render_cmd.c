@@ -630,9 +630,12 @@ int xt_cmd_render(int argc, char **argv) {
         goto done;
       }
       xt_dose_add(&dose_total, &dose);
-      if (cprm.drc)
+      if (cprm.drc) { /* the measuring field's sum came with the frame (a device reduction on a GPU) */
+        xt_chain_drc_frame fld;
+        xt_chain_drc_last(chain, &fld);
         xt_drc_update(&drc, &cprm,
-                      xt_drc_measure(raw, ocols, orows, &cprm, &ci, f->geom.mode.pitch_u_mm * f->geom.mode.pitch_v_mm));
+                      xt_drc_measure_sum(fld.field_sum, fld.field_n, &cprm, &ci, f->geom.mode.pitch_u_mm * f->geom.mode.pitch_v_mm));
+      }
       for (int k = 0; k < xt_chain_param_count() && k < XT_OPT_MAX; k++) {
         const xt_chain_param_info *in = xt_chain_param_at(k);
         sp[k] = (xt_sidecar_param){in->name, xt_chain_param_get(&cprm, in), in->unit};

@@ -205,7 +205,10 @@ typedef struct xt_chain_tables {
   float k2[XT_CHAIN_MAX_BINS]; /* fluence x eta x E^2: its second moment, keV^2 */
   float flat1;                 /* sum of k1: the unattenuated signal */
   float flat2;                 /* sum of k2 */
+  float pad_[2];               /* a multiple of 16 bytes: every slot of an array of tables (the cache's
+                                * device slots) keeps mr's rows 16-byte aligned for 128-bit loads */
 } xt_chain_tables;
+typedef char xt_chain_tables_size_is_16n_[sizeof(xt_chain_tables) % 16 == 0 ? 1 : -1];
 
 /* The render grid of one frame: pixel (col, row) lies at det0 + col pu u + row pv v. */
 typedef struct xt_chain_cam {

@@ -286,7 +286,8 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
   if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
       (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
-      (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
+      (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA,
+                                     proc ? d->Y : NULL, d->st, msg)))
     return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));

@@ -25,10 +25,17 @@ typedef struct xt_u32x4 {
   uint32_t v[4];
 } xt_u32x4;
 
+/* On the GPU the two halves as two 32-bit multiplies (IMAD.HI, IMAD), as Random123's CUDA path
+ * does, rather than trusting the compiler to narrow a 64-bit product: the same bits. */
 static XT_INLINE XT_HOSTDEV void xt_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
+#ifdef __CUDA_ARCH__
+  *hi = __umulhi(a, b);
+  *lo = a * b;
+#else
   const uint64_t p = (uint64_t)a * (uint64_t)b;
   *hi = (uint32_t)(p >> 32);
   *lo = (uint32_t)p;
+#endif
 }
 
 static XT_INLINE XT_HOSTDEV xt_u32x4 xt_philox4x32_10(xt_u32x4 ctr, uint32_t k0, uint32_t k1) {
@@ -387,6 +394,11 @@ static XT_INLINE XT_HOSTDEV float xt_process_correct(float raw, float gain, floa
 static XT_INLINE XT_HOSTDEV float xt_process_log(float corrected, float flat) {
   const float s = corrected > 1.f ? corrected : 1.f;
   return logf(flat / s);
+}
+
+/* The recursive temporal filter's step: the state after a frame of attenuation L. */
+static XT_INLINE XT_HOSTDEV float xt_process_temporal(const xt_process_const *p, float L, float prev) {
+  return p->first ? L : p->alpha * L + (1.f - p->alpha) * prev;
 }
 
 /* Window and level onto 0..out_max, high attenuation dark (as fluoroscopy displays: vessels and

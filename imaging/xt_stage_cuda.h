@@ -63,11 +63,12 @@ int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chai
                            int measure, xt_chain_drc_frame *rec, cudaStream_t st, xt_msg *msg);
 /* blur: in -> out (rows then columns, one kernel) */
 int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
-/* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated */
+/* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated; Y (non-NULL when the frame
+ * is processed): the processing's pass 1 at the non-defective pixels */
 int xt_stage_readout_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
                           const unsigned char *defect, const float *D, const float *F, float *lag, uint16_t *raw,
-                          float *FA, cudaStream_t st, xt_msg *msg);
-/* process: raw, FA -> Y (temporal state) -> proc */
+                          float *FA, float *Y, cudaStream_t st, xt_msg *msg);
+/* process, after xt_stage_readout_cuda with Y: raw, FA -> Y at the defective pixels -> proc */
 int xt_stage_process_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
                           const unsigned char *defect, const uint16_t *raw, const float *FA, float *Y, uint16_t *proc,
                           cudaStream_t st, xt_msg *msg);

@@ -39,12 +39,13 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
 /* Thread mapping: a grid-stride loop over the render pixels (linear index; every thread of a block
  * makes the same passes, for the split draw's barriers), so that each block copies the tables (5 KB)
  * into shared memory once for many pixels. In: A (nch channel planes; SUMS: the 2 planes of the
- * spectral sums), the tables. Out: X, F, and S when non-NULL; SUMS with noise: the deferred draws
- * appended to rest (count in *rest_n). */
+ * spectral sums), the tables. Out: X, and S when non-NULL; SUMS with noise: the deferred draws
+ * appended to rest (count in *rest_n). The flat field is not stored: the readout evaluates it
+ * (xt_flat_expect). */
 template <bool SUMS>
 __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     k_detect(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,
-             float *F, float *S, xt_draw_rest *rest, unsigned *rest_n) {
+             float *S, xt_draw_rest *rest, unsigned *rest_n) {
   __shared__ xt_chain_tables t;
   __shared__ unsigned s_n, s_base;
   if (!SUMS) {
@@ -85,7 +86,6 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
       }
       if (S)
         S[i] = s;
-      F[i] = G * flat1 * fc.coll.grid_tp; /* the flat field is calibrated with the grid in */
       if (fc.noise) {
         xt_rng g;
         xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
@@ -131,23 +131,23 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
 }
 
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
-                         float *F, float *S, cudaStream_t st, xt_msg *msg) {
+                         float *S, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
   size_t blocks = (n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK;
   if (blocks > XT_DETECT_MAX_BLOCKS)
     blocks = XT_DETECT_MAX_BLOCKS;
-  k_detect<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, F, S, NULL, NULL);
+  k_detect<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, S, NULL, NULL);
   XT_SCK(cudaGetLastError());
   return 0;
 }
 
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *F, float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
+                              float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
                               xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
   /* one pass a block: no tables to amortise */
   k_detect<true><<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(
-      d_tab, *fc, P, X, F, S, rest, rest_n + parity);
+      d_tab, *fc, P, X, S, rest, rest_n + parity);
   XT_SCK(cudaGetLastError());
   if (fc->noise) {
     k_draw_rest<<<XT_DETECT_MAX_BLOCKS, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);

@@ -303,6 +303,15 @@ static XT_INLINE XT_HOSTDEV float xt_pixel_geometry(const xt_chain_cam *c, int c
   return mas * c->pu * c->pv * cosine * (1.0e6f / r2);
 }
 
+/* The flat field an ideal panel's render pixel collects (keV): the unattenuated signal flat1 (the
+ * frame's tables) at the pixel's geometry, with the grid in (the panel is calibrated with it). A
+ * deterministic function of the pixel, so the readout evaluates it where it needs it rather than
+ * the detect stage storing a plane (4 bytes a render pixel written and read again). */
+static XT_INLINE XT_HOSTDEV float xt_flat_expect(const xt_chain_cam *c, float mas, float flat1, float grid_tp, int col,
+                                                 int row) {
+  return xt_pixel_geometry(c, col, row, mas) * flat1 * grid_tp;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Stage: polychromatic detection and quanta (stage_detect*)                                  */
 /* ------------------------------------------------------------------------------------------ */

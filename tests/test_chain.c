@@ -159,10 +159,13 @@ static void one_energy(int with_mixtures) {
   out.expected = S;
   XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
   double worst = 0, lmax = 0;
+  xt_chain_frame_const fc;
+  xt_chain_frame_const_make(c, &g, 0, &fc);
   for (int r = 0; r < g.mode.rows; r++)
     for (int col = 0; col < g.mode.cols; col++) {
       const size_t i = (size_t)r * g.mode.cols + col;
-      const double tr = S[i] / c->F[i]; /* the flat field's expectation, same pixel */
+      /* over the flat field's expectation, same pixel */
+      const double tr = S[i] / xt_flat_expect(&fc.cam, fc.mas, t->flat1, fc.coll.grid_tp, col, r);
       worst = fmax(worst, fabs(tr - exp(-(double)L[i])) / exp(-(double)L[i]));
       lmax = fmax(lmax, L[i]);
     }

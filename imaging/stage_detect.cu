@@ -6,14 +6,16 @@
  * two kernels (below, "The split draw") with the same result bit for bit. */
 #include "xt_stage_cuda.h"
 
-/* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h), whose quick step
- * settles ~3/4 of tries (0.86 vr: 0.67 at 100 quanta, 0.76 at 1000) but whose full test (four double
- * logarithms) some lane of nearly every warp needs: inline, every warp pays for it. So
- * k_detect<true> makes the quick steps only; a pixel whose try needs the full test is appended
- * (pixel, try, S, Q) to a list, and k_draw_rest resumes PTRS at that try for the listed pixels only,
- * densely, its generator seeked to the try's draws: the same tries on the same numbers, so the same
- * count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit for bit). Returns the
- * energy, or 0 with *defer the try to resume. */
+/* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h): its quick step settles
+ * ~3/4 of tries (0.86 vr: 0.67 at 100 quanta, 0.76 at 1000); the others take the full test, which
+ * some lane of nearly every warp needs. That test is decided in float (xt_ptrs_test_float: four
+ * MUFU logarithms and a log1pf, with a proven error bound) except for the few tries (~0.1 %) within
+ * the bound of the boundary, which need it in double: a double path every warp would pay for inline.
+ * So k_detect<true> makes the quick steps and the float tests; a pixel whose try stays undecided is
+ * appended (pixel, try, S, Q) to a list, and k_draw_rest resumes PTRS at that try for the listed
+ * pixels only, its generator seeked to the try's draws: the same tries on the same numbers, so the
+ * same count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit for bit). Returns
+ * the energy, or 0 with *defer the try to resume. */
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
@@ -29,8 +31,13 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
     if (r > 0)
       return xt_detect_energy(k, s, q);
     if (r < 0) {
-      *defer = it;
-      return 0.f;
+      const int f = xt_ptrs_test_float(&p, V, us, k);
+      if (f > 0)
+        return xt_detect_energy(k, s, q);
+      if (f < 0) {
+        *defer = it;
+        return 0.f;
+      }
     }
   }
   return xt_detect_energy(floor(n + 0.5), s, q);

@@ -198,8 +198,11 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quick(const xt_ptrs *p, double U, double
  * sign is the double test's answer; inside it (0.03-0.25 % of tests at 10-5000 quanta, 1 % at 1e5) the
  * double test runs. So the counts, and the frames, are those of the all-double test, bit for bit,
  * on both backends (tests/test_chain.c checks it against lgamma). n < 2^24 keeps n exact. */
-static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {
-  const double invalpha = 1.1239 + 1.1328 / (p->b - 3.4);
+static XT_INLINE XT_HOSTDEV double xt_ptrs_invalpha(const xt_ptrs *p) { return 1.1239 + 1.1328 / (p->b - 3.4); }
+
+/* The float part: 1 accepted, 0 rejected, -1 undecided (the double test decides). */
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test_float(const xt_ptrs *p, double V, double us, double k) {
+  const double invalpha = xt_ptrs_invalpha(p);
   if (k < 16777215.0) {
     const float usf = (float)us, lamf = (float)p->lam;
     const float t0 = xt_logf_fast((float)V), t1 = xt_logf_fast((float)invalpha),
@@ -223,6 +226,13 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double 
     if (diff < -eps) return 1;
     if (diff > eps) return 0;
   }
+  return -1;
+}
+
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {
+  const int f = xt_ptrs_test_float(p, V, us, k);
+  if (f >= 0) return f;
+  const double invalpha = xt_ptrs_invalpha(p);
   return log(V) + log(invalpha) - log(p->a / (us * us) + p->b) <= -p->lam + k * log(p->lam) - xt_log_factorial(k);
 }
 

@@ -4,6 +4,8 @@
 #
 #   run_bench.sh gpu SERVER CLIENT OUTDIR [SECONDS]  60 fps, fd20-1024 uint16, 4 clients (default 60 s)
 #   run_bench.sh chain SERVER CLIENT OUTDIR [SECONDS] the same 60 fps run with the imaging chain on (raw frames)
+#   run_bench.sh chain-dose SERVER CLIENT OUTDIR [SECONDS] the chain run with dose-rate control, scatter and the
+#                                                    grid on (issue 11), set over REST before the clients connect
 #   run_bench.sh cpu SERVER CLIENT OUTDIR [SECONDS]  fd20-512 on the CPU backend: the highest frame rate
 #                                                    sustained (no skipped exposure, no dropped frame)
 # Writes OUTDIR/*.json (client summaries), OUTDIR/*.metrics (the server's /metrics at the end),
@@ -73,6 +75,23 @@ chain)
   cat "$out/chain60.json"
   grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(render|convert)_seconds_(sum|count)' "$out/chain60.metrics"
   ;;
+chain-dose)
+  secs=${secs:-60}
+  start chaindose60 --backend cuda --mode fd20-1024 --fps 60 --pixel-format uint16 --chain --verbose 1 || exit 1
+  body='{"chain": {"drc": 1, "scatter": 1, "grid": 1}}' # no protocol: a preset also sets its own frame rate
+  if command -v curl >/dev/null 2>&1; then
+    curl -s -X PUT -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$REST/v1/acquisition"
+  else
+    python3 -c "import urllib.request,sys;r=urllib.request.Request('http://127.0.0.1:$REST/v1/acquisition',data=sys.argv[1].encode(),method='PUT',headers={'Content-Type':'application/json'});sys.stdout.write(urllib.request.urlopen(r).read().decode())" "$body"
+  fi
+  echo
+  sleep 2
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/chaindose60.json" --csv "$out/chaindose60.csv"
+  metrics "$REST" "$out/chaindose60.metrics"
+  stop
+  cat "$out/chaindose60.json"
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames|dose)|^xtwin_(render|convert)_seconds_(sum|count)' "$out/chaindose60.metrics"
+  ;;
 cpu)
   secs=${secs:-10}
   best=0
@@ -92,5 +111,5 @@ cpu)
   echo "highest sustained rate at 512x512 on the CPU backend: $best fps"
   echo "$best" >"$out/cpu_best_fps.txt"
   ;;
-*) echo "usage: $0 gpu|chain|cpu SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
+*) echo "usage: $0 gpu|chain|chain-dose|cpu SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
 esac

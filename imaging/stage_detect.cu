@@ -157,7 +157,9 @@ int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame
       d_tab, *fc, P, X, S, rest, rest_n + parity);
   XT_SCK(cudaGetLastError());
   if (fc->noise) {
-    k_draw_rest<<<XT_DETECT_MAX_BLOCKS, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);
+    /* the list holds the float test's undecided tries (~0.1 % of the tests: a few hundred pixels at 1024^2): one
+     * block per SM, grid-stride, rather than a grid of mostly idle blocks */
+    k_draw_rest<<<XT_DETECT_MAX_BLOCKS / 8, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);
     XT_SCK(cudaGetLastError());
   }
   return 0;

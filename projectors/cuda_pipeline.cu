@@ -371,20 +371,39 @@ static int check_geom(const xt_geometry *g, xt_msg *msg) {
   return 0;
 }
 
+/* 1 when every byte of [p, p + bytes) lies in page-locked host memory the device can write
+ * (cudaHostAlloc'd or registered): a copy-out there needs no staging. Both ends are looked up, so
+ * a buffer running past its pinned allocation takes the staged path. */
+static int host_pinned(const void *p, size_t bytes) {
+  cudaPointerAttributes a, b;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess ||
+      cudaPointerGetAttributes(&b, (const char *)p + bytes - 1) != cudaSuccess) {
+    (void)cudaGetLastError(); /* older runtimes: an error for pageable memory */
+    return 0;
+  }
+  return a.type == cudaMemoryTypeHost && b.type == cudaMemoryTypeHost;
+}
+
 /* The batch pipeline: chunks of up to p->chunk poses per launch on s_render; the copy-out of
- * chunk i (s_copy, into pinned memory) overlaps the render of chunk i+1, and the host's copy of
- * chunk i into `out` overlaps both. out may be NULL (streaming: frames stay in pinned memory).
- * Kinds see a chunk's geometries contiguously: frames cycle through g[0..n) only when n < frames
- * (streaming), and then a chunk is one frame. */
+ * chunk i (s_copy) overlaps the render of chunk i+1. Into pageable `out` it goes to the pinned
+ * h_out and the host's copy of chunk i into `out` overlaps both; into page-locked `out` it goes
+ * straight there, in chunks of about XT_CUDA_DIRECT_CHUNK_BYTES, and the host only waits. out may
+ * be NULL (streaming: frames stay in pinned memory). Kinds see a chunk's geometries contiguously:
+ * frames cycle through g[0..n) only when n < frames (streaming), and then a chunk is one frame. */
 static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, int per_chunk, float *out, xt_msg *msg) {
   const int cols = g[0].mode.cols, rows = g[0].mode.rows;
   int rc = check_geom(g, msg);
   if (rc) return rc;
   CK(cudaSetDevice(p->opt.device));
   if ((rc = ensure_scratch(p, cols, rows, 0, msg))) return rc;
+  const size_t fpx = (size_t)cols * rows;
+  const int direct = out && host_pinned(out, fpx * sizeof(float) * (size_t)frames);
+  if (direct && per_chunk < 1) {
+    per_chunk = (int)(XT_CUDA_DIRECT_CHUNK_BYTES / (fpx * sizeof(float)));
+    if (per_chunk < 1) per_chunk = 1;
+  }
   if (per_chunk < 1 || per_chunk > p->chunk) per_chunk = p->chunk;
   if (n < frames) per_chunk = 1;
-  const size_t fpx = (size_t)cols * rows;
   const int nch = (frames + per_chunk - 1) / per_chunk;
   for (int c = 0; c <= nch; c++) {
     if (c < nch) {
@@ -399,14 +418,16 @@ static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, in
         return rc;
       CK(cudaEventRecord(p->ev_k[b], p->s_render));
       CK(cudaStreamWaitEvent(p->s_copy, p->ev_k[b], 0));
-      CK(cudaMemcpyAsync(p->h_out[b], p->d_out[b], fpx * sizeof(float) * nf, cudaMemcpyDeviceToHost, p->s_copy));
+      float *dst = direct ? out + fpx * (size_t)first : p->h_out[b];
+      CK(cudaMemcpyAsync(dst, p->d_out[b], fpx * sizeof(float) * nf, cudaMemcpyDeviceToHost, p->s_copy));
       CK(cudaEventRecord(p->ev_c[b], p->s_copy));
     }
     if (c > 0) {
+      /* Also what lets chunk c + 1 refill h_desc[(c - 1) & 1]: its upload precedes this copy. */
       const int pb = (c - 1) & 1, first = (c - 1) * per_chunk;
       const int nf = first + per_chunk <= frames ? per_chunk : frames - first;
       CK(cudaEventSynchronize(p->ev_c[pb]));
-      if (out) memcpy(out + fpx * (size_t)first, p->h_out[pb], fpx * sizeof(float) * nf);
+      if (out && !direct) memcpy(out + fpx * (size_t)first, p->h_out[pb], fpx * sizeof(float) * nf);
     }
   }
   return 0;
@@ -637,6 +658,15 @@ static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out,
   return xt_cuda_render_batch((xt_cuda_proj *)impl, g, n, out, msg);
 }
 static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
+/* Portable: pinned for every device's context, so one buffer serves whichever worker renders. */
+static int ops_host_alloc(size_t bytes, void **out, xt_msg *msg) {
+  cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+  if (e == cudaSuccess) return 0;
+  (void)cudaGetLastError();
+  *out = NULL;
+  return xt_fail(msg, XT_ENOMEM, "cuda: %zu bytes of page-locked host memory: %s", bytes, cudaGetErrorString(e));
+}
+static void ops_host_free(void *p) { cudaFreeHost(p); }
 static int ops_channels(void *impl, xt_chanset *cs, xt_msg *msg) { return xt_cuda_channels((xt_cuda_proj *)impl, cs, msg); }
 static int ops_render_channels(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
   return xt_cuda_render_channels((xt_cuda_proj *)impl, g, out, msg);
@@ -651,5 +681,6 @@ static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_s
 
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
     "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
-    ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral,
+    ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral, ops_host_alloc,
+    ops_host_free,
 };

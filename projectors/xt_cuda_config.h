@@ -42,6 +42,9 @@
 /* Frames per launch of render_batch, and the device/pinned chunk budget of the batch pipeline. */
 #define XT_CUDA_BATCH_MAX_FRAMES 1024
 #define XT_CUDA_BATCH_CHUNK_BYTES ((size_t)64 << 20)
+/* Frames per launch of a batch into page-locked caller memory (no staging): small, so that each
+ * chunk's copy-out overlaps the next chunk's kernels within one call. */
+#define XT_CUDA_DIRECT_CHUNK_BYTES ((size_t)4 << 20)
 
 /* The Gaussian kind (proj_gmm.cu): a block renders one GMM_TILE_W x GMM_TILE_H tile with
  * GMM_BLOCK threads of two pixels each (rows r and r + GMM_WARP_H / 2 of its warp's region),

@@ -118,6 +118,21 @@ int xt_proj_render_device_spectral(xt_proj *p, const xt_geometry *g, const xt_ch
   return p->ops->render_spectral(p->impl, g, sp, d_out, stream, msg);
 }
 
+int xt_host_alloc(xt_backend b, size_t bytes, void **out, xt_msg *msg) {
+  const xt_proj_ops *ops = ops_for(b);
+  *out = NULL;
+  if (ops && ops->host_alloc) return ops->host_alloc(bytes ? bytes : 1, out, msg);
+  *out = aligned_alloc(64, (bytes + 63) / 64 * 64 + (bytes ? 0 : 64));
+  return *out ? 0 : xt_fail(msg, XT_ENOMEM, "host memory: %zu bytes: out of memory", bytes);
+}
+
+void xt_host_free(xt_backend b, void *p) {
+  const xt_proj_ops *ops = ops_for(b);
+  if (!p) return;
+  if (ops && ops->host_free) ops->host_free(p);
+  else free(p);
+}
+
 void xt_proj_destroy(xt_proj *p) {
   if (!p) return;
   p->ops->destroy(p->impl);

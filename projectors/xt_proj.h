@@ -47,6 +47,10 @@ typedef struct xt_proj_ops {
    * scene cannot (see xt_proj_render_device_spectral). */
   int (*render_spectral)(void *impl, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out, void *stream,
                          xt_msg *msg);
+  /* Device backends only (NULL otherwise: plain memory): host memory the device's DMA writes
+   * directly (xt_host_alloc). */
+  int (*host_alloc)(size_t bytes, void **out, xt_msg *msg);
+  void (*host_free)(void *p);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -58,7 +62,18 @@ int xt_proj_available(xt_backend b, xt_msg *msg);
 int xt_proj_create(const xt_proj_options *opt, xt_proj **out, xt_msg *msg);
 int xt_proj_add_model(xt_proj *p, const xt_model *m, xt_msg *msg);
 int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg);
+/* n frames of one detector size into out (n * rows * cols floats). Into memory from xt_host_alloc
+ * (or any page-locked memory) of a device backend, the frames land where the DMA puts them, in
+ * small chunks whose copies overlap the next chunk's kernels; into other memory they go through
+ * the projector's pinned buffers and one host copy. The same values either way. */
 int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg);
+/* Host memory for frames of backend b, for callers that keep their frame buffers for a long run
+ * (allocate once at set-up, never per frame): on CUDA page-locked and usable by every device
+ * (cudaHostAlloc, portable), so xt_proj_render_batch writes it without a host copy; on the CPU
+ * plain memory. 64-byte aligned; XT_ENOMEM (with the reason) when the system refuses, and then a
+ * caller may fall back to malloc. Free it with xt_host_free(b, ...) only. */
+int xt_host_alloc(xt_backend b, size_t bytes, void **out, xt_msg *msg);
+void xt_host_free(xt_backend b, void *p);
 void xt_proj_destroy(xt_proj *p);
 xt_backend xt_proj_backend(const xt_proj *p);
 

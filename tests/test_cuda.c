@@ -2,7 +2,7 @@
  *
  * Random volumes (dense and labels, anisotropic spacing, oblique placement) under random poses;
  * every kernel variant (linear / texture voxels, shared / constant table); rays lying exactly on
- * voxel planes; the batch entry point against single renders; the thesis-scene head at the nine
+ * voxel planes; the batch entry point against single renders and into page-locked memory; the thesis-scene head at the nine
  * angles of the benchmark on all pixels; piecewise-constant volumes with rays lying exactly on
  * voxel planes across which mu changes. Each check poisons the output with NaN first, so an
  * unwritten pixel fails. Pass: relative L2 < 1e-5 and max |gpu - ref| <= 1e-4 of the frame's max.
@@ -236,19 +236,68 @@ XT_TEST(rays_on_planes) {
   xt_model_free(m);
 }
 
-XT_TEST(batch_equals_single) {
-  srand(4);
-  xt_model *m = random_model(1);
-  XT_REQUIRE(m);
-  xt_detector_mode mode = test_mode(200, 150, 1.5);
-  enum { N = 37 }; /* more than one chunk of the pipeline at this size? no: exercises odd counts */
-  xt_geometry g[N];
-  for (int i = 0; i < N; i++) XT_REQUIRE(random_geom(&mode, &g[i]) == 0);
+/* The batch tests' scene: a random model (seeded), n random poses on a 200 x 150 detector and a
+ * CUDA projector holding the model; NULL (and nothing to free) on failure. */
+static xt_proj *batch_scene(unsigned seed, int labels, int n, xt_detector_mode *mode, xt_geometry *g, xt_model **m) {
+  srand(seed);
+  *m = random_model(labels);
+  *mode = test_mode(200, 150, 1.5);
   xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
-  xt_proj *p;
+  xt_proj *p = NULL;
   xt_msg msg;
-  XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
-  XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
+  int ok = *m != NULL;
+  for (int i = 0; i < n && ok; i++) ok = random_geom(mode, &g[i]) == 0;
+  if (ok && xt_proj_create(&po, &p, &msg) == 0 && xt_proj_add_model(p, *m, &msg) == 0) return p;
+  xt_proj_destroy(p);
+  xt_model_free(*m);
+  return NULL;
+}
+
+/* A batch into page-locked memory from xt_host_alloc takes the pipeline's direct path (frames
+ * copied out where they belong, in chunks whose copies overlap the next chunk's kernels): the same
+ * bytes as through the staging buffers, every pixel written, and the reference where it is
+ * checked. 37 frames of 200 x 150 are two direct chunks; a second batch starts inside the buffer. */
+XT_TEST(batch_into_host_memory) {
+  enum { N = 37 };
+  xt_model *m;
+  xt_geometry g[N];
+  xt_detector_mode mode;
+  xt_msg msg;
+  xt_proj *p = batch_scene(12, 0, N, &mode, g, &m);
+  XT_REQUIRE(p);
+  const size_t np = (size_t)mode.cols * mode.rows;
+  float *paged = poisoned(np * N), *pinned = NULL;
+  XT_REQUIRE(paged);
+  if (xt_host_alloc(XT_BACKEND_CUDA, np * N * sizeof(float), (void **)&pinned, &msg) != 0) {
+    fprintf(stderr, "  %s\n", msg.text);
+    XT_REQUIRE(pinned);
+  }
+  XT_CHECK(((uintptr_t)pinned & 63) == 0);
+  XT_CHECK(xt_proj_render_batch(p, g, N, paged, &msg) == 0);
+  for (size_t k = 0; k < np * N; k++) pinned[k] = NAN;
+  XT_CHECK(xt_proj_render_batch(p, g, N, pinned, &msg) == 0);
+  XT_CHECK_MSG(memcmp(paged, pinned, np * N * sizeof(float)) == 0, "pinned batch differs from the staged one");
+  const xt_model *ms[1] = {m};
+  const int check[] = {0, 35, N - 1};
+  for (int i = 0; i < 3; i++) XT_CHECK_MSG(compare("pinned batch", ms, 1, &g[check[i]], pinned + np * check[i]) == 0, "frame %d", check[i]);
+  for (size_t k = 0; k < np * N; k++) pinned[k] = NAN;
+  XT_CHECK(xt_proj_render_batch(p, g + 1, N - 1, pinned + np, &msg) == 0);
+  XT_CHECK_MSG(isnan(pinned[0]) && isnan(pinned[np - 1]), "wrote before the batch's start");
+  XT_CHECK_MSG(memcmp(paged + np, pinned + np, np * (N - 1) * sizeof(float)) == 0, "offset batch differs");
+  xt_host_free(XT_BACKEND_CUDA, pinned);
+  free(paged);
+  xt_proj_destroy(p);
+  xt_model_free(m);
+}
+
+XT_TEST(batch_equals_single) {
+  enum { N = 37 }; /* more than one chunk of the pipeline at this size? no: exercises odd counts */
+  xt_model *m;
+  xt_geometry g[N];
+  xt_detector_mode mode;
+  xt_msg msg;
+  xt_proj *p = batch_scene(4, 1, N, &mode, g, &m);
+  XT_REQUIRE(p);
   size_t np = (size_t)mode.cols * mode.rows;
   float *batch = poisoned(np * N), *one = poisoned(np);
   XT_REQUIRE(batch && one);
@@ -469,7 +518,7 @@ int main(int argc, char **argv) {
   if (WEXITSTATUS(st) == 3) return 0;
   static const xt_test_entry tests[] = {
       XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
-          XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(thesis_head_labels)
+          XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(batch_into_host_memory) XT_ENTRY(thesis_head_labels)
               XT_ENTRY(thesis_head_mu) XT_ENTRY(blocky_exact) XT_ENTRY(hull_extremes)
                   XT_ENTRY(auto_storage_per_view)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);

@@ -625,13 +625,13 @@ XT_TEST(chain_frames_match_a_chain_of_their_own) {
                      "\"chain\": {\"kv\": [60, 90], \"mas\": 0.004, \"adu_per_kev\": 0.0005, \"noise\": false}}";
   XT_REQUIRE(load_text(spec, &s, &msg) == 0);
   XT_REQUIRE(xt_ds_scene_load(&s, &sc, &msg) == 0);
-  XT_REQUIRE(xt_ds_renderer_create(&sc, s.backend, 0, 2, &r, &msg) == 0);
+  XT_REQUIRE_MSG(xt_ds_renderer_create(&sc, s.backend, 0, 2, &r, &msg) == 0, "%s", msg.text);
   const size_t px = 128 * 128;
   uint16_t *raw = malloc(sizeof *raw * px * N), *proc = malloc(sizeof *proc * px * N);
   uint16_t *raw1 = malloc(sizeof *raw1 * px), *proc1 = malloc(sizeof *proc1 * px);
   XT_REQUIRE(raw && proc && raw1 && proc1);
   for (int i = 0; i < N; i++) XT_REQUIRE(xt_ds_sample_frame(&s, sc.placement, (const double(*)[3])sc.center, i, &f[i], &msg) == 0);
-  XT_REQUIRE(xt_ds_render_chain(r, f, N, raw, proc, &msg) == 0);
+  XT_REQUIRE_MSG(xt_ds_render_chain(r, f, N, raw, proc, &msg) == 0, "%s", msg.text);
   for (int i = 0; i < N; i++) {
     xt_model *m = NULL;
     int dim[3] = {32, 32, 32};
@@ -641,9 +641,9 @@ XT_TEST(chain_frames_match_a_chain_of_their_own) {
     xt_proj *p = NULL;
     xt_chain *c = NULL;
     XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0 && xt_proj_add_model(p, m, &msg) == 0);
-    XT_REQUIRE(xt_chain_create(&f[i].chain, p, &c, &msg) == 0);
+    XT_REQUIRE_MSG(xt_chain_create(&f[i].chain, p, &c, &msg) == 0, "%s", msg.text);
     xt_chain_out co = {raw1, proc1, NULL, NULL};
-    XT_REQUIRE(xt_chain_frame(c, &f[i].geom, (uint64_t)i, &co, &msg) == 0);
+    XT_REQUIRE_MSG(xt_chain_frame(c, &f[i].geom, (uint64_t)i, &co, &msg) == 0, "%s", msg.text);
     size_t off1 = 0, off2 = 0;
     long long sat = 0;
     for (size_t k = 0; k < px; k++) {
@@ -661,8 +661,8 @@ XT_TEST(chain_frames_match_a_chain_of_their_own) {
   /* Noise on: frame 2 alone equals frame 2 of the batch (no state carried from frames 0 and 1). */
   s.chain.base.quantum_noise = 1;
   for (int i = 0; i < N; i++) f[i].chain.quantum_noise = 1;
-  XT_REQUIRE(xt_ds_render_chain(r, f, N, raw, proc, &msg) == 0);
-  XT_REQUIRE(xt_ds_render_chain(r, &f[2], 1, raw1, proc1, &msg) == 0);
+  XT_REQUIRE_MSG(xt_ds_render_chain(r, f, N, raw, proc, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE_MSG(xt_ds_render_chain(r, &f[2], 1, raw1, proc1, &msg) == 0, "%s", msg.text);
   XT_CHECK(memcmp(raw + 2 * px, raw1, px * sizeof *raw1) == 0 && memcmp(proc + 2 * px, proc1, px * sizeof *proc1) == 0);
   XT_CHECK(memcmp(raw + 1 * px, raw1, px * sizeof *raw1) != 0);
   free(raw);

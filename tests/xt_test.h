@@ -67,6 +67,18 @@ static int xt_test_failures_;
     }                                                                                 \
   } while (0)
 
+/* XT_REQUIRE that also prints why (e.g. the xt_msg of the call that failed). */
+#define XT_REQUIRE_MSG(cond, ...)                                                        \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "  %s:%d: requirement failed: %s: ", __FILE__, __LINE__, #cond);  \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fputc('\n', stderr);                                                              \
+      xt_test_failures_++;                                                               \
+      return;                                                                            \
+    }                                                                                    \
+  } while (0)
+
 static int xt_test_run_one_(const xt_test_entry *t, int nofork, int timeout) {
   if (nofork) {
     xt_test_failures_ = 0;

@@ -37,7 +37,8 @@ typedef struct batch {
   long long first;   /* frame index of frames' first in index order */
   xt_ds_frame *frames; /* sorted by detector mode */
   int *order;        /* order[i]: position in frames of frame first + i */
-  float *buf;        /* (1 + K) regions of cap_px floats */
+  float *buf;        /* (1 + K) regions of cap_px floats: xt_host_alloc'd (pinned on CUDA) */
+  int buf_host;      /* buf came from xt_host_alloc (else malloc: the system refused to pin) */
   const float **img; /* per position */
   const float **chan; /* per position, K each */
   uint16_t *u16;     /* chain: raw then processed regions of cap_px each, or NULL */
@@ -94,6 +95,8 @@ typedef struct run {
   pthread_mutex_t disk_lock;
   int disk_inflight;
   double disk_since, disk_busy_s;
+  int pin_failed;        /* the system refused page-locked batch buffers: plain memory */
+  xt_msg pin_msg;
   int ready;             /* workers whose projectors are set up */
   double t_launch, t_start; /* threads started; every worker ready (the rates' clock) */
 } run;
@@ -124,12 +127,13 @@ static void disk_cb(void *ctx, int in) {
 /* Batches                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-static void free_pool(worker *w) {
+static void free_pool(run *r, worker *w) {
   for (int i = 0; i < w->nbatches; i++) {
     batch *b = &w->pool[i];
     free(b->frames);
     free(b->order);
-    free(b->buf);
+    if (b->buf_host) xt_host_free(r->s->backend, b->buf);
+    else free(b->buf);
     free(b->img);
     free(b->chan);
     free(b->u16);
@@ -150,7 +154,14 @@ static int make_pool(run *r, worker *w, int count, xt_msg *msg) {
     batch *b = &w->pool[i];
     b->frames = malloc(sizeof *b->frames * (size_t)B);
     b->order = malloc(sizeof *b->order * (size_t)B);
-    b->buf = malloc(sizeof *b->buf * r->cap_px * (size_t)(1 + K));
+    /* The frames land here by DMA and the writers hash and write them from here: on CUDA page-
+     * locked (allocated once, for the whole run), so there is no host copy between the two. */
+    const size_t bytes = sizeof *b->buf * r->cap_px * (size_t)(1 + K);
+    b->buf_host = !r->pin_failed && xt_host_alloc(r->s->backend, bytes, (void **)&b->buf, &r->pin_msg) == 0;
+    if (!b->buf_host) {
+      r->pin_failed = 1; /* slower (a staged copy per frame), never wrong */
+      b->buf = malloc(bytes);
+    }
     b->img = malloc(sizeof *b->img * (size_t)B);
     b->chan = malloc(sizeof *b->chan * (size_t)B * (size_t)(K ? K : 1));
     if (r->s->chain.present) { /* the chain's frames are never larger than the render's */
@@ -577,6 +588,10 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     for (int k = 0; k < MAX_WRITERS; k++) w->slots[k].shard = -1;
     rc = make_pool(&r, w, opt->render_only ? 1 : 2 * w->nwriters + 2, msg);
   }
+  FILE *log = opt->log ? opt->log : stderr;
+  if (!rc && r.pin_failed)
+    fprintf(log, "xtwin dataset: note: batch buffers in pageable memory (%s): one more host copy per frame\n",
+            r.pin_msg.text);
   r.t_launch = now_s();
   for (int i = 0; i < nw && !rc; i++) {
     worker *w = &r.workers[i];
@@ -602,7 +617,6 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
   }
 
   /* Progress, from this thread, until every thread is done. */
-  FILE *log = opt->log ? opt->log : stderr;
   int mode = opt->progress;
   if (mode == XT_DS_PROGRESS_AUTO) mode = isatty(fileno(log)) ? XT_DS_PROGRESS_BAR : XT_DS_PROGRESS_LINES;
   const double every = mode == XT_DS_PROGRESS_BAR ? 0.25 : 10.0;
@@ -653,7 +667,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
       sum->encode_s += w->wstats[k].encode_s;
       sum->write_s += w->wstats[k].write_s;
     }
-    free_pool(w);
+    free_pool(&r, w);
   }
   if (r.failed) {
     rc = r.err ? r.err : XT_EINTERNAL;

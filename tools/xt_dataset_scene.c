@@ -283,8 +283,9 @@ struct xt_ds_renderer {
   /* Scratch, one set for the image and one for the labels: the two may render at once, from two
    * threads, each through its own projectors. */
   xt_geometry *g, *gl; /* n render geometries */
-  float *tmp;          /* a second group's frames, summed into the image */
+  float *tmp;          /* a second group's frames, summed into the image (xt_host_alloc: no staging) */
   size_t gcap, glcap, tcap;
+  xt_backend backend;
 };
 
 void xt_ds_renderer_free(xt_ds_renderer *r) {
@@ -296,7 +297,7 @@ void xt_ds_renderer_free(xt_ds_renderer *r) {
   }
   free(r->g);
   free(r->gl);
-  free(r->tmp);
+  xt_host_free(r->backend, r->tmp);
   free(r);
 }
 
@@ -308,6 +309,7 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
   *out = NULL;
   if (!r) return xt_fail(msg, XT_ENOMEM, "out of memory");
   r->sc = sc;
+  r->backend = backend;
   xt_proj_options po = {backend, threads, device};
   for (int m = 0; m < s->nmodels; m++) {
     if (!s->models[m].in_image) continue;
@@ -399,10 +401,11 @@ static int ensure_geoms(xt_geometry **g, size_t *cap, int n, xt_msg *msg) {
 static int ensure(xt_ds_renderer *r, int n, size_t px, xt_msg *msg) {
   int rc = ensure_geoms(&r->g, &r->gcap, n, msg);
   if (rc) return rc;
-  if (r->ngroups > 1 && (size_t)n * px > r->tcap) {
-    float *t = realloc(r->tmp, sizeof *t * (size_t)n * px);
-    if (!t) return xt_fail(msg, XT_ENOMEM, "out of memory");
-    r->tmp = t;
+  if (r->ngroups > 1 && (size_t)n * px > r->tcap) { /* grows to the largest batch, once */
+    xt_host_free(r->backend, r->tmp);
+    r->tmp = NULL;
+    r->tcap = 0;
+    if ((rc = xt_host_alloc(r->backend, sizeof *r->tmp * (size_t)n * px, (void **)&r->tmp, msg))) return rc;
     r->tcap = (size_t)n * px;
   }
   return 0;

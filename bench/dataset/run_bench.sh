@@ -5,8 +5,8 @@
 #                                     --io direct == buffered byte for byte, dd oflag=direct, the
 #                                     render rate (--render-only) and end-to-end runs to local disk
 #   run_bench.sh workers BIN LOGDIR   one GPU, --per-device 1 and 2 (multi-mode spec, render, RAM)
-#   run_bench.sh scale BIN LOGDIR     two GPUs: render-only with 1 or 2 GPUs and 1 or 2 workers
-#                                     each, to RAM (/dev/shm) with 1 and 2 GPUs, and to disk
+#   run_bench.sh scale BIN LOGDIR     two GPUs: render-only and to RAM (/dev/shm) with 1 or 2 GPUs
+#                                     and 1 or 2 workers each, dd and the local disk with 1 and 2 GPUs
 #
 # BIN holds xtwin and test_dataset_cuda (built elsewhere; LD_LIBRARY_PATH set by the caller).
 # The spec: 512^2 (fd20-512), the 256^3 1 mm head as labels, random poses and perturbations, line
@@ -134,15 +134,23 @@ if [ "$MODE" = scale ]; then
   FREE=$(df -B1 --output=avail /dev/shm | tail -1)
   NS=$(awk -v f="$FREE" 'BEGIN{n = int(f * 0.7 / 2104000 / 100) * 100; if (n > 8000) n = 8000; print n}')
   spec "$NS" 100
-  for dev in 0 0,1; do
-    "$X" dataset "$W/bench.json" --out /dev/shm/xtds --devices $dev --progress none 2>&1 | tee "$LOG/shm_${dev/,/_}.txt"
-    row "end to end, /dev/shm, --devices $dev, $NS frames" "$(fps_of "$LOG/shm_${dev/,/_}.txt") frames/s; $(bn_of "$LOG/shm_${dev/,/_}.txt")"
+  for cfg in "0 1" "0 2" "0,1 1" "0,1 2"; do
+    set -- $cfg
+    T="$LOG/shm_$2_${1/,/_}.txt"
+    "$X" dataset "$W/bench.json" --out /dev/shm/xtds --devices $1 --per-device $2 --progress none 2>&1 | tee "$T"
+    row "end to end, /dev/shm, --devices $1 --per-device $2, $NS frames" "$(fps_of "$T") frames/s; $(bn_of "$T")"
     rm -rf /dev/shm/xtds
   done
+  dd if=/dev/zero of="$W/dd.bin" bs=64M count=${XT_BENCH_DD_BLOCKS:-64} oflag=direct 2>&1 | tee "$LOG/dd.txt"
+  rm -f "$W/dd.bin"
+  row "dd oflag=direct, 64 MiB blocks" "$(sed -nE 's/^([0-9]+) bytes .* copied, ([0-9.]+) s.*/\1 \2/p' "$LOG/dd.txt" | awk '{printf "%.3f GB/s", $1 / $2 / 1e9}')"
   spec 4000 100
-  "$X" dataset "$W/bench.json" --out "$W/run" --devices 0 --progress none 2>&1 | tee "$LOG/disk_0.txt"
-  row "end to end, local disk, --devices 0, 4000 frames" "$(fps_of "$LOG/disk_0.txt") frames/s; $(bn_of "$LOG/disk_0.txt")"
-  rm -rf "$W/run"
+  for dev in 0 0,1; do
+    T="$LOG/disk_${dev/,/_}.txt"
+    "$X" dataset "$W/bench.json" --out "$W/run" --devices $dev --progress none 2>&1 | tee "$T"
+    row "end to end, local disk, --devices $dev, 4000 frames" "$(fps_of "$T") frames/s; $(bn_of "$T")"
+    rm -rf "$W/run"
+  done
 fi
 if [ "$MODE" = workers ]; then
   # One GPU, 1 or 2 workers: the multi-mode spec, the render rate, and end to end into RAM.

@@ -3,14 +3,16 @@
  *
  *   xt_proj_render_device     material channels A            (projectors: cuda_pipeline.cu)
  *   k_scatter_*               A -> coarse scatter field      (stage_scatter.cu; scatter on)
- *   k_detect                  A -> X (quanta), F (flat)      (stage_detect.cu)
+ *   k_detect                  A -> X (quanta)                (stage_detect.cu)
  *     or, fused (voxel models only, no scatter: queue_detect below):
  *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
- *   k_detect<sums>            P -> X, F
+ *   k_detect<sums>, k_draw_rest  P -> X
  *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
- *   k_readout                 D, F -> raw, FA; lag state     (stage_readout.cu)
+ *   k_readout                 D -> raw, FA; lag state; Y at  (stage_readout.cu; the flat field
+ *                             non-defective pixels when       evaluated, xt_flat_expect)
+ *                             processed (pass 1 of processing)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
- *   k_process_log, _out       raw, FA -> Y (state) -> proc   (stage_process.cu)
+ *   k_process_defects, _out   raw, FA -> Y at defects -> proc (stage_process.cu)
  *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
@@ -29,7 +31,7 @@ typedef struct chain_dev {
   int device;
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
-  float *A, *X, *D, *F, *FA, *lag, *Y, *S;
+  float *A, *X, *D, *FA, *lag, *Y, *S;
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
@@ -57,7 +59,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->D, &d->F, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -187,7 +189,7 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   const size_t na = np * (nch < 2 ? 2 : nch); /* the channel planes, or the fused path's 2 sums */
   CK(cudaMalloc((void **)&d->A, na * sizeof(float)));
   CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
-  float **planes[] = {&d->X, &d->D, &d->F, &d->S};
+  float **planes[] = {&d->X, &d->D, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
@@ -212,7 +214,7 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   return 0;
 }
 
-/* Render and detect, queued: -> X, F (and S when non-NULL), with the device tables tab. A scene of
+/* Render and detect, queued: -> X (and S when non-NULL), with the device tables tab. A scene of
  * voxel models without scatter takes the fused path when the host knows the tables' bin count
  * (nbins > 0): the projector integrates the spectrum while the channels are in registers
  * (xt_proj_render_device_spectral; the same xt_spectral_sum as the detect stage's) and k_detect<sums>
@@ -229,7 +231,7 @@ static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chai
     if (rc == 0) {
       c->fused_frames++;
       d->rest_parity ^= fc->noise ? 1 : 0; /* the counter the previous frame's draw zeroed */
-      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, d->F, S, d->rest, d->rest_n, d->rest_parity, d->st, msg);
+      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, S, d->rest, d->rest_n, d->rest_parity, d->st, msg);
     }
     if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
   }
@@ -239,7 +241,7 @@ static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chai
     fc->sc.field = d->SC + 2 * ncell;
     if ((rc = xt_stage_scatter_cuda(tab, fc, d->A, d->SC, d->SC + ncell, d->SC + 2 * ncell, d->st, msg))) return rc;
   }
-  return xt_stage_detect_cuda(tab, fc, d->A, d->X, d->F, S, d->st, msg);
+  return xt_stage_detect_cuda(tab, fc, d->A, d->X, S, d->st, msg);
 }
 
 /* A float plane for tests and diagnostics (not on the frame path). */
@@ -286,7 +288,8 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
   if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
       (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
-      (rc = xt_stage_readout_cuda(&fc, d->gain, d->offset, d->defect, d->D, d->F, d->lag, raw, d->FA, d->st, msg)))
+      (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, d->FA,
+                                     proc ? d->Y : NULL, d->st, msg)))
     return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));

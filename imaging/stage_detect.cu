@@ -6,14 +6,16 @@
  * two kernels (below, "The split draw") with the same result bit for bit. */
 #include "xt_stage_cuda.h"
 
-/* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h), whose quick step
- * settles ~3/4 of tries (0.86 vr: 0.67 at 100 quanta, 0.76 at 1000) but whose full test (four double
- * logarithms) some lane of nearly every warp needs: inline, every warp pays for it. So
- * k_detect<true> makes the quick steps only; a pixel whose try needs the full test is appended
- * (pixel, try, S, Q) to a list, and k_draw_rest resumes PTRS at that try for the listed pixels only,
- * densely, its generator seeked to the try's draws: the same tries on the same numbers, so the same
- * count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit for bit). Returns the
- * energy, or 0 with *defer the try to resume. */
+/* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h): its quick step settles
+ * ~3/4 of tries (0.86 vr: 0.67 at 100 quanta, 0.76 at 1000); the others take the full test, which
+ * some lane of nearly every warp needs. That test is decided in float (xt_ptrs_test_float: four
+ * MUFU logarithms and a log1pf, with a proven error bound) except for the few tries (~0.1 %) within
+ * the bound of the boundary, which need it in double: a double path every warp would pay for inline.
+ * So k_detect<true> makes the quick steps and the float tests; a pixel whose try stays undecided is
+ * appended (pixel, try, S, Q) to a list, and k_draw_rest resumes PTRS at that try for the listed
+ * pixels only, its generator seeked to the try's draws: the same tries on the same numbers, so the
+ * same count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit for bit). Returns
+ * the energy, or 0 with *defer the try to resume. */
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
@@ -29,8 +31,13 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
     if (r > 0)
       return xt_detect_energy(k, s, q);
     if (r < 0) {
-      *defer = it;
-      return 0.f;
+      const int f = xt_ptrs_test_float(&p, V, us, k);
+      if (f > 0)
+        return xt_detect_energy(k, s, q);
+      if (f < 0) {
+        *defer = it;
+        return 0.f;
+      }
     }
   }
   return xt_detect_energy(floor(n + 0.5), s, q);
@@ -39,12 +46,13 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
 /* Thread mapping: a grid-stride loop over the render pixels (linear index; every thread of a block
  * makes the same passes, for the split draw's barriers), so that each block copies the tables (5 KB)
  * into shared memory once for many pixels. In: A (nch channel planes; SUMS: the 2 planes of the
- * spectral sums), the tables. Out: X, F, and S when non-NULL; SUMS with noise: the deferred draws
- * appended to rest (count in *rest_n). */
+ * spectral sums), the tables. Out: X, and S when non-NULL; SUMS with noise: the deferred draws
+ * appended to rest (count in *rest_n). The flat field is not stored: the readout evaluates it
+ * (xt_flat_expect). */
 template <bool SUMS>
 __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     k_detect(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,
-             float *F, float *S, xt_draw_rest *rest, unsigned *rest_n) {
+             float *S, xt_draw_rest *rest, unsigned *rest_n) {
   __shared__ xt_chain_tables t;
   __shared__ unsigned s_n, s_base;
   if (!SUMS) {
@@ -85,7 +93,6 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
       }
       if (S)
         S[i] = s;
-      F[i] = G * flat1 * fc.coll.grid_tp; /* the flat field is calibrated with the grid in */
       if (fc.noise) {
         xt_rng g;
         xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
@@ -131,26 +138,28 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
 }
 
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
-                         float *F, float *S, cudaStream_t st, xt_msg *msg) {
+                         float *S, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
   size_t blocks = (n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK;
   if (blocks > XT_DETECT_MAX_BLOCKS)
     blocks = XT_DETECT_MAX_BLOCKS;
-  k_detect<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, F, S, NULL, NULL);
+  k_detect<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, S, NULL, NULL);
   XT_SCK(cudaGetLastError());
   return 0;
 }
 
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *F, float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
+                              float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
                               xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
   /* one pass a block: no tables to amortise */
   k_detect<true><<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(
-      d_tab, *fc, P, X, F, S, rest, rest_n + parity);
+      d_tab, *fc, P, X, S, rest, rest_n + parity);
   XT_SCK(cudaGetLastError());
   if (fc->noise) {
-    k_draw_rest<<<XT_DETECT_MAX_BLOCKS, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);
+    /* the list holds the float test's undecided tries (~0.1 % of the tests: a few hundred pixels at 1024^2): one
+     * block per SM, grid-stride, rather than a grid of mostly idle blocks */
+    k_draw_rest<<<XT_DETECT_MAX_BLOCKS / 8, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);
     XT_SCK(cudaGetLastError());
   }
   return 0;

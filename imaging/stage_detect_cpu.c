@@ -72,7 +72,7 @@ static void expect_pix(const xt_chain_tables *t, const vf (*a)[XT_CHAIN_MAX_CH],
 }
 
 void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const float *A, int r0, int r1,
-                         float *X, float *F, float *S) {
+                         float *X, float *S) {
   const int cols = fc->cols;
   const size_t plane = (size_t)cols * fc->rows;
   for (int r = r0; r < r1; r++)
@@ -99,7 +99,6 @@ void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *f
           q += sc * (t->flat2 / t->flat1);
         }
         if (S) S[i] = s;
-        F[i] = G * t->flat1 * fc->coll.grid_tp; /* the flat field is calibrated with the grid in */
         if (fc->noise) {
           xt_rng g;
           xt_rng_init(&g, fc->seed, fc->frame, (uint32_t)i, XT_RNG_QUANTA);

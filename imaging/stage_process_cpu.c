@@ -14,7 +14,6 @@ static float atten(const xt_panel_maps *m, const uint16_t *raw, const float *FA,
 void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const uint16_t *raw,
                               const float *FA, int r0, int r1, float *Y) {
   const int oc = fc->ocols, orr = fc->orows;
-  const float a = fc->pc.alpha;
   for (int r = r0; r < r1; r++)
     for (int c = 0; c < oc; c++) {
       float L = atten(m, raw, FA, oc, r, c);
@@ -33,7 +32,7 @@ void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_map
         L = n ? s / (float)n : 0.f;
       }
       const size_t o = (size_t)r * oc + c;
-      Y[o] = fc->pc.first ? L : a * L + (1.f - a) * Y[o];
+      Y[o] = xt_process_temporal(&fc->pc, L, Y[o]);
     }
 }
 

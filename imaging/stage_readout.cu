@@ -1,43 +1,58 @@
 /* Stage "readout" on the GPU (twin of stage_readout_cpu.c): one thread per output pixel; binning,
- * lag, panel maps, electronic noise, defects, ADC (xt_readout_pixel). */
+ * lag, panel maps, electronic noise, defects, ADC (xt_readout_pixel). When the frame is processed it
+ * also makes the processing's first pass for its pixel where that pass is per pixel (every pixel but
+ * the defective ones: correction, log, temporal filter; stage_process_cpu.c's pass 1 with the same
+ * functions), while the code, gain, offset and flat are in registers: one pass over the output grid
+ * fewer, and ~15 bytes a pixel not read again. The defective pixels, whose value interpolates their
+ * neighbours' codes, wait for the whole raw frame (stage_process.cu, k_process_defects). */
 #include "xt_stage_cuda.h"
 
-/* Thread mapping: one thread per output pixel (linear index). In: D, F (render grid), the panel maps.
- * Out: raw, FA; lag (XT_LAG_TERMS planes of the output grid) read and written. */
-__global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constant__ xt_chain_frame_const fc, const float *gain,
-                                                            const float *offset, const unsigned char *defect,
-                                                            const float *D, const float *F, float *lag, uint16_t *raw,
-                                                            float *FA) {
+/* Thread mapping: one thread per output pixel (linear index). In: D (render grid), the tables' flat1,
+ * the panel maps.
+ * Out: raw, FA; lag (XT_LAG_TERMS planes of the output grid) read and written; Y (the processing's
+ * temporal state; NULL: not processed) read and written at non-defective pixels. */
+__global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constant__ xt_chain_frame_const fc, const xt_chain_tables *tab,
+                                                            const float *gain, const float *offset,
+                                                            const unsigned char *defect, const float *D, float *lag,
+                                                            uint16_t *raw,
+                                                            float *FA, float *Y) {
   const unsigned oplane = (unsigned)fc.ocols * (unsigned)fc.orows;
   const unsigned o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= oplane) return;
   int r, c;
   xt_stage_rc(o, fc.ocols, &r, &c);
   const int b = fc.ro.bin;
+  const float flat1 = __ldg(&tab->flat1);
   float x = 0.f, f = 0.f;
   for (int dy = 0; dy < b; dy++)
     for (int dx = 0; dx < b; dx++) {
       const size_t i = (size_t)(r * b + dy) * fc.cols + (c * b + dx);
       x += D[i];
-      f += F[i];
+      f += xt_flat_expect(&fc.cam, fc.mas, flat1, fc.coll.grid_tp, c * b + dx, r * b + dy);
     }
   float l[XT_LAG_TERMS];
 #pragma unroll
   for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = lag[(size_t)oplane * k + o];
   xt_rng g;
   xt_rng_init(&g, fc.seed, fc.frame, (uint32_t)o, XT_RNG_READ);
-  raw[o] = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gain[o], offset[o], defect[o], &g);
+  const float gn = gain[o], of = offset[o];
+  const unsigned char dc = defect[o];
+  const uint16_t code = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gn, of, dc, &g);
+  raw[o] = code;
 #pragma unroll
   for (int k = 0; k < XT_LAG_TERMS; k++) lag[(size_t)oplane * k + o] = l[k];
-  FA[o] = f * fc.ro.adu_per_kev;
+  const float fa = f * fc.ro.adu_per_kev;
+  FA[o] = fa;
+  if (Y && dc == XT_DEFECT_NONE)
+    Y[o] = xt_process_temporal(&fc.pc, xt_process_log(xt_process_correct((float)code, gn, of), fa), Y[o]);
 }
 
-int xt_stage_readout_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
-                          const unsigned char *defect, const float *D, const float *F, float *lag, uint16_t *raw,
-                          float *FA, cudaStream_t st, xt_msg *msg) {
+int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *gain,
+                          const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
+                          float *FA, float *Y, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->ocols * fc->orows;
-  k_readout<<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(*fc, gain, offset, defect,
-                                                                                               D, F, lag, raw, FA);
+  k_readout<<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(*fc, d_tab, gain, offset,
+                                                                                               defect, D, lag, raw, FA, Y);
   XT_SCK(cudaGetLastError());
   return 0;
 }

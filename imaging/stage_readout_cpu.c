@@ -1,11 +1,12 @@
 /* Stage "readout" on the CPU (twin of stage_readout.cu): per output pixel, the charge of its 1 or
  * 2x2 render pixels summed (binning in the panel), converted to ADU, lag, the panel's gain and
  * offset, electronic noise, defects, saturation and the ADC (xt_readout_pixel). FA gets the
- * flat-field signal of an ideal panel at the pixel, for the processing's log. */
+ * flat-field signal of an ideal panel at the pixel (xt_flat_expect over its render pixels, from the
+ * frame's tables t), for the processing's log. */
 #include "xt_chain_internal.h"
 
-void xt_stage_readout_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const float *D, const float *F,
-                          int r0, int r1, float *lag, uint16_t *raw, float *FA) {
+void xt_stage_readout_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const xt_panel_maps *m,
+                          const float *D, int r0, int r1, float *lag, uint16_t *raw, float *FA) {
   const int b = fc->ro.bin, cols = fc->cols, ocols = fc->ocols;
   const size_t oplane = (size_t)ocols * fc->orows;
   for (int r = r0; r < r1; r++)
@@ -15,7 +16,7 @@ void xt_stage_readout_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m
         for (int dx = 0; dx < b; dx++) {
           const size_t i = (size_t)(r * b + dy) * cols + (c * b + dx);
           x += D[i];
-          f += F[i];
+          f += xt_flat_expect(&fc->cam, fc->mas, t->flat1, fc->coll.grid_tp, c * b + dx, r * b + dy);
         }
       const size_t o = (size_t)r * ocols + c;
       float l[XT_LAG_TERMS];

@@ -129,7 +129,7 @@ static int default_threads(void) {
 }
 
 static void free_scratch(xt_chain *c) {
-  float **f[] = {&c->A, &c->X, &c->T, &c->D, &c->F, &c->FA, &c->lag, &c->Y, &c->E, &c->M};
+  float **f[] = {&c->A, &c->X, &c->T, &c->D, &c->FA, &c->lag, &c->Y, &c->E, &c->M};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     free(*f[i]);
     *f[i] = NULL;
@@ -284,10 +284,10 @@ static void *band_worker(void *arg) {
   const xt_chain_frame_const *fc = j->fc;
   const int r0 = (int)((long)j->rows * j->index / j->nthreads), r1 = (int)((long)j->rows * (j->index + 1) / j->nthreads);
   switch (j->stage) {
-  case ST_DETECT: xt_stage_detect_cpu(j->tab, fc, c->A, r0, r1, c->X, c->F, j->out->expected); break;
+  case ST_DETECT: xt_stage_detect_cpu(j->tab, fc, c->A, r0, r1, c->X, j->out->expected); break;
   case ST_BLUR_ROWS: xt_stage_blur_rows_cpu(&fc->bu, fc->cols, fc->rows, c->X, r0, r1, c->T); break;
   case ST_BLUR_COLS: xt_stage_blur_cols_cpu(&fc->bv, fc->cols, fc->rows, c->T, r0, r1, c->D); break;
-  case ST_READOUT: xt_stage_readout_cpu(fc, &c->maps, c->D, c->F, r0, r1, c->lag, c->raw, c->FA); break;
+  case ST_READOUT: xt_stage_readout_cpu(j->tab, fc, &c->maps, c->D, r0, r1, c->lag, c->raw, c->FA); break;
   case ST_PLOG: xt_stage_process_log_cpu(fc, &c->maps, c->raw, c->FA, r0, r1, c->Y); break;
   case ST_POUT: xt_stage_process_out_cpu(fc, c->Y, r0, r1, j->out->proc); break;
   }
@@ -320,13 +320,12 @@ static int cpu_scratch(xt_chain *c, const xt_chain_frame_const *fc, xt_msg *msg)
   c->X = malloc(np * sizeof(float));
   c->T = malloc(np * sizeof(float));
   c->D = malloc(np * sizeof(float));
-  c->F = malloc(np * sizeof(float));
   c->FA = malloc(no * sizeof(float));
   c->lag = calloc(no * XT_LAG_TERMS, sizeof(float));
   c->Y = calloc(no, sizeof(float));
   c->M = calloc(no, sizeof(float));
   c->raw = malloc(no * sizeof(uint16_t));
-  if (!c->A || !c->X || !c->T || !c->D || !c->F || !c->FA || !c->lag || !c->Y || !c->M || !c->raw) {
+  if (!c->A || !c->X || !c->T || !c->D || !c->FA || !c->lag || !c->Y || !c->M || !c->raw) {
     free_scratch(c);
     return xt_fail(msg, XT_ENOMEM, "chain: out of memory for a %d x %d frame", fc->cols, fc->rows);
   }

@@ -95,7 +95,7 @@ struct xt_chain {
   int first; /* the next frame starts the temporal filter */
   /* CPU scratch for a render grid of cols x rows (output ocols x orows) */
   int cols, rows, ocols, orows;
-  float *A, *X, *T, *D, *F, *FA, *lag, *Y, *E;
+  float *A, *X, *T, *D, *FA, *lag, *Y, *E;
   float *M;      /* DSA mask: the mask frame's log image (issue 11) */
   float sc_buf[3][XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID]; /* scatter: sources, one pass, the field */
   int dsa_valid; /* M holds this run's mask */
@@ -112,11 +112,11 @@ void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t
 
 /* CPU stages, each over rows [r0, r1) of its output (the caller splits rows among threads). */
 void xt_stage_detect_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const float *A, int r0, int r1,
-                         float *X, float *F, float *S);
+                         float *X, float *S);
 void xt_stage_blur_rows_cpu(const xt_blur_kernel *k, int cols, int rows, const float *in, int r0, int r1, float *out);
 void xt_stage_blur_cols_cpu(const xt_blur_kernel *k, int cols, int rows, const float *in, int r0, int r1, float *out);
-void xt_stage_readout_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const float *D, const float *F,
-                          int r0, int r1, float *lag, uint16_t *raw, float *FA);
+void xt_stage_readout_cpu(const xt_chain_tables *t, const xt_chain_frame_const *fc, const xt_panel_maps *m,
+                          const float *D, int r0, int r1, float *lag, uint16_t *raw, float *FA);
 void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const uint16_t *raw,
                               const float *FA, int r0, int r1, float *Y);
 void xt_stage_process_out_cpu(const xt_chain_frame_const *fc, const float *Y, int r0, int r1, uint16_t *proc);

@@ -25,10 +25,17 @@ typedef struct xt_u32x4 {
   uint32_t v[4];
 } xt_u32x4;
 
+/* On the GPU the two halves as two 32-bit multiplies (IMAD.HI, IMAD), as Random123's CUDA path
+ * does, rather than trusting the compiler to narrow a 64-bit product: the same bits. */
 static XT_INLINE XT_HOSTDEV void xt_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
+#ifdef __CUDA_ARCH__
+  *hi = __umulhi(a, b);
+  *lo = a * b;
+#else
   const uint64_t p = (uint64_t)a * (uint64_t)b;
   *hi = (uint32_t)(p >> 32);
   *lo = (uint32_t)p;
+#endif
 }
 
 static XT_INLINE XT_HOSTDEV xt_u32x4 xt_philox4x32_10(xt_u32x4 ctr, uint32_t k0, uint32_t k1) {
@@ -98,6 +105,39 @@ static XT_INLINE XT_HOSTDEV double xt_rng_normal(xt_rng *g) {
 #endif
 }
 
+/* Float logarithm and cosine: the GPU's MUFU-based intrinsics (__logf: absolute error <= 2^-21.41
+ * on [0.5, 2], 3 ulp elsewhere; __cosf: absolute error <= 2^-21.41 on [-pi, pi]), the C library's
+ * on the host. Used only where that error is stated harmless (xt_rng_normalf) or bounded and
+ * checked (xt_ptrs_test). */
+static XT_INLINE XT_HOSTDEV float xt_logf_fast(float x) {
+#ifdef __CUDA_ARCH__
+  return __logf(x);
+#else
+  return logf(x);
+#endif
+}
+
+/* Standard normal in float (Box-Muller, the cosine branch) from two u32 draws: the readout's
+ * electronic noise, where the double xt_rng_normal cost a double log and cospi per pixel. Each
+ * uniform keeps the word's top 23 bits, (j + 1/2) 2^-23, exact in float and never 0 or 1: |z| <=
+ * sqrt(2 ln 2^24) = 5.77 (the normal's mass beyond is 8e-9: a pixel in 120 frames of 1024^2, for a
+ * noise of a few ADU). u2 - 1/2 is exact too and lies in (-1/2, 1/2), so the cosine's argument stays
+ * in [-pi, pi] where __cosf's error is stated; cos(2 pi u2) = -cos(2 pi (u2 - 1/2)). The
+ * intrinsics' absolute errors (<= 2^-21.4) move z by < 1e-3 at worst (near u1 = 1, where
+ * -2 ln u1 -> 0 and its square root amplifies) and ~1e-6 typically: below a thousandth of the
+ * noise's rms, far under the ADC's 1-ADU step. Host and device differ in those last bits, so noisy
+ * raw frames agree statistically between backends (docs/imaging.md), bit for bit on one. */
+static XT_INLINE XT_HOSTDEV float xt_rng_normalf(xt_rng *g) {
+  const float u1 = ((float)(xt_rng_u32(g) >> 9) + 0.5f) * 0x1p-23f;
+  const float h = ((float)(xt_rng_u32(g) >> 9) + 0.5f) * 0x1p-23f - 0.5f;
+#ifdef __CUDA_ARCH__
+  const float c = __cosf(6.28318530717958648f * h);
+#else
+  const float c = cosf(6.28318530717958648f * h);
+#endif
+  return -sqrtf(-2.f * xt_logf_fast(u1)) * c;
+}
+
 /* ln(k!) for whole k >= 0: a table below 10, Stirling's series above (the terms to 1/k^7 leave an
  * error below 1e-12 there). Cheaper than lgamma, whose branches every warp would otherwise run: the
  * PTRS test below needs it for some lane of nearly every warp. */
@@ -143,8 +183,56 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quick(const xt_ptrs *p, double U, double
   return -1;
 }
 
+/* The full test, log V + log(1/alpha) - log(a/us^2 + b) <= -lam + k log lam - log k!, decided
+ * exactly as in double but mostly in float. Its right side cancels (terms ~k log k, result ~1), so
+ * for k >= 10 it is rearranged first: with n = k + 1, d = n - lam, x = d / lam and L = log1p(x),
+ * Stirling's ln k! = (n - 1/2) ln n - n + ln(2 pi)/2 + s(n) (xt_log_factorial's series) gives
+ *   -lam + k ln lam - ln k! = L - lam h(x) - ln(n)/2 - ln(2 pi)/2 - s(n),  h = (1 + x) L - x >= 0,
+ * every term of moderate size (lam h ~ d^2 / 2 lam). (k < 10, a tail reached at small lam only:
+ * the plain form, whose terms are then small, with ln k! from the table.) Error bound: each float
+ * term's absolute error is at most 2^-21 of its magnitude plus 2^-21.4 (the conversions' 2^-24,
+ * the intrinsics' 3 ulp or 2^-21.41, log1pf's ulp); lam h's at most 2^-21 (lam h + |d|), as
+ * lam (1 + x) |L| <= lam h + |d|; the seven-term sum adds 7 x 2^-24 of their sum. So
+ * eps = 2^-18 (sum of |terms| + |d| + 2) bounds the float difference's error with a margin of 4
+ * or more (the double form's own error, ~1e-16 of k log k, is far below). Outside +-eps the float
+ * sign is the double test's answer; inside it (0.03-0.25 % of tests at 10-5000 quanta, 1 % at 1e5) the
+ * double test runs. So the counts, and the frames, are those of the all-double test, bit for bit,
+ * on both backends (tests/test_chain.c checks it against lgamma). n < 2^24 keeps n exact. */
+static XT_INLINE XT_HOSTDEV double xt_ptrs_invalpha(const xt_ptrs *p) { return 1.1239 + 1.1328 / (p->b - 3.4); }
+
+/* The float part: 1 accepted, 0 rejected, -1 undecided (the double test decides). */
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test_float(const xt_ptrs *p, double V, double us, double k) {
+  const double invalpha = xt_ptrs_invalpha(p);
+  if (k < 16777215.0) {
+    const float usf = (float)us, lamf = (float)p->lam;
+    const float t0 = xt_logf_fast((float)V), t1 = xt_logf_fast((float)invalpha),
+                t2 = xt_logf_fast((float)p->a / (usf * usf) + (float)p->b);
+    float rhs, mag;
+    if (k >= 10.0) {
+      const float n = (float)(k + 1.0), d = (float)(k + 1.0 - p->lam);
+      const float x = d / lamf, L = log1pf(x), lh = lamf * ((1.f + x) * L - x);
+      const float r = 1.f / n, r2 = r * r;
+      const float s = r * (1.f / 12 - r2 * (1.f / 360 - r2 * (1.f / 1260 - r2 / 1680)));
+      const float t3 = 0.5f * xt_logf_fast(n);
+      rhs = L - lh - t3 - 0.918938533f - s;
+      mag = fabsf(L) + lh + t3 + 1.f + fabsf(d);
+    } else {
+      const float kl = (float)k * xt_logf_fast(lamf), lf = (float)xt_log_factorial(k);
+      rhs = -lamf + kl - lf;
+      mag = lamf + kl + lf;
+    }
+    const float diff = (t0 + t1 - t2) - rhs;
+    const float eps = 0x1p-18f * (fabsf(t0) + fabsf(t1) + fabsf(t2) + mag + 2.f);
+    if (diff < -eps) return 1;
+    if (diff > eps) return 0;
+  }
+  return -1;
+}
+
 static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {
-  const double invalpha = 1.1239 + 1.1328 / (p->b - 3.4);
+  const int f = xt_ptrs_test_float(p, V, us, k);
+  if (f >= 0) return f;
+  const double invalpha = xt_ptrs_invalpha(p);
   return log(V) + log(invalpha) - log(p->a / (us * us) + p->b) <= -p->lam + k * log(p->lam) - xt_log_factorial(k);
 }
 
@@ -228,6 +316,15 @@ static XT_INLINE XT_HOSTDEV float xt_pixel_geometry(const xt_chain_cam *c, int c
   return mas * c->pu * c->pv * cosine * (1.0e6f / r2);
 }
 
+/* The flat field an ideal panel's render pixel collects (keV): the unattenuated signal flat1 (the
+ * frame's tables) at the pixel's geometry, with the grid in (the panel is calibrated with it). A
+ * deterministic function of the pixel, so the readout evaluates it where it needs it rather than
+ * the detect stage storing a plane (4 bytes a render pixel written and read again). */
+static XT_INLINE XT_HOSTDEV float xt_flat_expect(const xt_chain_cam *c, float mas, float flat1, float grid_tp, int col,
+                                                 int row) {
+  return xt_pixel_geometry(c, col, row, mas) * flat1 * grid_tp;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Stage: polychromatic detection and quanta (stage_detect*)                                  */
 /* ------------------------------------------------------------------------------------------ */
@@ -289,7 +386,7 @@ static XT_INLINE XT_HOSTDEV uint16_t xt_readout_pixel(const xt_readout_const *r,
     }
   }
   float v = offset + gain * y;
-  if (r->e_noise_adu > 0.f) v += r->e_noise_adu * (float)xt_rng_normal(g);
+  if (r->e_noise_adu > 0.f) v += r->e_noise_adu * xt_rng_normalf(g);
   if (defect == XT_DEFECT_DEAD || defect == XT_DEFECT_LINE) v = offset;
   else if (defect == XT_DEFECT_HOT) v = r->adc_max;
   v = floorf(v + 0.5f);
@@ -319,6 +416,11 @@ static XT_INLINE XT_HOSTDEV float xt_process_correct(float raw, float gain, floa
 static XT_INLINE XT_HOSTDEV float xt_process_log(float corrected, float flat) {
   const float s = corrected > 1.f ? corrected : 1.f;
   return logf(flat / s);
+}
+
+/* The recursive temporal filter's step: the state after a frame of attenuation L. */
+static XT_INLINE XT_HOSTDEV float xt_process_temporal(const xt_process_const *p, float L, float prev) {
+  return p->first ? L : p->alpha * L + (1.f - p->alpha) * prev;
 }
 
 /* Window and level onto 0..out_max, high attenuation dark (as fluoroscopy displays: vessels and

@@ -30,9 +30,9 @@ static __device__ __forceinline__ void xt_stage_rc(unsigned i, int cols, int *r,
       return xt_fail(msg, XT_EDEVICE, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
   } while (0)
 
-/* detect: A (nch planes) -> X (absorbed energy, quanta drawn), F (flat expectation), S (expected; may be NULL) */
+/* detect: A (nch planes) -> X (absorbed energy, quanta drawn), S (expected; may be NULL) */
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
-                         float *F, float *S, cudaStream_t st, xt_msg *msg);
+                         float *S, cudaStream_t st, xt_msg *msg);
 /* A pixel whose quanta's draw the fused path's second kernel finishes (stage_detect.cu, "The split draw"). */
 typedef struct xt_draw_rest {
   uint32_t i; /* pixel */
@@ -41,11 +41,11 @@ typedef struct xt_draw_rest {
 } xt_draw_rest;
 
 /* detect, fused path: P (the 2 planes of spectral sums the projector evaluated in its march's
- * epilogue, xt_proj_render_device_spectral) -> X, F, S as above. rest: room for a deferred draw per
+ * epilogue, xt_proj_render_device_spectral) -> X, S as above. rest: room for a deferred draw per
  * render pixel; rest_n: 2 counters, 0 before first use; parity: which counter this frame appends to
  * (alternate per frame: the draw zeroes the other, for the next frame). */
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *F, float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
+                              float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
                               xt_msg *msg);
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
@@ -63,11 +63,12 @@ int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chai
                            int measure, xt_chain_drc_frame *rec, cudaStream_t st, xt_msg *msg);
 /* blur: in -> out (rows then columns, one kernel) */
 int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
-/* readout: D, F -> raw (ADC codes), FA (flat, ADU); lag state updated */
-int xt_stage_readout_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
-                          const unsigned char *defect, const float *D, const float *F, float *lag, uint16_t *raw,
-                          float *FA, cudaStream_t st, xt_msg *msg);
-/* process: raw, FA -> Y (temporal state) -> proc */
+/* readout: D -> raw (ADC codes), FA (flat, ADU, from the tables' flat1: xt_flat_expect); lag state
+ * updated; Y (non-NULL when the frame is processed): the processing's pass 1 at the non-defective pixels */
+int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *gain,
+                          const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
+                          float *FA, float *Y, cudaStream_t st, xt_msg *msg);
+/* process, after xt_stage_readout_cuda with Y: raw, FA -> Y at the defective pixels -> proc */
 int xt_stage_process_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
                           const unsigned char *defect, const uint16_t *raw, const float *FA, float *Y, uint16_t *proc,
                           cudaStream_t st, xt_msg *msg);

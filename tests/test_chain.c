@@ -64,6 +64,52 @@ XT_TEST(poisson_sampler_has_poisson_moments) {
   }
 }
 
+/* PTRS's full test (float first, double where the float is undecided) against the test written
+ * directly in double with lgamma: the same answer for every try that reaches it, over many tries at
+ * quanta from 10 to 2.5e6, except where the oracle's own two sides are within 1e-9 (its rounding). */
+XT_TEST(ptrs_full_test_matches_double_lgamma) {
+  const double lams[] = {10.0, 12.7, 47.5, 300.0, 5000.0, 2.5e6};
+  long tested = 0;
+  for (size_t l = 0; l < sizeof lams / sizeof lams[0]; l++) {
+    xt_ptrs p;
+    xt_ptrs_init(&p, lams[l]);
+    xt_rng g;
+    xt_rng_init(&g, 5, (uint64_t)l, 0, XT_RNG_QUANTA);
+    for (int i = 0; i < 400000; i++) {
+      const double U = xt_rng_uniform(&g) - 0.5, V = xt_rng_uniform(&g);
+      double k, us;
+      if (xt_ptrs_quick(&p, U, V, &k, &us) != -1) continue;
+      const double ia = 1.1239 + 1.1328 / (p.b - 3.4);
+      const double lhs = log(V) + log(ia) - log(p.a / (us * us) + p.b);
+      const double rhs = -p.lam + k * log(p.lam) - lgamma(k + 1.0);
+      if (fabs(lhs - rhs) < 1e-9) continue;
+      tested++;
+      XT_CHECK_MSG(xt_ptrs_test(&p, V, us, k) == (lhs <= rhs), "lambda %g k %g: %g vs %g", lams[l], k, lhs, rhs);
+    }
+  }
+  XT_CHECK(tested > 100000);
+}
+
+/* The readout's float normal: mean 0, variance 1, fourth moment 3 (200000 draws, 5 standard errors)
+ * and symmetric tails: P(|z| > 3) = 0.0026998. */
+XT_TEST(float_normal_has_normal_moments) {
+  const int n = 200000;
+  double s = 0, s2 = 0, s4 = 0, t3 = 0;
+  for (int i = 0; i < n; i++) {
+    xt_rng g;
+    xt_rng_init(&g, 9, 1, (uint32_t)i, XT_RNG_READ);
+    const double z = xt_rng_normalf(&g);
+    s += z;
+    s2 += z * z;
+    s4 += z * z * z * z;
+    t3 += fabs(z) > 3.0;
+  }
+  XT_CHECK_MSG(fabs(s / n) <= 5 * sqrt(1.0 / n), "mean %g", s / n);
+  XT_CHECK_MSG(fabs(s2 / n - 1) <= 5 * sqrt(2.0 / n), "variance %g", s2 / n);
+  XT_CHECK_MSG(fabs(s4 / n - 3) <= 5 * sqrt(96.0 / n), "fourth moment %g", s4 / n);
+  XT_CHECK_MSG(fabs(t3 / n - 0.0026998) <= 5 * sqrt(0.0027 / n), "P(|z| > 3) %g", t3 / n);
+}
+
 /* An empty scene (a flat field) or the head, on a CPU projector. */
 static xt_proj *cpu_proj_with(xt_model *m) { return xt_tc_proj(XT_BACKEND_CPU, 2, &m, m ? 1 : 0); }
 
@@ -113,10 +159,13 @@ static void one_energy(int with_mixtures) {
   out.expected = S;
   XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
   double worst = 0, lmax = 0;
+  xt_chain_frame_const fc;
+  xt_chain_frame_const_make(c, &g, 0, &fc);
   for (int r = 0; r < g.mode.rows; r++)
     for (int col = 0; col < g.mode.cols; col++) {
       const size_t i = (size_t)r * g.mode.cols + col;
-      const double tr = S[i] / c->F[i]; /* the flat field's expectation, same pixel */
+      /* over the flat field's expectation, same pixel */
+      const double tr = S[i] / xt_flat_expect(&fc.cam, fc.mas, t->flat1, fc.coll.grid_tp, col, r);
       worst = fmax(worst, fabs(tr - exp(-(double)L[i])) / exp(-(double)L[i]));
       lmax = fmax(lmax, L[i]);
     }
@@ -570,7 +619,8 @@ XT_TEST(parameters_are_checked_by_name) {
 }
 
 XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_factorial_matches_lgamma)
-                 XT_ENTRY(poisson_sampler_has_poisson_moments)
+                 XT_ENTRY(poisson_sampler_has_poisson_moments) XT_ENTRY(ptrs_full_test_matches_double_lgamma)
+                 XT_ENTRY(float_normal_has_normal_moments)
                  XT_ENTRY(one_energy_transmission_is_exp_minus_line_integral)
                      XT_ENTRY(flat_field_variance_scales_as_one_over_dose)
                          XT_ENTRY(noise_power_spectrum_follows_mtf_squared)

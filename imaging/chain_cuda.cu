@@ -26,6 +26,9 @@
 #include <string.h>
 
 #include "xt_stage_cuda.h"
+extern "C" {
+#include "xt_proj_cuda.h"
+}
 
 typedef struct chain_dev {
   int device;
@@ -323,16 +326,24 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   if ((rc = queue_frame(c, d, g, frame, out->proc != NULL, out->expected != NULL, msg))) return rc;
   const size_t np = (size_t)d->cols * d->rows, no = (size_t)d->ocols * d->orows;
   const int loop = c->drc_attached && c->prm.drc;
-  /* the one crossing: raw, or raw and proc together (contiguous), and the loop's few bytes */
-  if (out->raw || out->proc) {
-    const size_t off = out->raw ? 0 : no, n = (out->raw ? no : 0) + (out->proc ? no : 0);
+  /* the one crossing: raw, or raw and proc together (contiguous), and the loop's few bytes. Into
+   * page-locked destinations (the server's frame pool, xt_host_alloc) the DMA writes them directly;
+   * other memory goes through the pinned staging h_out and a host copy after the wait. */
+  const size_t nb = no * sizeof(uint16_t);
+  const int raw_direct = out->raw && xt_cuda_host_pinned(out->raw, nb);
+  const int proc_direct = out->proc && xt_cuda_host_pinned(out->proc, nb);
+  if (raw_direct) CK(cudaMemcpyAsync(out->raw, d->out, nb, cudaMemcpyDeviceToHost, d->st));
+  if (proc_direct) CK(cudaMemcpyAsync(out->proc, d->out + no, nb, cudaMemcpyDeviceToHost, d->st));
+  const int raw_staged = out->raw && !raw_direct, proc_staged = out->proc && !proc_direct;
+  if (raw_staged || proc_staged) {
+    const size_t off = raw_staged ? 0 : no, n = (raw_staged ? no : 0) + (proc_staged ? no : 0);
     CK(cudaMemcpyAsync(d->h_out + off, d->out + off, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, d->st));
   }
   if (loop) CK(cudaMemcpyAsync(d->h_rec, d->rec, sizeof *d->h_rec, cudaMemcpyDeviceToHost, d->st));
   else if (c->prm.drc) CK(cudaMemcpyAsync(d->h_fsum, d->fsum, sizeof *d->h_fsum, cudaMemcpyDeviceToHost, d->st));
   CK(cudaStreamSynchronize(d->st));
-  if (out->raw) memcpy(out->raw, d->h_out, no * sizeof(uint16_t));
-  if (out->proc) memcpy(out->proc, d->h_out + no, no * sizeof(uint16_t));
+  if (raw_staged) memcpy(out->raw, d->h_out, nb);
+  if (proc_staged) memcpy(out->proc, d->h_out + no, nb);
   if (loop) {
     c->rec = *d->h_rec;
     c->drc = c->rec.drc;

@@ -374,7 +374,7 @@ static int check_geom(const xt_geometry *g, xt_msg *msg) {
 /* 1 when every byte of [p, p + bytes) lies in page-locked host memory the device can write
  * (cudaHostAlloc'd or registered): a copy-out there needs no staging. Both ends are looked up, so
  * a buffer running past its pinned allocation takes the staged path. */
-static int host_pinned(const void *p, size_t bytes) {
+extern "C" int xt_cuda_host_pinned(const void *p, size_t bytes) {
   cudaPointerAttributes a, b;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess ||
       cudaPointerGetAttributes(&b, (const char *)p + bytes - 1) != cudaSuccess) {
@@ -397,7 +397,7 @@ static int pipeline(xt_cuda_proj *p, const xt_geometry *g, int n, int frames, in
   CK(cudaSetDevice(p->opt.device));
   if ((rc = ensure_scratch(p, cols, rows, 0, msg))) return rc;
   const size_t fpx = (size_t)cols * rows;
-  const int direct = out && host_pinned(out, fpx * sizeof(float) * (size_t)frames);
+  const int direct = out && xt_cuda_host_pinned(out, fpx * sizeof(float) * (size_t)frames);
   if (direct && per_chunk < 1) {
     per_chunk = (int)(XT_CUDA_DIRECT_CHUNK_BYTES / (fpx * sizeof(float)));
     if (per_chunk < 1) per_chunk = 1;

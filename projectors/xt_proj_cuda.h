@@ -46,6 +46,9 @@ typedef struct xt_cuda_info {
 } xt_cuda_info;
 
 int xt_cuda_available(xt_msg *msg);
+/* 1 when all of [p, p + bytes) is page-locked host memory (xt_host_alloc, cudaHostAlloc): the
+ * device's DMA can write it directly, with no staging copy. */
+int xt_cuda_host_pinned(const void *p, size_t bytes);
 int xt_cuda_device_info(int device, xt_cuda_info *info, xt_msg *msg);
 /* Device-to-device copy of `bytes` (timed with events, best of reps); GB/s counting read + write. */
 int xt_cuda_copy_bandwidth(int device, size_t bytes, int reps, double *gbps, xt_msg *msg);

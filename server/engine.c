@@ -40,7 +40,14 @@ static xt_frame *frame_get2(xt_ring *r, size_t len, size_t len2) {
     f = calloc(1, sizeof *f);
     if (!f) return NULL;
     f->cap = need;
-    f->mem = malloc(XT_FRAME_PRE + need);
+    /* page-locked on a GPU backend, so the chain's copy-out needs no host copy after it (frames
+     * are pooled and reused: an allocation is rare after the first ring's worth); plain memory
+     * when that is refused */
+    xt_msg ignored;
+    if (r->pin && xt_host_alloc(XT_BACKEND_CUDA, XT_FRAME_PRE + need, (void **)&f->mem, &ignored) == 0)
+      f->pinned = 1;
+    else
+      f->mem = malloc(XT_FRAME_PRE + need);
     if (!f->mem) {
       free(f);
       return NULL;
@@ -59,7 +66,8 @@ static xt_frame *frame_get(xt_ring *r, size_t len) { return frame_get2(r, len, 0
 
 static void frame_free(xt_frame *f) {
   if (!f) return;
-  free(f->mem);
+  if (f->pinned) xt_host_free(XT_BACKEND_CUDA, f->mem);
+  else free(f->mem);
   free(f);
 }
 
@@ -755,6 +763,7 @@ static void *pacer_main(void *arg) {
 
 int xt_engine_start(xt_server *s, xt_msg *msg) {
   ring_init(&s->ring);
+  s->ring.pin = s->backend == XT_BACKEND_CUDA;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

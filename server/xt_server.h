@@ -214,6 +214,7 @@ typedef struct xt_frame {
    * it): msg is the raw frame, msg2 the processed one; each client gets the one it chose */
   unsigned char *msg2; /* NULL without the chain */
   size_t len2;
+  int pinned; /* mem from xt_host_alloc (page-locked: the GPU's copy-out lands in it directly) */
 } xt_frame;
 
 #define XT_RING 8
@@ -224,6 +225,7 @@ typedef struct xt_ring {
   xt_frame *slots[XT_RING];   /* the newest frames, slots[pub % XT_RING] */
   uint64_t next_pub;          /* pub of the next frame pushed (first is 1) */
   xt_frame *pool[4];          /* released buffers kept for reuse */
+  int pin;                    /* GPU backend: frames in page-locked memory (made once, reused) */
 } xt_ring;
 
 void xt_frame_unref(xt_ring *r, xt_frame *f);

@@ -279,11 +279,20 @@ XT_TEST(cuda_replay_is_bit_identical) {
     xt_chain *c = NULL;
     xt_chain_params prm = xt_chain_params_default();
     XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
+    /* the second run's frames land in page-locked memory (the copy-out's direct path, as the
+     * server's frame pool), the first run's in plain memory (the staged path): the same bytes */
+    uint16_t *pin = NULL;
+    if (run == 1) XT_REQUIRE(xt_host_alloc(XT_BACKEND_CUDA, 2 * sizeof raw[0][0], (void **)&pin, NULL) == 0);
     for (int f = 0; f < 4; f++) {
       xt_geometry g = geom("fd20-512", -30.0 + 20 * f, 0);
-      xt_chain_out out = {raw[run][f], proc[run][f], NULL, NULL};
+      xt_chain_out out = {pin ? pin : raw[run][f], pin ? pin + 512 * 512 : proc[run][f], NULL, NULL};
       XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(1000 + f), &out, NULL) == 0);
+      if (pin) {
+        memcpy(raw[run][f], pin, sizeof raw[0][0]);
+        memcpy(proc[run][f], pin + 512 * 512, sizeof proc[0][0]);
+      }
     }
+    xt_host_free(XT_BACKEND_CUDA, pin);
     xt_chain_destroy(c);
     xt_proj_destroy(p);
   }

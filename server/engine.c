@@ -71,30 +71,33 @@ static void frame_free(xt_frame *f) {
   free(f);
 }
 
-/* Caller holds r->mu. */
-static void frame_release_locked(xt_ring *r, xt_frame *f) {
+/* Caller holds r->mu. Returns the buffer that did not fit in the pool (or NULL): the caller frees it
+ * after unlocking, as freeing page-locked memory can wait on the device. */
+static xt_frame *frame_release_locked(xt_ring *r, xt_frame *f) {
   for (int i = 0; i < 4; i++)
     if (!r->pool[i]) {
       r->pool[i] = f;
-      return;
+      return NULL;
     }
   /* Keep the largest buffers: replace the smallest if this one is bigger. */
   int small = 0;
   for (int i = 1; i < 4; i++)
     if (r->pool[i]->cap < r->pool[small]->cap) small = i;
   if (r->pool[small]->cap < f->cap) {
-    frame_free(r->pool[small]);
+    xt_frame *out = r->pool[small];
     r->pool[small] = f;
-  } else
-    frame_free(f);
+    return out;
+  }
+  return f;
 }
 
 void xt_frame_unref(xt_ring *r, xt_frame *f) {
   if (!f) return;
   if (atomic_fetch_sub(&f->refs, 1) != 1) return;
   pthread_mutex_lock(&r->mu);
-  frame_release_locked(r, f);
+  xt_frame *spill = frame_release_locked(r, f);
   pthread_mutex_unlock(&r->mu);
+  frame_free(spill);
 }
 
 static void ring_push(xt_ring *r, xt_frame *f) {
@@ -103,8 +106,9 @@ static void ring_push(xt_ring *r, xt_frame *f) {
   xt_frame **slot = &r->slots[f->pub % XT_RING];
   xt_frame *old = *slot;
   *slot = f;
-  if (old && atomic_fetch_sub(&old->refs, 1) == 1) frame_release_locked(r, old);
+  xt_frame *spill = old && atomic_fetch_sub(&old->refs, 1) == 1 ? frame_release_locked(r, old) : NULL;
   pthread_mutex_unlock(&r->mu);
+  frame_free(spill);
 }
 
 uint64_t xt_ring_latest_pub(xt_ring *r) {
@@ -511,9 +515,9 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
     if ((fr[i] = frame_get(&s->ring, len))) memset(fr[i]->msg, 0, len); /* fault the pages in now */
   if (fr[0]) convert_u16(w, w->lineint, (uint16_t *)(void *)(fr[0]->msg + XT_STREAM_HEADER_SIZE), npx);
   pthread_mutex_lock(&s->ring.mu);
-  for (int i = 0; i < 4; i++)
-    if (fr[i]) frame_release_locked(&s->ring, fr[i]);
+  for (int i = 0; i < 4; i++) fr[i] = fr[i] ? frame_release_locked(&s->ring, fr[i]) : NULL;
   pthread_mutex_unlock(&s->ring.mu);
+  for (int i = 0; i < 4; i++) frame_free(fr[i]);
   return 0;
 }
 

@@ -99,15 +99,7 @@ static __device__ __forceinline__ void add_seg(const dev_grid &gd, float len, fl
     const float mu = gd.labels ? __ldg(gd.lut + xt_nvdb_label(v)) : v;
     a[0] = fmaf(len, mu, a[0]);
   } else if (gd.labels) {
-    const float4 w0 = __ldg(gd.chw + 2 * xt_nvdb_label(v)), w1 = __ldg(gd.chw + 2 * xt_nvdb_label(v) + 1);
-    a[0] = fmaf(len, w0.x, a[0]);
-    a[1] = fmaf(len, w0.y, a[1]);
-    a[2] = fmaf(len, w0.z, a[2]);
-    a[3] = fmaf(len, w0.w, a[3]);
-    a[4] = fmaf(len, w1.x, a[4]);
-    a[5] = fmaf(len, w1.y, a[5]);
-    a[6] = fmaf(len, w1.z, a[6]);
-    a[7] = fmaf(len, w1.w, a[7]);
+    xt_cuda_acc8(a, len, __ldg(gd.chw + 2 * xt_nvdb_label(v)), __ldg(gd.chw + 2 * xt_nvdb_label(v) + 1));
   } else {
     const float d = len * v; /* constant indices only: the accumulators stay in registers */
     if (v < gd.thr[0]) a[0] += d;

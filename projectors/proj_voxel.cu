@@ -363,15 +363,7 @@ struct acc_labels {
   const float4 *w; /* the model's rows in shared memory, two float4 per row */
   template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
     const float4 *row = w + 2 * v.label();
-    const float4 p = row[0], q = row[1];
-    a[0] = fmaf(seg, p.x, a[0]);
-    a[1] = fmaf(seg, p.y, a[1]);
-    a[2] = fmaf(seg, p.z, a[2]);
-    a[3] = fmaf(seg, p.w, a[3]);
-    a[4] = fmaf(seg, q.x, a[4]);
-    a[5] = fmaf(seg, q.y, a[5]);
-    a[6] = fmaf(seg, q.z, a[6]);
-    a[7] = fmaf(seg, q.w, a[7]);
+    xt_cuda_acc8(a, seg, row[0], row[1]);
   }
 };
 static_assert(XT_MAX_CHANNELS == 8, "acc_labels reads rows of 8 channels");

@@ -95,6 +95,19 @@ static inline void xt_cuda_camera_fill(const xt_geometry *g, xt_cuda_camera *c) 
 static __device__ __forceinline__ double xt_dm(double a, double b) { return __dmul_rn(a, b); }
 static __device__ __forceinline__ double xt_da(double a, double b) { return __dadd_rn(a, b); }
 
+/* A label segment of length seg into 8 channel accumulators: its row of weights, two float4. Every
+ * kind's channel march uses it, so the accumulators stay in registers the same way in each. */
+static __device__ __forceinline__ void xt_cuda_acc8(float *a, float seg, float4 p, float4 q) {
+  a[0] = fmaf(seg, p.x, a[0]);
+  a[1] = fmaf(seg, p.y, a[1]);
+  a[2] = fmaf(seg, p.z, a[2]);
+  a[3] = fmaf(seg, p.w, a[3]);
+  a[4] = fmaf(seg, q.x, a[4]);
+  a[5] = fmaf(seg, q.y, a[5]);
+  a[6] = fmaf(seg, q.z, a[6]);
+  a[7] = fmaf(seg, q.w, a[7]);
+}
+
 /* The world ray of pixel (col, row): unit direction w and the length from the source to the
  * pixel centre, exactly as proj_cpu.c's frame_worker computes them (xt_geom_pixel_pos, d/|d|). */
 static __device__ __forceinline__ double xt_cuda_pixel_ray(const xt_cuda_camera &c, int col, int row, double w[3]) {

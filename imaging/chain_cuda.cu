@@ -6,13 +6,13 @@
  *   k_detect                  A -> X (quanta)                (stage_detect.cu)
  *     or, fused (voxel models only, no scatter: queue_detect below):
  *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
- *   k_detect<sums>, k_draw_rest  P -> X
- *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
- *   k_readout                 D -> raw, FA; lag state; Y at  (stage_readout.cu; the flat field
- *                             non-defective pixels when       evaluated, xt_flat_expect)
- *                             processed (pass 1 of processing)
+ *   k_detect<sums>            P -> X (a few draws deferred: markers in X, entries in a list)
+ *   k_blur                    X -> raw; lag state; Y at      (stage_blur.cu: blur, then the
+ *                             non-defective pixels when       readout in its epilogue; deferred
+ *                             processed (pass 1 of processing) draws resumed; D only on request)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
- *   k_process_defects, _out   raw, FA -> Y at defects -> proc (stage_process.cu)
+ *   k_process_defects, _out   raw -> Y at defects -> proc    (stage_process.cu; the defects' list
+ *                                                             built when the maps are uploaded)
  *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
@@ -34,16 +34,17 @@ typedef struct chain_dev {
   int device;
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
-  float *A, *X, *D, *FA, *lag, *Y, *S;
+  float *A, *X, *D, *lag, *Y, *S;
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
   xt_draw_rest *rest; /* the fused path's deferred draws (one slot a render pixel) */
-  unsigned *rest_n;   /* their 2 counters, used alternately */
-  int rest_parity;
+  unsigned *rest_n;   /* their count (k_detect<sums> appends, k_blur zeroes) */
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
+  uint32_t *dlist;           /* the defective output pixels' indices, ascending (k_process_defects) */
+  unsigned dlist_n, dlist_cap;
   xt_chain_tables *slots; /* the table cache's device side (XT_TAB_SLOTS) */
   /* dose-rate control (issue 11): allocated with the chain */
   xt_chain_tables *live;    /* the attached loop's tables for the next frame */
@@ -62,7 +63,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->D, &d->FA, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -84,8 +85,11 @@ static void free_maps(chain_dev *d) {
   cudaFree(d->gain);
   cudaFree(d->offset);
   cudaFree(d->defect);
+  cudaFree(d->dlist);
   d->gain = d->offset = NULL;
   d->defect = NULL;
+  d->dlist = NULL;
+  d->dlist_n = d->dlist_cap = 0;
   d->maps_cols = d->maps_rows = 0;
 }
 
@@ -110,9 +114,39 @@ extern "C" void xt_chain_cuda_destroy(xt_chain *c) {
   c->dev = NULL;
 }
 
-/* The panel maps (when they change). */
+/* The defective pixels' list from the host's defect map: their output indices, ascending. Grown
+ * (never per frame: the maps change with the panel's parameters or size) when it outgrows its room.
+ * The copy is waited for before the host buffer is freed. */
+static int upload_defect_list(xt_chain *c, chain_dev *d, size_t n, xt_msg *msg) {
+  unsigned m = 0;
+  for (size_t o = 0; o < n; o++) m += c->maps.defect[o] != XT_DEFECT_NONE;
+  d->dlist_n = 0;
+  if (!m) return 0;
+  if (m > d->dlist_cap) {
+    CK(cudaStreamSynchronize(d->st));
+    cudaFree(d->dlist);
+    d->dlist = NULL;
+    d->dlist_cap = 0;
+    CK(cudaMalloc((void **)&d->dlist, m * sizeof(uint32_t)));
+    d->dlist_cap = m;
+  }
+  uint32_t *h = (uint32_t *)malloc(m * sizeof(uint32_t));
+  if (!h) return xt_fail(msg, XT_ENOMEM, "chain: out of memory (defect list of %u pixels)", m);
+  unsigned j = 0;
+  for (size_t o = 0; o < n; o++)
+    if (c->maps.defect[o] != XT_DEFECT_NONE) h[j++] = (uint32_t)o;
+  const cudaError_t e = cudaMemcpyAsync(d->dlist, h, m * sizeof(uint32_t), cudaMemcpyHostToDevice, d->st);
+  const cudaError_t w = e == cudaSuccess ? cudaStreamSynchronize(d->st) : e;
+  free(h);
+  CK(w);
+  d->dlist_n = m;
+  return 0;
+}
+
+/* The panel maps (when they change), and the defective pixels' list that follows the defect map. */
 extern "C" int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg) {
   chain_dev *d = (chain_dev *)c->dev;
+  int rc;
   CK(cudaSetDevice(d->device));
   if (c->maps.gain) {
     const size_t n = (size_t)c->maps.cols * c->maps.rows;
@@ -128,6 +162,7 @@ extern "C" int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg) {
     CK(cudaMemcpyAsync(d->gain, c->maps.gain, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
     CK(cudaMemcpyAsync(d->offset, c->maps.offset, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
     CK(cudaMemcpyAsync(d->defect, c->maps.defect, n, cudaMemcpyHostToDevice, d->st));
+    if ((rc = upload_defect_list(c, d, n, msg))) return rc;
   }
   /* the host's maps may change after this returns */
   CK(cudaStreamSynchronize(d->st));
@@ -194,7 +229,6 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMemsetAsync(d->A, 0, na * sizeof(float), d->st));
   float **planes[] = {&d->X, &d->D, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
-  CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->M, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->SC, 3 * XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID * sizeof(float)));
@@ -202,9 +236,8 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
   CK(cudaMalloc((void **)&d->rest, np * sizeof(xt_draw_rest)));
-  CK(cudaMalloc((void **)&d->rest_n, 2 * sizeof(unsigned)));
-  CK(cudaMemsetAsync(d->rest_n, 0, 2 * sizeof(unsigned), d->st));
-  d->rest_parity = 0;
+  CK(cudaMalloc((void **)&d->rest_n, sizeof(unsigned)));
+  CK(cudaMemsetAsync(d->rest_n, 0, sizeof(unsigned), d->st));
   CK(cudaHostAlloc((void **)&d->h_out, 2 * no * sizeof(uint16_t), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_f, np * sizeof(float), cudaHostAllocDefault));
   d->cols = fc->cols;
@@ -224,17 +257,19 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
  * finishes the pixels, so the channel planes never reach memory. Other scenes (other kinds: their
  * channels add across kinds, the sums do not; scatter, which samples the channel planes; the
  * attached dose-rate loop, whose next kV and so bin count the device picks) render the planes for
- * the whole detect stage. */
+ * the whole detect stage. *deferred: 1 when X may hold markers of deferred draws (the fused path
+ * with noise), which the blur kernel resolves. */
 static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chain_frame_const *fc,
-                        const xt_chain_tables *tab, int nbins, float *S, xt_msg *msg) {
+                        const xt_chain_tables *tab, int nbins, float *S, int *deferred, xt_msg *msg) {
   int rc;
+  *deferred = 0;
   if (c->cs.n && nbins > 0 && !c->prm.scatter && !c->unfused) { /* tab: device; nbins: its bins, from the host */
     const xt_chan_spectral sp = {nbins, &tab->mr[0][0], tab->k1, tab->k2}; /* device addresses */
     rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
     if (rc == 0) {
       c->fused_frames++;
-      d->rest_parity ^= fc->noise ? 1 : 0; /* the counter the previous frame's draw zeroed */
-      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, S, d->rest, d->rest_n, d->rest_parity, d->st, msg);
+      *deferred = fc->noise != 0;
+      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, S, d->rest, d->rest_n, d->st, msg);
     }
     if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
   }
@@ -273,9 +308,9 @@ static int loop_restart(xt_chain *c, chain_dev *d, xt_msg *msg) {
 /* Queues one frame on the stream: render, scatter, detect, blur, readout, the loop's measurement
  * and step, process when proc. Outputs stay on the device (raw at d->out, proc after it). */
 static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t frame, int proc, int expected,
-                       xt_msg *msg) {
+                       int signal, xt_msg *msg) {
   xt_chain_frame_const fc;
-  int rc;
+  int rc, deferred;
   xt_chain_frame_const_make(c, g, frame, &fc);
   if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
   fc.pc.first = c->first;
@@ -289,11 +324,22 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
     fc.mas = 1.f;
   }
   /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
-  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
-      (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
-      (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, d->FA,
-                                     proc ? d->Y : NULL, d->st, msg)))
+  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, &deferred, msg)))
     return rc;
+  xt_stage_readout_io io;
+  memset(&io, 0, sizeof io);
+  io.tab = tab;
+  io.gain = d->gain;
+  io.offset = d->offset;
+  io.defect = d->defect;
+  io.X = d->X;
+  io.rest = deferred ? d->rest : NULL;
+  io.rest_n = d->rest_n;
+  io.D = signal ? d->D : NULL; /* D reaches memory only when asked for */
+  io.lag = d->lag;
+  io.raw = raw;
+  io.Y = proc ? d->Y : NULL;
+  if ((rc = xt_stage_blur_readout_cuda(&fc, &io, d->st, msg))) return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
     if ((rc = xt_stage_drc_field_cuda(raw, fc.ocols, fc.orows, d->fsum, d->st, msg))) return rc;
@@ -309,7 +355,8 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
     }
   }
   fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
-  if (proc && (rc = xt_stage_process_cuda(&fc, d->gain, d->offset, d->defect, raw, d->FA, d->Y, d->out + no, d->st, msg)))
+  if (proc && (rc = xt_stage_process_cuda(&fc, tab, d->gain, d->offset, d->defect, d->dlist, d->dlist_n, raw, d->Y,
+                                          d->out + no, d->st, msg)))
     return rc;
   if (proc && c->prm.dsa && !c->dsa_valid) {
     CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
@@ -323,7 +370,7 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   chain_dev *d = (chain_dev *)c->dev;
   int rc;
   CK(cudaSetDevice(d->device));
-  if ((rc = queue_frame(c, d, g, frame, out->proc != NULL, out->expected != NULL, msg))) return rc;
+  if ((rc = queue_frame(c, d, g, frame, out->proc != NULL, out->expected != NULL, out->signal != NULL, msg))) return rc;
   const size_t np = (size_t)d->cols * d->rows, no = (size_t)d->ocols * d->orows;
   const int loop = c->drc_attached && c->prm.drc;
   /* the one crossing: raw, or raw and proc together (contiguous), and the loop's few bytes. Into
@@ -387,7 +434,7 @@ extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int 
       if (!(rc = ensure_scratch(c, d, &fc, msg))) rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
       continue;
     }
-    if (!rc) rc = queue_frame(c, d, gi, (uint64_t)i, what >= 2, 0, msg);
+    if (!rc) rc = queue_frame(c, d, gi, (uint64_t)i, what >= 2, 0, 0, msg);
   }
   c->drc_attached = attached;
   c->prm.drc = drc;

@@ -2,8 +2,9 @@
  * forms. k_detect<false> integrates the spectrum over the channel planes (the tables, energy bins x
  * channels, read from shared memory, loaded once per block). k_detect<true> finishes the fused
  * path, where the projector already evaluated the same integral (xt_spectral_sum) in its march's
- * epilogue and left its two sums: geometry, collimation, scatter and the quanta's draw, split in
- * two kernels (below, "The split draw") with the same result bit for bit. */
+ * epilogue and left its two sums: geometry, collimation, scatter and the quanta's draw, whose few
+ * undecided tries the blur kernel finishes (below, "The split draw"), with the same result bit for
+ * bit. */
 #include "xt_stage_cuda.h"
 
 /* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h): its quick step settles
@@ -12,10 +13,13 @@
  * MUFU logarithms and a log1pf, with a proven error bound) except for the few tries (~0.1 %) within
  * the bound of the boundary, which need it in double: a double path every warp would pay for inline.
  * So k_detect<true> makes the quick steps and the float tests; a pixel whose try stays undecided is
- * appended (pixel, try, S, Q) to a list, and k_draw_rest resumes PTRS at that try for the listed
- * pixels only, its generator seeked to the try's draws: the same tries on the same numbers, so the
- * same count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit for bit). Returns
- * the energy, or 0 with *defer the try to resume. */
+ * appended (pixel, try, S, Q) to a list and X holds a marker of its entry (xt_draw_marker). The blur
+ * kernel (stage_blur.cu), whose blocks stage X's tiles in shared memory anyway, resumes PTRS at that
+ * try for each marker it meets (xt_draw_resume), its generator seeked to the try's draws: the same
+ * tries on the same numbers, so the same count as xt_detect_draw (tests/test_chain_cuda.c compares
+ * the two paths bit for bit). A second kernel for the few hundred listed pixels left the GPU nearly
+ * idle for 7.4 us a frame (1024^2, H200); inside the blur the resumptions overlap other blocks'
+ * work. Returns the energy, or 0 with *defer the try to resume. */
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
@@ -47,8 +51,8 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
  * makes the same passes, for the split draw's barriers), so that each block copies the tables (5 KB)
  * into shared memory once for many pixels. In: A (nch channel planes; SUMS: the 2 planes of the
  * spectral sums), the tables. Out: X, and S when non-NULL; SUMS with noise: the deferred draws
- * appended to rest (count in *rest_n). The flat field is not stored: the readout evaluates it
- * (xt_flat_expect). */
+ * appended to rest (count in *rest_n), their markers in X. The flat field is not stored: the readout
+ * evaluates it (xt_flat_expect). */
 template <bool SUMS>
 __global__ void __launch_bounds__(XT_STAGE_BLOCK)
     k_detect(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,
@@ -113,27 +117,10 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
       if (defer >= 0) {
         const xt_draw_rest e = {i, defer, s, q};
         rest[s_base + slot] = e;
+        X[i] = xt_draw_marker(s_base + slot);
       }
       __syncthreads(); /* s_n and s_base are reused by the next pass */
     }
-  }
-}
-
-/* Thread mapping: a grid-stride loop over the *rest_n listed pixels. In: the list. Out: X of the
- * listed pixels; *rest_other (the other list's count, which the next frame's k_detect uses) set to
- * 0 (the frame before, its last user, has finished: same stream). */
-__global__ void __launch_bounds__(XT_STAGE_BLOCK)
-    k_draw_rest(const __grid_constant__ xt_chain_frame_const fc, const xt_draw_rest *rest, const unsigned *rest_n,
-                unsigned *rest_other, float *X) {
-  const unsigned n = *rest_n;
-  if (blockIdx.x == 0 && threadIdx.x == 0)
-    *rest_other = 0;
-  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-    const xt_draw_rest e = rest[j];
-    xt_rng g;
-    xt_rng_init(&g, fc.seed, fc.frame, e.i, XT_RNG_QUANTA);
-    xt_rng_seek(&g, 2u * (unsigned)e.it);
-    X[e.i] = xt_detect_energy(xt_ptrs_from(&g, xt_detect_quanta(e.s, e.q), e.it), e.s, e.q);
   }
 }
 
@@ -149,18 +136,11 @@ int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_cons
 }
 
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
-                              xt_msg *msg) {
+                              float *S, xt_draw_rest *rest, unsigned *rest_n, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
   /* one pass a block: no tables to amortise */
-  k_detect<true><<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(
-      d_tab, *fc, P, X, S, rest, rest_n + parity);
+  k_detect<true><<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, P, X, S,
+                                                                                                    rest, rest_n);
   XT_SCK(cudaGetLastError());
-  if (fc->noise) {
-    /* the list holds the float test's undecided tries (~0.1 % of the tests: a few hundred pixels at 1024^2): one
-     * block per SM, grid-stride, rather than a grid of mostly idle blocks */
-    k_draw_rest<<<XT_DETECT_MAX_BLOCKS / 8, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);
-    XT_SCK(cudaGetLastError());
-  }
   return 0;
 }

@@ -33,20 +33,23 @@ static __device__ __forceinline__ void xt_stage_rc(unsigned i, int cols, int *r,
 /* detect: A (nch planes) -> X (absorbed energy, quanta drawn), S (expected; may be NULL) */
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
                          float *S, cudaStream_t st, xt_msg *msg);
-/* A pixel whose quanta's draw the fused path's second kernel finishes (stage_detect.cu, "The split draw"). */
+/* A pixel whose quanta's draw the blur kernel finishes (stage_detect.cu, "The split draw"). */
 typedef struct xt_draw_rest {
   uint32_t i; /* pixel */
   int it;     /* the PTRS try to resume */
   float s, q; /* its expected signal and second moment */
 } xt_draw_rest;
 
+/* X's value at a pixel whose draw is deferred: entry j of the list, the sign bit set (a drawn
+ * energy is never negative, nor -0: K (Q/S) with K >= 0, Q, S > 0). */
+static __device__ __forceinline__ float xt_draw_marker(uint32_t j) { return __uint_as_float(0x80000000u | j); }
+
 /* detect, fused path: P (the 2 planes of spectral sums the projector evaluated in its march's
- * epilogue, xt_proj_render_device_spectral) -> X, S as above. rest: room for a deferred draw per
- * render pixel; rest_n: 2 counters, 0 before first use; parity: which counter this frame appends to
- * (alternate per frame: the draw zeroes the other, for the next frame). */
+ * epilogue, xt_proj_render_device_spectral) -> X, S as above. With noise, X holds markers
+ * (xt_draw_marker) at the deferred pixels, whose entries it appends to rest (room for one per render
+ * pixel; *rest_n their count, 0 before the call: the blur zeroes it); the blur resolves them. */
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *S, xt_draw_rest *rest, unsigned *rest_n, int parity, cudaStream_t st,
-                              xt_msg *msg);
+                              float *S, xt_draw_rest *rest, unsigned *rest_n, cudaStream_t st, xt_msg *msg);
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
                           float *tmp, float *out, cudaStream_t st, xt_msg *msg);
@@ -61,16 +64,41 @@ int xt_stage_drc_field_cuda(const uint16_t *raw, int ocols, int orows, unsigned 
 int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chain_tables *slots, xt_chain_tables *live,
                            unsigned long long *sum, unsigned long long n, const xt_drc_law *law, const xt_drc_meter *m,
                            int measure, xt_chain_drc_frame *rec, cudaStream_t st, xt_msg *msg);
-/* blur: in -> out (rows then columns, one kernel) */
-int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
-/* readout: D -> raw (ADC codes), FA (flat, ADU, from the tables' flat1: xt_flat_expect); lag state
- * updated; Y (non-NULL when the frame is processed): the processing's pass 1 at the non-defective pixels */
-int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *gain,
-                          const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
-                          float *FA, float *Y, cudaStream_t st, xt_msg *msg);
-/* process, after xt_stage_readout_cuda with Y: raw, FA -> Y at the defective pixels -> proc */
-int xt_stage_process_cuda(const xt_chain_frame_const *fc, const float *gain, const float *offset,
-                          const unsigned char *defect, const uint16_t *raw, const float *FA, float *Y, uint16_t *proc,
-                          cudaStream_t st, xt_msg *msg);
+
+/* The buffers of the blur and readout kernel (stage_blur.cu). */
+typedef struct xt_stage_readout_io {
+  const xt_chain_tables *tab; /* device: flat1 */
+  const float *gain, *offset;
+  const unsigned char *defect;
+  const float *X;            /* the detect stage's energies (render grid) */
+  const xt_draw_rest *rest;  /* non-NULL: X holds markers of the list's deferred draws */
+  unsigned *rest_n;          /* with rest: the list's count, zeroed for the next frame */
+  float *D;                  /* NULL, or the blurred signal (render grid; tests, diagnostics) */
+  float *lag;                /* XT_LAG_TERMS planes of the output grid, read and written */
+  uint16_t *raw;
+  float *Y;                  /* NULL: not processed; else pass 1 of processing at non-defective pixels */
+} xt_stage_readout_io;
+
+/* blur and readout, one kernel: X -> (D) -> raw; lag updated; Y at the non-defective pixels when
+ * processed (the processing's pass 1) */
+int xt_stage_blur_readout_cuda(const xt_chain_frame_const *fc, const xt_stage_readout_io *io, cudaStream_t st,
+                               xt_msg *msg);
+
+/* The flat field an output pixel (r, c) collects, in ADU: xt_flat_expect over its bin (the same
+ * sums in the same order wherever it is evaluated: readout and defect interpolation). */
+static __device__ __forceinline__ float xt_stage_flat_adu(const xt_chain_frame_const &fc, float flat1, int r, int c) {
+  const int b = fc.ro.bin;
+  float f = 0.f;
+  for (int dy = 0; dy < b; dy++)
+    for (int dx = 0; dx < b; dx++)
+      f += xt_flat_expect(&fc.cam, fc.mas, flat1, fc.coll.grid_tp, c * b + dx, r * b + dy);
+  return f * fc.ro.adu_per_kev;
+}
+
+/* process, after xt_stage_blur_readout_cuda with Y: raw -> Y at the defective pixels (list: their
+ * output indices, n of them, xt_chain_cuda_upload builds it from the defect map) -> proc */
+int xt_stage_process_cuda(const xt_chain_frame_const *fc, const xt_chain_tables *d_tab, const float *gain,
+                          const float *offset, const unsigned char *defect, const uint32_t *list, unsigned n,
+                          const uint16_t *raw, float *Y, uint16_t *proc, cudaStream_t st, xt_msg *msg);
 
 #endif /* XT_STAGE_CUDA_H */

@@ -2,7 +2,8 @@
  *  - channel planes of the CUDA voxel kind (labels, dense, hull on, both voxel layouts through AUTO)
  *    against the float64 reference: max |gpu - ref| <= 1e-4 of the frame's largest channel value;
  *  - noise-free chain frames: expected and blurred signals within 2e-5 relative of the CPU's, raw
- *    codes within 1 ADU (a rounding tie of float sums), processed within 2;
+ *    codes within 1 ADU (a rounding tie of float sums), processed within 2; with 2x2 binning too, and
+ *    with the defect map changed between frames (the GPU's list of defective pixels follows it);
  *  - with noise: flat-field mean and relative variance agree with the CPU's within 3 % (each is
  *    the mean of 65536 pixels; the draws differ because expf/logf differ in the last bits);
  *  - replay: the same seed and poses give bit-identical raw and processed frames on the GPU;
@@ -140,22 +141,26 @@ static void free_both(both *o) {
 
 /* The noise-free chain on both backends: signals within 2e-5, raw within 1 ADU, processed 2. psf_mm
  * > 0: that PSF instead of the default (2 mm, the largest allowed: a blur radius of 6 pixels at
- * fd20-256, so the blur kernel's tiles and halos are exercised beyond the default's 1). */
-static void chain_matches_cpu(xt_model *const *ms, int nm, double psf_mm) {
+ * fd20-256, so the blur kernel's tiles and halos are exercised beyond the default's 1). binning: 1,
+ * or 2 (the readout in the blur kernel's epilogue sums whole bins of its tile). */
+static void chain_matches_cpu(xt_model *const *ms, int nm, double psf_mm, int binning) {
   xt_chain_params prm = xt_chain_params_default();
   if (psf_mm > 0) prm.psf_mm = psf_mm;
+  prm.binning = binning;
   prm.quantum_noise = 0;
   prm.e_noise_adu = 0;
   prm.mas = 0.01;
   both o;
   memset(&o, 0, sizeof o);
   XT_REQUIRE(run_both_models(ms, nm, &prm, "fd20-256", 3, &o) == 0);
-  const size_t np = 256 * 256;
+  const size_t np = 256 * 256, no = np / (size_t)(binning * binning);
   double es = 0, ed = 0;
   int draw = 0, dproc = 0;
   for (size_t i = 0; i < np; i++) {
     es = fmax(es, fabs(o.S[1][i] - o.S[0][i]) / fmax(1e-3, fabs(o.S[0][i])));
     ed = fmax(ed, fabs(o.D[1][i] - o.D[0][i]) / fmax(1e-3, fabs(o.D[0][i])));
+  }
+  for (size_t i = 0; i < no; i++) {
     draw = abs((int)o.raw[1][i] - (int)o.raw[0][i]) > draw ? abs((int)o.raw[1][i] - (int)o.raw[0][i]) : draw;
     dproc = abs((int)o.proc[1][i] - (int)o.proc[0][i]) > dproc ? abs((int)o.proc[1][i] - (int)o.proc[0][i]) : dproc;
   }
@@ -171,8 +176,65 @@ XT_TEST(cuda_chain_matches_cpu_without_noise) {
   const int dim[3] = {96, 96, 96};
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
-  chain_matches_cpu(&m, 1, 0);
-  chain_matches_cpu(&m, 1, 2.0);
+  chain_matches_cpu(&m, 1, 0, 1);
+  chain_matches_cpu(&m, 1, 2.0, 1);
+  chain_matches_cpu(&m, 1, 0, 2);
+  chain_matches_cpu(&m, 1, 2.0, 2);
+  xt_model_free(m);
+}
+
+/* The GPU interpolates the defective pixels from a list it builds when the panel maps are uploaded;
+ * the list must follow the defect map when the parameters change between frames. Noise-free
+ * frames at changing poses (a stale list would leave a defective pixel's temporal state at the
+ * previous pose's value) and defect settings, each frame's processed codes against the CPU's
+ * within 2 (and raw within 1). */
+XT_TEST(cuda_defect_interpolation_follows_the_defect_map) {
+  if (no_gpu()) return;
+  const int dim[3] = {96, 96, 96};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
+  const double frac[3] = {0, 0.01, 0.002}, ang[3] = {20, 40, 5};
+  const int lines[3] = {0, 8, 1};
+  const size_t np = 256 * 256;
+  uint16_t *raw[2], *proc[2];
+  xt_proj *p[2];
+  xt_chain *c[2] = {NULL, NULL};
+  xt_chain_params prm = xt_chain_params_default();
+  prm.quantum_noise = 0;
+  prm.e_noise_adu = 0;
+  prm.mas = 0.01;
+  for (int b = 0; b < 2; b++) {
+    p[b] = proj(b ? XT_BACKEND_CUDA : XT_BACKEND_CPU, &m, 1);
+    XT_REQUIRE(p[b] && xt_chain_create(&prm, p[b], &c[b], NULL) == 0);
+    raw[b] = malloc(np * sizeof(uint16_t));
+    proc[b] = malloc(np * sizeof(uint16_t));
+    XT_REQUIRE(raw[b] && proc[b]);
+  }
+  for (int f = 0; f < 3; f++) {
+    xt_geometry g = geom("fd20-256", ang[f], 5);
+    prm.defect_fraction = frac[f];
+    prm.defect_lines = lines[f];
+    int draw = 0, dproc = 0;
+    for (int b = 0; b < 2; b++) {
+      const xt_chain_out out = {raw[b], proc[b], NULL, NULL};
+      XT_REQUIRE(xt_chain_set_params(c[b], &prm, NULL) == 0);
+      XT_REQUIRE(xt_chain_frame(c[b], &g, (uint64_t)f, &out, NULL) == 0);
+    }
+    for (size_t i = 0; i < np; i++) {
+      const int dr = abs((int)raw[1][i] - (int)raw[0][i]), dp = abs((int)proc[1][i] - (int)proc[0][i]);
+      draw = dr > draw ? dr : draw;
+      dproc = dp > dproc ? dp : dproc;
+    }
+    XT_CHECK_MSG(draw <= 1, "frame %d: raw: worst difference %d ADU", f, draw);
+    XT_CHECK_MSG(dproc <= 2, "frame %d (defect fraction %g, %d lines): processed: worst difference %d", f, frac[f],
+                 lines[f], dproc);
+  }
+  for (int b = 0; b < 2; b++) {
+    xt_chain_destroy(c[b]);
+    xt_proj_destroy(p[b]);
+    free(raw[b]);
+    free(proc[b]);
+  }
   xt_model_free(m);
 }
 
@@ -242,7 +304,7 @@ XT_TEST(cuda_chain_of_a_mixed_scene_matches_cpu) {
   xt_model *all[5] = {NULL};
   int n = 0;
   XT_REQUIRE(mixed_scene(all, &n, 78) == 0);
-  chain_matches_cpu(all, n, 0);
+  chain_matches_cpu(all, n, 0, 1);
   for (int i = 0; i < n; i++) xt_model_free(all[i]);
 }
 
@@ -353,6 +415,7 @@ XT_TEST(cuda_fused_detect_equals_the_separate_stage) {
 }
 
 XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_chain_matches_cpu_without_noise)
+                 XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)
                  XT_ENTRY(cuda_fused_detect_equals_the_separate_stage))

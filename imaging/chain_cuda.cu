@@ -6,10 +6,10 @@
  *   k_detect                  A -> X (quanta)                (stage_detect.cu)
  *     or, fused (voxel models only, no scatter: queue_detect below):
  *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
- *   k_detect<sums>            P -> X (a few draws deferred: markers in X, entries in a list)
+ *   k_detect<sums>            P -> X
  *   k_blur                    X -> raw; lag state; Y at      (stage_blur.cu: blur, then the
- *                             non-defective pixels when       readout in its epilogue; deferred
- *                             processed (pass 1 of processing) draws resumed; D only on request)
+ *                             non-defective pixels when       readout in its epilogue; D only
+ *                             processed (pass 1 of processing) on request)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
  *   k_process_defects, _out   raw -> Y at defects -> proc    (stage_process.cu; the defects' list
  *                                                             built when the maps are uploaded)
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xt_stage_cuda.h"
+#include "xt_stage_cudaM.h" /* TEMPORARY A/B */
 extern "C" {
 #include "xt_proj_cuda.h"
 }
@@ -38,11 +38,14 @@ typedef struct chain_dev {
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
-  xt_draw_rest *rest; /* the fused path's deferred draws (one slot a render pixel) */
-  unsigned *rest_n;   /* their count (k_detect<sums> appends, k_blur zeroes) */
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
+  int ab; /* TEMPORARY A/B: bit 0 main's detect + k_draw_rest, bit 1 main's blur and readout (env XT_POST_AB) */
+  float *FA;
+  xt_draw_restM *restM;
+  unsigned *restM_n;
+  int parity;
   uint32_t *dlist;           /* the defective output pixels' indices, ascending (k_process_defects) */
   unsigned dlist_n, dlist_cap;
   xt_chain_tables *slots; /* the table cache's device side (XT_TAB_SLOTS) */
@@ -63,16 +66,16 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->S, &d->M, &d->SC, &d->FA};
+  cudaFree(d->restM);
+  cudaFree(d->restM_n);
+  d->restM = NULL;
+  d->restM_n = NULL;
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
   }
   cudaFree(d->out);
-  cudaFree(d->rest);
-  cudaFree(d->rest_n);
-  d->rest = NULL;
-  d->rest_n = NULL;
   cudaFreeHost(d->h_out);
   cudaFreeHost(d->h_f);
   d->out = NULL;
@@ -191,6 +194,7 @@ extern "C" int xt_chain_cuda_create(xt_chain *c, xt_msg *msg) {
   chain_dev *d = (chain_dev *)calloc(1, sizeof *d);
   if (!d) return xt_fail(msg, XT_ENOMEM, "chain: out of memory");
   c->dev = d;
+  d->ab = getenv("XT_POST_AB") ? atoi(getenv("XT_POST_AB")) : 0;
   CK(cudaGetDevice(&d->device));
   CK(cudaStreamCreateWithFlags(&d->st, cudaStreamNonBlocking));
   CK(cudaMalloc((void **)&d->slots, XT_TAB_SLOTS * sizeof(xt_chain_tables)));
@@ -232,12 +236,14 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->M, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->SC, 3 * XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID * sizeof(float)));
+  CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->restM, np * sizeof(xt_draw_restM)));
+  CK(cudaMalloc((void **)&d->restM_n, 2 * sizeof(unsigned)));
+  CK(cudaMemsetAsync(d->restM_n, 0, 2 * sizeof(unsigned), d->st));
+  d->parity = 0;
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
-  CK(cudaMalloc((void **)&d->rest, np * sizeof(xt_draw_rest)));
-  CK(cudaMalloc((void **)&d->rest_n, sizeof(unsigned)));
-  CK(cudaMemsetAsync(d->rest_n, 0, sizeof(unsigned), d->st));
   CK(cudaHostAlloc((void **)&d->h_out, 2 * no * sizeof(uint16_t), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_f, np * sizeof(float), cudaHostAllocDefault));
   d->cols = fc->cols;
@@ -257,19 +263,20 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
  * finishes the pixels, so the channel planes never reach memory. Other scenes (other kinds: their
  * channels add across kinds, the sums do not; scatter, which samples the channel planes; the
  * attached dose-rate loop, whose next kV and so bin count the device picks) render the planes for
- * the whole detect stage. *deferred: 1 when X may hold markers of deferred draws (the fused path
- * with noise), which the blur kernel resolves. */
+ * the whole detect stage. */
 static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chain_frame_const *fc,
-                        const xt_chain_tables *tab, int nbins, float *S, int *deferred, xt_msg *msg) {
+                        const xt_chain_tables *tab, int nbins, float *S, xt_msg *msg) {
   int rc;
-  *deferred = 0;
   if (c->cs.n && nbins > 0 && !c->prm.scatter && !c->unfused) { /* tab: device; nbins: its bins, from the host */
     const xt_chan_spectral sp = {nbins, &tab->mr[0][0], tab->k1, tab->k2}; /* device addresses */
     rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
     if (rc == 0) {
       c->fused_frames++;
-      *deferred = fc->noise != 0;
-      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, S, d->rest, d->rest_n, d->st, msg);
+      if (d->ab & 1) {
+        d->parity ^= fc->noise ? 1 : 0;
+        return xt_stage_detect_sumsM_cuda(tab, fc, d->A, d->X, S, d->restM, d->restM_n, d->parity, d->st, msg);
+      }
+      return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, S, d->st, msg);
     }
     if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
   }
@@ -310,7 +317,7 @@ static int loop_restart(xt_chain *c, chain_dev *d, xt_msg *msg) {
 static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t frame, int proc, int expected,
                        int signal, xt_msg *msg) {
   xt_chain_frame_const fc;
-  int rc, deferred;
+  int rc;
   xt_chain_frame_const_make(c, g, frame, &fc);
   if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
   fc.pc.first = c->first;
@@ -324,7 +331,7 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
     fc.mas = 1.f;
   }
   /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
-  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, &deferred, msg)))
+  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)))
     return rc;
   xt_stage_readout_io io;
   memset(&io, 0, sizeof io);
@@ -333,13 +340,17 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   io.offset = d->offset;
   io.defect = d->defect;
   io.X = d->X;
-  io.rest = deferred ? d->rest : NULL;
-  io.rest_n = d->rest_n;
   io.D = signal ? d->D : NULL; /* D reaches memory only when asked for */
   io.lag = d->lag;
   io.raw = raw;
   io.Y = proc ? d->Y : NULL;
-  if ((rc = xt_stage_blur_readout_cuda(&fc, &io, d->st, msg))) return rc;
+  if (d->ab & 2) {
+    if ((rc = xt_stage_blurM_cuda(&fc, d->X, d->D, d->st, msg)) ||
+        (rc = xt_stage_readoutM_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, d->FA, proc ? d->Y : NULL,
+                                     d->st, msg)))
+      return rc;
+  } else if ((rc = xt_stage_blur_readout_cuda(&fc, &io, d->st, msg)))
+    return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
     if ((rc = xt_stage_drc_field_cuda(raw, fc.ocols, fc.orows, d->fsum, d->st, msg))) return rc;

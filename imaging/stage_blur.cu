@@ -13,13 +13,9 @@
  * pass 1 with the same functions). D reaches memory only when the caller asks for it (tests). The
  * flat field is evaluated where it is needed (xt_stage_flat_adu), never stored. Against a blur
  * kernel and a readout kernel this saves D's write and read (8 bytes a render pixel), the flat
- * plane's write (4 bytes an output pixel) and a launch: 30.6 -> see docs/imaging.md.
- *
- * The fused detect path's deferred draws (stage_detect.cu, "The split draw") are finished here too:
- * X holds a marker at such a pixel; each block that meets one in its tile or halo resumes the
- * pixel's PTRS itself (xt_draw_resume: a pure function of the list entry, so every block that shares
- * the pixel gets the same count), the block's markers gathered so that one warp resumes them side by
- * side. Each output is the same sums of the same values in the same order as the separate kernels'. */
+ * plane's write (4 bytes an output pixel) and a launch. The readout's inputs (lag, maps, the
+ * temporal state) are loaded at the kernel's start, so that their latency overlaps the blur's.
+ * Each output is the same sums of the same values in the same order as the separate kernels'. */
 #include "xt_stage_cuda.h"
 
 #define BLUR_TW 32 /* a block's output tile, columns x rows (its threads); both even: whole 2x2 bins */
@@ -28,76 +24,70 @@
 #define BLUR_IH (BLUR_TH + 2 * XT_BLUR_MAX_R)
 typedef char blur_tile_holds_whole_bins_[BLUR_TW % 2 == 0 && BLUR_TH % 2 == 0 ? 1 : -1];
 
-/* The deferred draw of list entry e: PTRS resumed at its try, the generator seeked to the try's
- * draws (what xt_detect_draw computes for the pixel, bit for bit). */
-static __device__ __forceinline__ float xt_draw_resume(const xt_chain_frame_const &fc, const xt_draw_rest &e) {
-  xt_rng g;
-  xt_rng_init(&g, fc.seed, fc.frame, e.i, XT_RNG_QUANTA);
-  xt_rng_seek(&g, 2u * (unsigned)e.it);
-  return xt_detect_energy(xt_ptrs_from(&g, xt_detect_quanta(e.s, e.q), e.it), e.s, e.q);
+/* An output pixel's readout inputs, loaded before the blur. */
+typedef struct readout_in {
+  float l[XT_LAG_TERMS]; /* lag state */
+  float gn, of, yp;      /* gain, offset, the temporal state (processed frames) */
+  unsigned char dc;      /* defect code */
+} readout_in;
+
+static __device__ __forceinline__ void readout_load(const xt_chain_frame_const &fc, const xt_stage_readout_io &io,
+                                                    unsigned o, readout_in *in) {
+  const unsigned oplane = (unsigned)fc.ocols * (unsigned)fc.orows;
+#pragma unroll
+  for (int k = 0; k < XT_LAG_TERMS; k++) in->l[k] = io.lag[(size_t)oplane * k + o];
+  in->gn = __ldg(io.gain + o);
+  in->of = __ldg(io.offset + o);
+  in->dc = __ldg(io.defect + o);
+  in->yp = io.Y ? io.Y[o] : 0.f;
 }
 
-/* Output pixel (r, c)'s readout from its collected charge x (keV, the bin's sum). */
+/* Output pixel (r, c) = o's readout from its collected charge x (keV, the bin's sum). */
 static __device__ __forceinline__ void readout_px(const xt_chain_frame_const &fc, const xt_stage_readout_io &io, int r,
-                                                  int c, float x) {
+                                                  int c, unsigned o, readout_in *in, float x) {
   const unsigned oplane = (unsigned)fc.ocols * (unsigned)fc.orows;
-  const unsigned o = (unsigned)r * (unsigned)fc.ocols + (unsigned)c;
-  float l[XT_LAG_TERMS];
-#pragma unroll
-  for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = io.lag[(size_t)oplane * k + o];
   xt_rng g;
   xt_rng_init(&g, fc.seed, fc.frame, (uint32_t)o, XT_RNG_READ);
-  const float gn = __ldg(io.gain + o), of = __ldg(io.offset + o);
-  const unsigned char dc = __ldg(io.defect + o);
-  const uint16_t code = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gn, of, dc, &g);
+  const uint16_t code = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, in->l, in->gn, in->of, in->dc, &g);
   io.raw[o] = code;
 #pragma unroll
-  for (int k = 0; k < XT_LAG_TERMS; k++) io.lag[(size_t)oplane * k + o] = l[k];
-  if (io.Y && dc == XT_DEFECT_NONE) {
+  for (int k = 0; k < XT_LAG_TERMS; k++) io.lag[(size_t)oplane * k + o] = in->l[k];
+  if (io.Y && in->dc == XT_DEFECT_NONE) {
     const float fa = xt_stage_flat_adu(fc, __ldg(&io.tab->flat1), r, c);
-    io.Y[o] = xt_process_temporal(&fc.pc, xt_process_log(xt_process_correct((float)code, gn, of), fa), io.Y[o]);
+    io.Y[o] = xt_process_temporal(&fc.pc, xt_process_log(xt_process_correct((float)code, in->gn, in->of), fa), in->yp);
   }
 }
 
 /* Thread mapping: a block is a BLUR_TW x BLUR_TH tile of the render grid (blockIdx.x, .y), thread
  * (x, y) its pixel; with 2x2 binning the tile's (BLUR_TW / 2) x (BLUR_TH / 2) output pixels are read
- * out by the block's first threads. In: X (markers resolved from io.rest), the kernels fc.bu (along
- * columns u, within a row) and fc.bv (along rows v), the panel maps, flat1. Out: raw, lag, Y, D
- * when non-NULL; *rest_n zeroed. */
-__global__ void __launch_bounds__(BLUR_TW *BLUR_TH, 3)
+ * out by the block's first threads. In: X, the kernels fc.bu (along columns u, within a row) and
+ * fc.bv (along rows v), the panel maps, flat1. Out: raw, lag, Y; D when non-NULL. */
+__global__ void __launch_bounds__(BLUR_TW *BLUR_TH)
     k_blur(const __grid_constant__ xt_chain_frame_const fc, const __grid_constant__ xt_stage_readout_io io) {
   __shared__ float s_in[BLUR_IH][BLUR_IW]; /* input rows clamp(r0 - rv + ly), columns clamp(c0 - ru + lx) */
   __shared__ float s_t[BLUR_IH][BLUR_TW];  /* the rows pass of those rows at the tile's columns */
   __shared__ float s_d[BLUR_TH][BLUR_TW];  /* D, for 2x2 binning */
-  __shared__ unsigned short s_mark[BLUR_IH * BLUR_IW]; /* the cells holding a deferred draw's marker */
-  __shared__ unsigned s_nmark;
   const int cols = fc.cols, rows = fc.rows;
   const int ru = fc.bu.r, rv = fc.bv.r, iw = BLUR_TW + 2 * ru, ih = BLUR_TH + 2 * rv;
   const int c0 = blockIdx.x * BLUR_TW, r0 = blockIdx.y * BLUR_TH;
   const int tid = threadIdx.y * BLUR_TW + threadIdx.x;
-  if (io.rest) {
-    if (tid == 0) s_nmark = 0;
-    if (tid == 0 && blockIdx.x == 0 && blockIdx.y == 0) *io.rest_n = 0; /* the list is read by entry, never by count */
-    __syncthreads();
-  }
+  /* the output pixel this thread reads out: its own (no binning), or with 2x2 binning one of the
+   * tile's (BLUR_TW / 2) x (BLUR_TH / 2) for the first threads; its inputs loaded now */
+  const int bin = fc.ro.bin;
+  const int olx = bin == 1 ? (int)threadIdx.x : tid % (BLUR_TW / 2), oly = bin == 1 ? (int)threadIdx.y : tid / (BLUR_TW / 2);
+  const int oc = c0 / bin + olx, orr = r0 / bin + oly;
+  const bool reads = (bin == 1 || tid < (BLUR_TW / 2) * (BLUR_TH / 2)) && oc < fc.ocols && orr < fc.orows;
+  const unsigned o = (unsigned)orr * (unsigned)fc.ocols + (unsigned)oc;
+  readout_in in;
+  if (reads) readout_load(fc, io, o, &in);
   for (int k = tid; k < ih * iw; k += BLUR_TW * BLUR_TH) {
     const int ly = k / iw, lx = k - ly * iw;
     int y = r0 - rv + ly, x = c0 - ru + lx;
     y = y < 0 ? 0 : (y >= rows ? rows - 1 : y);
     x = x < 0 ? 0 : (x >= cols ? cols - 1 : x);
-    const float v = __ldg(io.X + (size_t)y * cols + x);
-    if (io.rest && (__float_as_uint(v) & 0x80000000u)) s_mark[atomicAdd(&s_nmark, 1u)] = (unsigned short)k;
-    s_in[ly][lx] = v;
+    s_in[ly][lx] = __ldg(io.X + (size_t)y * cols + x);
   }
   __syncthreads();
-  if (io.rest) {
-    const unsigned nm = s_nmark; /* the same for every thread: the barrier below is uniform */
-    for (unsigned m = tid; m < nm; m += BLUR_TW * BLUR_TH) {
-      const int k = s_mark[m], ly = k / iw, lx = k - ly * iw;
-      s_in[ly][lx] = xt_draw_resume(fc, io.rest[__float_as_uint(s_in[ly][lx]) & 0x7fffffffu]);
-    }
-    if (nm) __syncthreads();
-  }
   for (int k = tid; k < ih * BLUR_TW; k += BLUR_TW * BLUR_TH) {
     const int ly = k / BLUR_TW, lx = k - ly * BLUR_TW;
     float s = 0.f;
@@ -114,27 +104,23 @@ __global__ void __launch_bounds__(BLUR_TW *BLUR_TH, 3)
       d += fc.bv.w[j + rv] * s_t[threadIdx.y + rv + j][threadIdx.x];
     if (io.D) io.D[(size_t)r * cols + c] = d;
   }
-  if (fc.ro.bin == 1) {
-    if (inside) {
+  if (bin == 1) {
+    if (reads) {
       float x = 0.f; /* the binned sum of one pixel, as the readout's loop makes it */
       x += d;
-      readout_px(fc, io, r, c, x);
+      readout_px(fc, io, orr, oc, o, &in, x);
     }
     return;
   }
   s_d[threadIdx.y][threadIdx.x] = d;
   __syncthreads();
-  if (tid < (BLUR_TW / 2) * (BLUR_TH / 2)) { /* 2x2 binning: the bins' sums in the readout's order */
-    const int lx = tid % (BLUR_TW / 2), ly = tid / (BLUR_TW / 2);
-    const int oc = c0 / 2 + lx, orr = r0 / 2 + ly;
-    if (oc < fc.ocols && orr < fc.orows) { /* its four render pixels are inside the grid */
-      float x = 0.f;
-      x += s_d[2 * ly][2 * lx];
-      x += s_d[2 * ly][2 * lx + 1];
-      x += s_d[2 * ly + 1][2 * lx];
-      x += s_d[2 * ly + 1][2 * lx + 1];
-      readout_px(fc, io, orr, oc, x);
-    }
+  if (reads) { /* 2x2 binning: the bin's sum in the readout's order; its four render pixels are inside the grid */
+    float x = 0.f;
+    x += s_d[2 * oly][2 * olx];
+    x += s_d[2 * oly][2 * olx + 1];
+    x += s_d[2 * oly + 1][2 * olx];
+    x += s_d[2 * oly + 1][2 * olx + 1];
+    readout_px(fc, io, orr, oc, o, &in, x);
   }
 }
 

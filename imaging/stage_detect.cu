@@ -2,9 +2,9 @@
  * forms. k_detect<false> integrates the spectrum over the channel planes (the tables, energy bins x
  * channels, read from shared memory, loaded once per block). k_detect<true> finishes the fused
  * path, where the projector already evaluated the same integral (xt_spectral_sum) in its march's
- * epilogue and left its two sums: geometry, collimation, scatter and the quanta's draw, whose few
- * undecided tries the blur kernel finishes (below, "The split draw"), with the same result bit for
- * bit. */
+ * epilogue and left its two sums: geometry, collimation, scatter and the quanta's draw, its few
+ * undecided tries finished after the block's pass (below, "The split draw"), with the same result
+ * bit for bit. */
 #include "xt_stage_cuda.h"
 
 /* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h): its quick step settles
@@ -12,14 +12,15 @@
  * some lane of nearly every warp needs. That test is decided in float (xt_ptrs_test_float: four
  * MUFU logarithms and a log1pf, with a proven error bound) except for the few tries (~0.1 %) within
  * the bound of the boundary, which need it in double: a double path every warp would pay for inline.
- * So k_detect<true> makes the quick steps and the float tests; a pixel whose try stays undecided is
- * appended (pixel, try, S, Q) to a list and X holds a marker of its entry (xt_draw_marker). The blur
- * kernel (stage_blur.cu), whose blocks stage X's tiles in shared memory anyway, resumes PTRS at that
- * try for each marker it meets (xt_draw_resume), its generator seeked to the try's draws: the same
- * tries on the same numbers, so the same count as xt_detect_draw (tests/test_chain_cuda.c compares
- * the two paths bit for bit). A second kernel for the few hundred listed pixels left the GPU nearly
- * idle for 7.4 us a frame (1024^2, H200); inside the blur the resumptions overlap other blocks'
- * work. Returns the energy, or 0 with *defer the try to resume. */
+ * So k_detect<true> makes the quick steps and the float tests inline; a pixel whose try stays
+ * undecided is set aside (pixel, try, S, Q) in the block's shared list, and after the block's pass
+ * its first lanes resume PTRS at those tries side by side (draw_resume), each generator seeked to its
+ * try's draws: the same tries on the same numbers, so the same count as xt_detect_draw
+ * (tests/test_chain_cuda.c compares the two paths bit for bit). The double test then costs one
+ * warp of the few blocks that hold such a pixel (~0.1 % of the tests: a few hundred pixels at 1024^2)
+ * while other blocks keep the GPU busy; a second kernel over a global list of them (k_draw_rest, up
+ * to 7bab0f7) left the GPU nearly idle for 7.4 us a frame. Returns the energy, or 0 with *defer the
+ * try to resume. */
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
@@ -47,18 +48,37 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
   return xt_detect_energy(floor(n + 0.5), s, q);
 }
 
-/* Thread mapping: a grid-stride loop over the render pixels (linear index; every thread of a block
- * makes the same passes, for the split draw's barriers), so that each block copies the tables (5 KB)
- * into shared memory once for many pixels. In: A (nch channel planes; SUMS: the 2 planes of the
- * spectral sums), the tables. Out: X, and S when non-NULL; SUMS with noise: the deferred draws
- * appended to rest (count in *rest_n), their markers in X. The flat field is not stored: the readout
- * evaluates it (xt_flat_expect). */
+#define DETECT_SUMS_BLOCK 128
+#define DETECT_SUMS_MIN_BLOCKS 7
+
+/* A pixel whose draw is resumed after the block's pass. */
+typedef struct draw_rest {
+  uint32_t i; /* pixel */
+  int it;     /* the PTRS try to resume */
+  float s, q; /* its expected signal and second moment */
+} draw_rest;
+
+/* The deferred draw e: PTRS resumed at its try, the generator seeked to the try's draws (what
+ * xt_detect_draw computes for the pixel, bit for bit). */
+static __device__ __forceinline__ float draw_resume(const xt_chain_frame_const &fc, const draw_rest &e) {
+  xt_rng g;
+  xt_rng_init(&g, fc.seed, fc.frame, e.i, XT_RNG_QUANTA);
+  xt_rng_seek(&g, 2u * (unsigned)e.it);
+  return xt_detect_energy(xt_ptrs_from(&g, xt_detect_quanta(e.s, e.q), e.it), e.s, e.q);
+}
+
+/* Thread mapping: a grid-stride loop over the render pixels (linear index), so that each block
+ * copies the tables (5 KB) into shared memory once for many pixels; SUMS: one pixel a thread, one
+ * pass a block (no tables to amortise; the pass's barriers gather its deferred draws). In: A (nch channel planes; SUMS: the 2 planes of the
+ * spectral sums), the tables. Out: X, and S when non-NULL. The flat field is not stored: the
+ * readout evaluates it (xt_flat_expect). */
 template <bool SUMS>
-__global__ void __launch_bounds__(XT_STAGE_BLOCK)
+__global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUMS ? DETECT_SUMS_MIN_BLOCKS : 0)
     k_detect(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,
-             float *S, xt_draw_rest *rest, unsigned *rest_n) {
+             float *S) {
   __shared__ xt_chain_tables t;
-  __shared__ unsigned s_n, s_base;
+  __shared__ draw_rest s_rest[SUMS ? DETECT_SUMS_BLOCK : 1]; /* the pass's deferred draws */
+  __shared__ unsigned s_n;
   if (!SUMS) {
     const int words = (int)(sizeof t / 4);
     const unsigned *src = (const unsigned *)tab;
@@ -100,27 +120,30 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
       if (fc.noise) {
         xt_rng g;
         xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
-        X[i] = SUMS ? draw_first(s, q, &g, &defer) : xt_detect_draw(s, q, &g);
+        const float x = SUMS ? draw_first(s, q, &g, &defer) : xt_detect_draw(s, q, &g);
+        if (defer < 0)
+          X[i] = x;
       } else {
         X[i] = s;
       }
     }
-    if (SUMS && fc.noise) { /* the deferred pixels, appended block by block: one global atomic a block */
+    if (SUMS && fc.noise) { /* the pass's deferred draws, gathered, then resumed side by side by the first lanes */
       if (threadIdx.x == 0)
         s_n = 0;
       __syncthreads();
-      const unsigned slot = defer >= 0 ? atomicAdd(&s_n, 1u) : 0u;
-      __syncthreads();
-      if (threadIdx.x == 0)
-        s_base = s_n ? atomicAdd(rest_n, s_n) : 0u;
-      __syncthreads();
       if (defer >= 0) {
-        const xt_draw_rest e = {i, defer, s, q};
-        rest[s_base + slot] = e;
-        X[i] = xt_draw_marker(s_base + slot);
+        const draw_rest e = {i, defer, s, q};
+        s_rest[atomicAdd(&s_n, 1u)] = e;
       }
-      __syncthreads(); /* s_n and s_base are reused by the next pass */
+      __syncthreads();
+      const unsigned m = s_n; /* the same for every thread */
+      if (threadIdx.x < m) {
+        const draw_rest e = s_rest[threadIdx.x];
+        X[e.i] = draw_resume(fc, e);
+      }
     }
+    if (SUMS)
+      break; /* one pass a block (the launch covers the plane): nothing is carried past the resumed draws */
   }
 }
 
@@ -130,17 +153,17 @@ int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_cons
   size_t blocks = (n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK;
   if (blocks > XT_DETECT_MAX_BLOCKS)
     blocks = XT_DETECT_MAX_BLOCKS;
-  k_detect<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, S, NULL, NULL);
+  k_detect<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, S);
   XT_SCK(cudaGetLastError());
   return 0;
 }
 
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *S, xt_draw_rest *rest, unsigned *rest_n, cudaStream_t st, xt_msg *msg) {
+                              float *S, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
   /* one pass a block: no tables to amortise */
-  k_detect<true><<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, P, X, S,
-                                                                                                    rest, rest_n);
+  k_detect<true><<<(unsigned)((n + DETECT_SUMS_BLOCK - 1) / DETECT_SUMS_BLOCK), DETECT_SUMS_BLOCK, 0, st>>>(d_tab, *fc, P, X,
+                                                                                                        S);
   XT_SCK(cudaGetLastError());
   return 0;
 }

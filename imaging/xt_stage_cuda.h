@@ -33,23 +33,10 @@ static __device__ __forceinline__ void xt_stage_rc(unsigned i, int cols, int *r,
 /* detect: A (nch planes) -> X (absorbed energy, quanta drawn), S (expected; may be NULL) */
 int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
                          float *S, cudaStream_t st, xt_msg *msg);
-/* A pixel whose quanta's draw the blur kernel finishes (stage_detect.cu, "The split draw"). */
-typedef struct xt_draw_rest {
-  uint32_t i; /* pixel */
-  int it;     /* the PTRS try to resume */
-  float s, q; /* its expected signal and second moment */
-} xt_draw_rest;
-
-/* X's value at a pixel whose draw is deferred: entry j of the list, the sign bit set (a drawn
- * energy is never negative, nor -0: K (Q/S) with K >= 0, Q, S > 0). */
-static __device__ __forceinline__ float xt_draw_marker(uint32_t j) { return __uint_as_float(0x80000000u | j); }
-
 /* detect, fused path: P (the 2 planes of spectral sums the projector evaluated in its march's
- * epilogue, xt_proj_render_device_spectral) -> X, S as above. With noise, X holds markers
- * (xt_draw_marker) at the deferred pixels, whose entries it appends to rest (room for one per render
- * pixel; *rest_n their count, 0 before the call: the blur zeroes it); the blur resolves them. */
+ * epilogue, xt_proj_render_device_spectral) -> X, S as above. */
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
-                              float *S, xt_draw_rest *rest, unsigned *rest_n, cudaStream_t st, xt_msg *msg);
+                              float *S, cudaStream_t st, xt_msg *msg);
 /* scatter (issue 11): A -> src -> tmp -> out, the coarse scatter field (fc->sc) */
 int xt_stage_scatter_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *src,
                           float *tmp, float *out, cudaStream_t st, xt_msg *msg);
@@ -71,8 +58,6 @@ typedef struct xt_stage_readout_io {
   const float *gain, *offset;
   const unsigned char *defect;
   const float *X;            /* the detect stage's energies (render grid) */
-  const xt_draw_rest *rest;  /* non-NULL: X holds markers of the list's deferred draws */
-  unsigned *rest_n;          /* with rest: the list's count, zeroed for the next frame */
   float *D;                  /* NULL, or the blurred signal (render grid; tests, diagnostics) */
   float *lag;                /* XT_LAG_TERMS planes of the output grid, read and written */
   uint16_t *raw;

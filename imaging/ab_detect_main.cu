@@ -1,0 +1,166 @@
+/* Stage "detect" on the GPU (twin of stage_detect_cpu.c): one thread per render pixel, in two
+ * forms. k_detectM<false> integrates the spectrum over the channel planes (the tables, energy bins x
+ * channels, read from shared memory, loaded once per block). k_detectM<true> finishes the fused
+ * path, where the projector already evaluated the same integral (xt_spectral_sum) in its march's
+ * epilogue and left its two sums: geometry, collimation, scatter and the quanta's draw, split in
+ * two kernels (below, "The split draw") with the same result bit for bit. */
+#include "xt_stage_cudaM.h"
+
+/* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h): its quick step settles
+ * ~3/4 of tries (0.86 vr: 0.67 at 100 quanta, 0.76 at 1000); the others take the full test, which
+ * some lane of nearly every warp needs. That test is decided in float (xt_ptrs_test_float: four
+ * MUFU logarithms and a log1pf, with a proven error bound) except for the few tries (~0.1 %) within
+ * the bound of the boundary, which need it in double: a double path every warp would pay for inline.
+ * So k_detectM<true> makes the quick steps and the float tests; a pixel whose try stays undecided is
+ * appended (pixel, try, S, Q) to a list, and k_draw_restM resumes PTRS at that try for the listed
+ * pixels only, its generator seeked to the try's draws: the same tries on the same numbers, so the
+ * same count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit for bit). Returns
+ * the energy, or 0 with *defer the try to resume. */
+static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
+  if (!(s > 0.f) || !(q > 0.f))
+    return 0.f;
+  const double n = xt_detect_quanta(s, q);
+  if (n < 10.0)
+    return xt_detect_energy(xt_rng_poisson(g, n), s, q);
+  xt_ptrs p;
+  xt_ptrs_init(&p, n);
+  for (int it = 0; it < XT_PTRS_MAX_TRIES; it++) {
+    const double U = xt_rng_uniform(g) - 0.5, V = xt_rng_uniform(g);
+    double k, us;
+    const int r = xt_ptrs_quick(&p, U, V, &k, &us);
+    if (r > 0)
+      return xt_detect_energy(k, s, q);
+    if (r < 0) {
+      const int f = xt_ptrs_test_float(&p, V, us, k);
+      if (f > 0)
+        return xt_detect_energy(k, s, q);
+      if (f < 0) {
+        *defer = it;
+        return 0.f;
+      }
+    }
+  }
+  return xt_detect_energy(floor(n + 0.5), s, q);
+}
+
+/* Thread mapping: a grid-stride loop over the render pixels (linear index; every thread of a block
+ * makes the same passes, for the split draw's barriers), so that each block copies the tables (5 KB)
+ * into shared memory once for many pixels. In: A (nch channel planes; SUMS: the 2 planes of the
+ * spectral sums), the tables. Out: X, and S when non-NULL; SUMS with noise: the deferred draws
+ * appended to rest (count in *rest_n). The flat field is not stored: the readout evaluates it
+ * (xt_flat_expect). */
+template <bool SUMS>
+__global__ void __launch_bounds__(XT_STAGE_BLOCK)
+    k_detectM(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,
+             float *S, xt_draw_restM *rest, unsigned *rest_n) {
+  __shared__ xt_chain_tables t;
+  __shared__ unsigned s_n, s_base;
+  if (!SUMS) {
+    const int words = (int)(sizeof t / 4);
+    const unsigned *src = (const unsigned *)tab;
+    unsigned *dst = (unsigned *)&t;
+    for (int i = threadIdx.x; i < words; i += blockDim.x)
+      dst[i] = __ldg(src + i);
+    __syncthreads();
+  }
+  const float flat1 = __ldg(&tab->flat1), flat2 = __ldg(&tab->flat2);
+  const unsigned plane = (unsigned)fc.cols * (unsigned)fc.rows; /* < 2^31: chain_cuda.cu checks */
+  for (unsigned base = blockIdx.x * blockDim.x; base < plane; base += gridDim.x * blockDim.x) {
+    const unsigned i = base + threadIdx.x;
+    float s = 0.f, q = 0.f;
+    int defer = -1;
+    if (i < plane) {
+      int row, col;
+      xt_stage_rc(i, fc.cols, &row, &col);
+      const float G = xt_pixel_geometry(&fc.cam, col, row, fc.mas);
+      if (SUMS) {
+        s = G * A[i]; /* xt_detect_expect's last step */
+        q = G * A[plane + i];
+      } else {
+        float a[XT_CHAIN_MAX_CH];
+#pragma unroll
+        for (int c = 0; c < XT_CHAIN_MAX_CH; c++)
+          a[c] = c < t.nch ? A[(size_t)plane * c + i] : 0.f;
+        xt_detect_expect(&t, a, G, &s, &q);
+      }
+      const float tc = xt_collim_t(&fc.coll, col, row); /* shutters, wedges, grid (issue 11) */
+      s *= tc;
+      q *= tc;
+      if (fc.sc.field) { /* scatter (issue 11): its quanta at the primary's mean energy per quantum */
+        const float sc = xt_scatter_at(&fc.sc, col, row);
+        s += sc;
+        q += sc * (flat2 / flat1);
+      }
+      if (S)
+        S[i] = s;
+      if (fc.noise) {
+        xt_rng g;
+        xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
+        X[i] = SUMS ? draw_first(s, q, &g, &defer) : xt_detect_draw(s, q, &g);
+      } else {
+        X[i] = s;
+      }
+    }
+    if (SUMS && fc.noise) { /* the deferred pixels, appended block by block: one global atomic a block */
+      if (threadIdx.x == 0)
+        s_n = 0;
+      __syncthreads();
+      const unsigned slot = defer >= 0 ? atomicAdd(&s_n, 1u) : 0u;
+      __syncthreads();
+      if (threadIdx.x == 0)
+        s_base = s_n ? atomicAdd(rest_n, s_n) : 0u;
+      __syncthreads();
+      if (defer >= 0) {
+        const xt_draw_restM e = {i, defer, s, q};
+        rest[s_base + slot] = e;
+      }
+      __syncthreads(); /* s_n and s_base are reused by the next pass */
+    }
+  }
+}
+
+/* Thread mapping: a grid-stride loop over the *rest_n listed pixels. In: the list. Out: X of the
+ * listed pixels; *rest_other (the other list's count, which the next frame's k_detectM uses) set to
+ * 0 (the frame before, its last user, has finished: same stream). */
+__global__ void __launch_bounds__(XT_STAGE_BLOCK)
+    k_draw_restM(const __grid_constant__ xt_chain_frame_const fc, const xt_draw_restM *rest, const unsigned *rest_n,
+                unsigned *rest_other, float *X) {
+  const unsigned n = *rest_n;
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    *rest_other = 0;
+  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+    const xt_draw_restM e = rest[j];
+    xt_rng g;
+    xt_rng_init(&g, fc.seed, fc.frame, e.i, XT_RNG_QUANTA);
+    xt_rng_seek(&g, 2u * (unsigned)e.it);
+    X[e.i] = xt_detect_energy(xt_ptrs_from(&g, xt_detect_quanta(e.s, e.q), e.it), e.s, e.q);
+  }
+}
+
+int xt_stage_detectM_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *A, float *X,
+                         float *S, cudaStream_t st, xt_msg *msg) {
+  const size_t n = (size_t)fc->cols * fc->rows;
+  size_t blocks = (n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK;
+  if (blocks > XT_DETECT_MAX_BLOCKS)
+    blocks = XT_DETECT_MAX_BLOCKS;
+  k_detectM<false><<<(unsigned)blocks, XT_STAGE_BLOCK, 0, st>>>(d_tab, *fc, A, X, S, NULL, NULL);
+  XT_SCK(cudaGetLastError());
+  return 0;
+}
+
+int xt_stage_detect_sumsM_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
+                              float *S, xt_draw_restM *rest, unsigned *rest_n, int parity, cudaStream_t st,
+                              xt_msg *msg) {
+  const size_t n = (size_t)fc->cols * fc->rows;
+  /* one pass a block: no tables to amortise */
+  k_detectM<true><<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(
+      d_tab, *fc, P, X, S, rest, rest_n + parity);
+  XT_SCK(cudaGetLastError());
+  if (fc->noise) {
+    /* the list holds the float test's undecided tries (~0.1 % of the tests: a few hundred pixels at 1024^2): one
+     * block per SM, grid-stride, rather than a grid of mostly idle blocks */
+    k_draw_restM<<<XT_DETECT_MAX_BLOCKS / 8, XT_STAGE_BLOCK, 0, st>>>(*fc, rest, rest_n + parity, rest_n + (1 - parity), X);
+    XT_SCK(cudaGetLastError());
+  }
+  return 0;
+}

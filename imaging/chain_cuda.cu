@@ -6,10 +6,11 @@
  *   k_detect                  A -> X (quanta)                (stage_detect.cu)
  *     or, fused (voxel models only, no scatter: queue_detect below):
  *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
- *   k_detect<sums>            P -> X
- *   k_blur                    X -> raw; lag state; Y at      (stage_blur.cu: blur, then the
- *                             non-defective pixels when       readout in its epilogue; D only
- *                             processed (pass 1 of processing) on request)
+ *   k_detect<sums>            P -> X (its few undecided PTRS tries resumed by each block)
+ *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
+ *   k_readout                 D -> raw; lag state; Y at      (stage_readout.cu; the flat field
+ *                             non-defective pixels when       evaluated, xt_stage_flat_adu)
+ *                             processed (pass 1 of processing)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
  *   k_process_defects, _out   raw -> Y at defects -> proc    (stage_process.cu; the defects' list
  *                                                             built when the maps are uploaded)
@@ -25,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xt_stage_cudaM.h" /* TEMPORARY A/B */
+#include "xt_stage_cuda.h"
 extern "C" {
 #include "xt_proj_cuda.h"
 }
@@ -41,11 +42,6 @@ typedef struct chain_dev {
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
-  int ab; /* TEMPORARY A/B: bit 0 main's detect + k_draw_rest, bit 1 main's blur and readout (env XT_POST_AB) */
-  float *FA;
-  xt_draw_restM *restM;
-  unsigned *restM_n;
-  int parity;
   uint32_t *dlist;           /* the defective output pixels' indices, ascending (k_process_defects) */
   unsigned dlist_n, dlist_cap;
   xt_chain_tables *slots; /* the table cache's device side (XT_TAB_SLOTS) */
@@ -66,11 +62,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->S, &d->M, &d->SC, &d->FA};
-  cudaFree(d->restM);
-  cudaFree(d->restM_n);
-  d->restM = NULL;
-  d->restM_n = NULL;
+  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -194,7 +186,6 @@ extern "C" int xt_chain_cuda_create(xt_chain *c, xt_msg *msg) {
   chain_dev *d = (chain_dev *)calloc(1, sizeof *d);
   if (!d) return xt_fail(msg, XT_ENOMEM, "chain: out of memory");
   c->dev = d;
-  d->ab = getenv("XT_POST_AB") ? atoi(getenv("XT_POST_AB")) : 0;
   CK(cudaGetDevice(&d->device));
   CK(cudaStreamCreateWithFlags(&d->st, cudaStreamNonBlocking));
   CK(cudaMalloc((void **)&d->slots, XT_TAB_SLOTS * sizeof(xt_chain_tables)));
@@ -236,11 +227,6 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->M, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->SC, 3 * XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID * sizeof(float)));
-  CK(cudaMalloc((void **)&d->FA, no * sizeof(float)));
-  CK(cudaMalloc((void **)&d->restM, np * sizeof(xt_draw_restM)));
-  CK(cudaMalloc((void **)&d->restM_n, 2 * sizeof(unsigned)));
-  CK(cudaMemsetAsync(d->restM_n, 0, 2 * sizeof(unsigned), d->st));
-  d->parity = 0;
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
   CK(cudaMemsetAsync(d->lag, 0, no * XT_LAG_TERMS * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->out, 2 * no * sizeof(uint16_t)));
@@ -272,10 +258,6 @@ static int queue_detect(xt_chain *c, chain_dev *d, const xt_geometry *g, xt_chai
     rc = xt_proj_render_device_spectral(c->proj, g, &sp, d->A, d->st, msg);
     if (rc == 0) {
       c->fused_frames++;
-      if (d->ab & 1) {
-        d->parity ^= fc->noise ? 1 : 0;
-        return xt_stage_detect_sumsM_cuda(tab, fc, d->A, d->X, S, d->restM, d->restM_n, d->parity, d->st, msg);
-      }
       return xt_stage_detect_sums_cuda(tab, fc, d->A, d->X, S, d->st, msg);
     }
     if (rc != XT_EUNSUPPORTED) return rc; /* unsupported: nothing was queued; the planes instead */
@@ -315,7 +297,7 @@ static int loop_restart(xt_chain *c, chain_dev *d, xt_msg *msg) {
 /* Queues one frame on the stream: render, scatter, detect, blur, readout, the loop's measurement
  * and step, process when proc. Outputs stay on the device (raw at d->out, proc after it). */
 static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t frame, int proc, int expected,
-                       int signal, xt_msg *msg) {
+                       xt_msg *msg) {
   xt_chain_frame_const fc;
   int rc;
   xt_chain_frame_const_make(c, g, frame, &fc);
@@ -331,25 +313,10 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
     fc.mas = 1.f;
   }
   /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
-  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)))
-    return rc;
-  xt_stage_readout_io io;
-  memset(&io, 0, sizeof io);
-  io.tab = tab;
-  io.gain = d->gain;
-  io.offset = d->offset;
-  io.defect = d->defect;
-  io.X = d->X;
-  io.D = signal ? d->D : NULL; /* D reaches memory only when asked for */
-  io.lag = d->lag;
-  io.raw = raw;
-  io.Y = proc ? d->Y : NULL;
-  if (d->ab & 2) {
-    if ((rc = xt_stage_blurM_cuda(&fc, d->X, d->D, d->st, msg)) ||
-        (rc = xt_stage_readoutM_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, d->FA, proc ? d->Y : NULL,
-                                     d->st, msg)))
-      return rc;
-  } else if ((rc = xt_stage_blur_readout_cuda(&fc, &io, d->st, msg)))
+  if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
+      (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
+      (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, proc ? d->Y : NULL, d->st,
+                                  msg)))
     return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
@@ -381,7 +348,7 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   chain_dev *d = (chain_dev *)c->dev;
   int rc;
   CK(cudaSetDevice(d->device));
-  if ((rc = queue_frame(c, d, g, frame, out->proc != NULL, out->expected != NULL, out->signal != NULL, msg))) return rc;
+  if ((rc = queue_frame(c, d, g, frame, out->proc != NULL, out->expected != NULL, msg))) return rc;
   const size_t np = (size_t)d->cols * d->rows, no = (size_t)d->ocols * d->orows;
   const int loop = c->drc_attached && c->prm.drc;
   /* the one crossing: raw, or raw and proc together (contiguous), and the loop's few bytes. Into
@@ -445,7 +412,7 @@ extern "C" int xt_chain_cuda_time(xt_chain *c, const xt_geometry *g, int n, int 
       if (!(rc = ensure_scratch(c, d, &fc, msg))) rc = xt_proj_render_device(c->proj, gi, 0, d->X, d->st, msg);
       continue;
     }
-    if (!rc) rc = queue_frame(c, d, gi, (uint64_t)i, what >= 2, 0, 0, msg);
+    if (!rc) rc = queue_frame(c, d, gi, (uint64_t)i, what >= 2, 0, msg);
   }
   c->drc_attached = attached;
   c->prm.drc = drc;

@@ -2,7 +2,7 @@
 # twins. Included only when nvcc was found; ptxas spills and local memory are errors under
 # XT_WERROR, as for the projectors.
 target_sources(xt_imaging PRIVATE ${CMAKE_CURRENT_LIST_DIR}/chain_cuda.cu ${CMAKE_CURRENT_LIST_DIR}/stage_detect.cu
-  ${CMAKE_CURRENT_LIST_DIR}/stage_blur.cu ${CMAKE_CURRENT_LIST_DIR}/ab_detect_main.cu ${CMAKE_CURRENT_LIST_DIR}/ab_blur_main.cu
+  ${CMAKE_CURRENT_LIST_DIR}/stage_blur.cu ${CMAKE_CURRENT_LIST_DIR}/stage_readout.cu
   ${CMAKE_CURRENT_LIST_DIR}/stage_process.cu ${CMAKE_CURRENT_LIST_DIR}/stage_scatter.cu
   ${CMAKE_CURRENT_LIST_DIR}/stage_drc.cu)
 target_compile_options(xt_imaging PRIVATE

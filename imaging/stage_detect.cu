@@ -19,8 +19,10 @@
  * (tests/test_chain_cuda.c compares the two paths bit for bit). The double test then costs one
  * warp of the few blocks that hold such a pixel (~0.1 % of the tests: a few hundred pixels at 1024^2)
  * while other blocks keep the GPU busy; a second kernel over a global list of them (k_draw_rest, up
- * to 7bab0f7) left the GPU nearly idle for 7.4 us a frame. Returns the energy, or 0 with *defer the
- * try to resume. */
+ * to 7bab0f7) left the GPU nearly idle for 7.4 us a frame. The resumption's registers (72; 64 spill)
+ * cost occupancy: blocks of 128, 7 an SM (28 warps, against 32 of 62-register blocks of 256 before);
+ * k_detect<true> takes 50.4 us as before, and the 7.4 us are gone (H200, 2026-11-23). Returns the
+ * energy, or 0 with *defer the try to resume. */
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
@@ -48,8 +50,8 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
   return xt_detect_energy(floor(n + 0.5), s, q);
 }
 
-#define DETECT_SUMS_BLOCK 128
-#define DETECT_SUMS_MIN_BLOCKS 7
+#define DETECT_SUMS_BLOCK 128   /* k_detect<true>'s block (k_detect<false> keeps XT_STAGE_BLOCK) */
+#define DETECT_SUMS_MIN_BLOCKS 7 /* its blocks an SM: 72 registers a thread */
 
 /* A pixel whose draw is resumed after the block's pass. */
 typedef struct draw_rest {
@@ -69,9 +71,10 @@ static __device__ __forceinline__ float draw_resume(const xt_chain_frame_const &
 
 /* Thread mapping: a grid-stride loop over the render pixels (linear index), so that each block
  * copies the tables (5 KB) into shared memory once for many pixels; SUMS: one pixel a thread, one
- * pass a block (no tables to amortise; the pass's barriers gather its deferred draws). In: A (nch channel planes; SUMS: the 2 planes of the
- * spectral sums), the tables. Out: X, and S when non-NULL. The flat field is not stored: the
- * readout evaluates it (xt_flat_expect). */
+ * pass a block (no tables to amortise; the pass's barriers gather its deferred draws). In: A (nch
+ * channel planes; SUMS: the 2 planes of the spectral sums), the tables. Out: X, and S when
+ * non-NULL. The flat field is not stored: the readout evaluates it (xt_stage_flat_adu). (The
+ * minimum of 0 blocks for k_detect<false> is "none given": its code is the same as without one.) */
 template <bool SUMS>
 __global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUMS ? DETECT_SUMS_MIN_BLOCKS : 0)
     k_detect(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,

@@ -52,22 +52,13 @@ int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chai
                            unsigned long long *sum, unsigned long long n, const xt_drc_law *law, const xt_drc_meter *m,
                            int measure, xt_chain_drc_frame *rec, cudaStream_t st, xt_msg *msg);
 
-/* The buffers of the blur and readout kernel (stage_blur.cu). */
-typedef struct xt_stage_readout_io {
-  const xt_chain_tables *tab; /* device: flat1 */
-  const float *gain, *offset;
-  const unsigned char *defect;
-  const float *X;            /* the detect stage's energies (render grid) */
-  float *D;                  /* NULL, or the blurred signal (render grid; tests, diagnostics) */
-  float *lag;                /* XT_LAG_TERMS planes of the output grid, read and written */
-  uint16_t *raw;
-  float *Y;                  /* NULL: not processed; else pass 1 of processing at non-defective pixels */
-} xt_stage_readout_io;
-
-/* blur and readout, one kernel: X -> (D) -> raw; lag updated; Y at the non-defective pixels when
- * processed (the processing's pass 1) */
-int xt_stage_blur_readout_cuda(const xt_chain_frame_const *fc, const xt_stage_readout_io *io, cudaStream_t st,
-                               xt_msg *msg);
+/* blur: in -> out (rows then columns, one kernel) */
+int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
+/* readout: D -> raw (ADC codes); lag state updated; Y (non-NULL when the frame is processed): the
+ * processing's pass 1 at the non-defective pixels */
+int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *gain,
+                          const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
+                          float *Y, cudaStream_t st, xt_msg *msg);
 
 /* The flat field an output pixel (r, c) collects, in ADU: xt_flat_expect over its bin (the same
  * sums in the same order wherever it is evaluated: readout and defect interpolation). */
@@ -80,7 +71,7 @@ static __device__ __forceinline__ float xt_stage_flat_adu(const xt_chain_frame_c
   return f * fc.ro.adu_per_kev;
 }
 
-/* process, after xt_stage_blur_readout_cuda with Y: raw -> Y at the defective pixels (list: their
+/* process, after xt_stage_readout_cuda with Y: raw -> Y at the defective pixels (list: their
  * output indices, n of them, xt_chain_cuda_upload builds it from the defect map) -> proc */
 int xt_stage_process_cuda(const xt_chain_frame_const *fc, const xt_chain_tables *d_tab, const float *gain,
                           const float *offset, const unsigned char *defect, const uint32_t *list, unsigned n,

@@ -286,7 +286,13 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_LINEAR, LUT, LABELS> {
     if (LABELS) return lut_get<LUT>(slut, base, __ldg(u8 + lin));
     return __ldg(f32 + lin);
   }
-  __device__ __forceinline__ unsigned label() const { return __ldg(u8 + lin); }
+  /* ld.global.nc.u8 into a 32-bit register zero-extends (PTX ISA); through __ldg's unsigned char the
+   * compiler masks every label again (two more instructions a step of the channel march) */
+  __device__ __forceinline__ unsigned label() const {
+    unsigned r;
+    asm("ld.global.nc.u8 %0, [%1];" : "=r"(r) : "l"(u8 + lin));
+    return r;
+  }
   __device__ __forceinline__ void step(bool bx, bool by) { lin += bx ? sx : (by ? sy : sz); }
 };
 

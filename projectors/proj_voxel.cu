@@ -67,6 +67,8 @@ typedef struct dev_model {
   float thr[2]; /* channels, dense: mu bounds of the air | soft | bone classes (xt_voxel_chan) */
   int ch_off;   /* channels: the model's first row in the channel table */
   int ch_nlab;  /* its label rows (the table's count for labels, 0 for dense) */
+  int slots;    /* labels: 1 + the largest label present when at most XT_CH_SLOTS (acc_slots), else 0 */
+  int ch_parts; /* labels without slots: the first row of its parts table (acc_parts) */
 } dev_model;
 
 /* The channel table, all models' rows packed (XT_MAX_CHANNELS floats a row): per model ch_nlab rows
@@ -74,7 +76,10 @@ typedef struct dev_model {
  * a row of g/cm^2 per mm of the background voxel (the hull's outside). A block copies it into
  * shared memory (a few hundred bytes for the default tables). */
 #define XT_CHW_EXTRA 4
-#define XT_CHW_ROWS (256 + XT_CHW_EXTRA)
+/* acc_slots' slots a thread: label volumes whose labels are all below it take the slot march; the
+ * others, acc_parts, with a parts table of a float4 per label (two a row) after their rows */
+#define XT_CH_SLOTS 16
+#define XT_CHW_ROWS (256 + XT_CHW_EXTRA + 128)
 
 /* Per frame and model: the world->cell map's linear part and the source in cell space (double,
  * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does). */
@@ -281,7 +286,13 @@ template <int LUT, bool LABELS> struct voxels<XT_CUDA_VOX_LINEAR, LUT, LABELS> {
     if (LABELS) return lut_get<LUT>(slut, base, __ldg(u8 + lin));
     return __ldg(f32 + lin);
   }
-  __device__ __forceinline__ unsigned label() const { return __ldg(u8 + lin); }
+  /* ld.global.nc.u8 into a 32-bit register zero-extends (PTX ISA); through __ldg's unsigned char the
+   * compiler masks every label again (two more instructions a step of the channel march) */
+  __device__ __forceinline__ unsigned label() const {
+    unsigned r;
+    asm("ld.global.nc.u8 %0, [%1];" : "=r"(r) : "l"(u8 + lin));
+    return r;
+  }
   __device__ __forceinline__ void step(bool bx, bool by) { lin += bx ? sx : (by ? sy : sz); }
 };
 
@@ -357,16 +368,38 @@ template <class V> static __device__ __forceinline__ float march(V &v, const ray
   return a.total;
 }
 
-/* Channels of label voxels: each segment adds its label's row of the model's table. */
-struct acc_labels {
-  float *a;        /* XT_MAX_CHANNELS accumulators (registers after inlining) */
-  const float4 *w; /* the model's rows in shared memory, two float4 per row */
+/* Path length per label, for volumes of few labels (md.slots): each segment adds its length to its
+ * label's slot, a shared-memory word of this thread (slot l of thread x at sl[l * blockDim]: a warp's
+ * 32 words of one slot are 32 banks), and the slots are weighted by their rows once after the march.
+ * A step then costs a load, an add and a store, where adding each segment's row of 8 weights to 8
+ * register accumulators cost two 128-bit row loads and eight FMAs (the NanoVDB kind's march still
+ * does, xt_cuda_acc8), and no accumulator is live in registers across the march, where registers
+ * are short (k_channels at 4 blocks of 256 threads an SM has 64). */
+struct acc_slots {
+  float *sl;
   template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
-    const float4 *row = w + 2 * v.label();
-    xt_cuda_acc8(a, seg, row[0], row[1]);
+    float *const p = sl + v.label() * XT_CUDA_BLOCK_THREADS;
+    *p += seg;
   }
 };
-static_assert(XT_MAX_CHANNELS == 8, "acc_labels reads rows of 8 channels");
+
+static_assert(XT_MAX_CHANNELS == 8, "the channel rows are two float4");
+
+/* Volumes with larger labels: a label is at most two basis parts (xt_material_basis), so its
+ * parts-table entry (channel c0, weight w0, channel c1, weight w1; a one-part label has w1 = 0)
+ * adds to two of the thread's 8 channel slots in shared memory: the same shape as acc_slots, two
+ * read-modify-writes a step. */
+struct acc_parts {
+  float *sl;
+  const float4 *parts;
+  template <class V> __device__ __forceinline__ void add(float seg, const V &v) {
+    const float4 e = parts[v.label()];
+    float *const p0 = sl + __float_as_int(e.x) * XT_CUDA_BLOCK_THREADS;
+    *p0 = fmaf(seg, e.y, *p0);
+    float *const p1 = sl + __float_as_int(e.z) * XT_CUDA_BLOCK_THREADS;
+    *p1 = fmaf(seg, e.w, *p1);
+  }
+};
 
 /* Channels of dense voxels: the optical depth of each HU class (xt_channels.h), weighted after. */
 struct acc_dense {
@@ -461,12 +494,15 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
 /* Thread mapping as k_render. In: the frames, models and sc.chw (channel tables). Out: sc.nch
  * planes per frame, sc.out[z][c][row][col], written or (sc.accumulate) added to; with
  * sc.spec_nbins > 0 the two spectral sums instead, sc.out[z][0 or 1][row][col], written.
- * Shared memory: the channel table, then (spectral) the bins' weight rows, k1 and k2. */
-template <int VOX, bool HULL>
-__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
-                                                                                 : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
+ * Shared memory: the channel table, then (spectral) the bins' weight rows, k1 and k2; static, the
+ * thread's slots (acc_slots; PARTS, a scene with a label volume of labels beyond them: acc_parts for
+ * every label volume, at 3 blocks an SM, which its registers need). */
+template <int VOX, bool HULL, bool PARTS>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR && !PARTS ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
+                                                                                           : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
     k_channels(const __grid_constant__ dev_scene sc) {
   extern __shared__ float4 s_chw[];
+  __shared__ float s_slot[XT_CH_SLOTS * XT_CUDA_BLOCK_THREADS]; /* acc_slots */
   for (int i = threadIdx.x; i < 2 * sc.chw_rows; i += blockDim.x) s_chw[i] = __ldg((const float4 *)sc.chw + i);
   if (sc.spec_nbins) { /* the spectral table after the channel table (addresses recomputed after the march:
                           nothing of this stays live in registers across it) */
@@ -495,15 +531,30 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
     double bg_len;
     const int hit = model_ray<HULL>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
     const float bg = (float)bg_len;
-#pragma unroll
-    for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = fmaf(bg, bgw[c], a[c]);
-    if (!hit) continue;
-    if (md.labels) {
+    if (hit && md.labels && !PARTS) {
       voxels<VOX, XT_CUDA_LUT_SHARED, true> v;
       v.init(md, NULL, rs);
-      acc_labels al = {a, (const float4 *)tab};
-      march_acc(v, rs, al);
-    } else {
+      float *const sl = s_slot + threadIdx.x;
+#pragma unroll 1
+      for (int l = 0; l < md.slots; l++) sl[l * XT_CUDA_BLOCK_THREADS] = 0.f;
+      acc_slots as = {sl};
+      march_acc(v, rs, as);
+#pragma unroll 1
+      for (int l = 0; l < md.slots; l++) {
+        const float4 *const w = (const float4 *)tab + 2 * l;
+        xt_cuda_acc8(a, sl[l * XT_CUDA_BLOCK_THREADS], w[0], w[1]);
+      }
+    } else if (hit && md.labels) { /* PARTS */
+      voxels<VOX, XT_CUDA_LUT_SHARED, true> v;
+      v.init(md, NULL, rs);
+      float *const sl = s_slot + threadIdx.x;
+#pragma unroll
+      for (int c = 0; c < XT_MAX_CHANNELS; c++) sl[c * XT_CUDA_BLOCK_THREADS] = 0.f;
+      acc_parts ap = {sl, s_chw + 2 * md.ch_parts};
+      march_acc(v, rs, ap);
+#pragma unroll
+      for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] += sl[c * XT_CUDA_BLOCK_THREADS];
+    } else if (hit) {
       voxels<VOX, XT_CUDA_LUT_SHARED, false> v;
       v.init(md, NULL, rs);
       acc_dense ad = {md.thr[0], md.thr[1], 0.f, 0.f, 0.f};
@@ -512,6 +563,10 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
       for (int c = 0; c < XT_MAX_CHANNELS; c++)
         a[c] += ad.c0 * cw[c] + ad.c1 * cw[XT_MAX_CHANNELS + c] + ad.c2 * cw[2 * XT_MAX_CHANNELS + c];
     }
+    /* the background outside the hull after the march: the accumulators are not live across a
+     * scene's first march (fewer registers: the march is where they are short) */
+#pragma unroll
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = fmaf(bg, bgw[c], a[c]);
   }
   const size_t plane = (size_t)sc.rows * sc.cols;
   if (sc.spec_nbins) {
@@ -803,6 +858,16 @@ static void voxel_fill_frame(const void *st, const xt_geometry *g, void *desc) {
 
 typedef void (*kernel_fn)(const dev_scene);
 
+/* k_channels<voxel storage, hull, parts march> */
+static kernel_fn channels_kernel(int texture, int hull, int parts) {
+  static const kernel_fn k[2][2][2] = {
+      {{k_channels<XT_CUDA_VOX_LINEAR, false, false>, k_channels<XT_CUDA_VOX_LINEAR, false, true>},
+       {k_channels<XT_CUDA_VOX_LINEAR, true, false>, k_channels<XT_CUDA_VOX_LINEAR, true, true>}},
+      {{k_channels<XT_CUDA_VOX_TEXTURE, false, false>, k_channels<XT_CUDA_VOX_TEXTURE, false, true>},
+       {k_channels<XT_CUDA_VOX_TEXTURE, true, false>, k_channels<XT_CUDA_VOX_TEXTURE, true, true>}}};
+  return k[texture != 0][hull != 0][parts != 0];
+}
+
 template <bool HULL> static kernel_fn pick_variant(int vox, int lut, int count) {
   if (count)
     return vox == XT_CUDA_VOX_LINEAR ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_SHARED, true, HULL>
@@ -856,25 +921,42 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
     d->thr[1] = vc->thr[1];
     d->ch_off = rows;
     d->ch_nlab = nlab;
+    d->slots = d->labels && p->label_rows[i] <= XT_CH_SLOTS ? p->label_rows[i] : 0;
+    d->ch_parts = rows + nlab + XT_CHW_EXTRA;
+    int nparts_rows = 0;
+    if (d->labels) { /* acc_parts: each label's (at most two) channels and weights */
+      float *e = t + rowsz * (nlab + XT_CHW_EXTRA);
+      for (int l = 0; l < nlab && !rc; l++, e += 4) {
+        int np = 0;
+        e[0] = e[2] = 0.f; /* channel 0 at weight 0: a no-op for missing parts */
+        for (size_t c = 0; c < rowsz; c++) {
+          if (vc->w[l][c] == 0.f) continue;
+          if (np == 2) {
+            rc = xt_fail(msg, XT_EINTERNAL, "cuda projector: label %d of model %s feeds more than two channels", l,
+                         p->models[i]->name);
+            break;
+          }
+          int ci = (int)c;
+          memcpy(&e[2 * np], &ci, sizeof ci);
+          e[2 * np + 1] = vc->w[l][c];
+          np++;
+        }
+      }
+      nparts_rows = (nlab + 1) / 2;
+    }
     /* the background voxel per mm: its label's row, or mu_bg times its class's row */
     const int k = d->mu_bg < vc->thr[0] ? 0 : (d->mu_bg < vc->thr[1] ? 1 : 2);
     for (size_t c = 0; c < rowsz; c++)
       t[rowsz * (nlab + 3) + c] = d->labels ? vc->w[d->mu_bg_label][c] : d->mu_bg * vc->cw[k][c];
-    rows += nlab + XT_CHW_EXTRA;
+    rows += nlab + XT_CHW_EXTRA + nparts_rows;
   }
   if (!rc) {
     cudaError_t e = cudaMemcpy(p->d_chw, h, sizeof(float) * rowsz * rows, cudaMemcpyHostToDevice);
-    /* above 48 KB of shared memory a kernel must opt in (the spectral table may follow) */
+    /* dynamic shared memory beyond 48 KB less the static slots needs the kernel's opt-in (the
+     * spectral table may follow the channel table) */
     const int bytes = (int)(sizeof(float) * rowsz * rows + XT_SPEC_SMEM_MAX);
-    if (e == cudaSuccess && bytes > 48 * 1024) {
-      e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_LINEAR, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_channels<XT_CUDA_VOX_TEXTURE, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    }
+    for (int k = 0; k < 8 && e == cudaSuccess; k++)
+      e = cudaFuncSetAttribute(channels_kernel(k & 1, k >> 1 & 1, k >> 2), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda projector: channel tables: %s", cudaGetErrorString(e));
   }
   if (!rc) {
@@ -918,8 +1000,9 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   if (L->nch) {
     int hull = 0;
     for (int i = 0; i < p->nmodels; i++) hull |= p->dm[i].hull != 0;
-    kernel_fn k = vox == XT_CUDA_VOX_LINEAR ? (hull ? k_channels<XT_CUDA_VOX_LINEAR, true> : k_channels<XT_CUDA_VOX_LINEAR, false>)
-                                            : (hull ? k_channels<XT_CUDA_VOX_TEXTURE, true> : k_channels<XT_CUDA_VOX_TEXTURE, false>);
+    int parts = 0; /* a label volume with labels beyond the slots: the parts march for the scene */
+    for (int i = 0; i < p->nmodels; i++) parts |= p->dm[i].labels && !p->dm[i].slots;
+    kernel_fn k = channels_kernel(vox == XT_CUDA_VOX_TEXTURE, hull, parts);
     const size_t smem =
         sizeof(float) * (XT_MAX_CHANNELS * (size_t)p->chw_rows + (XT_MAX_CHANNELS + 2) * (size_t)XT_SPEC_PAD(sc.spec_nbins));
     if (!L->count) k<<<grid, XT_CUDA_BLOCK_THREADS, smem, L->stream>>>(sc);

@@ -1,6 +1,7 @@
 /* GPU tests of the material channels and the imaging chain's device pipeline against the CPU:
  *  - channel planes of the CUDA voxel kind (labels, dense, hull on, both voxel layouts through AUTO)
  *    against the float64 reference: max |gpu - ref| <= 1e-4 of the frame's largest channel value;
+ *    labels beyond the slot march's 16 (the parts march) likewise;
  *  - noise-free chain frames: expected and blurred signals within 2e-5 relative of the CPU's, raw
  *    codes within 1 ADU (a rounding tie of float sums), processed within 2; with 2x2 binning too, and
  *    with the defect map changed between frames (the GPU's list of defective pixels follows it);
@@ -91,6 +92,48 @@ XT_TEST(cuda_channels_match_the_reference) {
       double err, mx, l2;
       XT_REQUIRE(compare_channels(p, ms, nm, &cs, &g, &err, &mx, &l2) == 0);
       XT_CHECK_MSG(err <= 1e-4 * mx, "%d models, pose %d: max |gpu - ref| %g of %g", nm, a, err, mx);
+    }
+    xt_proj_destroy(p);
+  }
+  xt_model_free(ms[0]);
+  xt_model_free(ms[1]);
+}
+
+/* Label volumes take one of two marches (proj_voxel.cu): labels below XT_CH_SLOTS (16) add path
+ * lengths per label (acc_slots), larger labels add to their basis parts' channels (acc_parts). The
+ * head's labels moved up by 40 (its material entries copied there) take the second: its channels,
+ * alone and beside a dense volume, against the float64 reference with the same bars. */
+XT_TEST(cuda_channels_of_large_labels_match_the_reference) {
+  if (no_gpu()) return;
+  const int dim[3] = {96, 96, 96}, up = 40;
+  xt_model *ms[2] = {NULL, NULL};
+  XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &ms[0], NULL) == 0);
+  XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_F32, &ms[1], NULL) == 0);
+  ms[1]->placement.t[2] = 30;
+  xt_volume *v = ms[0]->volume;
+  xt_material_table *t = v->materials;
+  XT_REQUIRE(t && t->count + up <= XT_MAX_MATERIALS);
+  for (int l = t->count - 1; l >= 0; l--) {
+    t->mu[l + up] = t->mu[l];
+    t->density[l + up] = t->density[l];
+    memcpy(t->name[l + up], t->name[l], sizeof t->name[l]);
+  }
+  t->count += up;
+  unsigned char *u = v->data;
+  const size_t nvox = (size_t)dim[0] * dim[1] * dim[2];
+  for (size_t k = 0; k < nvox; k++) u[k] = (unsigned char)(u[k] + up);
+  for (int nm = 1; nm <= 2; nm++) {
+    xt_proj *p = proj(XT_BACKEND_CUDA, ms, nm);
+    XT_REQUIRE(p);
+    xt_chanset cs;
+    XT_REQUIRE(xt_proj_channels(p, &cs, NULL) == 0);
+    const double angles[][2] = {{0, 0}, {33, -12}, {-120, 25}};
+    for (int a = 0; a < 3; a++) {
+      xt_geometry g = geom("fd20-256", angles[a][0], angles[a][1]);
+      double err, mx, l2;
+      XT_REQUIRE(compare_channels(p, ms, nm, &cs, &g, &err, &mx, &l2) == 0);
+      XT_CHECK_MSG(err <= 1e-4 * mx && l2 < 1e-5 && mx > 0, "%d models, pose %d: max %g of %g, rel L2 %g", nm, a, err,
+                   mx, l2);
     }
     xt_proj_destroy(p);
   }
@@ -414,8 +457,8 @@ XT_TEST(cuda_fused_detect_equals_the_separate_stage) {
   }
 }
 
-XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_chain_matches_cpu_without_noise)
-                 XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
+XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
+                 XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)
                  XT_ENTRY(cuda_fused_detect_equals_the_separate_stage))

@@ -5,8 +5,8 @@
 #include "xt_stage_cuda.h"
 
 /* Thread mapping: one thread per listed defective output pixel (the list: their indices, ascending,
- * built when the maps are uploaded; a full-grid launch had 99.9 % of its threads exit at once: 9.1 us
- * a frame at 1024^2 for ~1,200 pixels). Every load a thread needs is issued at once after the list's
+ * built when the maps are uploaded; a full-grid launch had 99.9 % of its threads exit at once: 9.2 us
+ * a frame at 1024^2 for ~1,250 pixels, 6.7 us now, H200). Every load a thread needs is issued at once after the list's
  * (the neighbours' codes and maps whether or not they are used): one memory round trip, not three.
  * In: raw, the panel maps, flat1. Out: Y (state) at the listed pixels: the mean of their
  * non-defective 4-neighbours' attenuation (stage_process_cpu.c), the flat field as the readout
@@ -58,9 +58,9 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_process_defects(const __grid
 
 /* Thread mapping: a block is a POUT_TW x POUT_TH tile of the output grid; thread (x, y) makes the
  * tile's rows y, y + POUT_BY, ... at column x. The tile and a 1-pixel halo of Y (minus the DSA mask)
- * are staged in shared memory, edges replicated, every load issued before the first is used (an
- * output pixel a thread and 3x3 global loads each, as before: 8.9 us at 1024^2, latency-bound in
- * waves). In: Y, fc.pc.dsa_mask. Out: proc. The sums are the CPU twin's, in its order. */
+ * are staged in shared memory, edges replicated, every load issued before the first is used, one
+ * wave of blocks at 1024^2 (an output pixel a thread and 3x3 global loads each, as before, took 8.9 us,
+ * latency-bound in waves; 7.0 us now, H200). In: Y, fc.pc.dsa_mask. Out: proc. The sums are the CPU twin's, in its order. */
 __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_constant__ xt_chain_frame_const fc,
                                                               const float *Y, uint16_t *proc) {
   __shared__ float s_y[POUT_TH + 2][POUT_TW + 2];

@@ -1,7 +1,6 @@
 /* Stage "process" on the GPU (twin of stage_process_cpu.c): correction, defect interpolation, log
- * and the recursive filter (pass 1: the blur and readout kernel at the non-defective pixels,
- * stage_blur.cu; k_process_defects at the others), edge enhancement and window/level (pass 2,
- * k_process_out). */
+ * and the recursive filter (pass 1: k_readout at the non-defective pixels, stage_readout.cu;
+ * k_process_defects at the others), edge enhancement and window/level (pass 2, k_process_out). */
 #include "xt_stage_cuda.h"
 
 /* Thread mapping: one thread per listed defective output pixel (the list: their indices, ascending,

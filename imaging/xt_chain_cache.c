@@ -7,9 +7,13 @@
  * that shapes them (kV, anode angle, filtration, CsI thickness and fill, energy bins; the channel
  * set is the chain's own), allocated with the chain, host and device copies side by side (the
  * device's in chain_cuda.cu, uploaded when a slot is built). With dose-rate control on, every whole
- * kV of the loop's curve is built at set-up (xt_chain_set_params), so the loop never builds one.
+ * kV of the loop's curve is built at set-up (xt_chain_set_params), so the loop never builds one;
+ * those builds (66 at the default kV limit) run side by side on the chain's threads, since switching
+ * the loop on happens between exposures (the server's render thread) and one after the other they
+ * took longer than a frame period.
  * mAs, mA and pulse width shape no table: the detect stage scales by the frame's mAs. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,56 +90,143 @@ int xt__tab_cache_init(xt_tab_cache **out, xt_msg *msg) {
   return 0;
 }
 
+/* The slot holding key k, or -1 (always -1 with the cache off). */
+static int find(const xt_tab_cache *tc, const xt_tab_key *k) {
+  for (int i = 0; i < XT_TAB_SLOTS; i++)
+    if (tc->enabled && tc->used[i] && key_eq(&tc->key[i], k)) return i;
+  return -1;
+}
+
+/* Tables just built for key k into the least recently used slot (a free one first; with the cache
+ * off, tests' uncached reference, always slot 0), uploaded to the device. */
+static int place(xt_chain *c, const xt_tab_key *k, const xt_chain_tables *t, const xt_chain_info *info, int *slot,
+                 xt_msg *msg) {
+  xt_tab_cache *tc = c->tc;
+  int lru = 0;
+  for (int i = 0; i < XT_TAB_SLOTS && tc->enabled; i++)
+    if (!tc->used[i] ? tc->used[lru] : (tc->used[lru] && tc->stamp[i] < tc->stamp[lru])) lru = i;
+  tc->tab[lru] = *t;
+  tc->info[lru] = *info;
+  tc->key[lru] = *k;
+  tc->used[lru] = 1;
+  tc->stamp[lru] = ++tc->clock;
+  tc->builds++;
+#ifdef XT_HAVE_CUDA
+  int rc;
+  if (c->dev && (rc = xt_chain_cuda_upload_slot(c, lru, msg))) {
+    tc->used[lru] = 0;
+    return rc;
+  }
+#else
+  (void)msg;
+#endif
+  *slot = lru;
+  return 0;
+}
+
 int xt__tab_cache_get(xt_chain *c, const xt_chain_params *p, double kv, int *slot, xt_msg *msg) {
   xt_tab_cache *tc = c->tc;
   xt_tab_key k;
   key_of(p, kv, &k);
-  int lru = 0;
-  for (int i = 0; i < XT_TAB_SLOTS; i++) {
-    if (tc->enabled && tc->used[i] && key_eq(&tc->key[i], &k)) {
-      tc->stamp[i] = ++tc->clock;
-      tc->hits++;
-      *slot = i;
-      return 0;
-    }
-    if (!tc->used[i] ? tc->used[lru] : (tc->used[lru] && tc->stamp[i] < tc->stamp[lru])) lru = i;
+  const int hit = find(tc, &k);
+  if (hit >= 0) {
+    tc->stamp[hit] = ++tc->clock;
+    tc->hits++;
+    *slot = hit;
+    return 0;
   }
-  /* a miss: build into the least recently used slot (a free one first); with the cache off
-   * (tests: the uncached reference) always into slot 0 */
-  if (!tc->enabled) lru = 0;
   xt_chain_params q = *p;
   q.kv = kv;
   xt_chain_tables t;
   xt_chain_info info;
   int rc = build_tables(&q, &c->cs, &t, &info, msg);
-  if (rc) return rc;
-  tc->tab[lru] = t;
-  tc->info[lru] = info;
-  tc->key[lru] = k;
-  tc->used[lru] = 1;
-  tc->stamp[lru] = ++tc->clock;
-  tc->builds++;
-#ifdef XT_HAVE_CUDA
-  if (c->dev && (rc = xt_chain_cuda_upload_slot(c, lru, msg))) {
-    tc->used[lru] = 0;
-    return rc;
+  return rc ? rc : place(c, &k, &t, &info, slot, msg);
+}
+
+/* One kV of the bank that the cache lacks, built by a worker: build_tables is pure (the spectrum
+ * model, xraylib's static tables, the scatter fit), so the builds can run side by side; they are
+ * cached afterwards in kV order, as one after the other would have. */
+typedef struct bank_job {
+  xt_chain_params p;
+  const xt_chanset *cs;
+  xt_chain_tables t;
+  xt_chain_info info;
+  int need, rc;
+  xt_msg msg;
+} bank_job;
+
+typedef struct bank_worker_arg {
+  bank_job *jobs;
+  int n, first, stride;
+} bank_worker_arg;
+
+static void *bank_worker(void *arg) {
+  const bank_worker_arg *a = arg;
+  for (int i = a->first; i < a->n; i += a->stride) {
+    bank_job *j = &a->jobs[i];
+    if (j->need) j->rc = build_tables(&j->p, j->cs, &j->t, &j->info, &j->msg);
   }
-#endif
-  *slot = lru;
-  return 0;
+  return NULL;
+}
+
+/* Builds the jobs that need it on up to `threads` threads (this one included). */
+static void build_jobs(bank_job *jobs, int n, int threads) {
+  int need = 0;
+  for (int i = 0; i < n; i++) need += jobs[i].need;
+  int nt = threads < need ? threads : need;
+  if (nt > 64) nt = 64;
+  if (nt < 1) nt = 1;
+  pthread_t tid[64];
+  int started[64] = {0};
+  bank_worker_arg args[64];
+  for (int k = 0; k < nt; k++) args[k] = (bank_worker_arg){jobs, n, k, nt};
+  for (int k = 1; k < nt; k++) started[k] = pthread_create(&tid[k], NULL, bank_worker, &args[k]) == 0;
+  bank_worker(&args[0]);
+  for (int k = 1; k < nt; k++) {
+    if (started[k]) {
+      pthread_join(tid[k], NULL);
+    } else { /* no thread: this one makes its share */
+      bank_worker(&args[k]);
+    }
+  }
 }
 
 int xt__tab_cache_bank(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
   xt_drc_bank *b = &c->tc->bank;
   memset(b, 0, sizeof *b);
   const int kv0 = XT_DRC_BANK_KV0, kv1 = (int)floor(p->drc_kv_max);
-  for (int kv = kv0; kv <= kv1 && kv - kv0 < XT_DRC_BANK_N; kv++) {
-    int rc, slot;
-    if ((rc = xt__tab_cache_get(c, p, kv, &slot, msg))) return rc;
-    b->slot[kv - kv0] = slot;
-    b->flat_per_ugy[kv - kv0] = c->tc->info[slot].flat_kev_per_mm2_ugy;
-    b->n = kv - kv0 + 1;
+  const int n = kv1 - kv0 + 1 < XT_DRC_BANK_N ? kv1 - kv0 + 1 : XT_DRC_BANK_N;
+  if (n <= 0) return 0;
+  bank_job *jobs = calloc((size_t)n, sizeof *jobs);
+  if (!jobs) return xt_fail(msg, XT_ENOMEM, "chain: out of memory for the loop's tables");
+  for (int i = 0; i < n; i++) {
+    xt_tab_key k;
+    key_of(p, kv0 + i, &k);
+    jobs[i].p = *p;
+    jobs[i].p.kv = kv0 + i;
+    jobs[i].cs = &c->cs;
+    jobs[i].need = find(c->tc, &k) < 0;
   }
+  build_jobs(jobs, n, c->threads);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    int slot = -1;
+    if (jobs[i].need && jobs[i].rc) {
+      rc = xt_fail(msg, jobs[i].rc, "%s", jobs[i].msg.text);
+    } else if (jobs[i].need) {
+      xt_tab_key k;
+      key_of(p, kv0 + i, &k);
+      rc = place(c, &k, &jobs[i].t, &jobs[i].info, &slot, msg);
+    } else { /* cached when looked at (or evicted since by a placement: then built here) */
+      rc = xt__tab_cache_get(c, p, kv0 + i, &slot, msg);
+    }
+    if (rc) break;
+    b->slot[i] = slot;
+    b->flat_per_ugy[i] = c->tc->info[slot].flat_kev_per_mm2_ugy;
+    b->n = i + 1;
+  }
+  free(jobs);
+  if (rc) return rc;
   /* a later build may have evicted an early kV (only with more kVs than slots: never, 66 < 96) */
   for (int i = 0; i < b->n; i++) {
     const int s = b->slot[i];

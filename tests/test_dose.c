@@ -655,6 +655,34 @@ XT_TEST(table_cache_keeps_the_loops_kvs) {
   xt_proj_destroy(pr);
 }
 
+/* The loop's tables are built side by side on the chain's threads (xt_chain_cache.c): the bank of
+ * a chain on 1 thread and of one on 8 hold the same tables, byte for byte, at the same kVs. */
+XT_TEST(loop_tables_built_on_threads_equal_one_thread) {
+  xt_proj *pr = cpu_proj_with(NULL);
+  xt_chain_params p = quiet_for("fd20-128"), q;
+  xt_chain *c[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    XT_REQUIRE(pr && xt_chain_create(&p, pr, &c[k], NULL) == 0);
+    xt_chain_set_threads(c[k], k ? 8 : 1);
+    q = p;
+    q.drc = 1;
+    XT_REQUIRE(xt_chain_set_params(c[k], &q, NULL) == 0);
+  }
+  const xt_drc_bank *b0 = &c[0]->tc->bank, *b1 = &c[1]->tc->bank;
+  XT_REQUIRE(b0->n == 110 - XT_DRC_BANK_KV0 + 1 && b1->n == b0->n);
+  int bad = 0;
+  for (int i = 0; i < b0->n; i++) {
+    const int s0 = b0->slot[i], s1 = b1->slot[i];
+    bad += memcmp(&c[0]->tc->tab[s0], &c[1]->tc->tab[s1], sizeof c[0]->tc->tab[s0]) != 0 ||
+           memcmp(&c[0]->tc->info[s0], &c[1]->tc->info[s1], sizeof c[0]->tc->info[s0]) != 0 ||
+           c[1]->tc->key[s1].v[0] != XT_DRC_BANK_KV0 + i || b0->flat_per_ugy[i] != b1->flat_per_ugy[i];
+  }
+  XT_CHECK_MSG(bad == 0, "%d of %d kV tables differ", bad, b0->n);
+  xt_chain_destroy(c[0]);
+  xt_chain_destroy(c[1]);
+  xt_proj_destroy(pr);
+}
+
 XT_TEST_MAIN(XT_ENTRY(scatter_to_primary_ratio_of_water_slabs) XT_ENTRY(dsa_of_a_static_scene_is_zero_outside_the_iodine) XT_ENTRY(exposure_settings_couple_current_pulse_and_mas) XT_ENTRY(air_kerma_per_frame_matches_the_closed_form)
                  XT_ENTRY(kerma_area_product_is_field_area_times_kerma) XT_ENTRY(collimator_and_grid_shape_the_signal)
                      XT_ENTRY(drc_measures_the_open_field_dose) XT_ENTRY(drc_settles_after_a_thickness_step)
@@ -662,4 +690,5 @@ XT_TEST_MAIN(XT_ENTRY(scatter_to_primary_ratio_of_water_slabs) XT_ENTRY(dsa_of_a
                              XT_ENTRY(table_cache_hits_give_the_frames_of_a_fresh_build)
                                  XT_ENTRY(drc_kv_moves_in_whole_steps) XT_ENTRY(loop_with_the_cache_equals_the_loop_without)
                                      XT_ENTRY(scatter_to_primary_ratio_against_published_figures)
-                                         XT_ENTRY(table_cache_keeps_the_loops_kvs))
+                                         XT_ENTRY(table_cache_keeps_the_loops_kvs)
+                                             XT_ENTRY(loop_tables_built_on_threads_equal_one_thread))

@@ -147,6 +147,7 @@ int xt__tab_cache_get(xt_chain *c, const xt_chain_params *p, double kv, int *slo
  * model, xraylib's static tables, the scatter fit), so the builds can run side by side; they are
  * cached afterwards in kV order, as one after the other would have. */
 typedef struct bank_job {
+  xt_tab_key k;
   xt_chain_params p;
   const xt_chanset *cs;
   xt_chain_tables t;
@@ -200,12 +201,11 @@ int xt__tab_cache_bank(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
   bank_job *jobs = calloc((size_t)n, sizeof *jobs);
   if (!jobs) return xt_fail(msg, XT_ENOMEM, "chain: out of memory for the loop's tables");
   for (int i = 0; i < n; i++) {
-    xt_tab_key k;
-    key_of(p, kv0 + i, &k);
+    key_of(p, kv0 + i, &jobs[i].k);
     jobs[i].p = *p;
     jobs[i].p.kv = kv0 + i;
     jobs[i].cs = &c->cs;
-    jobs[i].need = find(c->tc, &k) < 0;
+    jobs[i].need = find(c->tc, &jobs[i].k) < 0;
   }
   build_jobs(jobs, n, c->threads);
   int rc = 0;
@@ -214,9 +214,7 @@ int xt__tab_cache_bank(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
     if (jobs[i].need && jobs[i].rc) {
       rc = xt_fail(msg, jobs[i].rc, "%s", jobs[i].msg.text);
     } else if (jobs[i].need) {
-      xt_tab_key k;
-      key_of(p, kv0 + i, &k);
-      rc = place(c, &k, &jobs[i].t, &jobs[i].info, &slot, msg);
+      rc = place(c, &jobs[i].k, &jobs[i].t, &jobs[i].info, &slot, msg);
     } else { /* cached when looked at (or evicted since by a placement: then built here) */
       rc = xt__tab_cache_get(c, p, kv0 + i, &slot, msg);
     }

@@ -10,3 +10,9 @@ if(XT_HAVE_CUDA)
   add_executable(xtwin-bench ${CMAKE_CURRENT_LIST_DIR}/xt_bench_main.c)
   target_link_libraries(xtwin-bench PRIVATE xt_bench xt_warnings)
 endif()
+# The host's device-to-host bandwidth, alone and from every GPU at once (issue 12's two-GPU
+# scaling is bound by it when frames are rendered faster than they can be copied out).
+if(XT_HAVE_CUDA)
+  add_executable(xtwin-d2h-probe ${CMAKE_CURRENT_LIST_DIR}/xt_d2h_probe.c)
+  target_link_libraries(xtwin-d2h-probe PRIVATE CUDA::cudart_static Threads::Threads xt_warnings)
+endif()

@@ -8,7 +8,7 @@
 #   run_bench.sh scale BIN LOGDIR     two GPUs: render-only and to RAM (/dev/shm) with 1 or 2 GPUs
 #                                     and 1 or 2 workers each, dd and the local disk with 1 and 2 GPUs
 #
-# BIN holds xtwin and test_dataset_cuda (built elsewhere; LD_LIBRARY_PATH set by the caller).
+# BIN holds xtwin, test_dataset_cuda and xtwin-d2h-probe (built elsewhere; LD_LIBRARY_PATH set by the caller).
 # The spec: 512^2 (fd20-512), the 256^3 1 mm head as labels, random poses and perturbations, line
 # integrals + one label channel (bone path length), no segmentation: 2 MiB + ~2.5 kB per frame.
 # A short table comes last; everything else goes to LOGDIR.
@@ -123,12 +123,24 @@ if [ "$MODE" = scale ]; then
   if diff -r "$W/m1" "$W/m2" >/dev/null; then row "  byte for byte" "identical ($(ls "$W/m1/shards"/*.tar | wc -l) shards)"
   else row "  byte for byte" "DIFFER"; fi
   rm -rf "$W/m1" "$W/m2"
-  N=${XT_BENCH_FRAMES:-12000}
+  # The host's own ceiling for the frames' copies out of each GPU and out of both at once.
+  if [ "$BACKEND" = cuda ] && [ -x "$BIN/xtwin-d2h-probe" ]; then
+    "$BIN/xtwin-d2h-probe" --devices 0,1 --seconds 3 2>&1 | tee "$LOG/d2h.txt"
+    row "device-to-host copies, both GPUs at once" "$(sed -nE 's/^all 2 together: *(.*)/\1/p' "$LOG/d2h.txt")"
+  fi
+  # 60,000 frames (3-6 s a run): at 12,000 the runs lasted 0.5-1 s and the GPUs' clocks ramping up
+  # from idle weighed on the two-GPU runs more than on the one-GPU runs (1.66-1.80x for 1.87-1.94x).
+  N=${XT_BENCH_FRAMES:-60000}
   spec "$N" 100
-  for cfg in "0 1" "0 2" "0,1 1" "0,1 2"; do
+  for cfg in "0 1" "0,1 1" "0 2" "0,1 2"; do
     set -- $cfg
-    "$X" dataset "$W/bench.json" --render-only --devices $1 --per-device $2 --progress none 2>&1 | tee "$LOG/ro_$2_$1.txt"
-    row "render only, --devices $1 --per-device $2" "$(fps_of "$LOG/ro_$2_$1.txt") frames/s"
+    T="$LOG/ro_$2_${1/,/_}.txt"
+    "$X" dataset "$W/bench.json" --render-only --devices $1 --per-device $2 --progress none 2>&1 | tee "$T"
+    row "render only, --devices $1 --per-device $2, $N frames" "$(fps_of "$T") frames/s"
+  done
+  for pd in 1 2; do
+    row "  two GPUs / one, --per-device $pd" "$(awk -v a="$(fps_of "$LOG/ro_${pd}_0.txt")" -v b="$(fps_of "$LOG/ro_${pd}_0_1.txt")" \
+      'BEGIN{if (a > 0) printf "%.2fx", b / a; else print "-"}')"
   done
   # To RAM: the disk out of the way, as many frames as /dev/shm holds comfortably.
   FREE=$(df -B1 --output=avail /dev/shm | tail -1)

@@ -29,15 +29,26 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
   const double n = xt_detect_quanta(s, q);
   if (n < 10.0)
     return xt_detect_energy(xt_rng_poisson(g, n), s, q);
-  xt_ptrs p;
+  xt_ptrsf pf;
+  if (!xt_ptrsf_init(&pf, s, q)) {
+    *defer = 0;
+    return 0.f;
+  }
+  xt_ptrs p; /* the double set-up, for the full test only: off the quick step's path */
   xt_ptrs_init(&p, n);
   for (int it = 0; it < XT_PTRS_MAX_TRIES; it++) {
-    const double U = xt_rng_uniform(g) - 0.5, V = xt_rng_uniform(g);
-    double k, us;
-    const int r = xt_ptrs_quick(&p, U, V, &k, &us);
+    const uint32_t ju = xt_rng_u32(g), jv = xt_rng_u32(g);
+    double k;
+    const int r = xt_ptrs_quickf(&pf, ju, jv, &k);
     if (r > 0)
       return xt_detect_energy(k, s, q);
+    if (r == -2) {
+      *defer = it;
+      return 0.f;
+    }
     if (r < 0) {
+      const double us = ((double)((ju >> 31) ? ~ju : ju) + 0.5) * (1.0 / 4294967296.0);
+      const double V = ((double)jv + 0.5) * (1.0 / 4294967296.0);
       const int f = xt_ptrs_test_float(&p, V, us, k);
       if (f > 0)
         return xt_detect_energy(k, s, q);

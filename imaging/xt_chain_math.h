@@ -183,6 +183,83 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quick(const xt_ptrs *p, double U, double
   return -1;
 }
 
+/* The quick step decided in float, for the GPU's inline draw (stage_detect.cu), where the double
+ * step's FP64 division per try and the set-up's division and square root are long dependent chains.
+ * It works on the try's two u32 draws ju, jv (U = (ju + 1/2) 2^-32 - 1/2, V = (jv + 1/2) 2^-32,
+ * both exact in double) and answers what xt_ptrs_quick answers, or "undecided" (the double step
+ * decides). Exact parts: us = 1/2 - |U| = (m + 1/2) 2^-32 with m = ju or ~ju (U >= 0 iff ju >=
+ * 2^31), so us >= 0.07 iff m >= XT_PTRS_M07, us < 0.013 iff m < XT_PTRS_M013 (the least m whose us
+ * passes the double comparison; tests/test_chain.c checks both sides) and V > us iff jv > m.
+ * Decided within a bound: k = floor(x), x = (2a/us + b) U + lam + 0.43, and V <= vr.
+ *
+ * The bound. lam = S^2/Q is carried as li + lf + llo: lhi = fl(S S / Q) (S S = ph + pl exactly,
+ * pl by fmaf), llo = fl((fl(ph - lhi Q) + pl) / Q), li = floor(lhi), lf = lhi - li (exact); so
+ * |lhi + llo - S^2/Q| <= 2^-44 lam. Relative errors in units of u = 2^-24, every operation correctly
+ * rounded (IEEE float /, sqrtf, fmaf; no fast-math): sqrtf(lhi) 1.5 u; b = 0.931 + 2.53 sqrt(lam)
+ * 4.5 u; a = 0.02483 b - 0.059 (the subtraction amplifies by at most 1.37, at b = 8.93) 10.3 u;
+ * us and |U| from the word and an fmaf 2 u each; so T = (2a/us + b) |U| 17.3 u (a's 10.3, us's 2,
+ * the division, the sum, |U|'s 2, the product). z = +-T + 0.43 + llo + lf adds 3 u (T + 2), and the
+ * double x itself is within 2^-50 (T + lam + 2) of the exact value. Altogether |z - (x - li)| <=
+ * 2^-19.6 (T + 1) + 2^-43 lam; eps = 2^-18 (T + 1) + 2^-40 lam has a margin of 3 or more. Where
+ * floor(z - eps) = floor(z + eps), floor(x) = li + that floor; elsewhere (2 eps of the tries: 0.02
+ * % at 1000 quanta, 0.6 % at 1e6) the double step decides. vr = 0.9277 - 3.6224 / (b - 2) is
+ * within 7.1 u (b - 2 amplifies b's error by at most 1.29; the quotient is below 0.53) and V within
+ * 2 u, so |V - vr|'s float error is below 2^-21: eps_v = 2^-19. tests/test_chain.c measures the
+ * set-up's errors against these figures and compares the step with xt_ptrs_quick over many millions
+ * of tries and near every boundary, and shows that a bound 64 times smaller fails. Past lam = 2^22
+ * (li must stay exact with room) or for S^2 below float's normal range xt_ptrsf_init declines. */
+#define XT_PTRS_M07 300647711u /* the least m with (m + 1/2) 2^-32 >= 0.07 in double */
+#define XT_PTRS_M013 55834575u /* the least m with (m + 1/2) 2^-32 >= 0.013 */
+
+typedef struct xt_ptrsf {
+  float li, lf, llo; /* lam = li + lf + llo: li whole, lf in [0, 1) */
+  float lam;         /* lhi = li + lf, for the bound */
+  float a2, b, vr;   /* 2a, b, vr */
+} xt_ptrsf;
+
+/* 1, or 0 where the float step cannot be used (the double PTRS then draws the count). */
+static XT_INLINE XT_HOSTDEV int xt_ptrsf_init(xt_ptrsf *p, float S, float Q) {
+  const float ph = S * S, pl = fmaf(S, S, -ph);
+  if (!(ph >= 0x1p-100f) || !(Q >= 0x1p-100f)) return 0;
+  const float lhi = ph / Q;
+  if (!(lhi < 4194304.f) || !(lhi >= 1.f)) return 0;
+  p->llo = (fmaf(-lhi, Q, ph) + pl) / Q;
+  p->li = floorf(lhi);
+  p->lf = lhi - p->li;
+  p->lam = lhi;
+  p->b = 0.931f + 2.53f * sqrtf(lhi);
+  p->a2 = 2.f * (-0.059f + 0.02483f * p->b);
+  p->vr = 0.9277f - 3.6224f / (p->b - 2.f);
+  return 1;
+}
+
+/* The try on draws (ju, jv): 1 accepted (*k), 0 rejected, -1 the full test decides (*k), -2
+ * undecided in float (xt_ptrs_quick decides). bscale scales the bounds: 1 but in the test that
+ * shows a smaller bound fails. */
+static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju, uint32_t jv, float bscale, double *k) {
+  const int pos = (int)(ju >> 31);
+  const uint32_t m = pos ? ~ju : ju;
+  if (m < XT_PTRS_M013 && jv > m) return 0; /* us < 0.013 and V > us */
+  const float us = fmaf((float)m, 0x1p-32f, 0x1p-33f);
+  const float au = fmaf((float)(0x7FFFFFFFu - m), 0x1p-32f, 0x1p-33f); /* |U| = 1/2 - us */
+  const float T = (p->a2 / us + p->b) * au;
+  const float z = ((pos ? T : -T) + 0.43f + p->llo) + p->lf;
+  const float eps = bscale * (0x1p-18f * (T + 1.f) + 0x1p-40f * p->lam);
+  const float f = floorf(z - eps);
+  if (f != floorf(z + eps)) return -2;
+  *k = (double)p->li + (double)f;
+  if (m >= XT_PTRS_M07) { /* us >= 0.07: V <= vr accepts */
+    const float V = fmaf((float)jv, 0x1p-32f, 0x1p-33f), ev = bscale * 0x1p-19f;
+    if (V < p->vr - ev) return 1;
+    if (!(V > p->vr + ev)) return -2;
+  }
+  return *k < 0 ? 0 : -1;
+}
+
+static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf(const xt_ptrsf *p, uint32_t ju, uint32_t jv, double *k) {
+  return xt_ptrs_quickf_b(p, ju, jv, 1.f, k);
+}
+
 /* The full test, log V + log(1/alpha) - log(a/us^2 + b) <= -lam + k log lam - log k!, decided
  * exactly as in double but mostly in float. Its right side cancels (terms ~k log k, result ~1), so
  * for k >= 10 it is rearranged first: with n = k + 1, d = n - lam, x = d / lam and L = log1p(x),

@@ -90,6 +90,130 @@ XT_TEST(ptrs_full_test_matches_double_lgamma) {
   XT_CHECK(tested > 100000);
 }
 
+/* A pixel (S, Q) of about lam quanta of E keV each, and the double quanta it gives. */
+static double quickf_pixel(double lam, double E, float *S, float *Q) {
+  *S = (float)(lam * E);
+  *Q = (float)((double)*S * E);
+  return xt_detect_quanta(*S, *Q);
+}
+
+/* One try, float step (bound scaled by bscale) against the double step: 1 they differ, 0 they
+ * agree, -1 the float step is undecided. */
+static int quickf_vs_double(const xt_ptrsf *pf, const xt_ptrs *p, uint32_t ju, uint32_t jv, float bscale) {
+  double kf = -1e300, kd, us;
+  const int rf = xt_ptrs_quickf_b(pf, ju, jv, bscale, &kf);
+  if (rf == -2) return -1;
+  const double U = ((double)ju + 0.5) * (1.0 / 4294967296.0) - 0.5, V = ((double)jv + 0.5) * (1.0 / 4294967296.0);
+  const int rd = xt_ptrs_quick(p, U, V, &kd, &us);
+  return rf != rd || (rd != 0 && kf != kd);
+}
+
+/* Counts of a set of tries. */
+typedef struct quickf_tally {
+  long tries, undecided, wrong;
+} quickf_tally;
+
+static void quickf_count(quickf_tally *t, const xt_ptrsf *pf, const xt_ptrs *p, uint32_t ju, uint32_t jv, float bscale) {
+  const int r = quickf_vs_double(pf, p, ju, jv, bscale);
+  t->tries++;
+  t->undecided += r < 0;
+  t->wrong += r > 0;
+}
+
+/* Tries built at the float step's boundaries, at quanta log-uniform in 10..4e6, under a bound scaled
+ * by bscale: k's fractional part near 0 (x increases with ju: a bisection finds the words where
+ * floor(x) steps), us at 0.07 and 0.013 (the thresholds' words and their neighbours), V at vr. */
+static quickf_tally quickf_near_boundaries(float bscale, int pixels) {
+  quickf_tally t = {0, 0, 0};
+  xt_rng g;
+  xt_rng_init(&g, 11, 0, 0, XT_RNG_QUANTA);
+  for (int i = 0; i < pixels; i++) {
+    float S, Q;
+    const double lam = quickf_pixel(10.0 * pow(4e5, xt_rng_uniform(&g)), 20.0 + 80.0 * xt_rng_uniform(&g), &S, &Q);
+    xt_ptrsf pf;
+    if (!xt_ptrsf_init(&pf, S, Q)) continue;
+    xt_ptrs p;
+    xt_ptrs_init(&p, lam);
+    /* floor(x)'s steps: bisect between two words whose floors differ */
+    uint32_t lo = xt_rng_u32(&g), hi = xt_rng_u32(&g);
+    if (lo > hi) {
+      const uint32_t w = lo;
+      lo = hi;
+      hi = w;
+    }
+    const uint32_t jv = xt_rng_u32(&g) >> 4; /* mostly below vr: the accepting branch needs k */
+    double klo, khi, us;
+    (void)xt_ptrs_quick(&p, ((double)lo + 0.5) / 4294967296.0 - 0.5, 0.5, &klo, &us);
+    (void)xt_ptrs_quick(&p, ((double)hi + 0.5) / 4294967296.0 - 0.5, 0.5, &khi, &us);
+    if (klo != khi) {
+      while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        double km;
+        (void)xt_ptrs_quick(&p, ((double)mid + 0.5) / 4294967296.0 - 0.5, 0.5, &km, &us);
+        if (km == klo) lo = mid;
+        else hi = mid;
+      }
+      for (int d = -3; d <= 3; d++) quickf_count(&t, &pf, &p, hi + (uint32_t)d, jv, bscale);
+    }
+    /* us at its thresholds, U of either sign */
+    const uint32_t ms[2] = {XT_PTRS_M07, XT_PTRS_M013};
+    for (int j = 0; j < 2; j++)
+      for (int d = -2; d <= 2; d++) {
+        const uint32_t m = ms[j] + (uint32_t)d, v = xt_rng_u32(&g);
+        quickf_count(&t, &pf, &p, m, v, bscale);
+        quickf_count(&t, &pf, &p, ~m, v, bscale);
+        quickf_count(&t, &pf, &p, m, m + 1, bscale); /* V just above us */
+        quickf_count(&t, &pf, &p, ~m, m, bscale);    /* V = us */
+      }
+    /* V at vr: the words around vr 2^32 - 1/2, with us >= 0.07 */
+    const uint32_t jr = (uint32_t)floor(p.vr * 4294967296.0 - 0.5);
+    for (int d = -2; d <= 2; d++) {
+      const uint32_t ju = (uint32_t)(0x40000000u + (xt_rng_u32(&g) >> 1)); /* us in [0.25, 0.5) or so */
+      quickf_count(&t, &pf, &p, ju, jr + (uint32_t)d, bscale);
+    }
+  }
+  return t;
+}
+
+/* The float quick step (xt_ptrs_quickf) against the double one: the thresholds' words exact, the
+ * float set-up within the error figures its bound assumes, and every decided try the same answer
+ * and count over 6 million random tries and near every boundary; a bound 64 times smaller gets
+ * some wrong (so this test can see a bound too small). */
+XT_TEST(ptrs_float_quick_step_matches_double) {
+  const double u = 0x1p-24;
+  XT_CHECK(((double)XT_PTRS_M07 + 0.5) / 4294967296.0 >= 0.07 && ((double)XT_PTRS_M07 - 0.5) / 4294967296.0 < 0.07);
+  XT_CHECK(((double)XT_PTRS_M013 + 0.5) / 4294967296.0 >= 0.013 && ((double)XT_PTRS_M013 - 0.5) / 4294967296.0 < 0.013);
+  xt_rng g;
+  xt_rng_init(&g, 12, 0, 0, XT_RNG_QUANTA);
+  quickf_tally t = {0, 0, 0};
+  double eb = 0, ea = 0, evr = 0, elam = 0;
+  for (int i = 0; i < 200000; i++) {
+    float S, Q;
+    const double lam = quickf_pixel(10.0 * pow(4e5, xt_rng_uniform(&g)), 20.0 + 80.0 * xt_rng_uniform(&g), &S, &Q);
+    xt_ptrsf pf;
+    if (!xt_ptrsf_init(&pf, S, Q)) {
+      XT_CHECK_MSG(lam >= 4194303.0, "lambda %g declined", lam);
+      continue;
+    }
+    xt_ptrs p;
+    xt_ptrs_init(&p, lam);
+    eb = fmax(eb, fabs(pf.b - p.b) / p.b / u);
+    ea = fmax(ea, fabs(0.5 * pf.a2 - p.a) / p.a / u);
+    evr = fmax(evr, fabs(pf.vr - p.vr) / u);
+    elam = fmax(elam, fabs(((double)pf.li + pf.lf + pf.llo) - lam) / lam / 0x1p-44);
+    for (int j = 0; j < 30; j++) quickf_count(&t, &pf, &p, xt_rng_u32(&g), xt_rng_u32(&g), 1.f);
+  }
+  XT_CHECK_MSG(eb <= 4.5 && ea <= 10.3 && evr <= 7.1 && elam <= 1.0, "set-up errors b %g u, a %g u, vr %g u, lam %g 2^-44",
+               eb, ea, evr, elam);
+  XT_CHECK_MSG(t.wrong == 0 && t.tries == 6000000 && t.undecided < t.tries / 200, "random: %ld wrong, %ld undecided of %ld",
+               t.wrong, t.undecided, t.tries);
+  const quickf_tally nb = quickf_near_boundaries(1.f, 100000);
+  XT_CHECK_MSG(nb.wrong == 0 && nb.tries > 3000000 && nb.undecided < nb.tries, "near boundaries: %ld wrong, %ld undecided of %ld",
+               nb.wrong, nb.undecided, nb.tries);
+  const quickf_tally small = quickf_near_boundaries(1.f / 64, 100000);
+  XT_CHECK_MSG(small.wrong > 0, "a bound 64 times smaller: %ld wrong of %ld", small.wrong, small.tries);
+}
+
 /* The readout's float normal: mean 0, variance 1, fourth moment 3 (200000 draws, 5 standard errors)
  * and symmetric tails: P(|z| > 3) = 0.0026998. */
 XT_TEST(float_normal_has_normal_moments) {
@@ -620,6 +744,7 @@ XT_TEST(parameters_are_checked_by_name) {
 
 XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_factorial_matches_lgamma)
                  XT_ENTRY(poisson_sampler_has_poisson_moments) XT_ENTRY(ptrs_full_test_matches_double_lgamma)
+                 XT_ENTRY(ptrs_float_quick_step_matches_double)
                  XT_ENTRY(float_normal_has_normal_moments)
                  XT_ENTRY(one_energy_transmission_is_exp_minus_line_integral)
                      XT_ENTRY(flat_field_variance_scales_as_one_over_dose)

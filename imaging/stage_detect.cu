@@ -26,19 +26,19 @@
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
-  const double n = xt_detect_quanta(s, q);
-  if (n < 10.0)
-    return xt_detect_energy(xt_rng_poisson(g, n), s, q);
   xt_ptrsf pf;
-  if (!xt_ptrsf_init(&pf, s, q)) {
+  if (!xt_ptrsf_init(&pf, s, q) || pf.lam < 10.001f) { /* lam near or below 10, or out of the float set-up's range */
+    const double n = xt_detect_quanta(s, q);
+    if (n < 10.0)
+      return xt_detect_energy(xt_rng_poisson(g, n), s, q);
     *defer = 0;
     return 0.f;
   }
-  xt_ptrs p; /* the double set-up, for the full test only: off the quick step's path */
-  xt_ptrs_init(&p, n);
+  xt_ptrs_tf tf;
+  xt_ptrs_tf_of_f(&pf, &tf);
   for (int it = 0; it < XT_PTRS_MAX_TRIES; it++) {
     const uint32_t ju = xt_rng_u32(g), jv = xt_rng_u32(g);
-    double k;
+    float k;
     const int r = xt_ptrs_quickf(&pf, ju, jv, &k);
     if (r > 0)
       return xt_detect_energy(k, s, q);
@@ -46,10 +46,10 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
       *defer = it;
       return 0.f;
     }
-    if (r < 0) {
-      const double us = ((double)((ju >> 31) ? ~ju : ju) + 0.5) * (1.0 / 4294967296.0);
-      const double V = ((double)jv + 0.5) * (1.0 / 4294967296.0);
-      const int f = xt_ptrs_test_float(&p, V, us, k);
+    if (r < 0) { /* us and V as (2 m + 1) 2^-33: one rounding, as (float) of the double */
+      const float us = __ull2float_rn(2ull * ((ju >> 31) ? ~ju : ju) + 1ull) * 0x1p-33f;
+      const float V = __ull2float_rn(2ull * jv + 1ull) * 0x1p-33f;
+      const int f = xt_ptrs_test_f(&tf, V, us, k, ((k - pf.li) + 1.f - pf.lf) - pf.llo, 1.f);
       if (f > 0)
         return xt_detect_energy(k, s, q);
       if (f < 0) {
@@ -58,7 +58,7 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
       }
     }
   }
-  return xt_detect_energy(floor(n + 0.5), s, q);
+  return xt_detect_energy(floor(xt_detect_quanta(s, q) + 0.5), s, q);
 }
 
 #define DETECT_SUMS_BLOCK 128   /* k_detect<true>'s block (k_detect<false> keeps XT_STAGE_BLOCK) */

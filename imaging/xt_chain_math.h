@@ -233,10 +233,10 @@ static XT_INLINE XT_HOSTDEV int xt_ptrsf_init(xt_ptrsf *p, float S, float Q) {
   return 1;
 }
 
-/* The try on draws (ju, jv): 1 accepted (*k), 0 rejected, -1 the full test decides (*k), -2
- * undecided in float (xt_ptrs_quick decides). bscale scales the bounds: 1 but in the test that
+/* The try on draws (ju, jv): 1 accepted (*k, whole, in float), 0 rejected, -1 the full test
+ * decides (*k), -2 undecided in float (xt_ptrs_quick decides). bscale scales the bounds: 1 but in the test that
  * shows a smaller bound fails. */
-static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju, uint32_t jv, float bscale, double *k) {
+static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju, uint32_t jv, float bscale, float *k) {
   const int pos = (int)(ju >> 31);
   const uint32_t m = pos ? ~ju : ju;
   if (m < XT_PTRS_M013 && jv > m) return 0; /* us < 0.013 and V > us */
@@ -247,7 +247,7 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju,
   const float eps = bscale * (0x1p-18f * (T + 1.f) + 0x1p-40f * p->lam);
   const float f = floorf(z - eps);
   if (f != floorf(z + eps)) return -2;
-  *k = (double)p->li + (double)f;
+  *k = p->li + f; /* exact: a decided k has |f| < 2^18 (eps < 1/2), li < 2^22 */
   if (m >= XT_PTRS_M07) { /* us >= 0.07: V <= vr accepts */
     const float V = fmaf((float)jv, 0x1p-32f, 0x1p-33f), ev = bscale * 0x1p-19f;
     if (V < p->vr - ev) return 1;
@@ -256,7 +256,7 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju,
   return *k < 0 ? 0 : -1;
 }
 
-static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf(const xt_ptrsf *p, uint32_t ju, uint32_t jv, double *k) {
+static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf(const xt_ptrsf *p, uint32_t ju, uint32_t jv, float *k) {
   return xt_ptrs_quickf_b(p, ju, jv, 1.f, k);
 }
 
@@ -277,33 +277,64 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf(const xt_ptrsf *p, uint32_t ju, u
  * on both backends (tests/test_chain.c checks it against lgamma). n < 2^24 keeps n exact. */
 static XT_INLINE XT_HOSTDEV double xt_ptrs_invalpha(const xt_ptrs *p) { return 1.1239 + 1.1328 / (p->b - 3.4); }
 
-/* The float part: 1 accepted, 0 rejected, -1 undecided (the double test decides). */
-static XT_INLINE XT_HOSTDEV int xt_ptrs_test_float(const xt_ptrs *p, double V, double us, double k) {
-  const double invalpha = xt_ptrs_invalpha(p);
-  if (k < 16777215.0) {
-    const float usf = (float)us, lamf = (float)p->lam;
-    const float t0 = xt_logf_fast((float)V), t1 = xt_logf_fast((float)invalpha),
-                t2 = xt_logf_fast((float)p->a / (usf * usf) + (float)p->b);
-    float rhs, mag;
-    if (k >= 10.0) {
-      const float n = (float)(k + 1.0), d = (float)(k + 1.0 - p->lam);
-      const float x = d / lamf, L = log1pf(x), lh = lamf * ((1.f + x) * L - x);
-      const float r = 1.f / n, r2 = r * r;
-      const float s = r * (1.f / 12 - r2 * (1.f / 360 - r2 * (1.f / 1260 - r2 / 1680)));
-      const float t3 = 0.5f * xt_logf_fast(n);
-      rhs = L - lh - t3 - 0.918938533f - s;
-      mag = fabsf(L) + lh + t3 + 1.f + fabsf(d);
-    } else {
-      const float kl = (float)k * xt_logf_fast(lamf), lf = (float)xt_log_factorial(k);
-      rhs = -lamf + kl - lf;
-      mag = lamf + kl + lf;
-    }
-    const float diff = (t0 + t1 - t2) - rhs;
-    const float eps = 0x1p-18f * (fabsf(t0) + fabsf(t1) + fabsf(t2) + mag + 2.f);
-    if (diff < -eps) return 1;
-    if (diff > eps) return 0;
+/* The full test's float inputs, once a pixel: lam, a, b and ln(1/alpha). */
+typedef struct xt_ptrs_tf {
+  float lam, a, b, t1;
+} xt_ptrs_tf;
+
+static XT_INLINE XT_HOSTDEV void xt_ptrs_tf_of(const xt_ptrs *p, xt_ptrs_tf *t) {
+  t->lam = (float)p->lam;
+  t->a = (float)p->a;
+  t->b = (float)p->b;
+  t->t1 = xt_logf_fast((float)xt_ptrs_invalpha(p));
+}
+
+/* The same from the float set-up (stage_detect.cu's inline draw, no FP64 at all): lam within 1 u
+ * as before, but a and b within 10.3 u and 4.5 u (xt_ptrsf's figures) and 1/alpha = 1.1239 +
+ * 1.1328 / (b - 3.4) within 3.7 u (b - 3.4 amplifies b's error at most 1.61 times; the quotient is
+ * below 0.21 of 1/alpha > 1.12). t2's error stays within its figure above (its magnitude is at
+ * least ln b > 2.1, so the figure allows 2^-19.4, against 12 u = 2^-20.4); t1's exceeds its figure
+ * by at most 2.8 u = 2^-22.5, a 45th of eps (>= 2^-17), within the margin. d comes from the
+ * lam = li + lf + llo pair, (k - li + 1 - lf) - llo: two roundings, and 2^-43 lam from lam's
+ * error, far below its terms' figures. tests/test_chain.c checks this form against lgamma too. */
+static XT_INLINE XT_HOSTDEV void xt_ptrs_tf_of_f(const xt_ptrsf *p, xt_ptrs_tf *t) {
+  t->lam = p->lam;
+  t->a = 0.5f * p->a2;
+  t->b = p->b;
+  t->t1 = xt_logf_fast(1.1239f + 1.1328f / (p->b - 3.4f));
+}
+
+/* The float part on the try's V, us and count k (0 <= k < 16777215, whole: exact in float) and d =
+ * k + 1 - lam: 1 accepted, 0 rejected, -1 undecided (the double test decides). bscale scales the
+ * bound: 1 but in the test that shows a smaller bound fails. */
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test_f(const xt_ptrs_tf *t, float V, float us, float k, float d, float bscale) {
+  const float t0 = xt_logf_fast(V), t2 = xt_logf_fast(t->a / (us * us) + t->b);
+  float rhs, mag;
+  if (k >= 10.f) {
+    const float n = k + 1.f;
+    const float x = d / t->lam, L = log1pf(x), lh = t->lam * ((1.f + x) * L - x);
+    const float r = 1.f / n, r2 = r * r;
+    const float s = r * (1.f / 12 - r2 * (1.f / 360 - r2 * (1.f / 1260 - r2 / 1680)));
+    const float t3 = 0.5f * xt_logf_fast(n);
+    rhs = L - lh - t3 - 0.918938533f - s;
+    mag = fabsf(L) + lh + t3 + 1.f + fabsf(d);
+  } else {
+    const float kl = k * xt_logf_fast(t->lam), lf = (float)xt_log_factorial((double)k);
+    rhs = -t->lam + kl - lf;
+    mag = t->lam + kl + lf;
   }
+  const float diff = (t0 + t->t1 - t2) - rhs;
+  const float eps = bscale * 0x1p-18f * (fabsf(t0) + fabsf(t->t1) + fabsf(t2) + mag + 2.f);
+  if (diff < -eps) return 1;
+  if (diff > eps) return 0;
   return -1;
+}
+
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test_float(const xt_ptrs *p, double V, double us, double k) {
+  if (!(k < 16777215.0)) return -1;
+  xt_ptrs_tf t;
+  xt_ptrs_tf_of(p, &t);
+  return xt_ptrs_test_f(&t, (float)V, (float)us, (float)k, (float)(k + 1.0 - p->lam), 1.f);
 }
 
 static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {

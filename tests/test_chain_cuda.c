@@ -410,51 +410,71 @@ XT_TEST(cuda_replay_is_bit_identical) {
 }
 
 /* The fused path and the separate stage: raw, processed, expected and blurred signals of 2 frames with
- * quantum and electronic noise, bit for bit; the fused run took the fused path, the other did not. */
+ * quantum and electronic noise, bit for bit; the fused run took the fused path, the other did not. At
+ * four exposures, so that the fused path's float PTRS (stage_detect.cu) meets pixels of a few quanta,
+ * of about 10 (the inversion's edge) and of over 10^6 and past 2^22 (its resumed double path): lam =
+ * S^2/Q lies between S / kV and S / 10 keV (no absorbed quantum carries more than kV keV or, at 80 kV
+ * through the filters, less than 10), and the runs must reach both ends. */
 XT_TEST(cuda_fused_detect_equals_the_separate_stage) {
   if (no_gpu()) return;
   const int dim[3] = {80, 80, 80};
   const int types[2] = {XT_VOXEL_U8, XT_VOXEL_F32};
+  const double mas[4] = {0.0002, 0.02, 2.0, 40.0}; /* the head's quanta: 1-120, 100-12,000, 1e4-1.2e6, 2e5-2.4e7 */
   const size_t np = 256 * 256;
-  for (int k = 0; k < 2; k++) {
-    xt_model *m = NULL;
-    XT_REQUIRE(xt_phantom_head_model(dim, 2.4, types[k], &m, NULL) == 0);
-    xt_model *ms[1] = {m};
-    float *S[2], *D[2];
-    uint16_t *raw[2], *proc[2];
-    for (int run = 0; run < 2; run++) {
-      S[run] = malloc(np * sizeof(float));
-      D[run] = malloc(np * sizeof(float));
-      raw[run] = malloc(np * sizeof(uint16_t));
-      proc[run] = malloc(np * sizeof(uint16_t));
-      XT_REQUIRE(S[run] && D[run] && raw[run] && proc[run]);
-      xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1);
-      xt_chain *c = NULL;
-      xt_chain_params prm = xt_chain_params_default();
-      XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
-      c->unfused = run;
-      xt_chain_out out = {raw[run], proc[run], S[run], D[run]};
-      for (int f = 0; f < 2; f++) {
-        xt_geometry g = geom("fd20-256", 35.0 * f, -10.0 * f);
-        XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(7 + f), &out, NULL) == 0);
+  double lam_max = 0, lam_min = 1e300; /* lam's lower bound's largest, its upper bound's smallest */
+  for (int k = 0; k < 2; k++)
+    for (int e = 0; e < 4; e++) {
+      xt_model *m = NULL;
+      XT_REQUIRE(xt_phantom_head_model(dim, 2.4, types[k], &m, NULL) == 0);
+      xt_model *ms[1] = {m};
+      float *S[2], *D[2];
+      uint16_t *raw[2], *proc[2];
+      double kv = 0;
+      for (int run = 0; run < 2; run++) {
+        S[run] = malloc(np * sizeof(float));
+        D[run] = malloc(np * sizeof(float));
+        raw[run] = malloc(np * sizeof(uint16_t));
+        proc[run] = malloc(np * sizeof(uint16_t));
+        XT_REQUIRE(S[run] && D[run] && raw[run] && proc[run]);
+        xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1);
+        xt_chain *c = NULL;
+        xt_chain_params prm = xt_chain_params_default();
+        prm.mas = mas[e];
+        kv = prm.kv;
+        XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
+        c->unfused = run;
+        xt_chain_out out = {raw[run], proc[run], S[run], D[run]};
+        for (int f = 0; f < 2; f++) {
+          xt_geometry g = geom("fd20-256", 35.0 * f, -10.0 * f);
+          XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(7 + f), &out, NULL) == 0);
+        }
+        XT_CHECK_MSG(c->fused_frames == (run ? 0 : 2), "voxel type %d, mAs %g, run %d: %ld fused frames", k, mas[e],
+                     run, c->fused_frames);
+        xt_chain_destroy(c);
+        xt_proj_destroy(p);
       }
-      XT_CHECK_MSG(c->fused_frames == (run ? 0 : 2), "voxel type %d, run %d: %ld fused frames", k, run,
-                   c->fused_frames);
-      xt_chain_destroy(c);
-      xt_proj_destroy(p);
+      for (size_t i = 0; i < np; i++)
+        if (S[0][i] > 0.f) {
+          lam_max = fmax(lam_max, S[0][i] / kv);
+          lam_min = fmin(lam_min, S[0][i] / 10.0);
+        }
+      XT_CHECK_MSG(memcmp(S[0], S[1], np * sizeof(float)) == 0, "voxel type %d, mAs %g: expected signals differ", k,
+                   mas[e]);
+      XT_CHECK_MSG(memcmp(D[0], D[1], np * sizeof(float)) == 0, "voxel type %d, mAs %g: blurred signals differ", k,
+                   mas[e]);
+      XT_CHECK_MSG(memcmp(raw[0], raw[1], np * sizeof(uint16_t)) == 0, "voxel type %d, mAs %g: raw differs", k, mas[e]);
+      XT_CHECK_MSG(memcmp(proc[0], proc[1], np * sizeof(uint16_t)) == 0, "voxel type %d, mAs %g: processed differs", k,
+                   mas[e]);
+      for (int run = 0; run < 2; run++) {
+        free(S[run]);
+        free(D[run]);
+        free(raw[run]);
+        free(proc[run]);
+      }
+      xt_model_free(m);
     }
-    XT_CHECK_MSG(memcmp(S[0], S[1], np * sizeof(float)) == 0, "voxel type %d: expected signals differ", k);
-    XT_CHECK_MSG(memcmp(D[0], D[1], np * sizeof(float)) == 0, "voxel type %d: blurred signals differ", k);
-    XT_CHECK(memcmp(raw[0], raw[1], np * sizeof(uint16_t)) == 0);
-    XT_CHECK(memcmp(proc[0], proc[1], np * sizeof(uint16_t)) == 0);
-    for (int run = 0; run < 2; run++) {
-      free(S[run]);
-      free(D[run]);
-      free(raw[run]);
-      free(proc[run]);
-    }
-    xt_model_free(m);
-  }
+  XT_CHECK_MSG(lam_max > 4194304.0 && lam_min < 10.0, "quanta from %g up to at least %g: the range is not covered",
+               lam_min, lam_max);
 }
 
 XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)

@@ -9,39 +9,47 @@
 
 /* The split draw. Poisson counts above 10 come from PTRS (xt_chain_math.h): its quick step settles
  * ~3/4 of tries (0.86 vr: 0.67 at 100 quanta, 0.76 at 1000); the others take the full test, which
- * some lane of nearly every warp needs. That test is decided in float (xt_ptrs_test_float: four
- * MUFU logarithms and a log1pf, with a proven error bound) except for the few tries (~0.1 %) within
- * the bound of the boundary, which need it in double: a double path every warp would pay for inline.
- * So k_detect<true> makes the quick steps and the float tests inline; a pixel whose try stays
- * undecided is set aside (pixel, try, S, Q) in the block's shared list, and after the block's pass
- * its first lanes resume PTRS at those tries side by side (draw_resume), each generator seeked to its
- * try's draws: the same tries on the same numbers, so the same count as xt_detect_draw
- * (tests/test_chain_cuda.c compares the two paths bit for bit). The double test then costs one
- * warp of the few blocks that hold such a pixel (~0.1 % of the tests: a few hundred pixels at 1024^2)
- * while other blocks keep the GPU busy; a second kernel over a global list of them (k_draw_rest, up
- * to 7bab0f7) left the GPU nearly idle for 7.4 us a frame. The resumption's registers (72; 64 spill)
- * cost occupancy: blocks of 128, 7 an SM (28 warps, against 32 of 62-register blocks of 256 before);
- * k_detect<true> takes 50.4 us as before, and the 7.4 us are gone (H200, 2026-11-23). Returns the
- * energy, or 0 with *defer the try to resume. */
+ * some lane of nearly every warp needs. In the all-double form every try costs FP64 divisions and a
+ * square root a pixel: long dependent chains that stalled the latency-bound kernel. So the inline
+ * draw (draw_first) is all float: the set-up and the quick step (xt_ptrsf, xt_ptrs_quickf) and the
+ * full test on the float set-up (xt_ptrs_tf_of_f, xt_ptrs_test_f), each decided within a proven
+ * error bound of its boundary, which leaves ~0.2 % of tries undecided (0.02 % at 1000 quanta, 1 %
+ * near 1e6). A pixel whose try is undecided, or whose quanta lie near 10 or past 2^22, resumes PTRS
+ * at that try in double (draw_resume, the generator at the try's draws): the same tries on the same
+ * numbers, so the same count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit
+ * for bit). The lanes resume after the warp's other lanes are done: only warps holding such a pixel
+ * pay for the double path. (Until round 6 a block gathered its deferred pixels in shared memory and
+ * its first lanes resumed them after a barrier; without the barrier and with the float set-up the
+ * kernel takes 43.2 us at (a) against 50.5, H200, 2026-11-23.) */
+
+/* The generator's block `blk` of the quanta stream: words 2 it, 2 it + 1 of try it are block it / 2's
+ * words 0, 1 (it even) or 2, 3 (odd), what xt_rng_u32 returns, without its dynamic selection. */
+static __device__ __forceinline__ xt_u32x4 try_words(const xt_rng *g, unsigned blk) {
+  const xt_u32x4 c = {{g->pixel, g->flo, g->fhi, (g->stream << 16) | (blk & 0xFFFFu)}};
+  return xt_philox4x32_10(c, g->k0, g->k1);
+}
+
+/* The inline draw: returns the energy, or 0 with *defer the try to resume. */
 static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, int *defer) {
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
   xt_ptrsf pf;
-  if (!xt_ptrsf_init(&pf, s, q) || pf.lam < 10.001f) { /* lam near or below 10, or out of the float set-up's range */
-    const double n = xt_detect_quanta(s, q);
-    if (n < 10.0)
-      return xt_detect_energy(xt_rng_poisson(g, n), s, q);
+  if (!xt_ptrsf_init(&pf, s, q) || pf.lam < 10.001f) { /* lam below or near 10 (inversion), or out of the float set-up's range */
     *defer = 0;
     return 0.f;
   }
   xt_ptrs_tf tf;
   xt_ptrs_tf_of_f(&pf, &tf);
+  const double e = (double)q / (double)s; /* xt_detect_energy's factor, its division off the tries' path */
+  xt_u32x4 w = {{0, 0, 0, 0}};
   for (int it = 0; it < XT_PTRS_MAX_TRIES; it++) {
-    const uint32_t ju = xt_rng_u32(g), jv = xt_rng_u32(g);
+    if (!(it & 1))
+      w = try_words(g, (unsigned)it >> 1);
+    const uint32_t ju = (it & 1) ? w.v[2] : w.v[0], jv = (it & 1) ? w.v[3] : w.v[1];
     float k;
     const int r = xt_ptrs_quickf(&pf, ju, jv, &k);
     if (r > 0)
-      return xt_detect_energy(k, s, q);
+      return (float)((double)k * e);
     if (r == -2) {
       *defer = it;
       return 0.f;
@@ -51,7 +59,7 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
       const float V = __ull2float_rn(2ull * jv + 1ull) * 0x1p-33f;
       const int f = xt_ptrs_test_f(&tf, V, us, k, ((k - pf.li) + 1.f - pf.lf) - pf.llo, 1.f);
       if (f > 0)
-        return xt_detect_energy(k, s, q);
+        return (float)((double)k * e);
       if (f < 0) {
         *defer = it;
         return 0.f;
@@ -62,22 +70,18 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
 }
 
 #define DETECT_SUMS_BLOCK 128   /* k_detect<true>'s block (k_detect<false> keeps XT_STAGE_BLOCK) */
-#define DETECT_SUMS_MIN_BLOCKS 7 /* its blocks an SM: 72 registers a thread */
+#define DETECT_SUMS_MIN_BLOCKS 8 /* its blocks an SM: 64 registers a thread, 32 warps */
 
-/* A pixel whose draw is resumed after the block's pass. */
-typedef struct draw_rest {
-  uint32_t i; /* pixel */
-  int it;     /* the PTRS try to resume */
-  float s, q; /* its expected signal and second moment */
-} draw_rest;
-
-/* The deferred draw e: PTRS resumed at its try, the generator seeked to the try's draws (what
- * xt_detect_draw computes for the pixel, bit for bit). */
-static __device__ __forceinline__ float draw_resume(const xt_chain_frame_const &fc, const draw_rest &e) {
+/* The deferred draw of pixel i: PTRS in double resumed at try it0, the generator seeked to the
+ * try's draws (what xt_detect_draw computes for the pixel, bit for bit). A generator of its own:
+ * the inline one's fields would stay live through the draw. */
+static __device__ __forceinline__ float draw_resume(const xt_chain_frame_const &fc, unsigned i, int it0, float s,
+                                                   float q) {
   xt_rng g;
-  xt_rng_init(&g, fc.seed, fc.frame, e.i, XT_RNG_QUANTA);
-  xt_rng_seek(&g, 2u * (unsigned)e.it);
-  return xt_detect_energy(xt_ptrs_from(&g, xt_detect_quanta(e.s, e.q), e.it), e.s, e.q);
+  xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
+  xt_rng_seek(&g, 2u * (unsigned)it0);
+  const double lam = xt_detect_quanta(s, q);
+  return xt_detect_energy(lam < 10.0 ? xt_rng_poisson(&g, lam) : xt_ptrs_from_t(&g, lam, it0, 0), s, q); /* lam < 10: it0 = 0 */
 }
 
 /* Thread mapping: a grid-stride loop over the render pixels (linear index), so that each block
@@ -91,8 +95,6 @@ __global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUM
     k_detect(const xt_chain_tables *tab, const __grid_constant__ xt_chain_frame_const fc, const float *A, float *X,
              float *S) {
   __shared__ xt_chain_tables t;
-  __shared__ draw_rest s_rest[SUMS ? DETECT_SUMS_BLOCK : 1]; /* the pass's deferred draws */
-  __shared__ unsigned s_n;
   if (!SUMS) {
     const int words = (int)(sizeof t / 4);
     const unsigned *src = (const unsigned *)tab;
@@ -135,25 +137,9 @@ __global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUM
         xt_rng g;
         xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
         const float x = SUMS ? draw_first(s, q, &g, &defer) : xt_detect_draw(s, q, &g);
-        if (defer < 0)
-          X[i] = x;
+        X[i] = defer < 0 ? x : draw_resume(fc, i, defer, s, q); /* SUMS: resumed once the warp's other lanes are done */
       } else {
         X[i] = s;
-      }
-    }
-    if (SUMS && fc.noise) { /* the pass's deferred draws, gathered, then resumed side by side by the first lanes */
-      if (threadIdx.x == 0)
-        s_n = 0;
-      __syncthreads();
-      if (defer >= 0) {
-        const draw_rest e = {i, defer, s, q};
-        s_rest[atomicAdd(&s_n, 1u)] = e;
-      }
-      __syncthreads();
-      const unsigned m = s_n; /* the same for every thread */
-      if (threadIdx.x < m) {
-        const draw_rest e = s_rest[threadIdx.x];
-        X[e.i] = draw_resume(fc, e);
       }
     }
     if (SUMS)

@@ -337,17 +337,24 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_test_float(const xt_ptrs *p, double V, d
   return xt_ptrs_test_f(&t, (float)V, (float)us, (float)k, (float)(k + 1.0 - p->lam), 1.f);
 }
 
-static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {
-  const int f = xt_ptrs_test_float(p, V, us, k);
-  if (f >= 0) return f;
+/* The test in double alone: the same answer as xt_ptrs_test (whose float part answers only where it
+ * agrees), for code that would rather not hold both (stage_detect.cu's resumed draws). */
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test_double(const xt_ptrs *p, double V, double us, double k) {
   const double invalpha = xt_ptrs_invalpha(p);
   return log(V) + log(invalpha) - log(p->a / (us * us) + p->b) <= -p->lam + k * log(p->lam) - xt_log_factorial(k);
 }
 
+static XT_INLINE XT_HOSTDEV int xt_ptrs_test(const xt_ptrs *p, double V, double us, double k) {
+  const int f = xt_ptrs_test_float(p, V, us, k);
+  if (f >= 0) return f;
+  return xt_ptrs_test_double(p, V, us, k);
+}
+
 #define XT_PTRS_MAX_TRIES 1000
 
-/* PTRS from try `it0` on (lam >= 10; the generator at u32 draw 2 it0). */
-static XT_INLINE XT_HOSTDEV double xt_ptrs_from(xt_rng *g, double lam, int it0) {
+/* PTRS from try `it0` on (lam >= 10; the generator at u32 draw 2 it0); float_first 0: the full test
+ * in double alone (the same counts). */
+static XT_INLINE XT_HOSTDEV double xt_ptrs_from_t(xt_rng *g, double lam, int it0, int float_first) {
   xt_ptrs p;
   xt_ptrs_init(&p, lam);
   for (int it = it0; it < XT_PTRS_MAX_TRIES; it++) {
@@ -356,10 +363,12 @@ static XT_INLINE XT_HOSTDEV double xt_ptrs_from(xt_rng *g, double lam, int it0) 
     const int r = xt_ptrs_quick(&p, U, V, &k, &us);
     if (r > 0) return k;
     if (r == 0) continue;
-    if (xt_ptrs_test(&p, V, us, k)) return k;
+    if (float_first ? xt_ptrs_test(&p, V, us, k) : xt_ptrs_test_double(&p, V, us, k)) return k;
   }
   return floor(lam + 0.5); /* not reached in practice (acceptance ~ 0.9 per try) */
 }
+
+static XT_INLINE XT_HOSTDEV double xt_ptrs_from(xt_rng *g, double lam, int it0) { return xt_ptrs_from_t(g, lam, it0, 1); }
 
 static XT_INLINE XT_HOSTDEV double xt_rng_poisson(xt_rng *g, double lam) {
   if (!(lam > 0)) return 0.0;

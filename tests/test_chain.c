@@ -64,8 +64,8 @@ XT_TEST(poisson_sampler_has_poisson_moments) {
   }
 }
 
-/* PTRS's full test (float first, double where the float is undecided) against the test written
- * directly in double with lgamma: the same answer for every try that reaches it, over many tries at
+/* PTRS's full test (float first, double where the float is undecided; and the double alone, as the
+ * GPU's resumed draws take it) against the test written directly in double with lgamma: the same answer for every try that reaches it, over many tries at
  * quanta from 10 to 2.5e6, except where the oracle's own two sides are within 1e-9 (its rounding). */
 XT_TEST(ptrs_full_test_matches_double_lgamma) {
   const double lams[] = {10.0, 12.7, 47.5, 300.0, 5000.0, 2.5e6};
@@ -85,6 +85,7 @@ XT_TEST(ptrs_full_test_matches_double_lgamma) {
       if (fabs(lhs - rhs) < 1e-9) continue;
       tested++;
       XT_CHECK_MSG(xt_ptrs_test(&p, V, us, k) == (lhs <= rhs), "lambda %g k %g: %g vs %g", lams[l], k, lhs, rhs);
+      XT_CHECK_MSG(xt_ptrs_test_double(&p, V, us, k) == (lhs <= rhs), "double alone, lambda %g k %g", lams[l], k);
     }
   }
   XT_CHECK(tested > 100000);

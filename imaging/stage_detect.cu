@@ -34,7 +34,7 @@ static __device__ __forceinline__ float draw_first(float s, float q, xt_rng *g, 
   if (!(s > 0.f) || !(q > 0.f))
     return 0.f;
   xt_ptrsf pf;
-  if (!xt_ptrsf_init(&pf, s, q) || pf.lam < 10.001f) { /* lam below or near 10 (inversion), or out of the float set-up's range */
+  if (!xt_ptrsf_init(&pf, s, q) || pf.lam < 10.001f) { /* below or near 10 (inversion), or past the float range */
     *defer = 0;
     return 0.f;
   }
@@ -81,12 +81,13 @@ static __device__ __forceinline__ float draw_resume(const xt_chain_frame_const &
   xt_rng_init(&g, fc.seed, fc.frame, i, XT_RNG_QUANTA);
   xt_rng_seek(&g, 2u * (unsigned)it0);
   const double lam = xt_detect_quanta(s, q);
-  return xt_detect_energy(lam < 10.0 ? xt_rng_poisson(&g, lam) : xt_ptrs_from_t(&g, lam, it0, 0), s, q); /* lam < 10: it0 = 0 */
+  const double K = lam < 10.0 ? xt_rng_poisson(&g, lam) /* it0 = 0 */ : xt_ptrs_from_t(&g, lam, it0, 0);
+  return xt_detect_energy(K, s, q);
 }
 
 /* Thread mapping: a grid-stride loop over the render pixels (linear index), so that each block
  * copies the tables (5 KB) into shared memory once for many pixels; SUMS: one pixel a thread, one
- * pass a block (no tables to amortise; the pass's barriers gather its deferred draws). In: A (nch
+ * pass a block (no tables to amortise; a lane's deferred draw resumed at its end). In: A (nch
  * channel planes; SUMS: the 2 planes of the spectral sums), the tables. Out: X, and S when
  * non-NULL. The flat field is not stored: the readout evaluates it (xt_stage_flat_adu). (The
  * minimum of 0 blocks for k_detect<false> is "none given": its code is the same as without one.) */
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUM
       }
     }
     if (SUMS)
-      break; /* one pass a block (the launch covers the plane): nothing is carried past the resumed draws */
+      break; /* one pass a block (the launch covers the plane) */
   }
 }
 

@@ -65,8 +65,9 @@ XT_TEST(poisson_sampler_has_poisson_moments) {
 }
 
 /* PTRS's full test (float first, double where the float is undecided; and the double alone, as the
- * GPU's resumed draws take it) against the test written directly in double with lgamma: the same answer for every try that reaches it, over many tries at
- * quanta from 10 to 2.5e6, except where the oracle's own two sides are within 1e-9 (its rounding). */
+ * GPU's resumed draws take it) against the test written directly in double with lgamma: the same
+ * answer for every try that reaches it, over many tries at quanta from 10 to 2.5e6, except where the
+ * oracle's own two sides are within 1e-9 (its rounding). */
 XT_TEST(ptrs_full_test_matches_double_lgamma) {
   const double lams[] = {10.0, 12.7, 47.5, 300.0, 5000.0, 2.5e6};
   long tested = 0;
@@ -115,7 +116,8 @@ typedef struct quickf_tally {
   long tries, undecided, wrong;
 } quickf_tally;
 
-static void quickf_count(quickf_tally *t, const xt_ptrsf *pf, const xt_ptrs *p, uint32_t ju, uint32_t jv, float bscale) {
+static void quickf_count(quickf_tally *t, const xt_ptrsf *pf, const xt_ptrs *p, uint32_t ju, uint32_t jv,
+                         float bscale) {
   const int r = quickf_vs_double(pf, p, ju, jv, bscale);
   t->tries++;
   t->undecided += r < 0;
@@ -205,13 +207,13 @@ XT_TEST(ptrs_float_quick_step_matches_double) {
     elam = fmax(elam, fabs(((double)pf.li + pf.lf + pf.llo) - lam) / lam / 0x1p-44);
     for (int j = 0; j < 30; j++) quickf_count(&t, &pf, &p, xt_rng_u32(&g), xt_rng_u32(&g), 1.f);
   }
-  XT_CHECK_MSG(eb <= 4.5 && ea <= 10.3 && evr <= 7.1 && elam <= 1.0, "set-up errors b %g u, a %g u, vr %g u, lam %g 2^-44",
-               eb, ea, evr, elam);
-  XT_CHECK_MSG(t.wrong == 0 && t.tries == 6000000 && t.undecided < t.tries / 200, "random: %ld wrong, %ld undecided of %ld",
-               t.wrong, t.undecided, t.tries);
+  XT_CHECK_MSG(eb <= 4.5 && ea <= 10.3 && evr <= 7.1 && elam <= 1.0,
+               "set-up errors b %g u, a %g u, vr %g u, lam %g 2^-44", eb, ea, evr, elam);
+  XT_CHECK_MSG(t.wrong == 0 && t.tries == 6000000 && t.undecided < t.tries / 200,
+               "random: %ld wrong, %ld undecided of %ld", t.wrong, t.undecided, t.tries);
   const quickf_tally nb = quickf_near_boundaries(1.f, 100000);
-  XT_CHECK_MSG(nb.wrong == 0 && nb.tries > 3000000 && nb.undecided < nb.tries, "near boundaries: %ld wrong, %ld undecided of %ld",
-               nb.wrong, nb.undecided, nb.tries);
+  XT_CHECK_MSG(nb.wrong == 0 && nb.tries > 3000000 && nb.undecided < nb.tries,
+               "near boundaries: %ld wrong, %ld undecided of %ld", nb.wrong, nb.undecided, nb.tries);
   const quickf_tally small = quickf_near_boundaries(1.f / 64, 100000);
   XT_CHECK_MSG(small.wrong > 0, "a bound 64 times smaller: %ld wrong of %ld", small.wrong, small.tries);
 }

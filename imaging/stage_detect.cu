@@ -13,14 +13,16 @@
  * square root a pixel: long dependent chains that stalled the latency-bound kernel. So the inline
  * draw (draw_first) is all float: the set-up and the quick step (xt_ptrsf, xt_ptrs_quickf) and the
  * full test on the float set-up (xt_ptrs_tf_of_f, xt_ptrs_test_f), each decided within a proven
- * error bound of its boundary, which leaves ~0.2 % of tries undecided (0.02 % at 1000 quanta, 1 %
- * near 1e6). A pixel whose try is undecided, or whose quanta lie near 10 or past 2^22, resumes PTRS
- * at that try in double (draw_resume, the generator at the try's draws): the same tries on the same
- * numbers, so the same count as xt_detect_draw (tests/test_chain_cuda.c compares the two paths bit
- * for bit). The lanes resume after the warp's other lanes are done: only warps holding such a pixel
- * pay for the double path. (Until round 6 a block gathered its deferred pixels in shared memory and
- * its first lanes resumed them after a barrier; without the barrier and with the float set-up the
- * kernel takes 43.2 us at (a) against 50.5, H200, 2026-11-23.) */
+ * error bound of its boundary, which leaves a try undecided at 0.06 % of pixels at 1000 quanta,
+ * 0.16 % at 1e4, 1.4 % at 1e6. A pixel whose try is undecided, or whose quanta lie below or near 10
+ * (the inversion) or past 2^22, resumes the draw at that try in double (draw_resume, the generator
+ * at the try's draws): the same tries on the same numbers, so the same count as xt_detect_draw
+ * (tests/test_chain_cuda.c compares the two paths bit for bit at 1 to 2.4e7 quanta). The lanes
+ * resume after the warp's other lanes are done: only warps holding such a pixel pay for the double
+ * path, and the resumed test is the double one alone (xt_ptrs_test_double, the same answers): 64
+ * registers, 8 blocks of 128 an SM (32 warps). Until round 6 every try took FP64 divisions, and a
+ * block gathered its deferred pixels in shared memory for its first lanes to resume after a barrier
+ * (72 registers, 7 blocks): 50.5 us a frame at (a); now 41.5 (H200, 2026-11-23). */
 
 /* The generator's block `blk` of the quanta stream: words 2 it, 2 it + 1 of try it are block it / 2's
  * words 0, 1 (it even) or 2, 3 (odd), what xt_rng_u32 returns, without its dynamic selection. */

@@ -201,8 +201,8 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quick(const xt_ptrs *p, double U, double
  * the division, the sum, |U|'s 2, the product). z = +-T + 0.43 + llo + lf adds 3 u (T + 2), and the
  * double x itself is within 2^-50 (T + lam + 2) of the exact value. Altogether |z - (x - li)| <=
  * 2^-19.6 (T + 1) + 2^-43 lam; eps = 2^-18 (T + 1) + 2^-40 lam has a margin of 3 or more. Where
- * floor(z - eps) = floor(z + eps), floor(x) = li + that floor; elsewhere (2 eps of the tries: 0.02
- * % at 1000 quanta, 0.6 % at 1e6) the double step decides. vr = 0.9277 - 3.6224 / (b - 2) is
+ * floor(z - eps) = floor(z + eps), floor(x) = li + that floor; elsewhere (~2 eps of the tries:
+ * 0.03 % at 1000 quanta, 0.07 % at 1e4, 0.7 % at 1e6) the double step decides. vr = 0.9277 - 3.6224 / (b - 2) is
  * within 7.1 u (b - 2 amplifies b's error by at most 1.29; the quotient is below 0.53) and V within
  * 2 u, so |V - vr|'s float error is below 2^-21: eps_v = 2^-19. tests/test_chain.c measures the
  * set-up's errors against these figures and compares the step with xt_ptrs_quick over many millions

@@ -92,11 +92,14 @@ XT_TEST(ptrs_full_test_matches_double_lgamma) {
   XT_CHECK(tested > 100000);
 }
 
-/* A pixel (S, Q) of about lam quanta of E keV each, and the double quanta it gives. */
-static double quickf_pixel(double lam, double E, float *S, float *Q) {
-  *S = (float)(lam * E);
-  *Q = (float)((double)*S * E);
-  return xt_detect_quanta(*S, *Q);
+/* A random pixel (S, Q): quanta log-uniform in 10..4e6 of 20-100 keV each; its PTRS set-ups in
+ * double (*p) and float (*pf). Returns the double quanta, or -that where the float set-up declines. */
+static double quickf_pixel(xt_rng *g, xt_ptrs *p, xt_ptrsf *pf) {
+  const double lam0 = 10.0 * pow(4e5, xt_rng_uniform(g)), E = 20.0 + 80.0 * xt_rng_uniform(g);
+  const float S = (float)(lam0 * E), Q = (float)((double)S * E);
+  const double lam = xt_detect_quanta(S, Q);
+  xt_ptrs_init(p, lam);
+  return xt_ptrsf_init(pf, S, Q) ? lam : -lam;
 }
 
 /* One try, float step (bound scaled by bscale) against the double step: 1 they differ, 0 they
@@ -132,12 +135,9 @@ static quickf_tally quickf_near_boundaries(float bscale, int pixels) {
   xt_rng g;
   xt_rng_init(&g, 11, 0, 0, XT_RNG_QUANTA);
   for (int i = 0; i < pixels; i++) {
-    float S, Q;
-    const double lam = quickf_pixel(10.0 * pow(4e5, xt_rng_uniform(&g)), 20.0 + 80.0 * xt_rng_uniform(&g), &S, &Q);
-    xt_ptrsf pf;
-    if (!xt_ptrsf_init(&pf, S, Q)) continue;
     xt_ptrs p;
-    xt_ptrs_init(&p, lam);
+    xt_ptrsf pf;
+    if (quickf_pixel(&g, &p, &pf) < 0) continue;
     /* floor(x)'s steps: bisect between two words whose floors differ */
     uint32_t lo = xt_rng_u32(&g), hi = xt_rng_u32(&g);
     if (lo > hi) {
@@ -192,15 +192,13 @@ XT_TEST(ptrs_float_quick_step_matches_double) {
   quickf_tally t = {0, 0, 0};
   double eb = 0, ea = 0, evr = 0, elam = 0;
   for (int i = 0; i < 200000; i++) {
-    float S, Q;
-    const double lam = quickf_pixel(10.0 * pow(4e5, xt_rng_uniform(&g)), 20.0 + 80.0 * xt_rng_uniform(&g), &S, &Q);
+    xt_ptrs p;
     xt_ptrsf pf;
-    if (!xt_ptrsf_init(&pf, S, Q)) {
-      XT_CHECK_MSG(lam >= 4194303.0, "lambda %g declined", lam);
+    const double lam = quickf_pixel(&g, &p, &pf);
+    if (lam < 0) {
+      XT_CHECK_MSG(-lam >= 4194303.0, "lambda %g declined", -lam);
       continue;
     }
-    xt_ptrs p;
-    xt_ptrs_init(&p, lam);
     eb = fmax(eb, fabs(pf.b - p.b) / p.b / u);
     ea = fmax(ea, fabs(0.5 * pf.a2 - p.a) / p.a / u);
     evr = fmax(evr, fabs(pf.vr - p.vr) / u);
@@ -229,12 +227,9 @@ static long full_test_f_wrong(float bscale, long *tested) {
   xt_rng_init(&g, 13, 0, 0, XT_RNG_QUANTA);
   *tested = 0;
   for (int i = 0; i < 20000; i++) {
-    float S, Q;
-    const double lam = quickf_pixel(10.0 * pow(4e5, xt_rng_uniform(&g)), 20.0 + 80.0 * xt_rng_uniform(&g), &S, &Q);
-    xt_ptrsf pf;
-    if (!xt_ptrsf_init(&pf, S, Q)) continue;
     xt_ptrs p;
-    xt_ptrs_init(&p, lam);
+    xt_ptrsf pf;
+    if (quickf_pixel(&g, &p, &pf) < 0) continue;
     xt_ptrs_tf tf;
     xt_ptrs_tf_of_f(&pf, &tf);
     for (int j = 0; j < 100; j++) {

@@ -202,9 +202,9 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quick(const xt_ptrs *p, double U, double
  * double x itself is within 2^-50 (T + lam + 2) of the exact value. Altogether |z - (x - li)| <=
  * 2^-19.6 (T + 1) + 2^-43 lam; eps = 2^-18 (T + 1) + 2^-40 lam has a margin of 3 or more. Where
  * floor(z - eps) = floor(z + eps), floor(x) = li + that floor; elsewhere (~2 eps of the tries:
- * 0.03 % at 1000 quanta, 0.07 % at 1e4, 0.7 % at 1e6) the double step decides. vr = 0.9277 - 3.6224 / (b - 2) is
- * within 7.1 u (b - 2 amplifies b's error by at most 1.29; the quotient is below 0.53) and V within
- * 2 u, so |V - vr|'s float error is below 2^-21: eps_v = 2^-19. tests/test_chain.c measures the
+ * 0.03 % at 1000 quanta, 0.07 % at 1e4, 0.7 % at 1e6) the double step decides. vr = 0.9277 -
+ * 3.6224 / (b - 2) is within 7.1 u (b - 2 amplifies b's error by at most 1.29; the quotient is below
+ * 0.53) and V within 2 u, so |V - vr|'s float error is below 2^-21: eps_v = 2^-19. tests/test_chain.c measures the
  * set-up's errors against these figures and compares the step with xt_ptrs_quick over many millions
  * of tries and near every boundary, and shows that a bound 64 times smaller fails. Past lam = 2^22
  * (li must stay exact with room) or for S^2 below float's normal range xt_ptrsf_init declines. */
@@ -234,8 +234,8 @@ static XT_INLINE XT_HOSTDEV int xt_ptrsf_init(xt_ptrsf *p, float S, float Q) {
 }
 
 /* The try on draws (ju, jv): 1 accepted (*k, whole, in float), 0 rejected, -1 the full test
- * decides (*k), -2 undecided in float (xt_ptrs_quick decides). bscale scales the bounds: 1 but in the test that
- * shows a smaller bound fails. */
+ * decides (*k), -2 undecided in float (xt_ptrs_quick decides). bscale scales the bounds: 1 but in
+ * the test that shows a smaller bound fails. */
 static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju, uint32_t jv, float bscale, float *k) {
   const int pos = (int)(ju >> 31);
   const uint32_t m = pos ? ~ju : ju;
@@ -247,7 +247,7 @@ static XT_INLINE XT_HOSTDEV int xt_ptrs_quickf_b(const xt_ptrsf *p, uint32_t ju,
   const float eps = bscale * (0x1p-18f * (T + 1.f) + 0x1p-40f * p->lam);
   const float f = floorf(z - eps);
   if (f != floorf(z + eps)) return -2;
-  *k = p->li + f; /* exact: a decided k has |f| < 2^18 (eps < 1/2), li < 2^22 */
+  *k = p->li + f; /* exact: a decided k has T < 2^18 (else eps >= 1), so |f| < 2^19; li < 2^22 */
   if (m >= XT_PTRS_M07) { /* us >= 0.07: V <= vr accepts */
     const float V = fmaf((float)jv, 0x1p-32f, 0x1p-33f), ev = bscale * 0x1p-19f;
     if (V < p->vr - ev) return 1;
@@ -368,7 +368,9 @@ static XT_INLINE XT_HOSTDEV double xt_ptrs_from_t(xt_rng *g, double lam, int it0
   return floor(lam + 0.5); /* not reached in practice (acceptance ~ 0.9 per try) */
 }
 
-static XT_INLINE XT_HOSTDEV double xt_ptrs_from(xt_rng *g, double lam, int it0) { return xt_ptrs_from_t(g, lam, it0, 1); }
+static XT_INLINE XT_HOSTDEV double xt_ptrs_from(xt_rng *g, double lam, int it0) {
+  return xt_ptrs_from_t(g, lam, it0, 1);
+}
 
 static XT_INLINE XT_HOSTDEV double xt_rng_poisson(xt_rng *g, double lam) {
   if (!(lam > 0)) return 0.0;

@@ -55,10 +55,11 @@ int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chai
 /* blur: in -> out (rows then columns, one kernel) */
 int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
 /* readout: D -> raw (ADC codes); lag state updated; Y (non-NULL when the frame is processed): the
- * processing's pass 1 at the non-defective pixels */
+ * processing's pass 1 at the non-defective pixels, and Yd: Y's value (the state before this frame)
+ * copied at the defective ones, which k_process_out computes */
 int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *gain,
                           const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
-                          float *Y, cudaStream_t st, xt_msg *msg);
+                          float *Y, float *Yd, cudaStream_t st, xt_msg *msg);
 
 /* The flat field an output pixel (r, c) collects, in ADU: xt_flat_expect over its bin (the same
  * sums in the same order wherever it is evaluated: readout and defect interpolation). */
@@ -71,10 +72,15 @@ static __device__ __forceinline__ float xt_stage_flat_adu(const xt_chain_frame_c
   return f * fc.ro.adu_per_kev;
 }
 
-/* process, after xt_stage_readout_cuda with Y: raw -> Y at the defective pixels (list: their
- * output indices, n of them, xt_chain_cuda_upload builds it from the defect map) -> proc */
+/* process, after xt_stage_readout_cuda with Y and Yd: raw -> Y at the defective pixels -> proc. The
+ * defective pixels by tile of k_process_out (XT_POUT_TW x XT_POUT_TH output pixels, tile b =
+ * row-major over the tile grid, with a 1-pixel halo): their output indices bl[boff[b] ..
+ * boff[b + 1]); boff NULL when there are none. xt_chain_cuda_upload builds them from the defect map. */
+#define XT_POUT_TW 32
+#define XT_POUT_TH 32
 int xt_stage_process_cuda(const xt_chain_frame_const *fc, const xt_chain_tables *d_tab, const float *gain,
-                          const float *offset, const unsigned char *defect, const uint32_t *list, unsigned n,
-                          const uint16_t *raw, float *Y, uint16_t *proc, cudaStream_t st, xt_msg *msg);
+                          const float *offset, const unsigned char *defect, const uint32_t *boff, const uint32_t *bl,
+                          const uint16_t *raw, const float *Yd, float *Y, uint16_t *proc, cudaStream_t st,
+                          xt_msg *msg);
 
 #endif /* XT_STAGE_CUDA_H */

@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(BLUR_THREADS)
   const int ru = bu.r, rv = bv.r, ih = BLUR_TH + 2 * rv;
   const int c0 = blockIdx.x * BLUR_TW, r0 = blockIdx.y * BLUR_TH;
   const int tid = threadIdx.y * BLUR_TW + threadIdx.x;
+  xt_stage_wait_prior(); /* in: k_detect's */
   constexpr int LP = (BLUR_IH * BLUR_IW + BLUR_THREADS - 1) / BLUR_THREADS;
   float v[LP];
 #pragma unroll
@@ -79,7 +80,6 @@ int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *o
   if (fc->bu.r > XT_BLUR_MAX_R || fc->bv.r > XT_BLUR_MAX_R || fc->bu.r < 0 || fc->bv.r < 0)
     return xt_fail(msg, XT_EINTERNAL, "chain: blur radius %d, %d", fc->bu.r, fc->bv.r);
   const dim3 grid((unsigned)((fc->cols + BLUR_TW - 1) / BLUR_TW), (unsigned)((fc->rows + BLUR_TH - 1) / BLUR_TH));
-  k_blur<<<grid, dim3(BLUR_TW, BLUR_BY), 0, st>>>(fc->bu, fc->bv, fc->cols, fc->rows, in, out);
-  XT_SCK(cudaGetLastError());
+  XT_SCK(xt_stage_launch(k_blur, grid, dim3(BLUR_TW, BLUR_BY), st, fc->bu, fc->bv, fc->cols, fc->rows, in, out));
   return 0;
 }

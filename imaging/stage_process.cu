@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_const
     j0 = __ldg(boff + b);
     nj = __ldg(boff + b + 1) - j0;
   }
+  xt_stage_wait_prior(); /* Y, Yd, raw: k_readout's */
   constexpr int PASSES = (POUT_CELLS + POUT_THREADS - 1) / POUT_THREADS;
   float v[PASSES];
 #pragma unroll
@@ -173,7 +174,7 @@ int xt_stage_process_cuda(const xt_chain_frame_const *fc, const xt_chain_tables 
                           const uint16_t *raw, const float *Yd, float *Y, uint16_t *proc, cudaStream_t st,
                           xt_msg *msg) {
   const dim3 grid((unsigned)((fc->ocols + POUT_TW - 1) / POUT_TW), (unsigned)((fc->orows + POUT_TH - 1) / POUT_TH));
-  k_process_out<<<grid, dim3(POUT_TW, POUT_BY), 0, st>>>(*fc, d_tab, gain, offset, defect, boff, bl, raw, Yd, Y, proc);
-  XT_SCK(cudaGetLastError());
+  XT_SCK(xt_stage_launch(k_process_out, grid, dim3(POUT_TW, POUT_BY), st, *fc, d_tab, gain, offset, defect, boff, bl, raw,
+                         Yd, Y, proc));
   return 0;
 }

@@ -27,6 +27,9 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
   if (o >= oplane) return;
   int r, c;
   xt_stage_rc(o, fc.ocols, &r, &c);
+  const float gn = __ldg(gain + o), of = __ldg(offset + o);
+  const unsigned char dc = __ldg(defect + o);
+  xt_stage_wait_prior(); /* D: k_blur's */
   const int b = fc.ro.bin;
   float x = 0.f;
   for (int dy = 0; dy < b; dy++)
@@ -38,8 +41,6 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
   for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = lag_on ? lag[(size_t)oplane * k + o] : 0.f;
   xt_rng g;
   xt_rng_init(&g, fc.seed, fc.frame, (uint32_t)o, XT_RNG_READ);
-  const float gn = gain[o], of = offset[o];
-  const unsigned char dc = defect[o];
   const uint16_t code = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gn, of, dc, &g);
   raw[o] = code;
   if (lag_on)
@@ -58,8 +59,7 @@ int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_con
                           const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
                           float *Y, float *Yd, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->ocols * fc->orows;
-  k_readout<<<(unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK), XT_STAGE_BLOCK, 0, st>>>(*fc, d_tab, gain, offset,
-                                                                                               defect, D, lag, raw, Y, Yd);
-  XT_SCK(cudaGetLastError());
+  XT_SCK(xt_stage_launch(k_readout, dim3((unsigned)((n + XT_STAGE_BLOCK - 1) / XT_STAGE_BLOCK)), dim3(XT_STAGE_BLOCK), st,
+                         *fc, d_tab, gain, offset, defect, D, lag, raw, Y, Yd));
   return 0;
 }

@@ -22,6 +22,34 @@ static __device__ __forceinline__ void xt_stage_rc(unsigned i, int cols, int *r,
   *c = (int)(i - q * (unsigned)cols);
 }
 
+/* Programmatic dependent launch (Hopper) of the stages after k_detect: each is launched with
+ * xt_stage_launch, so the device may set up its grid and start its blocks as the kernel before it
+ * in the stream ends, without the gap of a stream's kernel boundary, and waits with
+ * xt_stage_wait_prior before it reads anything that kernel (or one before it) wrote. No stage
+ * triggers its dependants early: a dependant's blocks start after every block of the kernel before
+ * it has exited, so what a stage reads before its wait (the panel maps and the defect lists, which
+ * change only at an upload, waited for) is never being written. Without the attribute (or before
+ * sm_90) the wait is a no-op and the launch an ordinary one. */
+static __device__ __forceinline__ void xt_stage_wait_prior(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+template <typename... P, typename... A>
+static cudaError_t xt_stage_launch(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st, A... a) {
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, k, a...);
+}
+
 /* Every CUDA call in host code: on failure, one line naming the call, into msg. */
 #define XT_SCK(call)                                                                                           \
   do {                                                                                                         \

@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(BLUR_THREADS)
   const int ru = bu.r, rv = bv.r, ih = BLUR_TH + 2 * rv;
   const int c0 = blockIdx.x * BLUR_TW, r0 = blockIdx.y * BLUR_TH;
   const int tid = threadIdx.y * BLUR_TW + threadIdx.x;
+  xt_stage_release_next();
   xt_stage_wait_prior(); /* in: k_detect's */
   constexpr int LP = (BLUR_IH * BLUR_IW + BLUR_THREADS - 1) / BLUR_THREADS;
   float v[LP];
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(BLUR_THREADS)
       int y = r0 - rv + ly, x = c0 - XT_BLUR_MAX_R + lx;
       y = y < 0 ? 0 : (y >= rows ? rows - 1 : y);
       x = x < 0 ? 0 : (x >= cols ? cols - 1 : x);
-      v[p] = __ldg(in + (size_t)y * cols + x);
+      v[p] = in[(size_t)y * cols + x];
     }
   }
 #pragma unroll

@@ -10,40 +10,57 @@
  * plain accesses would be a data race. */
 static __device__ __forceinline__ float y_load(const float *p) {
   float v;
-  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 static __device__ __forceinline__ void y_store(float *p, float v) {
   asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
-/* The state after this frame of defective output pixel o at (r, c), whose state before it is yp:
- * the mean of its non-defective 4-neighbours' attenuation (stage_process_cpu.c), the flat field as
- * the readout evaluates it (xt_stage_flat_adu: the same value). Every load is issued at once (the
- * neighbours' codes and maps whether or not they are used): one memory round trip, not three. */
-static __device__ __forceinline__ float defect_y(const xt_chain_frame_const &fc, float flat1, const float *gain,
-                                                 const float *offset, const unsigned char *defect,
-                                                 const uint16_t *raw, unsigned o, int r, int c, float yp) {
-  const int nr[4] = {r, r, r - 1, r + 1}, nc[4] = {c - 1, c + 1, c, c};
+/* A defective output pixel o at (r, c) and what its interpolation needs of its 4-neighbours that no
+ * frame changes (their indices, defect codes and gain/offset maps: loaded before k_process_out
+ * waits for k_readout), then per frame (defect_y) their codes. */
+typedef struct defect_nb {
+  unsigned o, i[4];
+  int r, c;
   bool in[4];
   unsigned char dk[4];
-  uint16_t rk[4];
   float gk[4], ok[4];
+} defect_nb;
+
+static __device__ __forceinline__ void defect_maps(const xt_chain_frame_const &fc, const float *gain,
+                                                   const float *offset, const unsigned char *defect, unsigned o,
+                                                   defect_nb *n) {
+  n->o = o;
+  xt_stage_rc(o, fc.ocols, &n->r, &n->c);
+  const int nr[4] = {n->r, n->r, n->r - 1, n->r + 1}, nc[4] = {n->c - 1, n->c + 1, n->c, n->c};
 #pragma unroll
   for (int k = 0; k < 4; k++) {
-    in[k] = nr[k] >= 0 && nr[k] < fc.orows && nc[k] >= 0 && nc[k] < fc.ocols;
-    const unsigned i = in[k] ? (unsigned)nr[k] * (unsigned)fc.ocols + (unsigned)nc[k] : o;
-    dk[k] = __ldg(defect + i);
-    rk[k] = __ldg(raw + i);
-    gk[k] = __ldg(gain + i);
-    ok[k] = __ldg(offset + i);
+    n->in[k] = nr[k] >= 0 && nr[k] < fc.orows && nc[k] >= 0 && nc[k] < fc.ocols;
+    n->i[k] = n->in[k] ? (unsigned)nr[k] * (unsigned)fc.ocols + (unsigned)nc[k] : o;
+    n->dk[k] = __ldg(defect + n->i[k]);
+    n->gk[k] = __ldg(gain + n->i[k]);
+    n->ok[k] = __ldg(offset + n->i[k]);
   }
+}
+
+/* The state after this frame of the defective pixel n, whose state before it is yp: the mean of
+ * its non-defective 4-neighbours' attenuation (stage_process_cpu.c), the flat field as the readout
+ * evaluates it (xt_stage_flat_adu: the same value). The 4 codes are loaded at once (whether or not
+ * they are used), plain loads: k_readout wrote them, and this kernel may have started before it
+ * ended (programmatic launch). */
+static __device__ __forceinline__ float defect_y(const xt_chain_frame_const &fc, float flat1, const uint16_t *raw,
+                                                 const defect_nb &n, float yp) {
+  uint16_t rk[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++) rk[k] = raw[n.i[k]];
+  const int nr[4] = {n.r, n.r, n.r - 1, n.r + 1}, nc[4] = {n.c - 1, n.c + 1, n.c, n.c};
   float s = 0.f;
   int m = 0;
 #pragma unroll
   for (int k = 0; k < 4; k++) {
-    if (!in[k] || dk[k] != XT_DEFECT_NONE) continue;
-    const float v = xt_process_log(xt_process_correct((float)rk[k], gk[k], ok[k]), xt_stage_flat_adu(fc, flat1, nr[k], nc[k]));
+    if (!n.in[k] || n.dk[k] != XT_DEFECT_NONE) continue;
+    const float v = xt_process_log(xt_process_correct((float)rk[k], n.gk[k], n.ok[k]), xt_stage_flat_adu(fc, flat1, nr[k], nc[k]));
     if (v == v) { /* as the CPU twin: a NaN attenuation is left out */
       s += v;
       m++;
@@ -93,12 +110,16 @@ __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_const
   const int c0 = blockIdx.x * POUT_TW, r0 = blockIdx.y * POUT_TH;
   const int tid = threadIdx.y * POUT_TW + threadIdx.x;
   const float *M = fc.pc.dsa_mask; /* DSA: the log image minus the mask's (issue 11) */
+  /* what no frame writes first, before the wait: the block's defective pixels and, for the first
+   * POUT_THREADS of them (one a thread), their neighbours' maps */
   unsigned j0 = 0, nj = 0;
   if (boff) {
     const unsigned b = blockIdx.y * gridDim.x + blockIdx.x;
     j0 = __ldg(boff + b);
     nj = __ldg(boff + b + 1) - j0;
   }
+  defect_nb dn;
+  if ((unsigned)tid < nj) defect_maps(fc, gain, offset, defect, __ldg(bl + j0 + tid), &dn);
   xt_stage_wait_prior(); /* Y, Yd, raw: k_readout's */
   constexpr int PASSES = (POUT_CELLS + POUT_THREADS - 1) / POUT_THREADS;
   float v[PASSES];
@@ -115,16 +136,8 @@ __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_const
       v[p] = M ? y_load(Y + i) - M[i] : y_load(Y + i);
     }
   }
-  /* this thread's defective pixel (the first POUT_THREADS of the block's list), its loads issued
-   * with the staging's */
   float dv = 0.f;
-  unsigned dov = 0;
-  int dr = 0, dcol = 0;
-  if ((unsigned)tid < nj) {
-    dov = __ldg(bl + j0 + tid);
-    xt_stage_rc(dov, ocols, &dr, &dcol);
-    dv = defect_y(fc, __ldg(&tab->flat1), gain, offset, defect, raw, dov, dr, dcol, __ldg(Yd + dov));
-  }
+  if ((unsigned)tid < nj) dv = defect_y(fc, tab->flat1, raw, dn, Yd[dn.o]); /* its loads issued with the staging's */
 #pragma unroll
   for (int p = 0; p < PASSES; p++) {
     const int k = tid + p * POUT_THREADS;
@@ -134,20 +147,19 @@ __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_const
   if (nj) { /* block-uniform */
     for (unsigned j = tid; j < nj; j += POUT_THREADS) {
       if (j >= POUT_THREADS) { /* past the first POUT_THREADS: one at a time */
-        dov = __ldg(bl + j0 + j);
-        xt_stage_rc(dov, ocols, &dr, &dcol);
-        dv = defect_y(fc, __ldg(&tab->flat1), gain, offset, defect, raw, dov, dr, dcol, __ldg(Yd + dov));
+        defect_maps(fc, gain, offset, defect, __ldg(bl + j0 + j), &dn);
+        dv = defect_y(fc, tab->flat1, raw, dn, Yd[dn.o]);
       }
-      const float e = M ? dv - M[dov] : dv;
+      const float e = M ? dv - M[dn.o] : dv;
 #pragma unroll
       for (int a = 0; a < 3; a++) {
         int ly, lx;
-        if (!cell_of(a, dr, r0, orows, POUT_TH + 2, &ly)) continue;
+        if (!cell_of(a, dn.r, r0, orows, POUT_TH + 2, &ly)) continue;
 #pragma unroll
         for (int q = 0; q < 3; q++)
-          if (cell_of(q, dcol, c0, ocols, POUT_TW + 2, &lx)) s_y[ly][lx] = e;
+          if (cell_of(q, dn.c, c0, ocols, POUT_TW + 2, &lx)) s_y[ly][lx] = e;
       }
-      if (dr >= r0 && dr < r0 + POUT_TH && dcol >= c0 && dcol < c0 + POUT_TW) y_store(Y + dov, dv);
+      if (dn.r >= r0 && dn.r < r0 + POUT_TH && dn.c >= c0 && dn.c < c0 + POUT_TW) y_store(Y + dn.o, dv);
     }
     __syncthreads();
   }

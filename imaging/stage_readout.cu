@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
   if (o >= oplane) return;
   int r, c;
   xt_stage_rc(o, fc.ocols, &r, &c);
+  xt_stage_release_next();
   const float gn = __ldg(gain + o), of = __ldg(offset + o);
   const unsigned char dc = __ldg(defect + o);
   xt_stage_wait_prior(); /* D: k_blur's */
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
   if (!Y) return;
   const float yp = fc.pc.first ? 0.f : Y[o];
   if (dc == XT_DEFECT_NONE) {
-    const float fa = xt_stage_flat_adu(fc, __ldg(&tab->flat1), r, c);
+    const float fa = xt_stage_flat_adu(fc, tab->flat1, r, c);
     Y[o] = xt_process_temporal(&fc.pc, xt_process_log(xt_process_correct((float)code, gn, of), fa), yp);
   } else
     Yd[o] = yp;

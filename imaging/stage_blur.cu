@@ -8,10 +8,14 @@
  *
  * A block makes a 32 x 32 tile (each thread 4 rows) and issues all of its staging loads before the
  * first is stored: at 1024^2 the 1,024 blocks are one wave, each one memory round trip and two
- * barriers (tiles of 32 x 8, a thread a pixel and a staging loop a load at a time, took 12.2 us a
- * frame, H200; the halo rows cost 1.5x the tile's loads at radius 2 against 1.125x now). The staged
+ * barriers: 12.2 -> 9.0 us a frame (ncu, H200; tiles of 32 x 8, a thread a pixel, a staging loop a
+ * load at a time, the halo rows 1.5x the tile's loads at radius 2 against 1.125x now). The staged
  * columns are a fixed window, c0 - XT_BLUR_MAX_R .. c0 + 32 + XT_BLUR_MAX_R, of which only the ones
- * the radius needs are loaded: a constant divisor for the cell's row, the same 32-byte sectors. */
+ * the radius needs are loaded: a constant divisor for the cell's row, the same 32-byte sectors.
+ * Measured beside it, all bit-identical to the 32 x 8 kernel at 9 sizes x 81 radius pairs (back to
+ * back, 1024^2 radius 2 / 2480 x 1920 radius 3, us): 32 x 8 tiles 14.3 / 67.2; 32 x 32 (this)
+ * 10.3 / 40.2; 16 rows 11.5 / 46.7; 64 rows 10.4 / 37.2; 32 rows on 512 threads 10.2 / 41.4; 64
+ * rows on 512 threads 9.6 / 37.1 (not yet run in the chain's tests: a candidate). */
 #include "xt_stage_cuda.h"
 
 #define BLUR_TW 32 /* a block's output tile, columns x rows */
@@ -32,7 +36,6 @@ __global__ void __launch_bounds__(BLUR_THREADS)
   const int ru = bu.r, rv = bv.r, ih = BLUR_TH + 2 * rv;
   const int c0 = blockIdx.x * BLUR_TW, r0 = blockIdx.y * BLUR_TH;
   const int tid = threadIdx.y * BLUR_TW + threadIdx.x;
-  xt_stage_release_next();
   xt_stage_wait_prior(); /* in: k_detect's */
   constexpr int LP = (BLUR_IH * BLUR_IW + BLUR_THREADS - 1) / BLUR_THREADS;
   float v[LP];

@@ -87,7 +87,7 @@ static __device__ __forceinline__ bool cell_of(int k, int r, int r0, int n, int 
 /* Thread mapping: a block is a POUT_TW x POUT_TH tile of the output grid; thread (x, y) makes the
  * tile's rows y, y + POUT_BY, ... at column x. The tile and a 1-pixel halo of Y (minus the DSA mask)
  * are staged in shared memory, edges replicated, every load issued before the first is used, one
- * wave of blocks at 1024^2 (an output pixel a thread and 3x3 global loads each, as before, took 8.9 us,
+ * wave of blocks at 1024^2 (an output pixel a thread and 3x3 global loads each took 8.9 us,
  * latency-bound in waves; 7.0 us, H200). In: Y, fc.pc.dsa_mask; the defective pixels of the tile and
  * its halo (bl[boff[b] .. boff[b + 1]), block b = blockIdx.y * gridDim.x + blockIdx.x; the host
  * builds the lists when the maps are uploaded; boff NULL: none), raw, the maps, and Yd, their state
@@ -98,7 +98,9 @@ static __device__ __forceinline__ bool cell_of(int k, int r, int r0, int n, int 
  * and halo hold (a halo's pixel is computed by up to 4 blocks, the same value) and only the tile's
  * owner stores it, so no block reads a state another block writes but through y_load, whose value
  * it then replaces. This was a kernel of its own over a list of the pixels (k_process_defects,
- * 6.7 us a frame at 1024^2, H200: latency only). The sums are the CPU twin's, in its order. */
+ * 6.9 us a frame at 1024^2 beside k_process_out's 7.0, H200 ncu: latency only); folded, 11.6 us
+ * (the defect blocks' dependent loads: list, maps, codes) and one launch fewer. The sums are the CPU
+ * twin's, in its order. */
 __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_constant__ xt_chain_frame_const fc,
                                                               const xt_chain_tables *tab, const float *gain,
                                                               const float *offset, const unsigned char *defect,

@@ -27,7 +27,6 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
   if (o >= oplane) return;
   int r, c;
   xt_stage_rc(o, fc.ocols, &r, &c);
-  xt_stage_release_next();
   const float gn = __ldg(gain + o), of = __ldg(offset + o);
   const unsigned char dc = __ldg(defect + o);
   xt_stage_wait_prior(); /* D: k_blur's */

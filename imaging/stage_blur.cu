@@ -6,21 +6,22 @@
  * two blocks that share them: a few FMAs). Each output is the same sums in the same order as the
  * two separate passes.
  *
- * A block makes a 32 x 32 tile (each thread 4 rows) and issues all of its staging loads before the
- * first is stored: at 1024^2 the 1,024 blocks are one wave, each one memory round trip and two
- * barriers: 12.2 -> 9.0 us a frame (ncu, H200; tiles of 32 x 8, a thread a pixel, a staging loop a
- * load at a time, the halo rows 1.5x the tile's loads at radius 2 against 1.125x now). The staged
+ * A block makes a 32 x 64 tile on 512 threads (each thread 4 rows) and issues all of its staging
+ * loads before the first is stored: at 1024^2 the 512 blocks are one wave, each one memory round
+ * trip and two barriers (ncu, H200, in the chain at (a): 12.2 us with tiles of 32 x 8, a thread a
+ * pixel, a staging loop a load at a time, the halo rows 1.5x the tile's loads at radius 2; 9.0 us
+ * with 32 x 32 tiles on 256 threads). The staged
  * columns are a fixed window, c0 - XT_BLUR_MAX_R .. c0 + 32 + XT_BLUR_MAX_R, of which only the ones
  * the radius needs are loaded: a constant divisor for the cell's row, the same 32-byte sectors.
  * Measured beside it, all bit-identical to the 32 x 8 kernel at 9 sizes x 81 radius pairs (back to
- * back, 1024^2 radius 2 / 2480 x 1920 radius 3, us): 32 x 8 tiles 14.3 / 67.2; 32 x 32 (this)
+ * back, 1024^2 radius 2 / 2480 x 1920 radius 3, us): 32 x 8 tiles 14.3 / 67.2; 32 x 32
  * 10.3 / 40.2; 16 rows 11.5 / 46.7; 64 rows 10.4 / 37.2; 32 rows on 512 threads 10.2 / 41.4; 64
- * rows on 512 threads 9.6 / 37.1 (not yet run in the chain's tests: a candidate). */
+ * rows on 512 threads (this) 9.6 / 37.1. */
 #include "xt_stage_cuda.h"
 
 #define BLUR_TW 32 /* a block's output tile, columns x rows */
-#define BLUR_TH 32
-#define BLUR_BY 8 /* its threads: BLUR_TW x BLUR_BY, each BLUR_TH / BLUR_BY rows */
+#define BLUR_TH 64
+#define BLUR_BY 16 /* its threads: BLUR_TW x BLUR_BY, each BLUR_TH / BLUR_BY rows */
 #define BLUR_THREADS (BLUR_TW * BLUR_BY)
 #define BLUR_IW (BLUR_TW + 2 * XT_BLUR_MAX_R)
 #define BLUR_IH (BLUR_TH + 2 * XT_BLUR_MAX_R)

@@ -12,8 +12,9 @@
  *                             non-defective pixels when       evaluated, xt_stage_flat_adu)
  *                             processed (pass 1 of processing)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
- *   k_process_defects, _out   raw -> Y at defects -> proc    (stage_process.cu; the defects' list
- *                                                             built when the maps are uploaded)
+ *   k_process_out             raw -> Y at defects -> proc    (stage_process.cu; the defects' lists
+ *                                                             by tile built when the maps are
+ *                                                             uploaded)
  *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
@@ -36,14 +37,15 @@ typedef struct chain_dev {
   cudaStream_t st;
   int cols, rows, ocols, orows, nch; /* the scratch's sizes */
   float *A, *X, *D, *lag, *Y, *S;
+  float *Yd;     /* Y before the frame at the defective pixels (k_readout -> k_process_out) */
   float *M;      /* DSA mask (issue 11) */
   float *SC;     /* scatter (issue 11): 3 coarse planes, sources, one pass, the field */
   uint16_t *out; /* raw (ocols x orows) then proc */
   float *gain, *offset;
   unsigned char *defect;
   int maps_cols, maps_rows;
-  uint32_t *dlist;           /* the defective output pixels' indices, ascending (k_process_defects) */
-  unsigned dlist_n, dlist_cap;
+  uint32_t *dlist;           /* k_process_out's tiles' offsets into their defective pixels' indices, then those */
+  unsigned dlist_n, dlist_cap; /* entries (offsets and indices; 0: no defective pixel), room */
   xt_chain_tables *slots; /* the table cache's device side (XT_TAB_SLOTS) */
   /* dose-rate control (issue 11): allocated with the chain */
   xt_chain_tables *live;    /* the attached loop's tables for the next frame */
@@ -62,7 +64,7 @@ typedef struct chain_dev {
 #define CK XT_SCK
 
 static void free_frame_scratch(chain_dev *d) {
-  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->S, &d->M, &d->SC};
+  float **f[] = {&d->A, &d->X, &d->D, &d->lag, &d->Y, &d->Yd, &d->S, &d->M, &d->SC};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaFree(*f[i]);
     *f[i] = NULL;
@@ -109,32 +111,62 @@ extern "C" void xt_chain_cuda_destroy(xt_chain *c) {
   c->dev = NULL;
 }
 
-/* The defective pixels' list from the host's defect map: their output indices, ascending. Grown
- * (never per frame: the maps change with the panel's parameters or size) when it outgrows its room.
- * The copy is waited for before the host buffer is freed. */
-static int upload_defect_list(xt_chain *c, chain_dev *d, size_t n, xt_msg *msg) {
-  unsigned m = 0;
-  for (size_t o = 0; o < n; o++) m += c->maps.defect[o] != XT_DEFECT_NONE;
+/* The defective pixels by tile of k_process_out from the host's defect map: for each tile (with its
+ * 1-pixel halo, edges replicated: a pixel belongs to its own tile and to the up to 3 tiles whose halo
+ * holds it), the output indices of the defective pixels it computes, as offsets (tiles + 1) then the
+ * indices. Grown (never per frame: the maps change with the panel's parameters or size) when it
+ * outgrows its room. The copy is waited for before the host buffer is freed. */
+static int upload_defect_list(xt_chain *c, chain_dev *d, xt_msg *msg) {
+  const int oc = c->maps.cols, orr = c->maps.rows;
+  const int tx = (oc + XT_POUT_TW - 1) / XT_POUT_TW, ty = (orr + XT_POUT_TH - 1) / XT_POUT_TH;
+  const size_t nt = (size_t)tx * ty;
+  size_t m = 0; /* the tiles' entries */
+  for (int r = 0; r < orr; r++)
+    for (int col = 0; col < oc; col++)
+      if (c->maps.defect[(size_t)r * oc + col] != XT_DEFECT_NONE)
+        m += (size_t)(1 + (r % XT_POUT_TH == 0 && r > 0) + ((r + 1) % XT_POUT_TH == 0 && r + 1 < orr)) *
+             (size_t)(1 + (col % XT_POUT_TW == 0 && col > 0) + ((col + 1) % XT_POUT_TW == 0 && col + 1 < oc));
   d->dlist_n = 0;
   if (!m) return 0;
-  if (m > d->dlist_cap) {
+  const size_t total = nt + 1 + m;
+  if (total > 0xffffffffu) return xt_fail(msg, XT_ERANGE, "chain: %zu defective pixel entries", m);
+  if (total > d->dlist_cap) {
     CK(cudaStreamSynchronize(d->st));
     cudaFree(d->dlist);
     d->dlist = NULL;
     d->dlist_cap = 0;
-    CK(cudaMalloc((void **)&d->dlist, m * sizeof(uint32_t)));
-    d->dlist_cap = m;
+    CK(cudaMalloc((void **)&d->dlist, total * sizeof(uint32_t)));
+    d->dlist_cap = (unsigned)total;
   }
-  uint32_t *h = (uint32_t *)malloc(m * sizeof(uint32_t));
-  if (!h) return xt_fail(msg, XT_ENOMEM, "chain: out of memory (defect list of %u pixels)", m);
-  unsigned j = 0;
-  for (size_t o = 0; o < n; o++)
-    if (c->maps.defect[o] != XT_DEFECT_NONE) h[j++] = (uint32_t)o;
-  const cudaError_t e = cudaMemcpyAsync(d->dlist, h, m * sizeof(uint32_t), cudaMemcpyHostToDevice, d->st);
+  uint32_t *h = (uint32_t *)calloc(total, sizeof(uint32_t));
+  if (!h) return xt_fail(msg, XT_ENOMEM, "chain: out of memory (defect lists of %zu entries)", m);
+  uint32_t *off = h, *idx = h + nt + 1;
+  for (int pass = 0; pass < 2; pass++) { /* counts, then (offsets made) the indices */
+    for (int r = 0; r < orr; r++)
+      for (int col = 0; col < oc; col++) {
+        if (c->maps.defect[(size_t)r * oc + col] == XT_DEFECT_NONE) continue;
+        const int by[3] = {r / XT_POUT_TH, r % XT_POUT_TH == 0 && r > 0 ? r / XT_POUT_TH - 1 : -1,
+                           (r + 1) % XT_POUT_TH == 0 && r + 1 < orr ? r / XT_POUT_TH + 1 : -1};
+        const int bx[3] = {col / XT_POUT_TW, col % XT_POUT_TW == 0 && col > 0 ? col / XT_POUT_TW - 1 : -1,
+                           (col + 1) % XT_POUT_TW == 0 && col + 1 < oc ? col / XT_POUT_TW + 1 : -1};
+        for (int a = 0; a < 3; a++)
+          for (int b = 0; b < 3; b++) {
+            if (by[a] < 0 || bx[b] < 0) continue;
+            const size_t t = (size_t)by[a] * tx + bx[b];
+            if (pass == 0) off[t + 1]++;
+            else idx[off[t]++] = (uint32_t)((size_t)r * oc + col);
+          }
+      }
+    if (pass == 0)
+      for (size_t t = 0; t < nt; t++) off[t + 1] += off[t];
+  }
+  for (size_t t = nt; t > 0; t--) off[t] = off[t - 1]; /* the fill advanced each tile's offset to its end */
+  off[0] = 0;
+  const cudaError_t e = cudaMemcpyAsync(d->dlist, h, total * sizeof(uint32_t), cudaMemcpyHostToDevice, d->st);
   const cudaError_t w = e == cudaSuccess ? cudaStreamSynchronize(d->st) : e;
   free(h);
   CK(w);
-  d->dlist_n = m;
+  d->dlist_n = (unsigned)total;
   return 0;
 }
 
@@ -157,7 +189,7 @@ extern "C" int xt_chain_cuda_upload(xt_chain *c, xt_msg *msg) {
     CK(cudaMemcpyAsync(d->gain, c->maps.gain, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
     CK(cudaMemcpyAsync(d->offset, c->maps.offset, n * sizeof(float), cudaMemcpyHostToDevice, d->st));
     CK(cudaMemcpyAsync(d->defect, c->maps.defect, n, cudaMemcpyHostToDevice, d->st));
-    if ((rc = upload_defect_list(c, d, n, msg))) return rc;
+    if ((rc = upload_defect_list(c, d, msg))) return rc;
   }
   /* the host's maps may change after this returns */
   CK(cudaStreamSynchronize(d->st));
@@ -225,6 +257,8 @@ static int ensure_scratch(xt_chain *c, chain_dev *d, const xt_chain_frame_const 
   float **planes[] = {&d->X, &d->D, &d->S};
   for (size_t i = 0; i < sizeof planes / sizeof planes[0]; i++) CK(cudaMalloc((void **)planes[i], np * sizeof(float)));
   CK(cudaMalloc((void **)&d->Y, no * sizeof(float)));
+  CK(cudaMalloc((void **)&d->Yd, no * sizeof(float)));
+  CK(cudaMemsetAsync(d->Yd, 0, no * sizeof(float), d->st));
   CK(cudaMalloc((void **)&d->M, no * sizeof(float)));
   CK(cudaMalloc((void **)&d->SC, 3 * XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID * sizeof(float)));
   CK(cudaMalloc((void **)&d->lag, no * XT_LAG_TERMS * sizeof(float)));
@@ -315,8 +349,8 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   /* the live tables' bins are the kV the loop's step picks on the device: unknown here, so the planes */
   if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
       (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
-      (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, proc ? d->Y : NULL, d->st,
-                                  msg)))
+      (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, proc ? d->Y : NULL, d->Yd,
+                                  d->st, msg)))
     return rc;
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
@@ -333,9 +367,13 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
     }
   }
   fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
-  if (proc && (rc = xt_stage_process_cuda(&fc, tab, d->gain, d->offset, d->defect, d->dlist, d->dlist_n, raw, d->Y,
-                                          d->out + no, d->st, msg)))
-    return rc;
+  if (proc) {
+    const int tiles = ((fc.ocols + XT_POUT_TW - 1) / XT_POUT_TW) * ((fc.orows + XT_POUT_TH - 1) / XT_POUT_TH);
+    const uint32_t *boff = d->dlist_n ? d->dlist : NULL;
+    if ((rc = xt_stage_process_cuda(&fc, tab, d->gain, d->offset, d->defect, boff, boff ? boff + tiles + 1 : NULL, raw,
+                                    d->Yd, d->Y, d->out + no, d->st, msg)))
+      return rc;
+  }
   if (proc && c->prm.dsa && !c->dsa_valid) {
     CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
     c->dsa_valid = 1;

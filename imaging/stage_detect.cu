@@ -110,12 +110,16 @@ __global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUM
   const unsigned plane = (unsigned)fc.cols * (unsigned)fc.rows; /* < 2^31: chain_cuda.cu checks */
   for (unsigned base = blockIdx.x * blockDim.x; base < plane; base += gridDim.x * blockDim.x) {
     const unsigned i = base + threadIdx.x;
-    float s = 0.f, q = 0.f;
-    int defer = -1;
-    if (i < plane) {
-      int row, col;
+    float s = 0.f, q = 0.f, G = 0.f, tc = 0.f;
+    int defer = -1, row = 0, col = 0;
+    if (i < plane) { /* what depends on the frame's constants alone */
       xt_stage_rc(i, fc.cols, &row, &col);
-      const float G = xt_pixel_geometry(&fc.cam, col, row, fc.mas);
+      G = xt_pixel_geometry(&fc.cam, col, row, fc.mas);
+      tc = xt_collim_t(&fc.coll, col, row); /* shutters, wedges, grid (issue 11) */
+    }
+    if (SUMS) /* a programmatic dependant of k_channels (xt_stage_launch): its sums from here on */
+      xt_stage_wait_prior();
+    if (i < plane) {
       if (SUMS) {
         s = G * A[i]; /* xt_detect_expect's last step */
         q = G * A[plane + i];
@@ -126,7 +130,6 @@ __global__ void __launch_bounds__(SUMS ? DETECT_SUMS_BLOCK : XT_STAGE_BLOCK, SUM
           a[c] = c < t.nch ? A[(size_t)plane * c + i] : 0.f;
         xt_detect_expect(&t, a, G, &s, &q);
       }
-      const float tc = xt_collim_t(&fc.coll, col, row); /* shutters, wedges, grid (issue 11) */
       s *= tc;
       q *= tc;
       if (fc.sc.field) { /* scatter (issue 11): its quanta at the primary's mean energy per quantum */
@@ -164,9 +167,11 @@ int xt_stage_detect_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_cons
 int xt_stage_detect_sums_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *P, float *X,
                               float *S, cudaStream_t st, xt_msg *msg) {
   const size_t n = (size_t)fc->cols * fc->rows;
-  /* one pass a block: no tables to amortise */
-  k_detect<true><<<(unsigned)((n + DETECT_SUMS_BLOCK - 1) / DETECT_SUMS_BLOCK), DETECT_SUMS_BLOCK, 0, st>>>(d_tab, *fc, P, X,
-                                                                                                        S);
-  XT_SCK(cudaGetLastError());
+  /* one pass a block: no tables to amortise. A programmatic dependant of the projector's k_channels:
+   * its blocks start as k_channels ends and make the pixel's geometry and collimation before they
+   * wait for its sums (the tables it reads before the wait are written only by copies queued before
+   * k_channels) */
+  XT_SCK(xt_stage_launch(k_detect<true>, dim3((unsigned)((n + DETECT_SUMS_BLOCK - 1) / DETECT_SUMS_BLOCK)),
+                         dim3(DETECT_SUMS_BLOCK), st, d_tab, *fc, P, X, S));
   return 0;
 }

@@ -250,7 +250,7 @@ XT_TEST(drc_settles_after_a_thickness_step) {
   xt_drc d;
   xt_drc_reset(&d, &p);
   uint64_t fr = 0;
-  double kv, hist[40];
+  double kv = 0, hist[40];
   double m = run_loop(c1, &p, &d, &g, 25, &fr, raw, hist, &kv);
   XT_CHECK_MSG(fabs(m / p.drc_target_ngy - 1) < 0.1, "thin slab: %g nGy for %g", m, p.drc_target_ngy);
   const double kv_thin = kv;

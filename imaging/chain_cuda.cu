@@ -6,15 +6,16 @@
  *   k_detect                  A -> X (quanta)                (stage_detect.cu)
  *     or, fused (voxel models only, no scatter: queue_detect below):
  *   xt_proj_render_device_spectral  spectral sums P (2 planes, in A's memory)
- *   k_detect<sums>            P -> X (its few undecided PTRS tries resumed by each block)
+ *   k_detect<sums>            P -> X (its few undecided PTRS tries resumed by their own lanes)
  *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
  *   k_readout                 D -> raw; lag state; Y at      (stage_readout.cu; the flat field
  *                             non-defective pixels when       evaluated, xt_stage_flat_adu)
  *                             processed (pass 1 of processing)
- *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on)
  *   k_process_out             raw -> Y at defects -> proc    (stage_process.cu; the defects' lists
  *                                                             by tile built when the maps are
  *                                                             uploaded)
+ *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on; the step
+ *                                                             rewrites the live tables last)
  *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
@@ -352,6 +353,20 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
       (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, proc ? d->Y : NULL, d->Yd,
                                   d->st, msg)))
     return rc;
+  /* processed before the attached loop's step, which rewrites the live tables (tab) for the next
+   * frame: the defective pixels' flat field is then this frame's, as the readout's */
+  fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
+  if (proc) {
+    const int tiles = ((fc.ocols + XT_POUT_TW - 1) / XT_POUT_TW) * ((fc.orows + XT_POUT_TH - 1) / XT_POUT_TH);
+    const uint32_t *boff = d->dlist_n ? d->dlist : NULL;
+    if ((rc = xt_stage_process_cuda(&fc, tab, d->gain, d->offset, d->defect, boff, boff ? boff + tiles + 1 : NULL, raw,
+                                    d->Yd, d->Y, d->out + no, d->st, msg)))
+      return rc;
+  }
+  if (proc && c->prm.dsa && !c->dsa_valid) {
+    CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
+    c->dsa_valid = 1;
+  }
   if (c->prm.drc) { /* the measuring field; the attached loop's step (issue 11) */
     if (!loop) CK(cudaMemsetAsync(d->fsum, 0, sizeof(unsigned long long), d->st));
     if ((rc = xt_stage_drc_field_cuda(raw, fc.ocols, fc.orows, d->fsum, d->st, msg))) return rc;
@@ -365,18 +380,6 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
                                   d->st, msg);
       if (rc) return rc;
     }
-  }
-  fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? d->M : NULL; /* DSA: the mask frame itself is unsubtracted */
-  if (proc) {
-    const int tiles = ((fc.ocols + XT_POUT_TW - 1) / XT_POUT_TW) * ((fc.orows + XT_POUT_TH - 1) / XT_POUT_TH);
-    const uint32_t *boff = d->dlist_n ? d->dlist : NULL;
-    if ((rc = xt_stage_process_cuda(&fc, tab, d->gain, d->offset, d->defect, boff, boff ? boff + tiles + 1 : NULL, raw,
-                                    d->Yd, d->Y, d->out + no, d->st, msg)))
-      return rc;
-  }
-  if (proc && c->prm.dsa && !c->dsa_valid) {
-    CK(cudaMemcpyAsync(d->M, d->Y, no * sizeof(float), cudaMemcpyDeviceToDevice, d->st));
-    c->dsa_valid = 1;
   }
   return 0;
 }

@@ -454,7 +454,7 @@ static XT_INLINE XT_HOSTDEV float xt_flat_expect(const xt_chain_cam *c, float ma
  * energy-integrating panel's variance is (each absorbed quantum adds E). */
 static XT_INLINE XT_HOSTDEV void xt_detect_expect(const xt_chain_tables *t, const float *A, float G, float *S, float *Q) {
   float s, q;
-  xt_spectral_sum(&t->mr[0][0], t->k1, t->k2, 1, t->nbins, A, &s, &q);
+  xt_spectral_sum(&t->mr[0][0], t->k1, t->k2, t->nbins, A, &s, &q);
   *S = G * s;
   *Q = G * q;
 }

@@ -1,7 +1,8 @@
 /* The spectral integral of material channels: the polychromatic transmission sums that the imaging
- * chain's detect stage needs per pixel, written once for the CPU twin, the chain's detect kernel
- * and the voxel kind's fused channels kernel (proj_voxel.cu), so that the fused path and the
- * separate stage evaluate the same operations in the same order (bit-identical on one device).
+ * chain's detect stage needs per pixel, written once for the CPU twin and the chain's detect kernel;
+ * the voxel kind's fused channels kernel (proj_voxel.cu, spec_sum) evaluates the same operations in
+ * the same order, leaving out only FMAs that add +0, so that the fused path and the separate stage
+ * are bit-identical on one device.
  *
  * It lives with the projectors because a device backend may evaluate it in the epilogue of its
  * march, while the channels are still in registers: the eight channel planes then never reach
@@ -37,14 +38,13 @@ static XT_INLINE XT_HOSTDEV float xt_exp2(float x) {
 #endif
 }
 
-/* S = sum_b k1_b 2^(-sum_c w_bc a_c), Q likewise with k2, for channels a[XT_MAX_CHANNELS]; bin b's
- * moments at k1[b ks], k2[b ks] (ks 1: two arrays; 2: interleaved pairs, one 128-bit shared load for
- * two bins on the GPU). Four bins at a time, then two, then one: their exponents are independent
- * chains of 8 FMAs (instruction-level parallelism for the GPU's latency, and the loop's overhead
- * shared), while S and Q still add bin after bin, so the result is that of the plain loop over b
- * (the CPU's SSE twin, stage_detect_cpu.c, keeps that order). Bins with w = k = 0 (padding) leave
- * S and Q unchanged, bit for bit. */
-static XT_INLINE XT_HOSTDEV void xt_spectral_sum(const float *w, const float *k1, const float *k2, int ks, int nbins,
+/* S = sum_b k1_b 2^(-sum_c w_bc a_c), Q likewise with k2, for channels a[XT_MAX_CHANNELS]. Four
+ * bins at a time, then one: their exponents are independent chains of 8 FMAs (instruction-level
+ * parallelism for the GPU's latency, and the loop's overhead shared), while S and Q still add bin
+ * after bin, so the result is that of the plain loop over b (the CPU's SSE twin,
+ * stage_detect_cpu.c, keeps that order). Bins with w = k = 0 (padding) leave S and Q unchanged, bit
+ * for bit. */
+static XT_INLINE XT_HOSTDEV void xt_spectral_sum(const float *w, const float *k1, const float *k2, int nbins,
                                                  const float *a, float *S, float *Q) {
   float s = 0.f, q = 0.f;
   int b = 0;
@@ -55,8 +55,8 @@ static XT_INLINE XT_HOSTDEV void xt_spectral_sum(const float *w, const float *k1
       for (int j = 0; j < 4; j++) m[j] += w0[j * XT_MAX_CHANNELS + c] * a[c];
     for (int j = 0; j < 4; j++) {
       const float t = xt_exp2(-m[j]);
-      s += k1[(b + j) * ks] * t;
-      q += k2[(b + j) * ks] * t;
+      s += k1[b + j] * t;
+      q += k2[b + j] * t;
     }
   }
   for (; b < nbins; b++) {
@@ -64,8 +64,8 @@ static XT_INLINE XT_HOSTDEV void xt_spectral_sum(const float *w, const float *k1
     float m0 = 0.f;
     for (int c = 0; c < XT_MAX_CHANNELS; c++) m0 += w0[c] * a[c];
     const float t0 = xt_exp2(-m0);
-    s += k1[b * ks] * t0;
-    q += k2[b * ks] * t0;
+    s += k1[b] * t0;
+    q += k2[b] * t0;
   }
   *S = s;
   *Q = q;

@@ -10,7 +10,8 @@
  *  - replay: the same seed and poses give bit-identical raw and processed frames on the GPU;
  *  - the fused detect path (the spectrum integral in the projector's march, voxel models only)
  *    against the separate stage over the channel planes: bit-identical frames, noise on, for label
- *    and dense volumes (the same xt_spectral_sum on the same channel values);
+ *    and dense volumes (the same sums as xt_spectral_sum on the same channel values, the channels
+ *    no lane of a warp crosses left out), and in a frame that cuts warps at its edges;
  *  - every model kind's channels (Gaussian mixtures with and without labels, NanoVDB label and mu
  *    grids, with label volumes) against the float64 reference, alone and mixed: relative L2 below
  *    1e-5 and max |gpu - ref| <= 1e-4 of the frame's largest value; the noise-free chain frame of
@@ -23,6 +24,7 @@
 
 #include "xt_chain.h"
 #include "xt_chain_internal.h" /* unfused, fused_frames */
+#include "xt_cuda_config.h"   /* XT_CUDA_WARP_W, XT_CUDA_WARP_H */
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
@@ -409,76 +411,105 @@ XT_TEST(cuda_replay_is_bit_identical) {
   xt_model_free(m);
 }
 
-/* The fused path and the separate stage: raw, processed, expected and blurred signals of 2 frames with
- * quantum and electronic noise, bit for bit; the fused run took the fused path, the other did not. At
+/* One model's chain, fused (run 0) and separate (run 1), 2 frames with quantum and electronic noise
+ * in detector mode md: the expected and blurred signals, raw and processed frames, bit for bit; the fused
+ * run took the fused path, the other did not. *lam_lo, *lam_hi: the range of the first frame's
+ * quanta (lam = S^2/Q lies between S / kV and S / 10 keV: no absorbed quantum carries more than kV
+ * keV or, at 80 kV through the filters, less than 10), widened. */
+static void fused_equals_separate(xt_model *m, double mas, const xt_detector_mode *md, double *lam_lo,
+                                  double *lam_hi) {
+  xt_model *ms[1] = {m};
+  const char *mode = md->name;
+  const size_t np = (size_t)md->cols * md->rows;
+  float *S[2], *D[2];
+  uint16_t *raw[2], *proc[2];
+  double kv = 0;
+  for (int run = 0; run < 2; run++) {
+    S[run] = malloc(np * sizeof(float));
+    D[run] = malloc(np * sizeof(float));
+    raw[run] = malloc(np * sizeof(uint16_t));
+    proc[run] = malloc(np * sizeof(uint16_t));
+    XT_REQUIRE(S[run] && D[run] && raw[run] && proc[run]);
+    xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1);
+    xt_chain *c = NULL;
+    xt_chain_params prm = xt_chain_params_default();
+    prm.mas = mas;
+    kv = prm.kv;
+    XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
+    c->unfused = run;
+    xt_chain_out out = {raw[run], proc[run], S[run], D[run]};
+    for (int f = 0; f < 2; f++) {
+      xt_pose pose = xt_pose_default(md);
+      pose.primary_deg = 35.0 * f;
+      pose.secondary_deg = -10.0 * f;
+      xt_geometry g;
+      XT_REQUIRE(xt_geom_compute(&pose, md, &g, NULL) == 0);
+      XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(7 + f), &out, NULL) == 0);
+    }
+    XT_CHECK_MSG(c->fused_frames == (run ? 0 : 2), "%s, mAs %g, run %d: %ld fused frames", mode, mas, run,
+                 c->fused_frames);
+    xt_chain_destroy(c);
+    xt_proj_destroy(p);
+  }
+  for (size_t i = 0; i < np; i++)
+    if (S[0][i] > 0.f) {
+      *lam_hi = fmax(*lam_hi, S[0][i] / kv);
+      *lam_lo = fmin(*lam_lo, S[0][i] / 10.0);
+    }
+  XT_CHECK_MSG(memcmp(S[0], S[1], np * sizeof(float)) == 0, "%s, mAs %g: expected signals differ", mode, mas);
+  XT_CHECK_MSG(memcmp(D[0], D[1], np * sizeof(float)) == 0, "%s, mAs %g: blurred signals differ", mode, mas);
+  XT_CHECK_MSG(memcmp(raw[0], raw[1], np * sizeof(uint16_t)) == 0, "%s, mAs %g: raw differs", mode, mas);
+  XT_CHECK_MSG(memcmp(proc[0], proc[1], np * sizeof(uint16_t)) == 0, "%s, mAs %g: processed differs", mode, mas);
+  for (int run = 0; run < 2; run++) {
+    free(S[run]);
+    free(D[run]);
+    free(raw[run]);
+    free(proc[run]);
+  }
+}
+
+/* The fused path and the separate stage, bit for bit (fused_equals_separate), for both voxel types at
  * four exposures, so that the fused path's float PTRS (stage_detect.cu) meets pixels of a few quanta,
- * of about 10 (the inversion's edge) and of over 10^6 and past 2^22 (its resumed double path): lam =
- * S^2/Q lies between S / kV and S / 10 keV (no absorbed quantum carries more than kV keV or, at 80 kV
- * through the filters, less than 10), and the runs must reach both ends. */
+ * of about 10 (the inversion's edge) and of over 10^6 and past 2^22 (its resumed double path): the
+ * runs must reach both ends. */
 XT_TEST(cuda_fused_detect_equals_the_separate_stage) {
   if (no_gpu()) return;
   const int dim[3] = {80, 80, 80};
   const int types[2] = {XT_VOXEL_U8, XT_VOXEL_F32};
   const double mas[4] = {0.0002, 0.02, 2.0, 40.0}; /* the head's quanta: 1-120, 100-12,000, 1e4-1.2e6, 2e5-2.4e7 */
-  const size_t np = 256 * 256;
   double lam_max = 0, lam_min = 1e300; /* lam's lower bound's largest, its upper bound's smallest */
   for (int k = 0; k < 2; k++)
     for (int e = 0; e < 4; e++) {
       xt_model *m = NULL;
       XT_REQUIRE(xt_phantom_head_model(dim, 2.4, types[k], &m, NULL) == 0);
-      xt_model *ms[1] = {m};
-      float *S[2], *D[2];
-      uint16_t *raw[2], *proc[2];
-      double kv = 0;
-      for (int run = 0; run < 2; run++) {
-        S[run] = malloc(np * sizeof(float));
-        D[run] = malloc(np * sizeof(float));
-        raw[run] = malloc(np * sizeof(uint16_t));
-        proc[run] = malloc(np * sizeof(uint16_t));
-        XT_REQUIRE(S[run] && D[run] && raw[run] && proc[run]);
-        xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1);
-        xt_chain *c = NULL;
-        xt_chain_params prm = xt_chain_params_default();
-        prm.mas = mas[e];
-        kv = prm.kv;
-        XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
-        c->unfused = run;
-        xt_chain_out out = {raw[run], proc[run], S[run], D[run]};
-        for (int f = 0; f < 2; f++) {
-          xt_geometry g = geom("fd20-256", 35.0 * f, -10.0 * f);
-          XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(7 + f), &out, NULL) == 0);
-        }
-        XT_CHECK_MSG(c->fused_frames == (run ? 0 : 2), "voxel type %d, mAs %g, run %d: %ld fused frames", k, mas[e],
-                     run, c->fused_frames);
-        xt_chain_destroy(c);
-        xt_proj_destroy(p);
-      }
-      for (size_t i = 0; i < np; i++)
-        if (S[0][i] > 0.f) {
-          lam_max = fmax(lam_max, S[0][i] / kv);
-          lam_min = fmin(lam_min, S[0][i] / 10.0);
-        }
-      XT_CHECK_MSG(memcmp(S[0], S[1], np * sizeof(float)) == 0, "voxel type %d, mAs %g: expected signals differ", k,
-                   mas[e]);
-      XT_CHECK_MSG(memcmp(D[0], D[1], np * sizeof(float)) == 0, "voxel type %d, mAs %g: blurred signals differ", k,
-                   mas[e]);
-      XT_CHECK_MSG(memcmp(raw[0], raw[1], np * sizeof(uint16_t)) == 0, "voxel type %d, mAs %g: raw differs", k, mas[e]);
-      XT_CHECK_MSG(memcmp(proc[0], proc[1], np * sizeof(uint16_t)) == 0, "voxel type %d, mAs %g: processed differs", k,
-                   mas[e]);
-      for (int run = 0; run < 2; run++) {
-        free(S[run]);
-        free(D[run]);
-        free(raw[run]);
-        free(proc[run]);
-      }
+      fused_equals_separate(m, mas[e], xt_mode_find("fd20-256"), &lam_min, &lam_max);
       xt_model_free(m);
     }
   XT_CHECK_MSG(lam_max > 4194304.0 && lam_min < 10.0, "quanta from %g up to at least %g: the range is not covered",
                lam_min, lam_max);
 }
 
+/* The same in a frame of 250 x 251 pixels, which cuts the projection's warps (XT_CUDA_WARP_W x
+ * XT_CUDA_WARP_H pixels) at its right and bottom edges: the fused projection leaves out the channels
+ * that no lane of a warp crosses (proj_voxel.cu, spec_sum), and a warp there has lanes outside the
+ * frame, gone before the others ask which channels their warp crosses. */
+XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
+  if (no_gpu()) return;
+  const int dim[3] = {80, 80, 80};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 2.4, XT_VOXEL_U8, &m, NULL) == 0);
+  xt_detector_mode md = *xt_mode_find("fd20-256");
+  md.name = "fd20-256 cut to 250 x 251";
+  md.cols = 250;
+  md.rows = 251;
+  XT_CHECK(md.cols % XT_CUDA_WARP_W != 0 && md.rows % XT_CUDA_WARP_H != 0);
+  double lo = 1e300, hi = 0;
+  fused_equals_separate(m, 2.0, &md, &lo, &hi);
+  xt_model_free(m);
+}
+
 XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
                  XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)
-                 XT_ENTRY(cuda_fused_detect_equals_the_separate_stage))
+                 XT_ENTRY(cuda_fused_detect_equals_the_separate_stage) XT_ENTRY(cuda_fused_detect_in_a_ragged_frame))

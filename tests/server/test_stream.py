@@ -567,12 +567,17 @@ async def test_exposure_dose_and_drc(srv):
         check(metric(text, "xtwin_run_air_kerma_mgy") >= h["k_irp_total_mgy"] * (1 - 1e-8) > 0, "metrics run kerma: %g vs %g"
               % (metric(text, "xtwin_run_air_kerma_mgy"), h["k_irp_total_mgy"]))
         errors = metric(text, "xtwin_render_errors_total")
-        # closed shutters: no signal, kV to the curve's maximum, flagged, no error
+        # closed shutters: no signal, kV to the curve's maximum, flagged, no error. The meter reads the
+        # raw field less the nominal offset, so the electronic noise leaves a reading near 0 (negative
+        # ones clamp to 0; at these settings 1 ADU of the field's mean is 0.43 nGy, and 400 frames on
+        # the CPU backend read above 0 five times, at most 0.0089 nGy: a check for exactly 0 failed
+        # about one run in 80). "No signal" is below 1 % of the target.
         code, body = srv.curl("PUT", "/v1/acquisition", {"chain": {"shutter_left": 0.5, "shutter_right": 0.5}})
         check(code == 200, "shutters: %d %r" % (code, body))
         got = await frames_until(ws, lambda h: h["shutter"][0] == 0.5 and h["kv"] == 110, "kV to the maximum")
         h = got[-1]
-        check(h["drc_flags"] & 4 and h["drc_measured_ngy"] == 0 and h["kap_gycm2"] == 0, "clamped: %r" % h)
+        check(h["drc_flags"] & 4 and 0 <= h["drc_measured_ngy"] < 0.01 * h["drc_target_ngy"] and h["kap_gycm2"] == 0,
+              "clamped: %r" % h)
         code, text = srv.curl("GET", "/metrics")
         check(metric(text, "xtwin_render_errors_total") == errors, "no render error")
         # a new run restarts the totals

@@ -439,11 +439,7 @@ static void fused_equals_separate(xt_model *m, double mas, const xt_detector_mod
     c->unfused = run;
     xt_chain_out out = {raw[run], proc[run], S[run], D[run]};
     for (int f = 0; f < 2; f++) {
-      xt_pose pose = xt_pose_default(md);
-      pose.primary_deg = 35.0 * f;
-      pose.secondary_deg = -10.0 * f;
-      xt_geometry g;
-      XT_REQUIRE(xt_geom_compute(&pose, md, &g, NULL) == 0);
+      xt_geometry g = xt_tc_geom_of(md, 35.0 * f, -10.0 * f, 0);
       XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(7 + f), &out, NULL) == 0);
     }
     XT_CHECK_MSG(c->fused_frames == (run ? 0 : 2), "%s, mAs %g, run %d: %ld fused frames", mode, mas, run,

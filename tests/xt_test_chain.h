@@ -21,16 +21,20 @@ static inline xt_proj *xt_tc_proj(xt_backend b, int threads, xt_model *const *ms
   return p;
 }
 
-/* The geometry of detector mode `mode` at the default pose turned to these angles (degrees). */
-static inline xt_geometry xt_tc_geom(const char *mode, double primary, double secondary, double detrot) {
+/* The geometry of detector mode *md at the default pose turned to these angles (degrees). */
+static inline xt_geometry xt_tc_geom_of(const xt_detector_mode *md, double primary, double secondary, double detrot) {
   xt_geometry g;
-  const xt_detector_mode *md = xt_mode_find(mode);
   xt_pose pose = xt_pose_default(md);
   pose.primary_deg = primary;
   pose.secondary_deg = secondary;
   pose.detector_rot_deg = detrot;
   xt_geom_compute(&pose, md, &g, NULL);
   return g;
+}
+
+/* The same for the named mode. */
+static inline xt_geometry xt_tc_geom(const char *mode, double primary, double secondary, double detrot) {
+  return xt_tc_geom_of(xt_mode_find(mode), primary, secondary, detrot);
 }
 
 /* A quiet panel: the default chain without fixed pattern, defects, lag or electronic noise. */

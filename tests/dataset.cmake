@@ -10,6 +10,9 @@
 #                         and by xtwin (tests/test_dataset_reader.py)
 #   test_dataset_slurm    a real single-node Slurm cluster runs a 4-task array (skips, exit 77,
 #                         where Slurm cannot start; tests/test_dataset_slurm.py)
+#   test_dataset_owner    never overwriting what it did not write: a user's files at our names,
+#                         symbolic links, our own datasets resumed and written by tasks at once,
+#                         nothing outside --out (tests/test_dataset_owner.py)
 if(TARGET xt_dataset)
   xt_add_test(test_dataset SOURCES test_dataset.c LIBS xt_dataset LABELS cpu)
   if(XT_HAVE_CUDA)
@@ -31,7 +34,10 @@ if(TARGET xt_dataset)
     add_test(NAME test_dataset_slurm
       COMMAND ${XT_DS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dataset_slurm.py $<TARGET_FILE:xtwin>
               ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dataset_slurm_scratch)
-    set_tests_properties(test_dataset_e2e test_dataset_chain test_dataset_reader test_dataset_slurm PROPERTIES
-      TIMEOUT 600 LABELS cpu SKIP_RETURN_CODE 77)
+    add_test(NAME test_dataset_owner
+      COMMAND ${XT_DS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dataset_owner.py $<TARGET_FILE:xtwin>
+              ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dataset_owner_scratch)
+    set_tests_properties(test_dataset_e2e test_dataset_chain test_dataset_reader test_dataset_slurm test_dataset_owner
+      PROPERTIES TIMEOUT 600 LABELS cpu SKIP_RETURN_CODE 77)
   endif()
 endif()

@@ -252,17 +252,26 @@ void xt_ds_encoder_free(xt_ds_encoder *e);
 int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg);
 
 /* Where a dataset lives: DIR/spec.json, DIR/dataset.json, DIR/shards/shard-NNNNNN.{tar,json},
- * DIR/manifest-IIIII-of-NNNNN.jsonl. */
+ * DIR/manifest-IIIII-of-NNNNN.jsonl. Every file is reached through the two directory descriptors
+ * (shards/ opened with O_NOFOLLOW), never by path: nothing is written through a symbolic link. */
 typedef struct xt_ds_out {
-  char dir[4096];
+  char dir[4096];    /* the paths, for messages */
   char shards[4200];
+  int dirfd, shardsfd; /* -1 when not open */
   int direct; /* O_DIRECT shard writes through an aligned staging buffer (--io direct) */
 } xt_ds_out;
 
-/* The paths alone (nothing touched: the dry run). */
+/* The paths alone, nothing opened. */
 int xt_ds_out_paths(const char *dir, xt_ds_out *o, xt_msg *msg);
-/* mkdir -p, a write probe, and spec.json / dataset.json written or checked to be the same. */
+/* The paths, and the directories opened where they exist, nothing created (the dry run). */
+int xt_ds_out_open(const char *dir, xt_ds_out *o, xt_msg *msg);
+/* mkdir -p DIR, then refuses (XT_EEXISTS, one line naming the path) a symbolic link at any name a
+ * run writes (shards/, its files, spec.json, dataset.json, manifests), and, where DIR holds no
+ * dataset (no dataset.json), any file at such a name: a user's. Then spec.json and dataset.json
+ * written or checked to be the same (another spec's dataset is refused), shards/ made, a write
+ * probe. Close with xt_ds_out_close. */
 int xt_ds_out_prepare(const xt_ds_spec *s, const char *dir, xt_ds_out *o, xt_msg *msg);
+void xt_ds_out_close(xt_ds_out *o);
 /* 1 when shard i is complete (its manifest line exists and the shard has its size; with verify,
  * its checksum too), else 0, after removing what a killed run left of it when cleanup is set. */
 int xt_ds_shard_done(const xt_ds_spec *s, const xt_ds_out *o, long long shard, int verify, int cleanup);

@@ -5,6 +5,7 @@
  * output directory, the models; then either the dry run (counts, bytes and an expected time from
  * a short calibration) or the run, which skips complete shards (a resume) and ends with the task's
  * manifest and a summary naming the bottleneck. Exit 0 success, 1 runtime failure, 2 usage. */
+#define _GNU_SOURCE /* O_TMPFILE */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -213,38 +214,35 @@ static void human(double b, char *out, size_t n) {
   snprintf(out, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
 }
 
-/* Where the dataset would go: the nearest existing directory, for the disk probe. */
-static int probe_disk(const char *out, double bytes, double *rate) {
-  char dir[4200];
-  snprintf(dir, sizeof dir, "%s", out);
-  struct stat st;
-  while (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    char *slash = strrchr(dir, '/');
-    if (!slash) {
-      snprintf(dir, sizeof dir, ".");
-      break;
-    }
-    if (slash == dir) slash[1] = 0;
-    else *slash = 0;
-  }
-  char path[4300];
-  snprintf(path, sizeof path, "%s/.xtwin-dry-run-probe-%ld", dir, (long)getpid());
+/* The disk's write rate, measured inside --out (dirfd) and nowhere else: nothing outside --out is
+ * ever written, and a dry run into a directory that does not exist yet creates none. An unnamed
+ * O_TMPFILE leaves nothing behind even if the run is killed; else a fresh name, made with O_EXCL. */
+static int probe_disk(int dirfd, double bytes, double *rate) {
+  if (dirfd < 0) return -1;
   size_t total = bytes > (64 << 20) ? (64 << 20) : (size_t)bytes;
   if (total < (1 << 20)) total = 1 << 20;
   enum { CH = 1 << 20 };
-  char *buf = calloc(1, CH);
-  int fd = buf ? open(path, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+  char *buf = calloc(1, CH), name[64] = "";
+  int fd = -1;
+#ifdef O_TMPFILE
+  if (buf) fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+#endif
+  for (int i = 0; buf && fd < 0 && i < 100; i++) {
+    snprintf(name, sizeof name, ".xtwin-dry-run-probe-%ld-%d", (long)getpid(), i);
+    fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     free(buf);
     return -1;
   }
+  if (*name) unlinkat(dirfd, name, 0); /* the open descriptor keeps the blocks until close */
   double t0 = now_s();
   int bad = 0;
   for (size_t d = 0; d < total && !bad; d += CH) bad = write(fd, buf, CH) != CH;
   bad |= fsync(fd) != 0 && errno != EINVAL;
   double t = now_s() - t0;
   close(fd);
-  unlink(path);
   free(buf);
   if (bad || t <= 0) return -1;
   *rate = total / t;
@@ -252,7 +250,7 @@ static int probe_disk(const char *out, double bytes, double *rate) {
 }
 
 static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o, const xt_ds_run_opts *ro, int task,
-                   int ntasks, long long nshards_task, long long done_shards, long long frames_task) {
+                   int ntasks, long long nshards_task, long long done_shards, long long frames_task, int out_fd) {
   xt_msg msg;
   int rc;
   /* Calibration: one batch rendered, its JSONs encoded, a hash rate measured. */
@@ -330,7 +328,7 @@ static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o,
   const double gpu_fps = workers / t_render;
   const double enc_fps = (writers < cores ? writers : cores) / (t_json + t_hash);
   double disk_rate = 0;
-  int have_disk = o->out && probe_disk(o->out, total_bytes, &disk_rate) == 0;
+  int have_disk = probe_disk(out_fd, total_bytes, &disk_rate) == 0;
   const double disk_fps = have_disk ? disk_rate / bpf : INFINITY;
   double fps = gpu_fps;
   const char *lim = "render";
@@ -355,7 +353,7 @@ static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o,
   printf("rates: render %.0f frames/s (%s, %d worker%s, %d-frame calibration), encoding %.0f frames/s (%d writers), "
          "disk %s\n",
          gpu_fps, xt_backend_name(s->backend), workers, workers > 1 ? "s" : "", n, enc_fps, writers,
-         have_disk ? b3 : "not measured (no --out)");
+         have_disk ? b3 : !o->out ? "not measured (no --out)" : "not measured (--out does not exist yet)");
   if (have_disk) printf("       (disk: %s/s from a %s fsync'd probe = %.0f frames/s)\n", b3, "64 MB", disk_fps);
   printf("expected time: %.1f s at %.0f frames/s (limited by %s)\n", todo_frames / fps, fps, lim);
 done:
@@ -380,7 +378,8 @@ int xt_cmd_dataset(int argc, char **argv) {
   xt_msg msg = {{0}};
   xt_ds_spec spec;
   xt_ds_scene scene;
-  int have_spec = 0, have_scene = 0, code = XT_EXIT_OK, rc;
+  int have_spec = 0, have_scene = 0, have_out = 0, code = XT_EXIT_OK, rc;
+  xt_ds_out out;
   long long *mine = NULL, *todo = NULL;
   memset(&o, 0, sizeof o);
   memset(&scene, 0, sizeof scene);
@@ -461,25 +460,28 @@ int xt_cmd_dataset(int argc, char **argv) {
     frames_task += spec.frames - f0 < spec.shard_frames ? spec.frames - f0 : spec.shard_frames;
   }
 
-  xt_ds_out out;
   if (o.dry_run) {
     long long done_shards = 0;
-    if (o.out && xt_ds_out_paths(o.out, &out, &msg) == 0)
+    if (o.out && xt_ds_out_open(o.out, &out, &msg) == 0) {
       for (long long i = 0; i < nmine; i++) done_shards += xt_ds_shard_done(&spec, &out, mine[i], 0, 0);
+      have_out = 1;
+    }
     if ((rc = xt_ds_scene_load(&spec, &scene, &msg))) {
       code = say(XT_EXIT_RUNTIME, "%s", msg.text);
       goto done;
     }
     have_scene = 1;
-    code = dry_run(&spec, &scene, &o, &ro, task, ntasks, nmine, done_shards, frames_task);
+    code = dry_run(&spec, &scene, &o, &ro, task, ntasks, nmine, done_shards, frames_task, have_out ? out.dirfd : -1);
     goto done;
   }
 
-  memset(&out, 0, sizeof out);
+  memset(&out, 0, sizeof out); /* --render-only: no directory */
+  out.dirfd = out.shardsfd = -1;
   if (!o.render_only && (rc = xt_ds_out_prepare(&spec, o.out, &out, &msg))) {
     code = say(XT_EXIT_RUNTIME, "%s", msg.text);
     goto done;
   }
+  have_out = !o.render_only;
   out.direct = o.io == 1;
   if (!o.render_only) {
     for (long long i = 0; i < nmine; i++)
@@ -511,6 +513,7 @@ int xt_cmd_dataset(int argc, char **argv) {
     goto done;
   }
 done:
+  if (have_out) xt_ds_out_close(&out);
   if (have_scene) xt_ds_scene_free(&scene);
   if (have_spec) xt_ds_spec_free(&spec);
   free(mine);

@@ -13,6 +13,10 @@
  * O_TMPFILE, a hidden ".shard-N.tar.partial" that the next run removes. A shard counts as done
  * only once its manifest line (shard-N.json, itself written to a temporary and renamed) exists.
  *
+ * Ownership: files are only replaced or removed in a directory that holds a dataset of ours (its
+ * dataset.json), never through a symbolic link, and nothing is written outside --out
+ * (xt_ds_out_prepare says how).
+ *
  * I/O: buffered writes (the page cache, fsync at the end of the shard) by default; with --io
  * direct, O_DIRECT writes of an aligned staging buffer (a copy of the frame's pieces) in 8 MiB
  * blocks, the last block padded and the file truncated to its size: the disk's own bandwidth
@@ -26,6 +30,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -384,29 +389,40 @@ int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, 
 /* File helpers                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return -1;
-  int r = fsync(fd);
-  int e = errno;
-  close(fd);
-  errno = e;
-  return r == 0 || e == EINVAL ? 0 : -1;
+/* Everything below works on directory descriptors: --out is opened once and shards/ is opened
+ * within it with O_NOFOLLOW, and every file inside is made with openat(O_CREAT | O_EXCL), renameat,
+ * linkat or unlinkat, none of which follows a symbolic link in the last component. So nothing is
+ * ever written through a link, even one that appears while the run is going (a check by name
+ * before an open would leave that window open). */
+
+static int fsync_fd(int dfd) { return fsync(dfd) == 0 || errno == EINVAL ? 0 : -1; }
+
+/* A name of our own in dfd, never one that exists: "PREFIX" and 12 random hex digits, created
+ * with O_EXCL (tasks of a Slurm array or an Indexed Job, on any host, make temporaries of the same
+ * prefix at the same moment). The descriptor, or -1 with errno. */
+static int create_unique(int dfd, const char *prefix, char *name, size_t cap, int flags) {
+  for (int tries = 0; tries < 100; tries++) {
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+      const unsigned long long t = (unsigned long long)getpid() * 0x9E3779B97F4A7C15ull ^
+                                   (unsigned long long)(now_s() * 1e9) ^ (unsigned long long)tries << 48;
+      for (int i = 0; i < 6; i++) r[i] = (unsigned char)(t >> (8 * i));
+    }
+    snprintf(name, cap, "%s%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3], r[4], r[5]);
+    int fd = openat(dfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
 }
 
-/* Writes the whole buffer to dir/name through a temporary next to it, fsync and rename. The
- * temporary's name is unique (mkstemp): tasks of a Slurm array or an Indexed Job, on any host,
- * write spec.json at the same moment. */
-static mode_t file_mode = 0644; /* 0666 & ~umask, read once by xt_ds_out_prepare before any thread */
-
-static int write_atomic(const char *dir, const char *name, const void *data, size_t n, xt_msg *msg) {
-  char tmp[4400], fin[4400];
-  snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, name);
-  snprintf(fin, sizeof fin, "%s/%s", dir, name);
-  int fd = mkstemp(tmp);
+/* Writes the whole buffer to dfd/name (dir its path, for messages) through a temporary next to
+ * it, fsync and renameat. */
+static int write_atomic(int dfd, const char *dir, const char *name, const void *data, size_t n, xt_msg *msg) {
+  char tmp[300], prefix[200];
+  snprintf(prefix, sizeof prefix, ".%s.", name);
+  int fd = create_unique(dfd, prefix, tmp, sizeof tmp, O_WRONLY);
   if (fd < 0) return xt_fail(msg, XT_EIO, "cannot create a file in \"%s\": %s", dir, strerror(errno));
-  if (fchmod(fd, file_mode) != 0) { /* not fatal: the file is still ours (mkstemp makes 0600) */
-  }
   const char *p = data;
   size_t left = n;
   while (left) {
@@ -415,8 +431,8 @@ static int write_atomic(const char *dir, const char *name, const void *data, siz
     if (w <= 0) {
       int e = w < 0 ? errno : EIO;
       close(fd);
-      unlink(tmp);
-      return xt_fail(msg, XT_EIO, "cannot write \"%s\": %s", fin, strerror(e));
+      unlinkat(dfd, tmp, 0);
+      return xt_fail(msg, XT_EIO, "cannot write \"%s/%s\": %s", dir, name, strerror(e));
     }
     p += w;
     left -= (size_t)w;
@@ -424,75 +440,81 @@ static int write_atomic(const char *dir, const char *name, const void *data, siz
   if (fsync(fd) != 0 && errno != EINVAL) {
     int e = errno;
     close(fd);
-    unlink(tmp);
-    return xt_fail(msg, XT_EIO, "cannot write \"%s\": %s", fin, strerror(e));
+    unlinkat(dfd, tmp, 0);
+    return xt_fail(msg, XT_EIO, "cannot write \"%s/%s\": %s", dir, name, strerror(e));
   }
-  if (close(fd) != 0 || rename(tmp, fin) != 0) {
+  if (close(fd) != 0 || renameat(dfd, tmp, dfd, name) != 0) {
     int e = errno;
-    unlink(tmp);
-    return xt_fail(msg, XT_EIO, "cannot write \"%s\": %s", fin, strerror(e));
+    unlinkat(dfd, tmp, 0);
+    return xt_fail(msg, XT_EIO, "cannot write \"%s/%s\": %s", dir, name, strerror(e));
   }
-  if (fsync_dir(dir) != 0) return xt_fail(msg, XT_EIO, "cannot sync \"%s\": %s", dir, strerror(errno));
+  if (fsync_fd(dfd) != 0) return xt_fail(msg, XT_EIO, "cannot sync \"%s\": %s", dir, strerror(errno));
   return 0;
 }
 
-/* Reads a whole (small) file; NULL with errno set on failure. */
-static char *read_small(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+/* Opens dfd/name for reading, never through a link (ELOOP) and never blocking on a FIFO. */
+static int open_read(int dfd, const char *name) {
+  return openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+
+/* Reads a whole (small) file dfd/name; NULL with errno set on failure. */
+static char *read_small(int dfd, const char *name, size_t *n) {
+  int fd = open_read(dfd, name);
+  if (fd < 0) return NULL;
   char *buf = NULL;
   size_t cap = 0, len = 0;
   for (;;) {
     if (len + 4096 + 1 > cap) {
       cap = cap ? 2 * cap : 8192;
-      if (cap > ((size_t)64 << 20)) {
-        free(buf);
-        fclose(f);
-        errno = EFBIG;
-        return NULL;
-      }
-      char *nb = realloc(buf, cap);
+      char *nb = cap > ((size_t)64 << 20) ? NULL : realloc(buf, cap);
       if (!nb) {
+        int e = cap > ((size_t)64 << 20) ? EFBIG : ENOMEM;
         free(buf);
-        fclose(f);
-        errno = ENOMEM;
+        close(fd);
+        errno = e;
         return NULL;
       }
       buf = nb;
     }
-    size_t r = fread(buf + len, 1, cap - len - 1, f);
-    len += r;
+    ssize_t r = read(fd, buf + len, cap - len - 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      errno = e;
+      return NULL;
+    }
     if (r == 0) break;
+    len += (size_t)r;
   }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(buf);
-    errno = EIO;
-    return NULL;
-  }
+  close(fd);
   buf[len] = 0;
   if (n) *n = len;
   return buf;
 }
 
-static void rm_rf(const char *path) {
-  DIR *d = opendir(path);
+/* Removes dfd/name: a file, or a folder of files (a folder shard). A link is removed, never
+ * followed. */
+static void rm_rf(int dfd, const char *name) {
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    unlinkat(dfd, name, 0);
+    return;
+  }
+  DIR *d = fdopendir(fd);
   if (!d) {
-    unlink(path);
+    close(fd);
     return;
   }
   struct dirent *de;
-  while ((de = readdir(d))) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    char p[4400];
-    snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-    unlink(p);
-  }
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) unlinkat(fd, de->d_name, 0);
   closedir(d);
-  rmdir(path);
+  unlinkat(dfd, name, AT_REMOVEDIR);
 }
 
+/* mkdir -p of --out itself: the path the user named, links in it followed as the user meant. */
 static int mkdir_p(const char *path, xt_msg *msg) {
   char buf[4400];
   snprintf(buf, sizeof buf, "%s", path);
@@ -516,8 +538,8 @@ static void hex(const unsigned char *md, int n, char *out) {
   for (int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
-static int sha256_file(const char *path, char out[65], double *secs) {
-  int fd = open(path, O_RDONLY);
+static int sha256_file(int dfd, const char *name, char out[65]) {
+  int fd = open_read(dfd, name);
   if (fd < 0) return -1;
   EVP_MD_CTX *c = EVP_MD_CTX_new();
   enum { CH = 1 << 20 };
@@ -538,29 +560,27 @@ static int sha256_file(const char *path, char out[65], double *secs) {
     rc = 0;
   }
 done:
-  (void)secs;
   free(buf);
   EVP_MD_CTX_free(c);
   close(fd);
   return rc;
 }
 
-/* Every file a folder shard's SHA256SUMS names has that digest. */
-static int folder_files_match(const char *dir, const char *sums_path) {
-  char *sums = read_small(sums_path, NULL);
+/* Every file a folder shard's SHA256SUMS names (plain names in the folder dfd) has that digest. */
+static int folder_files_match(int dfd) {
+  char *sums = read_small(dfd, "SHA256SUMS", NULL);
   if (!sums) return 0;
   int ok = 1;
   for (char *line = sums, *next; ok && *line; line = next) {
     next = strchr(line, '\n');
     if (next) *next++ = 0;
     else next = line + strlen(line);
-    if (strlen(line) < 67 || line[64] != ' ' || line[65] != ' ') {
+    if (strlen(line) < 67 || line[64] != ' ' || line[65] != ' ' || strchr(line + 66, '/')) {
       ok = 0;
       break;
     }
-    char file[4600], h[65];
-    snprintf(file, sizeof file, "%s/%s", dir, line + 66);
-    ok = sha256_file(file, h, NULL) == 0 && strncmp(h, line, 64) == 0;
+    char h[65];
+    ok = sha256_file(dfd, line + 66, h) == 0 && strncmp(h, line, 64) == 0;
   }
   free(sums);
   return ok;
@@ -623,34 +643,104 @@ static char *dataset_json(const xt_ds_spec *s) {
   return t2;
 }
 
-/* Writes DIR/name with text, or checks that the one there is the same. */
-static int write_or_check(const char *dir, const char *name, const char *text, const char *what, xt_msg *msg) {
-  char path[4400];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+/* Whether dfd/name holds exactly text: 1 the same, 0 not, -1 absent, -2 unreadable (errno). */
+static int same_text(int dfd, const char *name, const char *text) {
   size_t n = 0;
-  char *old = read_small(path, &n);
-  if (old) {
-    int same = n == strlen(text) && memcmp(old, text, n) == 0;
-    free(old);
-    if (!same)
-      return xt_fail(msg, XT_EEXISTS,
-                     "--out: \"%s\" holds a dataset of another %s (%s differs); use another directory or the same spec",
-                     dir, what, name);
-    return 0;
-  }
-  if (errno != ENOENT) return xt_fail(msg, XT_EIO, "--out: cannot read \"%s\": %s", path, strerror(errno));
+  char *old = read_small(dfd, name, &n);
+  if (!old) return errno == ENOENT ? -1 : -2;
+  int same = n == strlen(text) && memcmp(old, text, n) == 0;
+  free(old);
+  return same;
+}
+
+/* Writes OUT/name with text, or checks that the one there is the same. */
+static int write_or_check(const xt_ds_out *o, const char *name, const char *text, const char *what, xt_msg *msg) {
+  int same = same_text(o->dirfd, name, text);
+  if (same == 1) return 0;
+  if (same == 0)
+    return xt_fail(msg, XT_EEXISTS,
+                   "--out: \"%s\" holds a dataset of another %s (%s differs); use another directory or the same spec",
+                   o->dir, what, name);
+  if (errno != ENOENT) return xt_fail(msg, XT_EIO, "--out: cannot read \"%s/%s\": %s", o->dir, name, strerror(errno));
   xt_msg m;
-  int rc = write_atomic(dir, name, text, strlen(text), &m);
+  int rc = write_atomic(o->dirfd, o->dir, name, text, strlen(text), &m);
   if (rc) return xt_fail(msg, rc, "--out: %s", m.text);
   return 0;
 }
 
 int xt_ds_out_paths(const char *dir, xt_ds_out *o, xt_msg *msg) {
   memset(o, 0, sizeof *o);
+  o->dirfd = o->shardsfd = -1;
   if (strlen(dir) > 4000) return xt_fail(msg, XT_EINVAL, "--out: path longer than 4000 characters");
   snprintf(o->dir, sizeof o->dir, "%s", dir);
   snprintf(o->shards, sizeof o->shards, "%s/shards", dir);
   return 0;
+}
+
+void xt_ds_out_close(xt_ds_out *o) {
+  if (o->shardsfd >= 0) close(o->shardsfd);
+  if (o->dirfd >= 0) close(o->dirfd);
+  o->dirfd = o->shardsfd = -1;
+}
+
+static int refuse_link(const char *dir, const char *name, xt_msg *msg) {
+  return xt_fail(msg, XT_EEXISTS, "--out: \"%s/%s\" is a symbolic link; xtwin dataset writes nothing through one and "
+                                  "replaces none", dir, name);
+}
+
+/* OUT/shards, never through a link. must: create it first where it is missing. */
+static int open_shards(xt_ds_out *o, int must, xt_msg *msg) {
+  if (must && mkdirat(o->dirfd, "shards", 0777) != 0 && errno != EEXIST)
+    return xt_fail(msg, XT_EIO, "--out: cannot create directory \"%s\": %s", o->shards, strerror(errno));
+  o->shardsfd = openat(o->dirfd, "shards", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (o->shardsfd >= 0 || (!must && errno == ENOENT)) return 0;
+  int e = errno;
+  struct stat st;
+  if (fstatat(o->dirfd, "shards", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+    return refuse_link(o->dir, "shards", msg);
+  return xt_fail(msg, XT_EIO, "--out: cannot open \"%s\": %s", o->shards, strerror(e));
+}
+
+int xt_ds_out_open(const char *dir, xt_ds_out *o, xt_msg *msg) {
+  int rc = xt_ds_out_paths(dir, o, msg);
+  if (rc) return rc;
+  o->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (o->dirfd >= 0) open_shards(o, 0, msg);
+  return 0;
+}
+
+/* The names a run writes, replaces or removes: in --out, and in shards/. */
+static int is_manifest(const char *n) {
+  size_t l = strlen(n);
+  return strncmp(n, "manifest-", 9) == 0 && l > 15 && strcmp(n + l - 6, ".jsonl") == 0;
+}
+static int is_out_name(const char *n) {
+  return !strcmp(n, "spec.json") || !strcmp(n, "dataset.json") || !strcmp(n, "shards") || is_manifest(n);
+}
+static int is_shard_name(const char *n) { return !strncmp(n, "shard-", 6) || !strncmp(n, ".shard-", 7); }
+
+/* The entries of dfd (path dir) that a run would write, replace or remove (ours()): a link among
+ * them is refused; the first that in_way() names is kept in first (where no dataset is, they
+ * are a user's). */
+static int scan(int dfd, const char *dir, int (*ours)(const char *), int (*in_way)(const char *), char *first,
+                size_t cap, xt_msg *msg) {
+  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* a description of its own for readdir */
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return xt_fail(msg, XT_EIO, "--out: cannot read \"%s\": %s", dir, strerror(e));
+  }
+  int rc = 0;
+  struct dirent *de;
+  while (!rc && (de = readdir(d))) {
+    struct stat st;
+    if (!ours(de->d_name) || fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISLNK(st.st_mode)) rc = refuse_link(dir, de->d_name, msg);
+    else if (!*first && in_way(de->d_name)) snprintf(first, cap, "%s/%s", dir, de->d_name);
+  }
+  closedir(d);
+  return rc;
 }
 
 double xt_ds_hash_seconds(size_t bytes) {
@@ -664,36 +754,86 @@ double xt_ds_hash_seconds(size_t bytes) {
   return now_s() - t0;
 }
 
+/* Ownership: a directory holds a dataset of ours once its dataset.json is there, and a run writes
+ * dataset.json before anything in shards/. So where there is none, every file at a name of ours
+ * is a user's and the run is refused before it writes anything; tasks that start together into one
+ * new directory see each other's shards only after one of them wrote dataset.json, which is why a
+ * name in the way is looked at again once the scan is over. */
 int xt_ds_out_prepare(const xt_ds_spec *s, const char *dir, xt_ds_out *o, xt_msg *msg) {
   int rc = xt_ds_out_paths(dir, o, msg);
   if (rc) return rc;
-  mode_t mask = umask(0); /* umask can only be read by setting it: here, before the threads */
-  umask(mask);
-  file_mode = 0666 & ~mask;
+  char *spec_text = NULL, *ds = NULL, first[4400] = "";
   xt_msg m;
-  if ((rc = mkdir_p(o->shards, &m))) return xt_fail(msg, rc, "--out: %s", m.text);
-  char probe[4400];
-  snprintf(probe, sizeof probe, "%s/.xtwin-write-probe-%ld", o->shards, (long)getpid());
-  int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-  if (fd < 0) return xt_fail(msg, XT_EIO, "--out: cannot write in \"%s\": %s", o->shards, strerror(errno));
-  close(fd);
-  unlink(probe);
-  char *spec_text = malloc(strlen(s->canonical) + 2);
-  if (!spec_text) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  if ((rc = mkdir_p(o->dir, &m))) return xt_fail(msg, rc, "--out: %s", m.text);
+  o->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (o->dirfd < 0) {
+    rc = xt_fail(msg, XT_EIO, "--out: cannot open \"%s\": %s", o->dir, strerror(errno));
+    goto fail;
+  }
+  spec_text = malloc(strlen(s->canonical) + 2);
+  ds = dataset_json(s);
+  if (!spec_text || !ds) {
+    rc = xt_fail(msg, XT_ENOMEM, "out of memory");
+    goto fail;
+  }
   sprintf(spec_text, "%s\n", s->canonical);
-  rc = write_or_check(o->dir, "spec.json", spec_text, "spec", msg);
+  if ((rc = scan(o->dirfd, o->dir, is_out_name, is_manifest, first, sizeof first, msg)) ||
+      (rc = open_shards(o, 0, msg)) ||
+      (o->shardsfd >= 0 && (rc = scan(o->shardsfd, o->shards, is_shard_name, is_shard_name, first, sizeof first, msg))))
+    goto fail;
+  int have = same_text(o->dirfd, "dataset.json", ds);
+  if (have == -1) {
+    if (!*first && same_text(o->dirfd, "spec.json", spec_text) == 0) snprintf(first, sizeof first, "%s/spec.json", o->dir);
+    if (*first && same_text(o->dirfd, "dataset.json", ds) != 1) {
+      rc = xt_fail(msg, XT_EEXISTS,
+                   "--out: \"%s\" is in the way: \"%s\" holds no dataset (no dataset.json) and xtwin dataset replaces "
+                   "no file it did not write",
+                   first, o->dir);
+      goto fail;
+    }
+  } else if (have == 0) {
+    const int spec_differs = same_text(o->dirfd, "spec.json", spec_text) == 0;
+    rc = xt_fail(msg, XT_EEXISTS,
+                 "--out: \"%s\" holds a dataset of another %s (%s differs); use another directory or the same spec",
+                 o->dir, spec_differs ? "spec" : "spec or backend", spec_differs ? "spec.json" : "dataset.json");
+    goto fail;
+  } else if (have == -2) {
+    rc = xt_fail(msg, XT_EIO, "--out: cannot read \"%s/dataset.json\": %s", o->dir, strerror(errno));
+    goto fail;
+  }
+  if ((rc = write_or_check(o, "spec.json", spec_text, "spec", msg)) ||
+      (rc = write_or_check(o, "dataset.json", ds, "spec or backend", msg)) ||
+      (o->shardsfd < 0 && (rc = open_shards(o, 1, msg))))
+    goto fail;
+  /* Fail now, not after the first shard's render, where shards/ cannot be written. */
+  int fd = -1;
+#ifdef O_TMPFILE
+  fd = openat(o->shardsfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+#endif
+  if (fd < 0) {
+    char probe[64];
+    fd = create_unique(o->shardsfd, ".xtwin-write-probe-", probe, sizeof probe, O_WRONLY);
+    if (fd >= 0) unlinkat(o->shardsfd, probe, 0);
+  }
+  if (fd < 0) {
+    rc = xt_fail(msg, XT_EIO, "--out: cannot write in \"%s\": %s", o->shards, strerror(errno));
+    goto fail;
+  }
+  close(fd);
   free(spec_text);
-  if (rc) return rc;
-  char *ds = dataset_json(s);
-  if (!ds) return xt_fail(msg, XT_ENOMEM, "out of memory");
-  rc = write_or_check(o->dir, "dataset.json", ds, "spec or backend", msg);
   free(ds);
+  return 0;
+fail:
+  free(spec_text);
+  free(ds);
+  xt_ds_out_close(o);
   return rc;
 }
 
-static void shard_names(const xt_ds_spec *s, const xt_ds_out *o, long long shard, char *data, char *json, size_t cap) {
-  snprintf(data, cap, "%s/shard-%06lld%s", o->shards, shard, s->format == XT_DS_FMT_TAR ? ".tar" : "");
-  snprintf(json, cap, "%s/shard-%06lld.json", o->shards, shard);
+/* Shard i's data (file or folder) and manifest line, as names in shards/. */
+static void shard_names(const xt_ds_spec *s, long long shard, char *data, char *json, size_t cap) {
+  snprintf(data, cap, "shard-%06lld%s", shard, s->format == XT_DS_FMT_TAR ? ".tar" : "");
+  snprintf(json, cap, "shard-%06lld.json", shard);
 }
 
 /* What a killed run may have left of a shard: its temporaries (every hidden ".shard-N." name: only
@@ -701,52 +841,55 @@ static void shard_names(const xt_ds_spec *s, const xt_ds_out *o, long long shard
 static void remove_leftovers(const xt_ds_spec *s, const xt_ds_out *o, long long shard) {
   char prefix[64];
   int pl = snprintf(prefix, sizeof prefix, ".shard-%06lld.", shard);
-  DIR *d = opendir(o->shards);
+  int fd = openat(o->shardsfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (d) {
     struct dirent *de;
-    while ((de = readdir(d))) {
-      if (strncmp(de->d_name, prefix, (size_t)pl) != 0) continue;
-      char p[4600];
-      snprintf(p, sizeof p, "%s/%s", o->shards, de->d_name);
-      rm_rf(p);
-    }
+    while ((de = readdir(d)))
+      if (strncmp(de->d_name, prefix, (size_t)pl) == 0) rm_rf(fd, de->d_name);
     closedir(d);
+  } else if (fd >= 0) {
+    close(fd);
   }
-  char data[4400], json[4400];
-  shard_names(s, o, shard, data, json, sizeof data);
-  if (s->format == XT_DS_FMT_TAR) unlink(data);
-  else rm_rf(data);
+  char data[64], json[64];
+  shard_names(s, shard, data, json, sizeof data);
+  if (s->format == XT_DS_FMT_TAR) unlinkat(o->shardsfd, data, 0);
+  else rm_rf(o->shardsfd, data);
 }
 
 int xt_ds_shard_done(const xt_ds_spec *s, const xt_ds_out *o, long long shard, int verify, int cleanup) {
-  char data[4400], jpath[4400];
-  shard_names(s, o, shard, data, jpath, sizeof data);
+  if (o->shardsfd < 0) return 0;
+  char data[64], jname[64];
+  shard_names(s, shard, data, jname, sizeof data);
   size_t n = 0;
-  char *text = read_small(jpath, &n);
+  char *text = read_small(o->shardsfd, jname, &n);
   int done = 0;
   if (text) {
     json_t *j = json_loads(text, 0, NULL);
     json_t *sha = json_object_get(j, "sha256"), *bytes = json_object_get(j, "bytes"),
            *spec = json_object_get(j, "spec_sha256");
+    /* The tar itself, or the folder's SHA256SUMS: regular files, reached through no link. */
+    const int folder = s->format == XT_DS_FMT_FOLDER;
+    int dfd = folder ? openat(o->shardsfd, data, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    const int at = folder ? dfd : o->shardsfd;
+    const char *name = folder ? "SHA256SUMS" : data;
     struct stat st;
-    char path[4500];
-    if (s->format == XT_DS_FMT_TAR) snprintf(path, sizeof path, "%s", data);
-    else snprintf(path, sizeof path, "%s/SHA256SUMS", data);
     if (json_is_string(sha) && json_is_integer(bytes) && json_is_string(spec) &&
-        strcmp(json_string_value(spec), s->sha256) == 0 && stat(path, &st) == 0 &&
-        (s->format != XT_DS_FMT_TAR || (long long)st.st_size == json_integer_value(bytes))) {
+        strcmp(json_string_value(spec), s->sha256) == 0 && at >= 0 && fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && (folder || (long long)st.st_size == json_integer_value(bytes))) {
       done = 1;
       if (verify) {
         char h[65];
-        done = sha256_file(path, h, NULL) == 0 && strcmp(h, json_string_value(sha)) == 0;
-        if (done && s->format == XT_DS_FMT_FOLDER) done = folder_files_match(data, path);
+        done = sha256_file(at, name, h) == 0 && strcmp(h, json_string_value(sha)) == 0;
+        if (done && folder) done = folder_files_match(dfd);
       }
     }
+    if (dfd >= 0) close(dfd);
     json_decref(j);
     free(text);
   }
   if (!done && cleanup) {
-    unlink(jpath);
+    unlinkat(o->shardsfd, jname, 0);
     remove_leftovers(s, o, shard);
   }
   return done;
@@ -758,14 +901,14 @@ int xt_ds_write_task_manifest(const xt_ds_out *o, const long long *shards, long 
   char *all = malloc(cap);
   if (!all) return xt_fail(msg, XT_ENOMEM, "out of memory");
   for (long long i = 0; i < n; i++) {
-    char p[4400];
-    snprintf(p, sizeof p, "%s/shard-%06lld.json", o->shards, shards[i]);
+    char p[64];
+    snprintf(p, sizeof p, "shard-%06lld.json", shards[i]);
     size_t k = 0;
-    char *line = read_small(p, &k);
+    char *line = read_small(o->shardsfd, p, &k);
     if (!line) {
       int e = errno;
       free(all);
-      return xt_fail(msg, XT_EIO, "cannot read \"%s\": %s", p, strerror(e));
+      return xt_fail(msg, XT_EIO, "cannot read \"%s/%s\": %s", o->shards, p, strerror(e));
     }
     if (len + k + 2 > cap) {
       while (len + k + 2 > cap) cap *= 2;
@@ -783,7 +926,7 @@ int xt_ds_write_task_manifest(const xt_ds_out *o, const long long *shards, long 
   }
   char name[64];
   snprintf(name, sizeof name, "manifest-%05d-of-%05d.jsonl", task, ntasks);
-  int rc = write_atomic(o->dir, name, all, len, msg);
+  int rc = write_atomic(o->dirfd, o->dir, name, all, len, msg);
   free(all);
   return rc;
 }
@@ -804,8 +947,9 @@ struct xt_ds_shard_writer {
   unsigned char *stage;
   size_t staged;
   int anonymous;       /* O_TMPFILE: no name until linked */
-  char tmp[4400];      /* the named temporary (file or folder) */
-  char data[4400], json[4400];
+  int tmpfd;           /* folder: the temporary folder */
+  char tmp_name[64], data_name[64], json_name[64]; /* in shards/: the named temporary, the shard, its line */
+  char tmp[4400], data[4400];                      /* their paths, for messages */
   EVP_MD_CTX *md;      /* tar: the whole file */
   unsigned long long bytes;
   /* folder: one line per member file for SHA256SUMS */
@@ -816,6 +960,7 @@ struct xt_ds_shard_writer {
 static void writer_free(xt_ds_shard_writer *w) {
   if (!w) return;
   if (w->fd >= 0) close(w->fd);
+  if (w->tmpfd >= 0) close(w->tmpfd);
   free(w->stage);
   EVP_MD_CTX_free(w->md);
   free(w->sums);
@@ -825,9 +970,9 @@ static void writer_free(xt_ds_shard_writer *w) {
 void xt_ds_shard_abort(xt_ds_shard_writer *w) {
   if (!w) return;
   if (w->s->format == XT_DS_FMT_TAR) {
-    if (!w->anonymous) unlink(w->tmp); /* an O_TMPFILE vanishes with its descriptor */
+    if (!w->anonymous) unlinkat(w->o->shardsfd, w->tmp_name, 0); /* an O_TMPFILE vanishes with its descriptor */
   } else {
-    rm_rf(w->tmp);
+    rm_rf(w->o->shardsfd, w->tmp_name);
   }
   writer_free(w);
 }
@@ -838,9 +983,10 @@ int xt_ds_shard_open(const xt_ds_spec *s, const xt_ds_out *o, long long shard, x
   if (!w) return xt_fail(msg, XT_ENOMEM, "out of memory");
   w->s = s;
   w->o = o;
-  w->fd = -1;
+  w->fd = w->tmpfd = -1;
   w->shard = shard;
-  shard_names(s, o, shard, w->data, w->json, sizeof w->data);
+  shard_names(s, shard, w->data_name, w->json_name, sizeof w->data_name);
+  snprintf(w->data, sizeof w->data, "%s/%s", o->shards, w->data_name);
   if (s->format == XT_DS_FMT_TAR) {
     w->md = EVP_MD_CTX_new();
     if (!w->md || !EVP_DigestInit_ex(w->md, EVP_sha256(), NULL)) {
@@ -859,12 +1005,15 @@ int xt_ds_shard_open(const xt_ds_spec *s, const xt_ds_out *o, long long shard, x
     for (int attempt = o->direct ? 0 : 1; attempt < 2 && w->fd < 0; attempt++) {
       int f = flags | (attempt == 0 ? O_DIRECT : 0);
 #ifdef O_TMPFILE
-      w->fd = open(o->shards, O_TMPFILE | f, 0666);
+      w->fd = openat(o->shardsfd, ".", O_TMPFILE | f, 0666);
       w->anonymous = w->fd >= 0;
 #endif
       if (w->fd < 0 && (attempt == 1 || errno != EINVAL)) {
-        snprintf(w->tmp, sizeof w->tmp, "%s/.shard-%06lld.tar.partial", o->shards, shard);
-        w->fd = open(w->tmp, O_CREAT | O_TRUNC | f, 0666);
+        /* The name is this shard's own (only its task writes it): a killed run's is replaced. */
+        snprintf(w->tmp_name, sizeof w->tmp_name, ".shard-%06lld.tar.partial", shard);
+        snprintf(w->tmp, sizeof w->tmp, "%s/%s", o->shards, w->tmp_name);
+        unlinkat(o->shardsfd, w->tmp_name, 0);
+        w->fd = openat(o->shardsfd, w->tmp_name, O_CREAT | O_EXCL | O_NOFOLLOW | f, 0666);
       }
       w->direct = w->fd >= 0 && attempt == 0;
     }
@@ -874,9 +1023,11 @@ int xt_ds_shard_open(const xt_ds_spec *s, const xt_ds_out *o, long long shard, x
       return xt_fail(msg, XT_EIO, "shard %lld: cannot create a file in \"%s\": %s", shard, o->shards, strerror(e));
     }
   } else {
-    snprintf(w->tmp, sizeof w->tmp, "%s/.shard-%06lld.partial", o->shards, shard);
-    rm_rf(w->tmp);
-    if (mkdir(w->tmp, 0777) != 0) {
+    snprintf(w->tmp_name, sizeof w->tmp_name, ".shard-%06lld.partial", shard);
+    snprintf(w->tmp, sizeof w->tmp, "%s/%s", o->shards, w->tmp_name);
+    rm_rf(o->shardsfd, w->tmp_name);
+    if (mkdirat(o->shardsfd, w->tmp_name, 0777) != 0 ||
+        (w->tmpfd = openat(o->shardsfd, w->tmp_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
       int e = errno;
       writer_free(w);
       return xt_fail(msg, XT_EIO, "shard %lld: cannot create \"%s\": %s", shard, w->tmp, strerror(e));
@@ -980,7 +1131,7 @@ static int write_member_file(xt_ds_shard_writer *w, const char *name, const memb
   double t1 = now_s();
   st->encode_s += t1 - t0;
   if (disk) disk(dctx, 1);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  int fd = openat(w->tmpfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   int bad = fd < 0 || write_all(fd, iov, n) != 0 || (fsync(fd) != 0 && errno != EINVAL);
   int e = errno;
   if (fd >= 0 && close(fd) != 0 && !bad) bad = 1, e = errno;
@@ -1210,7 +1361,7 @@ static int manifest_line(xt_ds_shard_writer *w, const char *sha, xt_msg *msg) {
   line[len + 1] = 0;
   char name[64];
   snprintf(name, sizeof name, "shard-%06lld.json", w->shard);
-  int rc = write_atomic(w->o->shards, name, line, len + 1, msg);
+  int rc = write_atomic(w->o->shardsfd, w->o->shards, name, line, len + 1, msg);
   free(line);
   return rc;
 }
@@ -1252,12 +1403,14 @@ int xt_ds_shard_commit(xt_ds_shard_writer *w, xt_ds_wstats *st, xt_ds_disk_fn di
       char proc[64];
       snprintf(proc, sizeof proc, "/proc/self/fd/%d", w->fd);
       /* A tar left by a run killed before its manifest line is replaced. */
-      if (linkat(AT_FDCWD, proc, AT_FDCWD, w->data, AT_SYMLINK_FOLLOW) != 0 &&
-          !(errno == EEXIST && unlink(w->data) == 0 && linkat(AT_FDCWD, proc, AT_FDCWD, w->data, AT_SYMLINK_FOLLOW) == 0)) {
+      const int sfd = w->o->shardsfd;
+      if (linkat(AT_FDCWD, proc, sfd, w->data_name, AT_SYMLINK_FOLLOW) != 0 &&
+          !(errno == EEXIST && unlinkat(sfd, w->data_name, 0) == 0 &&
+            linkat(AT_FDCWD, proc, sfd, w->data_name, AT_SYMLINK_FOLLOW) == 0)) {
         rc = xt_fail(msg, XT_EIO, "shard %lld: cannot create \"%s\": %s", w->shard, w->data, strerror(errno));
         goto fail;
       }
-    } else if (rename(w->tmp, w->data) != 0) {
+    } else if (renameat(w->o->shardsfd, w->tmp_name, w->o->shardsfd, w->data_name) != 0) {
       rc = xt_fail(msg, XT_EIO, "shard %lld: cannot create \"%s\": %s", w->shard, w->data, strerror(errno));
       goto fail;
     }
@@ -1266,21 +1419,21 @@ int xt_ds_shard_commit(xt_ds_shard_writer *w, xt_ds_wstats *st, xt_ds_disk_fn di
     unsigned mdl = 0;
     EVP_Digest(w->sums ? w->sums : "", w->sums_len, md, &mdl, EVP_sha256(), NULL);
     hex(md, 32, sha);
-    if ((rc = write_atomic(w->tmp, "SHA256SUMS", w->sums ? w->sums : "", w->sums_len, msg))) goto fail;
-    rm_rf(w->data);
-    if (rename(w->tmp, w->data) != 0) {
+    if ((rc = write_atomic(w->tmpfd, w->tmp, "SHA256SUMS", w->sums ? w->sums : "", w->sums_len, msg))) goto fail;
+    rm_rf(w->o->shardsfd, w->data_name);
+    if (renameat(w->o->shardsfd, w->tmp_name, w->o->shardsfd, w->data_name) != 0) {
       rc = xt_fail(msg, XT_EIO, "shard %lld: cannot create \"%s\": %s", w->shard, w->data, strerror(errno));
       goto fail;
     }
   }
-  if (fsync_dir(w->o->shards) != 0) {
+  if (fsync_fd(w->o->shardsfd) != 0) {
     rc = xt_fail(msg, XT_EIO, "shard %lld: cannot sync \"%s\": %s", w->shard, w->o->shards, strerror(errno));
     goto fail;
   }
   if ((rc = manifest_line(w, sha, msg))) {
     /* No line, no shard: do not leave a shard that looks finished. */
-    if (s->format == XT_DS_FMT_TAR) unlink(w->data);
-    else rm_rf(w->data);
+    if (s->format == XT_DS_FMT_TAR) unlinkat(w->o->shardsfd, w->data_name, 0);
+    else rm_rf(w->o->shardsfd, w->data_name);
     goto done;
   }
   goto done;

@@ -16,7 +16,7 @@
  *    grids, with label volumes) against the float64 reference, alone and mixed: relative L2 below
  *    1e-5 and max |gpu - ref| <= 1e-4 of the frame's largest value; the noise-free chain frame of
  *    the mixed scene as above.
- * Labelled `gpu`; without a device it prints SKIP and passes. */
+ * Labelled `gpu`; without a usable device it skips (xt_test_cuda.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,17 +28,12 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_cuda.h"
 #include "xt_test_chain.h"
 #include "xt_test_gmm.h"
 #ifdef XT_TEST_NVDB
 #include "xt_test_nvdb.h"
 #endif
-
-static int no_gpu(void) {
-  if (xt_proj_available(XT_BACKEND_CUDA, NULL) == 0) return 0;
-  printf("SKIP: no CUDA device\n");
-  return 1;
-}
 
 static xt_proj *proj(xt_backend b, xt_model *const *ms, int n) { return xt_tc_proj(b, 0, ms, n); }
 
@@ -76,7 +71,6 @@ static int compare_channels(xt_proj *p, xt_model *const *ms, int nm, const xt_ch
 }
 
 XT_TEST(cuda_channels_match_the_reference) {
-  if (no_gpu()) return;
   const int dim[3] = {96, 96, 96};
   xt_model *ms[2] = {NULL, NULL};
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &ms[0], NULL) == 0);
@@ -106,7 +100,6 @@ XT_TEST(cuda_channels_match_the_reference) {
  * head's labels moved up by 40 (its material entries copied there) take the second: its channels,
  * alone and beside a dense volume, against the float64 reference with the same bars. */
 XT_TEST(cuda_channels_of_large_labels_match_the_reference) {
-  if (no_gpu()) return;
   const int dim[3] = {96, 96, 96}, up = 40;
   xt_model *ms[2] = {NULL, NULL};
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &ms[0], NULL) == 0);
@@ -217,7 +210,6 @@ static void chain_matches_cpu(xt_model *const *ms, int nm, double psf_mm, int bi
 }
 
 XT_TEST(cuda_chain_matches_cpu_without_noise) {
-  if (no_gpu()) return;
   const int dim[3] = {96, 96, 96};
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
@@ -234,7 +226,6 @@ XT_TEST(cuda_chain_matches_cpu_without_noise) {
  * previous pose's value) and defect settings, each frame's processed codes against the CPU's
  * within 2 (and raw within 1). */
 XT_TEST(cuda_defect_interpolation_follows_the_defect_map) {
-  if (no_gpu()) return;
   const int dim[3] = {96, 96, 96};
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
@@ -310,7 +301,6 @@ static int mixed_scene(xt_model **ms, int *n, unsigned seed) {
 /* Channels of subsets of the mixed scene (each kind alone: it then writes every plane itself) on the
  * GPU against the float64 reference. */
 XT_TEST(cuda_channels_of_every_kind_match_the_reference) {
-  if (no_gpu()) return;
   xt_model *all[5] = {NULL};
   int n = 0;
   XT_REQUIRE(mixed_scene(all, &n, 77) == 0);
@@ -345,7 +335,6 @@ XT_TEST(cuda_channels_of_every_kind_match_the_reference) {
 }
 
 XT_TEST(cuda_chain_of_a_mixed_scene_matches_cpu) {
-  if (no_gpu()) return;
   xt_model *all[5] = {NULL};
   int n = 0;
   XT_REQUIRE(mixed_scene(all, &n, 78) == 0);
@@ -354,7 +343,6 @@ XT_TEST(cuda_chain_of_a_mixed_scene_matches_cpu) {
 }
 
 XT_TEST(cuda_chain_noise_agrees_statistically) {
-  if (no_gpu()) return;
   xt_chain_params prm = xt_chain_params_default();
   prm.mas = 0.003;
   both o;
@@ -375,7 +363,6 @@ XT_TEST(cuda_chain_noise_agrees_statistically) {
 }
 
 XT_TEST(cuda_replay_is_bit_identical) {
-  if (no_gpu()) return;
   const int dim[3] = {64, 64, 64};
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_F32, &m, NULL) == 0);
@@ -469,7 +456,6 @@ static void fused_equals_separate(xt_model *m, double mas, const xt_detector_mod
  * of about 10 (the inversion's edge) and of over 10^6 and past 2^22 (its resumed double path): the
  * runs must reach both ends. */
 XT_TEST(cuda_fused_detect_equals_the_separate_stage) {
-  if (no_gpu()) return;
   const int dim[3] = {80, 80, 80};
   const int types[2] = {XT_VOXEL_U8, XT_VOXEL_F32};
   const double mas[4] = {0.0002, 0.02, 2.0, 40.0}; /* the head's quanta: 1-120, 100-12,000, 1e4-1.2e6, 2e5-2.4e7 */
@@ -490,7 +476,6 @@ XT_TEST(cuda_fused_detect_equals_the_separate_stage) {
  * that no lane of a warp crosses (proj_voxel.cu, spec_sum), and a warp there has lanes outside the
  * frame, gone before the others ask which channels their warp crosses. */
 XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
-  if (no_gpu()) return;
   const int dim[3] = {80, 80, 80};
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 2.4, XT_VOXEL_U8, &m, NULL) == 0);
@@ -504,7 +489,7 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
   xt_model_free(m);
 }
 
-XT_TEST_MAIN(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
+XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
                  XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)

@@ -7,7 +7,7 @@
  * voxel planes across which mu changes. Each check poisons the output with NaN first, so an
  * unwritten pixel fails. Pass: relative L2 < 1e-5 and max |gpu - ref| <= 1e-4 of the frame's max.
  *
- * Labelled `gpu`: CI (no GPU) excludes it; without a device it prints SKIP and passes.
+ * Labelled `gpu`: CI (no GPU) excludes it; without a usable device it skips (xt_test_cuda.h).
  * XT_CUDA_TEST_QUICK=1 shrinks the sizes (compute-sanitizer runs). */
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +18,7 @@
 #include "xt_proj.h"
 #include "xt_proj_cuda.h"
 #include "xt_test.h"
+#include "xt_test_cuda.h"
 #include "xt_test_gpu.h"
 
 static int quick(void) {
@@ -502,20 +503,7 @@ XT_TEST(errors) {
 }
 
 int main(int argc, char **argv) {
-  /* The availability probe initialises CUDA, which a forked test child could then not use:
-   * probe in a child of its own. */
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    xt_msg msg;
-    int rc = xt_proj_available(XT_BACKEND_CUDA, &msg);
-    if (rc) printf("SKIP test_cuda: %s\n", msg.text);
-    fflush(stdout);
-    _exit(rc ? 3 : 0);
-  }
-  int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st)) return 1;
-  if (WEXITSTATUS(st) == 3) return 0;
+  xt_test_require_cuda(argv[0]);
   static const xt_test_entry tests[] = {
       XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
           XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(batch_into_host_memory) XT_ENTRY(thesis_head_labels)

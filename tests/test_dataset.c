@@ -20,9 +20,12 @@
 #include "xt_test.h"
 
 #ifdef XT_DS_TEST_CUDA
+#include "xt_test_cuda.h"
+#define XT_DS_TEST_MAIN XT_TEST_MAIN_CUDA /* skips alike without a usable device */
 #define BACKEND "cuda"
 #define TOL_REL 2e-4 /* of the frame's max: the kernels march in float (docs/gpu-notes.md) */
 #else
+#define XT_DS_TEST_MAIN XT_TEST_MAIN
 #define BACKEND "cpu"
 #define TOL_REL 1e-6 /* the reference is double, rounded to float once */
 #endif
@@ -756,12 +759,13 @@ XT_TEST(tar_shard_layout) {
   free(img);
   free(ch);
   xt_ds_encoder_free(e);
+  xt_ds_out_close(&o);
   xt_ds_scene_free(&sc);
   xt_ds_spec_free(&s);
   remove_dir();
 }
 
-XT_TEST_MAIN(XT_ENTRY(spec_errors_name_the_field) XT_ENTRY(chain_spec_and_draws) XT_ENTRY(spec_defaults_and_canonical_text) XT_ENTRY(view_names)
+XT_DS_TEST_MAIN(XT_ENTRY(spec_errors_name_the_field) XT_ENTRY(chain_spec_and_draws) XT_ENTRY(spec_defaults_and_canonical_text) XT_ENTRY(view_names)
                  XT_ENTRY(sampling_ranges_and_determinism) XT_ENTRY(arc_angles_and_one_draw_per_run)
                      XT_ENTRY(boxes_under_random_motion_match_exact_chords)
                          XT_ENTRY(two_models_move_apart_and_a_segmentation_follows_one)

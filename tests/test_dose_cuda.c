@@ -1,5 +1,5 @@
-/* GPU tests of issue 11's chain changes against the CPU pipeline (labelled `gpu`; without a device
- * it prints SKIP and passes):
+/* GPU tests of issue 11's chain changes against the CPU pipeline (labelled `gpu`; without a usable
+ * device it skips, xt_test_cuda.h):
  *  - shutters, wedges and the grid in the device's detect stage: the expected signal within 2e-5
  *    relative of the CPU's, exactly 0 behind the shutters;
  *  - DSA on the device: a static scene against its mask is the zero grey everywhere; the mask frame
@@ -25,13 +25,8 @@
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
+#include "xt_test_cuda.h"
 #include "xt_test_chain.h"
-
-static int no_gpu(void) {
-  if (xt_proj_available(XT_BACKEND_CUDA, NULL) == 0) return 0;
-  printf("SKIP: no CUDA device\n");
-  return 1;
-}
 
 static xt_proj *proj(xt_backend b, xt_model *m) { return xt_tc_proj(b, 0, &m, m ? 1 : 0); }
 
@@ -62,7 +57,6 @@ static xt_chain_params fluoro(void) {
 }
 
 XT_TEST(cuda_collimator_and_grid_match_the_cpu) {
-  if (no_gpu()) return;
   const int dim[3] = {64, 64, 64};
   xt_model *head = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
@@ -114,7 +108,6 @@ XT_TEST(cuda_collimator_and_grid_match_the_cpu) {
 }
 
 XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
-  if (no_gpu()) return;
   const int dim[3] = {64, 64, 64};
   xt_model *head = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
@@ -166,7 +159,6 @@ XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
 /* The loop on the device: from the protocol's start it reaches the target within the stated
  * settling time on the head (a step from the preset's guess) and stays within 10 %. */
 XT_TEST(cuda_drc_settles_on_the_head) {
-  if (no_gpu()) return;
   xt_model *head = head64();
   XT_REQUIRE(head);
   xt_proj *pg = proj(XT_BACKEND_CUDA, head);
@@ -202,7 +194,6 @@ XT_TEST(cuda_drc_settles_on_the_head) {
 /* The measuring field on the device: its code sum equals the host's sum of the raw frame that came
  * back with it, exactly (integers), detached and attached; the doses convert alike. */
 XT_TEST(cuda_field_sum_equals_the_host_sum) {
-  if (no_gpu()) return;
   const int dim[3] = {64, 64, 64};
   xt_model *head = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
@@ -249,7 +240,6 @@ XT_TEST(cuda_field_sum_equals_the_host_sum) {
  * tables by mAs instead of the geometry: float rounding, codes within 2), and settling within
  * XT_DRC_SETTLE_FRAMES from the protocol's start. */
 XT_TEST(cuda_attached_loop_steps_as_its_host_twin) {
-  if (no_gpu()) return;
   xt_model *head = head64();
   XT_REQUIRE(head);
   xt_proj *pg = proj(XT_BACKEND_CUDA, head);
@@ -326,6 +316,6 @@ XT_TEST(cuda_attached_loop_steps_as_its_host_twin) {
   xt_model_free(head);
 }
 
-XT_TEST_MAIN(XT_ENTRY(cuda_collimator_and_grid_match_the_cpu) XT_ENTRY(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene)
+XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_collimator_and_grid_match_the_cpu) XT_ENTRY(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene)
                  XT_ENTRY(cuda_drc_settles_on_the_head) XT_ENTRY(cuda_field_sum_equals_the_host_sum)
                      XT_ENTRY(cuda_attached_loop_steps_as_its_host_twin))

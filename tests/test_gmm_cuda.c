@@ -11,7 +11,7 @@
  * Every frame's output is poisoned with NaN first; pass: relative L2 < 1e-5 and max |gpu - ref|
  * <= 1e-4 of the frame's maximum, no pixel unwritten.
  *
- * Labelled `gpu`: CI (no GPU) excludes it; without a device it prints SKIP and passes.
+ * Labelled `gpu`: CI (no GPU) excludes it; without a usable device it skips (xt_test_cuda.h).
  * XT_CUDA_TEST_QUICK=1 shrinks the sizes (compute-sanitizer runs); XT_CUDA_TEST_VERBOSE=1 prints
  * every comparison's figures. */
 #include <math.h>
@@ -27,6 +27,7 @@
 #include "xt_proj.h"
 #include "xt_proj_cuda.h"
 #include "xt_test.h"
+#include "xt_test_cuda.h"
 #include "xt_test_gmm.h"
 #include "xt_test_gpu.h"
 
@@ -321,20 +322,7 @@ XT_TEST(fit_engines_agree) {
 }
 
 int main(int argc, char **argv) {
-  /* The availability probe initialises CUDA, which a forked test child could then not use:
-   * probe in a child of its own. */
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    xt_msg msg;
-    int rc = xt_proj_available(XT_BACKEND_CUDA, &msg);
-    if (rc) printf("SKIP test_gmm_cuda: %s\n", msg.text);
-    fflush(stdout);
-    _exit(rc ? 3 : 0);
-  }
-  int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st)) return 1;
-  if (WEXITSTATUS(st) == 3) return 0;
+  xt_test_require_cuda(argv[0]);
   static const xt_test_entry tests[] = {
       XT_ENTRY(random_mixtures) XT_ENTRY(several_mixtures_and_voxels) XT_ENTRY(gaussians_at_the_detector)
           XT_ENTRY(huge_gaussians_and_growth) XT_ENTRY(gaussians_reaching_the_source)

@@ -10,7 +10,7 @@
  * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
  * and max |gpu - ref| <= 1e-4 of the frame's max.
  *
- * Labelled `gpu`: CI (no GPU) excludes it; without a device it prints SKIP and passes.
+ * Labelled `gpu`: CI (no GPU) excludes it; without a usable device it skips (xt_test_cuda.h).
  * XT_CUDA_TEST_QUICK=1 shrinks the sizes (compute-sanitizer runs). */
 #include <math.h>
 #include <stdint.h>
@@ -22,6 +22,7 @@
 #include "xt_proj.h"
 #include "xt_proj_cuda.h"
 #include "xt_test.h"
+#include "xt_test_cuda.h"
 #include "xt_test_gmm.h"
 #include "xt_test_gpu.h"
 #include "xt_test_nvdb.h"
@@ -29,13 +30,6 @@
 static int quick(void) {
   const char *q = getenv("XT_CUDA_TEST_QUICK");
   return q && *q && strcmp(q, "0") != 0;
-}
-
-static int no_device(void) {
-  xt_msg msg;
-  if (xt_proj_available(XT_BACKEND_CUDA, &msg) == 0) return 0;
-  printf("SKIP: %s\n", msg.text);
-  return 1;
 }
 
 static xt_detector_mode tmode(int cols, int rows, double pitch) {
@@ -104,20 +98,17 @@ static void random_trials(int labels, int quant, int trials, int lo, int hi) {
 }
 
 XT_TEST(random_float) {
-  if (no_device()) return;
   srand(101);
   random_trials(0, XT_NVDB_Q_FLOAT, quick() ? 3 : 16, 8, 72);
 }
 
 XT_TEST(random_quantised) {
-  if (no_device()) return;
   srand(102);
   static const int qs[] = {XT_NVDB_Q_FP8, XT_NVDB_Q_FP16, XT_NVDB_Q_FP4, XT_NVDB_Q_FPN};
   for (int k = 0; k < 4; k++) random_trials(0, qs[k], quick() ? 1 : 5, 8, 64);
 }
 
 XT_TEST(random_labels) {
-  if (no_device()) return;
   srand(103);
   random_trials(1, XT_NVDB_Q_INT16, quick() ? 2 : 8, 8, 64);
   random_trials(1, XT_NVDB_Q_FP8, quick() ? 1 : 6, 8, 64);
@@ -125,7 +116,6 @@ XT_TEST(random_labels) {
 
 /* Long grids: rays cross empty 128^3 slots of the upper node in one step. */
 XT_TEST(long_grids) {
-  if (no_device()) return;
   srand(104);
   for (int a = 0; a < 3; a++) {
     tn_long_axis = a;
@@ -136,7 +126,6 @@ XT_TEST(long_grids) {
 
 /* The head phantom converted (dense mu and labels) at the benchmark's nine angles, all pixels. */
 XT_TEST(head_angles) {
-  if (no_device()) return;
   const int n = quick() ? 64 : 160;
   int dim[3] = {n, n, n};
   static const double ang[9] = {0, 30, 45, 60, 90, 120, 135, 150, 180};
@@ -164,7 +153,6 @@ XT_TEST(head_angles) {
 
 /* Dense, label and NanoVDB models in one scene: the kinds add into one frame. */
 XT_TEST(mixed_scene) {
-  if (no_device()) return;
   srand(105);
   for (int t = 0; t < (quick() ? 1 : 4); t++) {
     xt_model *d = tn_sparse_model(0, 10, 50, 0.0), *l = tn_sparse_model(1, 10, 50, 0.0025);
@@ -193,7 +181,6 @@ XT_TEST(mixed_scene) {
  * and a NanoVDB grid in one scene, each placed on its own, against the CPU reference of the scene;
  * also all five (dense, labels, the mixture, a Float and an Int16 grid) and the batch path. */
 XT_TEST(mixed_scene_with_gmm) {
-  if (no_device()) return;
   srand(107);
   for (int t = 0; t < (quick() ? 2 : 6); t++) {
     const int labels = t % 2;
@@ -235,7 +222,6 @@ XT_TEST(mixed_scene_with_gmm) {
 
 /* The batch pipeline renders NanoVDB frames like single renders. */
 XT_TEST(batch_matches_single) {
-  if (no_device()) return;
   srand(106);
   xt_model *vm = tn_sparse_model(0, 20, 60, 0.0);
   XT_REQUIRE(vm);
@@ -271,6 +257,6 @@ XT_TEST(batch_matches_single) {
   xt_model_free(vm);
 }
 
-XT_TEST_MAIN(XT_ENTRY(random_float) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
+XT_TEST_MAIN_CUDA(XT_ENTRY(random_float) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
                  XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(mixed_scene_with_gmm)
                      XT_ENTRY(batch_matches_single))

@@ -5,9 +5,10 @@
  * converted exactly once from its file type into the final volume; nothing is half-built: the
  * volume only reaches the caller after xt_volume_validate has passed. */
 #ifndef _XOPEN_SOURCE
-#define _XOPEN_SOURCE 700 /* realpath */
+#define _XOPEN_SOURCE 700 /* realpath, readlink, O_NOFOLLOW */
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,75 +89,211 @@ int xt_load_root(const char *dir, char **out, xt_msg *msg) {
   return 0;
 }
 
-/* real (resolved) lies under one of the resolved roots. */
-static int under_root(const char *real, const xt_load_options *opt) {
-  for (int i = 0; i < opt->nroots; i++) {
-    const char *r = opt->roots[i];
-    size_t n = strlen(r);
-    while (n > 1 && r[n - 1] == '/') n--;
-    if (n == 1 && r[0] == '/') return 1;
-    if (!strncmp(real, r, n) && (real[n] == '/' || real[n] == 0)) return 1;
+/* ---------------------------------------------------------------------------------------------
+ * Confinement (xt_load_options.roots)
+ *
+ * A client's path is resolved the way the kernel resolves it (symbolic links followed, ".." taken
+ * on the resolved prefix), but by us, one component at a time, and a name is only looked up
+ * (lstat, readlink) once it lies under a root, or on the way to one: a proper ancestor of a
+ * resolved root needs no look-up (it is a directory without links, realpath said so at start),
+ * and an ancestor of a root as configured (root_names) is the operator's path. Anything else
+ * ends the resolution with EPERM before any system call names it. So a path outside the roots
+ * answers 403 whatever it is or is not (file, folder, FIFO, unreadable, missing): no existence
+ * oracle, no FIFO or device opened, and a symlink in a root that points out is read (readlink)
+ * but its target never looked at. A missing name inside a root is ENOENT (404).
+ *
+ * What this guarantees, and what not: at the moment of the check, every component looked at lay
+ * inside a root and the resolved path has no symbolic link left in it; the file is then opened by
+ * that path (xt__file_check opens it with O_NOFOLLOW, so a link swapped in for the last component
+ * is refused). The format libraries open files by name themselves, so someone who can write
+ * inside a root and swaps a folder for a link between the check and the open can still redirect
+ * them: the roots must not be writable by clients (docs/server.md, "Security"); clients cannot
+ * write files through the API.
+ * ------------------------------------------------------------------------------------------- */
+
+#define XT_CONFINE_MAX_LINKS 40 /* as the kernel's ELOOP limit */
+
+/* Root r without trailing slashes: its length ("/" stays 1). */
+static size_t root_len(const char *r) {
+  size_t k = strlen(r);
+  while (k > 1 && r[k - 1] == '/') k--;
+  return k;
+}
+
+/* p (absolute, no "." or "..", no trailing '/'; "" for "/") is r or lies under it. */
+static int is_under(const char *p, size_t n, const char *r) {
+  size_t k = root_len(r);
+  if (k == 1 && r[0] == '/') return 1;
+  return n >= k && !strncmp(p, r, k) && (p[k] == '/' || p[k] == 0);
+}
+
+/* p is a proper ancestor of r (or r itself, when self). */
+static int is_on_way(const char *p, size_t n, const char *r, int self) {
+  size_t k = root_len(r);
+  if (self && n == k && !strncmp(p, r, n)) return 1;
+  return n < k && !strncmp(p, r, n) && r[n] == '/';
+}
+
+/* The lexical absolute form of a configured root (relative to the working folder, "." and ".."
+ * taken on the text): only used to allow look-ups on the way to it. 0 on failure. */
+static int lexical_abs(const char *in, char *out, size_t cap) {
+  char buf[PATH_MAX];
+  size_t n = 0;
+  if (in[0] != '/') {
+    if (!getcwd(buf, sizeof buf)) return 0;
+    n = strlen(buf);
+    if (n == 1) n = 0;
   }
+  if (n + strlen(in) + 2 > sizeof buf) return 0;
+  const char *s = in;
+  while (*s) {
+    while (*s == '/') s++;
+    const char *e = s;
+    while (*e && *e != '/') e++;
+    size_t c = (size_t)(e - s);
+    if (c == 0 || (c == 1 && s[0] == '.')) {
+      s = e;
+      continue;
+    }
+    if (c == 2 && s[0] == '.' && s[1] == '.') {
+      while (n && buf[n - 1] != '/') n--;
+      if (n) n--;
+    } else {
+      buf[n++] = '/';
+      memcpy(buf + n, s, c);
+      n += c;
+    }
+    s = e;
+  }
+  buf[n] = 0;
+  if (n + 2 > cap) return 0;
+  snprintf(out, cap, "%s", n ? buf : "/");
+  return 1;
+}
+
+/* Resolves path under opt's roots as described above: 0 and *out (malloc'd, resolved, under a
+ * root) or an errno value: EPERM outside the roots, ENOENT / ENOTDIR for a missing name inside,
+ * ELOOP, ENAMETOOLONG, EACCES, ENOMEM. */
+static int resolve_confined(const char *path, const xt_load_options *opt, char **out) {
+  *out = NULL;
+  char cur[PATH_MAX], pend[PATH_MAX], link[PATH_MAX], tmp[PATH_MAX];
+  size_t n = 0; /* cur[0, n): the resolved prefix, no links in it; "" is "/" */
+  if (strlen(path) >= sizeof pend) return ENAMETOOLONG;
+  if (path[0] != '/') {
+    if (!getcwd(cur, sizeof cur)) return errno;
+    n = strlen(cur);
+    if (n == 1) n = 0;
+  }
+  cur[n] = 0;
+  snprintf(pend, sizeof pend, "%s", path);
+  size_t pos = 0;
+  int links = 0;
+  for (;;) {
+    while (pend[pos] == '/') pos++;
+    if (!pend[pos]) break;
+    const char *c = pend + pos;
+    size_t clen = strcspn(c, "/");
+    pos += clen;
+    if (clen == 1 && c[0] == '.') continue;
+    if (clen == 2 && c[0] == '.' && c[1] == '.') { /* cur has no links: its parent is textual */
+      while (n && cur[n - 1] != '/') n--;
+      if (n) n--;
+      cur[n] = 0;
+      continue;
+    }
+    if (n + 1 + clen >= sizeof cur) return ENAMETOOLONG;
+    size_t m = n;
+    cur[m++] = '/';
+    memcpy(cur + m, c, clen);
+    m += clen;
+    cur[m] = 0;
+    int under = 0, way = 0, named = 0;
+    for (int i = 0; i < opt->nroots && !under; i++) {
+      under = is_under(cur, m, opt->roots[i]);
+      way = way || is_on_way(cur, m, opt->roots[i], 0);
+    }
+    for (int i = 0; opt->root_names && i < opt->nroots && !under && !way && !named; i++)
+      named = opt->root_names[i] && lexical_abs(opt->root_names[i], tmp, sizeof tmp) && is_on_way(cur, m, tmp, 1);
+    if (!under && way) { /* an ancestor of a resolved root: a folder without links */
+      n = m;
+      continue;
+    }
+    if (!under && !named) return EPERM; /* not looked at */
+    struct stat st;
+    if (lstat(cur, &st) != 0) return under ? errno : EPERM;
+    if (S_ISLNK(st.st_mode)) {
+      if (++links > XT_CONFINE_MAX_LINKS) return ELOOP;
+      ssize_t k = readlink(cur, link, sizeof link - 1);
+      if (k < 0) return errno;
+      link[k] = 0;
+      /* the link's text replaces it; the rest of the path follows */
+      if ((size_t)snprintf(tmp, sizeof tmp, "%s/%s", link, pend + pos) >= sizeof tmp) return ENAMETOOLONG;
+      memcpy(pend, tmp, strlen(tmp) + 1);
+      pos = 0;
+      if (link[0] == '/') n = 0;
+      cur[n] = 0;
+      continue;
+    }
+    n = m;
+  }
+  int under = 0;
+  for (int i = 0; i < opt->nroots && !under; i++) under = is_under(cur, n, opt->roots[i]);
+  if (!under) return EPERM; /* "/", or an ancestor of a root */
+  if (!(*out = strdup(n ? cur : "/"))) return ENOMEM;
   return 0;
 }
 
-/* A missing path: whether the folder it would be in lies under a root (the deepest existing
- * ancestor, resolved), so that a client learns nothing about what exists outside them. */
-static int missing_under_root(const char *path, const xt_load_options *opt) {
-  char *d = strdup(path);
-  int in = 0;
-  while (d) {
-    char *slash = strrchr(d, '/');
-    if (!slash) {
-      free(d);
-      d = strdup(".");
-    } else if (slash == d) {
-      d[1] = 0;
-    } else
-      *slash = 0;
-    char *real = d ? realpath(d, NULL) : NULL;
-    if (real) {
-      in = under_root(real, opt);
-      free(real);
-      break;
-    }
-    if (!d || !strcmp(d, "/") || !strcmp(d, ".")) break;
-  }
-  free(d);
-  return in;
+int xt__path_resolve(const char *path, const char *owner, const xt_load_options *opt, char **real, xt_msg *msg) {
+  *real = NULL;
+  const char *pre = owner ? owner : path, *sep = owner ? ": data file " : "", *what = owner ? path : "";
+  int e = resolve_confined(path, opt, real);
+  if (!e) return 0;
+  if (e == EPERM) return xt_fail(msg, XT_EPERM, "%s%s%s: outside the model folders (--model-root)", pre, sep, what);
+  if (e == ENOENT || e == ENOTDIR) return xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
+  if (e == ENOMEM) return xt_fail(msg, XT_ENOMEM, "%s%s%s: out of memory", pre, sep, what);
+  return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
 }
 
 int xt__path_confined(const char *path, const char *owner, const xt_load_options *opt, xt_msg *msg) {
   if (!opt || !opt->roots) return 0;
-  const char *pre = owner ? owner : path, *sep = owner ? ": data file " : "", *what = owner ? path : "";
-  char *real = realpath(path, NULL);
-  int in;
-  if (real) {
-    in = under_root(real, opt);
+  char *real = NULL;
+  int rc = xt__path_resolve(path, owner, opt, &real, msg);
+  free(real);
+  return rc;
+}
+
+int xt__source_confined(const char *path, const xt_load_options *opt, xt_msg *msg) {
+  if (!opt || !opt->roots) return 0;
+  /* "@LIST" and "PATH#SERIES" are not part of the name; the '#' is taken as a selector only when
+   * the full name does not exist (as the DICOM reader does), and either way nothing outside is
+   * looked at: both names are resolved under the roots. */
+  const char *p = path[0] == '@' ? path + 1 : path, *hash = strrchr(p, '#');
+  char *real = NULL, base[PATH_MAX];
+  int e = resolve_confined(p, opt, &real);
+  free(real);
+  if ((e == ENOENT || e == ENOTDIR) && hash && hash > p && hash[1] && (size_t)(hash - p) < sizeof base) {
+    snprintf(base, sizeof base, "%.*s", (int)(hash - p), p);
+    real = NULL;
+    e = resolve_confined(base, opt, &real);
     free(real);
-  } else {
-    int e = errno;
-    if (!(in = missing_under_root(path, opt))) e = EPERM;
-    if (e == ENOENT || e == ENOTDIR) return xt_fail(msg, XT_ENOTFOUND, "%s%s%s: no such file", pre, sep, what);
-    if (e != EPERM) return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(e));
   }
-  return in ? 0 : xt_fail(msg, XT_EPERM, "%s%s%s: outside the model folders (--model-root)", pre, sep, what);
+  if (!e) return 0;
+  if (e == EPERM) return xt_fail(msg, XT_EPERM, "%s: outside the model folders (--model-root)", path);
+  if (e == ENOENT || e == ENOTDIR) return xt_fail(msg, XT_ENOTFOUND, "%s: no such file", path);
+  if (e == ENOMEM) return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
+  return xt_fail(msg, XT_EIO, "%s: %s", path, strerror(e));
 }
 
 int xt__file_check(const char *path, const char *owner, const xt_load_options *opt, uint64_t *size, xt_msg *msg) {
   /* "head.mhd: data file head.raw: ..." for a data file, "head.mha: ..." for the file itself */
   const char *pre = owner ? owner : path, *sep = owner ? ": data file " : "", *what = owner ? path : "";
   char *real = NULL;
-  int rc = 0, fd = -1;
+  int rc = 0, fd = -1, nofollow = 0;
   if (opt && opt->roots) {
-    /* Symlinks and ".." resolved first: the file checked is the file opened. */
-    if ((rc = xt__path_confined(path, owner, opt, msg))) return rc;
-    if (!(real = realpath(path, NULL))) return xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(errno));
-    if (!under_root(real, opt)) { /* changed since the check */
-      rc = xt_fail(msg, XT_EPERM, "%s%s%s: outside the model folders (--model-root)", pre, sep, what);
-      goto done;
-    }
+    /* resolved first, under a root, nothing outside looked at; the file checked is the file opened */
+    if ((rc = xt__path_resolve(path, owner, opt, &real, msg))) return rc;
     path = real;
+    nofollow = O_NOFOLLOW; /* the resolved path has no links: one now is a swap (ELOOP) */
   }
   struct stat st;
   if (stat(path, &st) != 0) {
@@ -175,7 +312,7 @@ int xt__file_check(const char *path, const char *owner, const xt_load_options *o
   }
   /* Again on a descriptor, opened without blocking: a FIFO put in its place since the stat opens
    * at once here (and is refused) instead of blocking until a writer comes. */
-  fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | nofollow);
   if (fd < 0 || fstat(fd, &st) != 0) {
     rc = xt_fail(msg, XT_EIO, "%s%s%s: %s", pre, sep, what, strerror(errno));
     goto done;
@@ -394,13 +531,9 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
   if (opt && (opt->convert < XT_LOAD_MU || opt->convert > XT_LOAD_LABELS))
     return xt_fail(msg, XT_EINVAL, "%s: unknown conversion %d", path, (int)opt->convert);
   int (*reader)(const char *, const xt_load_options *, xt_volume **, xt_msg *) = NULL;
-  if (opt && opt->roots) {
-    /* confined: nothing outside the folders is even opened to sniff for DICOM (a "#SERIES"
-     * suffix and an '@' list marker are not part of the name) */
-    const char *p = path[0] == '@' ? path + 1 : path, *hash = strrchr(p, '#');
-    char base[4096];
-    snprintf(base, sizeof base, "%.*s", hash && hash > p && access(p, F_OK) != 0 ? (int)(hash - p) : (int)strlen(p), p);
-    int rc = xt__path_confined(base, NULL, opt, msg);
+  if (opt && opt->roots) { /* confined first: nothing outside the folders is looked at, let alone
+                              opened to sniff for DICOM */
+    int rc = xt__source_confined(path, opt, msg);
     if (rc) return rc;
   }
   if (xt_dicom_path(path)) /* a folder, an @list or a file: xt_load_dicom.c checks its own inputs */

@@ -40,11 +40,17 @@ typedef struct xt_load_options {
   xt_load_report *report;    /* optional out: warnings and choices (xt_model.h); may be NULL */
   /* Confinement, for paths that come from a client (the server's POST /v1/models). NULL: any
    * regular file the process can read. Else the file and every data file its header names must
-   * resolve (realpath: symlinks and ".." first) to a regular file under one of the nroots
+   * resolve (symlinks and ".." as the kernel takes them) to a regular file under one of the nroots
    * directories, which must themselves be resolved absolute paths (xt_load_root); nroots 0
-   * refuses every path (XT_EPERM). */
+   * refuses every path (XT_EPERM). The resolution looks at one component at a time and never at
+   * a name outside the roots: a path outside answers XT_EPERM without any file access, so it
+   * tells nothing about what exists there (details: xt_load.c, "Confinement"). */
   const char *const *roots;
   int nroots;
+  /* Optional: the same nroots folders as configured, before realpath (NULL entries allowed). The
+   * components on the way to them may be looked up, so that a client may name a root by this
+   * path when it goes through a symbolic link outside the root (/data -> /mnt/disk/data). */
+  const char *const *root_names;
 } xt_load_options;
 
 /* Resolves a model folder for xt_load_options.roots: realpath of dir, which must be a directory;

@@ -301,6 +301,11 @@ static int load_series(const char *what, strlist *files, int from_folder, int ot
     rc = xt_fail(msg, XT_ENOMEM, "%s: out of memory for %d file headers", what, files->n);
     goto fail;
   }
+  /* Named files (an @LIST): every one confined before any is read, so that an entry outside the
+   * model folders answers 403 whatever the entries before it hold. A folder's files were found
+   * under the (confined) folder without following links; each is still checked below. */
+  for (int i = 0; !from_folder && opt && opt->roots && i < files->n; i++)
+    if ((rc = xt__path_confined(files->v[i], what, opt, msg))) goto fail;
   /* headers; group by Series Instance UID (files are sorted, so groups come out in name order) */
   for (int i = 0; i < files->n; i++) {
     uint64_t size = 0;

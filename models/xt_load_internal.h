@@ -37,12 +37,21 @@ uint64_t xt__inflate_bound(uint64_t compressed);
 int xt__file_size(const char *path, const char *owner, uint64_t *size, xt_msg *msg);
 
 /* xt__file_size for a file under opt's confinement (opt->roots, see xt_load.h): path is resolved
- * (realpath) and must lie under a root; it must be a regular file, checked with stat and again
- * on a descriptor opened with O_NONBLOCK, so that a FIFO or device never blocks the caller.
- * Every file a reader opens by a name from a client or a header goes through this first. */
+ * (xt__path_resolve) and must lie under a root; it must be a regular file, checked with stat and
+ * again on a descriptor opened with O_NONBLOCK | O_NOFOLLOW, so that a FIFO or device never
+ * blocks the caller. Every file a reader opens by a name from a client or a header goes through
+ * this first. */
 int xt__file_check(const char *path, const char *owner, const xt_load_options *opt, uint64_t *size, xt_msg *msg);
+/* Resolves path under opt->roots (which must be set) without looking at any name outside them
+ * (xt_load.c, "Confinement"): 0 and *real (malloc'd, no links left, under a root), else XT_EPERM
+ * (outside: the same message whatever is there), XT_ENOTFOUND (missing inside) or XT_EIO. */
+int xt__path_resolve(const char *path, const char *owner, const xt_load_options *opt, char **real, xt_msg *msg);
 /* Only the confinement part of xt__file_check (for folders): 0 when opt does not confine. */
 int xt__path_confined(const char *path, const char *owner, const xt_load_options *opt, xt_msg *msg);
+/* The confinement of a model source as a client names it: "@LIST" and "PATH#SERIES" included
+ * (the '@' and a '#SERIES' the name does not have are not part of it). 0 when opt does not
+ * confine. Called before anything else looks at the path. */
+int xt__source_confined(const char *path, const xt_load_options *opt, xt_msg *msg);
 
 /* Converts g per opt into a new volume (the back end of every reader); validates it. */
 int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, xt_volume **out, xt_msg *msg);

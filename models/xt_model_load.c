@@ -3,10 +3,6 @@
  * file names and reader to the table below; DICOM input (a folder, a .dcm file, an @list) is
  * recognised by xt_dicom_path() before the table, since a folder has no suffix. The loader's
  * report (warnings, choices) stays with the model. */
-#ifndef _XOPEN_SOURCE
-#define _XOPEN_SOURCE 700 /* realpath */
-#endif
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +83,8 @@ static int ends_with(const char *s, const char *suffix) {
 /* Runs one reader with a fresh report that the model keeps (and the caller's opt->report gets).
  * The volume readers confine every file they open themselves (xt__file_check: a header names its
  * data files); the other kinds read one file, checked here the same way before the reader sees
- * it: under the model folders when opt confines (the resolved path is what the reader opens, so a
- * symlink swapped in after the check is not followed), and a regular file, never waited on. */
+ * it: under the model folders when opt confines (the resolved path, which has no links left, is
+ * what the reader opens), and a regular file, never waited on. */
 static int run_reader(model_reader read, const char *path, const xt_load_options *opt, const char *name, xt_model **out,
                       xt_msg *msg) {
   xt_load_options o = {0};
@@ -98,8 +94,7 @@ static int run_reader(model_reader read, const char *path, const xt_load_options
   if (read != read_volume) {
     uint64_t size;
     if ((rc = xt__file_check(path, NULL, opt, &size, msg))) return rc;
-    if (opt && opt->roots && !(real = realpath(path, NULL)))
-      return xt_fail(msg, errno == ENOMEM ? XT_ENOMEM : XT_EIO, "%s: %s", path, strerror(errno));
+    if (opt && opt->roots && (rc = xt__path_resolve(path, NULL, opt, &real, msg))) return rc;
   }
   o.report = calloc(1, sizeof *o.report);
   if (!o.report) {
@@ -130,6 +125,11 @@ static int run_reader(model_reader read, const char *path, const xt_load_options
 int xt_model_load(const char *path, const xt_load_options *opt, const char *name, xt_model **out, xt_msg *msg) {
   *out = NULL;
   if (!path || !*path) return xt_fail(msg, XT_EINVAL, "model: empty path");
+  /* Confined before anything else: xt_dicom_path looks at the file (stat, and reads it to sniff
+   * for the DICOM preamble), and an unknown suffix would answer 400 for a path outside the
+   * folders where a path inside answers 404: neither may happen outside. */
+  int rc = xt__source_confined(path, opt, msg);
+  if (rc) return rc;
   if (xt_dicom_path(path)) return run_reader(read_volume, path, opt, name, out, msg);
   for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++) {
     if (!ends_with(path, readers[i].suffix)) continue;

@@ -88,9 +88,23 @@ static const cfg_entry cfg_table[] = {
     {"max_per_addr", CT_INT, N(max_per_addr), "32", 1, 256, NULL, 0, "REST connections at once from one client address"},
     {"head_timeout", CT_DOUBLE, N(head_timeout), "10", 0.1, 300, NULL, 0,
      "seconds a REST client has to send its whole request head (408 after)"},
+    {"request_timeout", CT_DOUBLE, N(request_timeout), "30", 0.5, 3600, NULL, 0,
+     "seconds a REST client has to send its whole request, head and body together (408 after)"},
+    {"min_body_rate", CT_INT, N(min_body_rate), "1024", 0, 1073741824, NULL, 0,
+     "bytes per second a REST request body must average once its head is in, after a first second of grace "
+     "(408 below; 0: no minimum)"},
     {"peer_timeout", CT_DOUBLE, N(peer_timeout), "60", 1, 3600, NULL, 0,
      "seconds a stream client may leave sent frames unacknowledged (vanished, or not reading at all) before it is "
      "dropped"},
+    {"gmm_tile_budget", CT_INT, N(gmm_tile_budget), "0", 0, 1 << 30, NULL, 0,
+     "work budget: Gaussians whose footprint may reach one 16x16-pixel tile; a mixture over it is refused at load "
+     "(413), a frame over it is a render error (0: auto, 32768 on cpu, 131072 on cuda; docs/server.md)"},
+    {"gmm_pair_budget", CT_INT, N(gmm_pair_budget), "0", 0, 2000000000, NULL, 0,
+     "work budget: Gaussian-tile pairs of one frame (0: auto, 4000000 on cpu, 200000000 on cuda)"},
+    {"render_pixel_budget", CT_INT, N(render_pixel_budget), "0", 0, 1 << 30, NULL, 0,
+     "work budget: pixels of one POST /v1/render, 413 beyond (0: auto, 1048576 on cpu, 16777216 on cuda)"},
+    {"render_threads", CT_INT, N(render_threads), "0", 0, 256, NULL, 0,
+     "CPU threads of the POST /v1/render worker, beside the stream's (0: auto, half the cores)"},
 };
 #define CFG_COUNT ((int)(sizeof cfg_table / sizeof cfg_table[0]))
 

@@ -11,6 +11,12 @@
  *
  * Lockstep: each trigger latches the pose and queues one exposure; none are ever replaced.
  *
+ * POST /v1/render runs on a worker of its own (its thread, its projector), never on a stream
+ * worker: a render of a large mode cannot hold a paced exposure back. Its projector gets the
+ * server's models on demand, before each render (on CUDA the first REST render uploads them: a
+ * second copy on device 0, made only when REST renders are used; docs/server.md). Every worker
+ * measures a frame's Gaussian-mixture work before rendering it (budget.c).
+ *
  * Lock order: st_mu, then a worker's mu, then ring.mu, then metrics.mu. */
 #include <errno.h>
 #include <math.h>
@@ -417,6 +423,7 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   frame_exposure(s, j, &prm);
   uint64_t t0 = xt_now_ns();
   int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg), cols = 0, rows = 0;
+  if (!rc) rc = xt_budget_frame(w, &g, &msg);
   if (!rc) rc = worker_chain(w, &prm, &msg);
   if (!rc && w->chain_run != j->run_gen) { /* a new run: lag, temporal filter and DSA mask start again */
     xt_chain_reset(w->chain);
@@ -472,6 +479,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   size_t npx = (size_t)j->mode->rows * (size_t)j->mode->cols;
   size_t bpp = j->pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
   xt_frame *f = NULL;
+  if (!rc && !s->cfg.synthetic) rc = xt_budget_frame(w, &g, &msg);
   if (!rc) rc = ensure_scratch(w, npx);
   if (!rc && !s->cfg.synthetic) rc = xt_proj_render(w->proj, &g, w->lineint, &msg);
   if (!rc && !(f = frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = XT_ENOMEM;
@@ -507,7 +515,7 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
   int rc = ensure_scratch(w, npx);
   if (rc) return xt_fail(msg, rc, "warm-up: out of memory");
   if (s->backend != XT_BACKEND_CPU && !s->cfg.synthetic) {
-    if ((rc = xt_proj_render(w->proj, g, w->lineint, msg))) return rc;
+    if ((rc = xt_budget_frame(w, g, msg)) || (rc = xt_proj_render(w->proj, g, w->lineint, msg))) return rc;
   } else
     memset(w->lineint, 0, npx * sizeof *w->lineint);
   xt_frame *fr[4] = {NULL, NULL, NULL, NULL};
@@ -524,7 +532,9 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
 /* The chain's one-off costs (tables, the panel's fixed pattern, device scratch) before the first
  * paced frame; then its lag and temporal states start afresh. */
 static int warmup_chain(xt_worker *w, const xt_call *c, xt_msg *msg) {
-  int rc = worker_chain(w, &c->chain_prm, msg), cols, rows;
+  int rc = xt_budget_frame(w, &c->geom, msg), cols, rows;
+  if (rc) return rc;
+  rc = worker_chain(w, &c->chain_prm, msg);
   if (rc) return rc;
   xt_chain_out_size(w->chain, &c->geom, &cols, &rows);
   uint16_t *px = malloc((size_t)cols * rows * 2 * sizeof *px);
@@ -534,6 +544,25 @@ static int warmup_chain(xt_worker *w, const xt_call *c, xt_msg *msg) {
   free(px);
   xt_chain_reset(w->chain);
   return rc;
+}
+
+/* The REST worker's projector catches up with the server's models (listed models are never
+ * removed, so the first models_added of them are on it already). Not under models_mu while
+ * adding: an upload may take a while, and the list only grows. */
+static int rest_models(xt_worker *w, xt_msg *msg) {
+  xt_server *s = w->srv;
+  const xt_model *add[XT_SRV_MAX_MODELS];
+  int n = 0;
+  pthread_mutex_lock(&s->models_mu);
+  for (int i = w->models_added; i < s->nmodels && n < XT_SRV_MAX_MODELS; i++) add[n++] = s->models[i];
+  pthread_mutex_unlock(&s->models_mu);
+  for (int i = 0; i < n; i++) {
+    int rc = xt_proj_add_model(w->proj, add[i], msg);
+    if (rc) return rc;
+    w->models_added++;
+    xt_budget_worker_model(w, add[i]);
+  }
+  return 0;
 }
 
 static void *worker_main(void *arg) {
@@ -560,7 +589,9 @@ static void *worker_main(void *arg) {
         continue;
       }
       uint64_t t0 = xt_now_ns();
-      int rc = xt_proj_render(w->proj, &c->geom, c->lineint, &c->msg);
+      int rc = w->rest ? rest_models(w, &c->msg) : 0;
+      if (!rc) rc = xt_budget_frame(w, &c->geom, &c->msg);
+      if (!rc) rc = xt_proj_render(w->proj, &c->geom, c->lineint, &c->msg);
       c->render_s = (double)(xt_now_ns() - t0) * 1e-9;
       call_finish(c, rc);
     } else if (j.kind == XT_JOB_WARMUP) {
@@ -571,7 +602,10 @@ static void *worker_main(void *arg) {
     } else if (j.kind == XT_JOB_ADD_MODEL) {
       xt_call *c = j.call;
       const int rc = xt_proj_add_model(w->proj, c->model, &c->msg);
-      if (!rc) w->models_added++;
+      if (!rc) {
+        w->models_added++;
+        xt_budget_worker_model(w, c->model);
+      }
       call_finish(c, rc);
     }
   }
@@ -620,12 +654,17 @@ int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
   memset(&j, 0, sizeof j);
   j.kind = kind;
   j.call = c;
-  if (worker < 0) {
-    pthread_mutex_lock(&s->st_mu);
-    worker = (int)(s->rr++ % (unsigned)s->nworkers);
-    pthread_mutex_unlock(&s->st_mu);
+  xt_worker *w;
+  if (kind == XT_JOB_RENDER && s->rest.started) w = &s->rest; /* never a stream worker */
+  else {
+    if (worker < 0) {
+      pthread_mutex_lock(&s->st_mu);
+      worker = (int)(s->rr++ % (unsigned)s->nworkers);
+      pthread_mutex_unlock(&s->st_mu);
+    }
+    w = &s->workers[worker];
   }
-  int rc = worker_push(s, &s->workers[worker], &j);
+  int rc = worker_push(s, w, &j);
   if (rc) {
     xt_fail(&c->msg, rc, "render queue is full or the server is stopping");
   } else {
@@ -765,7 +804,37 @@ static void *pacer_main(void *arg) {
 
 /* ---- start / stop ------------------------------------------------------------------------- */
 
+/* POST /v1/render's worker: its own projector (on CUDA on device 0; on the CPU with fewer threads
+ * than the stream's, so that a long render leaves the stream's worker a core), no conversion
+ * helpers (the handler converts), models added before each render. */
+static int rest_start(xt_server *s, xt_msg *msg) {
+  xt_worker *w = &s->rest;
+  int t = s->cfg.render_threads;
+  if (t <= 0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    t = ncpu > 1 ? (int)(ncpu / 2) : 1;
+  }
+  xt_proj_options o = {s->backend, t, 0};
+  int rc = xt_proj_create(&o, &w->proj, msg);
+  if (rc) return rc;
+  w->srv = s;
+  w->index = -1;
+  w->rest = 1;
+  if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))
+    return xt_fail(msg, XT_ENOMEM, "render worker: out of memory");
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  if (pthread_create(&w->thread, NULL, worker_main, w)) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return xt_fail(msg, XT_EINTERNAL, "cannot start the render worker");
+  }
+  w->started = 1;
+  return 0;
+}
+
 int xt_engine_start(xt_server *s, xt_msg *msg) {
+  xt_budget_resolve(s);
   ring_init(&s->ring);
   s->ring.pin = s->backend == XT_BACKEND_CUDA;
   pthread_condattr_t ca;
@@ -777,6 +846,10 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     xt_worker *w = &s->workers[i];
     w->srv = s;
     w->index = i;
+    /* the models setup added to every projector before the workers started */
+    for (int k = 0; k < s->nmodels; k++) xt_budget_worker_model(w, s->models[k]);
+    if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))
+      return xt_fail(msg, XT_ENOMEM, "render worker: out of memory");
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     helpers_start(s, w);
@@ -786,6 +859,8 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     }
     w->started = 1;
   }
+  int rc = rest_start(s, msg);
+  if (rc) return rc;
   /* Before the first deadline: the first paced frame must not pay the one-off costs. */
   xt_engine_warmup(s, s->acq.mode);
   if (pthread_create(&s->pacer, NULL, pacer_main, s)) return xt_fail(msg, XT_EINTERNAL, "cannot start the pacer");
@@ -817,5 +892,24 @@ void xt_engine_stop(xt_server *s) {
     xt_chain_destroy(w->chain);
     w->chain = NULL;
   }
+  for (int i = 0; i < s->nworkers; i++) {
+    free(s->workers[i].bgrid);
+    s->workers[i].bgrid = NULL;
+  }
+  xt_worker *w = &s->rest;
+  if (w->started) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    w->started = 0;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+  }
+  if (w->proj) xt_proj_destroy(w->proj);
+  w->proj = NULL;
+  free(w->bgrid);
+  w->bgrid = NULL;
   ring_destroy(&s->ring);
 }

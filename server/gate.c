@@ -1,23 +1,40 @@
 /* The REST port's gate: accepts every connection itself and hands it to libmicrohttpd
- * (MHD_add_connection) only once its whole request head has arrived and looks like HTTP/1.x.
+ * (MHD_add_connection) only once its whole request, head and body, has arrived and passed the
+ * checks on its head.
  *
- * Why: libmicrohttpd's idle timeout restarts with every byte, so a client that sends one header
- * line every few seconds holds a connection for ever, and a few hundred of them (slowloris) took
- * every slot; and the errors libmicrohttpd answers by itself (a URI or head beyond its buffer, a
- * malformed request line) are HTML pages. Here:
- *   - each client address may hold at most max_per_addr connections (gate and libmicrohttpd
- *     together); beyond that a new one is answered 503 at once;
- *   - the head must be complete within head_timeout seconds of the accept (408 otherwise),
- *     however it trickles in;
- *   - a head over XT_GATE_HEAD_MAX bytes gets 414 (request line) or 431 (header fields), a
- *     malformed one 400: all with the JSON error body every other error has.
- * The head is only peeked (MSG_PEEK), so libmicrohttpd reads it again from the socket. Every
- * response carries "Connection: close" (rest.c), so each connection carries one request and every
- * request passes the gate. Answers the gate gives itself end in a lingering close: the write side
- * is shut, and what the client still sends is read and discarded for up to XT_GATE_LINGER_S, so
- * that closing with unread data does not reset the connection before the client read the answer.
+ * Why: libmicrohttpd's idle timeout restarts with every byte, so a client that sends one byte
+ * every few seconds holds one of its connection slots for ever, and a few hundred of them took
+ * every slot: first with slow heads (slowloris), then with slow bodies (a complete PUT head, then
+ * a body byte every 5 s). And the errors libmicrohttpd answers by itself (a URI or head beyond its
+ * buffer, a malformed request line, a bad Content-Length or chunk size) are HTML pages, some sent
+ * twice. Here, with no libmicrohttpd slot spent on a connection until its request is complete:
+ *   - each client address may hold at most max_per_addr connections, counted from the accept
+ *     until the socket is closed, whoever holds it (head, body, lingering after an answer,
+ *     libmicrohttpd); beyond that a new one is answered 503 at once;
+ *   - the head must be complete within head_timeout s of the accept, head and body within
+ *     request_timeout s, and once the head is in, the body must average min_body_rate bytes/s
+ *     (after a second of grace): 408 otherwise;
+ *   - the head is judged before any body byte is read: its syntax (400; 414/431 when over
+ *     XT_GATE_HEAD_MAX), its framing (Content-Length digits only and one value, one Host, chunked
+ *     the only Transfer-Encoding and never with a Content-Length: 400/501), then Host, Origin,
+ *     the token, the announced size and the content type (guard.c: 403/401/413/415);
+ *   - a chunked body's framing is checked as it arrives (400 on a bad chunk size, 413 over
+ *     max_body).
+ * Every answer the gate gives is one JSON error response, then a lingering close: the write side
+ * is shut and what the client still sends is read and discarded (while it keeps coming at
+ * min_body_rate, for up to request_timeout) so that a client still uploading reads the answer
+ * instead of a reset.
+ *
+ * Nothing is read off a socket that is handed over: the gate only peeks (MSG_PEEK) and asks how
+ * much is queued (FIONREAD), so libmicrohttpd reads head and body from the socket itself. The
+ * whole request must therefore fit in the socket's receive buffer: the listening socket asks for
+ * room for twice XT_GATE_HEAD_MAX + max_body (twice: the kernel counts its own bookkeeping per
+ * segment against the same buffer), and a request that cannot fit what the kernel granted is
+ * refused 413 (xt_gate_capacity; the server says so at start when that is below max_body).
+ * Every response carries "Connection: close" (rest.c), so each connection carries one request
+ * and every request passes the gate.
  * With TLS the head is encrypted: connections are counted per address and handed over at once
- * (libmicrohttpd's idle timeout then applies).
+ * (libmicrohttpd's idle timeout then applies, and rest.c runs the head checks).
  *
  * One thread, epoll, edge-triggered (a peek leaves the bytes in place, so only new data wakes). */
 #define _GNU_SOURCE /* accept4 */
@@ -27,8 +44,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -39,21 +58,29 @@
 
 #define XT_GATE_HEAD_MAX 16384 /* request line + header fields */
 #define XT_GATE_URI_MAX 8192
-#define XT_GATE_PENDING_MAX 1024 /* connections in the gate at once (heads being read, lingering) */
-#define XT_GATE_LINGER_S 2.0
-#define XT_GATE_ADDRS 2048 /* distinct client addresses tracked at once */
+#define XT_GATE_PENDING_MAX 1024 /* connections in the gate at once (heads, bodies, lingering) */
+#define XT_GATE_LINGER_S 2.0     /* a lingering close lasts at least this long ... */
+#define XT_GATE_DRAIN ((size_t)256 << 20) /* ... and discards at most this many bytes */
+#define XT_GATE_GRACE_S 1.0      /* the body's first second is not held to min_body_rate */
+#define XT_GATE_ADDRS 2048       /* distinct client addresses tracked at once */
 
 typedef struct gate_addr {
   unsigned char key[16]; /* IPv6, or IPv4-mapped */
   int count;             /* connections open from it (gate + libmicrohttpd) */
 } gate_addr;
 
+enum { P_HEAD, P_BODY, P_LINGER };
+
 typedef struct pend {
   int fd;
   struct sockaddr_storage sa;
   socklen_t salen;
-  uint64_t deadline;
-  int lingering, counted;
+  int state, counted;
+  uint64_t t_accept, t_phase, deadline; /* t_phase: when the head was complete, or the linger began */
+  size_t hl;        /* head bytes (with the blank line) */
+  size_t need;      /* Content-Length bodies: head + body bytes */
+  int chunked;
+  size_t have;      /* body: bytes queued at the last look, head included; linger: bytes discarded */
   struct pend *next;
 } pend;
 
@@ -64,9 +91,13 @@ struct xt_gate {
   int started;
   pend *list;
   int npend;
+  size_t cap;  /* head + body bytes a socket's receive buffer holds (what the kernel granted) */
+  char *buf;   /* cap + 1 bytes: what a peek copies (gate thread only) */
   pthread_mutex_t mu; /* guards addrs */
   gate_addr addrs[XT_GATE_ADDRS];
 };
+
+static uint64_t secs_ns(double s) { return (uint64_t)(s * 1e9); }
 
 static void addr_key(const struct sockaddr *sa, unsigned char key[16]) {
   memset(key, 0, 16);
@@ -111,17 +142,37 @@ void xt_gate_release(xt_server *s, const struct sockaddr *sa) {
   if (s->gate && sa) addr_adjust(s->gate, sa, -1, 0);
 }
 
-/* Writes a JSON error answer (best effort: a fresh socket's buffer takes it). */
-static void answer(xt_server *s, int fd, int err, int status, const char *reason, const char *message) {
+size_t xt_gate_capacity(const xt_server *s) { return s->gate ? s->gate->cap : 0; }
+
+static const char *reason(int status) {
+  switch (status) {
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 408: return "Request Timeout";
+  case 413: return "Content Too Large";
+  case 414: return "URI Too Long";
+  case 415: return "Unsupported Media Type";
+  case 431: return "Request Header Fields Too Large";
+  case 501: return "Not Implemented";
+  case 503: return "Service Unavailable";
+  default: return "Error";
+  }
+}
+
+/* Writes the one JSON error response of a refused request (best effort: the socket's send buffer
+ * is empty, and the answer is far smaller). extra: one more header line ("Name: value") or NULL. */
+static void answer(xt_server *s, int fd, int err, int status, const char *message, const char *extra) {
   json_t *e = xt_error_json(err, status, message);
   char *body = json_dumps(e, JSON_INDENT(2));
   json_decref(e);
-  char head[256];
+  char head[384];
   size_t bl = body ? strlen(body) : 0;
   int n = snprintf(head, sizeof head,
-                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                   status, reason, bl + 1);
-  if (n > 0) {
+                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s%sConnection: "
+                   "close\r\n\r\n",
+                   status, reason(status), bl + 1, extra ? extra : "", extra ? "\r\n" : "");
+  if (n > 0 && (size_t)n < sizeof head) {
     struct iovec iov[3] = {{head, (size_t)n}, {body, bl}, {(void *)"\n", 1}};
     struct msghdr mh;
     memset(&mh, 0, sizeof mh);
@@ -142,16 +193,49 @@ static void pend_close(struct xt_gate *g, pend *p) {
   epoll_ctl(g->efd, EPOLL_CTL_DEL, p->fd, NULL);
   close(p->fd);
   if (p->counted) addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
+  p->counted = 0;
   p->fd = -1;
 }
 
-/* Answer given: shut the write side, keep reading (and discarding) until EOF or the linger time. */
+/* When a lingering close gives up: LINGER_S after it began at the earliest; later while the
+ * client keeps sending at min_body_rate, up to request_timeout. */
+static uint64_t linger_deadline(const xt_server *s, const pend *p) {
+  uint64_t lo = p->t_phase + secs_ns(XT_GATE_LINGER_S), hi = p->t_phase + secs_ns(s->cfg.request_timeout);
+  if (hi < lo) hi = lo;
+  if (s->cfg.min_body_rate <= 0) return hi;
+  uint64_t d = lo + secs_ns((double)p->have / s->cfg.min_body_rate);
+  return d < hi ? d : hi;
+}
+
+/* When the request must be complete: its head within head_timeout (and request_timeout) of the
+ * accept; its body within request_timeout, and never below min_body_rate since the head. */
+static uint64_t request_deadline(const xt_server *s, const pend *p) {
+  uint64_t d = p->t_accept + secs_ns(s->cfg.request_timeout);
+  if (p->state == P_HEAD) {
+    uint64_t h = p->t_accept + secs_ns(s->cfg.head_timeout);
+    return h < d ? h : d;
+  }
+  if (s->cfg.min_body_rate > 0) {
+    size_t body = p->have > p->hl ? p->have - p->hl : 0;
+    uint64_t r = p->t_phase + secs_ns(XT_GATE_GRACE_S + (double)body / s->cfg.min_body_rate);
+    if (r < d) d = r;
+  }
+  return d;
+}
+
+/* Answer given: shut the write side, keep reading (and discarding) until EOF or the linger time.
+ * The connection still counts against its address until it is closed. */
 static void pend_linger(struct xt_gate *g, pend *p) {
   shutdown(p->fd, SHUT_WR);
-  p->lingering = 1;
-  p->deadline = xt_now_ns() + (uint64_t)(XT_GATE_LINGER_S * 1e9);
-  if (p->counted) addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
-  p->counted = 0;
+  p->state = P_LINGER;
+  p->t_phase = xt_now_ns();
+  p->have = 0;
+  p->deadline = linger_deadline(g->srv, p);
+}
+
+static void refuse(struct xt_gate *g, pend *p, int err, int status, const char *why, const char *extra) {
+  answer(g->srv, p->fd, err, status, why, extra);
+  pend_linger(g, p);
 }
 
 static int is_tchar(unsigned char c) {
@@ -189,20 +273,196 @@ int xt_gate_check_head(const char *h, size_t len, const char **why) {
   return 0;
 }
 
-/* Reads what a pending connection has; returns 1 when it left the gate (handed over or closed). */
-static int pend_read(struct xt_gate *g, pend *p) {
+/* ---- the head's fields -------------------------------------------------------------------- */
+
+typedef struct head_fields {
+  xt_head h;
+  int expect_continue;
+  char text[XT_GATE_HEAD_MAX + 1]; /* the head copied, values cut out in place */
+} head_fields;
+
+/* Splits a head that xt_gate_check_head accepted into the fields the checks read, and judges its
+ * framing (the things libmicrohttpd would otherwise answer with its own page, or accept): 0, or
+ * the status to answer with *why set. */
+static int head_parse(const char *raw, size_t hl, long long max_body, head_fields *f, const char **why) {
+  memset(&f->h, 0, sizeof f->h);
+  f->h.content_length = -1;
+  f->expect_continue = 0;
+  memcpy(f->text, raw, hl);
+  f->text[hl] = 0;
+  char *p = f->text, *eol = strchr(p, '\n');
+  *eol = 0;
+  if (eol > p && eol[-1] == '\r') eol[-1] = 0;
+  char *sp = strchr(p, ' ');
+  *sp = 0;
+  f->h.method = p;
+  char *target = sp + 1, *sp2 = strchr(target, ' ');
+  *sp2 = 0;
+  f->h.http10 = !strcmp(sp2 + 1, "HTTP/1.0");
+  target[strcspn(target, "?")] = 0;
+  f->h.path = target;
+  int nhost = 0, ncl = 0;
+  for (p = eol + 1; *p && *p != '\r' && *p != '\n';) {
+    eol = strchr(p, '\n');
+    char *next = eol + 1;
+    *eol = 0;
+    if (eol > p && eol[-1] == '\r') *--eol = 0;
+    char *colon = strchr(p, ':'), *v = colon + 1;
+    *colon = 0;
+    while (*v == ' ' || *v == '\t') v++;
+    int trailing = eol > v && (eol[-1] == ' ' || eol[-1] == '\t');
+    while (eol > v && (eol[-1] == ' ' || eol[-1] == '\t')) *--eol = 0;
+    if (!strcasecmp(p, "Host")) {
+      if (nhost++) return *why = "more than one Host header", 400;
+      f->h.host = v;
+    } else if (!strcasecmp(p, "Content-Length")) {
+      /* 1*DIGIT, and every copy the same number (RFC 9110 8.6): anything else leaves the body's
+       * end in doubt, which is how requests are smuggled past a proxy. */
+      if (!*v || strspn(v, "0123456789") != strlen(v)) return *why = "Content-Length is not a number", 400;
+      /* RFC 9110 lets a parser drop it; libmicrohttpd 0.9 does not, and answers with its own page */
+      if (trailing) return *why = "Content-Length with whitespace after the number", 400;
+      long long n = 0;
+      for (const char *d = v; *d; d++) n = n > max_body ? n : n * 10 + (*d - '0'); /* saturates past max_body */
+      if (ncl++ && n != f->h.content_length) return *why = "Content-Length headers that differ", 400;
+      f->h.content_length = n;
+    } else if (!strcasecmp(p, "Transfer-Encoding")) {
+      if (f->h.transfer_encoding) return *why = "more than one Transfer-Encoding header", 400;
+      f->h.transfer_encoding = v;
+    } else if (!strcasecmp(p, "Origin") && !f->h.origin) {
+      f->h.origin = v;
+    } else if (!strcasecmp(p, "Authorization") && !f->h.authorization) {
+      f->h.authorization = v;
+    } else if (!strcasecmp(p, "Content-Type") && !f->h.content_type) {
+      f->h.content_type = v;
+    } else if (!strcasecmp(p, "Expect")) {
+      f->expect_continue = !strcasecmp(v, "100-continue");
+    }
+    p = next;
+  }
+  if (f->h.transfer_encoding) {
+    if (f->h.http10) return *why = "Transfer-Encoding in an HTTP/1.0 request", 400;
+    if (f->h.content_length >= 0) return *why = "both Transfer-Encoding and Content-Length", 400;
+    if (strcasecmp(f->h.transfer_encoding, "chunked"))
+      return *why = "Transfer-Encoding other than chunked", 501;
+  }
+  return 0;
+}
+
+/* A chunked body's framing in b[0, n): 1 complete (*len: its bytes on the wire), 0 not yet, or
+ * -status (400 a malformed chunk, 413 over max_body) with *why set. */
+static int chunked_scan(const char *b, size_t n, size_t max_body, size_t *len, const char **why) {
+  size_t i = 0, total = 0;
+  for (;;) {
+    size_t size = 0, digits = 0;
+    while (i < n && b[i] && strchr("0123456789abcdefABCDEF", b[i])) {
+      int d = b[i] <= '9' ? b[i] - '0' : (b[i] | 0x20) - 'a' + 10;
+      if (size > max_body) size = max_body + 1; /* saturates: only "over the limit" matters */
+      else size = size * 16 + (size_t)d;
+      i++, digits++;
+    }
+    if (i == n) return 0;
+    if (!digits || (b[i] != '\r' && b[i] != '\n' && b[i] != ';' && b[i] != ' ' && b[i] != '\t'))
+      return *why = "malformed chunk size", -400;
+    if ((total += size) > max_body) return *why = "request body over max_body bytes", -413;
+    const char *e = memchr(b + i, '\n', n - i); /* chunk extensions are skipped */
+    if (!e) return 0;
+    for (const char *c = b + i; c < e; c++)
+      if ((unsigned char)*c < 0x20 && *c != '\t' && !(*c == '\r' && c + 1 == e)) return *why = "malformed chunk size", -400;
+    i = (size_t)(e - b) + 1;
+    if (size == 0) break;
+    if (n - i < size + 1) return 0;
+    i += size;
+    if (b[i] == '\r') {
+      if (i + 1 >= n) return 0;
+      i++;
+    }
+    if (b[i] != '\n') return *why = "chunk data longer than its size", -400;
+    i++;
+  }
+  for (;;) { /* trailer fields, then the blank line */
+    const char *e = memchr(b + i, '\n', n - i);
+    if (!e) return 0;
+    size_t ll = (size_t)(e - (b + i)) - (e > b + i && e[-1] == '\r');
+    i = (size_t)(e - b) + 1;
+    if (ll == 0) break;
+  }
+  *len = i;
+  return 1;
+}
+
+/* ---- connections -------------------------------------------------------------------------- */
+
+/* The request is complete: libmicrohttpd takes it from here (and closes the socket itself when it
+ * cannot). Its close notification releases the address's count. */
+static void hand_over(struct xt_gate *g, pend *p) {
+  epoll_ctl(g->efd, EPOLL_CTL_DEL, p->fd, NULL);
+  if (MHD_add_connection(g->srv->mhd, p->fd, (struct sockaddr *)&p->sa, p->salen) != MHD_YES && p->counted)
+    addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
+  p->counted = 0;
+  p->fd = -1;
+}
+
+/* A connection in its body phase: hands it over once the body is in; 1 when it left the gate. */
+static int pend_body(struct xt_gate *g, pend *p) {
   xt_server *s = g->srv;
-  if (p->lingering) {
+  if (!p->chunked) {
+    int q = 0;
+    if (ioctl(p->fd, FIONREAD, &q) == 0 && q > 0) p->have = (size_t)q;
+    if (p->have >= p->need) {
+      hand_over(g, p);
+      return 1;
+    }
+  } else {
+    ssize_t n = recv(p->fd, g->buf, g->cap, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) {
+      p->have = (size_t)n;
+      size_t len = 0;
+      const char *why = NULL;
+      int rc = chunked_scan(g->buf + p->hl, (size_t)n - p->hl, (size_t)s->cfg.max_body, &len, &why);
+      if (rc == 1) {
+        hand_over(g, p);
+        return 1;
+      }
+      if (rc < 0 || (size_t)n >= g->cap) {
+        char t[160];
+        if (rc == -413 || rc == 0) snprintf(t, sizeof t, "request body over %d bytes", rc ? s->cfg.max_body : (int)g->cap);
+        else snprintf(t, sizeof t, "chunked body: %s", why);
+        refuse(g, p, rc == -400 ? XT_EFORMAT : XT_ETOOLARGE, rc == -400 ? 400 : 413, t, NULL);
+        return 0;
+      }
+    }
+  }
+  p->deadline = request_deadline(s, p);
+  return 0;
+}
+
+/* Reads what a pending connection has; returns 1 when it left the gate (handed over or closed).
+ * hup: the client shut its sending side (or the connection broke): a head or body not complete
+ * by now never will be. */
+static int pend_read(struct xt_gate *g, pend *p, int hup) {
+  xt_server *s = g->srv;
+  if (p->state == P_LINGER) {
     char junk[65536];
     for (;;) {
       ssize_t n = recv(p->fd, junk, sizeof junk, MSG_DONTWAIT);
-      if (n > 0) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+      if (n > 0 && (p->have += (size_t)n) <= XT_GATE_DRAIN) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        p->deadline = linger_deadline(s, p);
+        return 0;
+      }
       pend_close(g, p);
       return 1;
     }
   }
-  static char buf[XT_GATE_HEAD_MAX + 1]; /* gate thread only */
+  if (p->state == P_BODY) {
+    if (pend_body(g, p)) return 1;
+    if (p->state == P_LINGER) return pend_read(g, p, 0);
+    if (!hup) return 0;
+    refuse(g, p, XT_EFORMAT, 400, "the client closed its side before the request body was complete", NULL);
+    return pend_read(g, p, 0);
+  }
+  static head_fields f; /* gate thread only */
+  char *buf = g->buf;
   ssize_t n = recv(p->fd, buf, XT_GATE_HEAD_MAX, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
     pend_close(g, p);
@@ -227,26 +487,49 @@ static int pend_read(struct xt_gate *g, pend *p) {
     if (n < XT_GATE_HEAD_MAX) {
       /* Not complete yet; a line that cannot start an HTTP request is refused at once. */
       if (n >= 1 && !is_tchar((unsigned char)buf[0])) status = 400, why = "not an HTTP request";
+      else if (hup) status = 400, why = "the client closed its side before the request head was complete";
       else return 0;
     } else if (!memchr(buf, '\n', (size_t)n))
       status = 414, why = "request line longer than 16384 bytes";
     else if ((status = xt_gate_check_head(buf, (size_t)n, &why)) == 0)
       status = 431, why = "request head longer than 16384 bytes";
-  } else
-    status = xt_gate_check_head(buf, hl, &why);
+  } else if (!(status = xt_gate_check_head(buf, hl, &why)))
+    status = head_parse(buf, hl, s->cfg.max_body, &f, &why);
   if (status) {
-    answer(s, p->fd, status == 400 ? XT_EFORMAT : XT_ETOOLARGE, status,
-           status == 400 ? "Bad Request" : status == 414 ? "URI Too Long" : "Request Header Fields Too Large", why);
-    pend_linger(g, p);
-    return pend_read(g, p);
+    refuse(g, p, status == 400 ? XT_EFORMAT : status == 501 ? XT_EUNSUPPORTED : XT_ETOOLARGE, status, why, NULL);
+    return pend_read(g, p, 0);
   }
-  /* A whole, well-formed head: libmicrohttpd takes it from here (and closes the socket itself
-   * when it cannot). Its close notification releases the address's count. */
-  epoll_ctl(g->efd, EPOLL_CTL_DEL, p->fd, NULL);
-  if (MHD_add_connection(s->mhd, p->fd, (struct sockaddr *)&p->sa, p->salen) != MHD_YES && p->counted)
-    addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
-  p->fd = -1;
-  return 1;
+  /* Who may ask, and what it may send (guard.c): judged on the head, before any body is read. */
+  char t[400];
+  int err = 0;
+  if ((status = xt_guard_request(s, &f.h, &err, t, sizeof t))) {
+    refuse(g, p, err, status, t, status == 401 ? "WWW-Authenticate: Bearer realm=\"xtwin\"" : NULL);
+    return pend_read(g, p, 0);
+  }
+  p->hl = hl;
+  p->chunked = f.h.transfer_encoding != NULL;
+  p->need = hl + (size_t)(f.h.content_length > 0 ? f.h.content_length : 0);
+  if (!p->chunked && p->need == hl) {
+    hand_over(g, p);
+    return 1;
+  }
+  if (!p->chunked && p->need > g->cap) {
+    snprintf(t, sizeof t, "request body over %zu bytes (what this system's socket receive buffer holds)", g->cap - hl);
+    refuse(g, p, XT_ETOOLARGE, 413, t, NULL);
+    return pend_read(g, p, 0);
+  }
+  p->state = P_BODY;
+  p->t_phase = xt_now_ns();
+  p->have = (size_t)n;
+  if (pend_body(g, p)) return 1;
+  if (p->state == P_LINGER) return pend_read(g, p, 0);
+  if (f.expect_continue && !f.h.http10) {
+    /* The client waits for this before it sends the body (libmicrohttpd may send its own again
+     * once it has the connection: a client skips any number of 100 responses). */
+    ssize_t w = send(p->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+  }
+  return 0;
 }
 
 static void on_accept(struct xt_gate *g) {
@@ -261,13 +544,15 @@ static void on_accept(struct xt_gate *g) {
       return; /* EAGAIN, or out of descriptors: the backlog waits */
     }
     if (g->npend >= XT_GATE_PENDING_MAX) {
-      answer(s, p->fd, XT_EBUSY, 503, "Service Unavailable", "too many connections");
+      answer(s, p->fd, XT_EBUSY, 503, "too many connections", NULL);
       close(p->fd);
       free(p);
       continue;
     }
     p->counted = addr_adjust(g, (struct sockaddr *)&p->sa, +1, s->cfg.max_per_addr);
-    p->deadline = xt_now_ns() + (uint64_t)(s->cfg.head_timeout * 1e9);
+    p->t_accept = xt_now_ns();
+    p->state = P_HEAD;
+    p->deadline = request_deadline(s, p);
     p->next = g->list;
     g->list = p;
     g->npend++;
@@ -276,15 +561,11 @@ static void on_accept(struct xt_gate *g) {
     if (!p->counted) {
       char t[96];
       snprintf(t, sizeof t, "more than %d connections from one address", s->cfg.max_per_addr);
-      answer(s, p->fd, XT_EBUSY, 503, "Service Unavailable", t);
-      pend_linger(g, p);
+      refuse(g, p, XT_EBUSY, 503, t, NULL);
     } else if (s->tls) {
-      epoll_ctl(g->efd, EPOLL_CTL_DEL, p->fd, NULL);
-      if (MHD_add_connection(s->mhd, p->fd, (struct sockaddr *)&p->sa, p->salen) != MHD_YES)
-        addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
-      p->fd = -1;
+      hand_over(g, p);
     } else
-      pend_read(g, p);
+      pend_read(g, p, 0);
   }
 }
 
@@ -293,17 +574,24 @@ static void *gate_main(void *arg) {
   xt_server *s = g->srv;
   struct epoll_event evs[64];
   for (;;) {
-    /* Sweep: drop finished entries, time out heads and lingers. */
+    /* Sweep: drop finished entries; time out heads, bodies and lingers. */
     uint64_t now = xt_now_ns(), next = now + 1000000000ull;
     for (pend **pp = &g->list; *pp;) {
       pend *p = *pp;
       if (p->fd >= 0 && now >= p->deadline) {
-        if (p->lingering) pend_close(g, p);
-        else {
-          char t[96];
-          snprintf(t, sizeof t, "request head not complete within %g s", s->cfg.head_timeout);
-          answer(s, p->fd, XT_EBUSY, 408, "Request Timeout", t);
-          pend_linger(g, p);
+        if (p->state == P_LINGER) pend_close(g, p);
+        else if (p->state == P_HEAD || !pend_body(g, p)) {
+          if (p->fd >= 0 && p->state != P_LINGER && now >= p->deadline) {
+            char t[160];
+            if (p->state == P_HEAD)
+              snprintf(t, sizeof t, "request head not complete within %g s",
+                       s->cfg.head_timeout < s->cfg.request_timeout ? s->cfg.head_timeout : s->cfg.request_timeout);
+            else if (now >= p->t_accept + secs_ns(s->cfg.request_timeout))
+              snprintf(t, sizeof t, "request not complete within %g s", s->cfg.request_timeout);
+            else
+              snprintf(t, sizeof t, "request body arriving slower than %d bytes/s", s->cfg.min_body_rate);
+            refuse(g, p, XT_EBUSY, 408, t, NULL);
+          }
         }
       }
       if (p->fd < 0) {
@@ -322,7 +610,7 @@ static void *gate_main(void *arg) {
       if (evs[i].data.ptr == g) on_accept(g);
       else {
         pend *p = evs[i].data.ptr;
-        if (p->fd >= 0) pend_read(g, p);
+        if (p->fd >= 0) pend_read(g, p, (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
       }
     }
   }
@@ -337,9 +625,24 @@ int xt_gate_start(xt_server *s, const struct sockaddr *sa, unsigned salen, xt_ms
   s->gate = g;
   int one = 1;
   g->lfd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (g->lfd < 0 || setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) || bind(g->lfd, sa, salen) ||
-      listen(g->lfd, 512))
+  /* Room for a whole request in each accepted socket's receive buffer (they inherit the
+   * listener's, and the window they announce follows from it), twice over for the kernel's
+   * per-segment bookkeeping; the kernel doubles what is asked and reads back the doubled size. */
+  size_t want = (size_t)XT_GATE_HEAD_MAX + (size_t)s->cfg.max_body;
+  int ask = (int)(2 * want), granted = 0;
+  socklen_t il = sizeof granted;
+  if (g->lfd < 0 || setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+      setsockopt(g->lfd, SOL_SOCKET, SO_RCVBUF, &ask, sizeof ask) ||
+      getsockopt(g->lfd, SOL_SOCKET, SO_RCVBUF, &granted, &il) || bind(g->lfd, sa, salen) || listen(g->lfd, 512))
     return xt_fail(msg, XT_EIO, "REST: cannot listen on %s:%d: %s", s->cfg.bind, s->cfg.rest_port, strerror(errno));
+  g->cap = (size_t)granted / 4;
+  if (g->cap < XT_GATE_HEAD_MAX) g->cap = XT_GATE_HEAD_MAX;
+  if (g->cap < want)
+    fprintf(stderr,
+            "xtwin-server: the kernel grants %d bytes of socket receive buffer (net.core.rmem_max): REST request "
+            "bodies over about %zu bytes are refused (413), below max_body %d\n",
+            granted, g->cap - XT_GATE_HEAD_MAX, s->cfg.max_body);
+  if (!(g->buf = malloc(g->cap + 1))) return xt_fail(msg, XT_ENOMEM, "REST: out of memory");
   struct sockaddr_storage got;
   socklen_t gl = sizeof got;
   getsockname(g->lfd, (struct sockaddr *)&got, &gl);
@@ -390,6 +693,7 @@ void xt_gate_free(xt_server *s) {
   if (g->efd >= 0) close(g->efd);
   if (g->wake >= 0) close(g->wake);
   pthread_mutex_destroy(&g->mu);
+  free(g->buf);
   free(g);
   s->gate = NULL;
 }

@@ -12,10 +12,12 @@
  *   spaces, the token compared in constant time. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "xt_console.h"
 #include "xt_server.h"
 
 /* The host part of a Host or origin authority ("name", "1.2.3.4", "[::1]"), port stripped:
@@ -146,4 +148,39 @@ int xt_media_is_json(const char *ctype) {
   while (*ctype == ' ') ctype++;
   size_t n = strcspn(ctype, "; \t");
   return n == 16 && !strncasecmp(ctype, "application/json", 16);
+}
+
+int xt_guard_request(const xt_server *s, const xt_head *h, int *err, char *t, size_t cap) {
+  if (!h->host) {
+    if (!h->http10) {
+      snprintf(t, cap, "HTTP/1.1 request without a Host header");
+      return *err = XT_EFORMAT, 400;
+    }
+  } else if (!xt_host_ok(s, h->host)) {
+    snprintf(t, cap, "Host '%.200s' is not one this server answers to (an IP address, localhost or --allow-host)",
+             h->host);
+    return *err = XT_EPERM, 403;
+  }
+  if (!xt_origin_ok(s, h->origin, h->host, NULL)) {
+    snprintf(t, cap, "Origin '%.200s' is not allowed (start the server with --allow-origin to allow it)", h->origin);
+    return *err = XT_EPERM, 403;
+  }
+  if (!strcmp(h->method, "OPTIONS")) return 0; /* a CORS preflight carries no credentials */
+  /* The console's files are public like any static page: the page asks for the token itself. */
+  const int console_get = xt_console_find(h->path) && (!strcmp(h->method, "GET") || !strcmp(h->method, "HEAD"));
+  if (!console_get && !xt_bearer_ok(s, h->authorization)) {
+    snprintf(t, cap, "missing or wrong bearer token");
+    return *err = XT_EAUTH, 401;
+  }
+  if (h->content_length > (long long)s->cfg.max_body) {
+    snprintf(t, cap, "request body over %d bytes", s->cfg.max_body);
+    return *err = XT_ETOOLARGE, 413;
+  }
+  int has_body = h->content_length > 0 || h->transfer_encoding;
+  if ((has_body || h->content_type) && !xt_media_is_json(h->content_type)) {
+    snprintf(t, cap, "request bodies must be Content-Type: application/json (got %.100s)",
+             h->content_type ? h->content_type : "none");
+    return *err = XT_EUNSUPPORTED, 415;
+  }
+  return 0;
 }

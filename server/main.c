@@ -128,6 +128,13 @@ static int setup(xt_server *s, xt_msg *msg) {
     int dim[3] = {d, d, d};
     xt_model *m = NULL;
     if ((rc = xt_phantom_head_model(dim, s->cfg.phantom_spacing, XT_VOXEL_F32, &m, msg))) return rc;
+    for (int i = 0; i < s->nmodels; i++) /* names are unique, the phantom's too */
+      if (!strcmp(s->models[i]->name, m->name)) {
+        rc = xt_fail(msg, XT_EEXISTS, "--phantom head: model name \"%s\" is taken (by the model from %s)", m->name,
+                     s->model_src[i]);
+        xt_model_free(m);
+        return rc;
+      }
     for (int i = 0; i < s->nworkers && !rc; i++) rc = xt_proj_add_model(s->workers[i].proj, m, msg);
     if (rc) {
       xt_model_free(m);

@@ -3,7 +3,8 @@
  * checks api/openapi.yaml against. Every error answers with a JSON body
  *   {"error": {"name": "<xt_errname>", "status": <http>, "message": "..."}}
  * and the server keeps serving. Connections arrive through the accept gate (gate.c: per-address
- * limit, request-head deadline, oversized and malformed heads answered there), one request each
+ * limit, request deadline and body rate, malformed heads and framing answered there, the checks
+ * below run on the raw head), with their whole request already in the socket, one request each
  * ("Connection: close" on every answer).
  *
  * What a request must carry, checked on its head before any body is read (docs/server.md,
@@ -11,8 +12,9 @@
  * against DNS rebinding and cross-site requests); with --token "Authorization: Bearer TOKEN"
  * (401), health included: a probe that can reach the port is given the token too; a body only as
  * application/json (415: a cross-site form or fetch cannot send that without a CORS preflight);
- * at most max_body bytes (413). A request refused on its head still has its body read and
- * discarded (up to XT_REST_DRAIN bytes) before the answer goes out: a client that writes its whole
+ * at most max_body bytes (413). Over TLS (where the gate cannot read the head), a request refused
+ * here on its head still has its body read and discarded (up to XT_REST_DRAIN bytes) before the
+ * answer goes out: a client that writes its whole
  * body before reading (Python's urllib and requests) would otherwise see the connection reset
  * under it instead of the answer. A client that asked "Expect: 100-continue" gets the answer at
  * once (it sends no body). HEAD is answered on every GET route; OPTIONS answers CORS preflights
@@ -188,6 +190,7 @@ static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *ou
   if (enc == 1 && acq.pixel_format == XT_STREAM_PIX_F32)
     return reply_error(out, XT_EUNSUPPORTED, 406, "float32 line integrals come as .npy (Accept: application/x-npy)");
   if ((rc = xt_geom_compute(&pose, acq.mode, &c.geom, &m))) return reply_error(out, rc, 0, m.text);
+  if ((rc = xt_budget_render(s, acq.mode, &m))) return reply_error(out, rc, 0, m.text); /* before any work */
   size_t npx = (size_t)acq.mode->rows * (size_t)acq.mode->cols;
   c.lineint = malloc(npx * sizeof(float));
   uint16_t *u16 = acq.pixel_format == XT_STREAM_PIX_U16 ? malloc(npx * 2) : NULL;
@@ -380,25 +383,24 @@ static void allowed_methods(const char *url, char *allow, size_t cap) {
  * is refused. */
 static int refuse_head(xt_server *s, struct MHD_Connection *con, const char *method, const char *url,
                        const char *version, req *r, reply *out) {
-  const char *host = header(con, MHD_HTTP_HEADER_HOST), *origin = header(con, "Origin");
+  /* The gate ran these checks on the raw head already (gate.c); they run again here for TLS,
+   * whose heads the gate cannot read, from the same function. */
+  const char *cl = header(con, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  xt_head h = {method, url, version && !strcmp(version, MHD_HTTP_VERSION_1_0), header(con, MHD_HTTP_HEADER_HOST),
+               header(con, "Origin"), header(con, MHD_HTTP_HEADER_AUTHORIZATION), header(con, MHD_HTTP_HEADER_CONTENT_TYPE),
+               header(con, MHD_HTTP_HEADER_TRANSFER_ENCODING), -1};
+  if (cl) {
+    unsigned long long v = strtoull(cl, NULL, 10);
+    h.content_length = v > (unsigned long long)s->cfg.max_body ? (long long)s->cfg.max_body + 1 : (long long)v;
+  }
   char t[400];
-  if (!host) {
-    if (!version || strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
-      reply_error(out, XT_EFORMAT, 400, "HTTP/1.1 request without a Host header");
-      return 1;
-    }
-  } else if (!xt_host_ok(s, host)) {
-    snprintf(t, sizeof t, "Host '%.200s' is not one this server answers to (an IP address, localhost or --allow-host)",
-             host);
-    reply_error(out, XT_EPERM, 403, t);
+  int err = 0, status = xt_guard_request(s, &h, &err, t, sizeof t);
+  if (status) {
+    reply_error(out, err, status, t);
+    if (status == 401) add_header(out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
     return 1;
   }
-  if (!xt_origin_ok(s, origin, host, NULL)) {
-    snprintf(t, sizeof t, "Origin '%.200s' is not allowed (start the server with --allow-origin to allow it)", origin);
-    reply_error(out, XT_EPERM, 403, t);
-    return 1;
-  }
-  if (origin) snprintf(r->cors, sizeof r->cors, "%s", origin);
+  if (h.origin) snprintf(r->cors, sizeof r->cors, "%s", h.origin);
   if (!strcmp(method, "OPTIONS")) {
     /* A CORS preflight (no credentials on it) or a plain OPTIONS: what the path allows. */
     char allow[96];
@@ -410,31 +412,11 @@ static int refuse_head(xt_server *s, struct MHD_Connection *con, const char *met
     }
     out->status = 204;
     add_header(out, MHD_HTTP_HEADER_ALLOW, allow);
-    if (origin) {
+    if (h.origin) {
       add_header(out, "Access-Control-Allow-Methods", allow);
       add_header(out, "Access-Control-Allow-Headers", "Authorization, Content-Type");
       add_header(out, "Access-Control-Max-Age", "600");
     }
-    return 1;
-  }
-  /* The console's files are public like any static page: the page asks for the token itself. */
-  const int console_get = xt_console_find(url) && (!strcmp(method, "GET") || !strcmp(method, "HEAD"));
-  if (!console_get && !xt_bearer_ok(s, header(con, MHD_HTTP_HEADER_AUTHORIZATION))) {
-    reply_error(out, XT_EAUTH, 401, "missing or wrong bearer token");
-    add_header(out, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"xtwin\"");
-    return 1;
-  }
-  const char *cl = header(con, MHD_HTTP_HEADER_CONTENT_LENGTH), *te = header(con, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-  if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg.max_body) {
-    snprintf(t, sizeof t, "request body over %d bytes", s->cfg.max_body);
-    reply_error(out, XT_ETOOLARGE, 413, t);
-    return 1;
-  }
-  const char *ct = header(con, MHD_HTTP_HEADER_CONTENT_TYPE);
-  int has_body = (cl && strtoull(cl, NULL, 10) > 0) || te;
-  if ((has_body || ct) && !xt_media_is_json(ct)) {
-    snprintf(t, sizeof t, "request bodies must be Content-Type: application/json (got %.100s)", ct ? ct : "none");
-    reply_error(out, XT_EUNSUPPORTED, 415, t);
     return 1;
   }
   return 0;

@@ -485,6 +485,37 @@ static int parse_convert(const char *c, int *out, xt_msg *msg) {
 #endif
 }
 
+#ifdef XT_SERVER_HAVE_LOADERS
+/* The model named name, or -1. Caller holds models_mu. */
+static int model_named(xt_server *s, const char *name) {
+  for (int i = 0; i < s->nmodels; i++)
+    if (s->models[i] && !strcmp(s->models[i]->name, name)) return i;
+  return -1;
+}
+
+/* Names are unique: a name the request gave collides (409, the first model untouched; there is no
+ * replace, since the projectors cannot drop a model the render workers may be using), a default
+ * name (the file's) is made unique as "NAME~2", "NAME~3", ... Caller holds models_mu. */
+static int claim_name(xt_server *s, xt_model *m, int given, xt_msg *msg) {
+  int i = model_named(s, m->name);
+  if (i < 0) return 0;
+  if (given)
+    return xt_fail(msg, XT_EEXISTS, "model name \"%s\" is taken (by the model from %s); names are unique", m->name,
+                   s->model_src[i]);
+  char base[sizeof m->name];
+  snprintf(base, sizeof base, "%s", m->name);
+  for (int k = 2; k <= XT_SRV_MAX_MODELS + 1; k++) {
+    char suffix[16];
+    int sl = snprintf(suffix, sizeof suffix, "~%d", k);
+    int keep = (int)strlen(base);
+    if (keep > (int)sizeof m->name - 1 - sl) keep = (int)sizeof m->name - 1 - sl;
+    snprintf(m->name, sizeof m->name, "%.*s%s", keep, base, suffix);
+    if (model_named(s, m->name) < 0) return 0;
+  }
+  return xt_fail(msg, XT_EINTERNAL, "model name \"%s\": no unique default name", base); /* more names than models */
+}
+#endif
+
 int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, int from_client,
                           xt_msg *msg) {
   int conv = 0;
@@ -504,21 +535,35 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
       return xt_fail(msg, XT_EINVAL, "nan_value: '%s' is neither none nor a number", s->cfg.nan_value);
     opt.nan_fill = 1;
   }
+  const char *root_names[XT_SRV_MAX_LIST];
   if (from_client) {
     opt.roots = (const char *const *)s->model_roots;
     opt.nroots = s->nmodel_roots;
+    for (int i = 0; i < s->nmodel_roots; i++) root_names[i] = s->cfg.model_roots[i];
+    opt.root_names = root_names;
   }
   xt_model *m = NULL;
+  int given = name && *name;
   pthread_mutex_lock(&s->models_mu);
-  int n = s->nmodels;
+  int n = s->nmodels, taken = given ? model_named(s, name) : -1;
+  if (taken >= 0) /* before the load, which may be long: checked again once loaded */
+    rc = xt_fail(msg, XT_EEXISTS, "model name \"%s\" is taken (by the model from %s); names are unique", name,
+                 s->model_src[taken]);
   pthread_mutex_unlock(&s->models_mu);
+  if (rc) return rc;
   if (n >= XT_SRV_MAX_MODELS) return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
   if ((rc = xt_model_load(path, &opt, name, &m, msg))) return rc;
+  if ((rc = xt_budget_admit(s, &m, msg))) return rc; /* frees m when over a work budget */
   pthread_mutex_lock(&s->models_mu);
   if (s->nmodels >= XT_SRV_MAX_MODELS) {
     pthread_mutex_unlock(&s->models_mu);
     xt_model_free(m);
     return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
+  }
+  if ((rc = claim_name(s, m, given, msg))) { /* under the lock: two requests cannot both claim it */
+    pthread_mutex_unlock(&s->models_mu);
+    xt_model_free(m);
+    return rc;
   }
   /* Added to the projectors before it is listed; the projectors reference it until exit. */
   for (int w = 0; w < s->nworkers && !rc; w++) {

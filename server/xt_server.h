@@ -85,7 +85,14 @@ typedef struct xt_srv_config {
   char allow_hosts[XT_SRV_MAX_LIST][256];
   int max_per_addr;   /* REST connections from one client address */
   double head_timeout; /* seconds for a REST request head to arrive in full */
+  double request_timeout; /* seconds for a REST request's head and body together */
+  int min_body_rate;      /* bytes/s a REST body must average after its head (0: no minimum) */
   double peer_timeout; /* seconds a stream peer may leave sent data unacknowledged (half-open TCP) */
+  /* work budgets (budget.c, docs/server.md); 0 where "auto": the backend's default, set at start */
+  int gmm_tile_budget;     /* Gaussians reaching one 16x16-pixel tile */
+  int gmm_pair_budget;     /* (Gaussian, tile) pairs of one frame */
+  int render_pixel_budget; /* pixels of one POST /v1/render */
+  int render_threads;      /* CPU threads of the REST render worker's projector, 0 = auto */
 } xt_srv_config;
 
 void xt_srv_config_defaults(xt_srv_config *c);
@@ -269,6 +276,7 @@ typedef struct xt_job {
 
 #define XT_QUEUE 32
 #define XT_SRV_MAX_HELPERS 15
+#define XT_SRV_WORKER_MODELS (2 * XT_SRV_MAX_MODELS) /* a worker also keeps models a failed add left */
 
 typedef struct xt_worker {
   struct xt_server *srv;
@@ -296,6 +304,15 @@ typedef struct xt_worker {
   const float *hsrc;
   uint16_t *hdst;
   size_t hn;
+  /* Work budgets (budget.c): the models on this worker's projector and the per-frame check's
+   * tile grid (made once, for the largest mode); the last pose measured within budget. */
+  const xt_model *bmodels[XT_SRV_WORKER_MODELS];
+  int nbmodels;
+  int32_t *bgrid;
+  int bok, bok_models;
+  const char *bok_mode;
+  xt_pose bok_pose;
+  int rest; /* the REST render worker: renders POST /v1/render only, models added on demand */
 } xt_worker;
 
 typedef struct xt_server {
@@ -326,6 +343,7 @@ typedef struct xt_server {
 
   xt_worker workers[XT_SRV_MAX_WORKERS];
   int nworkers;
+  xt_worker rest; /* POST /v1/render's own worker and projector: never the stream's (engine.c) */
   unsigned rr; /* round-robin over workers (st_mu) */
   pthread_t pacer;
   int pacer_started;
@@ -351,6 +369,23 @@ int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg);
 /* Renders (and converts) one frame of `mode` on every worker and discards it, so that the first
  * paced frame of a mode pays no one-off costs (CUDA module load, pinned scratch, buffers). */
 void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode);
+/* ---- work budgets (budget.c) -------------------------------------------------------------- */
+
+/* A Gaussian mixture about to be added, measured with the mixtures already loaded over a set of
+ * poses at the current mode: XT_ETOOLARGE naming the budget and the figure when over it (the
+ * model is then freed and *m set to NULL). Other kinds pass. */
+int xt_budget_admit(xt_server *s, xt_model **m, xt_msg *msg);
+/* A frame's geometry against the budgets, for the mixtures on worker w (XT_ETOOLARGE when over). */
+int xt_budget_frame(xt_worker *w, const xt_geometry *g, xt_msg *msg);
+/* A model is on w's projector now. */
+void xt_budget_worker_model(xt_worker *w, const xt_model *m);
+/* POST /v1/render of this mode against render_pixel_budget. */
+int xt_budget_render(const xt_server *s, const xt_detector_mode *mode, xt_msg *msg);
+/* Ints of the per-frame tile grid for the largest detector mode. */
+size_t xt_budget_grid_cells(void);
+/* The "auto" (0) budgets replaced by the backend's defaults (before REST starts). */
+void xt_budget_resolve(xt_server *s);
+
 /* Wakes the pacer after a state change (caller holds st_mu). */
 void xt_engine_kick(xt_server *s);
 /* Called by a worker when a frame is in the ring: wakes the WebSocket thread. */
@@ -386,6 +421,19 @@ int xt_bearer_ok(const xt_server *s, const char *authorization);
 int xt_token_eq(const xt_server *s, const char *t, size_t n);
 /* A Content-Type of application/json (parameters such as charset allowed). */
 int xt_media_is_json(const char *ctype);
+/* What the checks on a REST request head look at, filled by the gate from the raw head (before
+ * any body byte is read) and by rest.c from libmicrohttpd's parse (TLS, where the gate sees no
+ * head). Absent headers are NULL. */
+typedef struct xt_head {
+  const char *method, *path; /* path without the query */
+  int http10;
+  const char *host, *origin, *authorization, *content_type, *transfer_encoding;
+  long long content_length; /* -1: none */
+} xt_head;
+/* Host, Origin, the token, the body's announced size and its content type, in that order: 0 when
+ * the request may go on (OPTIONS stops after Origin: rest.c answers it), else the HTTP status,
+ * with *err and the message set (401 wants a WWW-Authenticate header). */
+int xt_guard_request(const xt_server *s, const xt_head *h, int *err, char *message, size_t cap);
 
 /* ---- the REST port's accept gate (gate.c) ------------------------------------------------- */
 
@@ -400,6 +448,9 @@ void xt_gate_free(xt_server *s);
 int xt_gate_check_head(const char *h, size_t len, const char **why);
 /* A connection libmicrohttpd had from this address is closed (its per-address count). */
 void xt_gate_release(xt_server *s, const struct sockaddr *sa);
+/* Bytes of head + body the gate can hold in a socket's receive buffer (what the kernel granted):
+ * a request body is only handed to libmicrohttpd once it has arrived in full. */
+size_t xt_gate_capacity(const xt_server *s);
 
 /* ---- REST (rest.c) ------------------------------------------------------------------------ */
 

@@ -44,11 +44,27 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_security
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_security PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # The HTTP layer held to the letter: one JSON answer to every malformed request (Content-Length,
+    # Host, chunk sizes), heads judged before their bodies, slow-body attacks, body deadline and rate.
+    add_test(NAME test_server_http_strict
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_http_strict.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_http_strict PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # NanoVDB grids and Gaussian mixtures: --model, POST /v1/models under --model-root, the model
     # report (kind, voxels, active fraction, device bytes; gaussians, cut-off), confinement, FIFOs.
     add_test(NAME test_server_models
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_models.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_models PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Work budgets (issue 22.6): budgets in /v1/info, 200,000 coincident Gaussians refused at load
+    # (413, --model), the per-frame guard at a pose the load check did not see, the REST pixel
+    # budget, REST renders on their own worker beside the paced stream, shutdown with one in flight.
+    add_test(NAME test_server_budgets
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_budgets.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_budgets PROPERTIES TIMEOUT 900 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Model paths confined before any file access (an strace of the server as the oracle), 404 for
+    # a missing path inside the root, unique model names (409; distinct default names).
+    add_test(NAME test_server_model_paths
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_model_paths.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_model_paths PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Faults: killed, stalled and flooding clients, slowloris on the stream, half-open TCP, a lossy
     # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
     add_test(NAME test_server_faults

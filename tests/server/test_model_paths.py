@@ -388,12 +388,33 @@ def test_names_at_start(tmp):
     raise Failure("two start-up models named 'ct': the server started")
 
 
+def test_phantom_name_taken_at_start(tmp):
+    """The built-in phantom's name is as unique as any other: a start-up model that takes it
+    fails the start when the phantom is asked for too."""
+    root = os.path.join(tmp, "models")
+    os.makedirs(root)
+    a = os.path.join(root, "head.mha")
+    mha(a)
+    cfg = os.path.join(tmp, "clash.json")
+    with open(cfg, "w") as f:
+        json.dump({"models": [{"path": a, "name": "head"}], "phantom": "head"}, f)
+    try:
+        srv = Server("--config", cfg)
+    except Failure as e:
+        text = str(e)
+        check('"head"' in text and a in text, "the start-up error names the name and the path: %s" % text)
+        return None
+    srv.kill()
+    raise Failure("a start-up model named like the phantom, with --phantom head: the server started")
+
+
 TESTS = [
     (test_outside_refused_before_any_access, []),
     (test_missing_inside_is_404, []),
     (test_root_named_through_a_symlink, []),
     (test_names_unique, []),
     (test_names_at_start, []),
+    (test_phantom_name_taken_at_start, []),
 ]
 
 

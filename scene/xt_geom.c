@@ -141,3 +141,19 @@ int xt_geom_project(const xt_geometry *g, xt_vec3 p, double *col, double *row) {
   *row = h[1] / h[2];
   return 1;
 }
+
+void xt_P_to_pixel_edge(const double P[3][4], double out[3][4]) {
+  for (int j = 0; j < 4; j++) {
+    out[0][j] = P[0][j] + 0.5 * P[2][j];
+    out[1][j] = P[1][j] + 0.5 * P[2][j];
+    out[2][j] = P[2][j];
+  }
+}
+
+void xt_P_from_pixel_edge(const double P_edge[3][4], double out[3][4]) {
+  for (int j = 0; j < 4; j++) {
+    out[0][j] = P_edge[0][j] - 0.5 * P_edge[2][j];
+    out[1][j] = P_edge[1][j] - 0.5 * P_edge[2][j];
+    out[2][j] = P_edge[2][j];
+  }
+}

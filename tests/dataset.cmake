@@ -1,4 +1,4 @@
-# dataset.cmake: tests of `xtwin dataset` (tools/xt_dataset_*.c, docs/dataset.md).
+# dataset.cmake: tests of `xtwin dataset` (dataset/, its front end tools/xt_dataset_cmd.c, docs/dataset.md).
 #   test_dataset          building blocks against exact oracles, CPU backend (label cpu)
 #   test_dataset_cuda     the same frames through the CUDA projector (label gpu)
 #   test_dataset_e2e      the real binary: outputs, determinism, sharding, resume after SIGKILL,

@@ -1,4 +1,4 @@
-/* Tests of `xtwin dataset`'s building blocks (tools/xt_dataset_*.c) against independent oracles:
+/* Tests of `xtwin dataset`'s building blocks (dataset/xt_dataset_*.c) against independent oracles:
  *   - the spec: every class of bad input gives one line naming the field's JSON path;
  *   - sampling: ranges, determinism per frame index, arcs (angles, one draw per run);
  *   - frames: a label volume of two nested boxes, moved by random rigid perturbations and table

@@ -55,5 +55,6 @@ function(xt__tools_link_bench)
 endfunction()
 cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL xt__tools_link_bench)
 
-# `xtwin dataset` (its own file).
-include(${CMAKE_CURRENT_LIST_DIR}/dataset.cmake)
+# `xtwin dataset`: the front end (options, messages, exit codes) over dataset/'s xt_dataset.
+target_sources(xtwin PRIVATE xt_dataset_cmd.c)
+target_link_libraries(xtwin PRIVATE xt_dataset)

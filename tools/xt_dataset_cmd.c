@@ -4,20 +4,16 @@
  * shards (--shard I/N, or Slurm's or Kubernetes' own variables), the backend and devices, the
  * output directory, the models; then either the dry run (counts, bytes and an expected time from
  * a short calibration) or the run, which skips complete shards (a resume) and ends with the task's
- * manifest and a summary naming the bottleneck. Exit 0 success, 1 runtime failure, 2 usage. */
-#define _GNU_SOURCE /* O_TMPFILE */
+ * manifest and a summary naming the bottleneck. Exit 0 success, 1 runtime failure, 2 usage.
+ *
+ * Only the front end: options, messages and exit codes; the work (the estimate of the dry run
+ * included) is dataset/'s (xt_dataset.h). */
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <fcntl.h>
 
 #include "xt_cli.h"
 #include "xt_dataset.h"
@@ -95,12 +91,6 @@ void xt_cmd_dataset_help(FILE *out) {
 }
 
 #define say(code, ...) xt_cli_say("dataset", (code), __VA_ARGS__)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Task and devices                                                                            */
@@ -214,158 +204,33 @@ static void human(double b, char *out, size_t n) {
   snprintf(out, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
 }
 
-/* The disk's write rate, measured inside --out (dirfd) and nowhere else: nothing outside --out is
- * ever written, and a dry run into a directory that does not exist yet creates none. An unnamed
- * O_TMPFILE leaves nothing behind even if the run is killed; else a fresh name, made with O_EXCL. */
-static int probe_disk(int dirfd, double bytes, double *rate) {
-  if (dirfd < 0) return -1;
-  size_t total = bytes > (64 << 20) ? (64 << 20) : (size_t)bytes;
-  if (total < (1 << 20)) total = 1 << 20;
-  enum { CH = 1 << 20 };
-  char *buf = calloc(1, CH), name[64] = "";
-  int fd = -1;
-#ifdef O_TMPFILE
-  if (buf) fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-#endif
-  for (int i = 0; buf && fd < 0 && i < 100; i++) {
-    snprintf(name, sizeof name, ".xtwin-dry-run-probe-%ld-%d", (long)getpid(), i);
-    fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    free(buf);
-    return -1;
-  }
-  if (*name) unlinkat(dirfd, name, 0); /* the open descriptor keeps the blocks until close */
-  double t0 = now_s();
-  int bad = 0;
-  for (size_t d = 0; d < total && !bad; d += CH) bad = write(fd, buf, CH) != CH;
-  bad |= fsync(fd) != 0 && errno != EINVAL;
-  double t = now_s() - t0;
-  close(fd);
-  free(buf);
-  if (bad || t <= 0) return -1;
-  *rate = total / t;
-  return 0;
-}
-
-static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const ds_opts *o, const xt_ds_run_opts *ro, int task,
-                   int ntasks, long long nshards_task, long long done_shards, long long frames_task, int out_fd) {
+static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_opts *ro, int task, int ntasks,
+                   long long nshards_task, long long done_shards, long long frames_task, const char *out, int out_fd) {
   xt_msg msg;
-  int rc;
-  /* Calibration: one batch rendered, its JSONs encoded, a hash rate measured. */
-  const int cal = s->backend == XT_BACKEND_CUDA ? (int)(s->frames < 64 ? s->frames : 64) : 1;
-  size_t px = 0;
-  for (int m = 0; m < s->nmodes; m++) {
-    size_t q = (size_t)s->modes[m]->rows * s->modes[m]->cols;
-    if (q > px) px = q;
-  }
-  xt_ds_frame *f = calloc((size_t)cal, sizeof *f);
-  float *img = malloc(sizeof *img * px * (size_t)cal);
-  float **chan = calloc((size_t)(s->nchannels ? s->nchannels : 1), sizeof *chan);
-  uint16_t *u16 = s->chain.present ? malloc(sizeof *u16 * 2 * px * (size_t)cal) : NULL;
-  xt_ds_renderer *rd = NULL;
-  xt_ds_encoder *enc = NULL;
-  int code = XT_EXIT_OK;
-  if (!f || !img || !chan || (s->chain.present && !u16)) {
-    code = say(XT_EXIT_RUNTIME, "out of memory");
-    goto done;
-  }
-  for (int k = 0; k < s->nchannels; k++)
-    if (!(chan[k] = malloc(sizeof **chan * px * (size_t)cal))) {
-      code = say(XT_EXIT_RUNTIME, "out of memory");
-      goto done;
-    }
-  int n = 0;
-  for (long long i = 0; i < s->frames && n < cal; i++) {
-    if ((rc = xt_ds_sample_frame(s, sc->placement, (const double(*)[3])sc->center, i, &f[n], &msg))) {
-      code = say(XT_EXIT_USAGE, "frame %lld: %s", i, msg.text);
-      goto done;
-    }
-    if (f[n].mode == f[0].mode) n++;
-  }
-  if ((rc = xt_ds_renderer_create(sc, s->backend, ro->ndevices ? ro->devices[0] : 0, o->threads, &rd, &msg)) ||
-      (rc = xt_ds_encoder_create(sc, &enc, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "%s", msg.text);
-    goto done;
-  }
-  /* Once to warm up (uploads, scratch), once timed. */
-  double t_render = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    double t0 = now_s();
-    /* What the run renders: the image, the chain's frames, the label channels. */
-    if (((s->write.lineint || s->write.intensity) && (rc = xt_ds_render_image(rd, f, n, img, &msg))) ||
-        (s->chain.present && (rc = xt_ds_render_chain(rd, f, n, u16, u16 + px * (size_t)n, &msg))) ||
-        (s->nchannels && (rc = xt_ds_render_labels(rd, f, n, chan, &msg)))) {
-      code = say(XT_EXIT_RUNTIME, "render: %s", msg.text);
-      goto done;
-    }
-    t_render = (now_s() - t0) / n;
-    if (s->backend == XT_BACKEND_CPU) break;
-  }
-  size_t json_total = 0;
-  double t0 = now_s();
-  for (int i = 0; i < n; i++) {
-    const char *text;
-    size_t len;
-    if ((rc = xt_ds_frame_json(enc, &f[i], &text, &len, &msg))) {
-      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
-      goto done;
-    }
-    json_total += len;
-  }
-  double t_json = (now_s() - t0) / n;
-  const size_t json_bytes = json_total / (size_t)n;
-  double bpf = 0;
-  for (int m = 0; m < s->nmodes; m++) bpf += (double)xt_ds_frame_bytes(s, m, json_bytes) / s->nmodes;
-  const double t_hash = xt_ds_hash_seconds(64 << 20) / (double)(64 << 20) * bpf;
-  const double todo_frames = (double)frames_task * (nshards_task - done_shards) / (nshards_task ? nshards_task : 1);
-  const double total_bytes = todo_frames * bpf + (nshards_task - done_shards) * 1024.0;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int workers = ro->ndevices ? ro->ndevices : 1;
-  int writers = o->writers ? o->writers : (int)cores - workers;
-  if (writers < 1) writers = 1;
-  const double gpu_fps = workers / t_render;
-  const double enc_fps = (writers < cores ? writers : cores) / (t_json + t_hash);
-  double disk_rate = 0;
-  int have_disk = probe_disk(out_fd, total_bytes, &disk_rate) == 0;
-  const double disk_fps = have_disk ? disk_rate / bpf : INFINITY;
-  double fps = gpu_fps;
-  const char *lim = "render";
-  if (enc_fps < fps) fps = enc_fps, lim = "encoding";
-  if (disk_fps < fps) fps = disk_fps, lim = "disk";
-
+  xt_ds_plan p;
+  if (xt_ds_estimate(s, sc, ro, nshards_task, done_shards, frames_task, out_fd, &p, &msg))
+    return say(p.bad_spec ? XT_EXIT_USAGE : XT_EXIT_RUNTIME, "%s", msg.text);
   char b1[32], b2[32], b3[32];
-  human(bpf, b1, sizeof b1);
-  human(total_bytes, b2, sizeof b2);
+  human(p.frame_bytes, b1, sizeof b1);
+  human(p.total_bytes, b2, sizeof b2);
   printf("spec %s: ok (sha256 %.16s...)\n", s->path, s->sha256);
   printf("frames: %lld in %lld shards of %lld (%s); this task %d/%d: %lld shards, %lld frames", s->frames,
-         xt_ds_spec_shards(s), s->shard_frames, s->format == XT_DS_FMT_TAR ? "tar" : "folder", task, ntasks,
-         nshards_task, frames_task);
+         xt_ds_spec_shards(s), s->shard_frames, xt_ds_format_name(s->format), task, ntasks, nshards_task, frames_task);
   if (done_shards) printf(" (%lld shards already complete)", done_shards);
   printf("\nper frame: %s (", b1);
   xt_ds_member_info mi[16];
   int nm = xt_ds_members(s, mi, 16);
   for (int i = 0; i < nm; i++) printf("%s%s", i ? ", " : "", mi[i].ext);
-  printf("; JSON ~%zu B)\n", json_bytes);
+  printf("; JSON ~%zu B)\n", p.json_bytes);
   printf("to write: %s\n", b2);
-  human(disk_rate, b3, sizeof b3);
+  human(p.disk_rate, b3, sizeof b3);
   printf("rates: render %.0f frames/s (%s, %d worker%s, %d-frame calibration), encoding %.0f frames/s (%d writers), "
          "disk %s\n",
-         gpu_fps, xt_backend_name(s->backend), workers, workers > 1 ? "s" : "", n, enc_fps, writers,
-         have_disk ? b3 : !o->out ? "not measured (no --out)" : "not measured (--out does not exist yet)");
-  if (have_disk) printf("       (disk: %s/s from a %s fsync'd probe = %.0f frames/s)\n", b3, "64 MB", disk_fps);
-  printf("expected time: %.1f s at %.0f frames/s (limited by %s)\n", todo_frames / fps, fps, lim);
-done:
-  xt_ds_renderer_free(rd);
-  xt_ds_encoder_free(enc);
-  if (chan)
-    for (int k = 0; k < s->nchannels; k++) free(chan[k]);
-  free(chan);
-  free(img);
-  free(u16);
-  free(f);
-  return code;
+         p.render_fps, xt_backend_name(s->backend), p.workers, p.workers > 1 ? "s" : "", p.calib_frames, p.encode_fps,
+         p.writers, p.have_disk ? b3 : !out ? "not measured (no --out)" : "not measured (--out does not exist yet)");
+  if (p.have_disk) printf("       (disk: %s/s from a %s fsync'd probe = %.0f frames/s)\n", b3, "64 MB", p.disk_fps);
+  printf("expected time: %.1f s at %.0f frames/s (limited by %s)\n", p.todo_frames / p.fps, p.fps, p.limit);
+  return XT_EXIT_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -471,7 +336,7 @@ int xt_cmd_dataset(int argc, char **argv) {
       goto done;
     }
     have_scene = 1;
-    code = dry_run(&spec, &scene, &o, &ro, task, ntasks, nmine, done_shards, frames_task, have_out ? out.dirfd : -1);
+    code = dry_run(&spec, &scene, &ro, task, ntasks, nmine, done_shards, frames_task, o.out, have_out ? out.dirfd : -1);
     goto done;
   }
 

@@ -49,22 +49,6 @@ static json_t *affine34(jb *b, const xt_affine *m) {
   return a;
 }
 
-void xt_P_to_pixel_edge(const double P[3][4], double out[3][4]) {
-  for (int j = 0; j < 4; j++) {
-    out[0][j] = P[0][j] + 0.5 * P[2][j];
-    out[1][j] = P[1][j] + 0.5 * P[2][j];
-    out[2][j] = P[2][j];
-  }
-}
-
-void xt_P_from_pixel_edge(const double P_edge[3][4], double out[3][4]) {
-  for (int j = 0; j < 4; j++) {
-    out[0][j] = P_edge[0][j] - 0.5 * P_edge[2][j];
-    out[1][j] = P_edge[1][j] - 0.5 * P_edge[2][j];
-    out[2][j] = P_edge[2][j];
-  }
-}
-
 static json_t *mat34(jb *b, const double M[3][4]) {
   json_t *a = json_array();
   for (int i = 0; i < 3; i++) {

@@ -71,11 +71,4 @@ typedef struct xt_sidecar_info {
 /* Writes the sidecar (pretty-printed JSON, doubles round-trippable) to f. */
 int xt_sidecar_write(FILE *f, const xt_sidecar_info *in, xt_msg *msg);
 
-/* The projection matrix in the pixel-edge convention of DeepDRR and DiffDRR (pixel (c, r) covers
- * [c, c+1) x [r, r+1), its centre at (c + 0.5, r + 0.5), principal point (cols/2, rows/2) for a
- * centred detector) and back: P_edge = T P with T = [[1,0,0.5],[0,1,0.5],[0,0,1]]. w (the third
- * row) is unchanged, so both keep w = depth along the central beam. docs/geometry.md. */
-void xt_P_to_pixel_edge(const double P[3][4], double out[3][4]);
-void xt_P_from_pixel_edge(const double P_edge[3][4], double out[3][4]);
-
 #endif /* XT_SIDECAR_H */

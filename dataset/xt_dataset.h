@@ -1,7 +1,11 @@
-/* `xtwin dataset`: the generator of labelled training frames (docs/dataset.md). Internal to
- * tools/: the spec (xt_dataset_spec.c), per-frame sampling (xt_dataset_sample.c), the scene and its
- * projectors (xt_dataset_scene.c), shard files (xt_dataset_shard.c), the render/encode/write
- * pipeline (xt_dataset_run.c) and the command (xt_dataset_cmd.c).
+/* `xtwin dataset`: the generator of labelled training frames (docs/dataset.md), the library
+ * xt_dataset of dataset/ that the front end (tools/xt_dataset_cmd.c) and the tests use: the spec
+ * (xt_dataset_spec.c), per-frame sampling (xt_dataset_sample.c), the scene and its projectors
+ * (xt_dataset_scene.c), a frame's members and JSON (xt_dataset_encode.c), the output directory
+ * (xt_dataset_out.c), the shards (xt_dataset_shard.c, one file per format behind
+ * xt_dataset_shard.h: xt_dataset_shard_tar.c, xt_dataset_shard_folder.c) over the file-system and
+ * hashing helpers (xt_dataset_fs.c, xt_dataset_hash.c), and the render/encode/write pipeline
+ * (xt_dataset_run.c).
  *
  * Every frame is a pure function of (spec, frame index): its seed, pose, detector mode and model
  * perturbations come from xt_ds_sample_frame, never from the order in which frames are rendered,
@@ -85,7 +89,11 @@ typedef struct xt_ds_view {
 
 enum { XT_DS_POSES_UNIFORM = 0, XT_DS_POSES_VIEWS = 1, XT_DS_POSES_ARC = 2 };
 enum { XT_DS_QTY_PATH_LENGTH = 0, XT_DS_QTY_LINE_INTEGRAL = 1 };
+/* Shard formats: indexes into the registry of shard writers (xt_dataset_shard.c). */
 enum { XT_DS_FMT_TAR = 0, XT_DS_FMT_FOLDER = 1 };
+/* A format's name ("tar", "folder"), and every name joined by '|' (the spec's choices). */
+const char *xt_ds_format_name(int format);
+const char *xt_ds_format_choices(void);
 
 typedef struct xt_ds_pose_spec {
   int sampler; /* XT_DS_POSES_* */
@@ -291,6 +299,8 @@ typedef struct xt_ds_wstats {
 /* Callback through which a writer reports its disk busy intervals (in = 1 entering, 0 leaving). */
 typedef void (*xt_ds_disk_fn)(void *ctx, int in);
 
+/* The writer of one shard, whatever its format (the spec's output.format picks the writer from
+ * the registry of xt_dataset_shard.h; callers never branch on it). */
 typedef struct xt_ds_shard_writer xt_ds_shard_writer;
 int xt_ds_shard_open(const xt_ds_spec *s, const xt_ds_out *o, long long shard, xt_ds_shard_writer **out, xt_msg *msg);
 int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_data *fd, xt_ds_wstats *st,
@@ -327,6 +337,25 @@ typedef struct xt_ds_summary {
   int workers, writers;
   const char *backend;
 } xt_ds_summary;
+
+/* The dry run's estimate for a task of nshards_task shards (done_shards of them complete) and
+ * frames_task frames: a calibration batch rendered, JSON and hashing timed, the disk probed
+ * inside --out (out_fd; -1: not measured, nothing written anywhere else). */
+typedef struct xt_ds_plan {
+  int calib_frames;      /* frames in the calibration batch */
+  size_t json_bytes;     /* a frame's JSON, on average */
+  double frame_bytes;    /* a frame's members in a shard, averaged over the modes */
+  double todo_frames, total_bytes; /* what is left to make and write */
+  int workers, writers;
+  double render_fps, encode_fps, disk_fps; /* disk_fps INFINITY when not measured */
+  int have_disk;
+  double disk_rate;      /* bytes/s from the probe, 0 when not measured */
+  double fps;            /* the least of the three */
+  const char *limit;     /* "render", "encoding" or "disk" */
+  int bad_spec;          /* on failure: a frame of the spec cannot be sampled (a usage error) */
+} xt_ds_plan;
+int xt_ds_estimate(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_opts *ro, long long nshards_task,
+                   long long done_shards, long long frames_task, int out_fd, xt_ds_plan *plan, xt_msg *msg);
 
 int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, const long long *shards, long long n,
               const xt_ds_run_opts *opt, xt_ds_summary *sum, xt_msg *msg);

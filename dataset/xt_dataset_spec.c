@@ -950,7 +950,7 @@ static int parse_output(ctx *c, xt_ds_spec *s, json_t *root) {
   if (!oj) oj = empty = json_object();
   size_t n = push_key(c, "output");
   long long sf = 0;
-  if (!(rc = check_keys(c, oj, keys)) && !(rc = get_choice(c, oj, "format", "tar|folder", 0, &s->format)))
+  if (!(rc = check_keys(c, oj, keys)) && !(rc = get_choice(c, oj, "format", xt_ds_format_choices(), 0, &s->format)))
     rc = get_int(c, oj, "shard_frames", 1, 1000000, 0, 0, &sf);
   if (!rc && !sf) {
     /* About 1 GiB per shard (WebDataset's advice: 100 MB to a few GB), from the largest mode, so

@@ -19,17 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "xt_dataset.h"
+#include "xt_dataset_internal.h"
 
 #define MAX_WRITERS 64
 #define BATCH_BYTES ((size_t)32 << 20)
 #define QUEUE_MAX 2 /* rendered batches waiting per shard, so no writer hoards the pool */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 typedef struct batch {
   int slot;          /* the writer slot (shard) it belongs to */
@@ -116,9 +110,9 @@ static void disk_cb(void *ctx, int in) {
   run *r = ctx;
   pthread_mutex_lock(&r->disk_lock);
   if (in) {
-    if (r->disk_inflight++ == 0) r->disk_since = now_s();
+    if (r->disk_inflight++ == 0) r->disk_since = xt__ds_now_s();
   } else if (--r->disk_inflight == 0) {
-    r->disk_busy_s += now_s() - r->disk_since;
+    r->disk_busy_s += xt__ds_now_s() - r->disk_since;
   }
   pthread_mutex_unlock(&r->disk_lock);
 }
@@ -222,7 +216,7 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
     const size_t px = (size_t)b->frames[g0].geom.mode.rows * b->frames[g0].geom.mode.cols;
     float *img = b->buf + off;
     for (int k = 0; k < K; k++) chan_base[k] = b->buf + (size_t)(1 + k) * r->cap_px + off;
-    double t0 = now_s();
+    double t0 = xt__ds_now_s();
     const int want_img = s->write.lineint || s->write.intensity;
     label_job job = {rd, &b->frames[g0], g1 - g0, chan_base, 0, {{0}}};
     pthread_t tid;
@@ -240,7 +234,7 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
       *msg = job.msg;
     }
     if (rc) return rc;
-    w->gpu_busy_s += now_s() - t0;
+    w->gpu_busy_s += xt__ds_now_s() - t0;
     for (int j = g0; j < g1; j++) {
       b->img[j] = img + (size_t)(j - g0) * px;
       for (int k = 0; k < K; k++) b->chan[(size_t)j * K + k] = chan_base[k] + (size_t)(j - g0) * px;
@@ -294,7 +288,7 @@ static void *render_main(void *arg) {
    * cost, reported apart. */
   pthread_mutex_lock(&r->lock);
   if (++r->ready == r->nworkers) {
-    r->t_start = now_s();
+    r->t_start = xt__ds_now_s();
     pthread_cond_broadcast(&r->cond);
   }
   while (!r->failed && r->ready < r->nworkers) pthread_cond_wait(&r->cond, &r->lock);
@@ -328,10 +322,10 @@ static void *render_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&r->lock);
     int si = -1;
-    double t0 = now_s();
+    double t0 = xt__ds_now_s();
     while (!r->failed && w->writers_alive > 0 && (!w->free_list || (si = pick_slot(w)) < 0))
       pthread_cond_wait(&r->cond, &r->lock);
-    w->render_wait_s += now_s() - t0; /* for a free buffer (writers behind) or a shard to render */
+    w->render_wait_s += xt__ds_now_s() - t0; /* for a free buffer (writers behind) or a shard to render */
     if (r->failed || si < 0) {
       pthread_mutex_unlock(&r->lock);
       break;
@@ -411,9 +405,9 @@ static void *writer_main(void *arg) {
     pthread_mutex_unlock(&r->lock);
     for (long long done = 0; done < nf && !rc;) {
       pthread_mutex_lock(&r->lock);
-      double t0 = now_s();
+      double t0 = xt__ds_now_s();
       while (!r->failed && !sl->head) pthread_cond_wait(&r->cond, &r->lock);
-      w->writer_wait_s[me] += now_s() - t0;
+      w->writer_wait_s[me] += xt__ds_now_s() - t0;
       if (r->failed) {
         pthread_mutex_unlock(&r->lock);
         rc = XT_EINTERNAL; /* someone else's error; theirs is reported */
@@ -499,7 +493,7 @@ static void progress(run *r, FILE *f, int bar, long long total, int final) {
   double bytes = r->bytes_done;
   double t0 = r->t_start > 0 ? r->t_start : r->t_launch;
   pthread_mutex_unlock(&r->lock);
-  double el = now_s() - t0;
+  double el = xt__ds_now_s() - t0;
   double rate = el > 0 ? done / el : 0;
   char eta[32], ela[32];
   fmt_time(rate > 0 ? (total - done) / rate : NAN, eta, sizeof eta);
@@ -592,7 +586,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
   if (!rc && r.pin_failed)
     fprintf(log, "xtwin dataset: note: batch buffers in pageable memory (%s): one more host copy per frame\n",
             r.pin_msg.text);
-  r.t_launch = now_s();
+  r.t_launch = xt__ds_now_s();
   for (int i = 0; i < nw && !rc; i++) {
     worker *w = &r.workers[i];
     w->writers_alive = w->nwriters;
@@ -620,7 +614,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
   int mode = opt->progress;
   if (mode == XT_DS_PROGRESS_AUTO) mode = isatty(fileno(log)) ? XT_DS_PROGRESS_BAR : XT_DS_PROGRESS_LINES;
   const double every = mode == XT_DS_PROGRESS_BAR ? 0.25 : 10.0;
-  double last = now_s();
+  double last = xt__ds_now_s();
   for (;;) {
     pthread_mutex_lock(&r.lock);
     int alive = 0;
@@ -636,9 +630,9 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     }
     pthread_mutex_unlock(&r.lock);
     if (fin) break;
-    if (mode != XT_DS_PROGRESS_NONE && now_s() - last >= every) {
+    if (mode != XT_DS_PROGRESS_NONE && xt__ds_now_s() - last >= every) {
       progress(&r, log, mode == XT_DS_PROGRESS_BAR, total, 0);
-      last = now_s();
+      last = xt__ds_now_s();
     }
   }
   for (int i = 0; i < nw; i++) {
@@ -646,7 +640,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     if (w->render_started) pthread_join(w->render_tid, NULL);
     for (int k = 0; k < w->started_writers; k++) pthread_join(w->writer_tid[k], NULL);
   }
-  const double t_end = now_s();
+  const double t_end = xt__ds_now_s();
   const double t_start = r.t_start > 0 ? r.t_start : r.t_launch;
   double wall = t_end - t_start;
   if (mode != XT_DS_PROGRESS_NONE && !r.failed) progress(&r, log, mode == XT_DS_PROGRESS_BAR, total, 1);

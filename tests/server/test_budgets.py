@@ -189,28 +189,35 @@ async def test_render_pixel_budget(srv, tmp):
 
 
 async def test_rest_render_beside_stream(srv, tmp):
-    # A 2 fps stream and REST renders of ever larger modes (the budget raised up to full FD20)
-    # until one takes the REST worker a second or more by the server's own clock: on a shared
-    # worker at least one paced exposure would then be replaced (a skip) and the stream would stand
-    # still for the render's length. Larger modes only as needed: a sanitizer build gets there at
-    # fd20-256, a release build a few modes later.
+    # A 2 fps stream and REST renders of ever larger modes (the budget raised up to full FD20, a
+    # 256^3 head so that even a release build's render is long) until one certainly covers three
+    # stream periods. On a shared
+    # worker no paced frame could be rendered while it runs: the stream would stand still for the
+    # render's length. So the oracle is structural, not a latency: some stream frames must finish
+    # rendering inside that render. Its exact start is not known to the client, but the render
+    # (D ms by the server's X-Xtwin-Render-Ms) lies inside the request, [t0, t1], so it certainly
+    # covers [t1 - D, t0 + D]; the server's frame timestamps and time.monotonic() are the same
+    # clock (CLOCK_MONOTONIC). Skipped exposures are not counted against it: on a loaded 2-core
+    # machine a paced render may miss its period for want of a core, whatever worker it is on.
     T = 0.5
     out = {}
 
     def rest():
         for mode in ("fd20-256", "fd20-512", "fd20-1024", "fd20-bin2", "fd20"):
+            t0 = time.monotonic()
             st, h, _ = render(srv, {"mode": mode}, timeout=300)
+            t1 = time.monotonic()
             if st != 200:
                 out["err"] = (mode, st)
                 return
             ms = float(h["x-xtwin-render-ms"])
             out.setdefault("ms", []).append(ms)
-            if ms >= 1000:
+            out["sure"] = (t1 - ms * 1e-3, t0 + ms * 1e-3)
+            if out["sure"][1] - out["sure"][0] >= 3 * T:
                 return
 
     async with connect(srv) as ws:
         await frames(ws, 2, timeout=60)
-        m0 = metrics(srv)
         th = threading.Thread(target=rest)
         th.start()
         got = []
@@ -218,19 +225,19 @@ async def test_rest_render_beside_stream(srv, tmp):
             got += await frames(ws, 1, timeout=60)
         th.join()
         got += await frames(ws, 2, timeout=60)
-        m1 = metrics(srv)
     check("err" not in out, "REST render failed: %r" % out)
-    check(max(out["ms"]) >= 1000, "no REST render took a second (%r ms): nothing to judge" % out["ms"])
-    skipped = metric(m1, "xtwin_frames_skipped_total") - metric(m0, "xtwin_frames_skipped_total")
-    check(skipped == 0, "%d paced exposures skipped during REST renders of %r ms" % (skipped, out["ms"]))
+    a, b = out["sure"]
+    check(b - a >= 3 * T, "no REST render certainly covered three stream periods (%r ms; the last one's sure "
+          "window %.2f s): nothing to judge" % (out["ms"], b - a))
     hs = [h for h, _, _ in got]
-    for a, b in zip(hs, hs[1:]):
-        gap = (b["t_render_done_ns"] - a["t_render_done_ns"]) * 1e-9
-        check(gap < 4 * T, "frames %d -> %d: %.2f s apart on the server's clock during REST renders of %r ms"
-              % (a["frame_counter"], b["frame_counter"], gap, out["ms"]))
+    inside = [h["frame_counter"] for h in hs if a <= h["t_render_done_ns"] * 1e-9 <= b]
+    check(len(inside) >= 1, "no stream frame finished during a %.0f ms REST render (window %.2f s): the stream "
+          "stood still" % (out["ms"][-1], b - a))
     dropped = hs[-1]["frames_dropped"] - hs[0]["frames_dropped"]
-    gaps = sum(b["frame_counter"] - a["frame_counter"] - 1 for a, b in zip(hs, hs[1:]))
-    check(gaps <= dropped, "counter gaps %d beyond this client's drops %d" % (gaps, dropped))
+    gaps = sum(y["frame_counter"] - x["frame_counter"] - 1 for x, y in zip(hs, hs[1:]))
+    skipped = gaps - dropped  # counter gaps a client did not drop: exposures the server skipped
+    print("  REST renders %r ms; %d stream frames finished inside the last one; %d exposures skipped"
+          % (out["ms"], len(inside), skipped))
 
 
 async def test_stop_with_rest_render(srv, tmp):
@@ -262,7 +269,7 @@ TESTS = [
     (test_frame_guard_unseen_pose, []),
     (test_render_pixel_budget, []),
     (test_rest_render_beside_stream, ["--fps", "2", "--render-pixel-budget", str(FD20_PIXELS),
-                                      "--render-threads", "1"]),
+                                      "--render-threads", "1", "--phantom-dim", "256", "--phantom-spacing", "1"]),
     (test_stop_with_rest_render, ["--render-pixel-budget", str(FD20_PIXELS), "--render-threads", "1"]),
 ]
 

@@ -2,7 +2,7 @@
 # scenes (its CPU scene runs anywhere it builds).
 if(XT_HAVE_CUDA AND TARGET xt_imaging AND TARGET xt_bench)
   add_executable(xtwin-chain-bench ${CMAKE_CURRENT_LIST_DIR}/xt_chain_bench.c)
-  target_link_libraries(xtwin-chain-bench PRIVATE xt_imaging xt_bench xt_warnings)
+  target_link_libraries(xtwin-chain-bench PRIVATE xt_acq xt_imaging xt_bench xt_warnings)
 endif()
 # The CPU backend's chain (issue 10's CPU target): builds with or without CUDA.
 if(TARGET xt_imaging)

@@ -116,7 +116,7 @@ static const char *lut_name(int l) { return l == XT_CUDA_LUT_SHARED ? "shared" :
 static int time_variant(bench_ctx *b, xt_model *m, const xt_cuda_options *o, const xt_geometry *g, const char *label,
                         int is_target, xt_msg *msg) {
   const int labels = m->kind == XT_MODEL_LABELS;
-  double vb = (labels ? 1.0 : 4.0) * (double)xt_volume_voxels(m->volume);
+  double vb = (labels ? 1.0 : 4.0) * (double)xt_volume_voxels(xt_model_volume(m));
   xt_cuda_proj *p;
   int rc;
   if ((rc = xt_cuda_create(o, &p, msg))) return rc;
@@ -323,18 +323,18 @@ int xt_bench_main(int argc, char **argv) {
   xt_model *head_l = NULL, *head_f = NULL, *ct = NULL;
   if ((rc = xt_bench_head(XT_VOXEL_U8, &head_l, &msg)) || (rc = xt_bench_head(XT_VOXEL_F32, &head_f, &msg))) goto fail;
   printf("phantom head: %d x %d x %d @ 1 mm, labels %.1f MB + float mu %.1f MB, non-air %.1f%%\n",
-         head_l->volume->dim[0], head_l->volume->dim[1], head_l->volume->dim[2], head_l->volume->nbytes / 1e6,
-         head_f->volume->nbytes / 1e6, 100 * xt_bench_nonair(head_l->volume));
+         xt_model_volume(head_l)->dim[0], xt_model_volume(head_l)->dim[1], xt_model_volume(head_l)->dim[2], xt_model_volume(head_l)->nbytes / 1e6,
+         xt_model_volume(head_f)->nbytes / 1e6, 100 * xt_bench_nonair(xt_model_volume(head_l)));
 
   if (strchr(b.scenes, 'a') && (rc = scene_a(&b, head_l, head_f, &msg))) goto fail;
   if (strchr(b.scenes, 'b')) {
     int n = b.quick ? 128 : 512;
     double h = 256.0 / n;
     if ((rc = xt_bench_ct(n, h, &ct, &msg))) goto fail;
-    printf("\nphantom CT torso: %d^3 @ %.2f mm, float mu %.1f MB, non-air %.1f%%\n", n, h, ct->volume->nbytes / 1e6,
-           100 * xt_bench_nonair(ct->volume));
+    printf("\nphantom CT torso: %d^3 @ %.2f mm, float mu %.1f MB, non-air %.1f%%\n", n, h, xt_model_volume(ct)->nbytes / 1e6,
+           100 * xt_bench_nonair(xt_model_volume(ct)));
     const double ang[3] = {0, 45, 90};
-    if ((rc = single_scene(&b, "(b) CT-like 512^3 @ 0.5 mm", "thesis", ct, (double)ct->volume->nbytes, ang, 3, 0.7,
+    if ((rc = single_scene(&b, "(b) CT-like 512^3 @ 0.5 mm", "thesis", ct, (double)xt_model_volume(ct)->nbytes, ang, 3, 0.7,
                            "(b) CT 512^3 float mu", &msg)))
       goto fail;
     xt_model_free(ct);
@@ -343,7 +343,7 @@ int xt_bench_main(int argc, char **argv) {
   if (strchr(b.scenes, 'c')) {
     const double ang[3] = {0, 45, 90};
     if ((rc = single_scene(&b, "(c) FD20 full resolution, head labels", "fd20", head_l,
-                           (double)head_l->volume->nbytes, ang, 3, 1.0, "(c) FD20 2480x1920 labels", &msg)))
+                           (double)xt_model_volume(head_l)->nbytes, ang, 3, 1.0, "(c) FD20 2480x1920 labels", &msg)))
       goto fail;
   }
   if ((strchr(b.scenes, 'd') || strchr(b.scenes, 's')) && (rc = scene_d_s(&b, head_l, &msg))) goto fail;

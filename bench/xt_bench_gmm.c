@@ -132,7 +132,7 @@ static int scene_e(int frames, int warmup, int quick, char (*sum)[200], int *nsu
     if ((rc = xt_bench_random_gmm(sizes[s], 777u + (unsigned)s, &m, msg))) return rc;
     printf("\n(e) %zu random Gaussians in a 180 x 220 x 200 mm ellipsoid, thesis geometry 1024x1024, %d frames after %d "
            "warm-up per angle, cut-off %.2f sigma\n",
-           sizes[s], frames, warmup, m->gmm->cutoff);
+           sizes[s], frames, warmup, xt_model_gmm(m)->cutoff);
     double mean = 0, pa[9];
     if ((rc = time_nine(&m, 1, g, frames, warmup, &mean, pa, msg))) {
       xt_model_free(m);
@@ -204,7 +204,7 @@ static int scene_f(const char *gmm_file, int frames, int warmup, char (*sum)[200
     fo.progress = fit_progress;
     xt_fit_result fr;
     printf("\n(f) the head of (a) fitted as a Gaussian mixture (budget %d, %d iterations)\n", fo.budget, fo.iters);
-    if ((rc = xt_fit_volume(head->volume, &fo, &gm, &fr, msg))) goto done;
+    if ((rc = xt_fit_volume(xt_model_volume(head), &fo, &gm, &fr, msg))) goto done;
     printf("  fit: %zu Gaussians, 3D PSNR %.2f dB (initialisation %.2f dB), engine %s, %.1f s\n", fr.count, fr.psnr3d,
            fr.psnr3d_init, fr.engine, fr.seconds);
 #else
@@ -216,7 +216,7 @@ static int scene_f(const char *gmm_file, int frames, int warmup, char (*sum)[200
     xt_gmm_free(gm);
     goto done;
   }
-  const size_t gbytes = xt_gmm_file_bytes(gm), vbytes = headf->volume->nbytes;
+  const size_t gbytes = xt_gmm_file_bytes(gm), vbytes = xt_model_volume(headf)->nbytes;
   printf("  %zu Gaussians, %zu bytes (native file) vs dense float mu %zu bytes: 1/%.1f\n", gm->count, gbytes, vbytes,
          (double)vbytes / gbytes);
   double gmean, vmean, gpa[9], vpa[9];

@@ -76,7 +76,7 @@ static int nvdb_model(const xt_model *vm, int quant, xt_model **out, xt_msg *msg
   uint32_t *w;
   uint64_t n;
   xt_nvdb *g;
-  int rc = xt_nvdb_build(vm->volume, &o, &w, &n, msg);
+  int rc = xt_nvdb_build(xt_model_volume(vm), &o, &w, &n, msg);
   if (rc || (rc = xt_nvdb_from_blob(w, n, NULL, "bench grid", &g, msg))) return rc;
   if ((rc = xt_model_from_nvdb(g, quant == XT_NVDB_Q_FP8 ? "nvdb-fp8" : "nvdb-float", out, msg))) xt_nvdb_free(g);
   return rc;
@@ -162,13 +162,13 @@ static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, x
   double med[3][3] = {{0}}, steps[3][3] = {{0}};
   const xt_model *ms[3] = {dense, nv[0], nv[1]};
   const char *names[3] = {"dense float", "nanovdb float", "nanovdb fp8"};
-  const double dbytes = (double)dense->volume->nbytes;
+  const double dbytes = (double)xt_model_volume(dense)->nbytes;
   printf("\n%s, detector %s %dx%d\n  %-16s %12s %7s %9s %9s %9s %10s %9s  %s\n", tag, mode, md->cols, md->rows,
          "model", "bytes", "of dense", "0 deg ms", "45 deg ms", "90 deg ms", "Msteps@45", "vs ref@45",
          "error vs float @45");
   for (int k = 0; k < 3 && !rc; k++) rc = time_model(c, ms[k], g, 3, med[k], steps[k], fr[k], msg);
   for (int k = 0; k < 3 && !rc; k++) {
-    const double bytes = k == 0 ? dbytes : (double)ms[k]->nvdb->bytes;
+    const double bytes = k == 0 ? dbytes : (double)xt_model_nvdb(ms[k])->bytes;
     char err[96] = "-";
     double rel, mxr;
     if (k == 0) {
@@ -210,7 +210,7 @@ int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg) {
     for (int k = 0; k < 2 && !rc; k++) rc = nvdb_model(dense, k ? XT_NVDB_Q_FP8 : XT_NVDB_Q_FLOAT, &nv[k], msg);
     if (rc) goto done;
     printf("\n(g) phantom CT torso %d^3 @ %.2f mm, non-air %.1f%%, NanoVDB active %.1f%% (tolerance 1e-4 /mm)\n", n,
-           256.0 / n, 100 * xt_bench_nonair(dense->volume), 100 * xt_nvdb_active_fraction(nv[0]->nvdb));
+           256.0 / n, 100 * xt_bench_nonair(xt_model_volume(dense)), 100 * xt_nvdb_active_fraction(xt_model_nvdb(nv[0])));
     if ((rc = scene(c, "(g) CT 512^3", dense, nv, "thesis", msg))) goto done;
     for (int k = 0; k < 2; k++) xt_model_free(nv[k]), nv[k] = NULL;
     xt_model_free(dense);
@@ -224,8 +224,8 @@ int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg) {
     if (rc) goto done;
     printf("\n(h) whole-body torso %dx%dx%d @ %.1f mm, non-air %.1f%%, NanoVDB active %.1f%%, %u leaves, %u lower, "
            "%u upper nodes\n",
-           nx, nx, nz, h, 100 * xt_bench_nonair(dense->volume), 100 * xt_nvdb_active_fraction(nv[0]->nvdb),
-           nv[0]->nvdb->nodes[0], nv[0]->nvdb->nodes[1], nv[0]->nvdb->nodes[2]);
+           nx, nx, nz, h, 100 * xt_bench_nonair(xt_model_volume(dense)), 100 * xt_nvdb_active_fraction(xt_model_nvdb(nv[0])),
+           xt_model_nvdb(nv[0])->nodes[0], xt_model_nvdb(nv[0])->nodes[1], xt_model_nvdb(nv[0])->nodes[2]);
     if ((rc = scene(c, "(h) torso fd20-1024", dense, nv, "fd20-1024", msg))) goto done;
     if ((rc = scene(c, "(h) torso FD20 full", dense, nv, "fd20", msg))) goto done;
   }

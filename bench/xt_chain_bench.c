@@ -8,9 +8,10 @@
  *   (c)  FD20 full resolution (2480 x 1920), same head and measures;
  *   both also with scatter and the grid on, and then the dose-rate loop closed every frame (issue 11):
  *        attached inside the chain (its device-resident step, frames back to back: device time;
- *        and one frame at a time, end to end) and run on the host as the server runs it (the
- *        measurement from the field sum that comes back with the frame, xt_chain_set_params a
- *        table-cache hit); what scatter and the loop cost per frame;
+ *        and one frame at a time, end to end) and run on the host as the server runs it, through
+ *        the acquisition layer's xt_acq_expose (the measurement from the field sum that comes back
+ *        with the frame, xt_chain_set_params a table-cache hit, the frame's dose); what scatter and
+ *        the loop cost per frame;
  *   cpu  the CPU backend at fd20-256 on the head, the whole chain, wall time per frame.
  * Usage: xtwin-chain-bench [--frames N] [--scenes acC] [--threads N]   (C: the CPU scene) */
 #include <math.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "xt_acq.h"
 #include "xt_bench.h"
 #include "xt_chain.h"
 #include "xt_chain_internal.h" /* unfused: the separate detect stage, measured beside the fused path */
@@ -58,18 +60,40 @@ static int poses(const char *mode, xt_geometry *g, int n) {
   return 0;
 }
 
+/* The acquisition layer's frame planes: the bench's own raw and processed buffers. */
+typedef struct bench_bufs {
+  uint16_t *raw, *proc;
+} bench_bufs;
+
+static int bench_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
+  const bench_bufs *b = ctx;
+  fr->raw.data = b->raw;
+  fr->proc.data = b->proc;
+  return 0;
+}
+
 /* Device timings and the end-to-end frame of one scene on the GPU. */
 static int gpu_scene(const char *title, const char *tag, const char *mode, xt_model *m, int frames, const char *t_chain,
                      const char *t_loop, xt_msg *msg) {
   xt_proj *p = NULL;
   xt_chain *c = NULL;
+  xt_acq_renderer rnd; /* makes the chain; the host loop below exposes through it */
+  xt_acq_plane plane;
   xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
   xt_geometry g[9];
   int rc;
-  if (poses(mode, g, 9)) return xt_fail(msg, XT_EINVAL, "bench: bad poses");
-  if ((rc = xt_proj_create(&po, &p, msg)) || (rc = xt_proj_add_model(p, m, msg))) goto done;
+  xt_acq_renderer_init(&rnd, NULL, 0);
+  xt_acq_plane_init(&plane);
+  if (poses(mode, g, 9)) {
+    rc = xt_fail(msg, XT_EINVAL, "bench: bad poses");
+    goto done;
+  }
+  if ((rc = xt_proj_create(&po, &p, msg))) goto done;
+  xt_acq_renderer_init(&rnd, p, 0);
+  if ((rc = xt_acq_renderer_add_model(&rnd, m, msg))) goto done;
   xt_chain_params prm = xt_chain_params_default();
-  if ((rc = xt_chain_create(&prm, p, &c, msg))) goto done;
+  if ((rc = xt_acq_renderer_chain(&rnd, &prm, msg))) goto done;
+  c = rnd.chain;
   xt_chain_info info;
   xt_chain_get_info(c, &info);
   printf("\n%s: %d x %d, %d channels (%s), %d energy bins, %g kV\n", title, g[0].mode.cols, g[0].mode.rows, info.nch,
@@ -123,19 +147,21 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
              rec.drc.measured_ngy, prm.drc_target_ngy, rec.drc.flags);
       rc = xt_chain_drc_attach(c, 0, msg);
     }
-    xt_drc d;
-    xt_drc_reset(&d, &prm);
-    xt_chain_params q = prm;
+    bench_bufs bb = {raw, proc};
+    xt_acq_request q;
+    memset(&q, 0, sizeof q);
+    q.want = XT_ACQ_WANT_CHAIN;
+    q.chain = 1;
+    q.chain_prm = prm;
+    q.buffers = bench_buffers;
+    q.ctx = &bb;
     const unsigned long long b0 = xt_chain_table_builds(c);
     const double t3 = now_s();
     for (int i = 0; i < e2e_n && !rc; i++) {
-      xt_drc_apply(&d, &q);
-      if ((rc = xt_chain_set_params(c, &q, msg)) || (rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(800 + i), &out, msg)))
-        break;
-      xt_chain_info ci;
-      xt_chain_get_info(c, &ci);
-      xt_chain_drc_last(c, &rec);
-      xt_drc_update(&d, &q, xt_drc_measure_sum(rec.field_sum, rec.field_n, &q, &ci, g[0].mode.pitch_u_mm * g[0].mode.pitch_v_mm));
+      xt_acq_frame fr;
+      q.geom = &g[i % 9];
+      q.counter = (uint64_t)(800 + i);
+      rc = xt_acq_expose(&plane, &rnd, &q, &fr, msg);
     }
     e2e_ext = (now_s() - t3) * 1e3 / e2e_n;
     builds = xt_chain_table_builds(c) - b0;
@@ -176,7 +202,8 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
   snprintf(name, sizeof name, "%s e2e host loop", tag);
   add_row(name, e2e_ext, "");
 done:
-  xt_chain_destroy(c);
+  xt_acq_renderer_free(&rnd);
+  xt_acq_plane_destroy(&plane);
   xt_proj_destroy(p);
   return rc;
 }

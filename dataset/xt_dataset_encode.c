@@ -43,40 +43,14 @@ int xt_ds_members(const xt_ds_spec *s, xt_ds_member_info *out, int max) {
   return n;
 }
 
-/* NPY v1.0 header for dtype and shape, padded so the data starts at a multiple of 64. */
-static size_t npy_header(char *buf, size_t cap, const char *descr, int ndim, const int *shape) {
-  char dict[160];
-  int dl;
-  if (ndim == 3)
-    dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d, %d), }", descr,
-                  shape[0], shape[1], shape[2]);
-  else
-    dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }", descr, shape[0],
-                  shape[1]);
-  size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64;
-  if (total > cap) return 0;
-  size_t hlen = total - 10;
-  memcpy(buf, "\x93NUMPY\x01\x00", 8);
-  buf[8] = (char)(hlen & 0xff);
-  buf[9] = (char)(hlen >> 8);
-  memcpy(buf + 10, dict, (size_t)dl);
-  memset(buf + 10 + dl, ' ', total - 10 - (size_t)dl - 1);
-  buf[total - 1] = '\n';
-  return total;
-}
-
-static size_t elem_size(const char *dtype) { return (size_t)(dtype[2] - '0'); }
-
 /* Data bytes (NPY header included) of member i for mode m. */
 static size_t member_data_bytes(const xt_ds_spec *s, const xt_ds_member_info *mi, int mode) {
   const xt_detector_mode *md = s->modes[mode];
   int shape[3] = {s->nchannels, md->rows, md->cols};
   if (!strcmp(mi->ext, "raw.npy") || !strcmp(mi->ext, "processed.npy")) xt_ds_chain_size(s, mode, &shape[1], &shape[2]);
-  char h[256];
+  char h[XT_NPY_HEADER_MAX];
   const int *sh = mi->ndim == 3 ? shape : shape + 1;
-  size_t hb = npy_header(h, sizeof h, mi->dtype, mi->ndim, sh);
-  size_t n = (size_t)shape[1] * shape[2] * (mi->ndim == 3 ? (size_t)s->nchannels : 1);
-  return hb + n * elem_size(mi->dtype);
+  return xt_npy_header(h, sizeof h, mi->dtype, mi->ndim, sh) + xt_npy_data_bytes(mi->dtype, mi->ndim, sh);
 }
 
 size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes) {
@@ -255,8 +229,10 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt__ds_jb
   json_t *im = json_object();
   xt__ds_put(b, im, "image", json_string("ideal monoenergetic line integrals L = integral of mu dl (no spectrum, no detector)"));
   const xt_volume *lv = NULL;
-  for (int m = 0; m < s->nmodels && !lv; m++)
-    if (sc->models[m] && sc->models[m]->volume && sc->models[m]->volume->materials) lv = sc->models[m]->volume;
+  for (int m = 0; m < s->nmodels && !lv; m++) {
+    const xt_volume *mv = sc->models[m] ? xt_model_volume(sc->models[m]) : NULL;
+    if (mv && mv->materials) lv = mv;
+  }
   xt__ds_put(b, im, "energy_kev", json_real(lv ? lv->materials->energy_kev : XT_DEFAULT_ENERGY_KEV));
   if (s->write.intensity) xt__ds_put(b, im, "intensity", json_string("round(65535 * exp(-L)), uint16"));
   xt__ds_put(b, im, "chain", s->chain.present ? chain_json(s, f, b) : json_null());
@@ -318,7 +294,7 @@ int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, 
 static void add_member(xt_ds_member *m, long long key, const char *ext, const char *dtype, int ndim,
                        const int shape3[3], const void *p, size_t n) {
   snprintf(m->name, sizeof m->name, "%0*lld.%s", XT__DS_KEY_DIGITS, key, ext);
-  m->npy_len = dtype ? npy_header(m->npy, sizeof m->npy, dtype, ndim, ndim == 3 ? shape3 : shape3 + 1) : 0;
+  m->npy_len = dtype ? xt_npy_header(m->npy, sizeof m->npy, dtype, ndim, ndim == 3 ? shape3 : shape3 + 1) : 0;
   m->data[0] = (xt_ds_piece){p, n};
   m->npieces = 1;
 }

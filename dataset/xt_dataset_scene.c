@@ -97,7 +97,7 @@ static int hu_to_mu(const xt_ds_model_spec *ms, double hu, double *mu, xt_msg *m
 /* Channel k as a volume of its own over its model's grid (see the top of this file). */
 static int make_channel(const xt_ds_spec *s, const xt_ds_channel_spec *cs, const xt_model *src, xt_model **out,
                         xt_msg *msg) {
-  const xt_volume *v = src->volume;
+  const xt_volume *v = xt_model_volume(src);
   const size_t n = xt_volume_voxels(v);
   const int path = s->quantity == XT_DS_QTY_PATH_LENGTH;
   xt_volume *cv = NULL;
@@ -242,7 +242,7 @@ int xt_ds_scene_load(const xt_ds_spec *s, xt_ds_scene *sc, xt_msg *msg) {
   for (int k = 0; k < s->nchannels; k++) {
     const xt_ds_channel_spec *cs = &s->channels[k];
     const xt_model *src = sc->models[cs->model];
-    if (!src->volume) {
+    if (!xt_model_volume(src)) {
       rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: labels.channels[%d]: model \"%s\" is not a voxel model", base, k,
                    s->models[cs->model].name);
       goto fail;

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "xt_dataset.h"
+#include "xt_output.h"
 
 /* A member's bytes in pieces, written in order without a copy: the NPY header (none for the JSON),
  * then the render buffers (labels.npy: one piece per channel). */
@@ -27,9 +28,9 @@ typedef struct xt_ds_piece {
 enum { XT_DS_MAX_PIECES = XT_DS_MAX_CHANNELS + 4 };
 
 typedef struct xt_ds_member {
-  char name[48];  /* KEY.EXT: "000000000042.lineint.npy" */
-  char npy[256];  /* the NPY header */
-  size_t npy_len; /* 0: none (the JSON) */
+  char name[48];               /* KEY.EXT: "000000000042.lineint.npy" */
+  char npy[XT_NPY_HEADER_MAX]; /* the NPY header (xt_npy_header) */
+  size_t npy_len;              /* 0: none (the JSON) */
   xt_ds_piece data[XT_DS_MAX_PIECES];
   int npieces;
   size_t bytes; /* npy_len + the pieces */

@@ -243,7 +243,7 @@ int xt__fit_project(const xt_fit_problem *pb, const xt_volume *vol, const xt_fit
   tv.nbytes = sizeof(float) * pb->nv;
   memset(&tm, 0, sizeof tm);
   tm.kind = XT_MODEL_DENSE;
-  tm.volume = &tv;
+  tm.payload = &tv;
   xt_vec3 lo, hi;
   xt_volume_bounds(&tv, &lo, &hi);
   tm.placement = xt_aff_identity();

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "xt_gmm.h"
+#include "xt_model_kind.h"
 
 #define LEAF_MAX 4
 
@@ -272,14 +273,52 @@ fail:
 int xt_model_from_gmm(xt_gmm *g, const char *name, xt_model **out, xt_msg *msg) {
   *out = NULL;
   if (!g || !g->nodes) return xt_fail(msg, XT_EINVAL, "gmm model: mixture not finished");
-  xt_model *m = calloc(1, sizeof *m);
-  if (!m) return xt_fail(msg, XT_ENOMEM, "model: out of memory");
-  snprintf(m->name, sizeof m->name, "%s", name ? name : "gmm");
-  m->kind = XT_MODEL_GMM;
-  m->placement = xt_aff_identity();
-  m->gmm = g;
-  *out = m;
-  return 0;
+  return xt_model_create(XT_MODEL_GMM, g, name ? name : "gmm", out, msg);
 }
 
 size_t xt_gmm_file_bytes(const xt_gmm *g) { return sizeof(xt_gmm_header) + g->count * sizeof(xt_gaussian); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The GMM kind                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static void gmm_free(void *payload) { xt_gmm_free(payload); }
+
+/* The cut-off ellipsoids' boxes, which xt_gmm_finish computes with the BVH. */
+static int gmm_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi) {
+  const xt_gmm *g = xt_model_gmm(m);
+  if (!g->nodes) return -1;
+  *lo = xt_v3(g->lo[0], g->lo[1], g->lo[2]);
+  *hi = xt_v3(g->hi[0], g->hi[1], g->hi[2]);
+  return 0;
+}
+
+/* A mixture's size is its count, and on the server its native file's size ("model size"). */
+static void gmm_describe(const xt_model *m, xt_model_view view, const xt_json_out *o) {
+  const xt_gmm *g = xt_model_gmm(m);
+  if (view == XT_MODEL_VIEW_SIDECAR_TABLE) return; /* the labels are default-table ids: no table of its own */
+  o->integer(o->ctx, "gaussians", (int64_t)g->count);
+  if (view == XT_MODEL_VIEW_REPORT) o->integer(o->ctx, "bytes", (int64_t)xt_gmm_file_bytes(g));
+  if (view != XT_MODEL_VIEW_BRIEF) o->real(o->ctx, "cutoff_sigma", g->cutoff);
+}
+
+/* Each Gaussian is one material: with labels, the default table's entry (only the labels that
+ * occur need channels); without, soft tissue. Mixtures carry no energy: their mu are taken at the
+ * default one. */
+static int gmm_matter(const xt_model *m, xt_model_matter *out, xt_msg *msg) {
+  const xt_gmm *g = xt_model_gmm(m);
+  if (!g || !g->g) return xt_fail(msg, XT_EINVAL, "channels: model %s has no mixture", m->name);
+  out->energy_kev = XT_DEFAULT_ENERGY_KEV;
+  out->kind = g->has_labels ? XT_MATTER_USED_LABELS : XT_MATTER_SOFT;
+  memset(out->used, 0, sizeof out->used);
+  for (size_t i = 0; g->has_labels && i < g->count; i++) {
+    const uint32_t l = g->g[i].label & 255u; /* validated 0..255 when has_labels */
+    out->used[l >> 6] |= (uint64_t)1 << (l & 63);
+  }
+  return 0;
+}
+
+/* No device_bytes: the CUDA kind's upload (records, BVH, per-frame tile lists) is sized by the
+ * projector, and the server has never reported one for mixtures. */
+const xt_model_kind_ops xt_model_kind_gmm = {
+    .name = "gmm", .free = gmm_free, .bounds = gmm_bounds, .describe = gmm_describe, .matter = gmm_matter};

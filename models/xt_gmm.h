@@ -76,6 +76,11 @@ int xt_gmm_validate(const xt_gmm *g, const char *what, xt_msg *msg);
  * ends with it; the projectors require it. */
 int xt_gmm_finish(xt_gmm *g, const char *what, xt_msg *msg);
 
+/* The GMM model kind (xt_model_kind.h): its table, and the mixture of a GMM model (else NULL). */
+extern const struct xt_model_kind_ops xt_model_kind_gmm;
+#define XT_MODEL_GMM (&xt_model_kind_gmm)
+static inline xt_gmm *xt_model_gmm(const xt_model *m) { return m->kind == XT_MODEL_GMM ? (xt_gmm *)m->payload : NULL; }
+
 /* Wraps a finished mixture (takes ownership) in a model with identity placement. */
 int xt_model_from_gmm(xt_gmm *g, const char *name, xt_model **out, xt_msg *msg);
 

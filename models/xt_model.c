@@ -1,5 +1,6 @@
 /* Models: the kind-independent wrapper around a payload (volume, Gaussian mixture, NanoVDB
- * grid). Each kind's payload lives in its own file; this one only dispatches on the kind. */
+ * grid) and the registry of kinds (xt_model_kind.h). Each kind's payload and table live in its
+ * own file; this one only calls through the table. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -9,58 +10,67 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "xt_gmm.h"
 #include "xt_model.h"
-#include "xt_nvdb.h"
+#include "xt_model_kind.h"
 
-int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg) {
+#define XT_MODEL_KIND_ENTRY(k) &xt_model_kind_##k,
+static const xt_model_kind_ops *const registry[] = {XT_MODEL_KINDS(XT_MODEL_KIND_ENTRY)};
+#undef XT_MODEL_KIND_ENTRY
+
+int xt_model_kind_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
+
+const xt_model_kind_ops *xt_model_kind_at(int i) { return i >= 0 && i < xt_model_kind_count() ? registry[i] : NULL; }
+
+const xt_model_kind_ops *xt_model_kind_find(const char *name) {
+  for (int i = 0; name && i < xt_model_kind_count(); i++)
+    if (strcmp(registry[i]->name, name) == 0) return registry[i];
+  return NULL;
+}
+
+int xt_model_create(const xt_model_kind_ops *kind, void *payload, const char *name, xt_model **out, xt_msg *msg) {
+  *out = NULL;
   xt_model *m = calloc(1, sizeof *m);
   if (!m) return xt_fail(msg, XT_ENOMEM, "model: out of memory");
-  snprintf(m->name, sizeof m->name, "%s", name ? name : "model");
-  m->kind = v->type == XT_VOXEL_U8 ? XT_MODEL_LABELS : XT_MODEL_DENSE;
+  snprintf(m->name, sizeof m->name, "%s", name ? name : kind->name);
+  m->kind = kind;
   m->placement = xt_aff_identity();
-  m->volume = v;
+  m->payload = payload;
   *out = m;
   return 0;
 }
 
 void xt_model_free(xt_model *m) {
   if (!m) return;
-  xt_volume_free(m->volume);
-  xt_gmm_free(m->gmm);
-  xt_nvdb_free(m->nvdb);
+  if (m->kind) m->kind->free(m->payload);
   free(m->report);
   free(m);
 }
 
-const char *xt_model_kind_name(xt_model_kind k) {
-  switch (k) {
-  case XT_MODEL_DENSE: return "dense";
-  case XT_MODEL_LABELS: return "labels";
-  case XT_MODEL_GMM: return "gmm";
-  case XT_MODEL_NVDB: return "nvdb";
-  }
-  return "unknown";
-}
+const char *xt_model_kind_name(const xt_model_kind_ops *k) { return k ? k->name : "unknown"; }
 
 int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg) {
-  switch (m->kind) {
-  case XT_MODEL_DENSE:
-  case XT_MODEL_LABELS:
-    if (!m->volume) break;
-    xt_volume_bounds(m->volume, lo, hi);
-    return 0;
-  case XT_MODEL_GMM: /* the cut-off ellipsoids' boxes (xt_gmm_finish) */
-    if (!m->gmm || !m->gmm->nodes) break;
-    *lo = xt_v3(m->gmm->lo[0], m->gmm->lo[1], m->gmm->lo[2]);
-    *hi = xt_v3(m->gmm->hi[0], m->gmm->hi[1], m->gmm->hi[2]);
-    return 0;
-  case XT_MODEL_NVDB:
-    if (!m->nvdb) break;
-    xt_nvdb_bounds(m->nvdb, lo, hi);
-    return 0;
-  }
-  return xt_fail(msg, XT_EINVAL, "model %s: no payload of kind %s", m->name, xt_model_kind_name(m->kind));
+  if (!m->kind || !m->payload || m->kind->bounds(m, lo, hi))
+    return xt_fail(msg, XT_EINVAL, "model %s: no payload of kind %s", m->name, xt_model_kind_name(m->kind));
+  return 0;
+}
+
+void xt_model_describe(const xt_model *m, xt_model_view view, const xt_json_out *out) {
+  if (m->kind && m->payload) m->kind->describe(m, view, out);
+}
+
+int xt_model_matter_of(const xt_model *m, xt_model_matter *out, xt_msg *msg) {
+  memset(out, 0, sizeof *out);
+  if (!m->kind || !m->kind->matter)
+    return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s has no material channels", m->name,
+                   xt_model_kind_name(m->kind));
+  return m->kind->matter(m, out, msg);
+}
+
+int xt_model_device_bytes(const xt_model *m, uint64_t *bytes) {
+  *bytes = 0;
+  if (!m->kind || !m->kind->device_bytes || !m->payload) return XT_EUNSUPPORTED;
+  *bytes = m->kind->device_bytes(m);
+  return 0;
 }
 
 void xt_load_report_warn(xt_load_report *r, const char *code, const char *fmt, ...) {

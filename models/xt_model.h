@@ -3,8 +3,10 @@
  * A model has a kind (dense float32 mu voxels, uint8 label voxels + material table, Gaussian
  * mixtures, NanoVDB sparse grids), a name, its own coordinate frame (patient LPS mm as the file
  * states it), and a placement: the rigid or affine map from that frame to the patient frame.
- * Projectors receive models through this header only; kind-specific payloads are reached with
- * the accessor of their kind, so adding a kind adds a payload, not fields to every model. */
+ * Projectors receive models through this header only; a kind is a table of operations
+ * (xt_model_kind.h) and its payload is opaque here, reached with the accessor of its kind
+ * (xt_model_volume, xt_model_gmm, xt_model_nvdb), so adding a kind adds a table, not fields to
+ * every model. */
 #ifndef XT_MODEL_H
 #define XT_MODEL_H
 
@@ -15,12 +17,11 @@
 #include "xt_err.h"
 #include "xt_vec.h"
 
-typedef enum xt_model_kind {
-  XT_MODEL_DENSE = 1,  /* float32 mu (1/mm) per voxel: m->volume */
-  XT_MODEL_LABELS = 2, /* uint8 material label per voxel + xt_material_table: m->volume */
-  XT_MODEL_GMM = 3,    /* Gaussian mixture: m->gmm (xt_gmm.h) */
-  XT_MODEL_NVDB = 4    /* NanoVDB sparse grid: m->nvdb (xt_nvdb.h) */
-} xt_model_kind;
+/* The kinds are their tables (xt_model_kind.h); each kind's header names its own. The two voxel
+ * kinds share the xt_volume payload. */
+extern const struct xt_model_kind_ops xt_model_kind_dense, xt_model_kind_labels;
+#define XT_MODEL_DENSE (&xt_model_kind_dense)   /* float32 mu (1/mm) per voxel: xt_model_volume(m) */
+#define XT_MODEL_LABELS (&xt_model_kind_labels) /* uint8 label per voxel + xt_material_table: xt_model_volume(m) */
 
 #define XT_MAX_MATERIALS 256
 #define XT_MATERIAL_NAME_MAX 32
@@ -49,9 +50,6 @@ typedef struct xt_volume {
 } xt_volume;
 
 enum { XT_VOXEL_F32 = 1, XT_VOXEL_U8 = 2 };
-
-struct xt_gmm;
-struct xt_nvdb;
 
 /* What a loader noticed and chose while reading a file: warnings for data that is probably not
  * what the conversion assumes (HU sanity, qform/sform disagreement, NaN filled...), and the
@@ -94,16 +92,21 @@ void xt_load_report_warn(xt_load_report *r, const char *code, const char *fmt, .
 #endif
     ;
 
-/* Exactly one payload is set, the one of the model's kind; the model owns it. */
+/* The payload is the kind's own type, owned by the model and freed by the kind's table; code
+ * outside the kind reaches it through the kind's accessor, which answers NULL for a model of
+ * another kind. */
 typedef struct xt_model {
   char name[64];
-  xt_model_kind kind;
-  xt_affine placement;  /* model frame -> patient frame */
-  xt_volume *volume;    /* DENSE and LABELS */
-  struct xt_gmm *gmm;   /* GMM */
-  struct xt_nvdb *nvdb; /* NVDB */
-  xt_load_report *report; /* owned; set by xt_model_load, NULL for built-in models */
+  const struct xt_model_kind_ops *kind; /* XT_MODEL_DENSE, XT_MODEL_GMM, ... */
+  xt_affine placement;                  /* model frame -> patient frame */
+  void *payload;                        /* owned; e.g. xt_volume for the two voxel kinds */
+  xt_load_report *report;               /* owned; set by xt_model_load, NULL for built-in models */
 } xt_model;
+
+/* The volume of a DENSE or LABELS model, else NULL. */
+static inline xt_volume *xt_model_volume(const xt_model *m) {
+  return m->kind == XT_MODEL_DENSE || m->kind == XT_MODEL_LABELS ? (xt_volume *)m->payload : NULL;
+}
 
 /* --- volumes ------------------------------------------------------------------------------ */
 
@@ -126,7 +129,8 @@ void xt_volume_bounds(const xt_volume *v, xt_vec3 *lo, xt_vec3 *hi);
 /* Wraps a volume (takes ownership) in a model with identity placement. */
 int xt_model_from_volume(xt_volume *v, const char *name, xt_model **out, xt_msg *msg);
 void xt_model_free(xt_model *m);
-const char *xt_model_kind_name(xt_model_kind k);
+/* The kind's name ("dense", "gmm", ...); "unknown" for NULL. */
+const char *xt_model_kind_name(const struct xt_model_kind_ops *k);
 /* The axis-aligned bounds, in model mm, of everything the model can attenuate (voxel cubes for
  * volumes; each kind states its own extent). XT_EINVAL when the payload is missing. */
 int xt_model_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi, xt_msg *msg);

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 #include <zlib.h>
 
+#include "xt_model_kind.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_access.h"
 
@@ -705,13 +706,55 @@ double xt_nvdb_mu(const xt_nvdb *g, int i, int j, int k) {
   return g->labels ? (double)g->materials->mu[xt_nvdb_label(v)] : (double)v;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The NVDB kind                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
 int xt_model_from_nvdb(xt_nvdb *g, const char *name, xt_model **out, xt_msg *msg) {
-  xt_model *m = calloc(1, sizeof *m);
-  if (!m) return xt_fail(msg, XT_ENOMEM, "model: out of memory");
-  snprintf(m->name, sizeof m->name, "%s", name ? name : "nvdb");
-  m->kind = XT_MODEL_NVDB;
-  m->placement = xt_aff_identity();
-  m->nvdb = g;
-  *out = m;
+  return xt_model_create(XT_MODEL_NVDB, g, name ? name : "nvdb", out, msg);
+}
+
+static void nvdb_free(void *payload) { xt_nvdb_free(payload); }
+
+static int nvdb_bounds(const xt_model *m, xt_vec3 *lo, xt_vec3 *hi) {
+  xt_nvdb_bounds(xt_model_nvdb(m), lo, hi);
   return 0;
 }
+
+/* The grid's voxels are its domain's (the box the background fills), not only the active ones.
+ * The sidecar has never described grids beyond their kind (tests/golden/ freezes that). */
+static void nvdb_describe(const xt_model *m, xt_model_view view, const xt_json_out *o) {
+  const xt_nvdb *g = xt_model_nvdb(m);
+  if (view != XT_MODEL_VIEW_REPORT) return;
+  o->begin(o->ctx, "grid", 0);
+  o->string(o->ctx, "name", g->grid_name);
+  o->string(o->ctx, "type", xt_nvdb_type_name(g->grid_type));
+  o->boolean(o->ctx, "labels", g->labels);
+  o->end(o->ctx);
+  o->integer(o->ctx, "voxels", (int64_t)xt_nvdb_domain_voxels(g));
+  o->real(o->ctx, "active_fraction", xt_nvdb_active_fraction(g));
+}
+
+/* Label grids read as label volumes (their own table), mu grids as dense ones (HU classes at the
+ * grid's energy). */
+static int nvdb_matter(const xt_model *m, xt_model_matter *out, xt_msg *msg) {
+  const xt_nvdb *g = xt_model_nvdb(m);
+  if (!g) return xt_fail(msg, XT_EINVAL, "channels: model %s has no grid", m->name);
+  out->kind = g->labels ? XT_MATTER_LABELS : XT_MATTER_MU_CLASSES;
+  out->table = g->materials;
+  out->energy_kev = g->energy_kev > 0 ? g->energy_kev : XT_DEFAULT_ENERGY_KEV;
+  return 0;
+}
+
+/* The CUDA kind uploads the blob padded to 32 bytes, and a label grid's table as 256 floats. */
+static uint64_t nvdb_device_bytes(const xt_model *m) {
+  const xt_nvdb *g = xt_model_nvdb(m);
+  return ((g->bytes + 31) & ~(uint64_t)31) + (g->labels ? 256 * sizeof(float) : 0);
+}
+
+const xt_model_kind_ops xt_model_kind_nvdb = {.name = "nvdb",
+                                              .free = nvdb_free,
+                                              .bounds = nvdb_bounds,
+                                              .describe = nvdb_describe,
+                                              .matter = nvdb_matter,
+                                              .device_bytes = nvdb_device_bytes};

@@ -1,4 +1,4 @@
-/* NanoVDB sparse grids as a model kind (XT_MODEL_NVDB): one grid of a .nvdb file (NanoVDB 32.4,
+/* NanoVDB sparse grids as a model kind (XT_MODEL_NVDB, xt_model_nvdb(m)): one grid of a .nvdb file (NanoVDB 32.4,
  * Debian's libnanovdb-dev), read from C through PNanoVDB.h, kept as the grid's own byte blob so
  * that the CPU reference and the CUDA kernels traverse exactly the same bytes.
  *
@@ -97,6 +97,11 @@ double xt_nvdb_active_fraction(const xt_nvdb *g);
 double xt_nvdb_mu(const xt_nvdb *g, int i, int j, int k);
 /* "float", "fp8", ... */
 const char *xt_nvdb_type_name(uint32_t grid_type);
+
+/* The NVDB model kind (xt_model_kind.h): its table, and the grid of an NVDB model (else NULL). */
+extern const struct xt_model_kind_ops xt_model_kind_nvdb;
+#define XT_MODEL_NVDB (&xt_model_kind_nvdb)
+static inline xt_nvdb *xt_model_nvdb(const xt_model *m) { return m->kind == XT_MODEL_NVDB ? (xt_nvdb *)m->payload : NULL; }
 
 /* Wraps a grid (takes ownership) in a model with identity placement. */
 int xt_model_from_nvdb(xt_nvdb *g, const char *name, xt_model **out, xt_msg *msg);

@@ -174,7 +174,7 @@ static void march_dense(const float *mu, const xt_voxel_chan *ch, const march *m
 void xt_voxel_ray_channels_fast(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w,
                                 double len, double *acc) {
   const xt_voxel_state *st = state;
-  const xt_volume *v = m->volume;
+  const xt_volume *v = xt_model_volume(m);
   xt_vec3 oc = xt_aff_apply(&st->w2c, a), qc = xt_aff_apply_dir(&st->w2c, w);
   double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z}, s0, s1;
   if (!xt_clip_box_f64(o, q, v->dim, len, &s0, &s1)) return;

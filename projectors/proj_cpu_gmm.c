@@ -27,7 +27,8 @@ typedef struct gmm_state {
 _Static_assert(sizeof(gmm_state) <= XT_CPU_KIND_STATE, "gmm state fits the kind state");
 
 static int gmm_check(const xt_model *m, xt_msg *msg) {
-  if (!m->gmm || !m->gmm->g || !m->gmm->nodes || m->gmm->count < 1)
+  const xt_gmm *g = xt_model_gmm(m);
+  if (!g || !g->g || !g->nodes || g->count < 1)
     return xt_fail(msg, XT_EINVAL, "cpu projector: model %s: no finished Gaussian mixture", m->name);
   return 0;
 }
@@ -36,7 +37,8 @@ static int gmm_frame(const xt_model *m, const xt_pose *pose, void *state) {
   gmm_state *st = state;
   xt_affine p2w = xt_geom_patient_to_world(pose);
   xt_affine m2w = xt_aff_compose(&p2w, &m->placement);
-  st->k2 = m->gmm->cutoff * m->gmm->cutoff;
+  const double k = xt_model_gmm(m)->cutoff;
+  st->k2 = k * k;
   return xt_aff_invert(&m2w, &st->w2m);
 }
 
@@ -74,7 +76,7 @@ static double gaussian_on_ray(const xt_gaussian *g, const double o[3], const dou
 static void gmm_walk(const xt_model *m, const void *state, const xt_gmm_chan *ch, xt_vec3 a, xt_vec3 w, double len,
                      double *acc) {
   const gmm_state *st = state;
-  const xt_gmm *gm = m->gmm;
+  const xt_gmm *gm = xt_model_gmm(m);
   const xt_vec3 oa = xt_aff_apply(&st->w2m, a), wa = xt_aff_apply_dir(&st->w2m, w);
   const double o[3] = {oa.x, oa.y, oa.z}, d[3] = {wa.x, wa.y, wa.z};
   uint32_t stack[128];

@@ -115,7 +115,8 @@ typedef struct nvdb_state {
 _Static_assert(sizeof(nvdb_state) <= XT_CPU_KIND_STATE, "nvdb state fits the kind state");
 
 static int nvdb_check(const xt_model *m, xt_msg *msg) {
-  if (!m->nvdb || !m->nvdb->words || (m->nvdb->labels && !m->nvdb->materials))
+  const xt_nvdb *g = xt_model_nvdb(m);
+  if (!g || !g->words || (g->labels && !g->materials))
     return xt_fail(msg, XT_EINVAL, "cpu projector: model %s: no NanoVDB grid", m->name);
   return 0;
 }
@@ -128,7 +129,7 @@ static int nvdb_frame(const xt_model *m, const xt_pose *pose, void *state) {
 static void nvdb_walk(const xt_model *m, const void *state, const xt_voxel_chan *ch, xt_vec3 a, xt_vec3 w, double len,
                       double *acc) {
   const nvdb_state *st = state;
-  const xt_nvdb *g = m->nvdb;
+  const xt_nvdb *g = xt_model_nvdb(m);
   xt_vec3 oc = xt_aff_apply(&st->w2c, a), qc = xt_aff_apply_dir(&st->w2c, w);
   const double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z};
   const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};

@@ -79,7 +79,7 @@ typedef xt_voxel_state voxel_state;
 _Static_assert(sizeof(voxel_state) <= XT_CPU_KIND_STATE, "voxel state fits the kind state");
 
 static int voxel_check(const xt_model *m, xt_msg *msg) {
-  const xt_volume *v = m->volume;
+  const xt_volume *v = xt_model_volume(m);
   const int labels = m->kind == XT_MODEL_LABELS;
   if (!v || !v->data || (labels && (!v->materials || v->type != XT_VOXEL_U8)) || (!labels && v->type != XT_VOXEL_F32))
     return xt_fail(msg, XT_EINVAL, "cpu projector: model %s: no voxel data of its kind", m->name);
@@ -96,8 +96,9 @@ static void voxel_walk(const xt_model *m, const void *state, const xt_voxel_chan
   const voxel_state *st = state;
   xt_vec3 oc = xt_aff_apply(&st->w2c, a), qc = xt_aff_apply_dir(&st->w2c, w);
   double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z}, s0, s1;
-  if (!xt_clip_box_f64(o, q, m->volume->dim, len, &s0, &s1)) return;
-  traverse(m->volume, o, q, s0, s1, ch, acc);
+  const xt_volume *v = xt_model_volume(m);
+  if (!xt_clip_box_f64(o, q, v->dim, len, &s0, &s1)) return;
+  traverse(v, o, q, s0, s1, ch, acc);
 }
 
 static double voxel_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {

@@ -139,7 +139,7 @@ static void gmm_destroy(void *st) {
 
 static int gmm_add_model(void *st, const xt_model *m, xt_msg *msg) {
   gmm_state *s = (gmm_state *)st;
-  const xt_gmm *g = m->gmm;
+  const xt_gmm *g = xt_model_gmm(m);
   if (!g || !g->g || !g->nodes || g->count < 1)
     return xt_fail(msg, XT_EINVAL, "cuda projector: model %s: no finished Gaussian mixture", m->name);
   if (s->nmodels == XT_CUDA_MAX_MODELS)
@@ -579,7 +579,7 @@ static int gmm_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   uint32_t feeds = 0;
   if (!tab || !row || !ch) rc = xt_fail(msg, XT_ENOMEM, "cuda gmm: out of memory");
   for (int m = 0; m < s->nmodels && !rc; m++) {
-    const xt_gmm *g = s->models[m]->gmm;
+    const xt_gmm *g = xt_model_gmm(s->models[m]);
     if ((rc = xt_gmm_chan_build(cs, s->models[m], ch, msg))) break;
     memcpy(tab + (size_t)m * 256 * XT_MAX_CHANNELS, ch->w, sizeof ch->w);
     for (size_t i = 0; i < g->count; i++) {

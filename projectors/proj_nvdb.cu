@@ -320,7 +320,7 @@ static int nvdb_accepts(const xt_model *m) { return m->kind == XT_MODEL_NVDB; }
 
 static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
   nvdb_kind *p = (nvdb_kind *)st;
-  const xt_nvdb *g = m->nvdb;
+  const xt_nvdb *g = xt_model_nvdb(m);
   if (!g || !g->words || (g->labels && !g->materials))
     return xt_fail(msg, XT_EINVAL, "cuda projector: model %s: no NanoVDB grid", m->name);
   if (p->nmodels == XT_CUDA_MAX_MODELS)

@@ -854,7 +854,7 @@ static int voxel_accepts(const xt_model *m) { return m->kind == XT_MODEL_DENSE |
 
 static int voxel_add_model(void *st, const xt_model *m, xt_msg *msg) {
   voxel_kind *p = (voxel_kind *)st;
-  const xt_volume *v = m->volume;
+  const xt_volume *v = xt_model_volume(m);
   const int labels = m->kind == XT_MODEL_LABELS;
   if (!v || !v->data || (labels && (!v->materials || v->type != XT_VOXEL_U8)) || (!labels && v->type != XT_VOXEL_F32))
     return xt_fail(msg, XT_EINVAL, "cuda projector: model %s: no voxel data of its kind", m->name);
@@ -987,7 +987,7 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   for (int i = 0; i < p->nmodels && !rc; i++) {
     if ((rc = xt_voxel_chan_build(cs, p->models[i], vc, msg))) break;
     dev_model *d = &p->dm[i];
-    const int count = d->labels ? p->models[i]->volume->materials->count : 0;
+    const int count = d->labels ? xt_model_volume(p->models[i])->materials->count : 0;
     const int nlab = d->labels ? (p->label_rows[i] > count ? p->label_rows[i] : count) : 0;
     float *t = h + rowsz * rows;
     memcpy(t, vc->w, sizeof(float) * rowsz * nlab);

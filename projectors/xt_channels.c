@@ -1,4 +1,6 @@
-/* Material channels: the channel set of a scene and the voxel-to-channel maps (xt_channels.h). */
+/* Material channels: the channel set of a scene and the voxel-to-channel maps (xt_channels.h).
+ * A model's kind says what its values are (xt_model_matter_of); this file maps that onto the
+ * basis materials and never asks for the kind itself. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -6,8 +8,7 @@
 #include <stdlib.h>
 
 #include "xt_channels.h"
-#include "xt_gmm.h"
-#include "xt_nvdb.h"
+#include "xt_model_kind.h"
 
 int xt_chanset_find(const xt_chanset *cs, int b) {
   for (int c = 0; c < cs->n; c++)
@@ -27,29 +28,16 @@ static int add_basis(xt_chanset *cs, int b, const char *model, xt_msg *msg) {
 /* The dense classes' basis materials, in class order. */
 static const int dense_class[3] = {XT_BASIS_AIR, XT_BASIS_SOFT, XT_BASIS_BONE};
 
-/* What a voxel-like model holds (dense or label volume, NanoVDB grid): labels through table *t, or
- * mu values at energy *e_kev. */
-static int voxel_source(const xt_model *m, int *labels, const xt_material_table **t, double *e_kev, xt_msg *msg) {
-  *labels = 0;
-  *t = NULL;
-  *e_kev = XT_DEFAULT_ENERGY_KEV;
-  if (m->kind == XT_MODEL_DENSE || m->kind == XT_MODEL_LABELS) {
-    const xt_volume *v = m->volume;
-    if (!v) return xt_fail(msg, XT_EINVAL, "channels: model %s has no volume", m->name);
-    *labels = m->kind == XT_MODEL_LABELS;
-    *t = v->materials;
-    if (v->energy_kev > 0) *e_kev = v->energy_kev;
-  } else if (m->kind == XT_MODEL_NVDB) {
-    const xt_nvdb *g = m->nvdb;
-    if (!g) return xt_fail(msg, XT_EINVAL, "channels: model %s has no grid", m->name);
-    *labels = g->labels;
-    *t = g->materials;
-    if (g->energy_kev > 0) *e_kev = g->energy_kev;
-  } else {
+/* What a voxel model's values are (dense or label volume, NanoVDB grid): its kind's answer, which
+ * must be mu by HU classes or labels through a table. */
+static int voxel_matter(const xt_model *m, xt_model_matter *mm, xt_msg *msg) {
+  int rc = xt_model_matter_of(m, mm, msg);
+  if (rc) return rc;
+  if (mm->kind != XT_MATTER_MU_CLASSES && mm->kind != XT_MATTER_LABELS)
     return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s is not a voxel model", m->name,
                    xt_model_kind_name(m->kind));
-  }
-  if (*labels && !*t) return xt_fail(msg, XT_EINVAL, "channels: model %s has no material table", m->name);
+  if (mm->kind == XT_MATTER_LABELS && !mm->table)
+    return xt_fail(msg, XT_EINVAL, "channels: model %s has no material table", m->name);
   return 0;
 }
 
@@ -61,60 +49,47 @@ static int label_parts(const xt_model *m, const xt_material_table *t, int l, xt_
   return rc ? xt_fail(msg, rc, "channels: model %s: %s", m->name, m2.text) : 0;
 }
 
-/* The labels a mixture's Gaussians use (bit l of used[l / 64]); none when it has no labels. */
-static void gmm_used_labels(const xt_gmm *g, uint64_t used[4]) {
-  memset(used, 0, 4 * sizeof *used);
-  if (!g->has_labels) return;
-  for (size_t i = 0; i < g->count; i++) {
-    const uint32_t l = g->g[i].label & 255u; /* validated 0..255 when has_labels */
-    used[l >> 6] |= (uint64_t)1 << (l & 63);
-  }
-}
+static int label_used(const xt_model_matter *mm, int l) { return (int)(mm->used[l >> 6] >> (l & 63) & 1u); }
 
 int xt_chanset_add_model(xt_chanset *cs, const xt_model *m, xt_msg *msg) {
   xt_chanset next = *cs; /* all or nothing */
-  int rc = 0;
-  if (m->kind == XT_MODEL_GMM) {
-    const xt_gmm *g = m->gmm;
-    if (!g || !g->g) return xt_fail(msg, XT_EINVAL, "channels: model %s has no mixture", m->name);
-    if (!g->has_labels) {
-      rc = add_basis(&next, XT_BASIS_SOFT, m->name, msg);
-    } else {
-      xt_material_table *t = malloc(sizeof *t);
-      if (!t) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
-      uint64_t used[4];
-      gmm_used_labels(g, used);
-      rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, t, msg);
-      for (int l = 0; l < 256 && !rc; l++) {
-        if (!(used[l >> 6] >> (l & 63) & 1u)) continue;
-        xt_basis_part parts[2];
-        int np = 0;
-        if ((rc = label_parts(m, t, l, parts, &np, msg))) break;
-        if (np == 0) rc = xt_fail(msg, XT_EINVAL, "channels: model %s: label %d is no default material", m->name, l);
-        for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
-      }
-      free(t);
+  xt_model_matter mm;
+  int rc = xt_model_matter_of(m, &mm, msg);
+  if (rc) return rc;
+  switch (mm.kind) {
+  case XT_MATTER_SOFT: rc = add_basis(&next, XT_BASIS_SOFT, m->name, msg); break;
+  case XT_MATTER_MU_CLASSES:
+    for (int k = 0; k < 3 && !rc; k++) rc = add_basis(&next, dense_class[k], m->name, msg);
+    break;
+  case XT_MATTER_LABELS: {
+    const xt_material_table *t = mm.table;
+    if (!t) return xt_fail(msg, XT_EINVAL, "channels: model %s has no material table", m->name);
+    for (int l = 0; l < t->count && !rc; l++) {
+      xt_basis_part parts[2];
+      int np = 0;
+      if ((rc = label_parts(m, t, l, parts, &np, msg))) return rc;
+      for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
     }
-  } else {
-    int labels;
-    const xt_material_table *t;
-    double e;
-    if ((rc = voxel_source(m, &labels, &t, &e, msg))) {
-      if (rc == XT_EUNSUPPORTED)
-        return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s has no material channels", m->name,
-                       xt_model_kind_name(m->kind));
-      return rc;
+    break;
+  }
+  case XT_MATTER_USED_LABELS: { /* the default table is 11 KB: not on the stack */
+    xt_material_table *t = malloc(sizeof *t);
+    if (!t) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
+    rc = xt_materials_default(mm.energy_kev, t, msg);
+    for (int l = 0; l < 256 && !rc; l++) {
+      if (!label_used(&mm, l)) continue;
+      xt_basis_part parts[2];
+      int np = 0;
+      if ((rc = label_parts(m, t, l, parts, &np, msg))) break;
+      if (np == 0) rc = xt_fail(msg, XT_EINVAL, "channels: model %s: label %d is no default material", m->name, l);
+      for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
     }
-    if (!labels) {
-      for (int k = 0; k < 3 && !rc; k++) rc = add_basis(&next, dense_class[k], m->name, msg);
-    } else {
-      for (int l = 0; l < t->count && !rc; l++) {
-        xt_basis_part parts[2];
-        int np = 0;
-        if ((rc = label_parts(m, t, l, parts, &np, msg))) return rc;
-        for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
-      }
-    }
+    free(t);
+    break;
+  }
+  default:
+    return xt_fail(msg, XT_EUNSUPPORTED, "channels: model %s: kind %s has no material channels", m->name,
+                   xt_model_kind_name(m->kind));
   }
   if (!rc) *cs = next;
   return rc;
@@ -140,11 +115,12 @@ static int chan_of(const xt_chanset *cs, const xt_model *m, int basis, int *c, x
 
 int xt_voxel_chan_build(const xt_chanset *cs, const xt_model *m, xt_voxel_chan *out, xt_msg *msg) {
   memset(out, 0, sizeof *out);
-  int labels, rc;
-  const xt_material_table *t;
-  double e;
-  if ((rc = voxel_source(m, &labels, &t, &e, msg))) return rc;
-  if (labels) {
+  xt_model_matter mm;
+  int rc;
+  if ((rc = voxel_matter(m, &mm, msg))) return rc;
+  const xt_material_table *t = mm.table;
+  const double e = mm.energy_kev;
+  if (mm.kind == XT_MATTER_LABELS) {
     out->labels = 1;
     for (int l = 0; l < t->count; l++) {
       xt_basis_part parts[2];
@@ -176,12 +152,13 @@ int xt_voxel_chan_build(const xt_chanset *cs, const xt_model *m, xt_voxel_chan *
 
 int xt_gmm_chan_build(const xt_chanset *cs, const xt_model *m, xt_gmm_chan *out, xt_msg *msg) {
   memset(out, 0, sizeof *out);
-  const xt_gmm *g = m->gmm;
-  if (m->kind != XT_MODEL_GMM || !g || !g->g)
+  xt_model_matter mm;
+  xt_msg mmsg;
+  if (xt_model_matter_of(m, &mm, &mmsg) || (mm.kind != XT_MATTER_SOFT && mm.kind != XT_MATTER_USED_LABELS))
     return xt_fail(msg, XT_EINVAL, "channels: model %s has no mixture", m->name);
-  const double e = XT_DEFAULT_ENERGY_KEV;
+  const double e = mm.energy_kev;
   int rc, c;
-  if (!g->has_labels) {
+  if (mm.kind == XT_MATTER_SOFT) {
     double mr = 0;
     if ((rc = xt_basis_mass_atten(XT_BASIS_SOFT, e, &mr, msg)) || (rc = chan_of(cs, m, XT_BASIS_SOFT, &c, msg))) return rc;
     out->w[0][c] = (float)(1.0 / mr); /* optical depth / (mu/rho) = g/cm^2 */
@@ -190,11 +167,9 @@ int xt_gmm_chan_build(const xt_chanset *cs, const xt_model *m, xt_gmm_chan *out,
   out->labels = 1;
   xt_material_table *t = malloc(sizeof *t);
   if (!t) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
-  uint64_t used[4];
-  gmm_used_labels(g, used);
   rc = xt_materials_default(e, t, msg);
   for (int l = 0; l < 256 && !rc; l++) {
-    if (!(used[l >> 6] >> (l & 63) & 1u)) continue;
+    if (!label_used(&mm, l)) continue;
     xt_basis_part parts[2];
     int np = 0;
     double mr[2] = {0, 0}, mu = 0; /* mu_l in 1/mm, from the parts, in double */

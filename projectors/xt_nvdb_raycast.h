@@ -10,7 +10,8 @@
 
 /* Returns 0 if the map is singular. */
 static inline int xt_nvdb_world_to_cell(const xt_model *m, const xt_pose *pose, xt_affine *out) {
-  return xt_world_to_cell_of(m, &m->nvdb->index_to_model, m->nvdb->lo, pose, out);
+  const xt_nvdb *g = xt_model_nvdb(m);
+  return xt_world_to_cell_of(m, &g->index_to_model, g->lo, pose, out);
 }
 
 #endif /* XT_NVDB_RAYCAST_H */

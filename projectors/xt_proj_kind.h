@@ -13,7 +13,7 @@
 #define XT_CPU_KIND_STATE 512
 
 typedef struct xt_cpu_kind {
-  xt_model_kind kind;
+  const struct xt_model_kind_ops *kind; /* the model kind this table renders (XT_MODEL_DENSE, ...) */
   /* At add_model: the payload is present and usable; msg names the model. */
   int (*check)(const xt_model *m, xt_msg *msg);
   /* Once per frame: fills `state` for the pose (table translation and placement included).

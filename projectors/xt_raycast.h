@@ -31,7 +31,7 @@ static inline int xt_world_to_cell_of(const xt_model *m, const xt_affine *index_
 /* World -> cell space for one voxel model under a pose. Returns 0 if the map is singular. */
 static inline int xt_world_to_cell(const xt_model *m, const xt_pose *pose, xt_affine *out) {
   static const int zero[3] = {0, 0, 0};
-  return xt_world_to_cell_of(m, &m->volume->index_to_model, zero, pose, out);
+  return xt_world_to_cell_of(m, &xt_model_volume(m)->index_to_model, zero, pose, out);
 }
 
 /* Clips the cell-space ray o + s q, s in [0, smax], against the box [0, n). Returns 0 on a miss,

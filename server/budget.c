@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "srv_budget.h"
 #include "xt_cuda_config.h"
 #include "xt_gmm.h"
 #include "xt_server.h"
@@ -55,7 +56,7 @@ size_t xt_budget_grid_cells(void) {
 
 /* One mixture's footprints into the difference grid (width gw) and the pair count. */
 static void gmm_bin(const xt_model *m, const xt_geometry *g, int ntx, int nty, int32_t *grid, int gw, uint64_t *pairs) {
-  const xt_gmm *gm = m->gmm;
+  const xt_gmm *gm = xt_model_gmm(m);
   const xt_affine p2w = xt_geom_patient_to_world(&g->pose);
   const xt_affine m2w = xt_aff_compose(&p2w, &m->placement);
   double A[3][3], b[3]; /* P' = P (model -> world) */
@@ -107,9 +108,9 @@ static void gmm_measure(const xt_model *const *models, int n, const xt_geometry 
   memset(out, 0, sizeof *out);
   memset(grid, 0, grid_cells(&g->mode) * sizeof *grid);
   for (int i = 0; i < n; i++)
-    if (models[i] && models[i]->gmm) {
+    if (models[i] && xt_model_gmm(models[i])) {
       gmm_bin(models[i], g, ntx, nty, grid, gw, &out->pairs);
-      out->gaussians += models[i]->gmm->count;
+      out->gaussians += xt_model_gmm(models[i])->count;
     }
   if (!out->gaussians) return;
   /* the difference grid's prefix sums are the per-tile counts */
@@ -149,13 +150,13 @@ static int gmm_judge(const xt_server *s, const gmm_work *wk, const xt_geometry *
 
 int xt_budget_admit(xt_server *s, xt_model **mp, xt_msg *msg) {
   xt_model *m = *mp;
-  if (!m || !m->gmm) return 0;
+  if (!m || !xt_model_gmm(m)) return 0;
   xt_budget_resolve(s); /* --model loads before the engine starts; idempotent after */
   const xt_model *models[XT_SRV_MAX_MODELS + 1];
   int n = 0;
   pthread_mutex_lock(&s->models_mu);
   for (int i = 0; i < s->nmodels && n < XT_SRV_MAX_MODELS; i++)
-    if (s->models[i] && s->models[i]->gmm) models[n++] = s->models[i];
+    if (s->models[i] && xt_model_gmm(s->models[i])) models[n++] = s->models[i];
   pthread_mutex_unlock(&s->models_mu);
   models[n++] = m;
   pthread_mutex_lock(&s->st_mu);
@@ -195,7 +196,7 @@ int xt_budget_admit(xt_server *s, xt_model **mp, xt_msg *msg) {
 
 int xt_budget_frame(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
   int any = 0;
-  for (int i = 0; i < w->nbmodels; i++) any |= w->bmodels[i]->gmm != NULL;
+  for (int i = 0; i < w->nbmodels; i++) any |= xt_model_gmm(w->bmodels[i]) != NULL;
   if (!any || !w->bgrid) return 0;
   /* the last frame's pose, mode and models, measured and within budget: nothing changed */
   if (w->bok && w->bok_models == w->nbmodels && w->bok_mode == g->mode.name &&

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xt_server.h"
+#include "srv_config.h"
 
 typedef enum { CT_INT, CT_DOUBLE, CT_BOOL, CT_STRING, CT_LIST } cfg_type;
 

@@ -17,7 +17,8 @@
  * second copy on device 0, made only when REST renders are used; docs/server.md). Every worker
  * measures a frame's Gaussian-mixture work before rendering it (budget.c).
  *
- * Lock order: st_mu, then a worker's mu, then ring.mu, then metrics.mu. */
+ * Lock order: st_mu, then a worker's mu, then ring.mu, then metrics.mu; plane.mu (the acquisition
+ * layer's, acq/xt_acq.h) is taken alone, never with another of these held. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,8 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "srv_budget.h"
+#include "srv_clock.h"
+#include "srv_engine.h"
+#include "srv_metrics.h"
 #include "xt_exposure.h"
 #include "xt_server.h"
+#include "xt_stream.h"
 
 /* ---- frames and the ring ------------------------------------------------------------------ */
 
@@ -122,6 +128,21 @@ uint64_t xt_ring_latest_pub(xt_ring *r) {
   uint64_t p = r->next_pub - 1;
   pthread_mutex_unlock(&r->mu);
   return p;
+}
+
+void xt_ring_set_notify(xt_ring *r, void (*fn)(void *ctx), void *ctx) {
+  pthread_mutex_lock(&r->mu);
+  r->notify = fn;
+  r->notify_ctx = ctx;
+  pthread_mutex_unlock(&r->mu);
+}
+
+void xt_ring_notify(xt_ring *r) {
+  pthread_mutex_lock(&r->mu);
+  void (*fn)(void *) = r->notify;
+  void *ctx = r->notify_ctx;
+  pthread_mutex_unlock(&r->mu);
+  if (fn) fn(ctx); /* outside the lock: the reader may take ring.mu itself when woken */
 }
 
 xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub) {
@@ -261,24 +282,7 @@ static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uin
   xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
   if (convert_s >= 0) xt_hist_add(&s->metrics.convert, convert_s);
   pthread_mutex_unlock(&s->metrics.mu);
-  xt_ws_wake(s);
-}
-
-/* The worker's chain for a job: made on first use, remade when models were added since (the
- * channel set may have grown), given the job's parameters when they changed. */
-static int worker_chain(xt_worker *w, const xt_chain_params *p, xt_msg *msg) {
-  if (w->chain && w->chain_models != w->models_added) {
-    xt_chain_destroy(w->chain);
-    w->chain = NULL;
-  }
-  if (!w->chain) {
-    int rc = xt_chain_create(p, w->proj, &w->chain, msg);
-    if (!rc) xt_chain_set_threads(w->chain, w->srv->cfg.threads); /* the CPU stages: as the projector */
-    w->chain_models = w->models_added;
-    return rc;
-  }
-  if (memcmp(xt_chain_get_params(w->chain), p, sizeof *p) == 0) return 0;
-  return xt_chain_set_params(w->chain, p, msg);
+  xt_ring_notify(&s->ring);
 }
 
 /* FNV-1a over the parameters' values in table order: the header's chain_params_hash. */
@@ -293,40 +297,44 @@ static uint64_t params_hash(const xt_chain_params *p) {
   return h;
 }
 
-static void fill_header(xt_stream_header *h, const xt_job *j, const xt_geometry *g, int rows, int cols, int pixfmt,
+/* The header's common part from the frame record; j for what only the job knows (lockstep, mode). */
+static void fill_header(xt_stream_header *h, const xt_job *j, const xt_acq_frame *fr, int rows, int cols, int pixfmt,
                         size_t payload, uint64_t t_done) {
   memset(h, 0, sizeof *h);
   h->magic = XT_STREAM_MAGIC;
   h->version = XT_STREAM_VERSION;
   h->header_size = XT_STREAM_HEADER_SIZE;
-  h->frame_counter = j->counter;
-  h->pose_seq = j->pose_seq;
-  h->t_pose_ns = j->t_pose;
-  h->t_exposure_sched_ns = j->t_sched;
-  h->t_exposure_ns = j->t_exposure;
+  h->frame_counter = fr->counter;
+  h->pose_seq = fr->pose_seq;
+  h->t_pose_ns = fr->t_pose_ns;
+  h->t_exposure_sched_ns = fr->t_sched_ns;
+  h->t_exposure_ns = fr->t_exposure_ns;
   h->t_render_done_ns = t_done;
   h->rows = (uint32_t)rows;
   h->cols = (uint32_t)cols;
   h->pixel_format = (uint32_t)pixfmt;
   h->flags = j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0;
   h->payload_bytes = payload;
-  const xt_pose *p = &j->pose;
+  const xt_pose *p = &fr->geom.pose;
   double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm, p->sid_mm,
                     p->table_mm.x, p->table_mm.y, p->table_mm.z};
   memcpy(h->pose, pose, sizeof pose);
   for (int r = 0; r < 3; r++)
-    for (int c = 0; c < 4; c++) h->P[r * 4 + c] = g->P[r][c];
-  /* binned output pixels are b times the detector's */
+    for (int c = 0; c < 4; c++) h->P[r * 4 + c] = fr->geom.P[r][c];
+  /* binned output pixels are b times the detector's (the job's binning: a synthetic frame of a
+   * chain acquisition says so too) */
   const int b = j->chain ? j->chain_prm.binning : 1;
   h->pitch_mm[0] = j->mode->pitch_u_mm * b;
   h->pitch_mm[1] = j->mode->pitch_v_mm * b;
   snprintf(h->mode, sizeof h->mode, "%s", j->mode->name);
-  h->period_ns = j->period_ns;
+  h->period_ns = fr->period_ns;
   h->bits_stored = 16;
 }
 
-/* The chain's part of a header (version 2 fields); p the exposure the frame had. */
-static void fill_chain_header(xt_stream_header *h, const xt_chain_params *p, const xt_chain_info *ci, int kind) {
+/* The chain's part of a header (version 2 fields): the exposure the frame had. */
+static void fill_chain_header(xt_stream_header *h, const xt_acq_frame *fr, int kind) {
+  const xt_chain_params *p = &fr->prm;
+  const xt_chain_info *ci = &fr->info;
   h->frame_kind = (uint32_t)kind;
   h->bits_stored = kind == XT_STREAM_KIND_RAW ? (uint32_t)p->adc_bits : 12u;
   h->chain_seed = p->seed;
@@ -345,8 +353,11 @@ static void fill_chain_header(xt_stream_header *h, const xt_chain_params *p, con
 }
 
 /* Version 3: the exposure settings, the frame's dose and the run's totals, the loop's state. */
-static void fill_dose_header(xt_stream_header *h, const xt_chain_params *p, const xt_dose *d, const xt_dose_totals *t,
-                             const xt_drc *drc) {
+static void fill_dose_header(xt_stream_header *h, const xt_acq_frame *fr) {
+  const xt_chain_params *p = &fr->prm;
+  const xt_dose *d = &fr->dose;
+  const xt_dose_totals *t = &fr->totals;
+  const xt_drc *drc = &fr->drc;
   h->ma = xt_exposure_ma(p);
   h->pulse_ms = p->pulse_ms;
   h->focal_spot_mm = p->focal_spot_mm;
@@ -370,126 +381,119 @@ static void fill_dose_header(xt_stream_header *h, const xt_chain_params *p, cons
   }
 }
 
-/* The exposure of a frame: the job's settings, or with dose-rate control on the loop's point on its
- * curve (the loop and the run totals restart with each run). */
-static void frame_exposure(xt_server *s, const xt_job *j, xt_chain_params *p) {
-  *p = j->chain_prm;
-  xt_metrics *m = &s->metrics;
-  pthread_mutex_lock(&m->mu);
-  if (m->dose_run != j->run_gen) {
-    m->dose_run = j->run_gen;
-    memset(&m->dose, 0, sizeof m->dose);
-    m->drc_live = 0;
-  }
-  if (p->drc) {
-    if (!m->drc_live) xt_drc_reset(&m->drc, p);
-    m->drc_live = 1;
-    xt_drc_apply(&m->drc, p);
-  } else
-    m->drc_live = 0;
-  pthread_mutex_unlock(&m->mu);
+/* A frame's settings, counter and times as the acquisition layer's request. */
+static void job_request(const xt_job *j, xt_acq_request *q) {
+  memset(q, 0, sizeof *q);
+  q->pose = j->pose;
+  q->mode = j->mode;
+  q->chain = j->chain;
+  q->chain_prm = j->chain_prm;
+  q->pixel_format = j->pixel_format;
+  q->counter = j->counter;
+  q->run = j->run_gen;
+  q->pose_seq = j->pose_seq;
+  q->t_pose_ns = j->t_pose;
+  q->t_sched_ns = j->t_sched;
+  q->t_exposure_ns = j->t_exposure;
+  q->period_ns = j->period_ns;
 }
 
-/* After a frame: its dose into the run totals, its measurement into the loop; copies for the header. */
-static void frame_account(xt_server *s, const xt_job *j, const xt_chain_params *p, const xt_chain_info *ci,
-                          const xt_geometry *g, const xt_chain_drc_frame *field, xt_dose *d, xt_dose_totals *t,
-                          xt_drc *drc) {
-  memset(d, 0, sizeof *d);
-  if (xt_dose_frame(p, ci->kerma_ugy_per_mas, g, d, NULL)) memset(d, 0, sizeof *d); /* irp behind the focus */
-  /* the measuring field's sum came with the frame (on a GPU, a device reduction: no pass over the
-   * raw frame here) */
-  const double meas =
-      p->drc ? xt_drc_measure_sum(field->field_sum, field->field_n, p, ci, g->mode.pitch_u_mm * g->mode.pitch_v_mm) : 0;
-  xt_metrics *m = &s->metrics;
-  pthread_mutex_lock(&m->mu);
-  if (m->dose_run == j->run_gen) {
-    xt_dose_add(&m->dose, d);
-    m->dose_last = *d;
-    if (p->drc && m->drc_live) xt_drc_update(&m->drc, p, meas);
-  }
-  *t = m->dose;
-  *drc = m->drc;
-  pthread_mutex_unlock(&m->mu);
+/* The acquisition layer's hooks: the work budgets before any render work, and the frame's pixels
+ * straight into a ring frame (chain) or the worker's line-integral scratch (mono). */
+typedef struct frame_ctx {
+  xt_worker *w;
+  xt_frame *f; /* the ring frame taken for a chain frame */
+} frame_ctx;
+
+static int frame_admit(void *ctx, const xt_geometry *g, xt_msg *msg) {
+  return xt_budget_frame(((frame_ctx *)ctx)->w, g, msg);
 }
 
-/* A frame through the imaging chain: raw and processed, each a message of its own in one frame;
- * on a GPU the pixels come from the device once, already uint16 (no conversion here). */
+/* Raw and processed, each a message of its own in one ring frame; on a GPU the chain's one copy-out
+ * lands there, already uint16 (no conversion here). */
+static int chain_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
+  frame_ctx *c = ctx;
+  const size_t pay = (size_t)fr->raw.cols * fr->raw.rows * 2, len = XT_STREAM_HEADER_SIZE + pay;
+  if (!(c->f = frame_get2(&c->w->srv->ring, len, len))) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  fr->raw.data = c->f->msg + XT_STREAM_HEADER_SIZE;
+  fr->proc.data = c->f->msg2 + XT_STREAM_HEADER_SIZE;
+  return 0;
+}
+
+static int lineint_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
+  xt_worker *w = ((frame_ctx *)ctx)->w;
+  int rc = ensure_scratch(w, (size_t)fr->lineint.rows * (size_t)fr->lineint.cols);
+  if (rc) return xt_fail(msg, rc, "out of memory");
+  fr->lineint.data = w->lineint;
+  return 0;
+}
+
+static void frame_failed(xt_server *s, const xt_job *j, const xt_msg *msg) {
+  pthread_mutex_lock(&s->metrics.mu);
+  s->metrics.render_errors++;
+  pthread_mutex_unlock(&s->metrics.mu);
+  if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->counter, msg->text);
+}
+
+/* A frame through the imaging chain (the exposure, the loop and the run's dose: the acquisition
+ * layer's, on the server's plane); its record fills both messages' headers. */
 static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
-  xt_geometry g;
-  xt_frame *f = NULL;
-  xt_chain_params prm;
-  frame_exposure(s, j, &prm);
-  uint64_t t0 = xt_now_ns();
-  int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg), cols = 0, rows = 0;
-  if (!rc) rc = xt_budget_frame(w, &g, &msg);
-  if (!rc) rc = worker_chain(w, &prm, &msg);
-  if (!rc && w->chain_run != j->run_gen) { /* a new run: lag, temporal filter and DSA mask start again */
-    xt_chain_reset(w->chain);
-    w->chain_run = j->run_gen;
-  }
-  if (!rc) {
-    xt_chain_out_size(w->chain, &g, &cols, &rows);
-    const size_t pay = (size_t)cols * rows * 2, len = XT_STREAM_HEADER_SIZE + pay;
-    if (!(f = frame_get2(&s->ring, len, len))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
-  }
-  if (!rc) {
-    xt_chain_out out = {(uint16_t *)(void *)(f->msg + XT_STREAM_HEADER_SIZE),
-                        (uint16_t *)(void *)(f->msg2 + XT_STREAM_HEADER_SIZE), NULL, NULL};
-    rc = xt_chain_frame(w->chain, &g, j->counter, &out, &msg);
-  }
-  if (rc) {
-    if (f) xt_frame_unref(&s->ring, f);
-    pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.render_errors++;
-    pthread_mutex_unlock(&s->metrics.mu);
-    if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->counter, msg.text);
+  frame_ctx fc = {w, NULL};
+  xt_acq_request q;
+  job_request(j, &q);
+  q.want = XT_ACQ_WANT_CHAIN;
+  q.admit = frame_admit;
+  q.buffers = chain_buffers;
+  q.ctx = &fc;
+  xt_acq_frame fr;
+  if (xt_acq_expose(&s->plane, &w->rnd, &q, &fr, &msg)) {
+    if (fc.f) xt_frame_unref(&s->ring, fc.f);
+    frame_failed(s, j, &msg);
     return;
   }
-  uint64_t t1 = xt_now_ns();
-  xt_chain_info ci;
-  xt_chain_get_info(w->chain, &ci);
-  xt_dose dose;
-  xt_dose_totals tot;
-  xt_drc drc;
-  xt_chain_drc_frame field;
-  xt_chain_drc_last(w->chain, &field);
-  frame_account(s, j, &prm, &ci, &g, &field, &dose, &tot, &drc);
+  xt_frame *f = fc.f;
+  const int rows = fr.raw.rows, cols = fr.raw.cols;
   xt_stream_header h;
-  fill_header(&h, j, &g, rows, cols, XT_STREAM_PIX_U16, (size_t)cols * rows * 2, t1);
-  fill_chain_header(&h, &prm, &ci, XT_STREAM_KIND_RAW);
-  fill_dose_header(&h, &prm, &dose, &tot, &drc);
+  fill_header(&h, j, &fr, rows, cols, XT_STREAM_PIX_U16, (size_t)cols * rows * 2, fr.t_done_ns);
+  fill_chain_header(&h, &fr, XT_STREAM_KIND_RAW);
+  fill_dose_header(&h, &fr);
   memcpy(f->msg, &h, sizeof h);
-  fill_chain_header(&h, &prm, &ci, XT_STREAM_KIND_PROCESSED);
+  fill_chain_header(&h, &fr, XT_STREAM_KIND_PROCESSED);
   memcpy(f->msg2, &h, sizeof h);
-  publish(s, f, j, t0, t1, -1);
+  publish(s, f, j, fr.t_render_ns, fr.t_done_ns, -1);
 }
 
 static void render_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
-  xt_geometry g;
   if (j->chain && !s->cfg.synthetic) {
     render_chain_frame(w, j);
     return;
   }
-  uint64_t t0 = xt_now_ns();
-  int rc = xt_geom_compute(&j->pose, j->mode, &g, &msg);
+  frame_ctx fc = {w, NULL};
+  xt_acq_request q;
+  job_request(j, &q);
+  q.chain = 0; /* mono line integrals (a synthetic frame of a chain acquisition too) */
+  if (s->cfg.synthetic) q.flags = XT_ACQ_NO_RENDER; /* transport benchmarks: no render, no budget */
+  else {
+    q.want = XT_ACQ_WANT_LINEINT;
+    q.admit = frame_admit;
+    q.buffers = lineint_buffers;
+    q.ctx = &fc;
+  }
+  xt_acq_frame fr;
   size_t npx = (size_t)j->mode->rows * (size_t)j->mode->cols;
   size_t bpp = j->pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
   xt_frame *f = NULL;
-  if (!rc && !s->cfg.synthetic) rc = xt_budget_frame(w, &g, &msg);
-  if (!rc) rc = ensure_scratch(w, npx);
-  if (!rc && !s->cfg.synthetic) rc = xt_proj_render(w->proj, &g, w->lineint, &msg);
-  if (!rc && !(f = frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = XT_ENOMEM;
+  int rc = xt_acq_expose(&s->plane, &w->rnd, &q, &fr, &msg);
+  if (!rc && !(f = frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
   if (rc) {
-    pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.render_errors++;
-    pthread_mutex_unlock(&s->metrics.mu);
-    if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->counter, msg.text);
+    frame_failed(s, j, &msg);
     return;
   }
+  uint64_t t0 = fr.t_render_ns;
   unsigned char *px = f->msg + XT_STREAM_HEADER_SIZE;
   uint64_t tc = xt_now_ns();
   if (s->cfg.synthetic) memset(px, 0x5a, npx * bpp); /* transport benchmarks: a constant frame */
@@ -498,7 +502,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   uint64_t t1 = xt_now_ns();
 
   xt_stream_header h;
-  fill_header(&h, j, &g, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1);
+  fill_header(&h, j, &fr, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1);
   if (bpp == 4) h.bits_stored = 32;
   memcpy(f->msg, &h, sizeof h);
   publish(s, f, j, t0, t1, bpp == 2 && !s->cfg.synthetic ? (double)(t1 - tc) * 1e-9 : -1);
@@ -532,34 +536,24 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
 /* The chain's one-off costs (tables, the panel's fixed pattern, device scratch) before the first
  * paced frame; then its lag and temporal states start afresh. */
 static int warmup_chain(xt_worker *w, const xt_call *c, xt_msg *msg) {
-  int rc = xt_budget_frame(w, &c->geom, msg), cols, rows;
+  int rc = xt_budget_frame(w, &c->geom, msg);
   if (rc) return rc;
-  rc = worker_chain(w, &c->chain_prm, msg);
-  if (rc) return rc;
-  xt_chain_out_size(w->chain, &c->geom, &cols, &rows);
-  uint16_t *px = malloc((size_t)cols * rows * 2 * sizeof *px);
-  if (!px) return xt_fail(msg, XT_ENOMEM, "warm-up: out of memory");
-  xt_chain_out out = {px, px + (size_t)cols * rows, NULL, NULL};
-  rc = xt_chain_frame(w->chain, &c->geom, 0, &out, msg);
-  free(px);
-  xt_chain_reset(w->chain);
-  return rc;
+  return xt_acq_renderer_warmup(&w->rnd, &c->chain_prm, &c->geom, msg);
 }
 
 /* The REST worker's projector catches up with the server's models (listed models are never
- * removed, so the first models_added of them are on it already). Not under models_mu while
+ * removed, so the first rnd.models of them are on it already). Not under models_mu while
  * adding: an upload may take a while, and the list only grows. */
 static int rest_models(xt_worker *w, xt_msg *msg) {
   xt_server *s = w->srv;
   const xt_model *add[XT_SRV_MAX_MODELS];
   int n = 0;
   pthread_mutex_lock(&s->models_mu);
-  for (int i = w->models_added; i < s->nmodels && n < XT_SRV_MAX_MODELS; i++) add[n++] = s->models[i];
+  for (int i = w->rnd.models; i < s->nmodels && n < XT_SRV_MAX_MODELS; i++) add[n++] = s->models[i];
   pthread_mutex_unlock(&s->models_mu);
   for (int i = 0; i < n; i++) {
-    int rc = xt_proj_add_model(w->proj, add[i], msg);
+    int rc = xt_acq_renderer_add_model(&w->rnd, add[i], msg);
     if (rc) return rc;
-    w->models_added++;
     xt_budget_worker_model(w, add[i]);
   }
   return 0;
@@ -601,11 +595,8 @@ static void *worker_main(void *arg) {
       call_finish(c, rc);
     } else if (j.kind == XT_JOB_ADD_MODEL) {
       xt_call *c = j.call;
-      const int rc = xt_proj_add_model(w->proj, c->model, &c->msg);
-      if (!rc) {
-        w->models_added++;
-        xt_budget_worker_model(w, c->model);
-      }
+      const int rc = xt_acq_renderer_add_model(&w->rnd, c->model, &c->msg);
+      if (!rc) xt_budget_worker_model(w, c->model);
       call_finish(c, rc);
     }
   }
@@ -820,6 +811,7 @@ static int rest_start(xt_server *s, xt_msg *msg) {
   w->srv = s;
   w->index = -1;
   w->rest = 1;
+  xt_acq_renderer_init(&w->rnd, w->proj, t);
   if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))
     return xt_fail(msg, XT_ENOMEM, "render worker: out of memory");
   pthread_mutex_init(&w->mu, NULL);
@@ -846,6 +838,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     xt_worker *w = &s->workers[i];
     w->srv = s;
     w->index = i;
+    xt_acq_renderer_init(&w->rnd, w->proj, s->cfg.threads); /* the CPU stages: as the projector */
     /* the models setup added to every projector before the workers started */
     for (int k = 0; k < s->nmodels; k++) xt_budget_worker_model(w, s->models[k]);
     if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))
@@ -889,8 +882,7 @@ void xt_engine_stop(xt_server *s) {
     pthread_cond_destroy(&w->cv);
     free(w->lineint);
     w->lineint = NULL;
-    xt_chain_destroy(w->chain);
-    w->chain = NULL;
+    xt_acq_renderer_free(&w->rnd);
   }
   for (int i = 0; i < s->nworkers; i++) {
     free(s->workers[i].bgrid);

@@ -54,6 +54,10 @@
 
 #include <microhttpd.h>
 
+#include "srv_clock.h"
+#include "srv_guard.h"
+#include "srv_metrics.h"
+#include "srv_state.h"
 #include "xt_server.h"
 
 #define XT_GATE_HEAD_MAX 16384 /* request line + header fields */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "srv_guard.h"
 #include "xt_console.h"
 #include "xt_server.h"
 

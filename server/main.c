@@ -13,8 +13,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "srv_clock.h"
+#include "srv_config.h"
+#include "srv_engine.h"
+#include "srv_metrics.h"
+#include "srv_rest.h"
+#include "srv_state.h"
+#include "srv_ws.h"
 #include "xt_phantom.h"
 #include "xt_server.h"
+#include "xt_stream.h"
 #ifdef XT_SERVER_HAVE_LOADERS
 #include "xt_load.h"
 #endif
@@ -196,6 +204,7 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&s->st_mu, NULL);
   pthread_mutex_init(&s->models_mu, NULL);
   xt_metrics_init(&s->metrics);
+  xt_acq_plane_init(&s->plane);
   s->tls = s->cfg.tls_cert[0] != 0;
   pthread_t sig_thread;
   int sig_started = 0, engine_started = 0;
@@ -242,6 +251,7 @@ done:
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
   for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
+  xt_acq_plane_destroy(&s->plane);
   atomic_store(&cleanup_done, 1);
   if (sig_started) {
     pthread_kill(sig_thread, SIGUSR1); /* releases its sigwait when no signal came */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xt_server.h"
+#include "srv_metrics.h"
 
 static void hist_init(xt_hist *h, const char *name, const char *help, const double *le, int nb) {
   memset(h, 0, sizeof *h);
@@ -100,7 +100,7 @@ static void hist(sbuf *b, const xt_hist *h) {
             h->sum, h->name, (unsigned long long)h->n);
 }
 
-char *xt_metrics_text(xt_metrics *m, size_t *len) {
+char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *len) {
   sbuf b = {malloc(8192), 0, 8192, 0};
   if (!b.p) return NULL;
   b.p[0] = 0;
@@ -139,13 +139,13 @@ char *xt_metrics_text(xt_metrics *m, size_t *len) {
                 m->clients[i].peer, (unsigned long long)m->clients[i].dropped);
   /* dose of the current run (issue 11): gauges, as they restart with each run */
   sb_printf(&b, "# HELP xtwin_run_frames Frames exposed in the current run (imaging chain on).\n"
-                "# TYPE xtwin_run_frames gauge\nxtwin_run_frames %llu\n", (unsigned long long)m->dose.frames);
+                "# TYPE xtwin_run_frames gauge\nxtwin_run_frames %llu\n", (unsigned long long)plane->dose.frames);
   sb_printf(&b, "# HELP xtwin_run_air_kerma_mgy Air kerma at the interventional reference point, run total.\n"
-                "# TYPE xtwin_run_air_kerma_mgy gauge\nxtwin_run_air_kerma_mgy %.9g\n", m->dose.k_irp_mgy);
+                "# TYPE xtwin_run_air_kerma_mgy gauge\nxtwin_run_air_kerma_mgy %.9g\n", plane->dose.k_irp_mgy);
   sb_printf(&b, "# HELP xtwin_run_kap_gycm2 Kerma-area product, run total.\n"
-                "# TYPE xtwin_run_kap_gycm2 gauge\nxtwin_run_kap_gycm2 %.9g\n", m->dose.kap_gycm2);
+                "# TYPE xtwin_run_kap_gycm2 gauge\nxtwin_run_kap_gycm2 %.9g\n", plane->dose.kap_gycm2);
   sb_printf(&b, "# HELP xtwin_drc_measured_ngy Dose-rate control: detector dose measured in the last frame.\n"
-                "# TYPE xtwin_drc_measured_ngy gauge\nxtwin_drc_measured_ngy %.9g\n", m->drc.measured_ngy);
+                "# TYPE xtwin_drc_measured_ngy gauge\nxtwin_drc_measured_ngy %.9g\n", plane->drc.measured_ngy);
   hist(&b, &m->render);
   hist(&b, &m->convert);
   hist(&b, &m->period);

@@ -29,8 +29,17 @@
 
 #include <microhttpd.h>
 
+#include "srv_budget.h"
+#include "srv_clock.h"
+#include "srv_engine.h"
+#include "srv_guard.h"
+#include "srv_metrics.h"
+#include "srv_rest.h"
+#include "srv_state.h"
 #include "xt_console.h"
+#include "xt_output.h"
 #include "xt_server.h"
+#include "xt_stream.h"
 
 /* ---- requests and replies ----------------------------------------------------------------- */
 
@@ -128,7 +137,7 @@ static void h_acq_get(xt_server *s, struct MHD_Connection *con, req *r, reply *o
   json_t *j = xt_acq_to_json(&s->acq);
   json_object_set_new(j, "next_frame", json_integer((json_int_t)s->next_counter));
   pthread_mutex_unlock(&s->st_mu);
-  json_object_set_new(j, "dose", xt_dose_json(s)); /* after st_mu: takes metrics.mu */
+  json_object_set_new(j, "dose", xt_dose_json(s)); /* after st_mu: takes plane.mu */
   reply_json(out, 200, j);
 }
 
@@ -213,11 +222,13 @@ static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *ou
     goto done;
   }
   if (enc == 1) {
-    rc = xt_png16_encode(u16, acq.mode->rows, acq.mode->cols, gj, &out->bin, &out->binlen, &m);
+    const xt_png_text geometry = {"xtwin-geometry", gj};
+    rc = xt_png16_encode(u16, acq.mode->rows, acq.mode->cols, XT_PNG_FAST, &geometry, 1, &out->bin, &out->binlen, &m);
     out->ctype = "image/png";
   } else {
-    rc = xt_npy_encode(u16 ? (const void *)u16 : (const void *)c.lineint, acq.mode->rows, acq.mode->cols,
-                       acq.pixel_format, &out->bin, &out->binlen, &m);
+    const int shape[2] = {acq.mode->rows, acq.mode->cols};
+    rc = xt_npy_encode(u16 ? "<u2" : "<f4", 2, shape, u16 ? (const void *)u16 : (const void *)c.lineint, &out->bin,
+                       &out->binlen, &m);
     out->ctype = "application/x-npy";
   }
   if (rc) {
@@ -258,7 +269,9 @@ static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, repl
 
 static void h_metrics(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   size_t n = 0;
-  char *t = xt_metrics_text(&s->metrics, &n);
+  xt_acq_plane_state plane;
+  xt_acq_plane_snapshot(&s->plane, &plane); /* before metrics.mu: the two locks never nest */
+  char *t = xt_metrics_text(&s->metrics, &plane, &n);
   if (!t) return reply_error(out, XT_ENOMEM, 0, "metrics: out of memory");
   out->status = 200;
   out->text = t;

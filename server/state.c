@@ -5,22 +5,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "xt_gmm.h"
-#include "xt_nvdb.h"
+#include "srv_budget.h"
+#include "srv_clock.h"
+#include "srv_config.h"
+#include "srv_engine.h"
+#include "srv_metrics.h"
+#include "srv_state.h"
 #include "xt_coverage.h"
 #include "xt_exposure.h"
+#include "xt_model_jansson.h"
 #include "xt_server.h"
+#include "xt_stream.h"
 #ifdef XT_SERVER_HAVE_LOADERS
 #include "xt_load.h"
 #endif
-
-uint64_t xt_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* ---- JSON helpers ------------------------------------------------------------------------- */
 
@@ -406,30 +405,10 @@ json_t *xt_srv_models_json(xt_server *s) {
   pthread_mutex_lock(&s->models_mu);
   for (int i = 0; i < s->nmodels; i++) {
     const xt_model *m = s->models[i];
-    const xt_volume *v = m->volume;
     json_t *o = json_pack("{s:s,s:s,s:s}", "name", m->name, "kind", xt_model_kind_name(m->kind), "source", s->model_src[i]);
-    if (v) {
-      json_object_set_new(o, "dim", json_pack("[i,i,i]", v->dim[0], v->dim[1], v->dim[2]));
-      json_object_set_new(o, "spacing_mm", json_pack("[f,f,f]", v->spacing[0], v->spacing[1], v->spacing[2]));
-      json_object_set_new(o, "bytes", json_integer((json_int_t)v->nbytes));
-      json_object_set_new(o, "voxels", json_integer((json_int_t)xt_volume_voxels(v)));
-      json_object_set_new(o, "active_fraction", json_real(1.0));
-      json_object_set_new(o, "device_bytes", json_integer((json_int_t)v->nbytes)); /* the linear copy */
-    }
-    if (m->nvdb) { /* NanoVDB: the domain's voxels, the active share, the grid as uploaded (+ table) */
-      const xt_nvdb *nv = m->nvdb;
-      json_object_set_new(o, "grid", json_pack("{s:s,s:s,s:b}", "name", nv->grid_name, "type",
-                                               xt_nvdb_type_name(nv->grid_type), "labels", nv->labels));
-      json_object_set_new(o, "voxels", json_integer((json_int_t)xt_nvdb_domain_voxels(nv)));
-      json_object_set_new(o, "active_fraction", json_real(xt_nvdb_active_fraction(nv)));
-      json_object_set_new(o, "device_bytes", json_integer((json_int_t)(((nv->bytes + 31) & ~(uint64_t)31) +
-                                                                       (nv->labels ? 256 * sizeof(float) : 0))));
-    }
-    if (m->gmm) { /* Gaussian mixtures: the count, the native file's size, the cut-off */
-      json_object_set_new(o, "gaussians", json_integer((json_int_t)m->gmm->count));
-      json_object_set_new(o, "bytes", json_integer((json_int_t)xt_gmm_file_bytes(m->gmm)));
-      json_object_set_new(o, "cutoff_sigma", json_real(m->gmm->cutoff));
-    }
+    xt_model_describe_json(m, XT_MODEL_VIEW_REPORT, o); /* the kind's keys: sizes, voxels, active share */
+    uint64_t dev;
+    if (xt_model_device_bytes(m, &dev) == 0) json_object_set_new(o, "device_bytes", json_integer((json_int_t)dev));
 #ifdef XT_SERVER_HAVE_LOADERS
     if (m->report) json_object_set_new(o, "load", xt_load_report_json(m->report));
 #endif
@@ -597,14 +576,13 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
 /* ---- dose ----------------------------------------------------------------------------------- */
 
 json_t *xt_dose_json(xt_server *s) {
-  xt_metrics *m = &s->metrics;
-  pthread_mutex_lock(&m->mu);
+  xt_acq_plane_state pl, *m = &pl;
+  xt_acq_plane_snapshot(&s->plane, &pl);
   json_t *o = json_pack("{s:I,s:f,s:f,s:{s:f,s:f,s:f,s:f},s:{s:b,s:f,s:f,s:f,s:i}}", "run_frames",
                         (json_int_t)m->dose.frames, "k_irp_total_mgy", m->dose.k_irp_mgy, "kap_total_gycm2",
                         m->dose.kap_gycm2, "last_frame", "k_irp_mgy", m->dose_last.k_irp_mgy, "kap_gycm2",
                         m->dose_last.kap_gycm2, "d_irp_mm", m->dose_last.d_irp_mm, "field_cm2", m->dose_last.field_cm2,
                         "drc", "active", m->drc_live && (m->drc.flags & XT_DRC_ON), "measured_ngy", m->drc.measured_ngy,
                         "target_ngy", m->drc.target_ngy, "curve_s", m->drc.s, "flags", (int)m->drc.flags);
-  pthread_mutex_unlock(&m->mu);
   return o;
 }

@@ -1,11 +1,12 @@
 /* The frame stream: WebSocket /v1/stream over libwebsockets. One thread (the caller of
- * xt_ws_run) owns every connection: render workers only push frames into the ring and call
- * lws_cancel_service(); the EVENT_WAIT_CANCELLED callback asks every client for a writable
- * callback, and each writable callback sends one message (a queued JSON text first, else the
- * next frame). Delivery is latest-wins per client: a client whose socket is still busy simply
- * is not writable, and when it is, it gets the newest frame; the frames it missed are counted in
- * its header's frames_dropped and in /metrics. Lockstep frames (answers to triggers) go out in
- * order while they are in the ring.
+ * xt_ws_run) owns every connection: render workers only push frames into the ring, whose notifier
+ * (registered by xt_ws_run) calls lws_cancel_service(), so the engine never calls into this file;
+ * the EVENT_WAIT_CANCELLED callback asks every client for a writable callback, and each writable
+ * callback sends one message (a queued JSON text first, else the next frame). Delivery is
+ * latest-wins per client: a client whose socket is still busy simply is not writable, and when it
+ * is, it gets the newest frame; the frames it missed are counted in its header's frames_dropped
+ * and in /metrics. Lockstep frames (answers to triggers) go out in order while they are in the
+ * ring.
  *
  * Text messages from clients are JSON commands (api/stream.md):
  *   {"type":"pose","seq":N,"pose":{...}}         -> {"type":"ack","seq":N,"ok":true,...}
@@ -22,7 +23,14 @@
 
 #include <libwebsockets.h>
 
+#include "srv_clock.h"
+#include "srv_engine.h"
+#include "srv_guard.h"
+#include "srv_metrics.h"
+#include "srv_state.h"
+#include "srv_ws.h"
 #include "xt_server.h"
+#include "xt_stream.h"
 
 _Static_assert(LWS_PRE <= XT_FRAME_PRE, "frame buffers leave XT_FRAME_PRE bytes for the WebSocket framing");
 
@@ -57,6 +65,9 @@ static struct lws_protocols protocols[2];
 void xt_ws_wake(xt_server *s) {
   if (s->lws) lws_cancel_service(s->lws);
 }
+
+/* The ring's notifier: a worker pushed a frame. */
+static void ring_pushed(void *ctx) { xt_ws_wake(ctx); }
 
 static int route_ok(struct lws *wsi) {
   char uri[256];
@@ -159,7 +170,9 @@ static json_t *nack(const json_t *cmd, int err, const char *message) {
   return j;
 }
 
-static void handle_text(client *c, const char *text, size_t len) {
+/* Parses a complete text message and acts on it: one reply (ack or nack) queued per command, in
+ * the order the commands came (queue_json drops a client that does not read its replies). */
+static void run_command(client *c, const char *text, size_t len) {
   xt_server *s = c->srv;
   xt_msg m;
   xt_ws_cmd k;
@@ -269,149 +282,181 @@ static int send_frame(client *c) {
   return n < (int)flen ? -1 : 0;
 }
 
+/* ---- the connection's steps, one per libwebsockets reason ---------------------------------- */
+
+/* Plain HTTP on the stream port: only the upgrade lives here. */
+static int on_http(struct lws *wsi) {
+  if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "only the WebSocket /v1/stream is served on this port"))
+    return -1;
+  return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+/* Decides an upgrade before any WebSocket state exists; every refusal is counted in /metrics.
+ * The order of the checks is the answer a client refused for several reasons gets: Host/Origin
+ * (403), the token (401), the path (404), then the client limit or shutdown (503). */
+static int on_confirm_upgrade(xt_server *s, struct lws *wsi) {
+  if (!s) return -1;
+  const char *why = origin_refused(s, wsi);
+  int rc = 0;
+  if (why) rc = reject_upgrade(wsi, XT_EPERM, 403, "Forbidden", why);
+  else if (!token_ok(s, wsi)) rc = reject_upgrade(wsi, XT_EAUTH, 401, "Unauthorized", "missing or wrong bearer token");
+  else if (!route_ok(wsi)) rc = reject_upgrade(wsi, XT_ENOTFOUND, 404, "Not Found", "the stream is at /v1/stream");
+  else if (nclients >= s->cfg.max_clients || atomic_load(&s->quit))
+    rc = reject_upgrade(wsi, XT_EBUSY, 503, "Service Unavailable", "too many stream clients, or shutting down");
+  if (rc) {
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.ws_refused++;
+    pthread_mutex_unlock(&s->metrics.mu);
+  }
+  return rc;
+}
+
+/* A new client: its state, its metrics slot and the hello. It starts at the ring's newest frame,
+ * so it is not sent (or counted as dropping) frames published before it came. */
+static int on_established(xt_server *s, client *c, struct lws *wsi) {
+  /* A peer that vanished without a FIN or RST (cable pulled, host gone: half-open TCP) is
+   * dropped once data it has not acknowledged is peer_timeout old, not after the kernel's
+   * ~15 minutes of retransmissions; keepalive (vhost) finds idle ones. */
+  unsigned uto = (unsigned)(s->cfg.peer_timeout * 1000.0);
+  int fd = (int)lws_get_socket_fd(wsi);
+  if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
+  memset(c, 0, sizeof *c);
+  c->wsi = wsi;
+  c->srv = s;
+  c->id = next_id++;
+  c->last_pub = xt_ring_latest_pub(&s->ring);
+  c->next = clients;
+  clients = c;
+  nclients++;
+  stats_attach(c);
+  json_t *hello = json_pack("{s:s,s:I,s:s,s:i,s:i,s:o}", "type", "hello", "client", (json_int_t)c->id, "server",
+                            "xtwin-server " XT_SERVER_VERSION, "header_version", XT_STREAM_VERSION, "header_size",
+                            XT_STREAM_HEADER_SIZE, "state", xt_srv_state_json(s));
+  json_object_set_new(hello, "max_message_bytes", json_integer(s->cfg.max_ws_message));
+  queue_json(c, hello);
+  return 0;
+}
+
+/* A whole text message is in: a command, or a nack when it outgrew the limit. */
+static void on_message(xt_server *s, client *c) {
+  if (c->rx_bad) {
+    char t[96];
+    snprintf(t, sizeof t, "message over %d bytes", s->cfg.max_ws_message);
+    queue_json(c, nack(NULL, XT_ETOOLARGE, t));
+  } else
+    run_command(c, c->rx ? c->rx : "", c->rxn);
+  free(c->rx);
+  c->rx = NULL;
+  c->rxn = 0;
+  c->rx_bad = 0;
+}
+
+/* A piece of a message: libwebsockets hands over fragments and partial frames, so text is
+ * gathered until the last byte of the final fragment. A message over the limit is not kept but
+ * read to its end (the connection stays usable), then answered with one nack. */
+static int on_receive(xt_server *s, client *c, struct lws *wsi, const void *in, size_t len) {
+  if (lws_frame_is_binary(wsi)) {
+    lws_close_reason(wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, (unsigned char *)"text JSON only", 14);
+    return -1;
+  }
+  if (!c->rx_bad) {
+    if (c->rxn + len > (size_t)s->cfg.max_ws_message) {
+      c->rx_bad = 1;
+      free(c->rx);
+      c->rx = NULL;
+      c->rxn = 0;
+    } else {
+      char *b = realloc(c->rx, c->rxn + len + 1);
+      if (!b) return -1;
+      c->rx = b;
+      memcpy(c->rx + c->rxn, in, len);
+      c->rxn += len;
+    }
+  }
+  if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) on_message(s, c);
+  return 0;
+}
+
+/* Sends the oldest queued text; returns -1 to close. */
+static int send_text(client *c) {
+  int k = c->th;
+  int n = lws_write(c->wsi, (unsigned char *)c->texts[k] + LWS_PRE, c->tlen[k], LWS_WRITE_TEXT);
+  free(c->texts[k]);
+  c->texts[k] = NULL;
+  c->th = (c->th + 1) % XT_WS_MAX_TEXTS;
+  c->tn--;
+  if (n < 0) return -1;
+  lws_callback_on_writable(c->wsi); /* more texts, or a frame */
+  return 0;
+}
+
+/* One message per writable callback (libwebsockets allows one lws_write each): the close frame
+ * when closing, else a queued reply before any frame (acks are not held behind pixels), else the
+ * next frame; asks for another callback while the ring has newer frames. */
+static int on_writable(xt_server *s, client *c, struct lws *wsi) {
+  if (c->closing || atomic_load(&s->quit)) {
+    lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)"server shutting down", 20);
+    return -1;
+  }
+  if (c->tn) return send_text(c);
+  if (send_frame(c)) return -1;
+  if (xt_ring_latest_pub(&s->ring) > c->last_pub) lws_callback_on_writable(wsi);
+  return 0;
+}
+
+/* The connection is gone: out of the list, its queued texts and partial message freed, its
+ * metrics slot given back (the totals keep what it was sent). */
+static int on_closed(xt_server *s, client *c) {
+  for (client **p = &clients; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      nclients--;
+      break;
+    }
+  for (int i = 0; i < c->tn; i++) free(c->texts[(c->th + i) % XT_WS_MAX_TEXTS]);
+  c->tn = 0;
+  free(c->rx);
+  c->rx = NULL;
+  if (c->slot >= 0) {
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.clients[c->slot].used = 0;
+    pthread_mutex_unlock(&s->metrics.mu);
+    c->slot = -1;
+  }
+  return 0;
+}
+
+/* The loop was woken from another thread (xt_ws_wake: a new frame, or shutdown): every client
+ * is asked for a writable callback, the only place it may send from. */
+static int on_wake(xt_server *s, struct lws_context *ctx) {
+  if (s && clients) {
+    /* A client still busy with an older frame will skip to the newest: what it has missed so far
+     * is already lost, so /metrics shows it now rather than at its next send. */
+    uint64_t latest = xt_ring_latest_pub(&s->ring);
+    pthread_mutex_lock(&s->metrics.mu);
+    for (client *k = clients; k; k = k->next)
+      if (k->slot >= 0 && latest > k->last_pub + 1 && !k->closing)
+        s->metrics.clients[k->slot].dropped = k->dropped + (latest - k->last_pub - 1);
+    pthread_mutex_unlock(&s->metrics.mu);
+    lws_callback_on_writable_all_protocol(ctx, &protocols[0]);
+  }
+  return 0;
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
   struct lws_context *ctx = lws_get_context(wsi);
   xt_server *s = lws_context_user(ctx);
   client *c = user;
   switch (reason) {
-  case LWS_CALLBACK_HTTP:
-    /* Plain HTTP on the stream port: only the upgrade lives here. */
-    if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "only the WebSocket /v1/stream is served on this port"))
-      return -1;
-    return lws_http_transaction_completed(wsi) ? -1 : 0;
-
-  case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-  {
-    if (!s) return -1;
-    const char *why = origin_refused(s, wsi);
-    int rc = 0;
-    if (why) rc = reject_upgrade(wsi, XT_EPERM, 403, "Forbidden", why);
-    else if (!token_ok(s, wsi)) rc = reject_upgrade(wsi, XT_EAUTH, 401, "Unauthorized", "missing or wrong bearer token");
-    else if (!route_ok(wsi)) rc = reject_upgrade(wsi, XT_ENOTFOUND, 404, "Not Found", "the stream is at /v1/stream");
-    else if (nclients >= s->cfg.max_clients || atomic_load(&s->quit))
-      rc = reject_upgrade(wsi, XT_EBUSY, 503, "Service Unavailable", "too many stream clients, or shutting down");
-    if (rc) {
-      pthread_mutex_lock(&s->metrics.mu);
-      s->metrics.ws_refused++;
-      pthread_mutex_unlock(&s->metrics.mu);
-    }
-    return rc;
+  case LWS_CALLBACK_HTTP: return on_http(wsi);
+  case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: return on_confirm_upgrade(s, wsi);
+  case LWS_CALLBACK_ESTABLISHED: return on_established(s, c, wsi);
+  case LWS_CALLBACK_RECEIVE: return on_receive(s, c, wsi, in, len);
+  case LWS_CALLBACK_SERVER_WRITEABLE: return on_writable(s, c, wsi);
+  case LWS_CALLBACK_CLOSED: return on_closed(s, c);
+  case LWS_CALLBACK_EVENT_WAIT_CANCELLED: return on_wake(s, ctx);
+  default: return 0;
   }
-
-  case LWS_CALLBACK_ESTABLISHED: {
-    /* A peer that vanished without a FIN or RST (cable pulled, host gone: half-open TCP) is
-     * dropped once data it has not acknowledged is peer_timeout old, not after the kernel's
-     * ~15 minutes of retransmissions; keepalive (vhost) finds idle ones. */
-    unsigned uto = (unsigned)(s->cfg.peer_timeout * 1000.0);
-    int fd = (int)lws_get_socket_fd(wsi);
-    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
-    memset(c, 0, sizeof *c);
-    c->wsi = wsi;
-    c->srv = s;
-    c->id = next_id++;
-    c->last_pub = xt_ring_latest_pub(&s->ring);
-    c->next = clients;
-    clients = c;
-    nclients++;
-    stats_attach(c);
-    json_t *hello = json_pack("{s:s,s:I,s:s,s:i,s:i,s:o}", "type", "hello", "client", (json_int_t)c->id, "server",
-                              "xtwin-server " XT_SERVER_VERSION, "header_version", XT_STREAM_VERSION, "header_size",
-                              XT_STREAM_HEADER_SIZE, "state", xt_srv_state_json(s));
-    json_object_set_new(hello, "max_message_bytes", json_integer(s->cfg.max_ws_message));
-    queue_json(c, hello);
-    return 0;
-  }
-
-  case LWS_CALLBACK_RECEIVE:
-    if (lws_frame_is_binary(wsi)) {
-      lws_close_reason(wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, (unsigned char *)"text JSON only", 14);
-      return -1;
-    }
-    if (!c->rx_bad) {
-      if (c->rxn + len > (size_t)s->cfg.max_ws_message) {
-        c->rx_bad = 1;
-        free(c->rx);
-        c->rx = NULL;
-        c->rxn = 0;
-      } else {
-        char *b = realloc(c->rx, c->rxn + len + 1);
-        if (!b) return -1;
-        c->rx = b;
-        memcpy(c->rx + c->rxn, in, len);
-        c->rxn += len;
-      }
-    }
-    if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
-      if (c->rx_bad) {
-        char t[96];
-        snprintf(t, sizeof t, "message over %d bytes", s->cfg.max_ws_message);
-        queue_json(c, nack(NULL, XT_ETOOLARGE, t));
-      } else
-        handle_text(c, c->rx ? c->rx : "", c->rxn);
-      free(c->rx);
-      c->rx = NULL;
-      c->rxn = 0;
-      c->rx_bad = 0;
-    }
-    return 0;
-
-  case LWS_CALLBACK_SERVER_WRITEABLE:
-    if (c->closing || atomic_load(&s->quit)) {
-      lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)"server shutting down", 20);
-      return -1;
-    }
-    if (c->tn) {
-      int k = c->th;
-      int n = lws_write(wsi, (unsigned char *)c->texts[k] + LWS_PRE, c->tlen[k], LWS_WRITE_TEXT);
-      free(c->texts[k]);
-      c->texts[k] = NULL;
-      c->th = (c->th + 1) % XT_WS_MAX_TEXTS;
-      c->tn--;
-      if (n < 0) return -1;
-      lws_callback_on_writable(wsi); /* more texts, or a frame */
-      return 0;
-    }
-    if (send_frame(c)) return -1;
-    if (xt_ring_latest_pub(&s->ring) > c->last_pub) lws_callback_on_writable(wsi);
-    return 0;
-
-  case LWS_CALLBACK_CLOSED:
-    for (client **p = &clients; *p; p = &(*p)->next)
-      if (*p == c) {
-        *p = c->next;
-        nclients--;
-        break;
-      }
-    for (int i = 0; i < c->tn; i++) free(c->texts[(c->th + i) % XT_WS_MAX_TEXTS]);
-    c->tn = 0;
-    free(c->rx);
-    c->rx = NULL;
-    if (c->slot >= 0) {
-      pthread_mutex_lock(&s->metrics.mu);
-      s->metrics.clients[c->slot].used = 0;
-      pthread_mutex_unlock(&s->metrics.mu);
-      c->slot = -1;
-    }
-    return 0;
-
-  case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-    if (s && clients) {
-      /* A client still busy with an older frame will skip to the newest: what it has missed so far
-       * is already lost, so /metrics shows it now rather than at its next send. */
-      uint64_t latest = xt_ring_latest_pub(&s->ring);
-      pthread_mutex_lock(&s->metrics.mu);
-      for (client *k = clients; k; k = k->next)
-        if (k->slot >= 0 && latest > k->last_pub + 1 && !k->closing)
-          s->metrics.clients[k->slot].dropped = k->dropped + (latest - k->last_pub - 1);
-      pthread_mutex_unlock(&s->metrics.mu);
-      lws_callback_on_writable_all_protocol(ctx, &protocols[0]);
-    }
-    return 0;
-
-  default:
-    break;
-  }
-  return 0;
 }
 
 int xt_ws_start(xt_server *s, xt_msg *msg) {
@@ -466,6 +511,10 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
 }
 
 void xt_ws_run(xt_server *s) {
+  /* Registered here, not in xt_ws_start: the engine starts after the stream (and initialises the
+   * ring then), and no client can connect before this loop runs, so no earlier frame needs a
+   * wake-up. */
+  xt_ring_set_notify(&s->ring, ring_pushed, s);
   while (!atomic_load(&s->quit)) lws_service(s->lws, 0);
   /* Shutting down: every client gets a close frame (GOINGAWAY), then a bounded wait for them to
    * answer it, so nothing hangs on a client that does not. */
@@ -475,6 +524,7 @@ void xt_ws_run(xt_server *s) {
   }
   uint64_t until = xt_now_ns() + 400000000ull; /* within the 1 s a SIGTERM may take (main.c) */
   while (clients && xt_now_ns() < until) lws_service(s->lws, 0);
+  xt_ring_set_notify(&s->ring, NULL, NULL); /* nothing serves the loop from here on */
 }
 
 void xt_ws_destroy(xt_server *s) {

@@ -34,7 +34,7 @@ endif()
 # is missing). xt_load_dump prints what xt_model_load made of a path.
 pkg_check_modules(XT_JANSSON_T REQUIRED IMPORTED_TARGET jansson)
 add_executable(xt_load_dump xt_load_dump.c)
-target_link_libraries(xt_load_dump PRIVATE xt_loaders PkgConfig::XT_JANSSON_T xt_warnings)
+target_link_libraries(xt_load_dump PRIVATE xt_loaders xt_output PkgConfig::XT_JANSSON_T xt_warnings)
 xt_add_test(test_real_data SOURCES test_real_data.c LIBS xt_cli xt_loaders xt_models xt_scene ${M_LIB} LABELS cpu)
 if(TARGET xtwin AND EXISTS /usr/bin/python3)
   if(TARGET xtwin-server)

@@ -105,7 +105,7 @@ XT_TEST(cuda_channels_of_large_labels_match_the_reference) {
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &ms[0], NULL) == 0);
   XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_F32, &ms[1], NULL) == 0);
   ms[1]->placement.t[2] = 30;
-  xt_volume *v = ms[0]->volume;
+  xt_volume *v = xt_model_volume(ms[0]);
   xt_material_table *t = v->materials;
   XT_REQUIRE(t && t->count + up <= XT_MAX_MATERIALS);
   for (int l = t->count - 1; l >= 0; l--) {

@@ -189,7 +189,7 @@ XT_TEST(channel_set_limits_and_errors) {
   /* a label table entry that is not a default material has no composition */
   xt_model *lab = label_cube(2, 10, XT_MAT_SOFT);
   XT_REQUIRE(lab);
-  snprintf(lab->volume->materials->name[3], XT_MATERIAL_NAME_MAX, "unobtainium");
+  snprintf(xt_model_volume(lab)->materials->name[3], XT_MATERIAL_NAME_MAX, "unobtainium");
   xt_chanset e = {0};
   XT_CHECK(xt_chanset_add_model(&e, lab, &msg) == XT_EUNSUPPORTED && strstr(msg.text, "unobtainium"));
   xt_model_free(lab);

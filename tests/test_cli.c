@@ -1,7 +1,6 @@
-/* Unit tests of the xtwin program's building blocks (tools/): the NPY and PNG writers (read back
- * byte by byte and through libpng), the all-or-nothing output set (commit, abort, a failing
- * rename rolled back) and the option-table parser (defaults, ranges, one-line errors). */
-#include <png.h>
+/* Unit tests of the xtwin program's building blocks (tools/): the all-or-nothing output set
+ * (commit, abort, a failing rename rolled back) and the option-table parser (defaults, ranges,
+ * one-line errors). The NPY and PNG encoders are output/'s: tests/test_output.c. */
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -34,82 +33,6 @@ static int count_entries(const char *dir) {
   char cmd[400];
   snprintf(cmd, sizeof cmd, "test $(ls -A '%s' 2>/dev/null | wc -l) -eq 0", dir);
   return system(cmd) == 0 ? 0 : 1;
-}
-
-XT_TEST(npy_header_and_data) {
-  make_scratch("npy");
-  XT_REQUIRE(mkdir(scratch, 0777) == 0);
-  char path[400];
-  snprintf(path, sizeof path, "%s/a.npy", scratch);
-  float data[6] = {0.f, 1.5f, -2.f, 3.25f, 1e-7f, 100.f};
-  FILE *f = fopen(path, "wb");
-  XT_REQUIRE(f);
-  XT_CHECK(xt_npy_write_f32(f, data, 2, 3, NULL) == 0);
-  fclose(f);
-  unsigned char buf[256];
-  f = fopen(path, "rb");
-  XT_REQUIRE(f);
-  size_t n = fread(buf, 1, sizeof buf, f);
-  fclose(f);
-  XT_CHECK(memcmp(buf, "\x93NUMPY\x01\x00", 8) == 0);
-  int hlen = buf[8] | buf[9] << 8;
-  XT_CHECK(n == (size_t)(10 + hlen) + sizeof data);
-  XT_CHECK((10 + hlen) % 64 == 0);
-  XT_CHECK(buf[10 + hlen - 1] == '\n');
-  XT_CHECK(strstr((char *)buf + 10, "'descr': '<f4'") != NULL);
-  XT_CHECK(strstr((char *)buf + 10, "'shape': (2, 3)") != NULL);
-  float back[6];
-  memcpy(back, buf + 10 + hlen, sizeof back);
-  XT_CHECK(memcmp(back, data, sizeof data) == 0);
-  cleanup_scratch();
-}
-
-XT_TEST(png_roundtrip_through_libpng) {
-  make_scratch("png");
-  XT_REQUIRE(mkdir(scratch, 0777) == 0);
-  char path[400];
-  snprintf(path, sizeof path, "%s/a.png", scratch);
-  enum { R = 5, C = 7 };
-  uint16_t px[R * C];
-  for (int i = 0; i < R * C; i++) px[i] = (uint16_t)(i * 1871 + (i % 3) * 255);
-  px[0] = 0, px[1] = 65535, px[2] = 0x0102;
-  FILE *f = fopen(path, "wb");
-  XT_REQUIRE(f);
-  XT_CHECK(xt_png_write_u16(f, px, R, C, "test", NULL) == 0);
-  fclose(f);
-  png_image img;
-  memset(&img, 0, sizeof img);
-  img.version = PNG_IMAGE_VERSION;
-  XT_REQUIRE(png_image_begin_read_from_file(&img, path));
-  XT_CHECK(img.width == C && img.height == R);
-  /* Read the raw samples with the classic API (the simplified one would gamma-convert). */
-  png_image_free(&img);
-  f = fopen(path, "rb");
-  XT_REQUIRE(f);
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-  png_infop info = png_create_info_struct(png);
-  XT_REQUIRE(png && info);
-  if (setjmp(png_jmpbuf(png))) {
-    XT_CHECK(!"libpng read error");
-    png_destroy_read_struct(&png, &info, NULL);
-    fclose(f);
-    return;
-  }
-  png_init_io(png, f);
-  png_read_info(png, info);
-  XT_CHECK(png_get_bit_depth(png, info) == 16);
-  XT_CHECK(png_get_color_type(png, info) == PNG_COLOR_TYPE_GRAY);
-  int bad = 0;
-  for (int r = 0; r < R; r++) {
-    png_byte row[2 * C];
-    png_read_row(png, row, NULL);
-    for (int c = 0; c < C; c++)
-      if ((uint16_t)(row[2 * c] << 8 | row[2 * c + 1]) != px[r * C + c]) bad++;
-  }
-  XT_CHECK(bad == 0);
-  png_destroy_read_struct(&png, &info, NULL);
-  fclose(f);
-  cleanup_scratch();
 }
 
 /* Writes one small file into the set. */
@@ -285,8 +208,7 @@ XT_TEST(options_help_lists_every_option) {
   free(buf);
 }
 
-XT_TEST_MAIN(XT_ENTRY(npy_header_and_data) XT_ENTRY(png_roundtrip_through_libpng)
-                 XT_ENTRY(outset_commit_creates_dirs_and_files) XT_ENTRY(outset_abort_leaves_nothing)
+XT_TEST_MAIN(XT_ENTRY(outset_commit_creates_dirs_and_files) XT_ENTRY(outset_abort_leaves_nothing)
                      XT_ENTRY(outset_failed_rename_rolls_back) XT_ENTRY(outset_mkdirs_reports_file_in_the_way)
                          XT_ENTRY(options_defaults_and_values) XT_ENTRY(options_errors_name_the_option)
                              XT_ENTRY(options_help_lists_every_option))

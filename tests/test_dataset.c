@@ -462,7 +462,7 @@ XT_TEST(boxes_under_random_motion_match_exact_chords) {
                  "\"labels\": {\"channels\": [{\"name\": \"bone\", \"model\": \"box\", \"labels\": [\"bone\"]}, "
                  "{\"name\": \"soft\", \"model\": \"box\", \"labels\": [2]}]}}",
                  N, &s, &sc, f, &fb) == 0);
-  const float *mu = sc.models[0]->volume->materials->mu;
+  const float *mu = xt_model_volume(sc.models[0])->materials->mu;
   const int rows = s.modes[0]->rows, cols = s.modes[0]->cols;
   const size_t px = (size_t)rows * cols;
   for (int i = 0; i < N; i++) {
@@ -514,7 +514,7 @@ XT_TEST(two_models_move_apart_and_a_segmentation_follows_one) {
                  N, &s, &sc, f, &fb) == 0);
   XT_CHECK(memcmp(f[0].translate_mm[0], f[0].translate_mm[1], sizeof f[0].translate_mm[0]) != 0);
   XT_CHECK(memcmp(f[0].rotate_deg[2], f[0].rotate_deg[0], sizeof f[0].rotate_deg[0]) == 0);
-  const float *mu = sc.models[0]->volume->materials->mu;
+  const float *mu = xt_model_volume(sc.models[0])->materials->mu;
   const int rows = s.modes[0]->rows, cols = s.modes[0]->cols;
   const size_t px = (size_t)rows * cols;
   for (int i = 0; i < N; i++) {

@@ -106,7 +106,7 @@ XT_TEST(random_mixtures) {
     xt_geometry g;
     XT_REQUIRE(random_geom(&mode, &g) == 0);
     char what[64];
-    snprintf(what, sizeof what, "mixture trial %d (%d Gaussians)", t, (int)m->gmm->count);
+    snprintf(what, sizeof what, "mixture trial %d (%d Gaussians)", t, (int)xt_model_gmm(m)->count);
     XT_CHECK_MSG(render_and_compare(what, &m, 1, &g) == 0, "%s", what);
     xt_model_free(m);
   }
@@ -172,7 +172,7 @@ XT_TEST(huge_gaussians_and_growth) {
   xt_msg msg;
   XT_REQUIRE(xt_gmm_cuda_profile_frame(0, (const xt_model *const *)ms, 2, &g, 0, 1, &pr, &msg) == 0);
   /* 16 x 16 tiles: 10 x 9 of them */
-  XT_CHECK(pr.gaussians == big->gmm->count + many->gmm->count);
+  XT_CHECK(pr.gaussians == xt_model_gmm(big)->count + xt_model_gmm(many)->count);
   XT_CHECK(pr.visible > 0 && pr.visible <= pr.gaussians);
   XT_CHECK_MSG(pr.pairs > 8.0 * pr.gaussians, "%g pairs for %g Gaussians: no growth exercised", pr.pairs, pr.gaussians);
   XT_CHECK(pr.pairs <= pr.visible * 90 && pr.evaluated <= pr.pairs * 256);
@@ -193,13 +193,13 @@ XT_TEST(gaussians_reaching_the_source) {
     xt_geometry g;
     XT_REQUIRE(xt_geom_compute(&p, &mode, &g, NULL) == 0);
     for (int i = 0; i < 10; i++) {
-      xt_gaussian *q = &m->gmm->g[i];
+      xt_gaussian *q = &xt_model_gmm(m)->g[i];
       q->centre[0] = (float)(g.source.x + urand(-30, 30));
       q->centre[1] = (float)(g.source.y + (i < 5 ? -urand(10, 100) : urand(10, 80)));
       q->centre[2] = (float)(g.source.z + urand(-30, 30));
       for (int a = 0; a < 3; a++) q->scale[a] = (float)(i < 5 ? urand(2, 20) : urand(20, 60));
     }
-    XT_REQUIRE(xt_gmm_finish(m->gmm, "t", NULL) == 0);
+    XT_REQUIRE(xt_gmm_finish(xt_model_gmm(m), "t", NULL) == 0);
     char what[64];
     snprintf(what, sizeof what, "reaching the source, trial %d", t);
     XT_CHECK_MSG(render_and_compare(what, &m, 1, &g) == 0, "%s", what);
@@ -273,7 +273,7 @@ XT_TEST(fit_engines_agree) {
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.6, XT_VOXEL_F32, &m, NULL) == 0);
   xt_fit_problem pb;
-  XT_REQUIRE(xt__fit_problem_init(m->volume, &pb, NULL) == 0);
+  XT_REQUIRE(xt__fit_problem_init(xt_model_volume(m), &pb, NULL) == 0);
   xt_fit_engine *ec = NULL, *eg = NULL;
   xt_msg msg;
   XT_REQUIRE(xt__fit_cpu_engine(&pb, 0, &ec, &msg) == 0);
@@ -310,9 +310,9 @@ XT_TEST(fit_engines_agree) {
   xt_gmm *a = NULL, *b = NULL;
   xt_fit_result ra, rb;
   o.engine = XT_FIT_CPU;
-  XT_REQUIRE(xt_fit_volume(m->volume, &o, &a, &ra, &msg) == 0);
+  XT_REQUIRE(xt_fit_volume(xt_model_volume(m), &o, &a, &ra, &msg) == 0);
   o.engine = XT_FIT_CUDA;
-  XT_REQUIRE(xt_fit_volume(m->volume, &o, &b, &rb, &msg) == 0);
+  XT_REQUIRE(xt_fit_volume(xt_model_volume(m), &o, &b, &rb, &msg) == 0);
   printf("  fit engines: cpu %.3f dB in %.2f s, cuda %.3f dB in %.2f s\n", ra.psnr3d, ra.seconds, rb.psnr3d, rb.seconds);
   XT_CHECK(strcmp(rb.engine, "cuda") == 0);
   XT_CHECK_NEAR(rb.psnr3d, ra.psnr3d, 0.05);

@@ -136,7 +136,7 @@ XT_TEST(fit_beats_its_initialisation_on_the_head) {
   xt_gmm *g = NULL;
   xt_fit_result r;
   xt_msg msg;
-  XT_REQUIRE(xt_fit_volume(m->volume, &o, &g, &r, &msg) == 0);
+  XT_REQUIRE(xt_fit_volume(xt_model_volume(m), &o, &g, &r, &msg) == 0);
   printf("  head 36x48x46 @ 4 mm, %zu Gaussians (%zu bytes): 3D PSNR init %.2f dB, fitted %.2f dB, %.1f s\n", r.count,
          r.bytes, r.psnr3d_init, r.psnr3d, r.seconds);
   XT_CHECK(r.count > 1000 && r.count <= 1500);
@@ -145,13 +145,13 @@ XT_TEST(fit_beats_its_initialisation_on_the_head) {
   XT_CHECK(r.iters == 40);
   /* the mixture is in the volume's model frame: its bounds hold the head's */
   xt_vec3 lo, hi;
-  xt_volume_bounds(m->volume, &lo, &hi);
+  xt_volume_bounds(xt_model_volume(m), &lo, &hi);
   XT_CHECK(g->lo[0] < lo.x + 20 && g->hi[0] > hi.x - 20 && g->lo[2] < lo.z + 20 && g->hi[2] > hi.z - 20);
   /* the same fit with one thread is the same mixture, bit for bit */
   xt_gmm *g1 = NULL;
   xt_fit_result r1;
   o.threads = 1;
-  XT_REQUIRE(xt_fit_volume(m->volume, &o, &g1, &r1, &msg) == 0);
+  XT_REQUIRE(xt_fit_volume(xt_model_volume(m), &o, &g1, &r1, &msg) == 0);
   XT_CHECK(g1->count == g->count && memcmp(g1->g, g->g, sizeof(xt_gaussian) * g->count) == 0);
   xt_gmm_free(g1);
   xt_gmm_free(g);
@@ -186,7 +186,7 @@ XT_TEST(projection_refinement_lowers_the_projection_error) {
   xt_gmm *g = NULL;
   xt_fit_result r;
   xt_msg msg;
-  XT_REQUIRE(xt_fit_volume(m->volume, &o, &g, &r, &msg) == 0);
+  XT_REQUIRE(xt_fit_volume(xt_model_volume(m), &o, &g, &r, &msg) == 0);
   printf("  projection refinement: 2D PSNR %.2f -> %.2f dB; 3D PSNR %.2f -> %.2f dB\n", first, last_2d, r.psnr3d,
          r.psnr3d_proj);
   XT_CHECK(last_2d > first + 0.5);

@@ -42,7 +42,7 @@ static xt_geometry random_geometry(int cols, int rows, double pitch, double sod,
 /* The kernels' pipeline on the host: footprints, tile lists (duplicate + stable sort = lists in
  * Gaussian order), and the render's summation order. */
 static void emulate(const xt_model *m, const xt_geometry *g, std::vector<double> &out, size_t *pairs) {
-  const xt_gmm *gm = m->gmm;
+  const xt_gmm *gm = xt_model_gmm(m);
   const int cols = g->mode.cols, rows = g->mode.rows;
   const int ntx = (cols + XT_GMM_TILE_W - 1) / XT_GMM_TILE_W, nty = (rows + XT_GMM_TILE_H - 1) / XT_GMM_TILE_H;
   gmm_cam cam;
@@ -162,15 +162,15 @@ XT_TEST(gaussians_reaching_the_source_plane) {
     XT_REQUIRE(m);
     if (t % 2) /* a few small ones right beside the source (800 mm from the isocentre, at +y) */
       for (int i = 0; i < 5; i++) {
-        m->gmm->g[i].centre[1] = (float)urand(700, 790);
-        for (int a = 0; a < 3; a++) m->gmm->g[i].scale[a] = (float)urand(2, 20);
+        xt_model_gmm(m)->g[i].centre[1] = (float)urand(700, 790);
+        for (int a = 0; a < 3; a++) xt_model_gmm(m)->g[i].scale[a] = (float)urand(2, 20);
       }
     if (t % 3 == 2) /* and some centred behind it, reaching forward past it */
       for (int i = 5; i < 9; i++) {
-        m->gmm->g[i].centre[1] = (float)urand(810, 880);
-        for (int a = 0; a < 3; a++) m->gmm->g[i].scale[a] = (float)urand(20, 60);
+        xt_model_gmm(m)->g[i].centre[1] = (float)urand(810, 880);
+        for (int a = 0; a < 3; a++) xt_model_gmm(m)->g[i].scale[a] = (float)urand(20, 60);
       }
-    XT_REQUIRE(xt_gmm_finish(m->gmm, "t", NULL) == 0);
+    XT_REQUIRE(xt_gmm_finish(xt_model_gmm(m), "t", NULL) == 0);
     xt_geometry g = random_geometry(64, 48, urand(2, 5), 800, 1200);
     g.pose.table_mm = xt_v3(0, 0, 0); /* keep the source where the Gaussians above expect it */
     xt_geom_compute(&g.pose, &g.mode, &g, NULL);
@@ -197,7 +197,7 @@ XT_TEST(tiles_cover_the_cutoff_exactly_and_tightly) {
     const int ntx = (cols + 15) / 16, nty = (rows + 15) / 16;
     gmm_cam cam;
     XT_REQUIRE(xt_gmm_cam_fill(&g, &m->placement, &cam));
-    const xt_gmm *gm = m->gmm;
+    const xt_gmm *gm = xt_model_gmm(m);
     const double k2 = gm->cutoff * gm->cutoff;
     for (size_t i = 0; i < gm->count; i++) {
       gmm_screen s;

@@ -139,7 +139,7 @@ static xt_model *one_gaussian_model(xt_gaussian g, double cutoff, xt_gmm **gm_ou
 /* The header's random mixture (scales 1..12 mm), with its payload. */
 static xt_model *mixture_of(int n, double cutoff, double spread, xt_gmm **gm_out) {
   xt_model *m = random_mixture(n, spread, 1.0, 12.0, cutoff);
-  if (m && gm_out) *gm_out = m->gmm;
+  if (m && gm_out) *gm_out = xt_model_gmm(m);
   return m;
 }
 
@@ -452,7 +452,7 @@ XT_TEST(unfinished_mixture_is_refused) {
   snprintf(m.name, sizeof m.name, "raw");
   m.kind = XT_MODEL_GMM;
   m.placement = xt_aff_identity();
-  m.gmm = gm; /* no xt_gmm_finish: no index */
+  m.payload = gm; /* no xt_gmm_finish: no index */
   xt_proj_options po = {XT_BACKEND_CPU, 1, 0};
   xt_proj *p = NULL;
   xt_msg msg;

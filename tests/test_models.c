@@ -3,6 +3,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "xt_gmm.h"
+#include "xt_model_kind.h"
+#include "xt_nvdb.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
 
@@ -116,18 +119,146 @@ XT_TEST(head_phantom_has_its_materials) {
   int dim[3] = {64, 64, 64};
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &m, NULL) == 0);
   int seen[256] = {0};
-  const uint8_t *u = m->volume->data;
-  for (size_t i = 0; i < xt_volume_voxels(m->volume); i++) seen[u[i]]++;
+  const xt_volume *v = xt_model_volume(m);
+  const uint8_t *u = v->data;
+  for (size_t i = 0; i < xt_volume_voxels(v); i++) seen[u[i]]++;
   XT_CHECK(seen[XT_MAT_AIR] && seen[XT_MAT_BONE] && seen[XT_MAT_BRAIN] && seen[XT_MAT_SOFT] && seen[XT_MAT_BLOOD]);
-  XT_CHECK(m->kind == XT_MODEL_LABELS && m->volume->materials && m->volume->materials->count == XT_MAT_DEFAULT_COUNT);
+  XT_CHECK(m->kind == XT_MODEL_LABELS && v->materials && v->materials->count == XT_MAT_DEFAULT_COUNT);
   xt_msg msg;
-  XT_CHECK(xt_volume_validate(m->volume, "head", &msg) == 0);
+  XT_CHECK(xt_volume_validate(v, "head", &msg) == 0);
   /* the centre voxel is brain, a voxel on the x axis at 67 mm is skull (semi-axis 69 mm) */
   XT_CHECK(u[32 + 64 * (32 + 64 * 32)] == XT_MAT_BRAIN);
   xt_model_free(m);
 }
 
+/* ---- the kind table (xt_model_kind.h) ------------------------------------------------------ */
+
+XT_TEST(kind_registry_is_complete) {
+  const int n = xt_model_kind_count();
+  XT_CHECK(n >= 4);
+  for (int i = 0; i < n; i++) {
+    const xt_model_kind_ops *k = xt_model_kind_at(i);
+    XT_REQUIRE(k && k->name && *k->name);
+    XT_CHECK_MSG(k->free && k->bounds && k->describe, "kind %s: free, bounds and describe are required", k->name);
+    XT_CHECK_MSG(xt_model_kind_find(k->name) == k, "kind %s: found by its name", k->name);
+    for (int j = 0; j < i; j++) XT_CHECK_MSG(strcmp(xt_model_kind_at(j)->name, k->name), "kind %s twice", k->name);
+  }
+  XT_CHECK(xt_model_kind_at(n) == NULL && xt_model_kind_at(-1) == NULL && xt_model_kind_find("nope") == NULL);
+  XT_CHECK(xt_model_kind_find("dense") == XT_MODEL_DENSE && xt_model_kind_find("labels") == XT_MODEL_LABELS &&
+           xt_model_kind_find("gmm") == XT_MODEL_GMM && xt_model_kind_find("nvdb") == XT_MODEL_NVDB);
+  XT_CHECK(strcmp(xt_model_kind_name(NULL), "unknown") == 0);
+}
+
+/* A writer that checks the calls nest (keys in objects, none in arrays) and lists the top-level keys. */
+typedef struct keys_out {
+  char keys[256];
+  int depth, bad;
+  int array[16]; /* array[d]: container d is an array */
+} keys_out;
+
+static void ko_value(keys_out *k, const char *key) {
+  if (k->depth < 1 || (key == NULL) != (k->array[k->depth - 1] != 0)) k->bad = 1;
+  if (k->depth == 1 && key) {
+    size_t n = strlen(k->keys);
+    snprintf(k->keys + n, sizeof k->keys - n, "%s%s", n ? "," : "", key);
+  }
+}
+static void ko_real(void *c, const char *key, double v) { ko_value(c, key); }
+static void ko_integer(void *c, const char *key, int64_t v) { ko_value(c, key); }
+static void ko_string(void *c, const char *key, const char *s) {
+  if (!s) ((keys_out *)c)->bad = 1;
+  ko_value(c, key);
+}
+static void ko_boolean(void *c, const char *key, int v) { ko_value(c, key); }
+static void ko_begin(void *c, const char *key, int array) {
+  keys_out *k = c;
+  ko_value(k, key);
+  if (k->depth >= 16) k->bad = 1;
+  else k->array[k->depth++] = array;
+}
+static void ko_end(void *c) {
+  keys_out *k = c;
+  if (k->depth <= 1) k->bad = 1;
+  else k->depth--;
+}
+
+/* The top-level keys of view v of m (a balanced, well-formed description), or "BAD". */
+static const char *view_keys(const xt_model *m, xt_model_view v, keys_out *k) {
+  memset(k, 0, sizeof *k);
+  k->depth = 1; /* the caller's object */
+  const xt_json_out out = {k, ko_real, ko_integer, ko_string, ko_boolean, ko_begin, ko_end};
+  xt_model_describe(m, v, &out);
+  return k->bad || k->depth != 1 ? "BAD" : k->keys;
+}
+
+XT_TEST(kinds_describe_and_answer_through_the_table) {
+  xt_model *dense = NULL, *labels = NULL, *gm = NULL;
+  int dim[3] = {16, 16, 16};
+  XT_REQUIRE(xt_phantom_head_model(dim, 12.0, XT_VOXEL_F32, &dense, NULL) == 0);
+  XT_REQUIRE(xt_phantom_head_model(dim, 12.0, XT_VOXEL_U8, &labels, NULL) == 0);
+  xt_gmm *g = NULL;
+  XT_REQUIRE(xt_gmm_create(3, &g, NULL) == 0);
+  for (int i = 0; i < 3; i++) {
+    g->g[i].scale[0] = g->g[i].scale[1] = g->g[i].scale[2] = 5.0f;
+    g->g[i].rho = 0.01f;
+    g->g[i].label = i == 2 ? 70u : (uint32_t)XT_MAT_BONE;
+  }
+  g->has_labels = 1;
+  XT_REQUIRE(xt_gmm_finish(g, "t", NULL) == 0);
+  XT_REQUIRE(xt_model_from_gmm(g, "mix", &gm, NULL) == 0);
+
+  /* the accessors answer for their own kind only */
+  XT_CHECK(xt_model_volume(dense) && xt_model_volume(labels) && !xt_model_volume(gm));
+  XT_CHECK(xt_model_gmm(gm) == g && !xt_model_gmm(dense) && !xt_model_nvdb(gm) && !xt_model_nvdb(labels));
+
+  /* the keys each caller places: the server's report, the sidecar's two parts, its added models */
+  keys_out k;
+  XT_CHECK_MSG(!strcmp(view_keys(dense, XT_MODEL_VIEW_REPORT, &k), "dim,spacing_mm,bytes,voxels,active_fraction"), "%s",
+               k.keys);
+  XT_CHECK_MSG(!strcmp(view_keys(dense, XT_MODEL_VIEW_SIDECAR, &k),
+                       "dims,spacing_mm,voxel_type,index_to_model,index_to_model_note"), "%s", k.keys);
+  XT_CHECK(!strcmp(view_keys(dense, XT_MODEL_VIEW_SIDECAR_TABLE, &k), ""));
+  XT_CHECK(!strcmp(view_keys(labels, XT_MODEL_VIEW_SIDECAR_TABLE, &k), "materials"));
+  XT_CHECK(!strcmp(view_keys(labels, XT_MODEL_VIEW_BRIEF, &k), ""));
+  XT_CHECK_MSG(!strcmp(view_keys(gm, XT_MODEL_VIEW_REPORT, &k), "gaussians,bytes,cutoff_sigma"), "%s", k.keys);
+  XT_CHECK(!strcmp(view_keys(gm, XT_MODEL_VIEW_SIDECAR, &k), "gaussians,cutoff_sigma"));
+  XT_CHECK(!strcmp(view_keys(gm, XT_MODEL_VIEW_SIDECAR_TABLE, &k), ""));
+  XT_CHECK(!strcmp(view_keys(gm, XT_MODEL_VIEW_BRIEF, &k), "gaussians"));
+
+  /* device bytes: the voxels' linear copy; mixtures do not say */
+  uint64_t b = 1;
+  XT_CHECK(xt_model_device_bytes(dense, &b) == 0 && b == xt_model_volume(dense)->nbytes);
+  XT_CHECK(xt_model_device_bytes(gm, &b) == XT_EUNSUPPORTED && b == 0);
+
+  /* what the material channels read */
+  xt_model_matter mm;
+  xt_msg msg;
+  XT_CHECK(xt_model_matter_of(dense, &mm, &msg) == 0 && mm.kind == XT_MATTER_MU_CLASSES &&
+           mm.energy_kev == XT_DEFAULT_ENERGY_KEV);
+  XT_CHECK(xt_model_matter_of(labels, &mm, &msg) == 0 && mm.kind == XT_MATTER_LABELS &&
+           mm.table == xt_model_volume(labels)->materials);
+  XT_CHECK(xt_model_matter_of(gm, &mm, &msg) == 0 && mm.kind == XT_MATTER_USED_LABELS);
+  XT_CHECK(mm.used[0] == (uint64_t)1 << XT_MAT_BONE && mm.used[1] == (uint64_t)1 << (70 - 64) && !mm.used[2]);
+  g->has_labels = 0;
+  XT_CHECK(xt_model_matter_of(gm, &mm, &msg) == 0 && mm.kind == XT_MATTER_SOFT && !mm.used[0]);
+
+  /* bounds through the table; a payload that cannot say is an error naming the model and kind */
+  xt_vec3 lo, hi;
+  XT_CHECK(xt_model_bounds(gm, &lo, &hi, &msg) == 0 && lo.x < hi.x);
+  xt_model bare;
+  memset(&bare, 0, sizeof bare);
+  snprintf(bare.name, sizeof bare.name, "bare");
+  bare.kind = XT_MODEL_GMM;
+  XT_CHECK(xt_model_bounds(&bare, &lo, &hi, &msg) == XT_EINVAL && strstr(msg.text, "bare") && strstr(msg.text, "gmm"));
+  XT_CHECK(!strcmp(view_keys(&bare, XT_MODEL_VIEW_REPORT, &k), ""));
+  XT_CHECK(xt_model_device_bytes(&bare, &b) == XT_EUNSUPPORTED);
+  xt_model_free(dense);
+  xt_model_free(labels);
+  xt_model_free(gm);
+}
+
 XT_TEST_MAIN(XT_ENTRY(material_table_matches_nist_values) XT_ENTRY(volume_create_rejects_absurd_sizes)
                  XT_ENTRY(volume_validate_finds_nan_and_bad_labels) XT_ENTRY(volume_bounds_cover_voxel_cubes)
                      XT_ENTRY(ellipsoid_chords_closed_form) XT_ENTRY(voxelised_sphere_has_its_volume)
-                         XT_ENTRY(head_phantom_has_its_materials))
+                         XT_ENTRY(head_phantom_has_its_materials) XT_ENTRY(kind_registry_is_complete)
+                             XT_ENTRY(kinds_describe_and_answer_through_the_table))

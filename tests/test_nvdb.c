@@ -97,8 +97,8 @@ XT_TEST(voxels_roundtrip) {
       const int q = labels ? ql[qi] : qd[qi];
       xt_model *nm = tn_nvdb_of(vm, q, bg, 0.0, &msg);
       XT_REQUIRE_MSG_(nm, msg);
-      const xt_volume *v = vm->volume;
-      const xt_nvdb *g = nm->nvdb;
+      const xt_volume *v = xt_model_volume(vm);
+      const xt_nvdb *g = xt_model_nvdb(nm);
       size_t bad = 0, active = 0;
       for (int k = 0; k < v->dim[2]; k++)
         for (int j = 0; j < v->dim[1]; j++)
@@ -156,7 +156,7 @@ XT_TEST(builder_prune_repair) {
     size_t bad = 0;
     for (int k = 0; k < 129; k++)
       for (int j = 0; j < 130; j++)
-        for (int i = 0; i < 136; i++) bad += xt_nvdb_mu(nm->nvdb, i, j, k) != xt_volume_mu(v, i, j, k);
+        for (int i = 0; i < 136; i++) bad += xt_nvdb_mu(xt_model_nvdb(nm), i, j, k) != xt_volume_mu(v, i, j, k);
     XT_CHECK_MSG(bad == 0, "%s: %zu voxels lost to the builder's prune", labels ? "labels" : "mu", bad);
     xt_model_free(nm);
     xt_model_free(vm);
@@ -173,7 +173,7 @@ static void render_equal(int labels, int quant, double tol, int trials) {
     xt_msg msg = {{0}};
     xt_model *nm = tn_nvdb_of(vm, quant, bg, tol, &msg);
     XT_REQUIRE_MSG_(nm, msg);
-    apply_tolerance(vm->volume, (float)bg, (float)tol);
+    apply_tolerance(xt_model_volume(vm), (float)bg, (float)tol);
     xt_detector_mode mode = tmode(48 + rand() % 64, 40 + rand() % 64, tn_urand(0.5, 2.5));
     xt_geometry g;
     XT_REQUIRE(rgeom(&mode, &g) == 0);
@@ -181,7 +181,7 @@ static void render_equal(int labels, int quant, double tol, int trials) {
     XT_REQUIRE(d && n);
     const double w = max_rel(d, n, (size_t)mode.cols * mode.rows, &mx);
     XT_CHECK_MSG(w <= 1e-12 && mx > 0, "%s %s tol %g trial %d: max relative difference %.3g (frame max %.4g)",
-                 labels ? "labels" : "dense", xt_nvdb_type_name(nm->nvdb->grid_type), tol, t, w, mx);
+                 labels ? "labels" : "dense", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), tol, t, w, mx);
     free(d);
     free(n);
     xt_model_free(nm);
@@ -267,7 +267,7 @@ XT_TEST(mixed_scene_is_the_sum) {
       all3 += a[i] > 0 && b[i] > 0 && c[i] > 0;
     }
     XT_CHECK_MSG(worst <= 1e-12, "trial %d (%s + gmm + nvdb %s): reference scene vs sum: %.3g relative", t,
-                 labels ? "labels" : "dense", xt_nvdb_type_name(nm->nvdb->grid_type), worst);
+                 labels ? "labels" : "dense", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), worst);
     XT_CHECK_MSG(worst32 <= 0x1p-23, "trial %d: CPU backend scene vs sum: %.3g relative (float rounding: 6e-8)", t,
                  worst32);
     XT_CHECK_MSG(ma > 0 && mb > 0 && mc > 0 && all3 > 0,
@@ -299,7 +299,7 @@ XT_TEST(quantised_error) {
     for (int k = 0; k < 4; k++) {
       xt_model *qm = tn_nvdb_of(vm, qs[k], 0.0, 0.0, &msg);
       XT_REQUIRE_MSG_(qm, msg);
-      XT_CHECK(qm->nvdb->bytes < fm->nvdb->bytes);
+      XT_CHECK(xt_model_nvdb(qm)->bytes < xt_model_nvdb(fm)->bytes);
       double *q = render(qm, &g), num = 0, den = 0;
       XT_REQUIRE(q);
       for (size_t i = 0; i < (size_t)mode.cols * mode.rows; i++) {
@@ -307,7 +307,7 @@ XT_TEST(quantised_error) {
         den += ref[i] * ref[i];
       }
       const double rel = sqrt(num / den);
-      XT_CHECK_MSG(rel < bound[k], "%s: relative L2 %.3g vs Float (bound %g)", xt_nvdb_type_name(qm->nvdb->grid_type),
+      XT_CHECK_MSG(rel < bound[k], "%s: relative L2 %.3g vs Float (bound %g)", xt_nvdb_type_name(xt_model_nvdb(qm)->grid_type),
                    rel, bound[k]);
       free(q);
       xt_model_free(qm);
@@ -357,7 +357,7 @@ static long write_grid(const xt_model *vm, int quant, const char *name, int zip,
   uint64_t n;
   xt_msg msg;
   FILE *f = NULL;
-  if (xt_nvdb_build(vm->volume, &o, &w, &n, &msg) || !(f = fopen(path, "wb")) || xt_nvdb_write(f, w, n, zip, &msg) ||
+  if (xt_nvdb_build(xt_model_volume(vm), &o, &w, &n, &msg) || !(f = fopen(path, "wb")) || xt_nvdb_write(f, w, n, zip, &msg) ||
       fclose(f) != 0) {
     fprintf(stderr, "  write_grid: %s\n", msg.text);
     return -1;
@@ -396,7 +396,7 @@ XT_TEST(file_roundtrip_and_grid_names) {
     xt_model *m = NULL;
     xt_load_options lo = {.convert = XT_LOAD_MU};
     XT_REQUIRE_MSG_(xt_model_load(paths[i], &lo, NULL, &m, &msg) == 0, msg);
-    XT_CHECK(m->kind == XT_MODEL_NVDB && strcmp(m->nvdb->grid_name, "density") == 0 && m->nvdb->has_record);
+    XT_CHECK(m->kind == XT_MODEL_NVDB && strcmp(xt_model_nvdb(m)->grid_name, "density") == 0 && xt_model_nvdb(m)->has_record);
     m->placement = a->placement;
     double *r0 = render(a, &g), *r1 = render(m, &g), mx;
     XT_REQUIRE(r0 && r1);
@@ -408,8 +408,8 @@ XT_TEST(file_roundtrip_and_grid_names) {
   xt_model *m = NULL;
   xt_load_options lo = {.convert = XT_LOAD_MU, .grid = "material"};
   XT_REQUIRE_MSG_(xt_model_load(pm, &lo, "picked", &m, &msg) == 0, msg);
-  XT_CHECK(m->nvdb->labels && m->nvdb->grid_type == XT_NVDB_FP8 && strcmp(m->name, "picked") == 0);
-  XT_CHECK(m->nvdb->materials->count == b->volume->materials->count);
+  XT_CHECK(xt_model_nvdb(m)->labels && xt_model_nvdb(m)->grid_type == XT_NVDB_FP8 && strcmp(m->name, "picked") == 0);
+  XT_CHECK(xt_model_nvdb(m)->materials->count == xt_model_volume(b)->materials->count);
   xt_model_free(m);
   lo.grid = "nonesuch";
   XT_CHECK(xt_model_load(pm, &lo, NULL, &m, &msg) == XT_ENOTFOUND && m == NULL);
@@ -582,12 +582,12 @@ XT_TEST(independent_writer) {
     xt_model *m = NULL;
     xt_msg msg = {{0}};
     XT_REQUIRE_MSG_(xt_model_load(files[i], NULL, NULL, &m, &msg) == 0, msg);
-    XT_CHECK(m->nvdb->grid_type == XT_NVDB_FLOAT && !m->nvdb->has_record && !m->nvdb->labels);
-    XT_CHECK_MSG(m->nvdb->nodes[1] > 0, "lower nodes %u", m->nvdb->nodes[1]);
+    XT_CHECK(xt_model_nvdb(m)->grid_type == XT_NVDB_FLOAT && !xt_model_nvdb(m)->has_record && !xt_model_nvdb(m)->labels);
+    XT_CHECK_MSG(xt_model_nvdb(m)->nodes[1] > 0, "lower nodes %u", xt_model_nvdb(m)->nodes[1]);
     size_t bad = 0;
     for (int k = 0; k < nzz; k++)
       for (int j = 0; j < ny; j++)
-        for (int i2 = 0; i2 < nx; i2++) bad += xt_nvdb_mu(m->nvdb, i2, j, k) != f[i2 + nx * (j + ny * k)];
+        for (int i2 = 0; i2 < nx; i2++) bad += xt_nvdb_mu(xt_model_nvdb(m), i2, j, k) != f[i2 + nx * (j + ny * k)];
     XT_CHECK_MSG(bad == 0, "%s: %zu voxels differ", files[i], bad);
     for (int t = 0; t < 6; t++) {
       xt_detector_mode mode = tmode(56, 48, 1.2);
@@ -636,11 +636,11 @@ XT_TEST(channels_equal_the_source_volume) {
     xt_model *vm = tn_sparse_model(labels, 8, 56, bg);
     XT_REQUIRE(vm);
     if (labels) XT_REQUIRE(tn_default_materials(vm) == 0);
-    else vm->volume->energy_kev = 70; /* not the default: the grid must carry it */
+    else xt_model_volume(vm)->energy_kev = 70; /* not the default: the grid must carry it */
     xt_msg msg = {{0}};
     xt_model *nm = tn_nvdb_of(vm, quant, bg, 0.0, &msg);
     XT_REQUIRE_MSG_(nm, msg);
-    XT_CHECK(labels || nm->nvdb->energy_kev == 70);
+    XT_CHECK(labels || xt_model_nvdb(nm)->energy_kev == 70);
     xt_chanset cs = {0}, cg = {0};
     XT_REQUIRE(xt_chanset_add_model(&cs, vm, NULL) == 0);
     XT_REQUIRE_MSG_(xt_chanset_add_model(&cg, nm, &msg) == 0, msg);
@@ -653,7 +653,7 @@ XT_TEST(channels_equal_the_source_volume) {
     XT_REQUIRE(d && n);
     const double w = max_rel(d, n, (size_t)mode.cols * mode.rows * (size_t)cs.n, &mx);
     XT_CHECK_MSG(w <= 1e-12 && mx > 0, "%s %s trial %d: max relative difference %.3g (max %.4g)",
-                 labels ? "labels" : "dense", xt_nvdb_type_name(nm->nvdb->grid_type), t, w, mx);
+                 labels ? "labels" : "dense", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), t, w, mx);
     free(d);
     free(n);
     xt_model_free(nm);

@@ -90,7 +90,7 @@ static void random_trials(int labels, int quant, int trials, int lo, int hi) {
     xt_geometry g;
     XT_REQUIRE(rgeom(&mode, &g) == 0);
     char what[96];
-    snprintf(what, sizeof what, "%s %s trial %d", labels ? "labels" : "mu", xt_nvdb_type_name(nm->nvdb->grid_type), t);
+    snprintf(what, sizeof what, "%s %s trial %d", labels ? "labels" : "mu", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), t);
     XT_CHECK_MSG(check_scene(what, &nm, 1, &g) == 0, "%s", what);
     xt_model_free(nm);
     xt_model_free(vm);
@@ -199,8 +199,8 @@ XT_TEST(mixed_scene_with_gmm) {
     xt_geometry g;
     XT_REQUIRE(rgeom(&mode, &g) == 0);
     char what[96];
-    snprintf(what, sizeof what, "%s + gmm %zu + nvdb %s, trial %d", labels ? "labels" : "dense", gm->gmm->count,
-             xt_nvdb_type_name(nm->nvdb->grid_type), t);
+    snprintf(what, sizeof what, "%s + gmm %zu + nvdb %s, trial %d", labels ? "labels" : "dense", xt_model_gmm(gm)->count,
+             xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), t);
     xt_model *ms[3] = {gm, nm, vm};
     XT_CHECK_MSG(check_scene(what, ms, 3, &g) == 0, "%s", what);
     if (t == 1) { /* every kind at once: dense, labels, mixture, Float and Int16 grids */

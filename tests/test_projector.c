@@ -36,10 +36,10 @@ static xt_model *grid_model(int nx, int ny, int nz, double h, xt_vec3 corner, in
   return m;
 }
 
-static float *f32(xt_model *m) { return (float *)m->volume->data; }
+static float *f32(xt_model *m) { return (float *)xt_model_volume(m)->data; }
 
 static void fill_uniform(xt_model *m, float mu) {
-  size_t n = xt_volume_voxels(m->volume);
+  size_t n = xt_volume_voxels(xt_model_volume(m));
   for (size_t i = 0; i < n; i++) f32(m)[i] = mu;
 }
 
@@ -106,7 +106,7 @@ XT_TEST(axis_aligned_rays_sum_rows_exactly) {
   xt_model *m = grid_model(n[0], n[1], n[2], h, xt_v3(-6, -4, -3), XT_VOXEL_F32);
   XT_REQUIRE(m);
   srand(2);
-  size_t nv = xt_volume_voxels(m->volume);
+  size_t nv = xt_volume_voxels(xt_model_volume(m));
   for (size_t i = 0; i < nv; i++) f32(m)[i] = (float)urand(0, 0.1);
   /* Along x through the centres of row (j, k): the integral is h * sum of that row. */
   for (int k = 0; k < n[2]; k++)
@@ -378,9 +378,9 @@ XT_TEST(labels_equal_dense_of_their_table) {
   XT_REQUIRE(xt_phantom_head_model(dim, 4.0, XT_VOXEL_U8, &lab, NULL) == 0);
   XT_REQUIRE(xt_phantom_head_model(dim, 4.0, XT_VOXEL_F32, &den, NULL) == 0);
   /* Turn the dense copy into table[label] so both describe the same field. */
-  size_t n = xt_volume_voxels(lab->volume);
-  const uint8_t *u = lab->volume->data;
-  for (size_t i = 0; i < n; i++) f32(den)[i] = lab->volume->materials->mu[u[i]];
+  size_t n = xt_volume_voxels(xt_model_volume(lab));
+  const uint8_t *u = xt_model_volume(lab)->data;
+  for (size_t i = 0; i < n; i++) f32(den)[i] = xt_model_volume(lab)->materials->mu[u[i]];
   const xt_model *a[1] = {lab}, *b[1] = {den};
   srand(8);
   xt_geometry g = random_geometry("fd20-128");

@@ -13,24 +13,14 @@
 #include <string.h>
 
 #include "xt_load.h"
+#include "xt_output.h"
 
 static int npy(const char *path, const xt_volume *v) {
   FILE *f = fopen(path, "wb");
   if (!f) return 1;
-  char hdr[256];
-  int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d, %d), }",
-                   v->type == XT_VOXEL_F32 ? "<f4" : "|u1", v->dim[2], v->dim[1], v->dim[0]);
-  int total = 10 + n + 1;
-  int pad = (64 - total % 64) % 64;
-  unsigned short hl = (unsigned short)(n + pad + 1);
-  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-  fputc(hl & 0xff, f);
-  fputc(hl >> 8, f);
-  fwrite(hdr, 1, (size_t)n, f);
-  for (int i = 0; i < pad; i++) fputc(' ', f);
-  fputc('\n', f);
-  fwrite(v->data, 1, v->nbytes, f);
-  return fclose(f) != 0;
+  const int shape[3] = {v->dim[2], v->dim[1], v->dim[0]};
+  int bad = xt_npy_write(f, v->type == XT_VOXEL_F32 ? "<f4" : "|u1", 3, shape, v->data, NULL) != 0;
+  return (fclose(f) != 0) | bad;
 }
 
 int main(int argc, char **argv) {
@@ -68,7 +58,7 @@ int main(int argc, char **argv) {
     json_decref(e);
     return 1;
   }
-  const xt_volume *v = m->volume;
+  const xt_volume *v = xt_model_volume(m);
   const xt_load_report *r = m->report;
   json_t *aff = json_array();
   for (int i = 0; i < 3; i++)

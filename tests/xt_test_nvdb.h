@@ -80,7 +80,7 @@ static xt_model *tn_sparse_model(int labels, int lo, int hi, double bg) {
 /* Gives a label model of tn_sparse_model the default material table (at 60 keV, so that it has
  * material channels), its labels taken modulo the table's 8 entries (label 0 = air). */
 static inline int tn_default_materials(xt_model *vm) {
-  xt_volume *v = vm->volume;
+  xt_volume *v = xt_model_volume(vm);
   if (xt_materials_default(60.0, v->materials, NULL)) return -1;
   uint8_t *u = (uint8_t *)v->data;
   for (size_t i = 0; i < xt_volume_voxels(v); i++) u[i] = (uint8_t)(u[i] % XT_MAT_DEFAULT_COUNT);
@@ -92,7 +92,7 @@ static xt_model *tn_nvdb_of(const xt_model *vm, int quant, double bg, double tol
   xt_nvdb_build_options o = {quant, bg, tol, 1e-3, NULL};
   uint32_t *w = NULL;
   uint64_t bytes = 0;
-  if (xt_nvdb_build(vm->volume, &o, &w, &bytes, msg)) return NULL;
+  if (xt_nvdb_build(xt_model_volume(vm), &o, &w, &bytes, msg)) return NULL;
   xt_nvdb *g = NULL;
   if (xt_nvdb_from_blob(w, bytes, NULL, "test grid", &g, msg)) return NULL;
   xt_model *m = NULL;

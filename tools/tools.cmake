@@ -1,22 +1,22 @@
 # tools.cmake: the xtwin command-line program and its output writers.
 #
-# xt_cli   static library of the writers (NPY, PNG via libpng, JSON sidecar via jansson), the
-#          all-or-nothing output set and the option-table parser; the tests link it too.
+# xt_cli   static library of the CLI's output files (NPY and PNG through output/'s encoders, the
+#          JSON sidecar via jansson), the all-or-nothing output set and the option-table parser;
+#          the tests link it too.
 # xtwin    the program. Optional parts, each detected rather than required:
 #            xt_loaders (models/xt_load*.c)  -> XT_HAVE_LOADERS: `render --volume`
 #            xt_bench   (bench/, added after tools/, so linked from a deferred call at the end of
 #                        the top-level directory)  -> XT_HAVE_BENCH: `xtwin bench`
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET libpng)
 
 add_library(xt_cli STATIC xt_out.c xt_opt.c xt_sidecar.c)
 target_include_directories(xt_cli PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(xt_cli PUBLIC xt_models xt_scene PkgConfig::JANSSON PkgConfig::LIBPNG ${M_LIB}
+target_link_libraries(xt_cli PUBLIC xt_output xt_models xt_scene PkgConfig::JANSSON ${M_LIB}
   PRIVATE xt_warnings)
 
 add_executable(xtwin xtwin.c xt_render_cmd.c xt_gmm_fit_cmd.c)
 # gmm-fit: the fitter (fit/) and the benchmark's head phantom (bench/, built with or without CUDA)
-target_link_libraries(xtwin PRIVATE xt_cli xt_imaging xt_fit xt_bench_phantoms xt_proj xt_models xt_scene ${M_LIB}
+target_link_libraries(xtwin PRIVATE xt_cli xt_acq xt_imaging xt_fit xt_bench_phantoms xt_proj xt_models xt_scene ${M_LIB}
   xt_warnings)
 target_compile_definitions(xtwin PRIVATE XT_VERSION="${PROJECT_VERSION}")
 

@@ -154,9 +154,10 @@ static int make_model(const fit_opts *o, xt_model **out, xt_msg *msg) {
     static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
     xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy};
     if ((rc = xt_model_load(o->volume, &lo, NULL, &m, msg))) return rc;
-    if (m->kind != XT_MODEL_DENSE && m->kind != XT_MODEL_LABELS) {
+    if (!xt_model_volume(m)) {
+      const char *kind = xt_model_kind_name(m->kind); /* a static string: outlives the model */
       xt_model_free(m);
-      return xt_fail(msg, XT_EINVAL, "%s: a %s model: gmm-fit fits voxel volumes", o->volume, xt_model_kind_name(m->kind));
+      return xt_fail(msg, XT_EINVAL, "%s: a %s model: gmm-fit fits voxel volumes", o->volume, kind);
     }
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "volume loading not built into this xtwin");
@@ -254,7 +255,7 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
   fo.proj_mode = o.report_mode;
   if (!o.quiet && isatty(fileno(stderr))) fo.progress = progress;
   xt_fit_result res;
-  rc = xt_fit_volume(vm->volume, &fo, &g, &res, &msg);
+  rc = xt_fit_volume(xt_model_volume(vm), &fo, &g, &res, &msg);
   if (fo.progress) fprintf(stderr, "\n");
   if (rc) {
     code = say(XT_EXIT_RUNTIME, "%s", msg.text);
@@ -265,11 +266,12 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
     goto done;
   }
   const size_t fbytes = thesis ? 8 + g->count * 44 : xt_gmm_file_bytes(g);
-  const size_t dense = xt_volume_voxels(vm->volume) * sizeof(float);
+  const xt_volume *vol = xt_model_volume(vm);
+  const size_t dense = xt_volume_voxels(vol) * sizeof(float);
   printf("wrote %s: %zu Gaussians, %zu bytes (dense float volume %zu bytes: 1/%.1f)\n", o.out, g->count, fbytes, dense,
          (double)dense / fbytes);
-  printf("3D PSNR on the %d x %d x %d grid (peak = largest mu): initialisation %.2f dB, fitted %.2f dB", vm->volume->dim[0],
-         vm->volume->dim[1], vm->volume->dim[2], res.psnr3d_init, res.psnr3d);
+  printf("3D PSNR on the %d x %d x %d grid (peak = largest mu): initialisation %.2f dB, fitted %.2f dB", vol->dim[0],
+         vol->dim[1], vol->dim[2], res.psnr3d_init, res.psnr3d);
   if (o.proj_iters > 0) printf(", after the projection refinement %.2f dB", res.psnr3d_proj);
   printf("\nengine %s, %d iterations, %.1f s\n", res.engine, res.iters, res.seconds);
   if (o.report != 3) {

@@ -155,14 +155,14 @@ int xt_cmd_nvdb_convert(int argc, char **argv) {
     code = say(XT_EXIT_RUNTIME, "%s%s", o.volume ? "--volume: " : "", msg.text);
     goto done;
   }
-  const int labels = m->volume->type == XT_VOXEL_U8;
+  const int labels = xt_model_volume(m)->type == XT_VOXEL_U8;
   if (!seen_opt(seen, "quant")) o.quant = labels ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT;
   if (labels && seen_opt(seen, "tolerance")) {
     code = say(XT_EXIT_USAGE, "--tolerance: applies to dense mu, not to labels");
     goto done;
   }
   xt_nvdb_build_options bo = {o.quant, o.background, o.tolerance, o.fpn_tolerance, o.name};
-  if ((rc = xt_nvdb_build(m->volume, &bo, &words, &bytes, &msg))) {
+  if ((rc = xt_nvdb_build(xt_model_volume(m), &bo, &words, &bytes, &msg))) {
     code = say(rc == XT_EINVAL ? XT_EXIT_USAGE : XT_EXIT_RUNTIME, "%s", msg.text);
     goto done;
   }
@@ -198,7 +198,7 @@ int xt_cmd_nvdb_convert(int argc, char **argv) {
          check->grid_name, xt_nvdb_type_name(check->grid_type), labels ? "labels" : "mu 1/mm",
          check->hi[0] - check->lo[0] + 1, check->hi[1] - check->lo[1] + 1, check->hi[2] - check->lo[2] + 1,
          100 * xt_nvdb_active_fraction(check), (unsigned long long)bytes,
-         100.0 * (double)bytes / (double)m->volume->nbytes, labels ? "the uint8 volume" : "the dense float volume");
+         100.0 * (double)bytes / (double)xt_model_volume(m)->nbytes, labels ? "the uint8 volume" : "the dense float volume");
 done:
   if (live) xt_outset_abort(&set);
   xt_outset_free(&set);

@@ -1,132 +1,29 @@
-/* Output writers of the xtwin command: NPY v1.0 float32 arrays, 16-bit grayscale PNG through
- * libpng, and the all-or-nothing output set (temporary files renamed into place together).
+/* Output files of the xtwin command: the CLI's choices for its NPY and PNG files (encoded by
+ * output/), and the all-or-nothing output set (temporary files renamed into place together).
  * See xt_out.h for the contract; docs/cli.md for the formats as users see them. */
 #include "xt_out.h"
 
 #include <errno.h>
-#include <png.h>
-#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------------------------------ */
-/* NPY                                                                                        */
-/* ------------------------------------------------------------------------------------------ */
+#include "xt_output.h"
 
-static int host_is_little_endian(void) {
-  const uint16_t one = 1;
-  uint8_t b;
-  memcpy(&b, &one, 1);
-  return b == 1;
-}
+/* ------------------------------------------------------------------------------------------ */
+/* The CLI's image files                                                                      */
+/* ------------------------------------------------------------------------------------------ */
 
 int xt_npy_write_f32(FILE *f, const float *data, int rows, int cols, xt_msg *msg) {
-  if (rows < 1 || cols < 1) return xt_fail(msg, XT_EINVAL, "npy: bad shape (%d, %d)", rows, cols);
-  /* Magic, version 1.0, little-endian uint16 header length, then the dict padded with spaces
-   * and ending in '\n' so that the data starts at a multiple of 64 bytes. */
-  char dict[128];
-  int dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
-  if (dl < 0 || dl >= (int)sizeof dict) return xt_fail(msg, XT_EINTERNAL, "npy: header too long");
-  size_t total = 10 + (size_t)dl + 1;
-  size_t padded = (total + 63) / 64 * 64;
-  size_t hlen = padded - 10;
-  unsigned char head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
-                            (unsigned char)(hlen >> 8)};
-  if (fwrite(head, 1, sizeof head, f) != sizeof head || fwrite(dict, 1, (size_t)dl, f) != (size_t)dl)
-    return xt_fail(msg, XT_EIO, "npy: write failed: %s", strerror(errno));
-  for (size_t i = 10 + (size_t)dl; i < padded - 1; i++)
-    if (fputc(' ', f) == EOF) return xt_fail(msg, XT_EIO, "npy: write failed: %s", strerror(errno));
-  if (fputc('\n', f) == EOF) return xt_fail(msg, XT_EIO, "npy: write failed: %s", strerror(errno));
-
-  size_t n = (size_t)rows * (size_t)cols;
-  if (host_is_little_endian()) {
-    if (fwrite(data, sizeof(float), n, f) != n) return xt_fail(msg, XT_EIO, "npy: write failed: %s", strerror(errno));
-    return 0;
-  }
-  for (size_t i = 0; i < n; i++) {
-    unsigned char b[4], le[4];
-    memcpy(b, &data[i], 4);
-    le[0] = b[3], le[1] = b[2], le[2] = b[1], le[3] = b[0];
-    if (fwrite(le, 1, 4, f) != 4) return xt_fail(msg, XT_EIO, "npy: write failed: %s", strerror(errno));
-  }
-  return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* PNG                                                                                        */
-/* ------------------------------------------------------------------------------------------ */
-
-/* libpng reports errors by calling this and expecting it not to return. */
-static void png_on_error(png_structp png, png_const_charp text) {
-  xt_msg *msg = (xt_msg *)png_get_error_ptr(png);
-  xt_fail(msg, XT_EIO, "png: %s", text);
-  png_longjmp(png, 1);
-}
-/* Warnings stay quiet: the CLI's stderr carries one line per failure and nothing else. */
-static void png_on_warning(png_structp png, png_const_charp text) {
-  (void)png;
-  (void)text;
-}
-
-/* The part that may longjmp; it modifies no local that is read after the jump. */
-static int png_body(png_structp png, png_infop info, FILE *f, const uint16_t *px, int rows, int cols,
-                    const char *description, uint8_t *row) {
-  if (setjmp(png_jmpbuf(png))) return XT_EIO;
-  png_init_io(png, f);
-  png_set_IHDR(png, info, (png_uint_32)cols, (png_uint_32)rows, 16, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
-               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-  png_text text[2];
-  memset(text, 0, sizeof text);
-  text[0].compression = PNG_TEXT_COMPRESSION_NONE;
-  text[0].key = (png_charp) "Software";
-  text[0].text = (png_charp) "xtwin";
-  int ntext = 1;
-  if (description) {
-    text[1].compression = PNG_TEXT_COMPRESSION_NONE;
-    text[1].key = (png_charp) "Description";
-    text[1].text = (png_charp)description;
-    ntext = 2;
-  }
-  png_set_text(png, info, text, ntext);
-  png_write_info(png, info);
-  for (int r = 0; r < rows; r++) {
-    const uint16_t *src = px + (size_t)r * (size_t)cols;
-    for (int c = 0; c < cols; c++) { /* PNG samples are big-endian */
-      row[2 * c] = (uint8_t)(src[c] >> 8);
-      row[2 * c + 1] = (uint8_t)(src[c] & 0xff);
-    }
-    png_write_row(png, row);
-  }
-  png_write_end(png, NULL);
-  return 0;
+  const int shape[2] = {rows, cols};
+  return xt_npy_write(f, "<f4", 2, shape, data, msg);
 }
 
 int xt_png_write_u16(FILE *f, const uint16_t *px, int rows, int cols, const char *description, xt_msg *msg) {
-  if (rows < 1 || cols < 1 || rows > 1000000 || cols > 1000000)
-    return xt_fail(msg, XT_EINVAL, "png: bad size %d x %d", cols, rows);
-  int rc = 0;
-  png_structp png = NULL;
-  png_infop info = NULL;
-  uint8_t *row = malloc((size_t)cols * 2);
-  if (!row) return xt_fail(msg, XT_ENOMEM, "png: out of memory");
-  png = png_create_write_struct(PNG_LIBPNG_VER_STRING, msg, png_on_error, png_on_warning);
-  if (!png) {
-    rc = xt_fail(msg, XT_ENOMEM, "png: cannot create the libpng writer");
-    goto fail;
-  }
-  info = png_create_info_struct(png);
-  if (!info) {
-    rc = xt_fail(msg, XT_ENOMEM, "png: cannot create the libpng info");
-    goto fail;
-  }
-  rc = png_body(png, info, f, px, rows, cols, description, row); /* msg set by png_on_error */
-fail:
-  if (png) png_destroy_write_struct(&png, info ? &info : NULL);
-  free(row);
-  return rc;
+  const xt_png_text text[2] = {{"Software", "xtwin"}, {"Description", description}};
+  return xt_png16_write(f, px, rows, cols, XT_PNG_SMALL, text, description ? 2 : 1, msg);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,5 +1,6 @@
-/* The xtwin command's output writers: NPY (float32 line integrals), 16-bit PNG (intensity) and a
- * set of output files that appears all at once or not at all.
+/* The xtwin command's output files: NPY (float32 line integrals) and 16-bit PNG (intensity, raw
+ * and processed frames), encoded by output/ (xt_output.h), and a set of output files that appears
+ * all at once or not at all.
  *
  * An xt_outset collects the files of one run. Each file is written to a temporary name in its
  * target directory (".<name>.XXXXXX"); xt_outset_commit renames all of them into place, and
@@ -14,15 +15,12 @@
 
 #include "xt_err.h"
 
-/* --- NPY ------------------------------------------------------------------------------------ */
+/* --- image files ---------------------------------------------------------------------------- */
 
-/* NPY v1.0, dtype '<f4', C order, shape (rows, cols); header padded to a multiple of 64 bytes. */
+/* NPY v1.0, dtype '<f4', C order, shape (rows, cols) (xt_npy_write). */
 int xt_npy_write_f32(FILE *f, const float *data, int rows, int cols, xt_msg *msg);
-
-/* --- PNG ------------------------------------------------------------------------------------ */
-
-/* 16-bit grayscale, rows*cols samples (row 0 first), written big-endian as PNG requires.
- * description, when non-NULL, goes into a tEXt "Description" chunk. */
+/* 16-bit greyscale, libpng's default packing (XT_PNG_SMALL), tEXt "Software" = "xtwin" and, when
+ * description is non-NULL, "Description" (xt_png16_write). */
 int xt_png_write_u16(FILE *f, const uint16_t *px, int rows, int cols, const char *description, xt_msg *msg);
 
 /* --- all-or-nothing output sets ------------------------------------------------------------- */

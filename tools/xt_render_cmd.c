@@ -15,15 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "xt_acq.h"
 #include "xt_chain.h"
-#include "xt_dose.h"
-#include "xt_drc.h"
 #include "xt_exposure.h"
 #include "xt_cli.h"
 #include "xt_coverage.h"
 #include "xt_geom.h"
+#include "xt_gmm.h" /* XT_MODEL_GMM: a mixture has no voxel conversion */
 #include "xt_model.h"
 #include "xt_opt.h"
 #include "xt_out.h"
@@ -204,12 +203,6 @@ void xt_cmd_render_help(FILE *out) {
 
 #define say(code, ...) xt_cli_say("render", (code), __VA_ARGS__)
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
   return s ? s + 1 : path;
@@ -260,6 +253,20 @@ typedef struct frame {
 } frame;
 
 /* Builds (phantom) or loads (volume file) the model; places it. */
+#ifdef XT_HAVE_LOADERS
+/* The loader's options from the command's conversion flags (the main file and every --add). */
+static xt_load_options load_options(const render_opts *o) {
+  static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
+  xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy};
+  lo.hu_model = o->hu_model == 1 ? XT_HU_LINEAR : XT_HU_BILINEAR;
+  lo.ct_energy_kev = o->ct_energy;
+  lo.nan_fill = o->nan_fill;
+  lo.nan_value = o->nan_value;
+  lo.nifti_xform = o->nifti_transform == 1 ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+  return lo;
+}
+#endif
+
 static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
   int rc = 0;
   xt_model *m = NULL;
@@ -289,13 +296,7 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
     if (rc) return rc;
   } else {
 #ifdef XT_HAVE_LOADERS
-    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {.convert = conv[o->convert], .energy_kev = o->energy};
-    lo.hu_model = o->hu_model == 1 ? XT_HU_LINEAR : XT_HU_BILINEAR;
-    lo.ct_energy_kev = o->ct_energy;
-    lo.nan_fill = o->nan_fill;
-    lo.nan_value = o->nan_value;
-    lo.nifti_xform = o->nifti_transform == 1 ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+    xt_load_options lo = load_options(o);
     lo.dicom_series = o->series;
     lo.grid = o->grid;
     if ((rc = xt_model_load(o->volume, &lo, NULL, &m, msg))) return rc;
@@ -319,402 +320,416 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The command                                                                                */
+/* The command, in its steps                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-int xt_cmd_render(int argc, char **argv) {
+/* What the steps share, from the options to the committed outputs. */
+typedef struct render_cmd {
   render_opts o;
   int seen[XT_OPT_MAX];
-  xt_msg msg = {{0}};
-  int code = XT_EXIT_OK, rc;
-  frame *frames = NULL;
-  int nframes = 0;
-  xt_model *model = NULL;
-  xt_model *added[MAX_ADDED] = {NULL};
+  xt_msg msg;
+  xt_chain_params cprm;
+  const xt_detector_mode *mode;
+  xt_backend backend;
+  frame *frames;
+  int nframes;
+  xt_model *model;
+  xt_model *added[MAX_ADDED];
   const char *added_paths[MAX_ADDED];
   char added_buf[4096];
-  int nadded = 0;
-  xt_proj *proj = NULL;
-  xt_chain *chain = NULL;
-  float *lineint = NULL;
-  uint16_t *pix = NULL, *raw = NULL, *proc = NULL;
+  int nadded;
+  xt_proj *proj;
+  xt_acq_plane plane;   /* the command's frames are one run: the loop and the dose totals carry over */
+  xt_acq_renderer rnd;  /* the projector and the chain made on the first --chain frame */
+  float *lineint;       /* the frame planes, made on the first frame (every frame has one size) */
+  uint16_t *pix, *raw, *proc;
+  size_t npx, opx;
   xt_outset set;
-  int set_live = 0;
-  xt_outset_init(&set);
-  memset(&o, 0, sizeof o);
+  int set_live;
+} render_cmd;
 
-  /* --- options ---------------------------------------------------------------------------- */
+/* Options into R->o and the chain's parameters, checked as far as they can be without files.
+ * XT_EXIT_OK to go on; *help when --help was answered. */
+static int parse_options(render_cmd *R, int argc, char **argv, int *help) {
+  render_opts *o = &R->o;
+  int *seen = R->seen;
+  xt_msg *msg = &R->msg;
+  *help = 0;
   if (option_table() != NFIXED + xt_chain_param_count())
     return say(XT_EXIT_RUNTIME, "internal: %d options exceed the table's room (XT_OPT_MAX %d)",
                NFIXED + xt_chain_param_count(), XT_OPT_MAX);
-  if (xt_opt_parse(full_tab, option_table(), argc - 1, argv + 1, &o, seen, &msg)) {
-    int hint = strncmp(msg.text, "unknown option", 14) == 0 || strncmp(msg.text, "unexpected", 10) == 0;
-    return say(XT_EXIT_USAGE, "%s%s", msg.text, hint ? " (see xtwin render --help)" : "");
+  if (xt_opt_parse(full_tab, option_table(), argc - 1, argv + 1, o, seen, msg)) {
+    int hint = strncmp(msg->text, "unknown option", 14) == 0 || strncmp(msg->text, "unexpected", 10) == 0;
+    return say(XT_EXIT_USAGE, "%s%s", msg->text, hint ? " (see xtwin render --help)" : "");
   }
-  if (o.help) {
+  if (o->help) {
     xt_cmd_render_help(stdout);
+    *help = 1;
     return XT_EXIT_OK;
   }
-  if (o.volume && is_seen(seen, "phantom")) return say(XT_EXIT_USAGE, "--phantom and --volume exclude each other");
-  if (o.ellipsoids && (o.volume || is_seen(seen, "phantom")))
-    return say(XT_EXIT_USAGE, "--ellipsoids and --%s exclude each other", o.volume ? "volume" : "phantom");
-  if (o.labels && !o.ellipsoids) return say(XT_EXIT_USAGE, "--labels: applies to --ellipsoids only");
-  if (o.volume && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
+  if (o->volume && is_seen(seen, "phantom")) return say(XT_EXIT_USAGE, "--phantom and --volume exclude each other");
+  if (o->ellipsoids && (o->volume || is_seen(seen, "phantom")))
+    return say(XT_EXIT_USAGE, "--ellipsoids and --%s exclude each other", o->volume ? "volume" : "phantom");
+  if (o->labels && !o->ellipsoids) return say(XT_EXIT_USAGE, "--labels: applies to --ellipsoids only");
+  if (o->volume && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
     return say(XT_EXIT_USAGE, "--%s: applies to the phantom only, not to --volume",
                is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
   static const char *const volume_only[] = {"convert", "energy", "series", "nan-value", "hu-model", "ct-energy",
                                             "nifti-transform"};
   for (size_t k = 0; k < sizeof volume_only / sizeof volume_only[0]; k++) {
-    const int for_added = k < 2 && o.add; /* --convert and --energy apply to added volumes too */
-    if (!o.volume && !for_added && is_seen(seen, volume_only[k]))
+    const int for_added = k < 2 && o->add; /* --convert and --energy apply to added volumes too */
+    if (!o->volume && !for_added && is_seen(seen, volume_only[k]))
       return say(XT_EXIT_USAGE, "--%s: applies to --volume only%s", volume_only[k], k < 2 ? " (and --add)" : "");
   }
-  o.nan_fill = is_seen(seen, "nan-value");
-  if (o.angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
-  xt_chain_params cprm = xt_chain_params_default();
-  if (!o.chain && is_seen(seen, "frame")) return say(XT_EXIT_USAGE, "--frame: applies with --chain only");
+  o->nan_fill = is_seen(seen, "nan-value");
+  if (o->angles.n && is_seen(seen, "primary")) return say(XT_EXIT_USAGE, "--angles and --primary exclude each other");
+  xt_chain_params *cprm = &R->cprm;
+  *cprm = xt_chain_params_default();
+  if (!o->chain && is_seen(seen, "frame")) return say(XT_EXIT_USAGE, "--frame: applies with --chain only");
   /* --protocol first: a preset, which the other options given then adjust */
   for (int i = 0; i < xt_chain_param_count(); i++)
-    if (seen[NFIXED + i] && o.chain && !strcmp(xt_chain_param_at(i)->name, "protocol") &&
-        xt_exposure_set(&cprm, "protocol", o.chain_vals[i], &msg))
-      return say(XT_EXIT_USAGE, "--protocol: %s", msg.text);
+    if (seen[NFIXED + i] && o->chain && !strcmp(xt_chain_param_at(i)->name, "protocol") &&
+        xt_exposure_set(cprm, "protocol", o->chain_vals[i], msg))
+      return say(XT_EXIT_USAGE, "--protocol: %s", msg->text);
   for (int i = 0; i < xt_chain_param_count(); i++) {
     if (!seen[NFIXED + i]) continue;
-    if (!o.chain) return say(XT_EXIT_USAGE, "--%s: applies with --chain only", chain_names[i]);
+    if (!o->chain) return say(XT_EXIT_USAGE, "--%s: applies with --chain only", chain_names[i]);
     if (!strcmp(xt_chain_param_at(i)->name, "protocol")) continue;
-    if (xt_chain_param_set(&cprm, xt_chain_param_at(i)->name, o.chain_vals[i], &msg)) {
-      const char *t = strchr(msg.text, ':'); /* "chain.name: why" -> "--name: why" */
-      return say(XT_EXIT_USAGE, "--%s%s", chain_names[i], t ? t : msg.text);
+    if (xt_chain_param_set(cprm, xt_chain_param_at(i)->name, o->chain_vals[i], msg)) {
+      const char *t = strchr(msg->text, ':'); /* "chain.name: why" -> "--name: why" */
+      return say(XT_EXIT_USAGE, "--%s%s", chain_names[i], t ? t : msg->text);
     }
   }
-  if (o.chain && xt_chain_params_validate(&cprm, &msg)) return say(XT_EXIT_USAGE, "--chain: %s", msg.text);
-  if (o.add && (nadded = split_added(o.add, added_buf, sizeof added_buf, added_paths)) < 0)
+  if (o->chain && xt_chain_params_validate(cprm, msg)) return say(XT_EXIT_USAGE, "--chain: %s", msg->text);
+  if (o->add && (R->nadded = split_added(o->add, R->added_buf, sizeof R->added_buf, R->added_paths)) < 0)
     return say(XT_EXIT_USAGE, "--add: expected 1 to %d comma-separated file names", MAX_ADDED);
   {
-    const size_t vl = o.volume ? strlen(o.volume) : 0;
-    const int nvdb = vl > 5 && strcmp(o.volume + vl - 5, ".nvdb") == 0;
-    if (o.grid && !nvdb) return say(XT_EXIT_USAGE, "--grid-name: applies to --volume FILE.nvdb only");
-    if (nvdb && !is_seen(seen, "convert")) o.convert = 0; /* NanoVDB grids hold mu or labels, never HU */
+    const size_t vl = o->volume ? strlen(o->volume) : 0;
+    const int nvdb = vl > 5 && strcmp(o->volume + vl - 5, ".nvdb") == 0;
+    if (o->grid && !nvdb) return say(XT_EXIT_USAGE, "--grid-name: applies to --volume FILE.nvdb only");
+    if (nvdb && !is_seen(seen, "convert")) o->convert = 0; /* NanoVDB grids hold mu or labels, never HU */
   }
 
-  const xt_detector_mode *mode = xt_mode_find(o.mode);
-  if (!mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o.mode);
+  R->mode = xt_mode_find(o->mode);
+  if (!R->mode) return say(XT_EXIT_USAGE, "--mode: unknown mode \"%s\" (see xtwin modes)", o->mode);
 
-  size_t plen = strlen(o.out);
-  const char *pbase = base_name(o.out);
+  size_t plen = strlen(o->out);
+  const char *pbase = base_name(o->out);
   if (!*pbase || strcmp(pbase, ".") == 0 || strcmp(pbase, "..") == 0)
-    return say(XT_EXIT_USAGE, "--out: \"%s\" names a directory; give a file prefix such as \"%s%sxtwin\"", o.out, o.out,
-               (plen && o.out[plen - 1] == '/') ? "" : "/");
+    return say(XT_EXIT_USAGE, "--out: \"%s\" names a directory; give a file prefix such as \"%s%sxtwin\"", o->out, o->out,
+               (plen && o->out[plen - 1] == '/') ? "" : "/");
   if (plen > 3900) return say(XT_EXIT_USAGE, "--out: prefix longer than 3900 characters");
+  return XT_EXIT_OK;
+}
 
-  /* --- poses ------------------------------------------------------------------------------ */
+/* One pose per frame (--angles or --primary), each frame's geometry and file stem. */
+static int plan_frames(render_cmd *R) {
+  const render_opts *o = &R->o;
+  const xt_detector_mode *mode = R->mode;
   xt_pose pose = xt_pose_default(mode);
-  pose.secondary_deg = o.secondary;
-  pose.detector_rot_deg = o.detector_rot;
-  if (is_seen(seen, "sod")) pose.sod_mm = o.sod;
-  if (is_seen(seen, "sid")) pose.sid_mm = o.sid;
-  pose.table_mm = xt_v3(o.table[0], o.table[1], o.table[2]);
+  pose.secondary_deg = o->secondary;
+  pose.detector_rot_deg = o->detector_rot;
+  if (is_seen(R->seen, "sod")) pose.sod_mm = o->sod;
+  if (is_seen(R->seen, "sid")) pose.sid_mm = o->sid;
+  pose.table_mm = xt_v3(o->table[0], o->table[1], o->table[2]);
   if (!(pose.sid_mm > pose.sod_mm))
-    return say(XT_EXIT_USAGE, "--%s: the SID (%g mm) must exceed the SOD (%g mm)", is_seen(seen, "sid") ? "sid" : "sod",
+    return say(XT_EXIT_USAGE, "--%s: the SID (%g mm) must exceed the SOD (%g mm)", is_seen(R->seen, "sid") ? "sid" : "sod",
                pose.sid_mm, pose.sod_mm);
-  nframes = o.angles.n ? o.angles.n : 1;
-  frames = calloc((size_t)nframes, sizeof *frames);
-  if (!frames) return say(XT_EXIT_RUNTIME, "out of memory");
-  for (int i = 0; i < nframes; i++) {
-    frame *f = &frames[i];
-    pose.primary_deg = o.angles.n ? o.angles.v[i] : o.primary;
-    if ((rc = xt_geom_compute(&pose, mode, &f->geom, &msg))) {
-      code = say(XT_EXIT_USAGE, "%s", msg.text);
-      goto done;
-    }
-    if (o.angles.n) snprintf(f->stem, sizeof f->stem, "%s_p%g", o.out, o.angles.v[i]);
-    else snprintf(f->stem, sizeof f->stem, "%s", o.out);
+  R->nframes = o->angles.n ? o->angles.n : 1;
+  R->frames = calloc((size_t)R->nframes, sizeof *R->frames);
+  if (!R->frames) return say(XT_EXIT_RUNTIME, "out of memory");
+  for (int i = 0; i < R->nframes; i++) {
+    frame *f = &R->frames[i];
+    pose.primary_deg = o->angles.n ? o->angles.v[i] : o->primary;
+    if (xt_geom_compute(&pose, mode, &f->geom, &R->msg)) return say(XT_EXIT_USAGE, "%s", R->msg.text);
+    if (o->angles.n) snprintf(f->stem, sizeof f->stem, "%s_p%g", o->out, o->angles.v[i]);
+    else snprintf(f->stem, sizeof f->stem, "%s", o->out);
     for (int j = 0; j < i; j++)
-      if (strcmp(frames[j].stem, f->stem) == 0) {
-        code = say(XT_EXIT_USAGE, "--angles: %g is given twice", o.angles.v[i]);
-        goto done;
-      }
+      if (strcmp(R->frames[j].stem, f->stem) == 0) return say(XT_EXIT_USAGE, "--angles: %g is given twice", o->angles.v[i]);
   }
+  return XT_EXIT_OK;
+}
 
-  /* --- backend, input, output directory: checked before any heavy work ---------------------- */
-  xt_backend backend = o.backend == 1 ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
-  if ((rc = xt_proj_available(backend, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
-    goto done;
-  }
-  if ((o.volume && !xt_is_dicom(o.volume)) || o.ellipsoids) { /* DICOM folders and @lists: the loader checks */
-    const char *opt = o.volume ? "volume" : "ellipsoids", *path = o.volume ? o.volume : o.ellipsoids;
+/* The backend, the input files and the output directory, before any heavy work. */
+static int check_inputs(render_cmd *R) {
+  const render_opts *o = &R->o;
+  xt_msg *msg = &R->msg;
+  R->backend = o->backend == 1 ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
+  if (xt_proj_available(R->backend, msg))
+    return say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(R->backend), skip_backend(msg->text, R->backend));
+  if ((o->volume && !xt_is_dicom(o->volume)) || o->ellipsoids) { /* DICOM folders and @lists: the loader checks */
+    const char *opt = o->volume ? "volume" : "ellipsoids", *path = o->volume ? o->volume : o->ellipsoids;
     struct stat st;
-    if (stat(path, &st) != 0) {
-      code = say(XT_EXIT_RUNTIME, "--%s: \"%s\": %s", opt, path, strerror(errno));
-      goto done;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      code = say(XT_EXIT_RUNTIME, "--%s: \"%s\": is a directory", opt, path);
-      goto done;
-    }
+    if (stat(path, &st) != 0) return say(XT_EXIT_RUNTIME, "--%s: \"%s\": %s", opt, path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return say(XT_EXIT_RUNTIME, "--%s: \"%s\": is a directory", opt, path);
   }
-  for (int i = 0; i < nadded; i++) {
+  for (int i = 0; i < R->nadded; i++) {
     struct stat st;
-    if (stat(added_paths[i], &st) != 0) {
-      code = say(XT_EXIT_RUNTIME, "--add: \"%s\": %s", added_paths[i], strerror(errno));
-      goto done;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      code = say(XT_EXIT_RUNTIME, "--add: \"%s\": is a directory", added_paths[i]);
-      goto done;
-    }
+    if (stat(R->added_paths[i], &st) != 0)
+      return say(XT_EXIT_RUNTIME, "--add: \"%s\": %s", R->added_paths[i], strerror(errno));
+    if (S_ISDIR(st.st_mode)) return say(XT_EXIT_RUNTIME, "--add: \"%s\": is a directory", R->added_paths[i]);
   }
-  set_live = 1;
-  if ((rc = xt_outset_mkdirs(&set, o.out, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
-    goto done;
-  }
-  {
-    xt_outset probe;
-    FILE *pf = NULL;
-    char path[4200];
-    xt_outset_init(&probe);
-    snprintf(path, sizeof path, "%s.npy", frames[0].stem);
-    rc = xt_outset_open(&probe, path, &pf, &msg);
-    if (pf) fclose(pf);
-    xt_outset_abort(&probe);
-    xt_outset_free(&probe);
-    if (rc) {
-      code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
-      goto done;
-    }
-  }
+  R->set_live = 1;
+  if (xt_outset_mkdirs(&R->set, o->out, msg)) return say(XT_EXIT_RUNTIME, "--out: %s", msg->text);
+  xt_outset probe;
+  FILE *pf = NULL;
+  char path[4200];
+  xt_outset_init(&probe);
+  snprintf(path, sizeof path, "%s.npy", R->frames[0].stem);
+  int rc = xt_outset_open(&probe, path, &pf, msg);
+  if (pf) fclose(pf);
+  xt_outset_abort(&probe);
+  xt_outset_free(&probe);
+  if (rc) return say(XT_EXIT_RUNTIME, "--out: %s", msg->text);
+  return XT_EXIT_OK;
+}
 
-  /* --- model and projector ------------------------------------------------------------------ */
-  if ((rc = make_model(&o, &model, &msg))) {
-    if (o.volume && !strstr(msg.text, o.volume))
-      code = say(XT_EXIT_RUNTIME, "--volume: \"%s\": %s", o.volume, msg.text);
-    else code = say(XT_EXIT_RUNTIME, "%s%s", o.volume ? "--volume: " : "", msg.text);
-    goto done;
+/* The main model (phantom or file) and the --add models, placed like it. */
+static int load_models(render_cmd *R) {
+  const render_opts *o = &R->o;
+  xt_msg *msg = &R->msg;
+  if (make_model(o, &R->model, msg)) {
+    if (o->volume && !strstr(msg->text, o->volume)) return say(XT_EXIT_RUNTIME, "--volume: \"%s\": %s", o->volume, msg->text);
+    return say(XT_EXIT_RUNTIME, "%s%s", o->volume ? "--volume: " : "", msg->text);
   }
+  const xt_model *model = R->model;
   if (model->report) /* what the loader noticed: printed, and kept in every sidecar's "load" */
     for (int k = 0; k < model->report->nwarn; k++)
       say(0, "warning: %s [%s]", model->report->warn[k].text, model->report->warn[k].code);
-  for (int i = 0; i < nadded; i++) {
+  for (int i = 0; i < R->nadded; i++) {
 #ifdef XT_HAVE_LOADERS
-    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
-    xt_load_options lo = {.convert = conv[o.convert], .energy_kev = o.energy};
-    lo.hu_model = o.hu_model == 1 ? XT_HU_LINEAR : XT_HU_BILINEAR;
-    lo.ct_energy_kev = o.ct_energy;
-    lo.nan_fill = o.nan_fill;
-    lo.nan_value = o.nan_value;
-    lo.nifti_xform = o.nifti_transform == 1 ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
-    if ((rc = xt_model_load(added_paths[i], &lo, NULL, &added[i], &msg))) {
-      code = say(XT_EXIT_RUNTIME, "--add: %s", msg.text);
-      goto done;
-    }
-    added[i]->placement = model->placement; /* the scene's models share the main model's placement */
+    xt_load_options lo = load_options(o); /* --add: the main file's conversion, no series or grid choice */
+    if (xt_model_load(R->added_paths[i], &lo, NULL, &R->added[i], msg)) return say(XT_EXIT_RUNTIME, "--add: %s", msg->text);
+    R->added[i]->placement = model->placement; /* the scene's models share the main model's placement */
 #else
-    code = say(XT_EXIT_RUNTIME, "--add: model loading not built into this xtwin");
-    goto done;
+    return say(XT_EXIT_RUNTIME, "--add: model loading not built into this xtwin");
 #endif
   }
-  xt_proj_options po = {backend, o.threads, 0};
-  if ((rc = xt_proj_create(&po, &proj, &msg)) || (rc = xt_proj_add_model(proj, model, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
-    goto done;
-  }
-  for (int i = 0; i < nadded; i++)
-    if ((rc = xt_proj_add_model(proj, added[i], &msg))) {
-      code = say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(backend), skip_backend(msg.text, backend));
-      goto done;
-    }
+  return XT_EXIT_OK;
+}
 
-  int ocols = 0, orows = 0;
-  xt_drc drc;               /* dose-rate control over the command's frames, a run */
-  xt_dose_totals dose_total; /* the run's dose */
-  memset(&drc, 0, sizeof drc);
-  memset(&dose_total, 0, sizeof dose_total);
-  if (o.chain) {
-    if ((rc = xt_chain_create(&cprm, proj, &chain, &msg))) {
-      code = say(XT_EXIT_RUNTIME, "--chain: %s", msg.text);
-      goto done;
-    }
-    xt_chain_set_threads(chain, o.threads); /* the CPU stages: as the projector */
-    xt_chain_out_size(chain, &frames[0].geom, &ocols, &orows);
-    if (cprm.drc) xt_drc_reset(&drc, &cprm);
-    raw = malloc((size_t)ocols * orows * sizeof *raw);
-    proc = malloc((size_t)ocols * orows * sizeof *proc);
-    if (!raw || !proc || !ocols || !orows) {
-      code = say(XT_EXIT_RUNTIME, "--chain: no memory for a %d x %d frame", ocols, orows);
-      goto done;
-    }
-  }
+/* The projector with the scene's models, and the acquisition layer's renderer on it. */
+static int make_projector(render_cmd *R) {
+  xt_msg *msg = &R->msg;
+  xt_proj_options po = {R->backend, R->o.threads, 0};
+  if (xt_proj_create(&po, &R->proj, msg))
+    return say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(R->backend), skip_backend(msg->text, R->backend));
+  xt_acq_renderer_init(&R->rnd, R->proj, R->o.threads); /* the CPU stages: as the projector */
+  for (int i = -1; i < R->nadded; i++)
+    if (xt_acq_renderer_add_model(&R->rnd, i < 0 ? R->model : R->added[i], msg))
+      return say(XT_EXIT_RUNTIME, "--backend %s: %s", xt_backend_name(R->backend), skip_backend(msg->text, R->backend));
+  return XT_EXIT_OK;
+}
 
-  /* --- frames ------------------------------------------------------------------------------- */
-  size_t npx = (size_t)mode->rows * (size_t)mode->cols;
-  lineint = malloc(npx * sizeof *lineint);
-  pix = malloc(npx * sizeof *pix);
-  if (!lineint || !pix) {
-    code = say(XT_EXIT_RUNTIME, "out of memory for a %d x %d frame", mode->cols, mode->rows);
-    goto done;
+/* The acquisition layer's buffers: made on the first frame (all have the mode's size). */
+static int frame_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
+  render_cmd *R = ctx;
+  if (!R->lineint) {
+    R->npx = (size_t)fr->lineint.rows * (size_t)fr->lineint.cols;
+    R->lineint = malloc(R->npx * sizeof *R->lineint);
+    R->pix = malloc(R->npx * sizeof *R->pix);
+    if (!R->lineint || !R->pix)
+      return xt_fail(msg, XT_ENOMEM, "out of memory for a %d x %d frame", fr->lineint.cols, fr->lineint.rows);
   }
-  for (int i = 0; i < nframes; i++) {
-    frame *f = &frames[i];
-    double t0 = now_ms();
-    if ((rc = xt_proj_render(proj, &f->geom, lineint, &msg))) {
-      code = say(XT_EXIT_RUNTIME, "render: %s", msg.text);
-      goto done;
+  fr->lineint.data = R->lineint;
+  if (fr->raw.rows) {
+    if (!R->raw) {
+      R->opx = (size_t)fr->raw.rows * (size_t)fr->raw.cols;
+      R->raw = malloc(R->opx * sizeof *R->raw);
+      R->proc = malloc(R->opx * sizeof *R->proc);
+      if (!R->raw || !R->proc || !R->opx)
+        return xt_fail(msg, XT_ENOMEM, "--chain: no memory for a %d x %d frame", fr->raw.cols, fr->raw.rows);
     }
-    f->ms = now_ms() - t0;
-    f->lmin = INFINITY;
-    f->lmax = -INFINITY;
-    for (size_t k = 0; k < npx; k++) {
-      double L = lineint[k];
-      if (!isfinite(L)) {
-        code = say(XT_EXIT_RUNTIME, "render: non-finite line integral at pixel (row %zu, col %zu)", k / (size_t)mode->cols,
-                   k % (size_t)mode->cols);
-        goto done;
-      }
-      if (L < f->lmin) f->lmin = L;
-      if (L > f->lmax) f->lmax = L;
+    fr->raw.data = R->raw;
+    fr->proc.data = R->proc;
+  }
+  return 0;
+}
+
+/* Frame i through the acquisition layer: line integrals, and with --chain the chain's frames
+ * exposed by the run's loop, its dose and totals. */
+static int expose_frame(render_cmd *R, int i, xt_acq_frame *fr) {
+  frame *f = &R->frames[i];
+  xt_acq_request q;
+  memset(&q, 0, sizeof q);
+  q.geom = &f->geom;
+  q.model = R->model;
+  q.want = XT_ACQ_WANT_LINEINT | (R->o.chain ? XT_ACQ_WANT_CHAIN : 0);
+  q.chain = R->o.chain;
+  q.chain_prm = R->cprm;
+  q.flags = XT_ACQ_DOSE_STRICT;
+  q.counter = (uint64_t)R->o.frame0 + (uint64_t)i;
+  q.buffers = frame_buffers;
+  q.ctx = R;
+  if (xt_acq_expose(&R->plane, &R->rnd, &q, fr, &R->msg)) {
+    const int s = fr->step;
+    return say(XT_EXIT_RUNTIME, "%s%s", s == XT_ACQ_STEP_RENDER ? "render: " : s == XT_ACQ_STEP_BUFFERS ? "" : "chain: ",
+               R->msg.text);
+  }
+  f->ms = fr->lineint_ms;
+  return XT_EXIT_OK;
+}
+
+/* The line integrals' range (all finite), the intensity image, and whether the model landed on
+ * the detector: the projected box says where it should be; the frame itself says whether its
+ * shadow is empty (missed) or runs off an edge (clipped). */
+static int frame_summary(render_cmd *R, int i, xt_sidecar_coverage *cov) {
+  frame *f = &R->frames[i];
+  const xt_detector_mode *mode = R->mode;
+  const size_t npx = R->npx;
+  const float *lineint = R->lineint;
+  f->lmin = INFINITY;
+  f->lmax = -INFINITY;
+  for (size_t k = 0; k < npx; k++) {
+    double L = lineint[k];
+    if (!isfinite(L))
+      return say(XT_EXIT_RUNTIME, "render: non-finite line integral at pixel (row %zu, col %zu)", k / (size_t)mode->cols,
+                 k % (size_t)mode->cols);
+    if (L < f->lmin) f->lmin = L;
+    if (L > f->lmax) f->lmax = L;
+  }
+  xt_intensity_u16(lineint, npx, R->pix);
+  memset(cov, 0, sizeof *cov);
+  if (xt_model_coverage(R->model, &f->geom, &cov->box, &R->msg)) return say(XT_EXIT_RUNTIME, "coverage: %s", R->msg.text);
+  for (size_t k = 0; k < npx; k++) {
+    if (!(lineint[k] > 0)) continue;
+    size_t r = k / (size_t)mode->cols, c = k % (size_t)mode->cols;
+    cov->pixels_nonzero++;
+    if (r == 0 || c == 0 || r + 1 == (size_t)mode->rows || c + 1 == (size_t)mode->cols) cov->edge_pixels_nonzero++;
+  }
+  cov->status = cov->pixels_nonzero == 0 ? XT_COVER_MISSED : cov->edge_pixels_nonzero ? XT_COVER_CLIPPED : XT_COVER_INSIDE;
+  if (cov->status == XT_COVER_MISSED)
+    say(0, "warning: %s.npy: the model misses the detector (no pixel has a line integral > 0; its bounding box "
+           "projects to columns %.0f..%.0f, rows %.0f..%.0f of 0..%d, 0..%d) [coverage_missed]",
+        f->stem, cov->box.bbox[0], cov->box.bbox[2], cov->box.bbox[1], cov->box.bbox[3], mode->cols - 1, mode->rows - 1);
+  else if (cov->status == XT_COVER_CLIPPED)
+    say(0, "warning: %s.npy: the model is clipped at the detector's edge (%zu edge pixels attenuated) [coverage_clipped]",
+        f->stem, cov->edge_pixels_nonzero);
+  return XT_EXIT_OK;
+}
+
+/* Frame i's files into the output set: .npy, .png, .json, and with --chain _raw.png, _proc.png. */
+static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_sidecar_coverage *cov) {
+  const render_opts *o = &R->o;
+  const frame *f = &R->frames[i];
+  const xt_detector_mode *mode = R->mode;
+  const int chain = fr->chain;
+  xt_msg *msg = &R->msg;
+  char npy_path[4200], png_path[4200], json_path[4200], raw_path[4200], proc_path[4200], desc[4400];
+  snprintf(npy_path, sizeof npy_path, "%s.npy", f->stem);
+  snprintf(png_path, sizeof png_path, "%s.png", f->stem);
+  snprintf(json_path, sizeof json_path, "%s.json", f->stem);
+  snprintf(raw_path, sizeof raw_path, "%s_raw.png", f->stem);
+  snprintf(proc_path, sizeof proc_path, "%s_proc.png", f->stem);
+  xt_sidecar_param sp[XT_OPT_MAX];
+  xt_sidecar_chain sc;
+  memset(&sc, 0, sizeof sc);
+  if (chain) {
+    const xt_chain_params *p = &fr->prm;
+    const xt_chain_info *ci = &fr->info;
+    for (int k = 0; k < xt_chain_param_count() && k < XT_OPT_MAX; k++) {
+      const xt_chain_param_info *in = xt_chain_param_at(k);
+      sp[k] = (xt_sidecar_param){in->name, xt_chain_param_get(p, in), in->unit};
     }
-    xt_intensity_u16(lineint, npx, pix);
-    /* Does the model land on the detector? The projected box says where it should be; the frame
-     * itself says whether its shadow is empty (missed) or runs off an edge (clipped). */
+    sc = (xt_sidecar_chain){.nparams = xt_chain_param_count(), .params = sp, .frame = (unsigned long long)fr->counter,
+                            .mean_energy_kev = ci->mean_energy_kev, .hvl_mm_al = ci->hvl_mm_al,
+                            .kerma_ugy_per_mas_1m = ci->kerma_ugy_per_mas, .absorbed_fraction = ci->absorbed_fraction,
+                            .nbins = ci->nbins, .channels = ci->channels, .raw_file = base_name(raw_path),
+                            .proc_file = base_name(proc_path), .out_rows = fr->raw.rows, .out_cols = fr->raw.cols,
+                            .adc_bits = p->adc_bits, .chain_ms = fr->chain_ms, .protocol_name = xt_protocol_name(p->protocol),
+                            .ma = xt_exposure_ma(p), .k_irp_mgy = fr->dose.k_irp_mgy, .kap_gycm2 = fr->dose.kap_gycm2,
+                            .d_irp_mm = fr->dose.d_irp_mm, .field_cm2 = fr->dose.field_cm2,
+                            .run_frames = (unsigned long long)fr->totals.frames, .k_irp_total_mgy = fr->totals.k_irp_mgy,
+                            .kap_total_gycm2 = fr->totals.kap_gycm2, .drc = p->drc, .drc_measured_ngy = fr->drc.measured_ngy,
+                            .drc_target_ngy = fr->drc.target_ngy, .drc_curve_s = fr->drc.s, .drc_flags = fr->drc.flags};
+  }
+  snprintf(desc, sizeof desc, "xtwin intensity I/I0 = pixel/65535, pixel = round(65535*exp(-L)); geometry in %s",
+           base_name(json_path));
+  xt_sidecar_info si = {.geom = &f->geom,
+                        .model = R->model,
+                        .model_source = o->volume ? o->volume : "phantom",
+                        .convert = o->volume && R->model->kind != XT_MODEL_GMM ? convert_names[o->convert] : NULL,
+                        .place = place_names[o->place],
+                        .backend = xt_backend_name(R->backend),
+                        .threads = o->threads,
+                        .npy_file = base_name(npy_path),
+                        .png_file = base_name(png_path),
+                        .lineint_min = f->lmin,
+                        .lineint_max = f->lmax,
+                        .render_ms = f->ms,
+                        .version = XT_VERSION,
+                        .coverage = cov,
+                        .chain = chain ? &sc : NULL,
+                        .added = (const xt_model *const *)R->added,
+                        .added_sources = R->added_paths,
+                        .nadded = R->nadded};
+  const char *paths[5] = {npy_path, png_path, json_path, raw_path, proc_path};
+  for (int k = 0; k < (chain ? 5 : 3); k++) {
+    FILE *fp = NULL;
+    int rc;
+    if (xt_outset_open(&R->set, paths[k], &fp, msg)) return say(XT_EXIT_RUNTIME, "--out: %s", msg->text);
+    if (k == 0) rc = xt_npy_write_f32(fp, R->lineint, mode->rows, mode->cols, msg);
+    else if (k == 1) rc = xt_png_write_u16(fp, R->pix, mode->rows, mode->cols, desc, msg);
+    else if (k == 2) rc = xt_sidecar_write(fp, &si, msg);
+    else
+      rc = xt_png_write_u16(fp, k == 3 ? R->raw : R->proc, fr->raw.rows, fr->raw.cols,
+                            k == 3 ? "xtwin raw detector frame (for processing): ADC codes; parameters in the sidecar"
+                                   : "xtwin processed frame (for presentation): 12 bits stored; parameters in the sidecar",
+                            msg);
+    if (rc) {
+      fclose(fp);
+      return say(XT_EXIT_RUNTIME, "\"%s\": %s", paths[k], msg->text);
+    }
+    if (xt_outset_close(&R->set, fp, paths[k], msg)) return say(XT_EXIT_RUNTIME, "%s", msg->text);
+  }
+  return XT_EXIT_OK;
+}
+
+/* Every frame: exposed, summarised, written. */
+static int render_frames(render_cmd *R) {
+  for (int i = 0; i < R->nframes; i++) {
+    xt_acq_frame fr;
     xt_sidecar_coverage cov;
-    memset(&cov, 0, sizeof cov);
-    if ((rc = xt_model_coverage(model, &f->geom, &cov.box, &msg))) {
-      code = say(XT_EXIT_RUNTIME, "coverage: %s", msg.text);
-      goto done;
-    }
-    for (size_t k = 0; k < npx; k++) {
-      if (!(lineint[k] > 0)) continue;
-      size_t r = k / (size_t)mode->cols, c = k % (size_t)mode->cols;
-      cov.pixels_nonzero++;
-      if (r == 0 || c == 0 || r + 1 == (size_t)mode->rows || c + 1 == (size_t)mode->cols) cov.edge_pixels_nonzero++;
-    }
-    cov.status = cov.pixels_nonzero == 0 ? XT_COVER_MISSED : cov.edge_pixels_nonzero ? XT_COVER_CLIPPED : XT_COVER_INSIDE;
-    if (cov.status == XT_COVER_MISSED)
-      say(0, "warning: %s.npy: the model misses the detector (no pixel has a line integral > 0; its bounding box "
-             "projects to columns %.0f..%.0f, rows %.0f..%.0f of 0..%d, 0..%d) [coverage_missed]",
-          f->stem, cov.box.bbox[0], cov.box.bbox[2], cov.box.bbox[1], cov.box.bbox[3], mode->cols - 1, mode->rows - 1);
-    else if (cov.status == XT_COVER_CLIPPED)
-      say(0, "warning: %s.npy: the model is clipped at the detector's edge (%zu edge pixels attenuated) [coverage_clipped]",
-          f->stem, cov.edge_pixels_nonzero);
-
-    char npy_path[4200], png_path[4200], json_path[4200], raw_path[4200], proc_path[4200], desc[4400];
-    snprintf(npy_path, sizeof npy_path, "%s.npy", f->stem);
-    snprintf(png_path, sizeof png_path, "%s.png", f->stem);
-    snprintf(json_path, sizeof json_path, "%s.json", f->stem);
-    snprintf(raw_path, sizeof raw_path, "%s_raw.png", f->stem);
-    snprintf(proc_path, sizeof proc_path, "%s_proc.png", f->stem);
-    xt_sidecar_param sp[XT_OPT_MAX];
-    xt_sidecar_chain sc;
-    xt_chain_info ci;
-    memset(&sc, 0, sizeof sc);
-    xt_dose dose;
-    if (chain) {
-      const double t1 = now_ms();
-      xt_chain_out co = {raw, proc, NULL, NULL};
-      if (cprm.drc) { /* the loop's exposure for this frame */
-        xt_drc_apply(&drc, &cprm);
-        if ((rc = xt_chain_set_params(chain, &cprm, &msg))) {
-          code = say(XT_EXIT_RUNTIME, "chain: dose-rate control: %s", msg.text);
-          goto done;
-        }
-      }
-      if ((rc = xt_chain_frame(chain, &f->geom, (uint64_t)o.frame0 + (uint64_t)i, &co, &msg))) {
-        code = say(XT_EXIT_RUNTIME, "chain: %s", msg.text);
-        goto done;
-      }
-      xt_chain_get_info(chain, &ci);
-      if ((rc = xt_dose_frame(&cprm, ci.kerma_ugy_per_mas, &f->geom, &dose, &msg))) {
-        code = say(XT_EXIT_RUNTIME, "chain: %s", msg.text);
-        goto done;
-      }
-      xt_dose_add(&dose_total, &dose);
-      if (cprm.drc) { /* the measuring field's sum came with the frame (a device reduction on a GPU) */
-        xt_chain_drc_frame fld;
-        xt_chain_drc_last(chain, &fld);
-        xt_drc_update(&drc, &cprm,
-                      xt_drc_measure_sum(fld.field_sum, fld.field_n, &cprm, &ci, f->geom.mode.pitch_u_mm * f->geom.mode.pitch_v_mm));
-      }
-      for (int k = 0; k < xt_chain_param_count() && k < XT_OPT_MAX; k++) {
-        const xt_chain_param_info *in = xt_chain_param_at(k);
-        sp[k] = (xt_sidecar_param){in->name, xt_chain_param_get(&cprm, in), in->unit};
-      }
-      sc = (xt_sidecar_chain){xt_chain_param_count(), sp, (unsigned long long)o.frame0 + (unsigned long long)i,
-                              ci.mean_energy_kev, ci.hvl_mm_al, ci.kerma_ugy_per_mas, ci.absorbed_fraction, ci.nbins,
-                              ci.channels, base_name(raw_path), base_name(proc_path), orows, ocols, cprm.adc_bits,
-                              now_ms() - t1, xt_protocol_name(cprm.protocol), xt_exposure_ma(&cprm),
-                              dose.k_irp_mgy, dose.kap_gycm2, dose.d_irp_mm, dose.field_cm2,
-                              (unsigned long long)dose_total.frames, dose_total.k_irp_mgy, dose_total.kap_gycm2,
-                              cprm.drc, drc.measured_ngy, drc.target_ngy, drc.s, drc.flags};
-    }
-    snprintf(desc, sizeof desc, "xtwin intensity I/I0 = pixel/65535, pixel = round(65535*exp(-L)); geometry in %s",
-             base_name(json_path));
-    xt_sidecar_info si = {&f->geom,
-                          model,
-                          o.volume ? o.volume : "phantom",
-                          o.volume && model->kind != XT_MODEL_GMM ? convert_names[o.convert] : NULL,
-                          place_names[o.place],
-                          xt_backend_name(backend),
-                          o.threads,
-                          base_name(npy_path),
-                          base_name(png_path),
-                          f->lmin,
-                          f->lmax,
-                          f->ms,
-                          XT_VERSION,
-                          &cov,
-                          chain ? &sc : NULL,
-                          (const xt_model *const *)added,
-                          added_paths,
-                          nadded};
-    const char *paths[5] = {npy_path, png_path, json_path, raw_path, proc_path};
-    for (int k = 0; k < (chain ? 5 : 3); k++) {
-      FILE *fp = NULL;
-      if ((rc = xt_outset_open(&set, paths[k], &fp, &msg))) {
-        code = say(XT_EXIT_RUNTIME, "--out: %s", msg.text);
-        goto done;
-      }
-      if (k == 0) rc = xt_npy_write_f32(fp, lineint, mode->rows, mode->cols, &msg);
-      else if (k == 1) rc = xt_png_write_u16(fp, pix, mode->rows, mode->cols, desc, &msg);
-      else if (k == 2) rc = xt_sidecar_write(fp, &si, &msg);
-      else
-        rc = xt_png_write_u16(fp, k == 3 ? raw : proc, orows, ocols,
-                              k == 3 ? "xtwin raw detector frame (for processing): ADC codes; parameters in the sidecar"
-                                     : "xtwin processed frame (for presentation): 12 bits stored; parameters in the sidecar",
-                              &msg);
-      if (rc) {
-        fclose(fp);
-        code = say(XT_EXIT_RUNTIME, "\"%s\": %s", paths[k], msg.text);
-        goto done;
-      }
-      if ((rc = xt_outset_close(&set, fp, paths[k], &msg))) {
-        code = say(XT_EXIT_RUNTIME, "%s", msg.text);
-        goto done;
-      }
-    }
+    int code;
+    if ((code = expose_frame(R, i, &fr)) || (code = frame_summary(R, i, &cov)) || (code = write_frame(R, i, &fr, &cov)))
+      return code;
   }
-  if ((rc = xt_outset_commit(&set, &msg))) { /* rolls back by itself */
-    code = say(XT_EXIT_RUNTIME, "%s", msg.text);
-    goto done;
-  }
-  set_live = 0;
-  for (int i = 0; i < nframes; i++)
-    printf("wrote %s.{npy,png,json}%s  %dx%d  line integral min %.6g max %.6g  %.1f ms (%s)\n", frames[i].stem,
-           chain ? " + _raw.png, _proc.png" : "", mode->cols, mode->rows, frames[i].lmin, frames[i].lmax, frames[i].ms,
-           xt_backend_name(backend));
+  return XT_EXIT_OK;
+}
 
-done:
-  if (set_live && code != XT_EXIT_OK) xt_outset_abort(&set);
-  xt_outset_free(&set);
-  free(lineint);
-  free(pix);
-  free(raw);
-  free(proc);
-  xt_chain_destroy(chain);
-  xt_proj_destroy(proj);
-  xt_model_free(model);
-  for (int i = 0; i < nadded; i++) xt_model_free(added[i]);
-  free(frames);
+/* All files appear together (or, on a failure, none). */
+static int commit_outputs(render_cmd *R) {
+  if (xt_outset_commit(&R->set, &R->msg)) return say(XT_EXIT_RUNTIME, "%s", R->msg.text); /* rolls back by itself */
+  R->set_live = 0;
+  for (int i = 0; i < R->nframes; i++)
+    printf("wrote %s.{npy,png,json}%s  %dx%d  line integral min %.6g max %.6g  %.1f ms (%s)\n", R->frames[i].stem,
+           R->o.chain ? " + _raw.png, _proc.png" : "", R->mode->cols, R->mode->rows, R->frames[i].lmin, R->frames[i].lmax,
+           R->frames[i].ms, xt_backend_name(R->backend));
+  return XT_EXIT_OK;
+}
+
+int xt_cmd_render(int argc, char **argv) {
+  render_cmd *R = calloc(1, sizeof *R);
+  if (!R) return say(XT_EXIT_RUNTIME, "out of memory");
+  xt_outset_init(&R->set);
+  xt_acq_plane_init(&R->plane);
+  xt_acq_renderer_init(&R->rnd, NULL, 0);
+  int help = 0, code = parse_options(R, argc, argv, &help);
+  if (!code && !help && !(code = plan_frames(R)) && !(code = check_inputs(R)) && !(code = load_models(R)) &&
+      !(code = make_projector(R)) && !(code = render_frames(R)))
+    code = commit_outputs(R);
+  if (R->set_live && code != XT_EXIT_OK) xt_outset_abort(&R->set);
+  xt_outset_free(&R->set);
+  free(R->lineint);
+  free(R->pix);
+  free(R->raw);
+  free(R->proc);
+  xt_acq_renderer_free(&R->rnd);
+  xt_acq_plane_destroy(&R->plane);
+  xt_proj_destroy(R->proj);
+  xt_model_free(R->model);
+  for (int i = 0; i < R->nadded; i++) xt_model_free(R->added[i]);
+  free(R->frames);
+  free(R);
   return code;
 }

@@ -2,7 +2,7 @@
  * for real data (issue 14) stay in their own keys: "load" (what the loader noticed and chose),
  * "coverage" (did the model land on the detector) and "geometry_pixel_edge" (P in the convention
  * of DeepDRR and DiffDRR). */
-#include "xt_gmm.h"
+#include "xt_model_jansson.h"
 #include "xt_sidecar.h"
 #ifdef XT_HAVE_LOADERS
 #include "xt_load.h"
@@ -79,10 +79,14 @@ static json_t *coverage_json(jb *b, const xt_sidecar_coverage *c) {
   return o;
 }
 
+/* The model's own keys, as its kind describes them (xt_model_kind.h). */
+static void describe(jb *b, const xt_model *m, xt_model_view view, json_t *obj) {
+  if (!obj || xt_model_describe_json(m, view, obj) != 0) b->bad = 1;
+}
+
 static json_t *build(const xt_sidecar_info *in, jb *b) {
   const xt_geometry *g = in->geom;
   const xt_model *m = in->model;
-  const xt_volume *v = m->volume;
   json_t *root = json_object();
 
   put(b, root, "format", str("xtwin-projection"));
@@ -193,44 +197,11 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
   put(b, mod, "kind", str(xt_model_kind_name(m->kind)));
   put(b, mod, "source", str(in->model_source));
   if (in->convert) put(b, mod, "convert", str(in->convert));
-  if (v) {
-    json_t *dims = json_array();
-    for (int a = 0; a < 3; a++) push(b, dims, json_integer(v->dim[a]));
-    put(b, mod, "dims", dims);
-    json_t *sp = json_array();
-    for (int a = 0; a < 3; a++) push(b, sp, num(v->spacing[a]));
-    put(b, mod, "spacing_mm", sp);
-    put(b, mod, "voxel_type", str(v->type == XT_VOXEL_U8 ? "uint8 label" : "float32 mu (1/mm)"));
-    put(b, mod, "index_to_model", affine34(b, &v->index_to_model));
-    put(b, mod, "index_to_model_note", str("3x4 [M | t]: voxel-centre index (i,j,k) -> model mm (LPS)"));
-  }
-  if (m->gmm) {
-    put(b, mod, "gaussians", json_integer((json_int_t)m->gmm->count));
-    put(b, mod, "cutoff_sigma", num(m->gmm->cutoff));
-  }
+  describe(b, m, XT_MODEL_VIEW_SIDECAR, mod); /* the kind's keys: shape, map, size */
   put(b, mod, "place", str(in->place));
   put(b, mod, "placement", affine34(b, &m->placement));
   put(b, mod, "placement_note", str("3x4 [M | t]: model mm -> patient mm"));
-  if (v && v->materials) {
-    const xt_material_table *t = v->materials;
-    json_t *mat = json_object();
-    put(b, mat, "energy_kev", num(t->energy_kev));
-    put(b, mat, "source", str(t->source));
-    json_t *ents = json_array();
-    for (int i = 0; i < t->count && i < XT_MAX_MATERIALS; i++) {
-      json_t *e = json_object();
-      char name[XT_MATERIAL_NAME_MAX + 1];
-      memcpy(name, t->name[i], XT_MATERIAL_NAME_MAX);
-      name[XT_MATERIAL_NAME_MAX] = 0;
-      put(b, e, "label", json_integer(i));
-      put(b, e, "name", str(name));
-      put(b, e, "mu_per_mm", num(t->mu[i]));
-      put(b, e, "density_g_cm3", num(t->density[i]));
-      push(b, ents, e);
-    }
-    put(b, mat, "entries", ents);
-    put(b, mod, "materials", mat);
-  }
+  describe(b, m, XT_MODEL_VIEW_SIDECAR_TABLE, mod);
   put(b, root, "model", mod);
   if (in->nadded > 0) {
     json_t *more = json_array();
@@ -240,7 +211,7 @@ static json_t *build(const xt_sidecar_info *in, jb *b) {
       put(b, e, "name", str(a->name));
       put(b, e, "kind", str(xt_model_kind_name(a->kind)));
       put(b, e, "source", str(in->added_sources[i]));
-      if (a->gmm) put(b, e, "gaussians", json_integer((json_int_t)a->gmm->count));
+      describe(b, a, XT_MODEL_VIEW_BRIEF, e);
       put(b, e, "placement", affine34(b, &a->placement));
       push(b, more, e);
     }

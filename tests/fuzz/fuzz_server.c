@@ -23,7 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "srv_config.h"
+#include "srv_guard.h"
+#include "srv_state.h"
 #include "xt_server.h"
+#include "xt_stream.h"
 
 enum { XT_FZ_POSE, XT_FZ_ACQ, XT_FZ_RENDER, XT_FZ_WS, XT_FZ_CONFIG, XT_FZ_HEAD, XT_FZ_GUARD, XT_FZ_N };
 extern const char *const xt_fuzz_server_names[XT_FZ_N];

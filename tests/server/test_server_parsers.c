@@ -9,7 +9,11 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "xt_server.h"
+#include "srv_config.h"
+#include "srv_state.h"
+#include "xt_chain.h"
+#include "xt_geom.h"
+#include "xt_stream.h"
 #include "xt_test.h"
 
 #ifndef XT_FUZZ_SERVER_CORPUS_DIR

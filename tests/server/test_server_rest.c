@@ -1,12 +1,13 @@
 /* xtwin-server REST tests with a real client (libcurl) over loopback: each test starts its own
  * server on ephemeral ports with the small test scene (128^3 head at 2 mm, fd20-128), so tests
  * are independent and can run in parallel with anything else. Also: the route table against
- * api/openapi.yaml, the stream header layout, and the encoders. */
+ * api/openapi.yaml and the stream header layout (the encoders: tests/test_output.c). */
 #include <ctype.h>
 #include <stdint.h>
 
 #include "server_harness.h"
-#include "xt_server.h"
+#include "srv_rest.h"
+#include "xt_stream.h"
 #include "xt_test.h"
 
 #ifndef XT_API_DIR
@@ -415,20 +416,6 @@ XT_TEST(test_stream_doc_offsets) {
   XT_CHECK(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE);
 }
 
-XT_TEST(test_encoders) {
-  uint16_t px[6] = {0, 1, 256, 65535, 4660, 22136};
-  unsigned char *out = NULL;
-  size_t n = 0;
-  xt_msg m;
-  XT_REQUIRE(xt_png16_encode(px, 2, 3, "{}", &out, &n, &m) == 0);
-  XT_CHECK(n > 8 + 25 + 12 && !memcmp(out, "\x89PNG", 4) && !memcmp(out + n - 8, "IEND", 4));
-  free(out);
-  XT_REQUIRE(xt_npy_encode(px, 2, 3, XT_STREAM_PIX_U16, &out, &n, &m) == 0);
-  size_t hl = (size_t)out[8] | (size_t)out[9] << 8;
-  XT_CHECK(n == 10 + hl + sizeof px && !memcmp(out + 10 + hl, px, sizeof px) && out[10 + hl - 1] == '\n');
-  free(out);
-}
-
 /* Gaussian mixtures through the server (issue 8): --model with a .gmm.json at start, POST
  * /v1/models with another, both listed with their kind and count, rendered with the head; a bad
  * mixture file answers 400 naming the field and the server keeps serving. */
@@ -480,7 +467,7 @@ XT_TEST(test_gmm_models) {
   rmdir(dir);
 }
 
-XT_TEST_MAIN(XT_ENTRY(test_openapi_in_step) XT_ENTRY(test_stream_doc_offsets) XT_ENTRY(test_encoders)
+XT_TEST_MAIN(XT_ENTRY(test_openapi_in_step) XT_ENTRY(test_stream_doc_offsets)
                  XT_ENTRY(test_health_info) XT_ENTRY(test_pose_partial_updates) XT_ENTRY(test_acquisition)
                      XT_ENTRY(test_bad_requests_keep_serving) XT_ENTRY(test_render_png_npy) XT_ENTRY(test_metrics_text)
                          XT_ENTRY(test_token_auth) XT_ENTRY(test_tls_self_signed) XT_ENTRY(test_bad_config_fails_cleanly)

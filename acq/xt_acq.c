@@ -1,0 +1,259 @@
+/* The acquisition layer (xt_acq.h): a plane's persistent state, a renderer's chain made on demand,
+ * and xt_acq_expose, the one function that turns an exposure into a frame record. The sequence and
+ * its locking are those the server's engine ran (issue 11): the loop's exposure is taken under the
+ * plane's lock before the render, the measurement and the dose are accounted under it after, and a
+ * frame whose run ended while it was rendered leaves the new run's totals alone. */
+#include "xt_acq.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t xt_acq_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* ---- the plane ------------------------------------------------------------------------------ */
+
+void xt_acq_plane_init(xt_acq_plane *p) {
+  memset(p, 0, sizeof *p);
+  pthread_mutex_init(&p->mu, NULL);
+}
+
+void xt_acq_plane_destroy(xt_acq_plane *p) { pthread_mutex_destroy(&p->mu); }
+
+void xt_acq_plane_snapshot(xt_acq_plane *p, xt_acq_plane_state *out) {
+  pthread_mutex_lock(&p->mu);
+  *out = p->st;
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* The exposure of a frame: the request's settings, or with dose-rate control on the loop's point on
+ * its curve. A new run restarts the totals and the loop; the loop starts on the first frame that
+ * has it on (from that frame's settings). */
+static void plane_exposure(xt_acq_plane *pl, const xt_acq_request *q, xt_chain_params *p) {
+  *p = q->chain_prm;
+  if (!pl) return;
+  xt_acq_plane_state *s = &pl->st;
+  pthread_mutex_lock(&pl->mu);
+  if (s->run != q->run) {
+    s->run = q->run;
+    memset(&s->dose, 0, sizeof s->dose);
+    s->drc_live = 0;
+  }
+  if (p->drc) {
+    if (!s->drc_live) xt_drc_reset(&s->drc, p);
+    s->drc_live = 1;
+    xt_drc_apply(&s->drc, p);
+  } else
+    s->drc_live = 0;
+  pthread_mutex_unlock(&pl->mu);
+}
+
+/* After a chain frame: its dose, its measurement into the loop, the run's totals; copies into f. */
+static int plane_account(xt_acq_plane *pl, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
+  const xt_chain_params *p = &f->prm;
+  memset(&f->dose, 0, sizeof f->dose);
+  xt_msg dmsg;
+  int rc = xt_dose_frame(p, f->info.kerma_ugy_per_mas, &f->geom, &f->dose, &dmsg);
+  if (rc) { /* the reference point behind the focus */
+    if (q->flags & XT_ACQ_DOSE_STRICT) {
+      if (msg) *msg = dmsg;
+      return rc;
+    }
+    memset(&f->dose, 0, sizeof f->dose);
+  }
+  /* the measuring field's sum came with the frame (on a GPU a device reduction: no pass over the
+   * raw frame here) */
+  f->measured_ngy = p->drc ? xt_drc_measure_sum(f->field.field_sum, f->field.field_n, p, &f->info,
+                                                f->geom.mode.pitch_u_mm * f->geom.mode.pitch_v_mm)
+                           : 0;
+  if (!pl) { /* no plane: the frame stands alone */
+    xt_dose_add(&f->totals, &f->dose);
+    f->accounted = 1;
+    return 0;
+  }
+  xt_acq_plane_state *s = &pl->st;
+  pthread_mutex_lock(&pl->mu);
+  if (s->run == q->run) {
+    xt_dose_add(&s->dose, &f->dose);
+    s->dose_last = f->dose;
+    if (p->drc && s->drc_live) xt_drc_update(&s->drc, p, f->measured_ngy);
+    f->accounted = 1;
+  }
+  f->totals = s->dose;
+  f->drc = s->drc;
+  pthread_mutex_unlock(&pl->mu);
+  return 0;
+}
+
+/* ---- the renderer --------------------------------------------------------------------------- */
+
+void xt_acq_renderer_init(xt_acq_renderer *r, xt_proj *proj, int threads) {
+  memset(r, 0, sizeof *r);
+  r->proj = proj;
+  r->threads = threads;
+}
+
+void xt_acq_renderer_free(xt_acq_renderer *r) {
+  xt_chain_destroy(r->chain);
+  r->chain = NULL;
+}
+
+int xt_acq_renderer_add_model(xt_acq_renderer *r, const xt_model *m, xt_msg *msg) {
+  int rc = xt_proj_add_model(r->proj, m, msg);
+  if (!rc) r->models++;
+  return rc;
+}
+
+int xt_acq_renderer_chain(xt_acq_renderer *r, const xt_chain_params *p, xt_msg *msg) {
+  if (r->chain && r->chain_models != r->models) {
+    xt_chain_destroy(r->chain);
+    r->chain = NULL;
+  }
+  if (!r->chain) {
+    int rc = xt_chain_create(p, r->proj, &r->chain, msg);
+    if (!rc) xt_chain_set_threads(r->chain, r->threads); /* the CPU stages: as the projector */
+    r->chain_models = r->models;
+    return rc;
+  }
+  if (memcmp(xt_chain_get_params(r->chain), p, sizeof *p) == 0) return 0;
+  return xt_chain_set_params(r->chain, p, msg);
+}
+
+int xt_acq_renderer_warmup(xt_acq_renderer *r, const xt_chain_params *p, const xt_geometry *g, xt_msg *msg) {
+  int rc = xt_acq_renderer_chain(r, p, msg), cols, rows;
+  if (rc) return rc;
+  xt_chain_out_size(r->chain, g, &cols, &rows);
+  uint16_t *px = malloc((size_t)cols * rows * 2 * sizeof *px);
+  if (!px) return xt_fail(msg, XT_ENOMEM, "warm-up: out of memory");
+  xt_chain_out out = {px, px + (size_t)cols * rows, NULL, NULL};
+  rc = xt_chain_frame(r->chain, g, 0, &out, msg);
+  free(px);
+  xt_chain_reset(r->chain);
+  return rc;
+}
+
+/* ---- one exposure --------------------------------------------------------------------------- */
+
+static void image_size(xt_acq_image *im, int rows, int cols, size_t elem) {
+  im->data = NULL;
+  im->rows = rows;
+  im->cols = cols;
+  im->elem = elem;
+  im->where = XT_ACQ_HOST;
+}
+
+static int host_plane(const xt_acq_image *im, const char *name, xt_msg *msg) {
+  if (!im->data) return xt_fail(msg, XT_EINVAL, "acquisition: no buffer for the %s", name);
+  if (im->where != XT_ACQ_HOST) return xt_fail(msg, XT_EUNSUPPORTED, "acquisition: %s on the device", name);
+  return 0;
+}
+
+int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
+  memset(f, 0, sizeof *f);
+  f->counter = q->counter;
+  f->run = q->run;
+  f->pose_seq = q->pose_seq;
+  f->t_pose_ns = q->t_pose_ns;
+  f->t_sched_ns = q->t_sched_ns;
+  f->t_exposure_ns = q->t_exposure_ns;
+  f->period_ns = q->period_ns;
+  f->pixel_format = q->pixel_format;
+  if (q->model) {
+    f->has_placement = 1;
+    f->placement = q->model->placement;
+  }
+  const int chain = q->chain && !(q->flags & XT_ACQ_NO_RENDER);
+  const int want = q->flags & XT_ACQ_NO_RENDER ? 0 : q->want;
+  if ((want & XT_ACQ_WANT_CHAIN) && !chain) return xt_fail(msg, XT_EINVAL, "acquisition: chain frames with the chain off");
+
+  /* the exposure: the loop's point (taken before the render, as the frame's time starts after it) */
+  if (chain) {
+    f->chain = 1;
+    plane_exposure(plane, q, &f->prm);
+  }
+  f->t_render_ns = xt_acq_now_ns();
+
+  int rc;
+  f->step = XT_ACQ_STEP_GEOMETRY;
+  if (q->geom) f->geom = *q->geom;
+  else if ((rc = xt_geom_compute(&q->pose, q->mode, &f->geom, msg))) return rc;
+  xt_P_to_pixel_edge(f->geom.P, f->P_edge);
+  if (q->flags & XT_ACQ_NO_RENDER) {
+    f->t_done_ns = xt_acq_now_ns();
+    f->step = XT_ACQ_STEP_DONE;
+    return 0;
+  }
+  f->step = XT_ACQ_STEP_ADMIT;
+  if (q->admit && (rc = q->admit(q->ctx, &f->geom, msg))) return rc;
+
+  /* the renderer: the chain with this exposure's settings; a new run starts its lag, temporal
+   * filter and DSA mask again */
+  f->step = XT_ACQ_STEP_CHAIN;
+  const int rows = f->geom.mode.rows, cols = f->geom.mode.cols;
+  if (chain) {
+    if ((rc = xt_acq_renderer_chain(r, &f->prm, msg))) return rc;
+    if (r->chain_run != q->run) {
+      xt_chain_reset(r->chain);
+      r->chain_run = q->run;
+    }
+  }
+
+  /* the planes' sizes, then the caller's buffers */
+  f->step = XT_ACQ_STEP_BUFFERS;
+  int nch = 0;
+  if (want & XT_ACQ_WANT_CHANNELS) {
+    xt_chanset cs;
+    if ((rc = xt_proj_channels(r->proj, &cs, msg))) return rc;
+    nch = cs.n;
+  }
+  image_size(&f->lineint, want & XT_ACQ_WANT_LINEINT ? rows : 0, want & XT_ACQ_WANT_LINEINT ? cols : 0, sizeof(float));
+  image_size(&f->channels, nch ? rows * nch : 0, nch ? cols : 0, sizeof(float));
+  if (want & XT_ACQ_WANT_CHAIN) {
+    int ocols, orows;
+    xt_chain_out_size(r->chain, &f->geom, &ocols, &orows);
+    image_size(&f->raw, orows, ocols, sizeof(uint16_t));
+    image_size(&f->proc, orows, ocols, sizeof(uint16_t));
+  }
+  if (want) {
+    if (!q->buffers) return xt_fail(msg, XT_EINVAL, "acquisition: no buffers for the frame");
+    if ((rc = q->buffers(q->ctx, f, msg))) return rc;
+  }
+
+  /* the render: line integrals and channels from the projector, then the chain's frame */
+  f->step = XT_ACQ_STEP_RENDER;
+  if (want & XT_ACQ_WANT_LINEINT) {
+    const uint64_t t = xt_acq_now_ns();
+    if ((rc = host_plane(&f->lineint, "line integrals", msg)) ||
+        (rc = xt_proj_render(r->proj, &f->geom, (float *)f->lineint.data, msg)))
+      return rc;
+    f->lineint_ms = (double)(xt_acq_now_ns() - t) * 1e-6;
+  }
+  if (want & XT_ACQ_WANT_CHANNELS) {
+    if ((rc = host_plane(&f->channels, "channels", msg)) ||
+        (rc = xt_proj_render_channels(r->proj, &f->geom, (float *)f->channels.data, msg)))
+      return rc;
+  }
+  f->step = XT_ACQ_STEP_CHAIN;
+  if (chain && (want & XT_ACQ_WANT_CHAIN)) {
+    const uint64_t t = xt_acq_now_ns();
+    if ((rc = host_plane(&f->raw, "raw frame", msg)) || (rc = host_plane(&f->proc, "processed frame", msg))) return rc;
+    xt_chain_out out = {(uint16_t *)f->raw.data, (uint16_t *)f->proc.data, NULL, NULL};
+    if ((rc = xt_chain_frame(r->chain, &f->geom, q->counter, &out, msg))) return rc;
+    f->chain_ms = (double)(xt_acq_now_ns() - t) * 1e-6;
+  }
+  f->t_done_ns = xt_acq_now_ns();
+
+  /* the measurement and the dose */
+  if (chain && (want & XT_ACQ_WANT_CHAIN)) {
+    f->step = XT_ACQ_STEP_DOSE;
+    xt_chain_get_info(r->chain, &f->info);
+    xt_chain_drc_last(r->chain, &f->field);
+    if ((rc = plane_account(plane, q, f, msg))) return rc;
+  }
+  f->step = XT_ACQ_STEP_DONE;
+  return 0;
+}

@@ -1,0 +1,168 @@
+/* The acquisition layer (issue 23): one exposure of one plane becomes one frame record, whoever asks
+ * for it (xtwin-server's workers, `xtwin render`, the benchmarks). It sits between the imaging chain
+ * and projectors below and the front ends above, and is the one place where a frame's sequence is
+ * written:
+ *
+ *   exposure      the plane's dose-rate control loop sets kV, pulse width and mAs (xt_drc_apply)
+ *   geometry      the pose through the detector mode (P in both pixel conventions)
+ *   render        line integrals (the mono projector) and/or the imaging chain's raw + processed
+ *   measurement   the chain's measuring field -> xt_drc_update
+ *   dose          xt_dose_frame, added to the plane's run totals
+ *
+ * Three objects, so that a second plane (biplane) is a second plane and renderer, not a second copy
+ * of this code: the plane (what persists across exposures: run, dose totals, the loop), shared by a
+ * server's workers under its own lock; the renderer (per worker or device: the projector it renders
+ * with and the chain made on demand); and the request/record pair of one exposure. Encoding the
+ * record (stream header, sidecar, PNG/NPY) belongs to the front ends and output/.
+ *
+ * The loop runs on the host (xt_drc_apply before the frame, xt_drc_update from the field sum that
+ * comes back with it), as the server and the CLI always ran it; the chain's attached loop
+ * (xt_chain_drc_attach, the device-resident step) stays the benchmark's. */
+#ifndef XT_ACQ_H
+#define XT_ACQ_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xt_chain.h"
+#include "xt_dose.h"
+#include "xt_drc.h"
+#include "xt_geom.h"
+#include "xt_model.h"
+#include "xt_proj.h"
+
+/* ---- the plane ------------------------------------------------------------------------------ */
+
+/* What persists from one exposure of a plane to the next. A run (the server's acquisition start)
+ * restarts the totals and the loop: the first exposure of a new run resets them. */
+typedef struct xt_acq_plane_state {
+  uint64_t run;         /* the run the totals and the loop belong to */
+  xt_dose_totals dose;  /* the run's totals */
+  xt_dose dose_last;    /* the last frame's dose */
+  xt_drc drc;           /* the dose-rate control loop */
+  int drc_live;         /* the loop was reset in this run (dose-rate control is on) */
+} xt_acq_plane_state;
+
+typedef struct xt_acq_plane {
+  pthread_mutex_t mu;    /* guards st: a server's workers share the plane */
+  xt_acq_plane_state st;
+} xt_acq_plane;
+
+void xt_acq_plane_init(xt_acq_plane *p);
+void xt_acq_plane_destroy(xt_acq_plane *p);
+/* A consistent copy for readers (GET /v1/dose, metrics); takes p->mu. */
+void xt_acq_plane_snapshot(xt_acq_plane *p, xt_acq_plane_state *out);
+
+/* ---- the renderer --------------------------------------------------------------------------- */
+
+/* A projector (not owned) and the imaging chain on it, made on the first chain exposure and remade
+ * when models were added since (the channel set may have grown). One per worker or device: not
+ * shared between threads. */
+typedef struct xt_acq_renderer {
+  xt_proj *proj;
+  xt_chain *chain;     /* NULL until a chain exposure */
+  int threads;         /* the chain's CPU stage threads (as the projector's) */
+  int models;          /* models on proj (xt_acq_renderer_add_model or the owner counts them) */
+  int chain_models;    /* ... when the chain was made */
+  uint64_t chain_run;  /* the run the chain's states (lag, temporal filter, DSA mask) belong to */
+} xt_acq_renderer;
+
+void xt_acq_renderer_init(xt_acq_renderer *r, xt_proj *proj, int threads);
+/* Destroys the chain, never the projector. */
+void xt_acq_renderer_free(xt_acq_renderer *r);
+/* A model onto the projector, counted (the chain is remade on its next exposure). */
+int xt_acq_renderer_add_model(xt_acq_renderer *r, const xt_model *m, xt_msg *msg);
+/* The chain with these parameters: made (or remade) when needed, else given them when they differ. */
+int xt_acq_renderer_chain(xt_acq_renderer *r, const xt_chain_params *p, xt_msg *msg);
+/* The chain's one-off costs (tables, the panel's fixed pattern, device scratch) paid on one frame
+ * of g that is thrown away; its lag and temporal states then start afresh. */
+int xt_acq_renderer_warmup(xt_acq_renderer *r, const xt_chain_params *p, const xt_geometry *g, xt_msg *msg);
+
+/* ---- one exposure --------------------------------------------------------------------------- */
+
+/* Where an image plane's pixels live. Only host memory today (on a GPU the chain copies its frame
+ * out once); the device kind is for front ends that keep frames on the GPU (DICOM, biplane). */
+enum { XT_ACQ_HOST = 0, XT_ACQ_DEVICE = 1 };
+
+/* One image plane of a frame: the caller's buffer (NULL: not made), its size, its element size. */
+typedef struct xt_acq_image {
+  void *data;
+  int rows, cols;
+  size_t elem;  /* bytes per pixel: 4 (float) or 2 (uint16) */
+  int where;    /* XT_ACQ_HOST, XT_ACQ_DEVICE */
+} xt_acq_image;
+
+/* The frame record: everything known about one exposure once it is made. */
+typedef struct xt_acq_frame {
+  /* identity and time (CLOCK_MONOTONIC ns; those before the frame copied from the request) */
+  uint64_t counter, run, pose_seq;
+  uint64_t t_pose_ns, t_sched_ns, t_exposure_ns, period_ns;
+  uint64_t t_render_ns, t_done_ns; /* the render began (after the exposure was set), the frame was made */
+  double lineint_ms, chain_ms;     /* the mono render's and the chain's time */
+  int pixel_format;                /* the front end's delivery format (copied from the request) */
+  /* geometry */
+  xt_geometry geom;                /* P in the pixel-centre convention */
+  double P_edge[3][4];             /* the same in the pixel-edge convention (xt_P_to_pixel_edge) */
+  int has_placement;
+  xt_affine placement;             /* the main model's placement (request.model) */
+  /* the exposure: with the chain on only (zeros otherwise) */
+  int chain;
+  xt_chain_params prm;             /* every chain parameter as exposed: after the loop moved it */
+  xt_chain_info info;
+  xt_chain_drc_frame field;        /* the measuring field's sum and the exposure it had */
+  double measured_ngy;             /* the loop's measurement of this frame (0 with the loop off) */
+  xt_dose dose;                    /* this frame's dose */
+  xt_dose_totals totals;           /* the run's totals after it */
+  xt_drc drc;                      /* the loop's state after it */
+  int accounted;                   /* 0: a new run began while it was made; not in the totals */
+  int step;                        /* the step reached (XT_ACQ_STEP_*): where an error came from */
+  /* image planes: what the request's buffers callback pointed at */
+  xt_acq_image lineint;            /* float line integrals, the render grid */
+  xt_acq_image channels;           /* float material channels, nch planes of the render grid */
+  xt_acq_image raw, proc;          /* uint16 chain frames, the output grid (binned) */
+} xt_acq_frame;
+
+enum { XT_ACQ_STEP_GEOMETRY = 1, XT_ACQ_STEP_ADMIT, XT_ACQ_STEP_BUFFERS, XT_ACQ_STEP_RENDER, XT_ACQ_STEP_CHAIN,
+       XT_ACQ_STEP_DOSE, XT_ACQ_STEP_DONE };
+enum {
+  XT_ACQ_WANT_LINEINT = 1,   /* the mono projector's line integrals */
+  XT_ACQ_WANT_CHANNELS = 2,  /* the material channels (xt_proj_render_channels) */
+  XT_ACQ_WANT_CHAIN = 4,     /* the chain's raw and processed frames (request.chain must be on) */
+};
+enum {
+  XT_ACQ_DOSE_STRICT = 1, /* a frame whose dose cannot be worked out fails (the CLI); else zeros */
+  XT_ACQ_NO_RENDER = 2,   /* geometry and record only: the caller fills the pixels (transport tests) */
+};
+
+typedef struct xt_acq_request {
+  xt_pose pose;
+  const xt_detector_mode *mode;
+  const xt_geometry *geom;    /* a geometry the caller made (then pose and mode are not read); or NULL */
+  const xt_model *model;      /* the scene's main model, for the record's placement; or NULL */
+  int want;                   /* XT_ACQ_WANT_* */
+  int chain;                  /* the imaging chain on: exposure, loop and dose run */
+  xt_chain_params chain_prm;  /* the settings asked for (seed included); the loop moves kV, pulse, mAs */
+  int pixel_format;
+  int flags;                  /* XT_ACQ_DOSE_STRICT, XT_ACQ_NO_RENDER */
+  uint64_t counter;           /* the run's frame number: keys the chain's noise */
+  uint64_t run;               /* the run it belongs to (plane totals, the loop, the chain's states) */
+  uint64_t pose_seq, t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* known before the frame */
+  /* Called with the geometry before any render work (the server's work budgets); NULL: none. */
+  int (*admit)(void *ctx, const xt_geometry *g, xt_msg *msg);
+  /* Called once the planes' sizes are in the record: points each wanted plane's data at a buffer
+   * of rows x cols x elem bytes (channels: x info.nch). Required when anything is rendered. */
+  int (*buffers)(void *ctx, xt_acq_frame *f, xt_msg *msg);
+  void *ctx;
+} xt_acq_request;
+
+/* One exposure of plane (NULL: the loop and totals are the caller's business, as a dataset's
+ * independent frames are) on renderer r into the record f. On error f holds what was known (at
+ * least the geometry when it could be computed); the plane is not moved by a frame that failed
+ * before its render. */
+int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *req, xt_acq_frame *f, xt_msg *msg);
+
+/* CLOCK_MONOTONIC in ns (the server's clock too). */
+uint64_t xt_acq_now_ns(void);
+
+#endif /* XT_ACQ_H */

@@ -1,0 +1,148 @@
+/* The frame engine (engine.c): finished frames and the locked ring the stream sends from (with
+ * the notifier that tells a reader a frame was pushed), the render workers and their jobs, and
+ * the pacer's entry points. Nothing here knows the stream: readers register on the ring. */
+#ifndef XT_SRV_ENGINE_H
+#define XT_SRV_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srv_config.h"
+#include "xt_acq.h"
+#include "xt_chain.h"
+#include "xt_err.h"
+#include "xt_geom.h"
+#include "xt_model.h"
+#include "xt_proj.h"
+
+typedef struct xt_server xt_server; /* xt_server.h */
+
+typedef struct xt_frame {
+  atomic_int refs;
+  uint64_t pub; /* publication number in the ring, 1, 2, ... */
+  int lockstep;
+  size_t cap;          /* bytes allocated after XT_FRAME_PRE */
+  size_t len;          /* header + payload */
+  unsigned char *mem;  /* XT_FRAME_PRE bytes of room, then the message */
+  unsigned char *msg;  /* = mem + LWS_PRE: header then pixels */
+  /* with the chain on, the processed frame's message follows (its own XT_FRAME_PRE of room before
+   * it): msg is the raw frame, msg2 the processed one; each client gets the one it chose */
+  unsigned char *msg2; /* NULL without the chain */
+  size_t len2;
+  int pinned; /* mem from xt_host_alloc (page-locked: the GPU's copy-out lands in it directly) */
+} xt_frame;
+
+#define XT_RING 8
+#define XT_FRAME_PRE 64 /* room before the message for the WebSocket framing (>= LWS_PRE) */
+
+typedef struct xt_ring {
+  pthread_mutex_t mu;         /* guards slots, next_pub, pool */
+  xt_frame *slots[XT_RING];   /* the newest frames, slots[pub % XT_RING] */
+  uint64_t next_pub;          /* pub of the next frame pushed (first is 1) */
+  xt_frame *pool[4];          /* released buffers kept for reuse */
+  int pin;                    /* GPU backend: frames in page-locked memory (made once, reused) */
+  /* Who is told that a frame was pushed (the stream's service loop registers itself, ws.c): a
+   * callback, so the engine never calls into its readers. Guarded by mu. */
+  void (*notify)(void *ctx);
+  void *notify_ctx;
+} xt_ring;
+
+void xt_frame_unref(xt_ring *r, xt_frame *f);
+/* The frame a client whose last sent frame was last_pub should get next (latest-wins for free
+ * run; in order for lockstep frames); NULL when none. Returns a reference. */
+xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub);
+uint64_t xt_ring_latest_pub(xt_ring *r);
+/* Registers fn(ctx) to be called after each frame is pushed (NULL: none). Called from any thread
+ * once the engine has started; fn runs on the pushing worker's thread, without the ring's lock. */
+void xt_ring_set_notify(xt_ring *r, void (*fn)(void *ctx), void *ctx);
+/* Calls the registered notifier, if any. */
+void xt_ring_notify(xt_ring *r);
+
+/* A synchronous request to a render worker (POST /v1/render, adding a model). */
+typedef struct xt_call {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done, rc;
+  xt_msg msg;
+  /* render */
+  xt_geometry geom;
+  float *lineint; /* rows*cols, filled by the worker */
+  double render_s;
+  /* add model */
+  const xt_model *model;
+  /* warm-up: also the imaging chain, with these parameters */
+  int chain;
+  xt_chain_params chain_prm;
+} xt_call;
+
+enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3, XT_JOB_WARMUP = 4 };
+
+typedef struct xt_job {
+  int kind;
+  /* frame */
+  uint64_t counter, pose_seq, t_pose, t_sched, t_exposure, period_ns;
+  xt_pose pose;
+  const xt_detector_mode *mode;
+  int pixel_format, lockstep;
+  int chain;
+  xt_chain_params chain_prm;
+  uint64_t run_gen; /* the run this exposure belongs to (dose totals, dose-rate control) */
+  /* render / add model */
+  xt_call *call;
+} xt_job;
+
+#define XT_QUEUE 32
+#define XT_SRV_WORKER_MODELS (2 * XT_SRV_MAX_MODELS) /* a worker also keeps models a failed add left */
+
+typedef struct xt_worker {
+  struct xt_server *srv;
+  int index, device;
+  xt_proj *proj;
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu; /* guards q, qn, qhead, stop */
+  pthread_cond_t cv;
+  xt_job q[XT_QUEUE];
+  int qhead, qn, stop;
+  float *lineint; /* worker-private scratch */
+  size_t lineint_cap;
+  /* The acquisition layer's renderer on proj: the imaging chain made on first use, remade when
+   * rnd.models (the models on this worker's projector) grows; reset at a new run. */
+  xt_acq_renderer rnd;
+  /* Helpers that share the line integral -> uint16 conversion with the worker (engine.c). */
+  int nhelp;
+  pthread_t help[XT_SRV_MAX_HELPERS];
+  pthread_mutex_t hmu; /* guards the h* fields below */
+  pthread_cond_t hcv, hdone;
+  uint64_t hgen;
+  int hleft, hstop, hjoined;
+  const float *hsrc;
+  uint16_t *hdst;
+  size_t hn;
+  /* Work budgets (budget.c): the models on this worker's projector and the per-frame check's
+   * tile grid (made once, for the largest mode); the last pose measured within budget. */
+  const xt_model *bmodels[XT_SRV_WORKER_MODELS];
+  int nbmodels;
+  int32_t *bgrid;
+  int bok, bok_models;
+  const char *bok_mode;
+  xt_pose bok_pose;
+  int rest; /* the REST render worker: renders POST /v1/render only, models added on demand */
+} xt_worker;
+
+int xt_engine_start(xt_server *s, xt_msg *msg);
+void xt_engine_stop(xt_server *s);
+/* Runs a call on a worker and waits for it. */
+int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c); /* worker -1: any */
+/* Lockstep: latches the pose now and queues one frame; *counter gets its frame counter. */
+int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg);
+/* Renders (and converts) one frame of `mode` on every worker and discards it, so that the first
+ * paced frame of a mode pays no one-off costs (CUDA module load, pinned scratch, buffers). */
+void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode);
+
+/* Wakes the pacer after a state change (caller holds st_mu). */
+void xt_engine_kick(xt_server *s);
+
+#endif /* XT_SRV_ENGINE_H */

@@ -1,0 +1,48 @@
+/* Counters and histograms of the server (metrics.c) and their Prometheus text. Every module
+ * that counts takes metrics.mu; the lock order puts it last (engine.c). */
+#ifndef XT_SRV_METRICS_H
+#define XT_SRV_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srv_config.h"
+#include "xt_acq.h"
+
+#define XT_HIST_MAX_BUCKETS 20
+typedef struct xt_hist {
+  const char *name, *help;
+  int nb;
+  double le[XT_HIST_MAX_BUCKETS];
+  uint64_t count[XT_HIST_MAX_BUCKETS + 1];
+  uint64_t n;
+  double sum;
+} xt_hist;
+
+typedef struct xt_client_stats {
+  unsigned id;
+  char peer[64];
+  uint64_t sent, dropped;
+  int used;
+} xt_client_stats;
+
+typedef struct xt_metrics {
+  pthread_mutex_t mu; /* guards everything below */
+  uint64_t frames_rendered, frames_skipped, frames_published, render_errors, deadlines_missed;
+  uint64_t pose_updates, rest_requests, rest_errors, ws_connections;
+  uint64_t rest_refused;   /* REST connections refused (per-address limit) or cut (head deadline) */
+  uint64_t ws_refused;     /* stream upgrades refused (client limit, token, origin, host) */
+  uint64_t sent_total, dropped_total; /* over all clients ever connected */
+  xt_hist render, convert, period, jitter, latency, pose_latency;
+  xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
+} xt_metrics;
+
+void xt_metrics_init(xt_metrics *m);
+void xt_metrics_destroy(xt_metrics *m);
+void xt_hist_add(xt_hist *h, double v); /* caller holds m->mu */
+/* Appends the Prometheus text exposition to a malloc'd string; plane: the run's dose and loop
+ * (a snapshot of xt_server.plane). */
+char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *len);
+
+#endif /* XT_SRV_METRICS_H */

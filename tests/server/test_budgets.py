@@ -41,29 +41,28 @@ XGMM_LAYOUT = b"centre:f32x3,scale:f32x3,quat_wxyz:f32x4,rho:f32,label:u32"
 FD20_PIXELS = 2480 * 1920  # docs: FD20 full resolution
 
 
-def write_coincident(path, n, centre=(0.0, 0.0, 0.0), scale=2.0):
-    """n identical Gaussians at one point (native .xgmm: 128-byte header, 48-byte records, CRC-32
-    over header bytes 0-111 then the records; docs/models.md)."""
-    rec = struct.pack("<3f3f4ffI", *centre, scale, scale, scale, 1.0, 0.0, 0.0, 0.0, 0.01, 0xffffffff)
-    recs = rec * n
+def write_xgmm(path, recs, n, cutoff):
+    """A native .xgmm (128-byte header, 48-byte records, CRC-32 over header bytes 0-111 then the
+    records; docs/models.md)."""
     head = bytearray(128)
-    struct.pack_into("<8sIIQIIdd", head, 0, b"XTGMM\r\n\x1a", 1, 128, n, 48, 0, 4.8, 1.0)
+    struct.pack_into("<8sIIQIIdd", head, 0, b"XTGMM\r\n\x1a", 1, 128, n, 48, 0, cutoff, 1.0)
     head[48:48 + len(XGMM_LAYOUT)] = XGMM_LAYOUT
     struct.pack_into("<I", head, 112, zlib.crc32(recs, zlib.crc32(bytes(head[:112]))))
     with open(path, "wb") as f:
         f.write(bytes(head) + recs)
+
+
+def write_coincident(path, n, centre=(0.0, 0.0, 0.0), scale=2.0):
+    """n identical Gaussians at one point."""
+    rec = struct.pack("<3f3f4ffI", *centre, scale, scale, scale, 1.0, 0.0, 0.0, 0.0, 0.01, 0xffffffff)
+    write_xgmm(path, rec * n, n, 4.8)
 
 
 def write_spread(path, n=5):
     """A small, ordinary mixture inside the head."""
     recs = b"".join(struct.pack("<3f3f4ffI", -20.0 + 9 * i, 5.0 - 3 * i, 2.0 * i, 4.0 + i, 6.0, 3.0,
                                 0.9, 0.1 * i, 0.2, -0.1, 0.01, 0xffffffff) for i in range(n))
-    head = bytearray(128)
-    struct.pack_into("<8sIIQIIdd", head, 0, b"XTGMM\r\n\x1a", 1, 128, n, 48, 0, 3.5, 1.0)
-    head[48:48 + len(XGMM_LAYOUT)] = XGMM_LAYOUT
-    struct.pack_into("<I", head, 112, zlib.crc32(recs, zlib.crc32(bytes(head[:112]))))
-    with open(path, "wb") as f:
-        f.write(bytes(head) + recs)
+    write_xgmm(path, recs, n, 3.5)
 
 
 def metrics(srv):

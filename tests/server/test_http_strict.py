@@ -67,6 +67,16 @@ def exchange(srv, data, timeout=20, then=None, source=None):
         s.close()
 
 
+def read_to_close(s):
+    """Everything the server sends until it closes the connection."""
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return out
+        out += b
+
+
 def one_response(out):
     """The bytes of exactly one HTTP response (interim 100 Continue answers skipped), nothing after
     it: returns (status, headers, parsed JSON or raw body)."""
@@ -152,12 +162,7 @@ def test_malformed_framing_one_json_answer(srv):
         first = s.recv(65536)
         check(first.startswith(b"HTTP/1.1 100 "), "no 100 Continue before the body: %r" % first[:100])
         s.sendall(b"12\r\n{\"primary_deg\": 9}\r\n0\r\n\r\n")
-        out = first
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
+        out = first + read_to_close(s)
     finally:
         s.close()
     st, _, body = one_response(out)
@@ -383,12 +388,7 @@ def test_body_deadline_and_rate(srv):
         for k in range(0, len(data), 1024):
             s.sendall(data[k:k + 1024])
             time.sleep(0.002)
-        out = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
+        out = read_to_close(s)
     finally:
         s.close()
     st, _, body = one_response(out)

@@ -104,147 +104,119 @@ int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg
   return 0;
 }
 
-void xt__ds_put(xt__ds_jb *b, json_t *o, const char *k, json_t *v) {
-  if (!o || json_object_set_new(o, k, v) != 0) b->bad = 1;
-}
-void xt__ds_push(xt__ds_jb *b, json_t *a, json_t *v) {
-  if (!a || json_array_append_new(a, v) != 0) b->bad = 1;
-}
-static json_t *vec(xt__ds_jb *b, const double *v, int n) {
-  json_t *a = json_array();
-  for (int i = 0; i < n; i++) xt__ds_push(b, a, json_real(v[i]));
-  return a;
-}
-static json_t *v3(xt__ds_jb *b, xt_vec3 p) {
-  double d[3] = {p.x, p.y, p.z};
-  return vec(b, d, 3);
-}
-static json_t *aff34(xt__ds_jb *b, const xt_affine *m) {
-  json_t *a = json_array();
-  for (int i = 0; i < 3; i++) {
-    double r[4] = {m->m[i][0], m->m[i][1], m->m[i][2], m->t[i]};
-    xt__ds_push(b, a, vec(b, r, 4));
-  }
-  return a;
-}
-
 /* Every parameter that shaped the frame's raw and processed images, by the chain's table (as the
  * render sidecar's "chain" object), and what reproduces the frame alone. */
-static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, xt__ds_jb *b) {
+static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, xt_jb *b) {
   json_t *ch = json_object(), *prm = json_object(), *units = json_object(), *fl = json_object();
   int rows, cols;
-  xt__ds_put(b, ch, "frame", json_integer(f->index));
-  xt__ds_put(b, ch, "frame_note", json_string("the chain's frame number (the dataset's frame index): with parameters.seed it "
+  xt_jb_put(b, ch, "frame", json_integer(f->index));
+  xt_jb_put(b, ch, "frame_note", json_string("the chain's frame number (the dataset's frame index): with parameters.seed it "
                                        "keys the frame's noise; each frame is a first exposure (lag and temporal "
                                        "filter start from zero)"));
   for (int i = 0; i < xt_chain_param_count(); i++) {
     const xt_chain_param_info *in = xt_chain_param_at(i);
     const double v = xt_chain_param_get(&f->chain, in);
-    xt__ds_put(b, prm, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
-    if (*in->unit) xt__ds_put(b, units, in->name, json_string(in->unit));
+    xt_jb_put(b, prm, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
+    if (*in->unit) xt_jb_put(b, units, in->name, json_string(in->unit));
   }
-  xt__ds_put(b, ch, "parameters", prm);
-  xt__ds_put(b, ch, "units", units);
-  xt__ds_put(b, ch, "noise", json_boolean(s->chain.noise));
-  if (s->chain.dose_set) xt__ds_put(b, ch, "dose_ngy", json_real(f->dose_ngy));
+  xt_jb_put(b, ch, "parameters", prm);
+  xt_jb_put(b, ch, "units", units);
+  xt_jb_put(b, ch, "noise", json_boolean(s->chain.noise));
+  if (s->chain.dose_set) xt_jb_put(b, ch, "dose_ngy", json_real(f->dose_ngy));
   xt_ds_chain_size(s, f->mode, &rows, &cols);
-  if (s->write.raw) xt__ds_put(b, fl, "raw", json_string("raw.npy: uint16 ADC codes (\"for processing\"), 0 .. 2^adc_bits - 1"));
+  if (s->write.raw) xt_jb_put(b, fl, "raw", json_string("raw.npy: uint16 ADC codes (\"for processing\"), 0 .. 2^adc_bits - 1"));
   if (s->write.processed)
-    xt__ds_put(b, fl, "processed", json_string("processed.npy: uint16, 12 bits stored (\"for presentation\"), attenuation dark"));
-  xt__ds_put(b, fl, "rows", json_integer(rows));
-  xt__ds_put(b, fl, "cols", json_integer(cols));
-  xt__ds_put(b, ch, "files", fl);
-  xt__ds_put(b, ch, "model", json_string("docs/imaging.md"));
+    xt_jb_put(b, fl, "processed", json_string("processed.npy: uint16, 12 bits stored (\"for presentation\"), attenuation dark"));
+  xt_jb_put(b, fl, "rows", json_integer(rows));
+  xt_jb_put(b, fl, "cols", json_integer(cols));
+  xt_jb_put(b, ch, "files", fl);
+  xt_jb_put(b, ch, "model", json_string("docs/imaging.md"));
   return ch;
 }
 
-static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt__ds_jb *b) {
+static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt_jb *b) {
   const xt_ds_spec *s = sc->spec;
   const xt_geometry *g = &f->geom;
   json_t *root = json_object();
   char key[32], seed[24];
   snprintf(key, sizeof key, "%0*lld", XT__DS_KEY_DIGITS, f->index);
   snprintf(seed, sizeof seed, "%016llx", (unsigned long long)f->seed);
-  xt__ds_put(b, root, "key", json_string(key));
-  xt__ds_put(b, root, "frame", json_integer(f->index));
-  xt__ds_put(b, root, "shard", json_integer(f->index / s->shard_frames));
-  xt__ds_put(b, root, "seed", json_string(seed));
-  xt__ds_put(b, root, "spec_sha256", json_string(s->sha256));
-  if (s->poses.sampler == XT_DS_POSES_VIEWS) xt__ds_put(b, root, "view", json_string(s->poses.views[f->view].name));
+  xt_jb_put(b, root, "key", json_string(key));
+  xt_jb_put(b, root, "frame", json_integer(f->index));
+  xt_jb_put(b, root, "shard", json_integer(f->index / s->shard_frames));
+  xt_jb_put(b, root, "seed", json_string(seed));
+  xt_jb_put(b, root, "spec_sha256", json_string(s->sha256));
+  if (s->poses.sampler == XT_DS_POSES_VIEWS) xt_jb_put(b, root, "view", json_string(s->poses.views[f->view].name));
   if (s->poses.sampler == XT_DS_POSES_ARC) {
-    xt__ds_put(b, root, "run", json_integer(f->run));
-    xt__ds_put(b, root, "view_in_run", json_integer(f->view));
+    xt_jb_put(b, root, "run", json_integer(f->run));
+    xt_jb_put(b, root, "view_in_run", json_integer(f->view));
   }
 
   json_t *det = json_object();
-  xt__ds_put(b, det, "mode", json_string(g->mode.name));
-  xt__ds_put(b, det, "rows", json_integer(g->mode.rows));
-  xt__ds_put(b, det, "cols", json_integer(g->mode.cols));
-  xt__ds_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
-  xt__ds_put(b, det, "pitch_v_mm", json_real(g->mode.pitch_v_mm));
-  xt__ds_put(b, root, "detector", det);
+  xt_jb_put(b, det, "mode", json_string(g->mode.name));
+  xt_jb_put(b, det, "rows", json_integer(g->mode.rows));
+  xt_jb_put(b, det, "cols", json_integer(g->mode.cols));
+  xt_jb_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
+  xt_jb_put(b, det, "pitch_v_mm", json_real(g->mode.pitch_v_mm));
+  xt_jb_put(b, root, "detector", det);
 
   json_t *pose = json_object();
-  xt__ds_put(b, pose, "primary_deg", json_real(g->pose.primary_deg));
-  xt__ds_put(b, pose, "secondary_deg", json_real(g->pose.secondary_deg));
-  xt__ds_put(b, pose, "detector_rot_deg", json_real(g->pose.detector_rot_deg));
-  xt__ds_put(b, pose, "sod_mm", json_real(g->pose.sod_mm));
-  xt__ds_put(b, pose, "sid_mm", json_real(g->pose.sid_mm));
-  xt__ds_put(b, pose, "table_mm", v3(b, g->pose.table_mm));
-  xt__ds_put(b, root, "pose", pose);
+  xt_jb_put(b, pose, "primary_deg", json_real(g->pose.primary_deg));
+  xt_jb_put(b, pose, "secondary_deg", json_real(g->pose.secondary_deg));
+  xt_jb_put(b, pose, "detector_rot_deg", json_real(g->pose.detector_rot_deg));
+  xt_jb_put(b, pose, "sod_mm", json_real(g->pose.sod_mm));
+  xt_jb_put(b, pose, "sid_mm", json_real(g->pose.sid_mm));
+  xt_jb_put(b, pose, "table_mm", xt_jb_vec3(b, g->pose.table_mm));
+  xt_jb_put(b, root, "pose", pose);
 
   json_t *geo = json_object();
-  json_t *P = json_array();
-  for (int i = 0; i < 3; i++) xt__ds_push(b, P, vec(b, g->P[i], 4));
-  xt__ds_put(b, geo, "P", P);
+  xt_jb_put(b, geo, "P", xt_jb_mat34(b, g->P));
   double Pe[3][4]; /* DeepDRR's and DiffDRR's pixel-edge convention (docs/geometry.md) */
   xt_P_to_pixel_edge(g->P, Pe);
-  json_t *PE = json_array();
-  for (int i = 0; i < 3; i++) xt__ds_push(b, PE, vec(b, Pe[i], 4));
-  xt__ds_put(b, geo, "P_pixel_edge", PE);
-  xt__ds_put(b, geo, "source", v3(b, g->source));
-  xt__ds_put(b, geo, "det_center", v3(b, g->det_center));
-  xt__ds_put(b, geo, "det_origin", v3(b, g->det_origin));
-  xt__ds_put(b, geo, "u", v3(b, g->u));
-  xt__ds_put(b, geo, "v", v3(b, g->v));
-  xt__ds_put(b, geo, "d", v3(b, g->d));
+  xt_jb_put(b, geo, "P_pixel_edge", xt_jb_mat34(b, Pe));
+  xt_jb_put(b, geo, "source", xt_jb_vec3(b, g->source));
+  xt_jb_put(b, geo, "det_center", xt_jb_vec3(b, g->det_center));
+  xt_jb_put(b, geo, "det_origin", xt_jb_vec3(b, g->det_origin));
+  xt_jb_put(b, geo, "u", xt_jb_vec3(b, g->u));
+  xt_jb_put(b, geo, "v", xt_jb_vec3(b, g->v));
+  xt_jb_put(b, geo, "d", xt_jb_vec3(b, g->d));
   double pp[2] = {g->c0, g->r0};
-  xt__ds_put(b, geo, "principal_point", vec(b, pp, 2));
-  xt__ds_put(b, root, "geometry", geo);
+  xt_jb_put(b, geo, "principal_point", xt_jb_vec(b, pp, 2));
+  xt_jb_put(b, root, "geometry", geo);
 
   xt_affine p2w = xt_geom_patient_to_world(&g->pose);
   json_t *models = json_array();
   for (int m = 0; m < s->nmodels; m++) {
     json_t *mo = json_object();
     xt_affine m2w = xt_aff_compose(&p2w, &f->model_to_patient[m]);
-    xt__ds_put(b, mo, "name", json_string(s->models[m].name));
-    xt__ds_put(b, mo, "in_image", json_boolean(s->models[m].in_image));
-    xt__ds_put(b, mo, "translate_mm", vec(b, f->translate_mm[m], 3));
-    xt__ds_put(b, mo, "rotate_deg", vec(b, f->rotate_deg[m], 3));
-    xt__ds_put(b, mo, "model_to_world", aff34(b, &m2w));
-    xt__ds_push(b, models, mo);
+    xt_jb_put(b, mo, "name", json_string(s->models[m].name));
+    xt_jb_put(b, mo, "in_image", json_boolean(s->models[m].in_image));
+    xt_jb_put(b, mo, "translate_mm", xt_jb_vec(b, f->translate_mm[m], 3));
+    xt_jb_put(b, mo, "rotate_deg", xt_jb_vec(b, f->rotate_deg[m], 3));
+    xt_jb_put(b, mo, "model_to_world", xt_jb_affine34(b, &m2w));
+    xt_jb_push(b, models, mo);
   }
-  xt__ds_put(b, root, "models", models);
+  xt_jb_put(b, root, "models", models);
 
   json_t *im = json_object();
-  xt__ds_put(b, im, "image", json_string("ideal monoenergetic line integrals L = integral of mu dl (no spectrum, no detector)"));
+  xt_jb_put(b, im, "image", json_string("ideal monoenergetic line integrals L = integral of mu dl (no spectrum, no detector)"));
   const xt_volume *lv = NULL;
   for (int m = 0; m < s->nmodels && !lv; m++) {
     const xt_volume *mv = sc->models[m] ? xt_model_volume(sc->models[m]) : NULL;
     if (mv && mv->materials) lv = mv;
   }
-  xt__ds_put(b, im, "energy_kev", json_real(lv ? lv->materials->energy_kev : XT_DEFAULT_ENERGY_KEV));
-  if (s->write.intensity) xt__ds_put(b, im, "intensity", json_string("round(65535 * exp(-L)), uint16"));
-  xt__ds_put(b, im, "chain", s->chain.present ? chain_json(s, f, b) : json_null());
-  xt__ds_put(b, root, "imaging", im);
+  xt_jb_put(b, im, "energy_kev", json_real(lv ? lv->materials->energy_kev : XT_DEFAULT_ENERGY_KEV));
+  if (s->write.intensity) xt_jb_put(b, im, "intensity", json_string("round(65535 * exp(-L)), uint16"));
+  xt_jb_put(b, im, "chain", s->chain.present ? chain_json(s, f, b) : json_null());
+  xt_jb_put(b, root, "imaging", im);
 
   if (s->write.labels || s->write.segmentation) {
     json_t *lab = json_object(), *names = json_array();
-    for (int k = 0; k < s->nchannels; k++) xt__ds_push(b, names, json_string(s->channels[k].name));
-    xt__ds_put(b, lab, "channels", names);
-    xt__ds_put(b, lab, "quantity", json_string(s->quantity == XT_DS_QTY_PATH_LENGTH ? "path_length_mm" : "line_integral"));
-    if (s->write.segmentation) xt__ds_put(b, lab, "segmentation", json_string("bit k of seg.npy: channel k's value > 0"));
-    xt__ds_put(b, root, "labels", lab);
+    for (int k = 0; k < s->nchannels; k++) xt_jb_push(b, names, json_string(s->channels[k].name));
+    xt_jb_put(b, lab, "channels", names);
+    xt_jb_put(b, lab, "quantity", json_string(s->quantity == XT_DS_QTY_PATH_LENGTH ? "path_length_mm" : "line_integral"));
+    if (s->write.segmentation) xt_jb_put(b, lab, "segmentation", json_string("bit k of seg.npy: channel k's value > 0"));
+    xt_jb_put(b, root, "labels", lab);
   }
 
   if (s->write.landmarks) {
@@ -258,21 +230,21 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt__ds_jb
       double depth = xt_v3_dot(g->d, xt_v3_sub(pw, g->source));
       int vis = front && col >= -0.5 && col <= g->mode.cols - 0.5 && row >= -0.5 && row <= g->mode.rows - 0.5;
       json_t *lo = json_object();
-      xt__ds_put(b, lo, "name", json_string(l->name));
-      xt__ds_put(b, lo, "world_mm", v3(b, pw));
+      xt_jb_put(b, lo, "name", json_string(l->name));
+      xt_jb_put(b, lo, "world_mm", xt_jb_vec3(b, pw));
       double uv[2] = {col, row};
-      xt__ds_put(b, lo, "uv", front ? vec(b, uv, 2) : json_null());
-      xt__ds_put(b, lo, "depth_mm", json_real(depth));
-      xt__ds_put(b, lo, "visible", json_boolean(vis));
-      xt__ds_push(b, lms, lo);
+      xt_jb_put(b, lo, "uv", front ? xt_jb_vec(b, uv, 2) : json_null());
+      xt_jb_put(b, lo, "depth_mm", json_real(depth));
+      xt_jb_put(b, lo, "visible", json_boolean(vis));
+      xt_jb_push(b, lms, lo);
     }
-    xt__ds_put(b, root, "landmarks", lms);
+    xt_jb_put(b, root, "landmarks", lms);
   }
   return root;
 }
 
 int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg) {
-  xt__ds_jb b = {0};
+  xt_jb b = {0};
   json_t *root = frame_json(e->sc, f, &b);
   free(e->json);
   e->json = NULL;

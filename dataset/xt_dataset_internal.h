@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "xt_dataset.h"
+#include "xt_json_build.h"
 
 #define XT__DS_KEY_DIGITS 12 /* frame keys: the frame index, zero-padded */
 
@@ -71,12 +72,6 @@ int xt__ds_sha256_file(int dfd, const char *name, char out[65]);
 /* JSON and members (xt_dataset_encode.c)                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Builds a jansson tree and remembers any failure (out of memory) for one check at the end. */
-typedef struct xt__ds_jb {
-  int bad;
-} xt__ds_jb;
-void xt__ds_put(xt__ds_jb *b, json_t *o, const char *k, json_t *v);
-void xt__ds_push(xt__ds_jb *b, json_t *a, json_t *v);
 
 /* One frame's member files, in order, as the shard writers get them (xt_dataset_shard.h). */
 typedef struct xt_ds_member xt_ds_member;

@@ -19,44 +19,44 @@
 #include "xt_dataset_shard.h"
 
 static char *dataset_json(const xt_ds_spec *s) {
-  xt__ds_jb b = {0};
+  xt_jb b = {0};
   json_t *r = json_object();
-  xt__ds_put(&b, r, "format", json_string("xtwin-dataset"));
-  xt__ds_put(&b, r, "format_version", json_integer(1));
-  xt__ds_put(&b, r, "xtwin_version", json_string(XT_VERSION));
-  xt__ds_put(&b, r, "spec_sha256", json_string(s->sha256));
-  xt__ds_put(&b, r, "backend", json_string(xt_backend_name(s->backend)));
-  xt__ds_put(&b, r, "frames", json_integer(s->frames));
-  xt__ds_put(&b, r, "shard_frames", json_integer(s->shard_frames));
-  xt__ds_put(&b, r, "shards", json_integer(xt_ds_spec_shards(s)));
-  xt__ds_put(&b, r, "shard_format", json_string(xt__ds_shard_format(s)->name));
-  xt__ds_put(&b, r, "key_digits", json_integer(XT__DS_KEY_DIGITS));
+  xt_jb_put(&b, r, "format", json_string("xtwin-dataset"));
+  xt_jb_put(&b, r, "format_version", json_integer(1));
+  xt_jb_put(&b, r, "xtwin_version", json_string(XT_VERSION));
+  xt_jb_put(&b, r, "spec_sha256", json_string(s->sha256));
+  xt_jb_put(&b, r, "backend", json_string(xt_backend_name(s->backend)));
+  xt_jb_put(&b, r, "frames", json_integer(s->frames));
+  xt_jb_put(&b, r, "shard_frames", json_integer(s->shard_frames));
+  xt_jb_put(&b, r, "shards", json_integer(xt_ds_spec_shards(s)));
+  xt_jb_put(&b, r, "shard_format", json_string(xt__ds_shard_format(s)->name));
+  xt_jb_put(&b, r, "key_digits", json_integer(XT__DS_KEY_DIGITS));
   xt_ds_member_info mi[16];
   int n = xt_ds_members(s, mi, 16);
   json_t *mem = json_array();
   for (int i = 0; i < n; i++) {
     json_t *m = json_object();
-    xt__ds_put(&b, m, "ext", json_string(mi[i].ext));
+    xt_jb_put(&b, m, "ext", json_string(mi[i].ext));
     if (mi[i].ndim) {
-      xt__ds_put(&b, m, "dtype", json_string(mi[i].dtype));
+      xt_jb_put(&b, m, "dtype", json_string(mi[i].dtype));
       const int binned = s->chain.present && s->chain.base.binning == 2 &&
                          (!strcmp(mi[i].ext, "raw.npy") || !strcmp(mi[i].ext, "processed.npy"));
-      xt__ds_put(&b, m, "shape",
+      xt_jb_put(&b, m, "shape",
           json_string(mi[i].ndim == 3 ? "(channels, rows, cols)" : binned ? "(rows / 2, cols / 2)" : "(rows, cols)"));
     }
-    xt__ds_push(&b, mem, m);
+    xt_jb_push(&b, mem, m);
   }
-  xt__ds_put(&b, r, "members", mem);
+  xt_jb_put(&b, r, "members", mem);
   json_t *modes = json_array();
-  for (int i = 0; i < s->nmodes; i++) xt__ds_push(&b, modes, json_string(s->modes[i]->name));
-  xt__ds_put(&b, r, "modes", modes);
+  for (int i = 0; i < s->nmodes; i++) xt_jb_push(&b, modes, json_string(s->modes[i]->name));
+  xt_jb_put(&b, r, "modes", modes);
   json_t *ch = json_array();
-  for (int k = 0; k < s->nchannels; k++) xt__ds_push(&b, ch, json_string(s->channels[k].name));
-  xt__ds_put(&b, r, "channels", ch);
-  xt__ds_put(&b, r, "quantity", json_string(s->quantity == XT_DS_QTY_PATH_LENGTH ? "path_length_mm" : "line_integral"));
+  for (int k = 0; k < s->nchannels; k++) xt_jb_push(&b, ch, json_string(s->channels[k].name));
+  xt_jb_put(&b, r, "channels", ch);
+  xt_jb_put(&b, r, "quantity", json_string(s->quantity == XT_DS_QTY_PATH_LENGTH ? "path_length_mm" : "line_integral"));
   json_t *lm = json_array();
-  for (int i = 0; i < s->nlandmarks; i++) xt__ds_push(&b, lm, json_string(s->landmarks[i].name));
-  xt__ds_put(&b, r, "landmarks", lm);
+  for (int i = 0; i < s->nlandmarks; i++) xt_jb_push(&b, lm, json_string(s->landmarks[i].name));
+  xt_jb_put(&b, r, "landmarks", lm);
   char *text = b.bad ? NULL : json_dumps(r, JSON_INDENT(2) | JSON_SORT_KEYS);
   json_decref(r);
   if (!text) return NULL;

@@ -149,19 +149,19 @@ int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_d
 /* shards/shard-N.json: one line, the shard's place, size and checksum, and the spec it is of. */
 static int manifest_line(xt_ds_shard_writer *w, const char *sha, xt_msg *msg) {
   const xt_ds_spec *s = w->s;
-  xt__ds_jb b = {0};
+  xt_jb b = {0};
   json_t *r = json_object();
   char rel[96];
   snprintf(rel, sizeof rel, "shards/%s", w->data_name);
-  xt__ds_put(&b, r, "shard", json_integer(w->shard));
-  xt__ds_put(&b, r, "path", json_string(rel));
-  xt__ds_put(&b, r, "format", json_string(w->ops->name));
-  xt__ds_put(&b, r, "first_frame", json_integer(w->shard * s->shard_frames));
-  xt__ds_put(&b, r, "frames", json_integer(w->frames));
-  xt__ds_put(&b, r, "bytes", json_integer((json_int_t)w->bytes));
-  xt__ds_put(&b, r, "sha256", json_string(sha));
-  xt__ds_put(&b, r, "sha256_of", json_string(w->ops->sha256_of));
-  xt__ds_put(&b, r, "spec_sha256", json_string(s->sha256));
+  xt_jb_put(&b, r, "shard", json_integer(w->shard));
+  xt_jb_put(&b, r, "path", json_string(rel));
+  xt_jb_put(&b, r, "format", json_string(w->ops->name));
+  xt_jb_put(&b, r, "first_frame", json_integer(w->shard * s->shard_frames));
+  xt_jb_put(&b, r, "frames", json_integer(w->frames));
+  xt_jb_put(&b, r, "bytes", json_integer((json_int_t)w->bytes));
+  xt_jb_put(&b, r, "sha256", json_string(sha));
+  xt_jb_put(&b, r, "sha256_of", json_string(w->ops->sha256_of));
+  xt_jb_put(&b, r, "spec_sha256", json_string(s->sha256));
   char *text = b.bad ? NULL : json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(r);
   if (!text) return xt_fail(msg, XT_ENOMEM, "out of memory");

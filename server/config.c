@@ -38,7 +38,8 @@ static const cfg_entry cfg_table[] = {
      "projector backend; auto takes cuda when a GPU is usable, else cpu"},
     {"threads", CT_INT, N(threads), "0", 0, 1024, NULL, 0, "CPU projector threads (0: all cores)"},
     {"devices", CT_INT, N(devices), "0", 0, XT_SRV_MAX_WORKERS, NULL, 0,
-     "CUDA devices to render on, one worker each (0: all)"},
+     "CUDA devices to render on, one worker each (0: all); CPU: N render workers sharing the cores (for testing "
+     "the multi-device path); chain frames all render on the first worker, in order (their states are sequential)"},
     {"tls_cert", CT_STRING, S(tls_cert), "", 0, 0, NULL, 0, "PEM certificate: serve HTTPS and WSS"},
     {"tls_key", CT_STRING, S(tls_key), "", 0, 0, NULL, 0, "PEM private key for --tls-cert"},
     {"token", CT_STRING, S(token), "", 0, 0, NULL, 1,

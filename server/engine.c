@@ -11,6 +11,11 @@
  *
  * Lockstep: each trigger latches the pose and queues one exposure; none are ever replaced.
  *
+ * Which worker: frames through the imaging chain and lockstep frames all render on worker 0, in
+ * order (the chain's lag, temporal filter and dose-rate loop are sequential; every trigger is
+ * answered, and the stream sends in counter order: pick_worker_locked); free-run mono frames go
+ * round robin over all workers.
+ *
  * POST /v1/render runs on a worker of its own (its thread, its projector), never on a stream
  * worker: a render of a large mode cannot hold a paced exposure back. Its projector gets the
  * server's models on demand, before each render (on CUDA the first REST render uploads them: a
@@ -30,7 +35,7 @@
 #include "srv_clock.h"
 #include "srv_engine.h"
 #include "srv_metrics.h"
-#include "xt_exposure.h"
+#include "xt_record.h"
 #include "xt_server.h"
 #include "xt_stream.h"
 
@@ -285,100 +290,11 @@ static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uin
   xt_ring_notify(&s->ring);
 }
 
-/* FNV-1a over the parameters' values in table order: the header's chain_params_hash. */
-static uint64_t params_hash(const xt_chain_params *p) {
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < xt_chain_param_count(); i++) {
-    const double v = xt_chain_param_get(p, xt_chain_param_at(i));
-    unsigned char b[sizeof v];
-    memcpy(b, &v, sizeof v);
-    for (size_t k = 0; k < sizeof v; k++) h = (h ^ b[k]) * 1099511628211ull;
-  }
-  return h;
-}
-
-/* The header's common part from the frame record; j for what only the job knows (lockstep, mode). */
-static void fill_header(xt_stream_header *h, const xt_job *j, const xt_acq_frame *fr, int rows, int cols, int pixfmt,
-                        size_t payload, uint64_t t_done) {
-  memset(h, 0, sizeof *h);
-  h->magic = XT_STREAM_MAGIC;
-  h->version = XT_STREAM_VERSION;
-  h->header_size = XT_STREAM_HEADER_SIZE;
-  h->frame_counter = fr->counter;
-  h->pose_seq = fr->pose_seq;
-  h->t_pose_ns = fr->t_pose_ns;
-  h->t_exposure_sched_ns = fr->t_sched_ns;
-  h->t_exposure_ns = fr->t_exposure_ns;
-  h->t_render_done_ns = t_done;
-  h->rows = (uint32_t)rows;
-  h->cols = (uint32_t)cols;
-  h->pixel_format = (uint32_t)pixfmt;
-  h->flags = j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0;
-  h->payload_bytes = payload;
-  const xt_pose *p = &fr->geom.pose;
-  double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm, p->sid_mm,
-                    p->table_mm.x, p->table_mm.y, p->table_mm.z};
-  memcpy(h->pose, pose, sizeof pose);
-  for (int r = 0; r < 3; r++)
-    for (int c = 0; c < 4; c++) h->P[r * 4 + c] = fr->geom.P[r][c];
-  /* binned output pixels are b times the detector's (the job's binning: a synthetic frame of a
-   * chain acquisition says so too) */
-  const int b = j->chain ? j->chain_prm.binning : 1;
-  h->pitch_mm[0] = j->mode->pitch_u_mm * b;
-  h->pitch_mm[1] = j->mode->pitch_v_mm * b;
-  snprintf(h->mode, sizeof h->mode, "%s", j->mode->name);
-  h->period_ns = fr->period_ns;
-  h->bits_stored = 16;
-}
-
-/* The chain's part of a header (version 2 fields): the exposure the frame had. */
-static void fill_chain_header(xt_stream_header *h, const xt_acq_frame *fr, int kind) {
-  const xt_chain_params *p = &fr->prm;
-  const xt_chain_info *ci = &fr->info;
-  h->frame_kind = (uint32_t)kind;
-  h->bits_stored = kind == XT_STREAM_KIND_RAW ? (uint32_t)p->adc_bits : 12u;
-  h->chain_seed = p->seed;
-  h->chain_params_hash = params_hash(p);
-  h->kv = p->kv;
-  h->mas = p->mas;
-  h->filter_al_mm = p->filter_al_mm;
-  h->filter_cu_mm = p->filter_cu_mm;
-  h->mean_energy_kev = ci->mean_energy_kev;
-  h->kerma_ugy_per_mas = ci->kerma_ugy_per_mas;
-  h->window = p->window;
-  h->level = p->level;
-  h->binning = (uint32_t)p->binning;
-  h->chain_flags = (p->quantum_noise ? XT_STREAM_CHAIN_QUANTUM_NOISE : 0u) | (p->lag ? XT_STREAM_CHAIN_LAG : 0u) |
-                   (p->temporal_alpha < 1 ? XT_STREAM_CHAIN_TEMPORAL : 0u) | (p->edge_gain > 0 ? XT_STREAM_CHAIN_EDGE : 0u);
-}
-
-/* Version 3: the exposure settings, the frame's dose and the run's totals, the loop's state. */
-static void fill_dose_header(xt_stream_header *h, const xt_acq_frame *fr) {
-  const xt_chain_params *p = &fr->prm;
-  const xt_dose *d = &fr->dose;
-  const xt_dose_totals *t = &fr->totals;
-  const xt_drc *drc = &fr->drc;
-  h->ma = xt_exposure_ma(p);
-  h->pulse_ms = p->pulse_ms;
-  h->focal_spot_mm = p->focal_spot_mm;
-  memcpy(h->shutter, p->shutter, sizeof h->shutter);
-  memcpy(h->wedge, p->wedge, sizeof h->wedge);
-  h->wedge_t = p->wedge_t;
-  h->grid_tp = p->grid ? p->grid_tp : 0;
-  h->protocol = (uint32_t)p->protocol;
-  h->exposure_flags = (p->grid ? XT_STREAM_EXPOSURE_GRID : 0u) | (p->drc ? XT_STREAM_EXPOSURE_DRC : 0u);
-  h->k_irp_mgy = d->k_irp_mgy;
-  h->kap_gycm2 = d->kap_gycm2;
-  h->k_irp_total_mgy = t->k_irp_mgy;
-  h->kap_total_gycm2 = t->kap_gycm2;
-  h->dose_frames = t->frames;
-  h->d_irp_mm = d->d_irp_mm;
-  if (p->drc) {
-    h->drc_measured_ngy = drc->measured_ngy;
-    h->drc_target_ngy = drc->target_ngy;
-    h->drc_curve_s = drc->s;
-    h->drc_flags = drc->flags;
-  }
+/* A message's header from the frame record (output/'s one stream header encoder). */
+static void frame_header(const xt_job *j, const xt_frame_fields *ff, int kind, int rows, int cols, int pixfmt,
+                         size_t payload, uint64_t t_done, xt_stream_header *h) {
+  const xt_stream_delivery d = {kind, rows, cols, pixfmt, payload, j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0u, t_done};
+  xt_stream_header_encode(ff, &d, h);
 }
 
 /* A frame's settings, counter and times as the acquisition layer's request. */
@@ -402,7 +318,8 @@ static void job_request(const xt_job *j, xt_acq_request *q) {
  * straight into a ring frame (chain) or the worker's line-integral scratch (mono). */
 typedef struct frame_ctx {
   xt_worker *w;
-  xt_frame *f; /* the ring frame taken for a chain frame */
+  xt_frame *f;     /* the ring frame taken for a chain frame */
+  xt_call *call;   /* POST /v1/render's call */
 } frame_ctx;
 
 static int frame_admit(void *ctx, const xt_geometry *g, xt_msg *msg) {
@@ -428,6 +345,25 @@ static int lineint_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
   return 0;
 }
 
+/* POST /v1/render's frame: one mono exposure outside any run (no plane: no loop, no totals), its
+ * line integrals straight into the caller's buffer, its record kept for the reply's geometry. */
+static int call_lineint(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
+  fr->lineint.data = ((frame_ctx *)ctx)->call->lineint;
+  return 0;
+}
+
+static int render_call(xt_worker *w, xt_call *c) {
+  frame_ctx fc = {w, NULL, c};
+  xt_acq_request q;
+  memset(&q, 0, sizeof q);
+  q.geom = &c->geom;
+  q.want = XT_ACQ_WANT_LINEINT;
+  q.admit = frame_admit;
+  q.buffers = call_lineint;
+  q.ctx = &fc;
+  return xt_acq_expose(NULL, &w->rnd, &q, &c->frame, &c->msg);
+}
+
 static void frame_failed(xt_server *s, const xt_job *j, const xt_msg *msg) {
   pthread_mutex_lock(&s->metrics.mu);
   s->metrics.render_errors++;
@@ -440,7 +376,7 @@ static void frame_failed(xt_server *s, const xt_job *j, const xt_msg *msg) {
 static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
-  frame_ctx fc = {w, NULL};
+  frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q;
   job_request(j, &q);
   q.want = XT_ACQ_WANT_CHAIN;
@@ -455,12 +391,13 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   }
   xt_frame *f = fc.f;
   const int rows = fr.raw.rows, cols = fr.raw.cols;
+  const size_t pay = (size_t)cols * rows * 2;
+  xt_frame_fields ff;
+  xt_frame_fields_of(&fr, &ff);
   xt_stream_header h;
-  fill_header(&h, j, &fr, rows, cols, XT_STREAM_PIX_U16, (size_t)cols * rows * 2, fr.t_done_ns);
-  fill_chain_header(&h, &fr, XT_STREAM_KIND_RAW);
-  fill_dose_header(&h, &fr);
+  frame_header(j, &ff, XT_STREAM_KIND_RAW, rows, cols, XT_STREAM_PIX_U16, pay, fr.t_done_ns, &h);
   memcpy(f->msg, &h, sizeof h);
-  fill_chain_header(&h, &fr, XT_STREAM_KIND_PROCESSED);
+  frame_header(j, &ff, XT_STREAM_KIND_PROCESSED, rows, cols, XT_STREAM_PIX_U16, pay, fr.t_done_ns, &h);
   memcpy(f->msg2, &h, sizeof h);
   publish(s, f, j, fr.t_render_ns, fr.t_done_ns, -1);
 }
@@ -472,7 +409,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
     render_chain_frame(w, j);
     return;
   }
-  frame_ctx fc = {w, NULL};
+  frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q;
   job_request(j, &q);
   q.chain = 0; /* mono line integrals (a synthetic frame of a chain acquisition too) */
@@ -501,9 +438,10 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   else memcpy(px, w->lineint, npx * 4);
   uint64_t t1 = xt_now_ns();
 
+  xt_frame_fields ff;
+  xt_frame_fields_of(&fr, &ff);
   xt_stream_header h;
-  fill_header(&h, j, &fr, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1);
-  if (bpp == 4) h.bits_stored = 32;
+  frame_header(j, &ff, XT_STREAM_KIND_MONO, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1, &h);
   memcpy(f->msg, &h, sizeof h);
   publish(s, f, j, t0, t1, bpp == 2 && !s->cfg.synthetic ? (double)(t1 - tc) * 1e-9 : -1);
 }
@@ -584,8 +522,7 @@ static void *worker_main(void *arg) {
       }
       uint64_t t0 = xt_now_ns();
       int rc = w->rest ? rest_models(w, &c->msg) : 0;
-      if (!rc) rc = xt_budget_frame(w, &c->geom, &c->msg);
-      if (!rc) rc = xt_proj_render(w->proj, &c->geom, c->lineint, &c->msg);
+      if (!rc) rc = render_call(w, c);
       c->render_s = (double)(xt_now_ns() - t0) * 1e-9;
       call_finish(c, rc);
     } else if (j.kind == XT_JOB_WARMUP) {
@@ -637,6 +574,21 @@ static int worker_push(xt_server *s, xt_worker *w, const xt_job *j) {
   return rc;
 }
 
+/* The worker of a frame or call (caller holds st_mu). A chain frame's states are sequential: the
+ * detector's lag, the recursive temporal filter and the DSA mask live in a worker's chain (w->rnd)
+ * and carry from one frame to the next, and the plane's dose-rate loop sets frame k's exposure
+ * from frame k-1's measurement. So every chain frame of the plane renders on the plane's worker
+ * (worker 0), in the order queued; round robin would give frame k the states of frame k-n and
+ * expose it before frame k-1 is measured. Lockstep frames too: each trigger must be answered, and
+ * the stream sends frames in counter order (a frame older than one already sent is dropped, as a
+ * free run's latest-wins allows), so frames finishing out of order on two workers would lose
+ * triggers. Free-run mono frames (and synthetic ones: no chain runs) are stateless and go round
+ * robin over all workers. */
+static xt_worker *pick_worker_locked(xt_server *s, int chain, int lockstep) {
+  if (lockstep || (chain && !s->cfg.synthetic)) return &s->workers[0];
+  return &s->workers[s->rr++ % (unsigned)s->nworkers];
+}
+
 int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
@@ -648,12 +600,12 @@ int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
   xt_worker *w;
   if (kind == XT_JOB_RENDER && s->rest.started) w = &s->rest; /* never a stream worker */
   else {
-    if (worker < 0) {
+    if (worker < 0) { /* a call renders line integrals only: stateless, any worker */
       pthread_mutex_lock(&s->st_mu);
-      worker = (int)(s->rr++ % (unsigned)s->nworkers);
+      w = pick_worker_locked(s, 0, 0);
       pthread_mutex_unlock(&s->st_mu);
-    }
-    w = &s->workers[worker];
+    } else
+      w = &s->workers[worker];
   }
   int rc = worker_push(s, w, &j);
   if (rc) {
@@ -678,7 +630,9 @@ void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
   c.chain_prm = s->acq.chain_prm;
   pthread_mutex_unlock(&s->st_mu);
   if (xt_geom_compute(&pose, mode, &c.geom, &c.msg)) return;
+  const int chain = c.chain;
   for (int i = 0; i < s->nworkers; i++) {
+    c.chain = i == 0 ? chain : 0; /* chain frames render on worker 0 only (pick_worker_locked) */
     uint64_t t0 = xt_now_ns();
     int rc = xt_engine_call(s, XT_JOB_WARMUP, i, &c);
     if (s->cfg.verbose)
@@ -708,7 +662,7 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   j.chain_prm = s->acq.chain_prm;
   j.run_gen = s->run_gen;
   j.lockstep = lockstep;
-  xt_worker *w = &s->workers[s->rr++ % (unsigned)s->nworkers];
+  xt_worker *w = pick_worker_locked(s, j.chain, lockstep);
   int rc = worker_push(s, w, &j);
   if (!rc) {
     if (counter) *counter = s->next_counter;
@@ -795,6 +749,13 @@ static void *pacer_main(void *arg) {
 
 /* ---- start / stop ------------------------------------------------------------------------- */
 
+int xt_engine_proj_threads(const xt_server *s) {
+  if (s->backend != XT_BACKEND_CPU || s->nworkers <= 1) return s->cfg.threads;
+  long total = s->cfg.threads > 0 ? s->cfg.threads : sysconf(_SC_NPROCESSORS_ONLN);
+  long t = total / s->nworkers;
+  return t < 1 ? 1 : (int)t;
+}
+
 /* POST /v1/render's worker: its own projector (on CUDA on device 0; on the CPU with fewer threads
  * than the stream's, so that a long render leaves the stream's worker a core), no conversion
  * helpers (the handler converts), models added before each render. */
@@ -838,7 +799,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     xt_worker *w = &s->workers[i];
     w->srv = s;
     w->index = i;
-    xt_acq_renderer_init(&w->rnd, w->proj, s->cfg.threads); /* the CPU stages: as the projector */
+    xt_acq_renderer_init(&w->rnd, w->proj, xt_engine_proj_threads(s)); /* the CPU stages: as the projector */
     /* the models setup added to every projector before the workers started */
     for (int k = 0; k < s->nmodels; k++) xt_budget_worker_model(w, s->models[k]);
     if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))

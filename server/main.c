@@ -105,15 +105,18 @@ static int setup(xt_server *s, xt_msg *msg) {
   s->pose = xt_pose_default(md);
   s->t_pose = xt_now_ns();
 
-  /* One render worker per device: the CPU projector is one (multithreaded) device. */
+  /* One render worker per device: the CPU projector is one (multithreaded) device, unless
+   * --devices N > 1 asks for N CPU workers sharing the cores (to test the multi-device path
+   * without GPUs: chain frames on worker 0, mono frames round robin, engine.c). */
   s->nworkers = 1;
   if (s->backend == XT_BACKEND_CUDA) {
     int n = s->gpu_count > 0 ? s->gpu_count : 1;
     if (s->cfg.devices > 0 && s->cfg.devices < n) n = s->cfg.devices;
     s->nworkers = n;
-  }
+  } else if (s->cfg.devices > 1)
+    s->nworkers = s->cfg.devices;
   for (int i = 0; i < s->nworkers; i++) {
-    xt_proj_options o = {s->backend, s->cfg.threads, i};
+    xt_proj_options o = {s->backend, xt_engine_proj_threads(s), i};
     if ((rc = xt_proj_create(&o, &s->workers[i].proj, msg))) return rc;
   }
 

@@ -38,6 +38,7 @@
 #include "srv_state.h"
 #include "xt_console.h"
 #include "xt_output.h"
+#include "xt_record.h"
 #include "xt_server.h"
 #include "xt_stream.h"
 
@@ -213,9 +214,10 @@ static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *ou
     goto done;
   }
   if (u16) xt_intensity_u16(c.lineint, npx, u16);
-  json_t *geo = xt_geometry_to_json(&c.geom);
-  json_object_set_new(geo, "pixel_format", json_string(xt_pixfmt_name(acq.pixel_format)));
-  gj = json_dumps(geo, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  xt_frame_fields ff;
+  xt_frame_fields_of(&c.frame, &ff);
+  json_t *geo = xt_render_geometry_json(&ff, &c.frame.geom, xt_pixfmt_name(acq.pixel_format));
+  gj = geo ? json_dumps(geo, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
   json_decref(geo);
   if (!gj) {
     reply_error(out, XT_ENOMEM, 0, "render: out of memory");

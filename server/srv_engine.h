@@ -68,8 +68,9 @@ typedef struct xt_call {
   xt_msg msg;
   /* render */
   xt_geometry geom;
-  float *lineint; /* rows*cols, filled by the worker */
+  float *lineint;     /* rows*cols, filled by the worker */
   double render_s;
+  xt_acq_frame frame; /* the render's record (its geometry and times) */
   /* add model */
   const xt_model *model;
   /* warm-up: also the imaging chain, with these parameters */
@@ -132,6 +133,9 @@ typedef struct xt_worker {
   int rest; /* the REST render worker: renders POST /v1/render only, models added on demand */
 } xt_worker;
 
+/* Threads of each stream worker's CPU projector and chain stages: --threads, split between the
+ * workers (at least 1 each) when the CPU backend has several (--devices N). */
+int xt_engine_proj_threads(const xt_server *s);
 int xt_engine_start(xt_server *s, xt_msg *msg);
 void xt_engine_stop(xt_server *s);
 /* Runs a call on a worker and waits for it. */

@@ -36,7 +36,6 @@ json_t *xt_acq_to_json(const xt_acq *a);
 json_t *xt_chain_to_json(int enabled, const xt_chain_params *p);
 const char *xt_pixfmt_name(int f);
 int xt_pixfmt_parse(const char *s, int *out);
-json_t *xt_geometry_to_json(const xt_geometry *g);
 /* Parses a JSON text with a size limit; returns XT_EFORMAT naming line/column on error. */
 int xt_json_parse(const char *text, size_t len, json_t **out, xt_msg *msg);
 /* A REST request body as a JSON object (what every handler with a body parses first); an empty

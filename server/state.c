@@ -133,19 +133,6 @@ json_t *xt_pose_to_json(const xt_pose *p) {
                    p->table_mm.x, p->table_mm.y, p->table_mm.z);
 }
 
-json_t *xt_geometry_to_json(const xt_geometry *g) {
-  json_t *P = json_array();
-  for (int r = 0; r < 3; r++) {
-    json_t *row = json_array();
-    for (int c = 0; c < 4; c++) json_array_append_new(row, json_real(g->P[r][c]));
-    json_array_append_new(P, row);
-  }
-  return json_pack("{s:s,s:i,s:i,s:[f,f],s:o,s:o,s:[f,f,f],s:[f,f,f]}", "mode", g->mode.name, "rows", g->mode.rows,
-                   "cols", g->mode.cols, "pitch_mm", g->mode.pitch_u_mm, g->mode.pitch_v_mm, "pose",
-                   xt_pose_to_json(&g->pose), "P", P, "source_mm", g->source.x, g->source.y, g->source.z,
-                   "detector_center_mm", g->det_center.x, g->det_center.y, g->det_center.z);
-}
-
 /* ---- acquisition -------------------------------------------------------------------------- */
 
 const char *xt_pixfmt_name(int f) { return f == XT_STREAM_PIX_F32 ? "float32" : "uint16"; }

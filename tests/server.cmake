@@ -65,6 +65,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_rest_matches_stream
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/rest_matches_stream.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_rest_matches_stream PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Several render workers (--devices N on the CPU backend: N CPU workers): chain frames (lag,
+    # temporal filter, dose-rate loop) byte-identical to one worker's; every lockstep trigger answered.
+    add_test(NAME test_server_multi_device
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_multi_device.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_multi_device PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Model paths confined before any file access (an strace of the server as the oracle), 404 for
     # a missing path inside the root, unique model names (409; distinct default names).
     add_test(NAME test_server_model_paths

@@ -13,7 +13,7 @@
 #include "xt_geom.h"
 #include "xt_hu.h"
 #include "xt_phantom.h"
-#include "xt_sidecar.h"
+#include "xt_record.h"
 #include "xt_test.h"
 
 /* NIST mu/rho (cm^2/g) at 60, 80, 100 keV. */

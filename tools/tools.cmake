@@ -1,17 +1,17 @@
 # tools.cmake: the xtwin command-line program and its output writers.
 #
-# xt_cli   static library of the CLI's output files (NPY and PNG through output/'s encoders, the
-#          JSON sidecar via jansson), the all-or-nothing output set and the option-table parser;
-#          the tests link it too.
+# xt_cli   static library of the CLI's output files (through output/'s encoders: NPY, PNG, the
+#          JSON sidecar), the all-or-nothing output set and the option-table parser; the tests
+#          link it too.
 # xtwin    the program. Optional parts, each detected rather than required:
 #            xt_loaders (models/xt_load*.c)  -> XT_HAVE_LOADERS: `render --volume`
 #            xt_bench   (bench/, added after tools/, so linked from a deferred call at the end of
 #                        the top-level directory)  -> XT_HAVE_BENCH: `xtwin bench`
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 
-add_library(xt_cli STATIC xt_out.c xt_opt.c xt_sidecar.c)
+add_library(xt_cli STATIC xt_out.c xt_opt.c)
 target_include_directories(xt_cli PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(xt_cli PUBLIC xt_output xt_models xt_scene PkgConfig::JANSSON ${M_LIB}
+target_link_libraries(xt_cli PUBLIC xt_output xt_output_record xt_models xt_scene PkgConfig::JANSSON ${M_LIB}
   PRIVATE xt_warnings)
 
 add_executable(xtwin xtwin.c xt_render_cmd.c xt_gmm_fit_cmd.c)
@@ -23,9 +23,6 @@ target_compile_definitions(xtwin PRIVATE XT_VERSION="${PROJECT_VERSION}")
 option(XT_CLI_LOADERS "Link xtwin with xt_loaders (render --volume) when that target exists" ON)
 if(TARGET xt_loaders AND XT_CLI_LOADERS)
   target_link_libraries(xtwin PRIVATE xt_loaders)
-  # the sidecar's "load" object is the loader's report (xt_load_report_json)
-  target_link_libraries(xt_cli PUBLIC xt_loaders)
-  target_compile_definitions(xt_cli PRIVATE XT_HAVE_LOADERS)
   target_compile_definitions(xtwin PRIVATE XT_HAVE_LOADERS)
   message(STATUS "xtwin: volume loading ON")
 else()

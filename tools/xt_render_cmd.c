@@ -8,6 +8,7 @@
  * directory), then renders; outputs go through an xt_outset so that a failure anywhere leaves no
  * output file behind. Every failure is one line on stderr; exit 2 for usage, 1 for runtime. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +29,7 @@
 #include "xt_out.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
-#include "xt_sidecar.h"
+#include "xt_record.h"
 #ifdef XT_HAVE_LOADERS
 #include "xt_load.h"
 #endif
@@ -608,6 +609,20 @@ static int frame_summary(render_cmd *R, int i, xt_sidecar_coverage *cov) {
   return XT_EXIT_OK;
 }
 
+/* The sidecar, with the loader's report as its "load" object when the model came from a file. */
+static int write_sidecar(FILE *fp, const xt_model *model, xt_sidecar_info *si, xt_msg *msg) {
+  si->load = NULL;
+#ifdef XT_HAVE_LOADERS
+  if (model->report) si->load = xt_load_report_json(model->report);
+#else
+  (void)model;
+#endif
+  int rc = xt_sidecar_write(fp, si, msg);
+  json_decref(si->load);
+  si->load = NULL;
+  return rc;
+}
+
 /* Frame i's files into the output set: .npy, .png, .json, and with --chain _raw.png, _proc.png. */
 static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_sidecar_coverage *cov) {
   const render_opts *o = &R->o;
@@ -621,31 +636,9 @@ static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_si
   snprintf(json_path, sizeof json_path, "%s.json", f->stem);
   snprintf(raw_path, sizeof raw_path, "%s_raw.png", f->stem);
   snprintf(proc_path, sizeof proc_path, "%s_proc.png", f->stem);
-  xt_sidecar_param sp[XT_OPT_MAX];
-  xt_sidecar_chain sc;
-  memset(&sc, 0, sizeof sc);
-  if (chain) {
-    const xt_chain_params *p = &fr->prm;
-    const xt_chain_info *ci = &fr->info;
-    for (int k = 0; k < xt_chain_param_count() && k < XT_OPT_MAX; k++) {
-      const xt_chain_param_info *in = xt_chain_param_at(k);
-      sp[k] = (xt_sidecar_param){in->name, xt_chain_param_get(p, in), in->unit};
-    }
-    sc = (xt_sidecar_chain){.nparams = xt_chain_param_count(), .params = sp, .frame = (unsigned long long)fr->counter,
-                            .mean_energy_kev = ci->mean_energy_kev, .hvl_mm_al = ci->hvl_mm_al,
-                            .kerma_ugy_per_mas_1m = ci->kerma_ugy_per_mas, .absorbed_fraction = ci->absorbed_fraction,
-                            .nbins = ci->nbins, .channels = ci->channels, .raw_file = base_name(raw_path),
-                            .proc_file = base_name(proc_path), .out_rows = fr->raw.rows, .out_cols = fr->raw.cols,
-                            .adc_bits = p->adc_bits, .chain_ms = fr->chain_ms, .protocol_name = xt_protocol_name(p->protocol),
-                            .ma = xt_exposure_ma(p), .k_irp_mgy = fr->dose.k_irp_mgy, .kap_gycm2 = fr->dose.kap_gycm2,
-                            .d_irp_mm = fr->dose.d_irp_mm, .field_cm2 = fr->dose.field_cm2,
-                            .run_frames = (unsigned long long)fr->totals.frames, .k_irp_total_mgy = fr->totals.k_irp_mgy,
-                            .kap_total_gycm2 = fr->totals.kap_gycm2, .drc = p->drc, .drc_measured_ngy = fr->drc.measured_ngy,
-                            .drc_target_ngy = fr->drc.target_ngy, .drc_curve_s = fr->drc.s, .drc_flags = fr->drc.flags};
-  }
   snprintf(desc, sizeof desc, "xtwin intensity I/I0 = pixel/65535, pixel = round(65535*exp(-L)); geometry in %s",
            base_name(json_path));
-  xt_sidecar_info si = {.geom = &f->geom,
+  xt_sidecar_info si = {.frame = fr,
                         .model = R->model,
                         .model_source = o->volume ? o->volume : "phantom",
                         .convert = o->volume && R->model->kind != XT_MODEL_GMM ? convert_names[o->convert] : NULL,
@@ -654,12 +647,12 @@ static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_si
                         .threads = o->threads,
                         .npy_file = base_name(npy_path),
                         .png_file = base_name(png_path),
+                        .raw_file = base_name(raw_path),
+                        .proc_file = base_name(proc_path),
                         .lineint_min = f->lmin,
                         .lineint_max = f->lmax,
-                        .render_ms = f->ms,
                         .version = XT_VERSION,
                         .coverage = cov,
-                        .chain = chain ? &sc : NULL,
                         .added = (const xt_model *const *)R->added,
                         .added_sources = R->added_paths,
                         .nadded = R->nadded};
@@ -670,7 +663,7 @@ static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_si
     if (xt_outset_open(&R->set, paths[k], &fp, msg)) return say(XT_EXIT_RUNTIME, "--out: %s", msg->text);
     if (k == 0) rc = xt_npy_write_f32(fp, R->lineint, mode->rows, mode->cols, msg);
     else if (k == 1) rc = xt_png_write_u16(fp, R->pix, mode->rows, mode->cols, desc, msg);
-    else if (k == 2) rc = xt_sidecar_write(fp, &si, msg);
+    else if (k == 2) rc = write_sidecar(fp, R->model, &si, msg);
     else
       rc = xt_png_write_u16(fp, k == 3 ? R->raw : R->proc, fr->raw.rows, fr->raw.cols,
                             k == 3 ? "xtwin raw detector frame (for processing): ADC codes; parameters in the sidecar"

@@ -26,6 +26,7 @@
 #include "srv_config.h"
 #include "srv_guard.h"
 #include "srv_state.h"
+#include "xt_record.h"
 #include "xt_server.h"
 #include "xt_stream.h"
 
@@ -138,9 +139,12 @@ static int fz_render(const char *text, size_t len) {
     fz_check_error("render", rc, &m);
     return rc;
   }
-  xt_geometry g;
-  if (xt_geom_compute(&pose, acq.mode, &g, &m)) fz_die("render", "validated request gives no geometry", &m);
-  json_t *gj = xt_geometry_to_json(&g);
+  xt_acq_frame fr;
+  memset(&fr, 0, sizeof fr);
+  if (xt_geom_compute(&pose, acq.mode, &fr.geom, &m)) fz_die("render", "validated request gives no geometry", &m);
+  xt_frame_fields ff;
+  xt_frame_fields_of(&fr, &ff);
+  json_t *gj = xt_render_geometry_json(&ff, &fr.geom, xt_pixfmt_name(acq.pixel_format));
   if (!gj) fz_die("render", "geometry has no JSON form", NULL);
   json_decref(gj);
   fz_check_pose("render", &pose);

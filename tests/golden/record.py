@@ -108,9 +108,10 @@ def dataset_spec(backend):
 
 DATASET_ARGS = ["--threads", "2", "--writers", "1", "--progress", "none"]
 
-# --devices 1: with several GPUs the server renders lockstep frames round robin on one worker per
-# GPU, each with its own chain state (lag, recursive filter), so frame k's lag would come from
-# frame k - n (README.md, "Findings"); one worker makes the capture independent of the GPU count.
+# --devices 1: with several GPUs the server rendered lockstep frames round robin on one worker per
+# GPU, each with its own chain state (lag, recursive filter), so frame k's lag came from frame
+# k - n (README.md, "Findings"; fixed: chain frames now all render on worker 0). Kept: the
+# recorded argv is part of index.json.
 SERVER_ARGS = ["--devices", "1", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
                "--run-mode", "lockstep", "--chain"]
 

@@ -2,7 +2,8 @@
 """POST /v1/render runs on a worker of its own (issue 22, point 6), with its own projector: its
 frames must still be the stream's frames. Starts xtwin-server in lockstep with float32 line
 integrals, takes one stream frame per pose (a stdlib WebSocket client, tests/golden/record.py's)
-and a REST render of the same pose and mode as .npy, and compares the pixels bit for bit.
+and a REST render of the same pose and mode as .npy, and compares the pixels bit for bit, and the
+reply's X-Xtwin-Geometry (pose, P, pitch, mode) with the stream header's, exactly.
 
     python3 tests/server/rest_matches_stream.py --server PATH [--backend cpu|cuda] [--mode M]
 
@@ -113,6 +114,21 @@ def main():
             times.append(float(hdrs.get("x-xtwin-render-ms", "nan")))
             if npy_payload(body) != frame[hs:]:
                 bad.append(pose)
+            # the reply's geometry and the stream header state the frame from the same record fields
+            geo = json.loads(hdrs.get("x-xtwin-geometry", "{}"))
+            h_pose = struct.unpack_from("<8d", frame, 96)
+            h_P = struct.unpack_from("<12d", frame, 160)
+            h_pitch = struct.unpack_from("<2d", frame, 256)
+            h_mode = frame[272:296].split(b"\0")[0].decode()
+            g_pose = geo.get("pose", {})
+            g_pose = [g_pose.get(k) for k in ("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm")] + \
+                list(g_pose.get("table_mm", []))
+            g_P = [v for row in geo.get("P", []) for v in row]
+            if (list(h_pose) != g_pose or list(h_P) != g_P or list(h_pitch) != geo.get("pitch_mm")
+                    or h_mode != geo.get("mode")):
+                print("FAIL: X-Xtwin-Geometry %r disagrees with the stream header (pose %r, P %r, pitch %r, mode %r)"
+                      % (geo, h_pose, h_P, h_pitch, h_mode))
+                return 1
         print("REST render ms (first uploads the models on CUDA): %s" % ", ".join("%.3f" % t for t in times))
         if bad:
             print("FAIL: REST render differs from the stream's frame at %r" % bad)

@@ -100,12 +100,25 @@ void xt_acq_renderer_init(xt_acq_renderer *r, xt_proj *proj, int threads) {
 void xt_acq_renderer_free(xt_acq_renderer *r) {
   xt_chain_destroy(r->chain);
   r->chain = NULL;
+  free(r->batch_g);
+  r->batch_g = NULL;
+  r->batch_cap = 0;
 }
 
 int xt_acq_renderer_add_model(xt_acq_renderer *r, const xt_model *m, xt_msg *msg) {
   int rc = xt_proj_add_model(r->proj, m, msg);
   if (!rc) r->models++;
   return rc;
+}
+
+/* Compared through the chain's table (the struct has padding). A seed is a double there: exact, as
+ * the table's range stops at 2^53 - 1. */
+static int same_params(const xt_chain_params *a, const xt_chain_params *b) {
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    if (xt_chain_param_get(a, in) != xt_chain_param_get(b, in)) return 0;
+  }
+  return 1;
 }
 
 int xt_acq_renderer_chain(xt_acq_renderer *r, const xt_chain_params *p, xt_msg *msg) {
@@ -119,7 +132,7 @@ int xt_acq_renderer_chain(xt_acq_renderer *r, const xt_chain_params *p, xt_msg *
     r->chain_models = r->models;
     return rc;
   }
-  if (memcmp(xt_chain_get_params(r->chain), p, sizeof *p) == 0) return 0;
+  if (same_params(xt_chain_get_params(r->chain), p)) return 0;
   return xt_chain_set_params(r->chain, p, msg);
 }
 
@@ -152,7 +165,8 @@ static int host_plane(const xt_acq_image *im, const char *name, xt_msg *msg) {
   return 0;
 }
 
-int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
+/* What the record copies from the request: identity, times known before the frame, placement. */
+static void record_start(const xt_acq_request *q, xt_acq_frame *f) {
   memset(f, 0, sizeof *f);
   f->counter = q->counter;
   f->run = q->run;
@@ -166,6 +180,10 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
     f->has_placement = 1;
     f->placement = q->model->placement;
   }
+}
+
+int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
+  record_start(q, f);
   const int chain = q->chain && !(q->flags & XT_ACQ_NO_RENDER);
   const int want = q->flags & XT_ACQ_NO_RENDER ? 0 : q->want;
   if ((want & XT_ACQ_WANT_CHAIN) && !chain) return xt_fail(msg, XT_EINVAL, "acquisition: chain frames with the chain off");
@@ -190,13 +208,13 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   f->step = XT_ACQ_STEP_ADMIT;
   if (q->admit && (rc = q->admit(q->ctx, &f->geom, msg))) return rc;
 
-  /* the renderer: the chain with this exposure's settings; a new run starts its lag, temporal
-   * filter and DSA mask again */
+  /* the renderer: the chain with this exposure's settings; a new run, or a first exposure, starts
+   * its lag, temporal filter and DSA mask again */
   f->step = XT_ACQ_STEP_CHAIN;
   const int rows = f->geom.mode.rows, cols = f->geom.mode.cols;
   if (chain) {
     if ((rc = xt_acq_renderer_chain(r, &f->prm, msg))) return rc;
-    if (r->chain_run != q->run) {
+    if (r->chain_run != q->run || (q->flags & XT_ACQ_FIRST_EXPOSURE)) {
       xt_chain_reset(r->chain);
       r->chain_run = q->run;
     }
@@ -255,5 +273,54 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
     if ((rc = plane_account(plane, q, f, msg))) return rc;
   }
   f->step = XT_ACQ_STEP_DONE;
+  return 0;
+}
+
+int xt_acq_expose_batch(xt_acq_renderer *r, const xt_acq_request *q, int n, float *lineint, xt_acq_frame *f,
+                        xt_msg *msg) {
+  if (n < 0) return xt_fail(msg, XT_EINVAL, "acquisition: a batch of %d exposures", n);
+  if (n == 0) return 0;
+  if (!lineint) return xt_fail(msg, XT_EINVAL, "acquisition: no buffer for the line integrals");
+  if (n > r->batch_cap) { /* grows to the largest batch, once */
+    xt_geometry *g = realloc(r->batch_g, sizeof *g * (size_t)n);
+    if (!g) return xt_fail(msg, XT_ENOMEM, "acquisition: out of memory");
+    r->batch_g = g;
+    r->batch_cap = n;
+  }
+  const uint64_t t0 = xt_acq_now_ns();
+  int rc, rows = 0, cols = 0;
+  /* every record and geometry first: the detector sizes and the budgets are checked before the
+   * projector starts */
+  for (int i = 0; i < n; i++) {
+    const xt_acq_request *qi = &q[i];
+    xt_acq_frame *fi = &f[i];
+    record_start(qi, fi);
+    if (qi->chain || qi->want != XT_ACQ_WANT_LINEINT || (qi->flags & XT_ACQ_NO_RENDER))
+      return xt_fail(msg, XT_EINVAL, "acquisition: exposure %d of a batch: line integrals only, without the chain", i);
+    fi->t_render_ns = t0;
+    fi->step = XT_ACQ_STEP_GEOMETRY;
+    if (qi->geom) fi->geom = *qi->geom;
+    else if ((rc = xt_geom_compute(&qi->pose, qi->mode, &fi->geom, msg))) return rc;
+    xt_P_to_pixel_edge(fi->geom.P, fi->P_edge);
+    if (i == 0) rows = fi->geom.mode.rows, cols = fi->geom.mode.cols;
+    else if (fi->geom.mode.rows != rows || fi->geom.mode.cols != cols)
+      return xt_fail(msg, XT_EINVAL, "acquisition: exposure %d of a batch: a %d x %d detector, the batch's is %d x %d",
+                     i, fi->geom.mode.cols, fi->geom.mode.rows, cols, rows);
+    fi->step = XT_ACQ_STEP_ADMIT;
+    if (qi->admit && (rc = qi->admit(qi->ctx, &fi->geom, msg))) return rc;
+    fi->step = XT_ACQ_STEP_BUFFERS;
+    image_size(&fi->lineint, rows, cols, sizeof(float));
+    fi->lineint.data = lineint + (size_t)i * rows * cols;
+    r->batch_g[i] = fi->geom;
+  }
+  for (int i = 0; i < n; i++) f[i].step = XT_ACQ_STEP_RENDER;
+  const uint64_t t = xt_acq_now_ns();
+  if ((rc = xt_proj_render_batch(r->proj, r->batch_g, n, lineint, msg))) return rc;
+  const uint64_t t1 = xt_acq_now_ns();
+  for (int i = 0; i < n; i++) {
+    f[i].lineint_ms = (double)(t1 - t) * 1e-6;
+    f[i].t_done_ns = t1;
+    f[i].step = XT_ACQ_STEP_DONE;
+  }
   return 0;
 }

@@ -66,14 +66,19 @@ typedef struct xt_acq_renderer {
   int models;          /* models on proj (xt_acq_renderer_add_model or the owner counts them) */
   int chain_models;    /* ... when the chain was made */
   uint64_t chain_run;  /* the run the chain's states (lag, temporal filter, DSA mask) belong to */
+  xt_geometry *batch_g; /* xt_acq_expose_batch's geometries, side by side as the projector takes them */
+  int batch_cap;
 } xt_acq_renderer;
 
 void xt_acq_renderer_init(xt_acq_renderer *r, xt_proj *proj, int threads);
-/* Destroys the chain, never the projector. */
+/* Destroys the chain and the batch's scratch, never the projector. */
 void xt_acq_renderer_free(xt_acq_renderer *r);
 /* A model onto the projector, counted (the chain is remade on its next exposure). */
 int xt_acq_renderer_add_model(xt_acq_renderer *r, const xt_model *m, xt_msg *msg);
-/* The chain with these parameters: made (or remade) when needed, else given them when they differ. */
+/* The chain with these parameters: made (or remade) when needed, else given them when they differ.
+ * They are compared through the parameter table (xt_chain_param_at), not as bytes: the struct has
+ * padding, and a copy that differs there only must not rebuild the chain's spectrum tables (on the
+ * GPU an upload) on every frame whose settings are drawn per frame, as a dataset's are. */
 int xt_acq_renderer_chain(xt_acq_renderer *r, const xt_chain_params *p, xt_msg *msg);
 /* The chain's one-off costs (tables, the panel's fixed pattern, device scratch) paid on one frame
  * of g that is thrown away; its lag and temporal states then start afresh. */
@@ -133,6 +138,12 @@ enum {
 enum {
   XT_ACQ_DOSE_STRICT = 1, /* a frame whose dose cannot be worked out fails (the CLI); else zeros */
   XT_ACQ_NO_RENDER = 2,   /* geometry and record only: the caller fills the pixels (transport tests) */
+  /* A first exposure: the chain's temporal states (lag, the recursive filter, the DSA mask) are
+   * reset before it, whatever the renderer rendered before, and then belong to request.run. For
+   * frames that must depend on nothing but themselves (a dataset's, keyed by their index, rendered
+   * in any order and split over any number of workers); a run's first frame gets the same without
+   * it, when request.run changes. */
+  XT_ACQ_FIRST_EXPOSURE = 4,
 };
 
 typedef struct xt_acq_request {
@@ -144,7 +155,7 @@ typedef struct xt_acq_request {
   int chain;                  /* the imaging chain on: exposure, loop and dose run */
   xt_chain_params chain_prm;  /* the settings asked for (seed included); the loop moves kV, pulse, mAs */
   int pixel_format;
-  int flags;                  /* XT_ACQ_DOSE_STRICT, XT_ACQ_NO_RENDER */
+  int flags;                  /* XT_ACQ_DOSE_STRICT, XT_ACQ_NO_RENDER, XT_ACQ_FIRST_EXPOSURE */
   uint64_t counter;           /* the run's frame number: keys the chain's noise */
   uint64_t run;               /* the run it belongs to (plane totals, the loop, the chain's states) */
   uint64_t pose_seq, t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* known before the frame */
@@ -161,6 +172,20 @@ typedef struct xt_acq_request {
  * least the geometry when it could be computed); the plane is not moved by a frame that failed
  * before its render. */
 int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *req, xt_acq_frame *f, xt_msg *msg);
+
+/* n independent mono exposures on r (q[i] -> f[i]) with ONE projector call (xt_proj_render_batch):
+ * on a GPU a batch keeps the device busy while frames are copied out, which n single exposures
+ * cannot (a dataset's thousands of frames per second). Each q[i] wants XT_ACQ_WANT_LINEINT only,
+ * with the chain off and without XT_ACQ_NO_RENDER; their geometries share one detector size.
+ * lineint gets the n frames of rows x cols floats side by side (frame i at i x rows x cols):
+ * memory from xt_host_alloc takes a device backend's frames without a host copy, which a buffers
+ * callback per frame could not promise, so buffers is not called (admit is, per geometry, before
+ * anything is rendered). Each record is xt_acq_expose's for that request (identity, geometry and
+ * P_edge, lineint pointing into lineint); t_render_ns, t_done_ns and lineint_ms are the batch's,
+ * as its frames are made together. On error the records up to the one that failed hold what was
+ * known, later ones are not written. */
+int xt_acq_expose_batch(xt_acq_renderer *r, const xt_acq_request *q, int n, float *lineint, xt_acq_frame *f,
+                        xt_msg *msg);
 
 /* CLOCK_MONOTONIC in ns (the server's clock too). */
 uint64_t xt_acq_now_ns(void);

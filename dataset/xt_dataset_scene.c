@@ -16,15 +16,19 @@
  * give areal densities of basis materials summed over a projector's models, not a channel's
  * labels (two labels of one material, user HU thresholds) as path lengths (docs/dataset.md).
  *
- * With a chain, each worker binds one imaging chain per detector mode to the image projector
- * (the spec keeps the image models in one group), and every frame runs as a first exposure keyed
- * by the frame's index (xt_ds_render_chain). */
+ * Every render goes through the acquisition layer (acq/xt_acq.h), as the server's and `xtwin
+ * render`'s do: each projector is an xt_acq_renderer, a batch of frames is one xt_acq_expose_batch
+ * per group or channel (one projector call), and with a chain each worker's image renderer of a
+ * detector mode holds its imaging chain (the spec keeps the image models in one group), every frame
+ * an xt_acq_expose of its own with XT_ACQ_FIRST_EXPOSURE, keyed by the frame's index
+ * (xt_ds_render_chain). No plane: the frames are independent, with no dose-rate loop or totals. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "xt_acq.h"
 #include "xt_dataset.h"
 #include "xt_phantom.h"
 #ifdef XT_HAVE_LOADERS
@@ -277,12 +281,17 @@ struct xt_ds_renderer {
   const xt_ds_scene *sc;
   int ngroups, nmodes;
   int group_src[XT_DS_MAX_MODELS]; /* the model whose perturbation the group follows */
-  xt_proj *group[XT_DS_MAX_MODES][XT_DS_MAX_MODELS];
+  xt_proj *group[XT_DS_MAX_MODES][XT_DS_MAX_MODELS]; /* owned; rendered through img */
   xt_proj *chan[XT_DS_MAX_MODES][XT_DS_MAX_CHANNELS];
-  xt_chain *chain[XT_DS_MAX_MODES]; /* on group[mode][0], the one image group (the spec checks) */
+  /* The acquisition layer's renderers on those projectors; img[mode][0] holds the mode's chain
+   * (the one image group: the spec checks), made at set-up from the spec's chain. */
+  xt_acq_renderer img[XT_DS_MAX_MODES][XT_DS_MAX_MODELS];
+  xt_acq_renderer lab[XT_DS_MAX_MODES][XT_DS_MAX_CHANNELS];
   /* Scratch, one set for the image and one for the labels: the two may render at once, from two
    * threads, each through its own projectors. */
-  xt_geometry *g, *gl; /* n render geometries */
+  xt_geometry *g, *gl;    /* n render geometries */
+  xt_acq_request *q, *ql; /* n requests (their geometries those above) */
+  xt_acq_frame *rec, *recl; /* n records */
   float *tmp;          /* a second group's frames, summed into the image (xt_host_alloc: no staging) */
   size_t gcap, glcap, tcap;
   xt_backend backend;
@@ -291,12 +300,21 @@ struct xt_ds_renderer {
 void xt_ds_renderer_free(xt_ds_renderer *r) {
   if (!r) return;
   for (int m = 0; m < XT_DS_MAX_MODES; m++) {
-    xt_chain_destroy(r->chain[m]); /* before its projector */
-    for (int i = 0; i < XT_DS_MAX_MODELS; i++) xt_proj_destroy(r->group[m][i]);
-    for (int k = 0; k < XT_DS_MAX_CHANNELS; k++) xt_proj_destroy(r->chan[m][k]);
+    for (int i = 0; i < XT_DS_MAX_MODELS; i++) {
+      xt_acq_renderer_free(&r->img[m][i]); /* the chain, before its projector */
+      xt_proj_destroy(r->group[m][i]);
+    }
+    for (int k = 0; k < XT_DS_MAX_CHANNELS; k++) {
+      xt_acq_renderer_free(&r->lab[m][k]);
+      xt_proj_destroy(r->chan[m][k]);
+    }
   }
   free(r->g);
   free(r->gl);
+  free(r->q);
+  free(r->ql);
+  free(r->rec);
+  free(r->recl);
   xt_host_free(r->backend, r->tmp);
   free(r);
 }
@@ -326,14 +344,19 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
       const int src = s->models[m].follows >= 0 ? s->models[m].follows : m;
       int g = 0;
       while (r->group_src[g] != src) g++;
-      if (!r->group[mode][g] && (rc = xt_proj_create(&po, &r->group[mode][g], msg))) goto fail;
-      if ((rc = xt_proj_add_model(r->group[mode][g], sc->models[m], msg))) goto fail;
+      if (!r->group[mode][g]) {
+        if ((rc = xt_proj_create(&po, &r->group[mode][g], msg))) goto fail;
+        /* the chain's CPU stages on all cores, as they always ran (threads 0: the chain's default) */
+        xt_acq_renderer_init(&r->img[mode][g], r->group[mode][g], 0);
+      }
+      if ((rc = xt_acq_renderer_add_model(&r->img[mode][g], sc->models[m], msg))) goto fail;
     }
-    for (int k = 0; k < s->nchannels; k++)
-      if ((rc = xt_proj_create(&po, &r->chan[mode][k], msg)) ||
-          (rc = xt_proj_add_model(r->chan[mode][k], sc->chan_model[k], msg)))
-        goto fail;
-    if (s->chain.present && (rc = xt_chain_create(&s->chain.base, r->group[mode][0], &r->chain[mode], msg))) {
+    for (int k = 0; k < s->nchannels; k++) {
+      if ((rc = xt_proj_create(&po, &r->chan[mode][k], msg))) goto fail;
+      xt_acq_renderer_init(&r->lab[mode][k], r->chan[mode][k], 0);
+      if ((rc = xt_acq_renderer_add_model(&r->lab[mode][k], sc->chan_model[k], msg))) goto fail;
+    }
+    if (s->chain.present && (rc = xt_acq_renderer_chain(&r->img[mode][0], &s->chain.base, msg))) {
       if (strncmp(msg->text, "chain", 5) != 0) {
         char t[sizeof msg->text];
         snprintf(t, sizeof t, "%s", msg->text);
@@ -354,14 +377,8 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
       else if (!(rc = xt_geom_compute(&pose, md, &g, msg))) {
         for (int i = 0; i < r->ngroups && !rc; i++) rc = xt_proj_render_batch(r->group[mode][i], &g, 1, tmp, msg);
         for (int k = 0; k < s->nchannels && !rc; k++) rc = xt_proj_render_batch(r->chan[mode][k], &g, 1, tmp, msg);
-        if (!rc && r->chain[mode]) { /* the chain's device scratch and panel maps, likewise */
-          int orows, ocols;
-          xt_ds_chain_size(s, mode, &orows, &ocols);
-          uint16_t *u = malloc(sizeof *u * 2 * (size_t)orows * ocols);
-          xt_chain_out co = {u, u ? u + (size_t)orows * ocols : NULL, NULL, NULL};
-          rc = u ? xt_chain_frame(r->chain[mode], &g, 0, &co, msg) : xt_fail(msg, XT_ENOMEM, "out of memory");
-          free(u);
-        }
+        /* the chain's device scratch and panel maps, likewise */
+        if (!rc && s->chain.present) rc = xt_acq_renderer_warmup(&r->img[mode][0], &s->chain.base, &g, msg);
       }
       free(tmp);
     }
@@ -389,17 +406,22 @@ static void render_geometry(const xt_ds_frame *f, int src, xt_geometry *g) {
   g->pose.table_mm = xt_v3(0, 0, 0);
 }
 
-static int ensure_geoms(xt_geometry **g, size_t *cap, int n, xt_msg *msg) {
+/* n geometries, requests and records, grown together to the largest batch. */
+static int ensure_batch(xt_geometry **g, xt_acq_request **q, xt_acq_frame **rec, size_t *cap, int n, xt_msg *msg) {
   if ((size_t)n <= *cap) return 0;
   xt_geometry *ng = realloc(*g, sizeof *ng * (size_t)n);
-  if (!ng) return xt_fail(msg, XT_ENOMEM, "out of memory");
-  *g = ng;
+  if (ng) *g = ng;
+  xt_acq_request *nq = ng ? realloc(*q, sizeof *nq * (size_t)n) : NULL;
+  if (nq) *q = nq;
+  xt_acq_frame *nr = nq ? realloc(*rec, sizeof *nr * (size_t)n) : NULL;
+  if (!nr) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  *rec = nr;
   *cap = (size_t)n;
   return 0;
 }
 
 static int ensure(xt_ds_renderer *r, int n, size_t px, xt_msg *msg) {
-  int rc = ensure_geoms(&r->g, &r->gcap, n, msg);
+  int rc = ensure_batch(&r->g, &r->q, &r->rec, &r->gcap, n, msg);
   if (rc) return rc;
   if (r->ngroups > 1 && (size_t)n * px > r->tcap) { /* grows to the largest batch, once */
     xt_host_free(r->backend, r->tmp);
@@ -411,15 +433,27 @@ static int ensure(xt_ds_renderer *r, int n, size_t px, xt_msg *msg) {
   return 0;
 }
 
+/* The mono exposures of n frames: line integrals of the render geometries g[i] (filled per group
+ * or channel before each batch), numbered by the frames' indices. */
+static void mono_requests(const xt_ds_frame *f, int n, const xt_geometry *g, xt_acq_request *q) {
+  for (int i = 0; i < n; i++) {
+    memset(&q[i], 0, sizeof q[i]);
+    q[i].geom = &g[i];
+    q[i].want = XT_ACQ_WANT_LINEINT;
+    q[i].counter = (uint64_t)f[i].index;
+  }
+}
+
 int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *img, xt_msg *msg) {
   const size_t px = (size_t)f[0].geom.mode.rows * f[0].geom.mode.cols;
   int rc = ensure(r, n, px, msg);
   if (rc) return rc;
   const int mode = r->nmodes > 1 ? f[0].mode : 0;
+  mono_requests(f, n, r->g, r->q);
   for (int gi = 0; gi < r->ngroups; gi++) {
     for (int i = 0; i < n; i++) render_geometry(&f[i], r->group_src[gi], &r->g[i]);
     float *dst = gi == 0 ? img : r->tmp;
-    if ((rc = xt_proj_render_batch(r->group[mode][gi], r->g, n, dst, msg))) return rc;
+    if ((rc = xt_acq_expose_batch(&r->img[mode][gi], r->q, n, dst, r->rec, msg))) return rc;
     if (gi > 0)
       for (size_t k = 0; k < (size_t)n * px; k++) img[k] += r->tmp[k];
   }
@@ -428,47 +462,61 @@ int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *im
 
 int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *const *chan, xt_msg *msg) {
   const xt_ds_spec *s = r->sc->spec;
-  int rc = ensure_geoms(&r->gl, &r->glcap, n, msg);
+  int rc = ensure_batch(&r->gl, &r->ql, &r->recl, &r->glcap, n, msg);
   if (rc) return rc;
   const int mode = r->nmodes > 1 ? f[0].mode : 0;
+  mono_requests(f, n, r->gl, r->ql);
   for (int k = 0; k < s->nchannels; k++) {
     for (int i = 0; i < n; i++) render_geometry(&f[i], r->sc->chan_src[k], &r->gl[i]);
-    if ((rc = xt_proj_render_batch(r->chan[mode][k], r->gl, n, chan[k], msg))) return rc;
+    if ((rc = xt_acq_expose_batch(&r->lab[mode][k], r->ql, n, chan[k], r->recl, msg))) return rc;
   }
   return 0;
 }
 
-/* Compared through the chain's table (the struct has padding). */
-static int same_params(const xt_chain_params *a, const xt_chain_params *b) {
-  for (int i = 0; i < xt_chain_param_count(); i++) {
-    const xt_chain_param_info *in = xt_chain_param_at(i);
-    if (xt_chain_param_get(a, in) != xt_chain_param_get(b, in)) return 0;
-  }
-  return 1;
+/* Where a chain exposure's raw and processed frames go: the caller's slots, of the spec's size. */
+typedef struct chain_slot {
+  uint16_t *raw, *proc;
+  int orows, ocols;
+} chain_slot;
+
+static int chain_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
+  const chain_slot *o = ctx;
+  if (fr->raw.cols != o->ocols || fr->raw.rows != o->orows)
+    return xt_fail(msg, XT_EINVAL, "chain: a %d x %d frame, expected %d x %d", fr->raw.cols, fr->raw.rows, o->ocols,
+                   o->orows);
+  fr->raw.data = o->raw;
+  fr->proc.data = o->proc;
+  return 0;
 }
 
 int xt_ds_render_chain(xt_ds_renderer *r, const xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg) {
   const int mode = r->nmodes > 1 ? f[0].mode : 0;
-  xt_chain *c = r->chain[mode];
-  if (!c) return xt_fail(msg, XT_EINVAL, "chain: the spec has none");
-  int orows, ocols;
-  xt_ds_chain_size(r->sc->spec, f[0].mode, &orows, &ocols);
-  const size_t opx = (size_t)orows * ocols;
+  xt_acq_renderer *ar = &r->img[mode][0];
+  if (!ar->chain) return xt_fail(msg, XT_EINVAL, "chain: the spec has none");
+  chain_slot o;
+  xt_ds_chain_size(r->sc->spec, f[0].mode, &o.orows, &o.ocols);
+  const size_t opx = (size_t)o.orows * o.ocols;
+  /* Each frame a first exposure (nothing rendered before it lingers) keyed by its index, with its
+   * drawn parameters: the renderer gives them to the chain only when one changed (kV, the mAs of a
+   * dose), as new tables are a rebuild and, on the GPU, an upload. */
+  xt_acq_request q;
+  memset(&q, 0, sizeof q);
+  q.want = XT_ACQ_WANT_CHAIN;
+  q.chain = 1;
+  q.flags = XT_ACQ_FIRST_EXPOSURE;
+  q.buffers = chain_buffers;
+  q.ctx = &o;
   for (int i = 0; i < n; i++) {
     xt_geometry g;
-    int rc, cr, cc;
-    /* New tables only when a drawn parameter changed (kV, the mAs of a dose): the chain rebuilds
-     * its spectrum tables and, on the GPU, uploads them. */
-    if (!same_params(xt_chain_get_params(c), &f[i].chain) &&
-        (rc = xt_chain_set_params(c, &f[i].chain, msg)))
-      return rc;
-    xt_chain_reset(c); /* a first exposure: nothing of the frame rendered before it lingers */
+    xt_acq_frame rec;
+    int rc;
     render_geometry(&f[i], r->group_src[0], &g);
-    xt_chain_out_size(c, &g, &cc, &cr);
-    if (cc != ocols || cr != orows)
-      return xt_fail(msg, XT_EINVAL, "chain: a %d x %d frame, expected %d x %d", cc, cr, ocols, orows);
-    xt_chain_out co = {raw + (size_t)i * opx, proc + (size_t)i * opx, NULL, NULL};
-    if ((rc = xt_chain_frame(c, &g, (uint64_t)f[i].index, &co, msg))) return rc;
+    q.geom = &g;
+    q.chain_prm = f[i].chain;
+    q.counter = (uint64_t)f[i].index;
+    o.raw = raw + (size_t)i * opx;
+    o.proc = proc + (size_t)i * opx;
+    if ((rc = xt_acq_expose(NULL, ar, &q, &rec, msg))) return rc;
   }
   return 0;
 }

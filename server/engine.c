@@ -39,145 +39,6 @@
 #include "xt_server.h"
 #include "xt_stream.h"
 
-/* ---- frames and the ring ------------------------------------------------------------------ */
-
-/* A frame of one message of len bytes, or (len2 > 0) two: the raw then the processed frame's. */
-static xt_frame *frame_get2(xt_ring *r, size_t len, size_t len2) {
-  xt_frame *f = NULL;
-  const size_t need = len + (len2 ? XT_FRAME_PRE + len2 : 0);
-  pthread_mutex_lock(&r->mu);
-  for (int i = 0; i < 4; i++)
-    if (r->pool[i] && r->pool[i]->cap >= need) {
-      f = r->pool[i];
-      r->pool[i] = NULL;
-      break;
-    }
-  pthread_mutex_unlock(&r->mu);
-  if (!f) {
-    f = calloc(1, sizeof *f);
-    if (!f) return NULL;
-    f->cap = need;
-    /* page-locked on a GPU backend, so the chain's copy-out needs no host copy after it (frames
-     * are pooled and reused: an allocation is rare after the first ring's worth); plain memory
-     * when that is refused */
-    xt_msg ignored;
-    if (r->pin && xt_host_alloc(XT_BACKEND_CUDA, XT_FRAME_PRE + need, (void **)&f->mem, &ignored) == 0)
-      f->pinned = 1;
-    else
-      f->mem = malloc(XT_FRAME_PRE + need);
-    if (!f->mem) {
-      free(f);
-      return NULL;
-    }
-  }
-  f->msg = f->mem + XT_FRAME_PRE;
-  f->len = len;
-  f->msg2 = len2 ? f->msg + len + XT_FRAME_PRE : NULL;
-  f->len2 = len2;
-  f->pub = 0;
-  atomic_store(&f->refs, 1);
-  return f;
-}
-
-static xt_frame *frame_get(xt_ring *r, size_t len) { return frame_get2(r, len, 0); }
-
-static void frame_free(xt_frame *f) {
-  if (!f) return;
-  if (f->pinned) xt_host_free(XT_BACKEND_CUDA, f->mem);
-  else free(f->mem);
-  free(f);
-}
-
-/* Caller holds r->mu. Returns the buffer that did not fit in the pool (or NULL): the caller frees it
- * after unlocking, as freeing page-locked memory can wait on the device. */
-static xt_frame *frame_release_locked(xt_ring *r, xt_frame *f) {
-  for (int i = 0; i < 4; i++)
-    if (!r->pool[i]) {
-      r->pool[i] = f;
-      return NULL;
-    }
-  /* Keep the largest buffers: replace the smallest if this one is bigger. */
-  int small = 0;
-  for (int i = 1; i < 4; i++)
-    if (r->pool[i]->cap < r->pool[small]->cap) small = i;
-  if (r->pool[small]->cap < f->cap) {
-    xt_frame *out = r->pool[small];
-    r->pool[small] = f;
-    return out;
-  }
-  return f;
-}
-
-void xt_frame_unref(xt_ring *r, xt_frame *f) {
-  if (!f) return;
-  if (atomic_fetch_sub(&f->refs, 1) != 1) return;
-  pthread_mutex_lock(&r->mu);
-  xt_frame *spill = frame_release_locked(r, f);
-  pthread_mutex_unlock(&r->mu);
-  frame_free(spill);
-}
-
-static void ring_push(xt_ring *r, xt_frame *f) {
-  pthread_mutex_lock(&r->mu);
-  f->pub = r->next_pub++;
-  xt_frame **slot = &r->slots[f->pub % XT_RING];
-  xt_frame *old = *slot;
-  *slot = f;
-  xt_frame *spill = old && atomic_fetch_sub(&old->refs, 1) == 1 ? frame_release_locked(r, old) : NULL;
-  pthread_mutex_unlock(&r->mu);
-  frame_free(spill);
-}
-
-uint64_t xt_ring_latest_pub(xt_ring *r) {
-  pthread_mutex_lock(&r->mu);
-  uint64_t p = r->next_pub - 1;
-  pthread_mutex_unlock(&r->mu);
-  return p;
-}
-
-void xt_ring_set_notify(xt_ring *r, void (*fn)(void *ctx), void *ctx) {
-  pthread_mutex_lock(&r->mu);
-  r->notify = fn;
-  r->notify_ctx = ctx;
-  pthread_mutex_unlock(&r->mu);
-}
-
-void xt_ring_notify(xt_ring *r) {
-  pthread_mutex_lock(&r->mu);
-  void (*fn)(void *) = r->notify;
-  void *ctx = r->notify_ctx;
-  pthread_mutex_unlock(&r->mu);
-  if (fn) fn(ctx); /* outside the lock: the reader may take ring.mu itself when woken */
-}
-
-xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub) {
-  xt_frame *f = NULL;
-  pthread_mutex_lock(&r->mu);
-  uint64_t latest = r->next_pub - 1;
-  if (latest > last_pub) {
-    uint64_t first = last_pub + 1;
-    if (latest >= XT_RING && first < latest - XT_RING + 1) first = latest - XT_RING + 1;
-    f = r->slots[first % XT_RING];
-    /* Free-run frames: latest wins. Lockstep frames answer triggers: in order while in the ring. */
-    if (!f || !f->lockstep) f = r->slots[latest % XT_RING];
-    if (f) atomic_fetch_add(&f->refs, 1);
-  }
-  pthread_mutex_unlock(&r->mu);
-  return f;
-}
-
-static void ring_init(xt_ring *r) {
-  memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->mu, NULL);
-  r->next_pub = 1;
-}
-
-static void ring_destroy(xt_ring *r) {
-  for (int i = 0; i < XT_RING; i++) frame_free(r->slots[i]);
-  for (int i = 0; i < 4; i++) frame_free(r->pool[i]);
-  pthread_mutex_destroy(&r->mu);
-}
-
 /* ---- workers ------------------------------------------------------------------------------ */
 
 static void call_finish(xt_call *c, int rc) {
@@ -280,7 +141,7 @@ static void helpers_stop(xt_worker *w) {
 /* A finished frame into the ring, its times into the metrics (convert_s < 0: no conversion ran). */
 static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uint64_t t1, double convert_s) {
   f->lockstep = j->lockstep;
-  ring_push(&s->ring, f);
+  xt_ring_push(&s->ring, f);
   pthread_mutex_lock(&s->metrics.mu);
   s->metrics.frames_rendered++;
   s->metrics.frames_published++;
@@ -331,7 +192,7 @@ static int frame_admit(void *ctx, const xt_geometry *g, xt_msg *msg) {
 static int chain_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
   frame_ctx *c = ctx;
   const size_t pay = (size_t)fr->raw.cols * fr->raw.rows * 2, len = XT_STREAM_HEADER_SIZE + pay;
-  if (!(c->f = frame_get2(&c->w->srv->ring, len, len))) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  if (!(c->f = xt_frame_get2(&c->w->srv->ring, len, len))) return xt_fail(msg, XT_ENOMEM, "out of memory");
   fr->raw.data = c->f->msg + XT_STREAM_HEADER_SIZE;
   fr->proc.data = c->f->msg2 + XT_STREAM_HEADER_SIZE;
   return 0;
@@ -425,7 +286,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   size_t bpp = j->pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
   xt_frame *f = NULL;
   int rc = xt_acq_expose(&s->plane, &w->rnd, &q, &fr, &msg);
-  if (!rc && !(f = frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
+  if (!rc && !(f = xt_frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
   if (rc) {
     frame_failed(s, j, &msg);
     return;
@@ -462,12 +323,12 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
     memset(w->lineint, 0, npx * sizeof *w->lineint);
   xt_frame *fr[4] = {NULL, NULL, NULL, NULL};
   for (int i = 0; i < 4; i++)
-    if ((fr[i] = frame_get(&s->ring, len))) memset(fr[i]->msg, 0, len); /* fault the pages in now */
+    if ((fr[i] = xt_frame_get(&s->ring, len))) memset(fr[i]->msg, 0, len); /* fault the pages in now */
   if (fr[0]) convert_u16(w, w->lineint, (uint16_t *)(void *)(fr[0]->msg + XT_STREAM_HEADER_SIZE), npx);
   pthread_mutex_lock(&s->ring.mu);
-  for (int i = 0; i < 4; i++) fr[i] = fr[i] ? frame_release_locked(&s->ring, fr[i]) : NULL;
+  for (int i = 0; i < 4; i++) fr[i] = fr[i] ? xt_frame_release_locked(&s->ring, fr[i]) : NULL;
   pthread_mutex_unlock(&s->ring.mu);
-  for (int i = 0; i < 4; i++) frame_free(fr[i]);
+  for (int i = 0; i < 4; i++) xt_frame_free(fr[i]);
   return 0;
 }
 
@@ -788,7 +649,7 @@ static int rest_start(xt_server *s, xt_msg *msg) {
 
 int xt_engine_start(xt_server *s, xt_msg *msg) {
   xt_budget_resolve(s);
-  ring_init(&s->ring);
+  xt_ring_init(&s->ring);
   s->ring.pin = s->backend == XT_BACKEND_CUDA;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -864,5 +725,5 @@ void xt_engine_stop(xt_server *s) {
   w->proj = NULL;
   free(w->bgrid);
   w->bgrid = NULL;
-  ring_destroy(&s->ring);
+  xt_ring_destroy(&s->ring);
 }

@@ -1,0 +1,145 @@
+/* The frame ring the stream sends from (srv_ring.h): frames taken from a small pool (page-locked
+ * on a GPU backend), published into the ring's slots, referenced by each client's send, released
+ * back into the pool; and the notifier a reader registers to be woken by a push. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_ring.h"
+#include "xt_proj.h"
+
+/* A frame of one message of len bytes, or (len2 > 0) two: the raw then the processed frame's. */
+xt_frame *xt_frame_get2(xt_ring *r, size_t len, size_t len2) {
+  xt_frame *f = NULL;
+  const size_t need = len + (len2 ? XT_FRAME_PRE + len2 : 0);
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < 4; i++)
+    if (r->pool[i] && r->pool[i]->cap >= need) {
+      f = r->pool[i];
+      r->pool[i] = NULL;
+      break;
+    }
+  pthread_mutex_unlock(&r->mu);
+  if (!f) {
+    f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->cap = need;
+    /* page-locked on a GPU backend, so the chain's copy-out needs no host copy after it (frames
+     * are pooled and reused: an allocation is rare after the first ring's worth); plain memory
+     * when that is refused */
+    xt_msg ignored;
+    if (r->pin && xt_host_alloc(XT_BACKEND_CUDA, XT_FRAME_PRE + need, (void **)&f->mem, &ignored) == 0)
+      f->pinned = 1;
+    else
+      f->mem = malloc(XT_FRAME_PRE + need);
+    if (!f->mem) {
+      free(f);
+      return NULL;
+    }
+  }
+  f->msg = f->mem + XT_FRAME_PRE;
+  f->len = len;
+  f->msg2 = len2 ? f->msg + len + XT_FRAME_PRE : NULL;
+  f->len2 = len2;
+  f->pub = 0;
+  atomic_store(&f->refs, 1);
+  return f;
+}
+
+xt_frame *xt_frame_get(xt_ring *r, size_t len) { return xt_frame_get2(r, len, 0); }
+
+void xt_frame_free(xt_frame *f) {
+  if (!f) return;
+  if (f->pinned) xt_host_free(XT_BACKEND_CUDA, f->mem);
+  else free(f->mem);
+  free(f);
+}
+
+/* Caller holds r->mu. Returns the buffer that did not fit in the pool (or NULL): the caller frees it
+ * after unlocking, as freeing page-locked memory can wait on the device. */
+xt_frame *xt_frame_release_locked(xt_ring *r, xt_frame *f) {
+  for (int i = 0; i < 4; i++)
+    if (!r->pool[i]) {
+      r->pool[i] = f;
+      return NULL;
+    }
+  /* Keep the largest buffers: replace the smallest if this one is bigger. */
+  int small = 0;
+  for (int i = 1; i < 4; i++)
+    if (r->pool[i]->cap < r->pool[small]->cap) small = i;
+  if (r->pool[small]->cap < f->cap) {
+    xt_frame *out = r->pool[small];
+    r->pool[small] = f;
+    return out;
+  }
+  return f;
+}
+
+void xt_frame_unref(xt_ring *r, xt_frame *f) {
+  if (!f) return;
+  if (atomic_fetch_sub(&f->refs, 1) != 1) return;
+  pthread_mutex_lock(&r->mu);
+  xt_frame *spill = xt_frame_release_locked(r, f);
+  pthread_mutex_unlock(&r->mu);
+  xt_frame_free(spill);
+}
+
+void xt_ring_push(xt_ring *r, xt_frame *f) {
+  pthread_mutex_lock(&r->mu);
+  f->pub = r->next_pub++;
+  xt_frame **slot = &r->slots[f->pub % XT_RING];
+  xt_frame *old = *slot;
+  *slot = f;
+  xt_frame *spill = old && atomic_fetch_sub(&old->refs, 1) == 1 ? xt_frame_release_locked(r, old) : NULL;
+  pthread_mutex_unlock(&r->mu);
+  xt_frame_free(spill);
+}
+
+uint64_t xt_ring_latest_pub(xt_ring *r) {
+  pthread_mutex_lock(&r->mu);
+  uint64_t p = r->next_pub - 1;
+  pthread_mutex_unlock(&r->mu);
+  return p;
+}
+
+void xt_ring_set_notify(xt_ring *r, void (*fn)(void *ctx), void *ctx) {
+  pthread_mutex_lock(&r->mu);
+  r->notify = fn;
+  r->notify_ctx = ctx;
+  pthread_mutex_unlock(&r->mu);
+}
+
+void xt_ring_notify(xt_ring *r) {
+  pthread_mutex_lock(&r->mu);
+  void (*fn)(void *) = r->notify;
+  void *ctx = r->notify_ctx;
+  pthread_mutex_unlock(&r->mu);
+  if (fn) fn(ctx); /* outside the lock: the reader may take ring.mu itself when woken */
+}
+
+xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub) {
+  xt_frame *f = NULL;
+  pthread_mutex_lock(&r->mu);
+  uint64_t latest = r->next_pub - 1;
+  if (latest > last_pub) {
+    uint64_t first = last_pub + 1;
+    if (latest >= XT_RING && first < latest - XT_RING + 1) first = latest - XT_RING + 1;
+    f = r->slots[first % XT_RING];
+    /* Free-run frames: latest wins. Lockstep frames answer triggers: in order while in the ring. */
+    if (!f || !f->lockstep) f = r->slots[latest % XT_RING];
+    if (f) atomic_fetch_add(&f->refs, 1);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return f;
+}
+
+void xt_ring_init(xt_ring *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  r->next_pub = 1;
+}
+
+void xt_ring_destroy(xt_ring *r) {
+  for (int i = 0; i < XT_RING; i++) xt_frame_free(r->slots[i]);
+  for (int i = 0; i < 4; i++) xt_frame_free(r->pool[i]);
+  pthread_mutex_destroy(&r->mu);
+}

@@ -30,6 +30,24 @@ void xt_acq_plane_snapshot(xt_acq_plane *p, xt_acq_plane_state *out) {
   pthread_mutex_unlock(&p->mu);
 }
 
+void xt_acq_plane_new_run(xt_acq_plane *p) { p->run++; }
+
+void xt_acq_plane_latch(const xt_acq_plane *p, xt_acq_request *q) {
+  const xt_acq_setup *s = &p->set;
+  memset(q, 0, sizeof *q);
+  q->pose = s->pose;
+  q->mode = s->mode;
+  q->chain = s->chain;
+  q->chain_prm = s->chain_prm;
+  q->pixel_format = s->pixel_format;
+  q->counter = p->next_counter;
+  q->run = p->run;
+  q->pose_seq = s->pose_seq;
+  q->t_pose_ns = s->t_pose_ns;
+}
+
+void xt_acq_plane_advance(xt_acq_plane *p) { p->next_counter++; }
+
 /* The exposure of a frame: the request's settings, or with dose-rate control on the loop's point on
  * its curve. A new run restarts the totals and the loop; the loop starts on the first frame that
  * has it on (from that frame's settings). */

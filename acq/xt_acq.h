@@ -44,15 +44,36 @@ typedef struct xt_acq_plane_state {
   int drc_live;         /* the loop was reset in this run (dose-rate control is on) */
 } xt_acq_plane_state;
 
+/* What a plane is set to: the pose, the detector mode and the chain's settings (the seed of the
+ * run's noise among them), changed between exposures by the front end's commands and latched by
+ * each exposure (xt_acq_plane_latch). */
+typedef struct xt_acq_setup {
+  xt_pose pose;
+  uint64_t pose_seq, t_pose_ns;  /* the last pose command applied, and when it arrived */
+  const xt_detector_mode *mode;
+  int pixel_format;              /* the front end's delivery format, carried into the record */
+  int chain;                     /* the imaging chain on */
+  xt_chain_params chain_prm;     /* its settings; seed keys the run's noise with the frame counter */
+} xt_acq_setup;
+
 typedef struct xt_acq_plane {
   pthread_mutex_t mu;    /* guards st: a server's workers share the plane */
   xt_acq_plane_state st;
+  /* The setting, the run and the frame counter: guarded by the owner's lock (the server's state
+   * lock, which also orders commands with the exposures' time stamps), not by mu, so that a
+   * command and the latch of the next exposure each see the whole setting. */
+  xt_acq_setup set;
+  uint64_t run;          /* the current run: a new one restarts the totals, the loop, the chain's states */
+  uint64_t next_counter; /* the frame number of the plane's next exposure */
 } xt_acq_plane;
 
 void xt_acq_plane_init(xt_acq_plane *p);
 void xt_acq_plane_destroy(xt_acq_plane *p);
 /* A consistent copy for readers (GET /v1/dose, metrics); takes p->mu. */
 void xt_acq_plane_snapshot(xt_acq_plane *p, xt_acq_plane_state *out);
+/* A new run of the plane (an acquisition start): its first exposure restarts the totals, the
+ * loop and the chain's states. Caller holds the owner's lock. */
+void xt_acq_plane_new_run(xt_acq_plane *p);
 
 /* ---- the renderer --------------------------------------------------------------------------- */
 
@@ -166,6 +187,12 @@ typedef struct xt_acq_request {
   int (*buffers)(void *ctx, xt_acq_frame *f, xt_msg *msg);
   void *ctx;
 } xt_acq_request;
+
+/* The plane's next exposure as a request (zeros but the setting, the run and the next frame
+ * number); xt_acq_plane_advance once it is queued, so that a refused exposure takes no number.
+ * Caller holds the owner's lock. */
+void xt_acq_plane_latch(const xt_acq_plane *p, xt_acq_request *q);
+void xt_acq_plane_advance(xt_acq_plane *p);
 
 /* One exposure of plane (NULL: the loop and totals are the caller's business, as a dataset's
  * independent frames are) on renderer r into the record f. On error f holds what was known (at

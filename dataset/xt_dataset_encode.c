@@ -12,6 +12,7 @@
 
 #include "xt_dataset_internal.h"
 #include "xt_dataset_shard.h"
+#include "xt_record.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Members                                                                                    */
@@ -71,6 +72,8 @@ size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes) {
 
 struct xt_ds_encoder {
   const xt_ds_scene *sc;
+  xt_acq_frame rec;   /* the frame as one exposure's record (frame_record) */
+  xt_frame_fields ff; /* ... and its fields, as every record encoder states them */
   uint16_t *u16;
   unsigned char *seg;
   char *json;
@@ -104,18 +107,31 @@ int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg
   return 0;
 }
 
+/* A dataset frame as the record of one exposure: its stated geometry (not the render geometry of
+ * a moved model), its index as the frame number, the chain's settings it was exposed with. */
+static void frame_record(const xt_ds_spec *s, const xt_ds_frame *f, xt_acq_frame *r) {
+  memset(r, 0, sizeof *r);
+  r->counter = (uint64_t)f->index;
+  r->geom = f->geom;
+  xt_P_to_pixel_edge(f->geom.P, r->P_edge);
+  if (s->chain.present) {
+    r->chain = 1;
+    r->prm = f->chain;
+  }
+}
+
 /* Every parameter that shaped the frame's raw and processed images, by the chain's table (as the
  * render sidecar's "chain" object), and what reproduces the frame alone. */
-static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, xt_jb *b) {
+static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, const xt_frame_fields *ff, xt_jb *b) {
   json_t *ch = json_object(), *prm = json_object(), *units = json_object(), *fl = json_object();
   int rows, cols;
-  xt_jb_put(b, ch, "frame", json_integer(f->index));
+  xt_jb_put(b, ch, "frame", json_integer((json_int_t)ff->counter));
   xt_jb_put(b, ch, "frame_note", json_string("the chain's frame number (the dataset's frame index): with parameters.seed it "
                                        "keys the frame's noise; each frame is a first exposure (lag and temporal "
                                        "filter start from zero)"));
   for (int i = 0; i < xt_chain_param_count(); i++) {
     const xt_chain_param_info *in = xt_chain_param_at(i);
-    const double v = xt_chain_param_get(&f->chain, in);
+    const double v = xt_chain_param_get(ff->prm, in);
     xt_jb_put(b, prm, in->name, in->type == XT_PARAM_REAL ? json_real(v) : json_integer((json_int_t)v));
     if (*in->unit) xt_jb_put(b, units, in->name, json_string(in->unit));
   }
@@ -134,7 +150,7 @@ static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, xt_jb *b) {
   return ch;
 }
 
-static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt_jb *b) {
+static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_frame_fields *ff, xt_jb *b) {
   const xt_ds_spec *s = sc->spec;
   const xt_geometry *g = &f->geom;
   json_t *root = json_object();
@@ -153,7 +169,7 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt_jb *b)
   }
 
   json_t *det = json_object();
-  xt_jb_put(b, det, "mode", json_string(g->mode.name));
+  xt_jb_put(b, det, "mode", json_string(ff->mode));
   xt_jb_put(b, det, "rows", json_integer(g->mode.rows));
   xt_jb_put(b, det, "cols", json_integer(g->mode.cols));
   xt_jb_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
@@ -161,27 +177,24 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt_jb *b)
   xt_jb_put(b, root, "detector", det);
 
   json_t *pose = json_object();
-  xt_jb_put(b, pose, "primary_deg", json_real(g->pose.primary_deg));
-  xt_jb_put(b, pose, "secondary_deg", json_real(g->pose.secondary_deg));
-  xt_jb_put(b, pose, "detector_rot_deg", json_real(g->pose.detector_rot_deg));
-  xt_jb_put(b, pose, "sod_mm", json_real(g->pose.sod_mm));
-  xt_jb_put(b, pose, "sid_mm", json_real(g->pose.sid_mm));
-  xt_jb_put(b, pose, "table_mm", xt_jb_vec3(b, g->pose.table_mm));
+  xt_jb_put(b, pose, "primary_deg", json_real(ff->pose[0]));
+  xt_jb_put(b, pose, "secondary_deg", json_real(ff->pose[1]));
+  xt_jb_put(b, pose, "detector_rot_deg", json_real(ff->pose[2]));
+  xt_jb_put(b, pose, "sod_mm", json_real(ff->pose[3]));
+  xt_jb_put(b, pose, "sid_mm", json_real(ff->pose[4]));
+  xt_jb_put(b, pose, "table_mm", xt_jb_vec(b, ff->pose + 5, 3));
   xt_jb_put(b, root, "pose", pose);
 
   json_t *geo = json_object();
-  xt_jb_put(b, geo, "P", xt_jb_mat34(b, g->P));
-  double Pe[3][4]; /* DeepDRR's and DiffDRR's pixel-edge convention (docs/geometry.md) */
-  xt_P_to_pixel_edge(g->P, Pe);
-  xt_jb_put(b, geo, "P_pixel_edge", xt_jb_mat34(b, Pe));
+  xt_jb_put(b, geo, "P", xt_jb_mat34(b, ff->P));
+  xt_jb_put(b, geo, "P_pixel_edge", xt_jb_mat34(b, ff->P_edge)); /* DeepDRR's and DiffDRR's (docs/geometry.md) */
   xt_jb_put(b, geo, "source", xt_jb_vec3(b, g->source));
   xt_jb_put(b, geo, "det_center", xt_jb_vec3(b, g->det_center));
   xt_jb_put(b, geo, "det_origin", xt_jb_vec3(b, g->det_origin));
   xt_jb_put(b, geo, "u", xt_jb_vec3(b, g->u));
   xt_jb_put(b, geo, "v", xt_jb_vec3(b, g->v));
   xt_jb_put(b, geo, "d", xt_jb_vec3(b, g->d));
-  double pp[2] = {g->c0, g->r0};
-  xt_jb_put(b, geo, "principal_point", xt_jb_vec(b, pp, 2));
+  xt_jb_put(b, geo, "principal_point", xt_jb_vec(b, ff->principal, 2));
   xt_jb_put(b, root, "geometry", geo);
 
   xt_affine p2w = xt_geom_patient_to_world(&g->pose);
@@ -207,7 +220,7 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt_jb *b)
   }
   xt_jb_put(b, im, "energy_kev", json_real(lv ? lv->materials->energy_kev : XT_DEFAULT_ENERGY_KEV));
   if (s->write.intensity) xt_jb_put(b, im, "intensity", json_string("round(65535 * exp(-L)), uint16"));
-  xt_jb_put(b, im, "chain", s->chain.present ? chain_json(s, f, b) : json_null());
+  xt_jb_put(b, im, "chain", s->chain.present ? chain_json(s, f, ff, b) : json_null());
   xt_jb_put(b, root, "imaging", im);
 
   if (s->write.labels || s->write.segmentation) {
@@ -245,7 +258,9 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, xt_jb *b)
 
 int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg) {
   xt_jb b = {0};
-  json_t *root = frame_json(e->sc, f, &b);
+  frame_record(e->sc->spec, f, &e->rec);
+  xt_frame_fields_of(&e->rec, &e->ff);
+  json_t *root = frame_json(e->sc, f, &e->ff, &b);
   free(e->json);
   e->json = NULL;
   if (root && !b.bad) e->json = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));

@@ -9,9 +9,11 @@
  *   xt_sidecar.c        `xtwin render`'s JSON sidecar (docs/cli.md)
  *   xt_geometry_json.c  POST /v1/render's geometry (its X-Xtwin-Geometry header, api/rest.md)
  *
- * The dataset's frame JSON (dataset/xt_dataset_encode.c) states what a dataset frame is beyond
- * one exposure (its perturbations, labels, landmarks); it shares the JSON builder
- * (xt_json_build.h). */
+ * The dataset's frame JSON (dataset/xt_dataset_encode.c) states the same fields of its frame's
+ * record (pose, detector, P in both conventions, the chain's parameters and frame number) beside
+ * what a dataset frame is beyond one exposure (perturbations, labels, landmarks), with the shared
+ * JSON builder (xt_json_build.h); its key names and number forms are those of the datasets
+ * already written (docs/dataset.md). */
 #ifndef XT_RECORD_H
 #define XT_RECORD_H
 

@@ -158,23 +158,6 @@ static void frame_header(const xt_job *j, const xt_frame_fields *ff, int kind, i
   xt_stream_header_encode(ff, &d, h);
 }
 
-/* A frame's settings, counter and times as the acquisition layer's request. */
-static void job_request(const xt_job *j, xt_acq_request *q) {
-  memset(q, 0, sizeof *q);
-  q->pose = j->pose;
-  q->mode = j->mode;
-  q->chain = j->chain;
-  q->chain_prm = j->chain_prm;
-  q->pixel_format = j->pixel_format;
-  q->counter = j->counter;
-  q->run = j->run_gen;
-  q->pose_seq = j->pose_seq;
-  q->t_pose_ns = j->t_pose;
-  q->t_sched_ns = j->t_sched;
-  q->t_exposure_ns = j->t_exposure;
-  q->period_ns = j->period_ns;
-}
-
 /* The acquisition layer's hooks: the work budgets before any render work, and the frame's pixels
  * straight into a ring frame (chain) or the worker's line-integral scratch (mono). */
 typedef struct frame_ctx {
@@ -229,7 +212,7 @@ static void frame_failed(xt_server *s, const xt_job *j, const xt_msg *msg) {
   pthread_mutex_lock(&s->metrics.mu);
   s->metrics.render_errors++;
   pthread_mutex_unlock(&s->metrics.mu);
-  if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->counter, msg->text);
+  if (s->cfg.verbose) fprintf(stderr, "xtwin-server: frame %llu: %s\n", (unsigned long long)j->req.counter, msg->text);
 }
 
 /* A frame through the imaging chain (the exposure, the loop and the run's dose: the acquisition
@@ -238,8 +221,7 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
   frame_ctx fc = {w, NULL, NULL};
-  xt_acq_request q;
-  job_request(j, &q);
+  xt_acq_request q = j->req;
   q.want = XT_ACQ_WANT_CHAIN;
   q.admit = frame_admit;
   q.buffers = chain_buffers;
@@ -266,13 +248,12 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
 static void render_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
-  if (j->chain && !s->cfg.synthetic) {
+  if (j->req.chain && !s->cfg.synthetic) {
     render_chain_frame(w, j);
     return;
   }
   frame_ctx fc = {w, NULL, NULL};
-  xt_acq_request q;
-  job_request(j, &q);
+  xt_acq_request q = j->req;
   q.chain = 0; /* mono line integrals (a synthetic frame of a chain acquisition too) */
   if (s->cfg.synthetic) q.flags = XT_ACQ_NO_RENDER; /* transport benchmarks: no render, no budget */
   else {
@@ -282,8 +263,9 @@ static void render_frame(xt_worker *w, const xt_job *j) {
     q.ctx = &fc;
   }
   xt_acq_frame fr;
-  size_t npx = (size_t)j->mode->rows * (size_t)j->mode->cols;
-  size_t bpp = j->pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
+  const xt_detector_mode *mode = q.mode;
+  size_t npx = (size_t)mode->rows * (size_t)mode->cols;
+  size_t bpp = q.pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
   xt_frame *f = NULL;
   int rc = xt_acq_expose(&s->plane, &w->rnd, &q, &fr, &msg);
   if (!rc && !(f = xt_frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
@@ -302,7 +284,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   xt_frame_fields ff;
   xt_frame_fields_of(&fr, &ff);
   xt_stream_header h;
-  frame_header(j, &ff, XT_STREAM_KIND_MONO, j->mode->rows, j->mode->cols, j->pixel_format, npx * bpp, t1, &h);
+  frame_header(j, &ff, XT_STREAM_KIND_MONO, mode->rows, mode->cols, q.pixel_format, npx * bpp, t1, &h);
   memcpy(f->msg, &h, sizeof h);
   publish(s, f, j, t0, t1, bpp == 2 && !s->cfg.synthetic ? (double)(t1 - tc) * 1e-9 : -1);
 }
@@ -486,9 +468,9 @@ void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
   xt_call c;
   memset(&c, 0, sizeof c);
   pthread_mutex_lock(&s->st_mu);
-  xt_pose pose = s->pose;
-  c.chain = s->acq.chain;
-  c.chain_prm = s->acq.chain_prm;
+  xt_pose pose = s->plane.set.pose;
+  c.chain = s->plane.set.chain;
+  c.chain_prm = s->plane.set.chain_prm;
   pthread_mutex_unlock(&s->st_mu);
   if (xt_geom_compute(&pose, mode, &c.geom, &c.msg)) return;
   const int chain = c.chain;
@@ -504,30 +486,23 @@ void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
 
 /* ---- the pacer ---------------------------------------------------------------------------- */
 
-/* Caller holds st_mu: latches the pose into an exposure and queues it. */
+/* Caller holds st_mu: the plane's next exposure, latched (its setting, run and frame number) and
+ * queued; the plane's counter moves only when it was queued. */
 static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_t period_ns, int lockstep,
                          uint64_t *counter) {
   xt_job j;
   memset(&j, 0, sizeof j);
   j.kind = XT_JOB_FRAME;
-  j.counter = s->next_counter;
-  j.pose_seq = s->pose_seq;
-  j.t_pose = s->t_pose;
-  j.t_sched = t_sched;
-  j.t_exposure = t_exp;
-  j.period_ns = period_ns;
-  j.pose = s->pose;
-  j.mode = s->acq.mode;
-  j.pixel_format = s->acq.pixel_format;
-  j.chain = s->acq.chain;
-  j.chain_prm = s->acq.chain_prm;
-  j.run_gen = s->run_gen;
   j.lockstep = lockstep;
-  xt_worker *w = pick_worker_locked(s, j.chain, lockstep);
+  xt_acq_plane_latch(&s->plane, &j.req);
+  j.req.t_sched_ns = t_sched;
+  j.req.t_exposure_ns = t_exp;
+  j.req.period_ns = period_ns;
+  xt_worker *w = pick_worker_locked(s, j.req.chain, lockstep);
   int rc = worker_push(s, w, &j);
   if (!rc) {
-    if (counter) *counter = s->next_counter;
-    s->next_counter++;
+    if (counter) *counter = j.req.counter;
+    xt_acq_plane_advance(&s->plane);
   }
   return rc;
 }
@@ -537,8 +512,8 @@ void xt_engine_kick(xt_server *s) { pthread_cond_broadcast(&s->st_cv); }
 int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg) {
   int rc;
   pthread_mutex_lock(&s->st_mu);
-  if (!s->acq.lockstep) rc = xt_fail(msg, XT_EBUSY, "trigger needs run_mode lockstep (the acquisition is free-running)");
-  else if (!s->acq.running) rc = xt_fail(msg, XT_EBUSY, "acquisition is stopped: POST /v1/acquisition/start first");
+  if (!s->run.lockstep) rc = xt_fail(msg, XT_EBUSY, "trigger needs run_mode lockstep (the acquisition is free-running)");
+  else if (!s->run.running) rc = xt_fail(msg, XT_EBUSY, "acquisition is stopped: POST /v1/acquisition/start first");
   else {
     uint64_t t = xt_now_ns();
     rc = expose_locked(s, t, t, 0, 1, counter);
@@ -558,7 +533,7 @@ static void *pacer_main(void *arg) {
   uint64_t last_exposure = 0, last_sched = 0, last_period = 0;
   pthread_mutex_lock(&s->st_mu);
   while (!s->stopping) {
-    if (!s->acq.running || s->acq.lockstep) {
+    if (!s->run.running || s->run.lockstep) {
       last_exposure = 0;
       pthread_cond_wait(&s->st_cv, &s->st_mu);
       continue;
@@ -566,7 +541,7 @@ static void *pacer_main(void *arg) {
     /* A run (or a change of its settings): anchor the deadlines. A change keeps the cadence's
      * phase: the next exposure comes one new period after the last one. */
     uint64_t gen = s->acq_gen;
-    double T = 1e9 / s->acq.fps;
+    double T = 1e9 / s->run.fps;
     uint64_t now = xt_now_ns();
     uint64_t t0 = now;
     if (last_sched && last_period) {
@@ -602,7 +577,7 @@ static void *pacer_main(void *arg) {
       if (rc) s->metrics.frames_skipped++;
       pthread_mutex_unlock(&s->metrics.mu);
     }
-    if (!s->acq.running || s->acq.lockstep) last_sched = last_period = 0;
+    if (!s->run.running || s->run.lockstep) last_sched = last_period = 0;
   }
   pthread_mutex_unlock(&s->st_mu);
   return NULL;
@@ -677,7 +652,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
   int rc = rest_start(s, msg);
   if (rc) return rc;
   /* Before the first deadline: the first paced frame must not pay the one-off costs. */
-  xt_engine_warmup(s, s->acq.mode);
+  xt_engine_warmup(s, s->plane.set.mode);
   if (pthread_create(&s->pacer, NULL, pacer_main, s)) return xt_fail(msg, XT_EINTERNAL, "cannot start the pacer");
   s->pacer_started = 1;
   return 0;

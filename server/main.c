@@ -95,15 +95,15 @@ static int setup(xt_server *s, xt_msg *msg) {
   if (!strcmp(mode, "auto")) mode = s->backend == XT_BACKEND_CUDA ? "fd20-1024" : "fd20-256";
   const xt_detector_mode *md = xt_mode_find(mode);
   if (!md) return xt_fail(msg, XT_ENOTFOUND, "--mode: unknown detector mode '%s'", mode);
-  s->acq.mode = md;
-  s->acq.fps = s->cfg.fps;
-  s->acq.lockstep = !strcmp(s->cfg.run_mode, "lockstep");
-  xt_pixfmt_parse(s->cfg.pixel_format, &s->acq.pixel_format);
-  s->acq.running = s->cfg.autostart;
-  s->acq.chain = s->cfg.chain;
-  s->acq.chain_prm = xt_chain_params_default();
-  s->pose = xt_pose_default(md);
-  s->t_pose = xt_now_ns();
+  s->plane.set.mode = md;
+  s->run.fps = s->cfg.fps;
+  s->run.lockstep = !strcmp(s->cfg.run_mode, "lockstep");
+  xt_pixfmt_parse(s->cfg.pixel_format, &s->plane.set.pixel_format);
+  s->run.running = s->cfg.autostart;
+  s->plane.set.chain = s->cfg.chain;
+  s->plane.set.chain_prm = xt_chain_params_default();
+  s->plane.set.pose = xt_pose_default(md);
+  s->plane.set.t_pose_ns = xt_now_ns();
 
   /* One render worker per device: the CPU projector is one (multithreaded) device, unless
    * --devices N > 1 asks for N CPU workers sharing the cores (to test the multi-device path
@@ -223,9 +223,9 @@ int main(int argc, char **argv) {
   int v6 = strchr(h, ':') != NULL;
   const char *http = s->tls ? "https" : "http", *ws = s->tls ? "wss" : "ws";
   printf("xtwin-server %s: backend %s, %d model(s), mode %s (%dx%d) at %g fps, %s, %s%s\n", XT_SERVER_VERSION,
-         xt_backend_name(s->backend), s->nmodels, s->acq.mode->name, s->acq.mode->cols, s->acq.mode->rows, s->acq.fps,
-         s->acq.lockstep ? "lockstep" : "free run", xt_pixfmt_name(s->acq.pixel_format),
-         s->acq.running ? ", running" : ", stopped");
+         xt_backend_name(s->backend), s->nmodels, s->plane.set.mode->name, s->plane.set.mode->cols, s->plane.set.mode->rows, s->run.fps,
+         s->run.lockstep ? "lockstep" : "free run", xt_pixfmt_name(s->plane.set.pixel_format),
+         s->run.running ? ", running" : ", stopped");
   if (s->backend_note[0]) printf("  (%s)\n", s->backend_note);
   printf("  REST    %s://%s%s%s:%d/v1/info\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);
   printf("  stream  %s://%s%s%s:%d/v1/stream\n", ws, v6 ? "[" : "", h, v6 ? "]" : "", s->ws_port);

@@ -117,7 +117,7 @@ static void h_info(xt_server *s, struct MHD_Connection *con, req *r, reply *out)
 
 static void h_pose_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   pthread_mutex_lock(&s->st_mu);
-  json_t *j = json_pack("{s:o,s:I}", "pose", xt_pose_to_json(&s->pose), "seq", (json_int_t)s->pose_seq);
+  json_t *j = json_pack("{s:o,s:I}", "pose", xt_pose_to_json(&s->plane.set.pose), "seq", (json_int_t)s->plane.set.pose_seq);
   pthread_mutex_unlock(&s->st_mu);
   reply_json(out, 200, j);
 }
@@ -135,8 +135,9 @@ static void h_pose_put(xt_server *s, struct MHD_Connection *con, req *r, reply *
 
 static void h_acq_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   pthread_mutex_lock(&s->st_mu);
-  json_t *j = xt_acq_to_json(&s->acq);
-  json_object_set_new(j, "next_frame", json_integer((json_int_t)s->next_counter));
+  const xt_acq a = xt_srv_acq_get(s);
+  json_t *j = xt_acq_to_json(&a);
+  json_object_set_new(j, "next_frame", json_integer((json_int_t)s->plane.next_counter));
   pthread_mutex_unlock(&s->st_mu);
   json_object_set_new(j, "dose", xt_dose_json(s)); /* after st_mu: takes plane.mu */
   reply_json(out, 200, j);
@@ -190,8 +191,8 @@ static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *ou
   xt_call c;
   memset(&c, 0, sizeof c);
   pthread_mutex_lock(&s->st_mu);
-  xt_pose pose = s->pose;
-  xt_acq acq = s->acq;
+  xt_pose pose = s->plane.set.pose;
+  xt_acq acq = xt_srv_acq_get(s);
   pthread_mutex_unlock(&s->st_mu);
   rc = xt_render_from_json(j, &pose, &acq, &m);
   json_decref(j);

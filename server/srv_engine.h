@@ -42,14 +42,10 @@ enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3, XT_JOB_WARMUP 
 
 typedef struct xt_job {
   int kind;
-  /* frame */
-  uint64_t counter, pose_seq, t_pose, t_sched, t_exposure, period_ns;
-  xt_pose pose;
-  const xt_detector_mode *mode;
-  int pixel_format, lockstep;
-  int chain;
-  xt_chain_params chain_prm;
-  uint64_t run_gen; /* the run this exposure belongs to (dose totals, dose-rate control) */
+  /* frame: the plane's exposure as the pacer latched it (setting, run, frame number, the times
+   * known before the render: xt_acq_plane_latch); the worker adds its hooks */
+  xt_acq_request req;
+  int lockstep;
   /* render / add model */
   xt_call *call;
 } xt_job;

@@ -15,6 +15,10 @@
 
 typedef struct xt_server xt_server; /* xt_server.h */
 
+/* The acquisition settings as the API states them (GET/PUT /v1/acquisition, the stream's
+ * "acquisition" message): a view, parsed and checked whole, of what the server keeps in two
+ * places: the plane's setting (mode, pixel format, the chain: acq/xt_acq.h's xt_acq_setup) and
+ * the run's timing (xt_srv_run). xt_srv_acq_get and xt_srv_acq_put move it between them. */
 typedef struct xt_acq {
   const xt_detector_mode *mode;
   double fps;
@@ -24,6 +28,13 @@ typedef struct xt_acq {
   int chain;                 /* the imaging chain on: frames are raw + processed uint16 */
   xt_chain_params chain_prm; /* its parameters (imaging/xt_chain.h's table) */
 } xt_acq;
+
+/* The run's timing and state: the server's, shared by its planes. */
+typedef struct xt_srv_run {
+  double fps;
+  int lockstep; /* run mode: 0 free, 1 lockstep */
+  int running;
+} xt_srv_run;
 
 /* Merges the members of obj into *pose (partial update), rejecting unknown keys, wrong types
  * and invalid poses; msg names the field. *seq_out gets "seq" when present (else untouched). */
@@ -62,6 +73,9 @@ void xt_ws_cmd_free(xt_ws_cmd *c);
 /* {"error": {"name", "status", "message"}} */
 json_t *xt_error_json(int err, int status, const char *message);
 
+/* The acquisition view of the server's plane and run (caller holds st_mu), and back. */
+xt_acq xt_srv_acq_get(const xt_server *s);
+void xt_srv_acq_put(xt_server *s, const xt_acq *a);
 /* Shared by REST and WS: apply updates under st_mu, returning the applied pose seq. */
 int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg);
 /* {"run_frames", "k_irp_total_mgy", "kap_total_gycm2", the last frame's, the loop's state}: takes plane.mu */

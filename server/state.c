@@ -316,15 +316,15 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
    * its t_exposure_ns is later than this t_pose_ns (stamped before the lock, an exposure taken
    * while we waited for it would be later than t_pose and still carry the older pose). */
   uint64_t t = xt_now_ns();
-  xt_pose p = s->pose;
+  xt_pose p = s->plane.set.pose;
   uint64_t q = 0;
   int has = 0;
   int rc = xt_pose_from_json(obj, &p, allow_seq, &q, &has, msg);
   if (!rc) {
-    s->pose = p;
-    s->pose_seq = has ? q : s->pose_seq + 1;
-    s->t_pose = t;
-    if (seq) *seq = s->pose_seq;
+    s->plane.set.pose = p;
+    s->plane.set.pose_seq = has ? q : s->plane.set.pose_seq + 1;
+    s->plane.set.t_pose_ns = t;
+    if (seq) *seq = s->plane.set.pose_seq;
   }
   pthread_mutex_unlock(&s->st_mu);
   if (!rc) {
@@ -335,13 +335,28 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
   return rc;
 }
 
+xt_acq xt_srv_acq_get(const xt_server *s) {
+  const xt_acq_setup *p = &s->plane.set;
+  return (xt_acq){.mode = p->mode, .fps = s->run.fps, .lockstep = s->run.lockstep, .pixel_format = p->pixel_format,
+                  .running = s->run.running, .chain = p->chain, .chain_prm = p->chain_prm};
+}
+
+void xt_srv_acq_put(xt_server *s, const xt_acq *a) {
+  xt_acq_setup *p = &s->plane.set;
+  p->mode = a->mode;
+  p->pixel_format = a->pixel_format;
+  p->chain = a->chain;
+  p->chain_prm = a->chain_prm;
+  s->run = (xt_srv_run){a->fps, a->lockstep, a->running};
+}
+
 int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
   pthread_mutex_lock(&s->st_mu);
-  xt_acq a = s->acq;
+  xt_acq a = xt_srv_acq_get(s);
   int rc = xt_acq_from_json(obj, &a, msg);
   if (!rc) {
-    if (a.running && !s->acq.running) s->run_gen++; /* a new run: dose totals start again */
-    s->acq = a;
+    if (a.running && !s->run.running) xt_acq_plane_new_run(&s->plane); /* a new run: dose totals start again */
+    xt_srv_acq_put(s, &a);
     s->acq_gen++;
     xt_engine_kick(s);
   }
@@ -351,8 +366,8 @@ int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
 
 int xt_srv_start(xt_server *s, int run) {
   pthread_mutex_lock(&s->st_mu);
-  if (run && !s->acq.running) s->run_gen++; /* a new run: dose totals start again */
-  s->acq.running = run;
+  if (run && !s->run.running) xt_acq_plane_new_run(&s->plane); /* a new run: dose totals start again */
+  s->run.running = run;
   s->acq_gen++;
   xt_engine_kick(s);
   pthread_mutex_unlock(&s->st_mu);
@@ -361,8 +376,10 @@ int xt_srv_start(xt_server *s, int run) {
 
 json_t *xt_srv_state_json(xt_server *s) {
   pthread_mutex_lock(&s->st_mu);
-  json_t *o = json_pack("{s:o,s:I,s:o,s:I}", "pose", xt_pose_to_json(&s->pose), "pose_seq", (json_int_t)s->pose_seq,
-                        "acquisition", xt_acq_to_json(&s->acq), "next_frame", (json_int_t)s->next_counter);
+  const xt_acq a = xt_srv_acq_get(s);
+  json_t *o = json_pack("{s:o,s:I,s:o,s:I}", "pose", xt_pose_to_json(&s->plane.set.pose), "pose_seq",
+                        (json_int_t)s->plane.set.pose_seq, "acquisition", xt_acq_to_json(&a), "next_frame",
+                        (json_int_t)s->plane.next_counter);
   pthread_mutex_unlock(&s->st_mu);
   return o;
 }
@@ -384,8 +401,8 @@ json_t *xt_srv_models_json(xt_server *s) {
   json_t *a = json_array();
   xt_geometry geom, *g = &geom;
   pthread_mutex_lock(&s->st_mu);
-  xt_pose pose = s->pose;
-  const xt_detector_mode *mode = s->acq.mode;
+  xt_pose pose = s->plane.set.pose;
+  const xt_detector_mode *mode = s->plane.set.mode;
   pthread_mutex_unlock(&s->st_mu);
   xt_msg gm;
   if (!mode || xt_geom_compute(&pose, mode, &geom, &gm)) g = NULL;

@@ -57,14 +57,12 @@ typedef struct xt_server {
   /* state: guarded by st_mu; st_cv wakes the pacer on any change */
   pthread_mutex_t st_mu;
   pthread_cond_t st_cv;
-  xt_pose pose;
-  uint64_t pose_seq, t_pose;
-  xt_acq acq;
-  uint64_t acq_gen;      /* bumped on every acquisition change */
-  uint64_t run_gen;      /* bumped when an acquisition starts: a new run of dose totals */
-  uint64_t next_counter; /* frame counter of the next exposure */
-  /* The plane's state across exposures (dose totals, dose-rate control): its own lock, plane.mu,
-   * taken by the workers inside xt_acq_expose and by GET /v1/dose and /metrics (acq/xt_acq.h). */
+  xt_srv_run run;    /* frame rate, run mode, running */
+  uint64_t acq_gen;  /* bumped on every acquisition change */
+  /* The plane (acq/xt_acq.h): its setting (pose, detector mode, chain settings and seed), its run
+   * and frame counter under st_mu; its state across exposures (dose totals, dose-rate control)
+   * under its own lock, plane.mu, taken by the workers inside xt_acq_expose and by GET /v1/dose
+   * and /metrics. */
   xt_acq_plane plane;
   int stopping;
 

@@ -552,14 +552,16 @@ static int frame_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
 static int expose_frame(render_cmd *R, int i, xt_acq_frame *fr) {
   frame *f = &R->frames[i];
   xt_acq_request q;
-  memset(&q, 0, sizeof q);
-  q.geom = &f->geom;
+  if (i == 0) { /* the command's one run: the chain's settings and seed, numbered from --frame */
+    R->plane.set.chain = R->o.chain;
+    R->plane.set.chain_prm = R->cprm;
+    R->plane.next_counter = (uint64_t)R->o.frame0;
+  }
+  xt_acq_plane_latch(&R->plane, &q);
+  q.geom = &f->geom; /* planned from the options (--angles: one pose per frame) */
   q.model = R->model;
   q.want = XT_ACQ_WANT_LINEINT | (R->o.chain ? XT_ACQ_WANT_CHAIN : 0);
-  q.chain = R->o.chain;
-  q.chain_prm = R->cprm;
   q.flags = XT_ACQ_DOSE_STRICT;
-  q.counter = (uint64_t)R->o.frame0 + (uint64_t)i;
   q.buffers = frame_buffers;
   q.ctx = R;
   if (xt_acq_expose(&R->plane, &R->rnd, &q, fr, &R->msg)) {
@@ -567,6 +569,7 @@ static int expose_frame(render_cmd *R, int i, xt_acq_frame *fr) {
     return say(XT_EXIT_RUNTIME, "%s%s", s == XT_ACQ_STEP_RENDER ? "render: " : s == XT_ACQ_STEP_BUFFERS ? "" : "chain: ",
                R->msg.text);
   }
+  xt_acq_plane_advance(&R->plane);
   f->ms = fr->lineint_ms;
   return XT_EXIT_OK;
 }

@@ -233,5 +233,36 @@ XT_TEST(chain_params_compared_by_value) {
   head_free(&r, m);
 }
 
-XT_TEST_MAIN(XT_ENTRY(batch_equals_single_exposures) XT_ENTRY(first_exposure_forgets_what_came_before)
+/* The plane's latch: the request carries the whole setting, the run and the next frame number;
+ * the number moves only on advance (a refused exposure takes none), a new run is a new number. */
+XT_TEST(plane_latch_counts_and_runs) {
+  xt_acq_plane pl;
+  xt_acq_plane_init(&pl);
+  pl.set.mode = xt_mode_find("fd20-128");
+  pl.set.pose = xt_pose_default(pl.set.mode);
+  pl.set.pose.primary_deg = 12.5;
+  pl.set.pose_seq = 9;
+  pl.set.t_pose_ns = 77;
+  pl.set.chain = 1;
+  pl.set.chain_prm = xt_chain_params_default();
+  pl.set.chain_prm.seed = 4242;
+  pl.set.pixel_format = 2;
+  pl.next_counter = 5;
+  xt_acq_request q;
+  memset(&q, 0xab, sizeof q); /* every field the latch leaves must come out zero */
+  xt_acq_plane_latch(&pl, &q);
+  XT_CHECK(q.counter == 5 && q.run == 0 && q.pose.primary_deg == 12.5 && q.mode == pl.set.mode);
+  XT_CHECK(q.chain == 1 && q.chain_prm.seed == 4242 && q.pixel_format == 2 && q.pose_seq == 9 && q.t_pose_ns == 77);
+  XT_CHECK(q.geom == NULL && q.model == NULL && q.want == 0 && q.flags == 0 && q.admit == NULL && q.buffers == NULL);
+  XT_CHECK(q.t_sched_ns == 0 && q.t_exposure_ns == 0 && q.period_ns == 0);
+  xt_acq_plane_latch(&pl, &q);
+  XT_CHECK(q.counter == 5); /* not advanced: the same number again */
+  xt_acq_plane_advance(&pl);
+  xt_acq_plane_new_run(&pl);
+  xt_acq_plane_latch(&pl, &q);
+  XT_CHECK(q.counter == 6 && q.run == 1);
+  xt_acq_plane_destroy(&pl);
+}
+
+XT_TEST_MAIN(XT_ENTRY(plane_latch_counts_and_runs) XT_ENTRY(batch_equals_single_exposures) XT_ENTRY(first_exposure_forgets_what_came_before)
                  XT_ENTRY(chain_params_compared_by_value))

@@ -34,8 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "golden"))
 from record import WS  # noqa: E402
 
-SERVER_ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3",
-               "--mode", "fd20-128", "--run-mode", "lockstep", "--chain"]
+SERVER_ARGS = ["--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
+               "--run-mode", "lockstep", "--chain"]
 # lag and the recursive filter on (their defaults, stated), dose-rate control on, fixed seeds
 CHAIN = {"seed": 2323, "panel_seed": 20, "adu_per_kev": 0.00045, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
 CHAIN_POSES = [{"primary_deg": a, "secondary_deg": b} for a, b in ((0, 0), (30, 15), (-90, 0), (-30, -20), (60, 10),
@@ -132,12 +132,12 @@ def check(part, frames, want, kinds, ref):
     return out
 
 
-def session(server, devices, tmp, ref):
+def session(server, devices, tmp, ref, backend="cpu"):
     """One server run; its frames (masked) by part, each checked against ref's (None: the reference)."""
     ports = os.path.join(tmp, "ports-%d.json" % devices)
     log = open(os.path.join(tmp, "server-%d.log" % devices), "w+")
     proc = subprocess.Popen([server, "--devices", str(devices), "--rest-port", "0", "--ws-port", "0",
-                             "--ports-file", ports] + SERVER_ARGS, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
+                             "--ports-file", ports, "--backend", backend] + SERVER_ARGS, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
     clients, out, ref = [], {}, ref or {}
     try:
         deadline = time.monotonic() + TIMEOUT
@@ -229,14 +229,22 @@ def session(server, devices, tmp, ref):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True)
+    ap.add_argument("--backend", default="cpu", help="cuda: one worker per GPU (--devices up to --gpus)")
+    ap.add_argument("--gpus", type=int, default=0, help="with --backend cuda: the GPUs there are (1: skipped)")
     a = ap.parse_args()
+    devices = DEVICES
+    if a.backend == "cuda":
+        if a.gpus < 2:
+            print("SKIP test_multi_device: --backend cuda needs --gpus 2 or more")
+            return 77
+        devices = tuple(range(1, min(a.gpus, 3) + 1))
     server = os.path.abspath(a.server)
     tmp = tempfile.mkdtemp(prefix="xtwin-multi-device-")
     t0 = time.monotonic()
     ref = None
     try:
-        for d in DEVICES:
-            out = session(server, d, tmp, ref)
+        for d in devices:
+            out = session(server, d, tmp, ref, a.backend)
             ref = ref or out
     except Failed as e:
         print("FAIL: %s" % e)
@@ -245,7 +253,7 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print("test_multi_device: --devices %s: %d chain frames one at a time and %d in a burst (raw and processed), %d "
           "mono frames one at a time, %d in a burst and %d in a volley: byte-identical, in order, none lost (%.1f s)"
-          % (",".join(map(str, DEVICES)), len(CHAIN_POSES), len(BURST_POSES), len(MONO_POSES),
+          % (",".join(map(str, devices)), len(CHAIN_POSES), len(BURST_POSES), len(MONO_POSES),
              len(BURST_POSES) + len(MONO_POSES), VOLLEY, time.monotonic() - t0))
     print("1 passed, 0 failed")
     return 0

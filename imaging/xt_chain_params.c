@@ -15,7 +15,7 @@ static const xt_chain_param_info tab[] = {
     {"anode_deg", XT_PARAM_REAL, P(anode_deg), XT_ANODE_REF_DEG, XT_ANODE_MIN_DEG, XT_ANODE_MAX_DEG, "deg",
      "anode (target) angle"},
     {"inherent_al_mm", XT_PARAM_REAL, P(inherent_al_mm), XT_TASMIP_RQR_AL_MM, 0, XT_FILTER_MAX_MM_AL, "mm",
-     "inherent filtration, aluminium added to TASMIP's tube (0.9 gives the IEC 61267 RQR beams)"},
+     "inherent filtration, aluminium added to TASMIP's tube (0.9 gives the IEC 61267 RQR beams at 40-80 kV)"},
     {"filter_al_mm", XT_PARAM_REAL, P(filter_al_mm), 1.0, 0, XT_FILTER_MAX_MM_AL, "mm", "spectral filter: aluminium"},
     {"filter_cu_mm", XT_PARAM_REAL, P(filter_cu_mm), 0.1, 0, XT_FILTER_MAX_MM_CU, "mm", "spectral filter: copper"},
     {"mas", XT_PARAM_REAL, P(mas), 0.1, 1e-5, 1000, "mAs", "exposure of one frame: tube current x pulse width"},

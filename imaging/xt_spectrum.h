@@ -24,8 +24,8 @@ extern const double xt_tasmip_coef[XT_TASMIP_NBINS][4];
 #define XT_FILTER_MAX_MM_CU 2.0
 
 #define XT_SPECTRUM_MAX_BINS 128
-/* Aluminium that brings TASMIP's own tube to the IEC 61267 RQR beams (the default inherent
- * filtration; docs/imaging.md). */
+/* Aluminium that brings TASMIP's own tube to the IEC 61267 RQR beams at 40-80 kV within 4 % (the
+ * default inherent filtration, one tube's: fixed over kV; docs/imaging.md). */
 #define XT_TASMIP_RQR_AL_MM 0.9
 
 /* The tube and its filtration: what shapes the spectrum. */
@@ -36,6 +36,15 @@ typedef struct xt_tube {
   double filter_al_mm;   /* spectral filter: aluminium */
   double filter_cu_mm;   /* spectral filter: copper */
 } xt_tube;
+
+/* The IEC 61267 RQR beams are defined by kV and first HVL, not by one filtration: a laboratory sets
+ * the aluminium per quality (more at higher kV). The aluminium, added to TASMIP's own tube with a
+ * 12 deg anode, that gives IEC 61267:2005 Table 2's RQR first HVL at kv: 0.72..1.74 mm at the RQR
+ * kVs 40..120, linear in kV between them and along the last segment up to XT_KV_MAX; NaN outside
+ * XT_KV_MIN..XT_KV_MAX. RQR10 (150 kV) is beyond TASMIP's and the tube's range. */
+double xt_rqr_inherent_al_mm(double kv);
+/* The RQR beam at kv: 12 deg anode, xt_rqr_inherent_al_mm(kv), no spectral filter. */
+xt_tube xt_tube_rqr(double kv);
 
 /* 80 kV, 12 deg, XT_TASMIP_RQR_AL_MM inherent, spectral filter 1.0 mm Al + 0.1 mm Cu (the Philips example). */
 xt_tube xt_tube_default(void);

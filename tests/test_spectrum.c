@@ -57,6 +57,68 @@ XT_TEST(rqa_half_value_layers_match_iec_61267) {
   }
 }
 
+/* IEC 61267:2005 Table 2: RQR2..RQR9 homogeneity coefficient h = HVL1 / HVL2 (RQR10, 150 kV, is beyond
+ * TASMIP's 140 kV and the tube's 125 kV). */
+static const double rqr_h[] = {0.81, 0.76, 0.74, 0.71, 0.69, 0.68, 0.68, 0.68};
+
+/* Homogeneity coefficient of the tube's beam: first HVL over second (quarter-value layer - first). */
+static double homogeneity_of(const xt_tube *t) {
+  xt_spectrum s, f;
+  double h1 = NAN, k0 = 0, k = 0;
+  if (xt_spectrum_tube(t, &s, NULL) || xt_spectrum_hvl(&s, XT_BASIS_ALUMINIUM, &h1, NULL) ||
+      xt_spectrum_air_kerma(&s, 1000, &k0, NULL))
+    return NAN;
+  double lo = h1, hi = 20 * h1;
+  for (int i = 0; i < 80; i++) {
+    const double mid = 0.5 * (lo + hi);
+    f = s;
+    if (xt_spectrum_filter(&f, XT_BASIS_ALUMINIUM, mid, NULL) || xt_spectrum_air_kerma(&f, 1000, &k, NULL)) return NAN;
+    if (k > 0.25 * k0) lo = mid;
+    else hi = mid;
+  }
+  return h1 / (0.5 * (lo + hi) - h1);
+}
+
+/* The RQR series across kV (issue 24, point 3). IEC 61267 fixes each quality's kV and first HVL, and
+ * the aluminium is set per quality (more at higher kV); xt_tube_rqr(kv) is this tube so set. Its
+ * first HVL meets the table (0.5 %: the aluminium is stated to 0.1 um), and its homogeneity
+ * coefficient - not fitted, so a test of the spectrum's shape at every kV - meets IEC's h within
+ * 0.02 (h is stated to two decimals; measured at most 0.011, RQR4). The RQA filters on these beams
+ * give the RQA HVLs within the 3 % of rqa_half_value_layers_match_iec_61267. Between the RQR kVs
+ * the HVL rises with kV. */
+XT_TEST(rqr_beams_hold_across_kv) {
+  for (size_t i = 0; i < sizeof rqa / sizeof rqa[0]; i++) {
+    xt_tube t = xt_tube_rqr(rqa[i].kv);
+    const double h = hvl_of(&t, XT_BASIS_ALUMINIUM), hc = homogeneity_of(&t);
+    XT_CHECK_MSG(fabs(h / rqa[i].hvl_rqr - 1) <= 0.005, "RQR at %g kV: HVL %.3f mm Al, IEC 61267 %.2f", rqa[i].kv, h,
+                 rqa[i].hvl_rqr);
+    XT_CHECK_MSG(fabs(hc - rqr_h[i]) <= 0.02, "RQR at %g kV: h %.3f, IEC 61267 %.2f", rqa[i].kv, hc, rqr_h[i]);
+    t.filter_al_mm = rqa[i].add_al;
+    const double ha = hvl_of(&t, XT_BASIS_ALUMINIUM);
+    XT_CHECK_MSG(fabs(ha / rqa[i].hvl_rqa - 1) <= 0.03, "%s on the RQR beam: HVL %.3f mm Al, IEC 61267 %.1f",
+                 rqa[i].name, ha, rqa[i].hvl_rqa);
+  }
+  double prev = 0;
+  for (double kv = XT_KV_MIN; kv <= XT_KV_MAX; kv += 1) {
+    xt_tube t = xt_tube_rqr(kv);
+    const double h = hvl_of(&t, XT_BASIS_ALUMINIUM);
+    XT_CHECK_MSG(h > prev, "RQR beam at %g kV: HVL %.3f after %.3f", kv, h, prev);
+    prev = h;
+  }
+  XT_CHECK(isnan(xt_rqr_inherent_al_mm(150)) && isnan(xt_rqr_inherent_al_mm(XT_KV_MIN - 1)));
+}
+
+/* Why the RQR series needs its aluminium per kV: a tube of one filtration gives a first HVL that
+ * rises more slowly with kV than IEC 61267's RQR table (ours: -13 % at 120 kV with the RQR5
+ * filtration), and SpekPy's tube (2.5 mm Al, 11 deg) does the same. The aluminium that matches
+ * our tube to SpekPy's at 73 kV and at 123 kV is the same within 0.1 mm (measured 0.044 mm): the
+ * two models agree on the kV dependence of one tube. */
+XT_TEST(one_filtration_follows_spekpy_across_kv) {
+  xt_tube a = {73, 11.0, 0, 0, 0}, b = {123, 11.0, 0, 0, 0};
+  const double al73 = al_for_hvl(a, 2.525602344882635), al123 = al_for_hvl(b, 4.412723537076192);
+  XT_CHECK_MSG(fabs(al123 - al73) <= 0.1, "Al matching SpekPy: %.3f mm at 73 kV, %.3f mm at 123 kV", al73, al123);
+}
+
 /* IEC 62220-1-1:2015 Table 3, photons / (mm^2 uGy). Tolerance 3 %: the table moved by 2-5 % when the
  * 2005 RQA beams replaced the 1994 ones (RQA5 30174 -> 29653, RQA3 21759 -> 20673); measured here
  * at most 1.9 %. This also checks the air-kerma side (mu_en/rho of air) end to end. */
@@ -206,7 +268,8 @@ XT_TEST(bad_tubes_are_rejected_with_the_field) {
   XT_CHECK(xt_spectrum_air_kerma(&s, -1, &k, &msg) == XT_ERANGE);
 }
 
-XT_TEST_MAIN(XT_ENTRY(rqa_half_value_layers_match_iec_61267) XT_ENTRY(rqa_fluence_per_air_kerma_matches_iec_62220)
+XT_TEST_MAIN(XT_ENTRY(rqa_half_value_layers_match_iec_61267) XT_ENTRY(rqr_beams_hold_across_kv)
+                 XT_ENTRY(one_filtration_follows_spekpy_across_kv) XT_ENTRY(rqa_fluence_per_air_kerma_matches_iec_62220)
                  XT_ENTRY(copper_filter_half_value_layers_match_spekpy)
                      XT_ENTRY(narrow_spectrum_mean_energies_match_iso_4037) XT_ENTRY(one_bin_spectrum_follows_closed_forms)
                          XT_ENTRY(tasmip_spectrum_shape_and_bins) XT_ENTRY(anode_angle_and_filters_harden_the_beam)

@@ -23,7 +23,9 @@
  * Every answer the gate gives is one JSON error response, then a lingering close: the write side
  * is shut and what the client still sends is read and discarded (while it keeps coming at
  * min_body_rate, for up to request_timeout) so that a client still uploading reads the answer
- * instead of a reset.
+ * instead of a reset. The gate holds XT_GATE_PENDING_MAX connections at most; when it is full,
+ * the one answered longest ago gives way to a new one (only when none has been answered is a new
+ * one refused 503), so refused clients reconnecting at once cannot keep another address out.
  *
  * Nothing is read off a socket that is handed over: the gate only peeks (MSG_PEEK) and asks how
  * much is queued (FIONREAD), so libmicrohttpd reads head and body from the socket itself. The
@@ -94,7 +96,8 @@ struct xt_gate {
   pthread_t thread;
   int started;
   pend *list;
-  int npend;
+  int npend; /* entries on the list, closed ones included until the sweep frees them */
+  int nopen; /* of those, with their socket still in the gate: what XT_GATE_PENDING_MAX bounds */
   size_t cap;  /* head + body bytes a socket's receive buffer holds (what the kernel granted) */
   char *buf;   /* cap + 1 bytes: what a peek copies (gate thread only) */
   pthread_mutex_t mu; /* guards addrs */
@@ -194,6 +197,7 @@ static void answer(xt_server *s, int fd, int err, int status, const char *messag
 }
 
 static void pend_close(struct xt_gate *g, pend *p) {
+  g->nopen--;
   epoll_ctl(g->efd, EPOLL_CTL_DEL, p->fd, NULL);
   close(p->fd);
   if (p->counted) addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
@@ -399,6 +403,7 @@ static int chunked_scan(const char *b, size_t n, size_t max_body, size_t *len, c
 /* The request is complete: libmicrohttpd takes it from here (and closes the socket itself when it
  * cannot). Its close notification releases the address's count. */
 static void hand_over(struct xt_gate *g, pend *p) {
+  g->nopen--;
   epoll_ctl(g->efd, EPOLL_CTL_DEL, p->fd, NULL);
   if (MHD_add_connection(g->srv->mhd, p->fd, (struct sockaddr *)&p->sa, p->salen) != MHD_YES && p->counted)
     addr_adjust(g, (struct sockaddr *)&p->sa, -1, 0);
@@ -536,6 +541,21 @@ static int pend_read(struct xt_gate *g, pend *p, int hup) {
   return 0;
 }
 
+/* Room for one more connection in the gate. Closed entries do not count (they leave the list at
+ * the next sweep: an event already fetched may still name them); when every slot is open, the
+ * connection answered longest ago (lingering only so that its answer arrives) gives way, so a storm
+ * of refused clients reconnecting at once cannot keep another address out. 0: every slot holds a
+ * request still being read. */
+static int make_room(struct xt_gate *g) {
+  if (g->nopen < XT_GATE_PENDING_MAX) return 1;
+  pend *old = NULL;
+  for (pend *p = g->list; p; p = p->next)
+    if (p->fd >= 0 && p->state == P_LINGER && (!old || p->t_phase < old->t_phase)) old = p;
+  if (!old) return 0;
+  pend_close(g, old);
+  return 1;
+}
+
 static void on_accept(struct xt_gate *g) {
   xt_server *s = g->srv;
   for (;;) {
@@ -547,7 +567,7 @@ static void on_accept(struct xt_gate *g) {
       free(p);
       return; /* EAGAIN, or out of descriptors: the backlog waits */
     }
-    if (g->npend >= XT_GATE_PENDING_MAX) {
+    if (!make_room(g)) {
       answer(s, p->fd, XT_EBUSY, 503, "too many connections", NULL);
       close(p->fd);
       free(p);
@@ -560,6 +580,7 @@ static void on_accept(struct xt_gate *g) {
     p->next = g->list;
     g->list = p;
     g->npend++;
+    g->nopen++;
     struct epoll_event ev = {EPOLLIN | EPOLLRDHUP | EPOLLET, {.ptr = p}};
     epoll_ctl(g->efd, EPOLL_CTL_ADD, p->fd, &ev);
     if (!p->counted) {
@@ -685,7 +706,7 @@ void xt_gate_stop_accepting(xt_server *s) {
     if (p->fd >= 0) close(p->fd);
     free(p);
   }
-  g->npend = 0;
+  g->npend = g->nopen = 0;
   if (g->lfd >= 0) close(g->lfd);
   g->lfd = -1;
 }

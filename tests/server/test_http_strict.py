@@ -430,6 +430,42 @@ def test_curl_chunked_upload(srv):
     check(code == b"200" and json.loads(text)["pose"]["primary_deg"] == 13, "curl chunked: %r" % out.stdout[-200:])
 
 
+def test_answered_connections_give_way(srv):
+    """The gate holds at most 1024 open connections. 1,120 refused ones (401 on the head, from 40
+    addresses) whose clients never close, lingering so that their answers arrive, fill it: a new
+    client from another address is still served (the connection answered longest ago gives way),
+    where it was answered 503 "too many connections" before (a reconnect storm of refused
+    attackers kept other addresses out: seen once under load in test_slow_body_attack_with_token)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1400
+    if soft < need and hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    elif soft < need:
+        print("    SKIP part: RLIMIT_NOFILE %d < %d" % (hard, need))
+        return
+    held = []
+    try:
+        for i in range(1120):
+            s = socket.create_connection(("127.0.0.1", srv.rest), timeout=20,
+                                         source_address=("127.0.1.%d" % (2 + i // 28), 0))
+            s.sendall(SLOW_HEAD)
+            held.append(s)
+        answers = {}
+        for s in held:  # every one answered on its head (the server shut its side after it)
+            try:
+                st = one_response(read_to_close(s))[0]
+            except OSError as e:
+                st = type(e).__name__
+            answers[st] = answers.get(st, 0) + 1
+        check(answers == {401: len(held)}, "answers to 1,120 connections: %r" % answers)
+        st, _, _ = request(srv, "GET", "/v1/health", headers={"Authorization": "Bearer s3cret"}, source="127.0.0.1")
+        check(st == 200, "another address with the gate full of answered connections: %s" % st)
+    finally:
+        for s in held:
+            s.close()
+
+
 TESTS = [
     (test_malformed_framing_one_json_answer, []),
     (test_head_judged_before_any_body_byte, ["--token", "s3cret"]),
@@ -438,6 +474,7 @@ TESTS = [
     (test_body_deadline_and_rate, ["--request-timeout", "3", "--min-body-rate", "1000"]),
     (test_per_address_limit_counts_bodies, ["--max-per-addr", "4", "--min-body-rate", "0"]),
     (test_curl_chunked_upload, []),
+    (test_answered_connections_give_way, ["--token", "s3cret", "--min-body-rate", "0", "--request-timeout", "60"]),
 ]
 
 

@@ -437,12 +437,9 @@ def test_answered_connections_give_way(srv):
     where it was answered 503 "too many connections" before (a reconnect storm of refused
     attackers kept other addresses out: seen once under load in test_slow_body_attack_with_token)."""
     import resource
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = 1400
-    if soft < need and hard >= need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-    elif soft < need:
-        print("    SKIP part: RLIMIT_NOFILE %d < %d" % (hard, need))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # the server started with the same
+    if soft < 2400:  # 1,120 sockets here and 1,120 in the server, and the rest
+        print("    SKIP: RLIMIT_NOFILE %d < 2400 (ulimit -n)" % soft)
         return
     held = []
     try:

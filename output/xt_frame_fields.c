@@ -61,12 +61,10 @@ void xt_frame_fields_of(const xt_acq_frame *fr, xt_frame_fields *ff) {
   memset(ff, 0, sizeof *ff);
   const xt_geometry *g = &fr->geom;
   ff->counter = fr->counter;
-  ff->run = fr->run;
   ff->pose_seq = fr->pose_seq;
   ff->t_pose_ns = fr->t_pose_ns;
   ff->t_sched_ns = fr->t_sched_ns;
   ff->t_exposure_ns = fr->t_exposure_ns;
-  ff->t_done_ns = fr->t_done_ns;
   ff->period_ns = fr->period_ns;
   const xt_pose *p = &g->pose;
   const double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm,

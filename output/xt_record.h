@@ -31,8 +31,8 @@ struct json_t;
 
 typedef struct xt_frame_fields {
   /* identity and time (CLOCK_MONOTONIC ns) */
-  uint64_t counter, run, pose_seq;
-  uint64_t t_pose_ns, t_sched_ns, t_exposure_ns, t_done_ns, period_ns;
+  uint64_t counter, pose_seq;
+  uint64_t t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* the pixels' ready time is the delivery's */
   /* geometry */
   double pose[8];           /* primary, secondary, detector rotation (deg), SOD, SID, table x, y, z (mm) */
   double P[3][4];           /* pixel-centre convention (docs/geometry.md) */

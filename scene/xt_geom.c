@@ -5,33 +5,6 @@
 #include <stddef.h>
 #include <string.h>
 
-/* FD20: 2480 x 1920 at 0.154 mm (38.2 x 29.6 cm). The square outputs resample the central
- * 29.57 cm square of the panel (1920 native pixels) to 1024 and 512 pixels. */
-static const xt_detector_mode modes[] = {
-    {"fd20", "FD20 full resolution, 2480 x 1920 at 0.154 mm", 2480, 1920, 0.154, 0.154, 810.0, 1195.0},
-    {"fd20-bin2", "FD20 2x2 binned, 1240 x 960 at 0.308 mm", 1240, 960, 0.308, 0.308, 810.0, 1195.0},
-    {"fd20-1024", "FD20 central 29.57 cm square, 1024 x 1024 at 0.28875 mm", 1024, 1024, 0.28875, 0.28875,
-     810.0, 1195.0},
-    {"fd20-512", "FD20 central 29.57 cm square, 512 x 512 at 0.5775 mm", 512, 512, 0.5775, 0.5775, 810.0,
-     1195.0},
-    /* Small square outputs for previews and for tests that the CPU backend must keep up with. */
-    {"fd20-256", "FD20 central 29.57 cm square, 256 x 256 at 1.155 mm", 256, 256, 1.155, 1.155, 810.0, 1195.0},
-    {"fd20-128", "FD20 central 29.57 cm square, 128 x 128 at 2.31 mm", 128, 128, 2.31, 2.31, 810.0, 1195.0},
-    {"thesis", "thesis scene: 40 x 40 cm at 1024 x 1024 (0.390625 mm), SOD 800 mm, SID 1205 mm", 1024, 1024,
-     0.390625, 0.390625, 800.0, 1205.0},
-};
-
-int xt_mode_count(void) { return (int)(sizeof modes / sizeof modes[0]); }
-
-const xt_detector_mode *xt_mode_at(int i) { return (i >= 0 && i < xt_mode_count()) ? &modes[i] : NULL; }
-
-const xt_detector_mode *xt_mode_find(const char *name) {
-  if (!name) return NULL;
-  for (int i = 0; i < xt_mode_count(); i++)
-    if (strcmp(modes[i].name, name) == 0) return &modes[i];
-  return NULL;
-}
-
 xt_pose xt_pose_default(const xt_detector_mode *mode) {
   xt_pose p;
   memset(&p, 0, sizeof p);
@@ -63,6 +36,32 @@ int xt_pose_validate(const xt_pose *p, xt_msg *msg) {
   return 0;
 }
 
+xt_detector_mode xt_mode_custom(const char *name, int cols, int rows, double pitch_u_mm, double pitch_v_mm,
+                                double sod_mm, double sid_mm) {
+  xt_detector_mode m;
+  memset(&m, 0, sizeof m);
+  m.name = name;
+  m.description = name;
+  m.cols = cols;
+  m.rows = rows;
+  m.pitch_u_mm = pitch_u_mm;
+  m.pitch_v_mm = pitch_v_mm;
+  m.sod_mm = sod_mm;
+  m.sid_mm = sid_mm;
+  return m;
+}
+
+/* A mode made by hand reads a whole panel of its own size pixel for pixel. */
+static void complete_mode(xt_detector_mode *m) {
+  if (m->roi_cols > 0) return;
+  m->det_cols = m->roi_cols = m->cols;
+  m->det_rows = m->roi_rows = m->rows;
+  m->det_pitch_mm = m->pitch_u_mm;
+  m->roi_col0 = m->roi_row0 = 0;
+  m->binning = 1.0;
+  m->dose_ratio = 1.0;
+}
+
 static int validate_mode(const xt_detector_mode *m, xt_msg *msg) {
   if (!m) return xt_fail(msg, XT_EINVAL, "detector mode: none given");
   if (m->cols < 1 || m->rows < 1 || m->cols > 16384 || m->rows > 16384)
@@ -86,7 +85,8 @@ int xt_geom_compute(const xt_pose *pose_in, const xt_detector_mode *mode_in, xt_
   if ((rc = xt_pose_validate(pose_in, msg)) || (rc = validate_mode(mode_in, msg))) return rc;
   /* Copies first: callers may pass g's own pose and mode to recompute it. */
   const xt_pose pose_copy = *pose_in;
-  const xt_detector_mode mode_copy = *mode_in;
+  xt_detector_mode mode_copy = *mode_in;
+  complete_mode(&mode_copy);
   const xt_pose *pose = &pose_copy;
   const xt_detector_mode *mode = &mode_copy;
   memset(g, 0, sizeof *g);

@@ -37,6 +37,17 @@ typedef struct xt_detector_mode {
   double pitch_u_mm;      /* pixel spacing along columns (u) at the detector plane */
   double pitch_v_mm;      /* pixel spacing along rows (v) */
   double sod_mm, sid_mm;  /* the distances this mode's pose defaults to */
+  /* How the panel is read out (scene/detector_modes.tsv). A mode made by hand leaves these 0:
+   * xt_geom_compute then takes it as a whole panel of cols x rows read pixel for pixel. */
+  const char *detector;   /* the panel (scene/detectors.tsv): "fd20", "fd15", "fd12", "thesis" */
+  int det_cols, det_rows; /* the panel's native matrix */
+  double det_pitch_mm;    /* its native pitch */
+  int roi_col0, roi_row0; /* the centred region read out: its first native pixel */
+  int roi_cols, roi_rows; /* ... and its size in native pixels */
+  double binning;         /* native pixels per output pixel along a side (2: 2x2 binning) */
+  double field_cm;        /* the zoom field's nominal diagonal; 0 for a mode that is not a field */
+  double dose_ratio;      /* requested detector dose relative to the panel's largest field (1 = 100 %) */
+  double readout_ms;      /* the panel's readout time in this mode */
 } xt_detector_mode;
 
 typedef struct xt_geometry {
@@ -52,11 +63,17 @@ typedef struct xt_geometry {
   double P[3][4];     /* world (mm, homogeneous) -> (col*w, row*w, w); w = depth along d in mm */
 } xt_geometry;
 
-/* The preset detector modes. */
+/* The detector modes of scene/detector_modes.tsv (compiled in; read once, on first use). */
 int xt_mode_count(void);
 const xt_detector_mode *xt_mode_at(int i);
 /* NULL when unknown. */
 const xt_detector_mode *xt_mode_find(const char *name);
+/* The panels of scene/detectors.tsv: name, or NULL past the end. */
+const char *xt_detector_name_at(int i);
+/* A mode made by hand (tests, fits, custom detectors): a whole panel of cols x rows at the pitches,
+ * read pixel for pixel, no field. */
+xt_detector_mode xt_mode_custom(const char *name, int cols, int rows, double pitch_u_mm, double pitch_v_mm,
+                                double sod_mm, double sid_mm);
 
 /* A pose at 0/0 with the mode's distances (or the FD20 defaults when mode is NULL). */
 xt_pose xt_pose_default(const xt_detector_mode *mode);

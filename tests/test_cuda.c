@@ -60,7 +60,7 @@ static xt_model *random_model(int labels) {
 }
 
 static xt_detector_mode test_mode(int cols, int rows, double pitch) {
-  xt_detector_mode m = {"test", "test detector", cols, rows, pitch, pitch * urand(0.8, 1.25), 800.0, 1200.0};
+  xt_detector_mode m = xt_mode_custom("test", cols, rows, pitch, pitch * urand(0.8, 1.25), 800.0, 1200.0);
   return m;
 }
 
@@ -215,7 +215,7 @@ XT_TEST(rays_on_planes) {
   xt_model *m;
   XT_REQUIRE(xt_model_from_volume(v, "planes", &m, NULL) == 0);
   for (int angle = 0; angle < 4; angle++) {
-    xt_detector_mode mode = {"odd", "odd", 101, 81, 0.5, 0.5, 800, 1200};
+    xt_detector_mode mode = xt_mode_custom("odd", 101, 81, 0.5, 0.5, 800, 1200);
     xt_pose pose = xt_pose_default(&mode);
     pose.primary_deg = 90.0 * angle - (angle == 3 ? 360 : 0) + (angle == 2 ? 0 : 0);
     if (pose.primary_deg > 180) pose.primary_deg -= 360;
@@ -442,7 +442,7 @@ XT_TEST(blocky_exact) {
     const int labels = t & 1, aligned = (t >> 1) % 3 == 0;
     xt_model *m = blocky_model(labels, aligned);
     XT_REQUIRE(m);
-    xt_detector_mode mode = aligned ? (xt_detector_mode){"odd", "odd", 101, 81, 0.5, 0.5, 800, 1200}
+    xt_detector_mode mode = aligned ? xt_mode_custom("odd", 101, 81, 0.5, 0.5, 800, 1200)
                                     : test_mode(64 + rand() % 96, 48 + rand() % 96, urand(0.3, 1.5));
     xt_geometry g;
     if (aligned) {

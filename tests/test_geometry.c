@@ -2,6 +2,7 @@
  * Oracles are the conventions of docs/geometry.md stated as independent facts (LAO 90 puts the
  * source on the patient's right, ...) and the traced ray of every pixel. */
 #include "xt_geom.h"
+#include "xt_table.h"
 #include "xt_test.h"
 
 static xt_geometry geom(double prim, double sec, double rot, const char *mode) {
@@ -40,8 +41,8 @@ XT_TEST(lao90_source_on_patient_right) {
 
 XT_TEST(cran_tilts_detector_to_head) {
   xt_geometry g = geom(0, 30, 0, "fd20");
-  XT_CHECK(g.det_center.z > 0);  /* detector toward the head (+z superior) */
-  XT_CHECK(g.source.z < 0);      /* source toward the feet */
+  XT_CHECK(g.det_center.z > 0); /* detector toward the head (+z superior) */
+  XT_CHECK(g.source.z < 0);     /* source toward the feet */
   XT_CHECK_NEAR(g.d.z, 0.5, 1e-12);
   xt_geometry c = geom(0, -30, 0, "fd20");
   XT_CHECK(c.det_center.z < 0);
@@ -144,6 +145,107 @@ XT_TEST(modes_are_the_documented_presets) {
   XT_CHECK(xt_mode_find(NULL) == NULL);
 }
 
+/* The zoom fields of the Azurion's Instructions for Use (R1.2, "Field Size", IFU-p292): the
+ * ladder of nominal diagonals and the requested detector dose of each relative to the largest,
+ * typed here from the publication, not read from the table under test. */
+typedef struct published_field {
+  const char *detector;
+  double cm[8];
+  double ratio_pct[8];
+  int n;
+} published_field;
+
+static const published_field published[] = {
+    {"fd20", {48, 42, 37, 31, 27, 22, 19, 15}, {100, 130, 145, 170, 200, 240, 280, 330}, 8},
+    {"fd15", {39, 37, 31, 27, 22, 19, 15}, {100, 110, 130, 150, 180, 215, 260}, 7},
+    {"fd12", {30, 27, 22, 19, 15}, {100, 110, 130, 155, 185}, 5},
+};
+
+XT_TEST(fields_are_the_published_ladders) {
+  for (size_t d = 0; d < sizeof published / sizeof published[0]; d++) {
+    const published_field *pf = &published[d];
+    int listed = 0;
+    for (int i = 0; i < xt_mode_count(); i++) {
+      const xt_detector_mode *m = xt_mode_at(i);
+      if (strcmp(m->detector, pf->detector) || m->field_cm == 0) continue;
+      XT_CHECK_MSG(listed < pf->n && m->field_cm == pf->cm[listed], "%s: field %g out of the published order", m->name,
+                   m->field_cm);
+      if (listed < pf->n) XT_CHECK_NEAR(m->dose_ratio, pf->ratio_pct[listed] / 100.0, 1e-12);
+      char name[32];
+      snprintf(name, sizeof name, "%s-%g", pf->detector, m->field_cm);
+      XT_CHECK_MSG(!strcmp(name, m->name), "%s: a field's mode is named detector-cm", m->name);
+      listed++;
+    }
+    XT_CHECK_MSG(listed == pf->n, "%s: %d fields, %d published", pf->detector, listed, pf->n);
+  }
+}
+
+/* Each field is a centred region of its panel read out with its binning: its size on the panel is
+ * its nominal diagonal (to the 16-pixel rounding of the table; the largest field is the whole
+ * panel), and its projection matrix is the panel's with the pixel coordinates mapped through the
+ * region: col_field = (col_panel - col0 + 1/2) / b - 1/2, the same for rows. */
+XT_TEST(field_geometry_is_the_panel_region) {
+  for (int i = 0; i < xt_mode_count(); i++) {
+    const xt_detector_mode *m = xt_mode_at(i);
+    if (m->field_cm == 0) continue;
+    XT_CHECK(m->roi_col0 == (m->det_cols - m->roi_cols) / 2 && m->roi_row0 == (m->det_rows - m->roi_rows) / 2);
+    XT_CHECK(m->roi_col0 * 2 + m->roi_cols == m->det_cols && m->roi_row0 * 2 + m->roi_rows == m->det_rows);
+    const double diag_mm = hypot(m->roi_cols, m->roi_rows) * m->det_pitch_mm;
+    XT_CHECK_MSG(fabs(diag_mm - 10.0 * m->field_cm) < 16 * sqrt(2.0) * m->det_pitch_mm + 3.5, "%s: diagonal %.1f mm",
+                 m->name, diag_mm);
+    XT_CHECK_NEAR(m->binning * m->cols, m->roi_cols, 1e-9);
+    XT_CHECK_NEAR(m->pitch_u_mm, m->det_pitch_mm * m->binning, 1e-12);
+    /* the whole panel as a mode of its own: native pixels, the same distances */
+    xt_detector_mode panel =
+        xt_mode_custom("panel", m->det_cols, m->det_rows, m->det_pitch_mm, m->det_pitch_mm, m->sod_mm, m->sid_mm);
+    xt_pose p = xt_pose_default(m);
+    p.primary_deg = 25;
+    p.secondary_deg = -10;
+    p.detector_rot_deg = 7;
+    xt_geometry gf, gp;
+    XT_REQUIRE(xt_geom_compute(&p, m, &gf, NULL) == 0 && xt_geom_compute(&p, &panel, &gp, NULL) == 0);
+    XT_CHECK(gf.mode.roi_cols == m->roi_cols && gf.mode.dose_ratio == m->dose_ratio);
+    for (int k = 0; k < 20; k++) {
+      xt_vec3 x =
+          xt_v3(-80 + 160.0 * rand() / RAND_MAX, -80 + 160.0 * rand() / RAND_MAX, -80 + 160.0 * rand() / RAND_MAX);
+      double cf, rf, cp, rp;
+      XT_REQUIRE(xt_geom_project(&gf, x, &cf, &rf) && xt_geom_project(&gp, x, &cp, &rp));
+      XT_CHECK_NEAR(cf, (cp - m->roi_col0 + 0.5) / m->binning - 0.5, 1e-7);
+      XT_CHECK_NEAR(rf, (rp - m->roi_row0 + 0.5) / m->binning - 0.5, 1e-7);
+    }
+  }
+}
+
+XT_TEST(custom_modes_are_whole_panels) {
+  xt_detector_mode m = xt_mode_custom("t", 101, 81, 0.5, 0.6, 800, 1200);
+  xt_geometry g;
+  xt_pose p = xt_pose_default(&m);
+  XT_REQUIRE(xt_geom_compute(&p, &m, &g, NULL) == 0);
+  XT_CHECK(g.mode.roi_cols == 101 && g.mode.roi_rows == 81 && g.mode.roi_col0 == 0 && g.mode.binning == 1);
+  XT_CHECK(g.mode.dose_ratio == 1 && g.mode.field_cm == 0);
+}
+
+XT_TEST(tables_refuse_what_they_cannot_read) {
+  xt_table t;
+  xt_msg msg;
+  XT_REQUIRE(xt_table_parse("a b \"c d\" # note\n\n1 2 \"x y\"\n3 4 z\n", "t.tsv", &t, &msg) == 0);
+  XT_CHECK(t.nrows == 2 && t.ncols == 3 && !strcmp(xt_table_str(&t, 0, 2), "x y") && t.line[1] == 4);
+  XT_CHECK(xt_table_col(&t, "c d", NULL) == 2);
+  XT_CHECK(xt_table_col(&t, "e", &msg) == XT_EFORMAT && strstr(msg.text, "t.tsv: no column 'e'"));
+  double v;
+  int iv;
+  XT_CHECK(xt_table_num(&t, 1, 0, 0, 10, &v, NULL) == 0 && v == 3);
+  XT_CHECK(xt_table_num(&t, 1, 2, 0, 10, &v, &msg) == XT_EFORMAT && strstr(msg.text, "t.tsv:4: column 'c d': 'z'"));
+  XT_CHECK(xt_table_num(&t, 1, 1, 0, 3, &v, &msg) == XT_ERANGE && strstr(msg.text, "t.tsv:4: column 'b'"));
+  XT_CHECK(xt_table_int(&t, 0, 0, 0, 3, &iv, NULL) == 0 && iv == 1);
+  xt_table_free(&t);
+  XT_CHECK(xt_table_parse("a b\n1\n", "t.tsv", &t, &msg) == XT_EFORMAT && strstr(msg.text, "t.tsv:2: 1 cells"));
+  XT_CHECK(xt_table_parse("a \"b\n", "t.tsv", &t, &msg) == XT_EFORMAT && strstr(msg.text, "t.tsv:1: unterminated"));
+  XT_CHECK(xt_table_parse("a a\n", "t.tsv", &t, &msg) == XT_EFORMAT && strstr(msg.text, "named twice"));
+  XT_CHECK(xt_table_parse("# only a comment\n", "t.tsv", &t, &msg) == XT_EFORMAT && strstr(msg.text, "no header"));
+  XT_CHECK(xt_table_read_file("/nonexistent/x.tsv", &t, &msg) == XT_EIO && strstr(msg.text, "/nonexistent/x.tsv"));
+}
+
 XT_TEST(invalid_poses_are_rejected_by_field) {
   const xt_detector_mode *m = xt_mode_find("fd20");
   xt_geometry g;
@@ -169,4 +271,8 @@ XT_TEST_MAIN(XT_ENTRY(ap_view_source_posterior) XT_ENTRY(lao90_source_on_patient
                      XT_ENTRY(isocentre_projects_to_detector_centre) XT_ENTRY(matrix_agrees_with_traced_rays)
                          XT_ENTRY(pixel_pitch_and_magnification) XT_ENTRY(detector_rotation_turns_u_toward_v)
                              XT_ENTRY(table_translation_moves_patient) XT_ENTRY(modes_are_the_documented_presets)
-                                 XT_ENTRY(invalid_poses_are_rejected_by_field))
+                                 XT_ENTRY(invalid_poses_are_rejected_by_field)
+                                     XT_ENTRY(fields_are_the_published_ladders)
+                                         XT_ENTRY(field_geometry_is_the_panel_region)
+                                             XT_ENTRY(custom_modes_are_whole_panels)
+                                                 XT_ENTRY(tables_refuse_what_they_cannot_read))

@@ -53,7 +53,7 @@ static void random_placement(xt_model *m, int affine) {
 }
 
 static xt_detector_mode test_mode(int cols, int rows, double pitch, double sod, double sid) {
-  xt_detector_mode m = {"test", "test detector", cols, rows, pitch, pitch * urand(0.8, 1.25), sod, sid};
+  xt_detector_mode m = xt_mode_custom("test", cols, rows, pitch, pitch * urand(0.8, 1.25), sod, sid);
   return m;
 }
 
@@ -185,7 +185,7 @@ XT_TEST(huge_gaussians_and_growth) {
  * centred behind it that reach forward past it: every tile, the segment's erf form. */
 XT_TEST(gaussians_reaching_the_source) {
   srand(17);
-  static const xt_detector_mode mode = {"test", "test detector", 96, 80, 3.0, 3.0, 800, 1200};
+  const xt_detector_mode mode = xt_mode_custom("test", 96, 80, 3.0, 3.0, 800, 1200);
   for (int t = 0; t < (quick() ? 1 : 4); t++) {
     xt_model *m = random_mixture(quick() ? 12 : 40, 30, 30, 250, urand(3, 6));
     XT_REQUIRE(m);

@@ -28,7 +28,7 @@ extern "C" {
 
 static xt_geometry random_geometry(int cols, int rows, double pitch, double sod, double sid) {
   static xt_detector_mode mode;
-  mode = {"t", "test", cols, rows, pitch, pitch * urand(0.8, 1.25), sod, sid};
+  mode = xt_mode_custom("t", cols, rows, pitch, pitch * urand(0.8, 1.25), sod, sid);
   xt_pose p = xt_pose_default(&mode);
   p.primary_deg = urand(-180, 180);
   p.secondary_deg = urand(-40, 40);

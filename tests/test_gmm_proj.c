@@ -320,7 +320,7 @@ XT_TEST(default_cutoff_error_within_documented_bound) {
 
 /* A geometry with a small detector for whole-frame tests. */
 static xt_geometry small_geom(double primary, double secondary, xt_vec3 table) {
-  static const xt_detector_mode mode = {"t", "test", 48, 40, 3.0, 3.2, 800, 1200};
+  const xt_detector_mode mode = xt_mode_custom("t", 48, 40, 3.0, 3.2, 800, 1200);
   xt_pose p = xt_pose_default(&mode);
   p.primary_deg = primary;
   p.secondary_deg = secondary;

@@ -35,7 +35,7 @@
   } while (0)
 
 static xt_detector_mode tmode(int cols, int rows, double pitch) {
-  xt_detector_mode m = {"test", "test detector", cols, rows, pitch, pitch * tn_urand(0.8, 1.25), 800.0, 1200.0};
+  xt_detector_mode m = xt_mode_custom("test", cols, rows, pitch, pitch * tn_urand(0.8, 1.25), 800.0, 1200.0);
   return m;
 }
 

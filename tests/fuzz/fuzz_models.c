@@ -46,7 +46,7 @@ static int render_small(xt_model *m, xt_msg *msg) {
   double pitch = span * 1.5 / 8;
   if (!(pitch > 0.01)) pitch = 0.01;
   if (pitch > 99) pitch = 99;
-  xt_detector_mode mode = {"fuzz", "fuzz detector", 8, 8, pitch, pitch, 800, 1200};
+  xt_detector_mode mode = xt_mode_custom("fuzz", 8, 8, pitch, pitch, 800, 1200);
   xt_pose p = xt_pose_default(&mode);
   p.primary_deg = 30, p.secondary_deg = 20;
   xt_geometry g;

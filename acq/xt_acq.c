@@ -53,6 +53,11 @@ void xt_acq_plane_advance(xt_acq_plane *p) { p->next_counter++; }
  * has it on (from that frame's settings). */
 static void plane_exposure(xt_acq_plane *pl, const xt_acq_request *q, xt_chain_params *p) {
   *p = q->chain_prm;
+  /* A smaller zoom field asks the loop for more dose at the detector, to offset the noise a
+   * magnified image shows (IFU-p292): the frame's target is the setting's times the field's ratio,
+   * so the setting itself (the protocol's) stays what the user chose. */
+  const xt_detector_mode *m = q->geom ? &q->geom->mode : q->mode;
+  if (m && m->dose_ratio > 0) p->drc_target_ngy *= m->dose_ratio;
   if (!pl) return;
   xt_acq_plane_state *s = &pl->st;
   pthread_mutex_lock(&pl->mu);

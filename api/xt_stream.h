@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define XT_STREAM_MAGIC 0x46575458u /* bytes "XTWF" */
-#define XT_STREAM_VERSION 3
+#define XT_STREAM_VERSION 4
 
 enum {
   XT_STREAM_PIX_U16 = 1, /* uint16: intensity round(65535 * exp(-line integral)), or (frame_kind
@@ -58,7 +58,7 @@ enum {
 typedef struct xt_stream_header {
   uint32_t magic;               /*   0  XT_STREAM_MAGIC */
   uint16_t version;             /*   4  XT_STREAM_VERSION */
-  uint16_t header_size;         /*   6  bytes before the pixels (304 in version 1, 400 in 2, 576 in 3) */
+  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4) */
   uint64_t frame_counter;       /*   8  exposure number since start, strictly increasing */
   uint64_t pose_seq;            /*  16  sequence number of the last pose update applied */
   uint64_t t_pose_ns;           /*  24  when that pose update reached the server */
@@ -115,9 +115,21 @@ typedef struct xt_stream_header {
   double drc_curve_s;           /* 560  the loop's position on its curve for the next frame, 0..7 */
   uint32_t drc_flags;           /* 568  XT_STREAM_DRC_* after this frame's measurement */
   uint32_t reserved3;           /* 572  0 */
-} xt_stream_header;             /* 576 */
+  /* version 4: the readout (every frame): the panel, the centred region read out, the binning,
+     the zoom field. P (160) is the render grid's; P_out the delivered matrix's (rows, cols) */
+  char detector[16];            /* 576  the panel's name, NUL-terminated: fd20, fd15, fd12, ... */
+  uint32_t roi[4];              /* 592  col0, row0, cols, rows of the region: native panel pixels */
+  uint32_t panel[2];            /* 608  the panel's native cols, rows */
+  double panel_pitch_mm;        /* 616  its native pitch */
+  double readout_binning;       /* 624  native pixels per delivered pixel along a side (the mode's
+                                        x the chain's 2x2) */
+  double field_cm;              /* 632  the zoom field's nominal diagonal (0: not a field) */
+  double dose_ratio;            /* 640  the field's requested detector dose vs the largest field's */
+  double readout_ms;            /* 648  the panel's readout time in this mode */
+  double P_out[12];             /* 656  P of the delivered pixels (rows x cols), row-major */
+} xt_stream_header;             /* 752 */
 
-#define XT_STREAM_HEADER_SIZE 576
+#define XT_STREAM_HEADER_SIZE 752
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "xt_stream.h describes a little-endian wire format; this host is big-endian"
@@ -178,6 +190,15 @@ _Static_assert(offsetof(xt_stream_header, drc_target_ngy) == 552, "drc_target_ng
 _Static_assert(offsetof(xt_stream_header, drc_curve_s) == 560, "drc_curve_s");
 _Static_assert(offsetof(xt_stream_header, drc_flags) == 568, "drc_flags");
 _Static_assert(offsetof(xt_stream_header, reserved3) == 572, "reserved3");
+_Static_assert(offsetof(xt_stream_header, detector) == 576, "detector");
+_Static_assert(offsetof(xt_stream_header, roi) == 592, "roi");
+_Static_assert(offsetof(xt_stream_header, panel) == 608, "panel");
+_Static_assert(offsetof(xt_stream_header, panel_pitch_mm) == 616, "panel_pitch_mm");
+_Static_assert(offsetof(xt_stream_header, readout_binning) == 624, "readout_binning");
+_Static_assert(offsetof(xt_stream_header, field_cm) == 632, "field_cm");
+_Static_assert(offsetof(xt_stream_header, dose_ratio) == 640, "dose_ratio");
+_Static_assert(offsetof(xt_stream_header, readout_ms) == 648, "readout_ms");
+_Static_assert(offsetof(xt_stream_header, P_out) == 656, "P_out");
 _Static_assert(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE, "header size");
 
 #endif /* XT_STREAM_H */

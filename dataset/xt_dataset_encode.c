@@ -174,6 +174,7 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_
   xt_jb_put(b, det, "cols", json_integer(g->mode.cols));
   xt_jb_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
   xt_jb_put(b, det, "pitch_v_mm", json_real(g->mode.pitch_v_mm));
+  xt_jb_put(b, det, "readout", xt_readout_json(b, ff));
   xt_jb_put(b, root, "detector", det);
 
   json_t *pose = json_object();

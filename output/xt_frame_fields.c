@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "xt_exposure.h"
+#include "xt_json_build.h"
 #include "xt_record.h"
 
 /* FNV-1a over the parameters' values in table order (the stream header's chain_params_hash;
@@ -41,6 +42,16 @@ static void exposure_fields(const xt_acq_frame *fr, xt_frame_fields *ff) {
   ff->out_cols = fr->raw.cols;
   ff->out_pitch_mm[0] *= p->binning;
   ff->out_pitch_mm[1] *= p->binning;
+  ff->binning *= p->binning;
+  ff->matrix[0] = fr->raw.cols;
+  ff->matrix[1] = fr->raw.rows;
+  /* b x b render pixels make one: the delivered pixel c covers render pixels [b c, b c + b), so
+   * c = (c_render + 1/2) / b - 1/2 */
+  const double b = p->binning > 1 ? p->binning : 1;
+  for (int j = 0; j < 4; j++) {
+    ff->P_out[0][j] = (fr->geom.P[0][j] + 0.5 * fr->geom.P[2][j]) / b - 0.5 * fr->geom.P[2][j];
+    ff->P_out[1][j] = (fr->geom.P[1][j] + 0.5 * fr->geom.P[2][j]) / b - 0.5 * fr->geom.P[2][j];
+  }
   ff->k_irp_mgy = fr->dose.k_irp_mgy;
   ff->kap_gycm2 = fr->dose.kap_gycm2;
   ff->d_irp_mm = fr->dose.d_irp_mm;
@@ -79,5 +90,44 @@ void xt_frame_fields_of(const xt_acq_frame *fr, xt_frame_fields *ff) {
   ff->mode = g->mode.name;
   ff->out_pitch_mm[0] = g->mode.pitch_u_mm;
   ff->out_pitch_mm[1] = g->mode.pitch_v_mm;
+  const xt_detector_mode *m = &g->mode; /* completed by xt_geom_compute: a hand-made mode is a panel */
+  ff->detector = m->detector ? m->detector : m->name;
+  ff->panel[0] = m->det_cols;
+  ff->panel[1] = m->det_rows;
+  ff->panel_pitch_mm = m->det_pitch_mm;
+  ff->roi[0] = m->roi_col0;
+  ff->roi[1] = m->roi_row0;
+  ff->roi[2] = m->roi_cols;
+  ff->roi[3] = m->roi_rows;
+  ff->binning = m->binning;
+  ff->matrix[0] = m->cols;
+  ff->matrix[1] = m->rows;
+  memcpy(ff->P_out, g->P, sizeof ff->P_out);
+  ff->field_cm = m->field_cm;
+  ff->dose_ratio = m->dose_ratio;
+  ff->readout_ms = m->readout_ms;
   if (fr->chain) exposure_fields(fr, ff);
+}
+
+static json_t *pair(xt_jb *b, int x, int y) {
+  json_t *a = json_array();
+  xt_jb_push(b, a, json_integer(x));
+  xt_jb_push(b, a, json_integer(y));
+  return a;
+}
+
+json_t *xt_readout_json(xt_jb *b, const xt_frame_fields *ff) {
+  json_t *o = json_object();
+  xt_jb_put(b, o, "detector", json_string(ff->detector));
+  xt_jb_put(b, o, "panel", pair(b, ff->panel[0], ff->panel[1]));
+  xt_jb_put(b, o, "panel_pitch_mm", json_real(ff->panel_pitch_mm));
+  xt_jb_put(b, o, "roi_origin", pair(b, ff->roi[0], ff->roi[1]));
+  xt_jb_put(b, o, "roi_size", pair(b, ff->roi[2], ff->roi[3]));
+  xt_jb_put(b, o, "binning", json_real(ff->binning));
+  xt_jb_put(b, o, "matrix", pair(b, ff->matrix[0], ff->matrix[1]));
+  xt_jb_put(b, o, "P", xt_jb_mat34(b, ff->P_out));
+  xt_jb_put(b, o, "field_cm", json_real(ff->field_cm));
+  xt_jb_put(b, o, "dose_ratio", json_real(ff->dose_ratio));
+  xt_jb_put(b, o, "readout_ms", json_real(ff->readout_ms));
+  return o;
 }

@@ -5,6 +5,8 @@
 
 #include <jansson.h>
 
+#include "xt_json_build.h"
+
 json_t *xt_render_geometry_json(const xt_frame_fields *ff, const xt_geometry *g, const char *pixel_format) {
   const double *p = ff->pose;
   json_t *pose = json_pack("{s:f,s:f,s:f,s:f,s:f,s:[f,f,f]}", "primary_deg", p[0], "secondary_deg", p[1],
@@ -15,9 +17,17 @@ json_t *xt_render_geometry_json(const xt_frame_fields *ff, const xt_geometry *g,
     for (int c = 0; c < 4; c++) json_array_append_new(row, json_real(ff->P[r][c]));
     json_array_append_new(P, row);
   }
-  /* "o" takes pose and P even when the pack fails */
-  return json_pack("{s:s,s:i,s:i,s:[f,f],s:o,s:o,s:[f,f,f],s:[f,f,f],s:s}", "mode", ff->mode, "rows", g->mode.rows,
+  xt_jb b = {0};
+  json_t *readout = xt_readout_json(&b, ff);
+  if (b.bad) {
+    json_decref(pose);
+    json_decref(P);
+    json_decref(readout);
+    return NULL;
+  }
+  /* "o" takes pose, P and readout even when the pack fails */
+  return json_pack("{s:s,s:i,s:i,s:[f,f],s:o,s:o,s:[f,f,f],s:[f,f,f],s:s,s:o}", "mode", ff->mode, "rows", g->mode.rows,
                    "cols", g->mode.cols, "pitch_mm", ff->out_pitch_mm[0], ff->out_pitch_mm[1], "pose", pose, "P", P,
                    "source_mm", g->source.x, g->source.y, g->source.z, "detector_center_mm", g->det_center.x,
-                   g->det_center.y, g->det_center.z, "pixel_format", pixel_format);
+                   g->det_center.y, g->det_center.z, "pixel_format", pixel_format, "readout", readout);
 }

@@ -26,6 +26,7 @@
 #include "xt_stream.h"
 
 struct json_t;
+struct xt_jb;
 
 /* ---- the fields of a frame record ----------------------------------------------------------- */
 
@@ -41,6 +42,19 @@ typedef struct xt_frame_fields {
   double principal_edge[2]; /* the same, pixel-edge */
   const char *mode;         /* the detector mode's name */
   double out_pitch_mm[2];   /* the delivered pixels' pitch (u, v): the chain's binning included */
+  /* the readout (issue 24): the panel, the centred region of it read out, how many native pixels
+   * make a delivered one, the zoom field; with the chain's 2x2 binning the delivered matrix is
+   * half the render grid's, and P_out is P for it (P itself is the render grid's: line integrals) */
+  const char *detector;     /* the panel (scene/detectors.tsv) */
+  int panel[2];             /* its native cols, rows */
+  double panel_pitch_mm;
+  int roi[4];               /* col0, row0, cols, rows: native pixels of the panel */
+  double binning;           /* native pixels per delivered pixel along a side: the mode's x the chain's */
+  int matrix[2];            /* the delivered cols, rows */
+  double P_out[3][4];       /* P of the delivered matrix, pixel-centre convention */
+  double field_cm;          /* the zoom field's nominal diagonal; 0: the mode is not a field */
+  double dose_ratio;        /* the field's requested detector dose relative to the largest field */
+  double readout_ms;        /* the panel's readout time in this mode */
   /* the exposure: chain frames only (zeros, prm NULL, otherwise) */
   int chain;
   const xt_chain_params *prm; /* every parameter as exposed (points into the record) */
@@ -68,6 +82,11 @@ typedef struct xt_frame_fields {
 
 /* The fields of fr; pointers in ff point into fr (or static strings) and live as long as it. */
 void xt_frame_fields_of(const xt_acq_frame *fr, xt_frame_fields *ff);
+
+/* {"detector", "panel": [cols, rows], "panel_pitch_mm", "roi_origin": [col, row], "roi_size": [cols,
+ * rows], "binning", "matrix": [cols, rows], "P": P_out, "field_cm", "dose_ratio", "readout_ms"}: the
+ * readout as every JSON that states a frame gives it. */
+struct json_t *xt_readout_json(struct xt_jb *b, const xt_frame_fields *ff);
 
 /* ---- the stream header ---------------------------------------------------------------------- */
 

@@ -160,6 +160,7 @@ static json_t *build(const xt_sidecar_info *in, xt_jb *b) {
   xt_jb_put(b, det, "cols", json_integer(g->mode.cols));
   xt_jb_put(b, det, "pitch_u_mm", num(g->mode.pitch_u_mm));
   xt_jb_put(b, det, "pitch_v_mm", num(g->mode.pitch_v_mm));
+  xt_jb_put(b, det, "readout", xt_readout_json(b, &ff));
   xt_jb_put(b, root, "detector", det);
 
   json_t *geo = json_object();

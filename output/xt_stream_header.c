@@ -65,5 +65,15 @@ void xt_stream_header_encode(const xt_frame_fields *ff, const xt_stream_delivery
   snprintf(h->mode, sizeof h->mode, "%s", ff->mode);
   h->period_ns = ff->period_ns;
   h->bits_stored = d->pixel_format == XT_STREAM_PIX_F32 ? 32u : 16u;
+  snprintf(h->detector, sizeof h->detector, "%s", ff->detector ? ff->detector : "");
+  for (int i = 0; i < 4; i++) h->roi[i] = (uint32_t)ff->roi[i];
+  h->panel[0] = (uint32_t)ff->panel[0];
+  h->panel[1] = (uint32_t)ff->panel[1];
+  h->panel_pitch_mm = ff->panel_pitch_mm;
+  h->field_cm = ff->field_cm;
+  h->dose_ratio = ff->dose_ratio;
+  h->readout_ms = ff->readout_ms;
+  h->readout_binning = ff->binning;
+  memcpy(h->P_out, ff->P_out, sizeof h->P_out);
   if (ff->chain && d->kind != XT_STREAM_KIND_MONO) exposure_part(ff, d->kind, h);
 }

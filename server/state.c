@@ -427,9 +427,12 @@ json_t *xt_srv_info_json(xt_server *s) {
   json_t *modes = json_array();
   for (int i = 0; i < xt_mode_count(); i++) {
     const xt_detector_mode *m = xt_mode_at(i);
-    json_array_append_new(modes, json_pack("{s:s,s:s,s:i,s:i,s:[f,f],s:f,s:f}", "name", m->name, "description",
-                                           m->description, "cols", m->cols, "rows", m->rows, "pitch_mm", m->pitch_u_mm,
-                                           m->pitch_v_mm, "sod_mm", m->sod_mm, "sid_mm", m->sid_mm));
+    json_array_append_new(
+        modes, json_pack("{s:s,s:s,s:i,s:i,s:[f,f],s:f,s:f,s:s,s:f,s:[i,i,i,i],s:f,s:f,s:f}", "name", m->name,
+                         "description", m->description, "cols", m->cols, "rows", m->rows, "pitch_mm", m->pitch_u_mm,
+                         m->pitch_v_mm, "sod_mm", m->sod_mm, "sid_mm", m->sid_mm, "detector", m->detector, "field_cm",
+                         m->field_cm, "roi", m->roi_col0, m->roi_row0, m->roi_cols, m->roi_rows, "binning", m->binning,
+                         "dose_ratio", m->dose_ratio, "readout_ms", m->readout_ms));
   }
   json_t *backends = json_array();
   for (int b = XT_BACKEND_CPU; b <= XT_BACKEND_CUDA; b++) {

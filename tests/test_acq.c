@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "xt_acq.h"
+#include "xt_exposure.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
 
@@ -233,6 +234,63 @@ XT_TEST(chain_params_compared_by_value) {
   head_free(&r, m);
 }
 
+/* A smaller zoom field asks for more dose at the detector (IFU-p292): with dose-rate control on, a
+ * plane whose mode carries a dose ratio of 3.3 (the FD20 15 cm field's) settles on a detector dose
+ * 3.3 times the setting's, and its air kerma at the reference point rises with it; the setting
+ * itself is left as it was. The two modes differ only in the ratio, so nothing else moves. */
+XT_TEST(smaller_field_raises_air_kerma) {
+  const xt_detector_mode *base = xt_mode_find("fd20-128");
+  XT_REQUIRE(base && base->dose_ratio == 1.0);
+  xt_detector_mode zoom = *base;
+  zoom.dose_ratio = xt_mode_find("fd20-15")->dose_ratio;
+  XT_REQUIRE(zoom.dose_ratio == 3.3);
+  const size_t px = (size_t)base->rows * base->cols;
+  uint16_t *u = malloc(sizeof *u * px * 2);
+  XT_REQUIRE(u);
+  planes b = {NULL, u, u + px};
+  double measured[2], target[2], k_irp[2];
+  for (int which = 0; which < 2; which++) {
+    xt_acq_renderer r;
+    xt_model *m = NULL;
+    xt_msg msg;
+    XT_REQUIRE(head_renderer(&r, &m) == 0);
+    xt_acq_plane pl;
+    xt_acq_plane_init(&pl);
+    xt_acq_request q;
+    memset(&q, 0, sizeof q);
+    q.mode = which ? &zoom : base;
+    q.pose = pose_at(q.mode, 0, 0);
+    q.want = XT_ACQ_WANT_CHAIN;
+    q.chain = 1;
+    q.chain_prm = lag_params();
+    XT_REQUIRE(xt_protocol_apply(&q.chain_prm, XT_PROTOCOL_FLUORO_NORMAL, &msg) == 0);
+    q.chain_prm.lag = 0;
+    q.run = 1;
+    q.buffers = give_planes;
+    q.ctx = &b;
+    xt_acq_frame f;
+    for (int k = 0; k < 3 * XT_DRC_SETTLE_FRAMES; k++) {
+      q.counter = (uint64_t)k;
+      XT_REQUIRE_MSG(xt_acq_expose(&pl, &r, &q, &f, &msg) == 0, "%s", msg.text);
+    }
+    XT_CHECK(q.chain_prm.drc_target_ngy == 40); /* fluoro_normal's: the request is not scaled */
+    target[which] = f.prm.drc_target_ngy;
+    measured[which] = f.measured_ngy;
+    k_irp[which] = f.dose.k_irp_mgy;
+    xt_acq_plane_destroy(&pl);
+    head_free(&r, m);
+  }
+  XT_CHECK_NEAR(target[0], 40, 1e-12);
+  XT_CHECK_NEAR(target[1], 40 * 3.3, 1e-9);
+  for (int i = 0; i < 2; i++)
+    XT_CHECK_MSG(fabs(measured[i] / target[i] - 1) < 0.1, "measured %.1f nGy for a target of %.1f", measured[i],
+                 target[i]);
+  /* the loop buys the dose with mAs and kV: the air kerma rises about as the detector dose does */
+  XT_CHECK_MSG(k_irp[1] / k_irp[0] > 2.5 && k_irp[1] / k_irp[0] < 4.5, "air kerma %.4g -> %.4g mGy", k_irp[0],
+               k_irp[1]);
+  free(u);
+}
+
 /* The plane's latch: the request carries the whole setting, the run and the next frame number;
  * the number moves only on advance (a refused exposure takes none), a new run is a new number. */
 XT_TEST(plane_latch_counts_and_runs) {
@@ -265,4 +323,4 @@ XT_TEST(plane_latch_counts_and_runs) {
 }
 
 XT_TEST_MAIN(XT_ENTRY(plane_latch_counts_and_runs) XT_ENTRY(batch_equals_single_exposures) XT_ENTRY(first_exposure_forgets_what_came_before)
-                 XT_ENTRY(chain_params_compared_by_value))
+                 XT_ENTRY(chain_params_compared_by_value) XT_ENTRY(smaller_field_raises_air_kerma))

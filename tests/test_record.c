@@ -181,6 +181,24 @@ XT_TEST(header_and_sidecar_agree) {
     XT_CHECK(x->drc_flags == (uint32_t)at(drc, "flags") && (x->drc_flags & XT_STREAM_DRC_ON));
     XT_CHECK((x->exposure_flags & XT_STREAM_EXPOSURE_DRC) && (x->exposure_flags & XT_STREAM_EXPOSURE_GRID));
     XT_CHECK(x->grid_tp == at(prm, "grid_tp"));
+    /* the readout: fd20-128 resamples 1920 native pixels to 128, the chain bins 2x2 on top */
+    json_t *ro = json_object_get(json_object_get(root, "detector"), "readout");
+    XT_REQUIRE(ro);
+    XT_CHECK(x->readout_binning == 30 && at(ro, "binning") == 30 && !strcmp(x->detector, "fd20"));
+    XT_CHECK(x->roi[0] == 280 && el(ro, "roi_origin", 0, -1) == 280 && x->roi[3] == 1920);
+    XT_CHECK(el(ro, "matrix", 0, -1) == 64 && el(ro, "matrix", 1, -1) == 64 && el(ro, "panel", 0, -1) == 2480);
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 4; c++) XT_CHECK(x->P_out[r * 4 + c] == el(ro, "P", r, c));
+    /* P_out is the delivered matrix's: the isocentre lands on its centre, (64 - 1) / 2, and any
+     * point at (c + 1/2) / 2 - 1/2 of where the render grid's P puts it */
+    XT_CHECK_NEAR(x->P_out[3] / x->P_out[11], 31.5, 1e-9);
+    XT_CHECK_NEAR(x->P_out[7] / x->P_out[11], 31.5, 1e-9);
+    const double X[4] = {30, -20, 45, 1};
+    double a[3] = {0, 0, 0}, o[3] = {0, 0, 0};
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 4; c++) a[r] += x->P[r * 4 + c] * X[c], o[r] += x->P_out[r * 4 + c] * X[c];
+    XT_CHECK_NEAR(o[0] / o[2], (a[0] / a[2] + 0.5) / 2 - 0.5, 1e-9);
+    XT_CHECK_NEAR(o[1] / o[2], (a[1] / a[2] + 0.5) / 2 - 0.5, 1e-9);
   }
   XT_CHECK(h[0].bits_stored == (uint32_t)at(prm, "adc_bits") && h[1].bits_stored == 12);
   XT_CHECK(h[0].frame_kind == XT_STREAM_KIND_RAW && h[1].frame_kind == XT_STREAM_KIND_PROCESSED);
@@ -195,7 +213,7 @@ XT_TEST(header_and_sidecar_agree) {
 }
 
 /* A mono frame (the chain off) says nothing of an exposure: every version 2 and 3 field is 0 but
- * bits_stored (16, or 32 for float32 line integrals). */
+ * bits_stored (16, or 32 for float32 line integrals); the readout (version 4) it does state. */
 XT_TEST(mono_header_has_no_exposure) {
   xt_acq_frame fr;
   memset(&fr, 0, sizeof fr);
@@ -212,7 +230,11 @@ XT_TEST(mono_header_has_no_exposure) {
     XT_CHECK(h.bits_stored == (pf == XT_STREAM_PIX_F32 ? 32u : 16u));
     XT_CHECK(h.frame_counter == 3 && h.t_render_done_ns == 5 && h.pitch_mm[0] == fr.geom.mode.pitch_u_mm);
     static const unsigned char zero[XT_STREAM_HEADER_SIZE];
-    XT_CHECK(memcmp((const char *)&h + 312, zero, XT_STREAM_HEADER_SIZE - 312) == 0 && h.frame_kind == 0);
+    XT_CHECK(memcmp((const char *)&h + 312, zero, 576 - 312) == 0 && h.frame_kind == 0);
+    /* the readout (version 4) is every frame's: fd20-128 resamples the FD20's central 1920 square */
+    XT_CHECK(!strcmp(h.detector, "fd20") && h.panel[0] == 2480 && h.panel[1] == 1920 && h.panel_pitch_mm == 0.154);
+    XT_CHECK(h.roi[0] == 280 && h.roi[1] == 0 && h.roi[2] == 1920 && h.roi[3] == 1920 && h.readout_binning == 15);
+    XT_CHECK(h.field_cm == 0 && h.dose_ratio == 1 && memcmp(h.P_out, h.P, sizeof h.P) == 0);
   }
 }
 

@@ -111,8 +111,8 @@ class HeaderLayout(unittest.TestCase):
             m = re.match(r"\| (\d+) \| ([a-z0-9\[\]]+) \| `(\w+)` \|", line)
             if m:
                 t = m.group(2)
-                a = re.match(r"(f64|char)\[(\d+)\]", t)
-                size = sizes[t] if t in sizes else int(a.group(2)) * (8 if a.group(1) == "f64" else 1)
+                a = re.match(r"(f64|u32|char)\[(\d+)\]", t)
+                size = sizes[t] if t in sizes else int(a.group(2)) * {"f64": 8, "u32": 4, "char": 1}[a.group(1)]
                 doc[m.group(3)] = (int(m.group(1)), size)
         self.assertEqual(len(doc), len(xframe.FIELDS), "fields in api/stream.md vs the decoder")
         for name, off, fmt in xframe.FIELDS:
@@ -185,7 +185,7 @@ class StreamTests(ServerTest):
     def test_frame_equals_render_of_its_pose(self):
         """A streamed frame is the REST render of the pose in its header: pixels and P."""
         with self.c.stream() as s:
-            self.assertEqual(s.hello["header_size"], 576)
+            self.assertEqual(s.hello["header_size"], 752)
             seq = s.set_pose(primary_deg=25, secondary_deg=-15, sid_mm=1100)
             f = s.wait_for_pose(seq, timeout=20)
             self.assertEqual(f.pose_seq, seq)
@@ -250,20 +250,21 @@ class StreamTests(ServerTest):
             f = s.next_frame(timeout=20)
         raw = bytearray(f.raw_header) + bytes(np.ascontiguousarray(f.image).tobytes())
         extra = struct.pack("<dd", 12.5, -1.0)  # a future field or two
-        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (3, 576, "mono", 16, None))
-        grown = bytearray(raw[:576]) + extra + raw[576:]
-        struct.pack_into("<HH", grown, 4, 4, 576 + len(extra))  # version 4, longer header
+        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (4, 752, "mono", 16, None))
+        self.assertEqual((f.readout["detector"], f.readout["roi_size"], f.readout["binning"]), ("fd20", (1920, 1920), 15.0))
+        grown = bytearray(raw[:752]) + extra + raw[752:]
+        struct.pack_into("<HH", grown, 4, 5, 752 + len(extra))  # version 5, longer header
         g = xtwin.parse_frame(bytes(grown))
-        self.assertEqual((g.version, g.header_size), (4, 592))
+        self.assertEqual((g.version, g.header_size), (5, 768))
         self.assertTrue(np.array_equal(g.image, f.image))
         self.assertEqual((g.counter, g.pose, g.mode, g.frame_kind), (f.counter, f.pose, f.mode, f.frame_kind))
-        self.assertEqual(g.raw_header[576:], extra)
+        self.assertEqual(g.raw_header[752:], extra)
         # A version-1 server's 304-byte header: the chain's fields are absent, not misread.
-        old = bytearray(raw[:304]) + raw[576:]
+        old = bytearray(raw[:304]) + raw[752:]
         struct.pack_into("<HH", old, 4, 1, 304)
         h = xtwin.parse_frame(bytes(old))
         self.assertTrue(np.array_equal(h.image, f.image))
-        self.assertEqual((h.header_size, h.frame_kind, h.bits_stored, h.chain), (304, None, None, None))
+        self.assertEqual((h.header_size, h.frame_kind, h.bits_stored, h.chain, h.readout), (304, None, None, None, None))
 
 
 class Auth(unittest.TestCase):

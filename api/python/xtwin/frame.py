@@ -10,6 +10,7 @@ MAGIC = 0x46575458  # the bytes "XTWF"
 HEADER_SIZE_V1 = 304
 HEADER_SIZE_V2 = 400  # version 2 appended the imaging chain's fields (frame_kind .. chain_flags)
 HEADER_SIZE_V3 = 576  # version 3: exposure settings, dose, dose-rate control (ma .. drc_flags)
+HEADER_SIZE_V4 = 752  # version 4: the readout: panel, region, binning, zoom field, P_out (detector .. P_out)
 PIX_U16, PIX_F32 = 1, 2
 FLAG_LOCKSTEP = 1
 
@@ -71,6 +72,15 @@ FIELDS = (
     ("drc_curve_s", 560, "<d"),
     ("drc_flags", 568, "<I"),
     ("reserved3", 572, "<I"),
+    ("detector", 576, "<16s"),
+    ("roi", 592, "<4I"),
+    ("panel", 608, "<2I"),
+    ("panel_pitch_mm", 616, "<d"),
+    ("readout_binning", 624, "<d"),
+    ("field_cm", 632, "<d"),
+    ("dose_ratio", 640, "<d"),
+    ("readout_ms", 648, "<d"),
+    ("P_out", 656, "<12d"),
 )
 FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
 CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "filter_cu_mm", "mean_energy_kev",
@@ -94,6 +104,10 @@ class Frame:
     frame_kind      "mono" (chain off), "raw" (the panel's ADC codes) or "processed"; bits_stored;
                     chain: dict of the imaging chain's header fields (kv, mas, seed, ...) or None
                     when the chain is off (both None from a version-1 server)
+    readout         dict (version 4; None before): detector, panel (cols, rows), panel_pitch_mm,
+                    roi_origin and roi_size (native pixels), binning (native per delivered pixel),
+                    field_cm (0: not a zoom field), dose_ratio, readout_ms, P (3, 4) of the
+                    delivered pixels (the chain's binning applied; P is the render grid's)
     t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns: the server's
                     CLOCK_MONOTONIC; t_received_ns: time.monotonic_ns() when the client read it
     """
@@ -101,7 +115,7 @@ class Frame:
     __slots__ = ("image", "pose", "P", "counter", "pose_seq", "frames_dropped", "flags", "lockstep", "mode",
                  "pixel_format", "pitch_mm", "period_ns", "version", "header_size", "raw_header", "rows", "cols",
                  "t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
-                 "t_received_ns", "frame_kind", "bits_stored", "chain")
+                 "t_received_ns", "frame_kind", "bits_stored", "chain", "readout")
 
     def __repr__(self):
         return "<Frame %d pose_seq %d %s %dx%d %s>" % (self.counter, self.pose_seq, self.mode, self.cols, self.rows,
@@ -129,6 +143,8 @@ def parse_header(msg):
     pose["table_mm"] = list(h["pose"][5:8])
     h["pose"] = pose
     h["mode"] = h["mode"].split(b"\0", 1)[0].decode("utf-8", "replace")
+    if h["detector"] is not None:
+        h["detector"] = h["detector"].split(b"\0", 1)[0].decode("utf-8", "replace")
     return h
 
 
@@ -163,6 +179,12 @@ def parse_frame(msg, t_received_ns=None):
     f.frame_kind = None if h["frame_kind"] is None else FRAME_KINDS.get(h["frame_kind"], str(h["frame_kind"]))
     f.bits_stored = h["bits_stored"]
     f.chain = {k: h[k] for k in CHAIN_KEYS} if f.frame_kind in ("raw", "processed") else None
+    # version 4 (None from an older server): how the panel was read out for this frame
+    f.readout = None if h["detector"] is None else {
+        "detector": h["detector"], "roi_origin": tuple(h["roi"][:2]), "roi_size": tuple(h["roi"][2:]),
+        "panel": tuple(h["panel"]), "panel_pitch_mm": h["panel_pitch_mm"], "binning": h["readout_binning"],
+        "field_cm": h["field_cm"], "dose_ratio": h["dose_ratio"], "readout_ms": h["readout_ms"],
+        "P": np.array(h["P_out"], dtype=np.float64).reshape(3, 4)}
     for k in ("t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns"):
         setattr(f, k, h[k])
     f.t_received_ns = time.monotonic_ns() if t_received_ns is None else t_received_ns

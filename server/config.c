@@ -64,6 +64,8 @@ static const cfg_entry cfg_table[] = {
     {"rest_threads", CT_INT, N(rest_threads), "4", 1, 64, NULL, 0, "REST worker threads"},
     {"max_clients", CT_INT, N(max_clients), "32", 1, XT_SRV_MAX_CLIENT_STATS, NULL, 0,
      "stream clients at once"},
+    {"session_log", CT_STRING, S(session_log), "", 0, 0, NULL, 0,
+     "write every command, event and exposure to this file as JSON lines, for `xtwin replay` (docs/session-log.md)"},
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
      "write {\"rest\": port, \"ws\": port} here once listening"},
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},

@@ -34,6 +34,7 @@
 #include "srv_budget.h"
 #include "srv_clock.h"
 #include "srv_engine.h"
+#include "srv_session.h"
 #include "srv_metrics.h"
 #include "xt_record.h"
 #include "xt_server.h"
@@ -503,6 +504,7 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   if (!rc) {
     if (counter) *counter = j.req.counter;
     xt_acq_plane_advance(&s->plane);
+    xt_session_frame(s, &j.req, lockstep);
   }
   return rc;
 }
@@ -518,6 +520,7 @@ int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg) {
     uint64_t t = xt_now_ns();
     rc = expose_locked(s, t, t, 0, 1, counter);
     if (rc) xt_fail(msg, rc, "render queue is full (%d triggers pending)", XT_QUEUE);
+    xt_session_command(s, "trigger", "api", NULL, rc, rc ? msg->text : NULL);
   }
   pthread_mutex_unlock(&s->st_mu);
   return rc;

@@ -21,6 +21,7 @@
 #include "srv_state.h"
 #include "srv_ws.h"
 #include "xt_phantom.h"
+#include "srv_session.h"
 #include "xt_server.h"
 #include "xt_stream.h"
 #ifdef XT_SERVER_HAVE_LOADERS
@@ -151,6 +152,7 @@ static int setup(xt_server *s, xt_msg *msg) {
       xt_model_free(m);
       return rc;
     }
+    s->phantom_index = s->nmodels;
     s->models[s->nmodels] = m;
     snprintf(s->model_src[s->nmodels], sizeof s->model_src[0], "built-in head phantom, %d^3 at %g mm", d,
              s->cfg.phantom_spacing);
@@ -206,6 +208,8 @@ int main(int argc, char **argv) {
 
   pthread_mutex_init(&s->st_mu, NULL);
   pthread_mutex_init(&s->models_mu, NULL);
+  pthread_mutex_init(&s->log_mu, NULL);
+  s->phantom_index = -1;
   xt_metrics_init(&s->metrics);
   xt_acq_plane_init(&s->plane);
   s->tls = s->cfg.tls_cert[0] != 0;
@@ -213,6 +217,7 @@ int main(int argc, char **argv) {
   int sig_started = 0, engine_started = 0;
 
   if ((rc = setup(s, &msg))) goto done;
+  if ((rc = xt_session_open(s, &msg))) goto done;
   if ((rc = xt_ws_start(s, &msg))) goto done;
   if ((rc = xt_engine_start(s, &msg))) goto done;
   engine_started = 1;
@@ -248,6 +253,7 @@ done:
             (double)(xt_now_ns() - atomic_load(&t_signal)) * 1e-6);
   xt_rest_stop(s);
   if (engine_started) xt_engine_stop(s);
+  xt_session_close(s);
   xt_ws_destroy(s);
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);

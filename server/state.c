@@ -11,6 +11,7 @@
 #include "srv_config.h"
 #include "srv_engine.h"
 #include "srv_metrics.h"
+#include "srv_session.h"
 #include "srv_state.h"
 #include "xt_coverage.h"
 #include "xt_exposure.h"
@@ -326,6 +327,8 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
     s->plane.set.t_pose_ns = t;
     if (seq) *seq = s->plane.set.pose_seq;
   }
+  /* logged under st_mu, as the pacer logs exposures: the log's order is the server's */
+  xt_session_command(s, "pose", "api", obj, rc, msg ? msg->text : NULL);
   pthread_mutex_unlock(&s->st_mu);
   if (!rc) {
     pthread_mutex_lock(&s->metrics.mu);
@@ -360,6 +363,7 @@ int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
     s->acq_gen++;
     xt_engine_kick(s);
   }
+  xt_session_command(s, "acquisition", "api", obj, rc, msg ? msg->text : NULL);
   pthread_mutex_unlock(&s->st_mu);
   return rc;
 }
@@ -370,6 +374,7 @@ int xt_srv_start(xt_server *s, int run) {
   s->run.running = run;
   s->acq_gen++;
   xt_engine_kick(s);
+  xt_session_command(s, run ? "start" : "stop", "api", NULL, 0, NULL);
   pthread_mutex_unlock(&s->st_mu);
   return 0;
 }
@@ -571,6 +576,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
     s->models[s->nmodels] = m;
     snprintf(s->model_src[s->nmodels], sizeof s->model_src[0], "%s", path);
     s->nmodels++;
+    xt_session_model(s, path, m->name, convert);
   }
   pthread_mutex_unlock(&s->models_mu);
   return rc;

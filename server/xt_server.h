@@ -12,11 +12,13 @@
  *   srv_rest.h    rest.c     libmicrohttpd: the route table and its handlers
  *   srv_ws.h      ws.c       libwebsockets: /v1/stream, owned by one service thread
  *   srv_clock.h   clock.c    the monotonic clock
+ *   srv_session.h session.c  the session log: every command, event and exposure as JSON lines
  *
  * Calls go one way, no circle: main calls every module; rest calls gate, guard, state and the
- * engine; ws calls guard, state and the engine; state calls the engine and the budgets; the engine
- * calls only the budgets, metrics and the clock, and wakes the stream through the ring's notifier
- * (xt_ring_set_notify), which ws.c registers, never by calling ws.c.
+ * engine; ws calls guard, state and the engine; state calls the engine, the budgets and the session
+ * log; the engine calls only the budgets, metrics, the session log and the clock, and wakes the
+ * stream through the ring's notifier (xt_ring_set_notify), which ws.c registers, never by calling
+ * ws.c.
  *
  * Threads: the main thread runs the WebSocket service loop (it owns every wsi); a signal thread
  * waits for SIGINT/SIGTERM; libmicrohttpd runs its own pool; the pacer thread stamps exposures;
@@ -27,6 +29,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "srv_config.h"
 #include "srv_engine.h"
@@ -75,6 +78,11 @@ typedef struct xt_server {
 
   xt_ring ring;
   xt_metrics metrics;
+
+  /* the session log (session.c): log is set before any thread starts, written under log_mu */
+  pthread_mutex_t log_mu;
+  FILE *log;
+  int phantom_index; /* the built-in phantom's place in models, -1 none */
 
   /* set by main */
   struct lws_context *lws;

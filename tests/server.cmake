@@ -70,6 +70,12 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_multi_device
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_multi_device.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_multi_device PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Record and replay: every frame a client received equals `xtwin replay` of the session log, bit
+    # for bit (lockstep and free run, chain and mono, two workers).
+    add_test(NAME test_server_replay
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_replay.py --server $<TARGET_FILE:xtwin-server>
+        --xtwin $<TARGET_FILE:xtwin>)
+    set_tests_properties(test_server_replay PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Model paths confined before any file access (an strace of the server as the oracle), 404 for
     # a missing path inside the root, unique model names (409; distinct default names).
     add_test(NAME test_server_model_paths

@@ -25,5 +25,8 @@ void xt_cmd_gmm_fit_help(FILE *out);
 /* argv[0] is "dataset"; SPEC.json and the options follow (tools/xt_dataset_cmd.c). */
 int xt_cmd_dataset(int argc, char **argv);
 void xt_cmd_dataset_help(FILE *out);
+/* argv[0] is "replay"; LOG and the options follow (tools/xt_replay_cmd.c). */
+int xt_cmd_replay(int argc, char **argv);
+void xt_cmd_replay_help(FILE *out);
 
 #endif /* XT_CLI_H */

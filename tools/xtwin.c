@@ -35,6 +35,7 @@ static const xt_command commands[] = {
     {"nvdb-convert", "convert a volume file or phantom into a NanoVDB sparse grid (.nvdb)", xt_cmd_nvdb_convert},
 #endif
     {"dataset", "generate a labelled dataset from a spec: sharded, resumable, reproducible (see docs/dataset.md)", xt_cmd_dataset},
+    {"replay", "render a server session's frames again from its session log (docs/session-log.md)", xt_cmd_replay},
     {"modes", "list the detector modes (name, pixels, pitch, distances)", cmd_modes},
     {"bench", "run the benchmarks (see xtwin bench --help)", cmd_bench},
     {"help", "show this help, or a command's: xtwin help render", cmd_help},

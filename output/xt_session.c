@@ -1,0 +1,111 @@
+/* The session log's frame lines (xt_session.h). */
+#include "xt_session.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_json_build.h"
+
+static json_t *u64(uint64_t v) { return json_integer((json_int_t)v); }
+
+json_t *xt_session_frame_json(const xt_acq_request *q, int lockstep) {
+  xt_jb b = {0};
+  json_t *o = json_object();
+  xt_jb_put(&b, o, "type", json_string("frame"));
+  xt_jb_put(&b, o, "run", u64(q->run));
+  xt_jb_put(&b, o, "counter", u64(q->counter));
+  xt_jb_put(&b, o, "lockstep", json_boolean(lockstep));
+  const xt_pose *p = &q->pose;
+  const double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm,
+                          p->sid_mm,      p->table_mm.x,    p->table_mm.y,       p->table_mm.z};
+  xt_jb_put(&b, o, "pose", xt_jb_vec(&b, pose, 8));
+  xt_jb_put(&b, o, "mode", json_string(q->mode ? q->mode->name : ""));
+  xt_jb_put(&b, o, "pixel_format", json_integer(q->pixel_format));
+  xt_jb_put(&b, o, "chain", json_boolean(q->chain));
+  json_t *prm = json_object();
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    if (in->type == XT_PARAM_U64) {
+      uint64_t v;
+      memcpy(&v, (const char *)&q->chain_prm + in->offset, sizeof v);
+      char t[24];
+      snprintf(t, sizeof t, "%" PRIu64, v);
+      xt_jb_put(&b, prm, in->name, json_string(t));
+    } else xt_jb_put(&b, prm, in->name, json_real(xt_chain_param_get(&q->chain_prm, in)));
+  }
+  xt_jb_put(&b, o, "params", prm);
+  xt_jb_put(&b, o, "pose_seq", u64(q->pose_seq));
+  xt_jb_put(&b, o, "t_pose_ns", u64(q->t_pose_ns));
+  xt_jb_put(&b, o, "t_sched_ns", u64(q->t_sched_ns));
+  xt_jb_put(&b, o, "t_exposure_ns", u64(q->t_exposure_ns));
+  xt_jb_put(&b, o, "period_ns", u64(q->period_ns));
+  if (b.bad) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+static int get_u64(const json_t *o, const char *key, uint64_t *out, xt_msg *msg) {
+  const json_t *v = json_object_get(o, key);
+  if (!json_is_integer(v) || json_integer_value(v) < 0)
+    return xt_fail(msg, XT_EFORMAT, "frame.%s: a whole number >= 0 expected", key);
+  *out = (uint64_t)json_integer_value(v);
+  return 0;
+}
+
+int xt_session_frame_parse(const json_t *o, xt_acq_request *q, int *lockstep, xt_msg *msg) {
+  int rc;
+  memset(q, 0, sizeof *q);
+  if (!json_is_object(o)) return xt_fail(msg, XT_EFORMAT, "frame: not an object");
+  if ((rc = get_u64(o, "run", &q->run, msg)) || (rc = get_u64(o, "counter", &q->counter, msg)) ||
+      (rc = get_u64(o, "pose_seq", &q->pose_seq, msg)) || (rc = get_u64(o, "t_pose_ns", &q->t_pose_ns, msg)) ||
+      (rc = get_u64(o, "t_sched_ns", &q->t_sched_ns, msg)) ||
+      (rc = get_u64(o, "t_exposure_ns", &q->t_exposure_ns, msg)) || (rc = get_u64(o, "period_ns", &q->period_ns, msg)))
+    return rc;
+  const json_t *pose = json_object_get(o, "pose");
+  double v[8];
+  if (!json_is_array(pose) || json_array_size(pose) != 8)
+    return xt_fail(msg, XT_EFORMAT, "frame.pose: an array of 8 numbers expected");
+  for (int i = 0; i < 8; i++) {
+    const json_t *x = json_array_get(pose, (size_t)i);
+    if (!json_is_number(x)) return xt_fail(msg, XT_EFORMAT, "frame.pose[%d]: a number expected", i);
+    v[i] = json_number_value(x);
+  }
+  q->pose = (xt_pose){v[0], v[1], v[2], v[3], v[4], xt_v3(v[5], v[6], v[7])};
+  const char *mode = json_string_value(json_object_get(o, "mode"));
+  if (!mode || !(q->mode = xt_mode_find(mode)))
+    return xt_fail(msg, XT_EFORMAT, "frame.mode: '%s' is not a detector mode", mode ? mode : "");
+  const json_t *pf = json_object_get(o, "pixel_format"), *ch = json_object_get(o, "chain"),
+               *ls = json_object_get(o, "lockstep");
+  if (!json_is_integer(pf)) return xt_fail(msg, XT_EFORMAT, "frame.pixel_format: a number expected");
+  if (!json_is_boolean(ch) || !json_is_boolean(ls))
+    return xt_fail(msg, XT_EFORMAT, "frame.chain, frame.lockstep: true or false expected");
+  q->pixel_format = (int)json_integer_value(pf);
+  q->chain = json_is_true(ch);
+  *lockstep = json_is_true(ls);
+  const json_t *prm = json_object_get(o, "params");
+  if (!json_is_object(prm)) return xt_fail(msg, XT_EFORMAT, "frame.params: an object expected");
+  q->chain_prm = xt_chain_params_default();
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    const json_t *x = json_object_get(prm, in->name);
+    if (in->type == XT_PARAM_U64) {
+      const char *s = json_string_value(x);
+      char *end = NULL;
+      errno = 0;
+      uint64_t u = s ? strtoull(s, &end, 10) : 0;
+      if (!s || !*s || *end || errno)
+        return xt_fail(msg, XT_EFORMAT, "frame.params.%s: a decimal string expected", in->name);
+      memcpy((char *)&q->chain_prm + in->offset, &u, sizeof u);
+    } else {
+      if (!json_is_number(x)) return xt_fail(msg, XT_EFORMAT, "frame.params.%s: a number expected", in->name);
+      if ((rc = xt_chain_param_set(&q->chain_prm, in->name, json_number_value(x), msg))) return rc;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+/* The session log's frame lines (issue 24, point 7): an exposure's request as JSON and back, so
+ * that `xtwin replay` renders exactly what the server rendered. The request is the one the plane
+ * latched (its setting before the dose-rate loop moved it: the replay runs the loop again, in the
+ * same order), with every chain parameter by name (the two 64-bit seeds as decimal strings, which
+ * a JSON number would round), the times known before the frame and the run and frame numbers.
+ * docs/session-log.md lists the lines. */
+#ifndef XT_SESSION_H
+#define XT_SESSION_H
+
+#include <jansson.h>
+
+#include "xt_acq.h"
+
+#define XT_SESSION_LOG_VERSION 1
+
+/* {"type": "frame", "run", "counter", "lockstep", "pose", "mode", "pixel_format", "chain",
+ * "params", "pose_seq", "t_pose_ns", "t_sched_ns", "t_exposure_ns", "period_ns"}; NULL when out
+ * of memory or a value is not finite. */
+json_t *xt_session_frame_json(const xt_acq_request *q, int lockstep);
+/* The request of a frame line: pose, mode (by name), chain, parameters, numbers and times (want,
+ * flags and the hooks are the caller's); msg names the field that is wrong. */
+int xt_session_frame_parse(const json_t *o, xt_acq_request *q, int *lockstep, xt_msg *msg);
+
+#endif /* XT_SESSION_H */

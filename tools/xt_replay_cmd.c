@@ -1,0 +1,290 @@
+/* xtwin replay LOG --out DIR: the frames of a server session again, from its session log
+ * (xtwin-server --session-log; docs/session-log.md). The log's first line names the backend, the
+ * projector's threads, the configuration and the models as the server loaded them; each frame line
+ * is the request the server's plane latched. The replay builds the same scene, then exposes every
+ * frame through one plane and one renderer in the log's order, as the server's chain frames went
+ * through its first worker in counter order (mono frames carry no state, so the worker that made
+ * them does not matter): the dose-rate loop, lag and the recursive filter take the same path, and
+ * each frame comes out as the stream message the server sent, bit for bit on the same backend but
+ * for the per-client and per-delivery fields (t_render_done_ns, t_sent_ns, frames_dropped). */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "xt_acq.h"
+#include "xt_cli.h"
+#include "xt_opt.h"
+#include "xt_phantom.h"
+#include "xt_proj.h"
+#include "xt_record.h"
+#include "xt_session.h"
+#include "xt_stream.h"
+#ifdef XT_HAVE_LOADERS
+#include "xt_load.h"
+#endif
+
+#define CMD "replay"
+#define MAX_MODELS 64
+
+typedef struct replay_opts {
+  const char *out;
+  int backend; /* 0: the log's */
+  int threads; /* 0: the log's */
+} replay_opts;
+
+static const xt_opt opts[] = {
+    {"out", XT_OPT_STRING, "DIR", NULL, "required", 0, 0, NULL, offsetof(replay_opts, out),
+     "folder for the frames (made if missing): one stream message per image, "
+     "<run>-<counter>-<mono|raw|processed>.bin"},
+    {"backend", XT_OPT_CHOICE, NULL, "log", NULL, 0, 0, "log|cpu|cuda", offsetof(replay_opts, backend),
+     "render with this backend; bit-exact only on the log's"},
+    {"threads", XT_OPT_INT, "N", "0", "the log's", 0, 256, NULL, offsetof(replay_opts, threads),
+     "CPU projector threads (0: the log's)"},
+};
+enum { NOPTS = sizeof opts / sizeof opts[0] };
+
+void xt_cmd_replay_help(FILE *out) {
+  fprintf(out,
+          "usage: xtwin replay LOG --out DIR [options]\n\n"
+          "Renders the frames of an xtwin-server session again from its session log (--session-log),\n"
+          "as the stream messages the server sent (docs/session-log.md).\n\n");
+  xt_opt_print_help(opts, NOPTS, out);
+}
+
+typedef struct replay {
+  xt_proj *proj;
+  xt_acq_renderer rnd;
+  xt_acq_plane plane;
+  xt_model *models[MAX_MODELS];
+  int nmodels;
+  json_t *config;
+  uint16_t *u16[2];
+  float *f32;
+  size_t cap;
+  const char *out;
+  long frames, images;
+} replay;
+
+static int add_model(replay *r, xt_model *m, xt_msg *msg) {
+  if (r->nmodels == MAX_MODELS) {
+    xt_model_free(m);
+    return xt_fail(msg, XT_ETOOLARGE, "more than %d models", MAX_MODELS);
+  }
+  r->models[r->nmodels++] = m;
+  return xt_acq_renderer_add_model(&r->rnd, m, msg);
+}
+
+/* A model by path with the server's loader settings (its logged configuration). */
+static int load_path(replay *r, const char *path, const char *name, const char *convert, xt_msg *msg) {
+#ifdef XT_HAVE_LOADERS
+  xt_load_options opt;
+  memset(&opt, 0, sizeof opt);
+  if (!convert || !*convert || !strcmp(convert, "mu")) opt.convert = XT_LOAD_MU;
+  else if (!strcmp(convert, "hu")) opt.convert = XT_LOAD_HU_TO_MU;
+  else if (!strcmp(convert, "hu-labels")) opt.convert = XT_LOAD_HU_TO_LABELS;
+  else if (!strcmp(convert, "labels")) opt.convert = XT_LOAD_LABELS;
+  else return xt_fail(msg, XT_EFORMAT, "model %s: convert '%s' unknown", path, convert);
+  const char *hu = json_string_value(json_object_get(r->config, "hu_model"));
+  opt.hu_model = hu && !strcmp(hu, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
+  opt.ct_energy_kev = json_number_value(json_object_get(r->config, "ct_energy"));
+  const char *nx = json_string_value(json_object_get(r->config, "nifti_transform"));
+  opt.nifti_xform = nx && !strcmp(nx, "qform") ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+  const char *nan = json_string_value(json_object_get(r->config, "nan_value"));
+  if (nan && *nan && strcmp(nan, "none")) {
+    opt.nan_fill = 1;
+    opt.nan_value = strtod(nan, NULL);
+  }
+  xt_model *m = NULL;
+  int rc = xt_model_load(path, &opt, name, &m, msg);
+  return rc ? rc : add_model(r, m, msg);
+#else
+  (void)r, (void)name, (void)convert;
+  return xt_fail(msg, XT_EUNSUPPORTED, "model %s: this xtwin was built without the volume loaders", path);
+#endif
+}
+
+static int session_line(replay *r, const json_t *o, const replay_opts *ro, xt_msg *msg) {
+  const json_t *v = json_object_get(o, "version");
+  if (!json_is_integer(v) || json_integer_value(v) != XT_SESSION_LOG_VERSION)
+    return xt_fail(msg, XT_EUNSUPPORTED, "session log version %" JSON_INTEGER_FORMAT ", this xtwin reads %d",
+                   json_is_integer(v) ? json_integer_value(v) : -1, XT_SESSION_LOG_VERSION);
+  if (json_is_true(json_object_get(o, "synthetic")))
+    return xt_fail(msg, XT_EUNSUPPORTED, "a synthetic session (transport benchmark): its frames were never rendered");
+  const char *bname = json_string_value(json_object_get(o, "backend"));
+  xt_backend b;
+  if (ro->backend == 1) b = XT_BACKEND_CPU;
+  else if (ro->backend == 2) b = XT_BACKEND_CUDA;
+  else if (!bname || xt_backend_parse(bname, &b))
+    return xt_fail(msg, XT_EFORMAT, "session.backend: '%s'", bname ? bname : "");
+  int threads = ro->threads;
+  if (!threads) threads = (int)json_integer_value(json_object_get(o, "threads"));
+  r->config = json_incref(json_object_get(o, "config"));
+  xt_proj_options po = {b, threads, 0};
+  int rc = xt_proj_create(&po, &r->proj, msg);
+  if (rc) return rc;
+  xt_acq_renderer_init(&r->rnd, r->proj, threads);
+  const json_t *models = json_object_get(o, "models"), *m;
+  size_t i;
+  json_array_foreach(models, i, m) {
+    const char *phantom = json_string_value(json_object_get(m, "phantom"));
+    const char *path = json_string_value(json_object_get(m, "path"));
+    if (phantom && !strcmp(phantom, "head")) {
+      const int d = (int)json_integer_value(json_object_get(m, "dim")), dim[3] = {d, d, d};
+      xt_model *hm = NULL;
+      if ((rc = xt_phantom_head_model(dim, json_number_value(json_object_get(m, "spacing")), XT_VOXEL_F32, &hm, msg)) ||
+          (rc = add_model(r, hm, msg)))
+        return rc;
+    } else if (path) {
+      if ((rc = load_path(r, path, json_string_value(json_object_get(m, "name")),
+                          json_string_value(json_object_get(m, "convert")), msg)))
+        return rc;
+    } else return xt_fail(msg, XT_EUNSUPPORTED, "session.models[%zu]: neither the head phantom nor a file", i);
+  }
+  return 0;
+}
+
+static int give(void *ctx, xt_acq_frame *f, xt_msg *msg) {
+  replay *r = ctx;
+  const size_t need = (size_t)f->geom.mode.rows * f->geom.mode.cols; /* the render grid: no plane is larger */
+  if (need > r->cap) {
+    free(r->f32);
+    free(r->u16[0]);
+    free(r->u16[1]);
+    r->f32 = malloc(need * sizeof *r->f32);
+    r->u16[0] = malloc(need * sizeof *r->u16[0]);
+    r->u16[1] = malloc(need * sizeof *r->u16[1]);
+    r->cap = need;
+    if (!r->f32 || !r->u16[0] || !r->u16[1]) {
+      r->cap = 0;
+      return xt_fail(msg, XT_ENOMEM, "out of memory for a %zu-pixel frame", need);
+    }
+  }
+  f->lineint.data = r->f32;
+  f->raw.data = r->u16[0];
+  f->proc.data = r->u16[1];
+  return 0;
+}
+
+/* One image of the frame as the stream message the server sent, written whole or not at all. */
+static int write_image(replay *r, const xt_frame_fields *ff, const xt_acq_frame *fr, int lockstep, int kind, int rows,
+                       int cols, int pixfmt, const void *px, size_t bytes, xt_msg *msg) {
+  static const char *kinds[] = {"mono", "raw", "processed"};
+  const xt_stream_delivery d = {kind,         rows, cols, pixfmt, bytes, lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0u,
+                                fr->t_done_ns};
+  xt_stream_header h;
+  xt_stream_header_encode(ff, &d, &h);
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/%06" PRIu64 "-%06" PRIu64 "-%s.bin", r->out, fr->run, fr->counter, kinds[kind]);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return xt_fail(msg, XT_EIO, "%s: %s", tmp, strerror(errno));
+  int bad = fwrite(&h, sizeof h, 1, f) != 1 || fwrite(px, 1, bytes, f) != bytes;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path)) {
+    remove(tmp);
+    return xt_fail(msg, XT_EIO, "%s: write failed", path);
+  }
+  r->images++;
+  return 0;
+}
+
+static int frame_line(replay *r, const json_t *o, xt_msg *msg) {
+  xt_acq_request q;
+  int lockstep = 0;
+  int rc = xt_session_frame_parse(o, &q, &lockstep, msg);
+  if (rc) return rc;
+  if (!r->proj) return xt_fail(msg, XT_EFORMAT, "a frame before the session line");
+  q.want = q.chain ? XT_ACQ_WANT_CHAIN : XT_ACQ_WANT_LINEINT;
+  q.model = r->nmodels ? r->models[0] : NULL;
+  q.buffers = give;
+  q.ctx = r;
+  xt_acq_frame fr;
+  if ((rc = xt_acq_expose(&r->plane, &r->rnd, &q, &fr, msg))) return rc;
+  xt_frame_fields ff;
+  xt_frame_fields_of(&fr, &ff);
+  r->frames++;
+  if (q.chain) {
+    const size_t bytes = (size_t)fr.raw.rows * fr.raw.cols * 2;
+    if ((rc = write_image(r, &ff, &fr, lockstep, XT_STREAM_KIND_RAW, fr.raw.rows, fr.raw.cols, XT_STREAM_PIX_U16,
+                          fr.raw.data, bytes, msg)))
+      return rc;
+    return write_image(r, &ff, &fr, lockstep, XT_STREAM_KIND_PROCESSED, fr.proc.rows, fr.proc.cols, XT_STREAM_PIX_U16,
+                       fr.proc.data, bytes, msg);
+  }
+  const size_t n = (size_t)fr.lineint.rows * fr.lineint.cols;
+  const void *px = r->f32;
+  size_t bytes = n * 4;
+  if (q.pixel_format == XT_STREAM_PIX_U16) {
+    xt_intensity_u16(r->f32, n, r->u16[0]);
+    px = r->u16[0];
+    bytes = n * 2;
+  }
+  return write_image(r, &ff, &fr, lockstep, XT_STREAM_KIND_MONO, fr.lineint.rows, fr.lineint.cols, q.pixel_format, px,
+                     bytes, msg);
+}
+
+int xt_cmd_replay(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    xt_cmd_replay_help(stdout);
+    return XT_EXIT_OK;
+  }
+  if (argc < 2 || argv[1][0] == '-') return xt_cli_say(CMD, XT_EXIT_USAGE, "usage: xtwin replay LOG --out DIR");
+  const char *log = argv[1];
+  replay_opts ro;
+  int seen[NOPTS];
+  xt_msg msg = {{0}};
+  if (xt_opt_parse(opts, NOPTS, argc - 2, argv + 2, &ro, seen, &msg))
+    return xt_cli_say(CMD, XT_EXIT_USAGE, "%s", msg.text);
+  if (!ro.out) return xt_cli_say(CMD, XT_EXIT_USAGE, "--out: required");
+  FILE *f = fopen(log, "r");
+  if (!f) return xt_cli_say(CMD, XT_EXIT_RUNTIME, "%s: %s", log, strerror(errno));
+  if (mkdir(ro.out, 0777) && errno != EEXIST) {
+    fclose(f);
+    return xt_cli_say(CMD, XT_EXIT_RUNTIME, "%s: %s", ro.out, strerror(errno));
+  }
+  replay r;
+  memset(&r, 0, sizeof r);
+  r.out = ro.out;
+  xt_acq_plane_init(&r.plane);
+  char *line = NULL;
+  size_t cap = 0;
+  long lineno = 0;
+  int rc = 0;
+  while (!rc && getline(&line, &cap, f) > 0) {
+    lineno++;
+    json_error_t je;
+    json_t *o = json_loads(line, 0, &je);
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (!o || !type) rc = xt_fail(&msg, XT_EFORMAT, "not a log line (%s)", o ? "no type" : je.text);
+    else if (lineno == 1 && strcmp(type, "session"))
+      rc = xt_fail(&msg, XT_EFORMAT, "the first line is not the session's");
+    else if (!strcmp(type, "session"))
+      rc = lineno == 1 ? session_line(&r, o, &ro, &msg) : xt_fail(&msg, XT_EFORMAT, "a second session line");
+    else if (!strcmp(type, "frame")) rc = frame_line(&r, o, &msg);
+    else if (!strcmp(type, "model"))
+      rc = load_path(&r, json_string_value(json_object_get(o, "path")), json_string_value(json_object_get(o, "name")),
+                     json_string_value(json_object_get(o, "convert")), &msg);
+    /* commands and events: the frames carry what they changed */
+    json_decref(o);
+  }
+  int read_err = ferror(f);
+  fclose(f);
+  free(line);
+  if (!rc && read_err) rc = xt_fail(&msg, XT_EIO, "read error");
+  if (!rc && lineno == 0) rc = xt_fail(&msg, XT_EFORMAT, "empty log");
+  xt_acq_renderer_free(&r.rnd);
+  if (r.proj) xt_proj_destroy(r.proj);
+  for (int i = 0; i < r.nmodels; i++) xt_model_free(r.models[i]);
+  xt_acq_plane_destroy(&r.plane);
+  json_decref(r.config);
+  free(r.f32);
+  free(r.u16[0]);
+  free(r.u16[1]);
+  if (rc) return xt_cli_say(CMD, XT_EXIT_RUNTIME, "%s:%ld: %s", log, lineno, msg.text);
+  printf("replayed %ld frames (%ld images) into %s\n", r.frames, r.images, ro.out);
+  return XT_EXIT_OK;
+}

@@ -357,6 +357,9 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
 
     if (j.kind == XT_JOB_FRAME) {
+      /* logged as it is rendered, not as it was queued: a free-run frame replaced in the queue by a
+       * newer one never reaches the dose-rate loop, and must not in the replay either */
+      if (!stopping) xt_session_frame(w->srv, &j.req, j.lockstep);
       if (!stopping) render_frame(w, &j);
     } else if (j.kind == XT_JOB_RENDER) {
       xt_call *c = j.call;
@@ -504,7 +507,6 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   if (!rc) {
     if (counter) *counter = j.req.counter;
     xt_acq_plane_advance(&s->plane);
-    xt_session_frame(s, &j.req, lockstep);
   }
   return rc;
 }

@@ -64,6 +64,9 @@ static const cfg_entry cfg_table[] = {
     {"rest_threads", CT_INT, N(rest_threads), "4", 1, 64, NULL, 0, "REST worker threads"},
     {"max_clients", CT_INT, N(max_clients), "32", 1, XT_SRV_MAX_CLIENT_STATS, NULL, 0,
      "stream clients at once"},
+    {"clock", CT_STRING, S(clock), "real", 0, 0, "real|virtual", 0,
+     "the device's clock: real time, or virtual (exposures as fast as the backend renders and the stream "
+     "sends them, with the deadlines and frames of real time; docs/server.md, Virtual time)"},
     {"session_log", CT_STRING, S(session_log), "", 0, 0, NULL, 0,
      "write every command, event and exposure to this file as JSON lines, for `xtwin replay` (docs/session-log.md)"},
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,

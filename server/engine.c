@@ -155,6 +155,8 @@ static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uin
 /* A message's header from the frame record (output/'s one stream header encoder). */
 static void frame_header(const xt_job *j, const xt_frame_fields *ff, int kind, int rows, int cols, int pixfmt,
                          size_t payload, uint64_t t_done, xt_stream_header *h) {
+  /* on the virtual clock a render takes no time: the clock stands still until it is done and sent */
+  if (xt_dev_clock_is_virtual()) t_done = xt_dev_now_ns();
   const xt_stream_delivery d = {kind, rows, cols, pixfmt, payload, j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0u, t_done};
   xt_stream_header_encode(ff, &d, h);
 }
@@ -341,6 +343,21 @@ static int rest_models(xt_worker *w, xt_msg *msg) {
   return 0;
 }
 
+/* An exposure off the queue (rendered, failed or dropped at shutdown): the virtual clock's pacer
+ * waits for none to be left. */
+static void frame_done(xt_server *s) {
+  pthread_mutex_lock(&s->st_mu);
+  if (s->inflight) s->inflight--;
+  pthread_cond_broadcast(&s->st_cv);
+  pthread_mutex_unlock(&s->st_mu);
+}
+
+void xt_engine_wake(xt_server *s) {
+  pthread_mutex_lock(&s->st_mu);
+  pthread_cond_broadcast(&s->st_cv);
+  pthread_mutex_unlock(&s->st_mu);
+}
+
 static void *worker_main(void *arg) {
   xt_worker *w = arg;
   for (;;) {
@@ -361,6 +378,7 @@ static void *worker_main(void *arg) {
        * newer one never reaches the dose-rate loop, and must not in the replay either */
       if (!stopping) xt_session_frame(w->srv, &j.req, j.lockstep);
       if (!stopping) render_frame(w, &j);
+      frame_done(w->srv);
     } else if (j.kind == XT_JOB_RENDER) {
       xt_call *c = j.call;
       if (stopping) {
@@ -388,7 +406,7 @@ static void *worker_main(void *arg) {
 }
 
 /* Queues a job; a free-run frame replaces a free-run frame still waiting. Caller holds no w->mu. */
-static int worker_push(xt_server *s, xt_worker *w, const xt_job *j) {
+static int worker_push(xt_server *s, xt_worker *w, const xt_job *j, int *replaced_out) {
   int rc = 0, replaced = 0;
   pthread_mutex_lock(&w->mu);
   if (w->stop) rc = XT_EBUSY;
@@ -413,6 +431,7 @@ static int worker_push(xt_server *s, xt_worker *w, const xt_job *j) {
     pthread_cond_signal(&w->cv);
   }
   pthread_mutex_unlock(&w->mu);
+  if (replaced_out) *replaced_out = replaced;
   if (replaced) {
     pthread_mutex_lock(&s->metrics.mu);
     s->metrics.frames_skipped++;
@@ -454,7 +473,7 @@ int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
     } else
       w = &s->workers[worker];
   }
-  int rc = worker_push(s, w, &j);
+  int rc = worker_push(s, w, &j, NULL);
   if (rc) {
     xt_fail(&c->msg, rc, "render queue is full or the server is stopping");
   } else {
@@ -503,10 +522,12 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   j.req.t_exposure_ns = t_exp;
   j.req.period_ns = period_ns;
   xt_worker *w = pick_worker_locked(s, j.req.chain, lockstep);
-  int rc = worker_push(s, w, &j);
+  int replaced = 0;
+  int rc = worker_push(s, w, &j, &replaced);
   if (!rc) {
     if (counter) *counter = j.req.counter;
     xt_acq_plane_advance(&s->plane);
+    if (!replaced) s->inflight++; /* a replaced job hands its place (and its count) to this one */
   }
   return rc;
 }
@@ -519,7 +540,7 @@ int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg) {
   if (!s->run.lockstep) rc = xt_fail(msg, XT_EBUSY, "trigger needs run_mode lockstep (the acquisition is free-running)");
   else if (!s->run.running) rc = xt_fail(msg, XT_EBUSY, "acquisition is stopped: POST /v1/acquisition/start first");
   else {
-    uint64_t t = xt_now_ns();
+    uint64_t t = xt_dev_now_ns();
     rc = expose_locked(s, t, t, 0, 1, counter);
     if (rc) xt_fail(msg, rc, "render queue is full (%d triggers pending)", XT_QUEUE);
     xt_session_command(s, "trigger", "api", NULL, rc, rc ? msg->text : NULL);
@@ -547,7 +568,7 @@ static void *pacer_main(void *arg) {
      * phase: the next exposure comes one new period after the last one. */
     uint64_t gen = s->acq_gen;
     double T = 1e9 / s->run.fps;
-    uint64_t now = xt_now_ns();
+    uint64_t now = xt_dev_now_ns();
     uint64_t t0 = now;
     if (last_sched && last_period) {
       uint64_t next = last_sched + (uint64_t)llround(T);
@@ -555,7 +576,16 @@ static void *pacer_main(void *arg) {
     }
     for (uint64_t k = 0; !s->stopping && s->acq_gen == gen;) {
       uint64_t due = t0 + (uint64_t)llround((double)k * T);
-      now = xt_now_ns();
+      now = xt_dev_now_ns();
+      if (now < due && xt_dev_clock_is_virtual()) {
+        /* Virtual time moves to the deadline once every exposure before it is rendered and every
+         * stream client has been sent the newest frame: as fast as that, never dropping a frame. */
+        if (s->inflight == 0 && atomic_load(&s->ws_min_pub) >= xt_ring_latest_pub(&s->ring))
+          xt_dev_clock_advance(due);
+        else
+          pthread_cond_wait(&s->st_cv, &s->st_mu);
+        continue;
+      }
       if (now < due) {
         struct timespec ts = ts_of(due);
         pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);

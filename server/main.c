@@ -104,7 +104,7 @@ static int setup(xt_server *s, xt_msg *msg) {
   s->plane.set.chain = s->cfg.chain;
   s->plane.set.chain_prm = xt_chain_params_default();
   s->plane.set.pose = xt_pose_default(md);
-  s->plane.set.t_pose_ns = xt_now_ns();
+  s->plane.set.t_pose_ns = xt_dev_now_ns();
 
   /* One render worker per device: the CPU projector is one (multithreaded) device, unless
    * --devices N > 1 asks for N CPU workers sharing the cores (to test the multi-device path
@@ -209,6 +209,8 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&s->st_mu, NULL);
   pthread_mutex_init(&s->models_mu, NULL);
   pthread_mutex_init(&s->log_mu, NULL);
+  if (!strcmp(s->cfg.clock, "virtual")) xt_dev_clock_virtual(xt_now_ns());
+  atomic_store(&s->ws_min_pub, UINT64_MAX); /* no stream client */
   s->phantom_index = -1;
   xt_metrics_init(&s->metrics);
   xt_acq_plane_init(&s->plane);

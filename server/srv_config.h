@@ -52,6 +52,7 @@ typedef struct xt_srv_config {
   int rest_threads;
   int max_clients;
   char ports_file[XT_SRV_STR];
+  char clock[16];               /* real | virtual: the device's clock (srv_clock.h) */
   char session_log[XT_SRV_STR]; /* JSON lines of the session for `xtwin replay` (docs/session-log.md) */
   int verbose;
   int synthetic;       /* benchmarks/tests: skip the projector, send a constant frame */

@@ -104,5 +104,8 @@ void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode);
 
 /* Wakes the pacer after a state change (caller holds st_mu). */
 void xt_engine_kick(xt_server *s);
+/* The same under st_mu (no wake-up lost between the pacer's check and its wait): the stream calls
+ * it when its clients caught up, which the virtual clock's pacer waits for. */
+void xt_engine_wake(xt_server *s);
 
 #endif /* XT_SRV_ENGINE_H */

@@ -316,7 +316,7 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
   /* Stamped under st_mu, as the pacer stamps exposures: an exposure latches this pose exactly when
    * its t_exposure_ns is later than this t_pose_ns (stamped before the lock, an exposure taken
    * while we waited for it would be later than t_pose and still carry the older pose). */
-  uint64_t t = xt_now_ns();
+  uint64_t t = xt_dev_now_ns();
   xt_pose p = s->plane.set.pose;
   uint64_t q = 0;
   int has = 0;

@@ -240,6 +240,16 @@ static void stats_attach(client *c) {
   pthread_mutex_unlock(&m->mu);
 }
 
+/* The oldest frame every client has been sent, for the virtual clock's pacer, which moves time on
+ * only once it is the newest (srv_clock.h); woken when it moves. */
+static void publish_caught_up(xt_server *s) {
+  uint64_t m = UINT64_MAX;
+  for (client *k = clients; k; k = k->next)
+    if (!k->closing && k->last_pub < m) m = k->last_pub;
+  const uint64_t old = atomic_exchange(&s->ws_min_pub, m);
+  if (m != old && xt_dev_clock_is_virtual()) xt_engine_wake(s);
+}
+
 /* Sends the next frame; returns -1 to close. */
 static int send_frame(client *c) {
   xt_server *s = c->srv;
@@ -258,7 +268,7 @@ static int send_frame(client *c) {
     return 0;
   }
   c->dropped += drop;
-  uint64_t t = xt_now_ns();
+  uint64_t t = xt_dev_now_ns();
   h->t_sent_ns = t;
   h->frames_dropped = c->dropped;
   int n = lws_write(c->wsi, fm, flen, LWS_WRITE_BINARY);
@@ -328,6 +338,7 @@ static int on_established(xt_server *s, client *c, struct lws *wsi) {
   c->next = clients;
   clients = c;
   nclients++;
+  publish_caught_up(s);
   stats_attach(c);
   json_t *hello = json_pack("{s:s,s:I,s:s,s:i,s:i,s:o}", "type", "hello", "client", (json_int_t)c->id, "server",
                             "xtwin-server " XT_SERVER_VERSION, "header_version", XT_STREAM_VERSION, "header_size",
@@ -400,6 +411,7 @@ static int on_writable(xt_server *s, client *c, struct lws *wsi) {
   }
   if (c->tn) return send_text(c);
   if (send_frame(c)) return -1;
+  publish_caught_up(s);
   if (xt_ring_latest_pub(&s->ring) > c->last_pub) lws_callback_on_writable(wsi);
   return 0;
 }
@@ -413,6 +425,7 @@ static int on_closed(xt_server *s, client *c) {
       nclients--;
       break;
     }
+  publish_caught_up(s); /* a client gone no longer holds the virtual clock back */
   for (int i = 0; i < c->tn; i++) free(c->texts[(c->th + i) % XT_WS_MAX_TEXTS]);
   c->tn = 0;
   free(c->rx);

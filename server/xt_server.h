@@ -73,6 +73,10 @@ typedef struct xt_server {
   int nworkers;
   xt_worker rest; /* POST /v1/render's own worker and projector: never the stream's (engine.c) */
   unsigned rr; /* round-robin over workers (st_mu) */
+  /* the virtual clock's pacer (srv_clock.h): exposures queued and not yet done (st_mu), and the
+   * oldest frame every stream client has been sent (ws.c; UINT64_MAX with no client) */
+  uint64_t inflight;
+  atomic_ullong ws_min_pub;
   pthread_t pacer;
   int pacer_started;
 

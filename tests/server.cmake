@@ -76,6 +76,11 @@ if(TARGET xtwin-server)
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_replay.py --server $<TARGET_FILE:xtwin-server>
         --xtwin $<TARGET_FILE:xtwin>)
     set_tests_properties(test_server_replay PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Virtual time: the frames of a free run on --clock virtual exactly on their deadlines, none
+    # dropped, byte-identical to the real clock's but for the times.
+    add_test(NAME test_server_virtual_clock
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_virtual_clock.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_virtual_clock PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Model paths confined before any file access (an strace of the server as the oracle), 404 for
     # a missing path inside the root, unique model names (409; distinct default names).
     add_test(NAME test_server_model_paths

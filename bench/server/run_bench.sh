@@ -8,6 +8,10 @@
 #                                                    grid on (issue 11), set over REST before the clients connect
 #   run_bench.sh cpu SERVER CLIENT OUTDIR [SECONDS]  fd20-512 on the CPU backend: the highest frame rate
 #                                                    sustained (no skipped exposure, no dropped frame)
+#   run_bench.sh virtual SERVER CLIENT OUTDIR [SECONDS] --clock virtual (issue 24): fd20-1024 fluoroscopy
+#                                                    (fluoro_normal: 15 fps, the chain, dose-rate control) for
+#                                                    SECONDS of real time with no stream client, then one; prints
+#                                                    virtual seconds per real second (frames / 15 / SECONDS)
 # Writes OUTDIR/*.json (client summaries), OUTDIR/*.metrics (the server's /metrics at the end),
 # OUTDIR/*.log (server output), OUTDIR/gpu60.csv (one row per frame and client: bench_client.c's
 # dump_csv). GPU_AB=SECONDS adds two short runs that each undo one fix: the libwebsockets client
@@ -39,6 +43,12 @@ start() {
 }
 
 stop() { kill -TERM $PID; wait $PID; echo "server exit status $?"; }
+
+request() { # METHOD PATH BODY: one REST request to the running server
+  python3 -c "import urllib.request as u,sys
+r=u.Request('http://127.0.0.1:$REST'+sys.argv[2],data=sys.argv[3].encode(),method=sys.argv[1],headers={'Content-Type':'application/json'})
+u.urlopen(r).read()" "$1" "$2" "$3"
+}
 
 case $kind in
 gpu)
@@ -111,5 +121,24 @@ cpu)
   echo "highest sustained rate at 512x512 on the CPU backend: $best fps"
   echo "$best" >"$out/cpu_best_fps.txt"
   ;;
-*) echo "usage: $0 gpu|chain|chain-dose|cpu SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
+virtual)
+  secs=${secs:-20}
+  for nc in 0 1; do
+    start virtual$nc --backend "${BENCH_BACKEND:-cuda}" --mode "${BENCH_MODE:-fd20-1024}" --chain --clock virtual --no-autostart --verbose 1 || exit 1
+    request PUT /v1/acquisition '{"chain": {"protocol": "fluoro_normal"}}'
+    if [ $nc = 1 ]; then
+      "$client" --port "$WS" --clients 1 --seconds "$secs" --pose-hz 1 --json "$out/virtual1.json" &
+      CPID=$!
+      sleep 1
+    fi
+    request POST /v1/acquisition/start '{}'
+    sleep "$secs"
+    metrics "$REST" "$out/virtual$nc.metrics"
+    stop
+    [ $nc = 1 ] && wait $CPID
+    frames=$(grep '^xtwin_frames_rendered_total' "$out/virtual$nc.metrics" | awk '{print $2}')
+    python3 -c "import sys; f=float(sys.argv[1]); s=float(sys.argv[2]); print('virtual clock, %s stream client(s): %d frames in %g s real = %.1f s virtual at 15 fps: %.1fx real time' % (sys.argv[3], f, s, f/15, f/15/s))" "$frames" "$secs" "$nc"
+  done
+  ;;
+*) echo "usage: $0 gpu|chain|chain-dose|cpu|virtual SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
 esac

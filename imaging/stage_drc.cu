@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK)
       xt_drc_step(&L->st, &law, L->kv, L->mas, xt_drc_ngy(s, n, &m, bank->flat_per_ugy[k]));
       rec->drc = L->st;
     }
-    xt_drc_exposure(L->st.s, law.kv_max, &L->kv, &L->pulse_ms, &L->mas);
+    xt_drc_exposure_on(&law.curve, L->st.s, law.kv_max, &L->kv, &L->pulse_ms, &L->mas);
     int k = (int)L->kv - XT_DRC_BANK_KV0;
     k = k >= bank->n ? bank->n - 1 : k;
     k = k < 0 ? 0 : k;

@@ -9,6 +9,7 @@
 
 #include "xt_chain_internal.h"
 #include "xt_drc.h"
+#include "xt_exposure.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Set-up                                                                                     */
@@ -215,7 +216,8 @@ int xt_chain_set_params(xt_chain *c, const xt_chain_params *p, xt_msg *msg) {
                            p->offset_adu != c->prm.offset_adu || p->offset_fpn_adu != c->prm.offset_fpn_adu ||
                            p->defect_fraction != c->prm.defect_fraction || p->defect_lines != c->prm.defect_lines;
   const int loop_changed = p->drc != c->prm.drc || p->drc_target_ngy != c->prm.drc_target_ngy ||
-                           p->drc_kv_max != c->prm.drc_kv_max || p->drc_max_step != c->prm.drc_max_step;
+                           p->drc_kv_max != c->prm.drc_kv_max || p->drc_max_step != c->prm.drc_max_step ||
+                           xt_protocol_curve(p->protocol) != xt_protocol_curve(c->prm.protocol); /* s means another curve */
   const xt_chain_params old = c->prm;
   c->prm = *p;
   if ((rc = loop_bank(c, msg)) || (rc = own_tables(c, msg))) {
@@ -344,7 +346,7 @@ static void loop_exposure(xt_chain *c, double *kv, double *pulse_ms, double *mas
     xt_drc_reset(&c->drc, &c->prm);
     c->drc_fresh = 0;
   }
-  xt_drc_exposure(c->drc.s, c->prm.drc_kv_max, kv, pulse_ms, mas);
+  xt_drc_exposure_on(xt_protocol_curve(c->prm.protocol), c->drc.s, c->prm.drc_kv_max, kv, pulse_ms, mas);
 }
 
 int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "xt_chain.h"
+#include "xt_exposure.h"
 
 #define P(f) offsetof(xt_chain_params, f)
 
@@ -67,8 +68,9 @@ static const xt_chain_param_info tab[] = {
     {"wedge_t", XT_PARAM_REAL, P(wedge_t), 0.3, 0.01, 1.0, "", "a wedge filter's transmission"},
     {"irp_mm", XT_PARAM_REAL, P(irp_mm), 150, 0, 500, "mm",
      "interventional reference point: distance from the isocentre toward the focal spot (IEC 60601-2-43: 150)"},
-    {"protocol", XT_PARAM_INT, P(protocol), 0, 0, 6, "",
-     "protocol preset last applied: 0 custom, 1..3 fluoro low/normal/high, 4, 5 cine 15/30, 6 DSA"},
+    {"protocol", XT_PARAM_INT, P(protocol), 0, 0, XT_PROTOCOL_MAX, "",
+     "protocol last applied: its row in imaging/protocols.tsv, 0 custom, 1..3 fluoro low/normal/high, 4, 5 cine "
+     "15/30, 6 DSA, more in docs/protocols.md"},
     {"drc", XT_PARAM_INT, P(drc), 0, 0, 1, "", "dose-rate control: kV, pulse width and mA set each frame (1) or fixed (0)"},
     {"drc_target_ngy", XT_PARAM_REAL, P(drc_target_ngy), 40, 1, 100000, "nGy", "requested detector dose per frame"},
     {"drc_kv_max", XT_PARAM_REAL, P(drc_kv_max), 110, 70, XT_KV_MAX, "kV", "highest kV of the dose control curve"},
@@ -148,6 +150,8 @@ int xt_chain_params_validate(const xt_chain_params *p, xt_msg *msg) {
     int rc = put(&tmp, &tab[i], v, msg);
     if (rc) return rc;
   }
+  if (p->protocol >= xt_protocol_count())
+    return xt_fail(msg, XT_ERANGE, "chain.protocol: %d is not a protocol (0..%d)", p->protocol, xt_protocol_count() - 1);
   const double lag = p->lag_frac[0] + p->lag_frac[1] + p->lag_frac[2];
   if (lag >= 0.9) return xt_fail(msg, XT_ERANGE, "chain.lag_frac_*: fractions sum to %g; they must stay below 0.9", lag);
   xt_tube t = {p->kv, p->anode_deg, p->inherent_al_mm, p->filter_al_mm, p->filter_cu_mm};

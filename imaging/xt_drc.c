@@ -1,11 +1,13 @@
 /* Dose-rate control on the host: xt_drc.h's loop over the shared arithmetic of xt_drc_math.h (the
- * server's loop, the CPU backend's, and the host twin of the device-resident step). */
+ * server's loop, the CPU backend's, and the host twin of the device-resident step), along the dose
+ * control curve of the parameters' protocol (imaging/dose_curves.tsv). */
 #include <math.h>
 
 #include "xt_drc.h"
+#include "xt_exposure.h"
 
 xt_drc_law xt_drc_law_of(const xt_chain_params *p) {
-  xt_drc_law l = {p->drc_target_ngy, p->drc_kv_max, p->drc_max_step};
+  xt_drc_law l = {p->drc_target_ngy, p->drc_kv_max, p->drc_max_step, *xt_protocol_curve(p->protocol)};
   return l;
 }
 
@@ -16,7 +18,7 @@ xt_drc_meter xt_drc_meter_of(const xt_chain_params *p, double pixel_mm2) {
 }
 
 void xt_drc_reset(xt_drc *d, const xt_chain_params *p) {
-  d->s = xt_drc_solve(log(p->mas) + XT_DRC_KV_EXP * log(p->kv), p->drc_kv_max);
+  d->s = xt_drc_solve_on(xt_protocol_curve(p->protocol), log(p->mas) + XT_DRC_KV_EXP * log(p->kv), p->drc_kv_max);
   d->measured_ngy = 0;
   d->target_ngy = p->drc_target_ngy;
   d->flags = 0;
@@ -24,7 +26,7 @@ void xt_drc_reset(xt_drc *d, const xt_chain_params *p) {
 }
 
 void xt_drc_apply(const xt_drc *d, xt_chain_params *p) {
-  xt_drc_exposure(d->s, p->drc_kv_max, &p->kv, &p->pulse_ms, &p->mas);
+  xt_drc_exposure_on(xt_protocol_curve(p->protocol), d->s, p->drc_kv_max, &p->kv, &p->pulse_ms, &p->mas);
 }
 
 void xt_drc_field_sum(const uint16_t *raw, int ocols, int orows, uint64_t *sum, uint64_t *n) {

@@ -1,7 +1,8 @@
 /* Dose-rate control (issue 11; notes §3.12): a closed loop that holds the requested detector dose
  * per frame. Each frame it measures the mean signal of a central measuring field (the middle third
  * of the detector each way) in the raw frame, as a detector air kerma, and moves the exposure along
- * one dose control curve, a path through (kV, mA, pulse width) that raises one factor at a time:
+ * the protocol's dose control curve (imaging/dose_curves.tsv, issue 24), a path through (kV, mA,
+ * pulse width) that raises one factor at a time; issue 11's, the table's "default":
  *
  *   node   0    1    2    3    4    5    6    7
  *   kV     60   70   70   80   80   90   90   drc_kv_max      (kV capped at drc_kv_max throughout)
@@ -28,7 +29,7 @@
 
 #define XT_DRC_SETTLE_FRAMES 10 /* the stated settling time (to 10 %) after a tenfold step */
 
-/* Starts the loop at the point of the curve nearest in output to p's kV and mAs. */
+/* Starts the loop at the point of p's protocol's curve nearest in output to p's kV and mAs. */
 void xt_drc_reset(xt_drc *d, const xt_chain_params *p);
 /* The exposure of curve position s: kv (whole kV), pulse_ms and mas of p set (other fields kept). */
 void xt_drc_apply(const xt_drc *d, xt_chain_params *p);

@@ -15,7 +15,8 @@
 
 #include "xt_vec.h"
 
-#define XT_DRC_NODES 8
+#define XT_DRC_NODES 8      /* the default curve's nodes */
+#define XT_DRC_MAX_NODES 16 /* a dose control curve's most nodes (imaging/dose_curves.tsv) */
 #define XT_DRC_KV_EXP 3.0  /* the loop's model of the signal's kV dependence at fixed mAs */
 #define XT_DRC_GAIN 0.6    /* fraction of the log error corrected per frame */
 #define XT_DRC_SETTLE_BAND 0.1 /* relative error counted as settled */
@@ -37,9 +38,19 @@ typedef struct xt_drc {
   uint64_t frames;     /* frames measured since the reset */
 } xt_drc;
 
-/* What the step needs of the parameters (constant within a run). */
+/* A dose control curve: n nodes of (kV, mA, ms), each segment changing one factor (imaging/
+ * dose_curves.tsv; the protocol names it). A node's kV <= 0 stands for the chain's drc_kv_max. Plain
+ * arrays, so that the curve travels by value to the device step. */
+typedef struct xt_drc_nodes {
+  int n;
+  double kv[XT_DRC_MAX_NODES], ma[XT_DRC_MAX_NODES], ms[XT_DRC_MAX_NODES];
+} xt_drc_nodes;
+
+/* What the step needs of the parameters (constant within a run): the target, the curve's top kV,
+ * the rate limit, and the protocol's curve. */
 typedef struct xt_drc_law {
   double target_ngy, kv_max, max_step;
+  xt_drc_nodes curve;
 } xt_drc_law;
 
 /* What the measurement needs: the panel's conversion and the pixel (flat_per_ugy comes with the
@@ -77,49 +88,52 @@ static XT_INLINE XT_HOSTDEV double xt_drc_ngy(uint64_t sum, uint64_t n, const xt
   return ngy > 0 ? ngy : 0;
 }
 
-/* The curve's nodes (xt_drc.h's table), as selects rather than indexed arrays (an indexed local
- * array would live in local memory on the device). Node 7's kV is kv_max. */
-static XT_INLINE XT_HOSTDEV void xt_drc_node(int i, double kv_max, double *kv, double *ma, double *ms) {
-  const double k = i <= 0 ? 60 : i <= 2 ? 70 : i <= 4 ? 80 : i <= 6 ? 90 : kv_max;
-  *kv = i >= XT_DRC_NODES - 1 ? kv_max : fmin(k, kv_max);
-  *ma = i <= 3 ? 10 : i <= 5 ? 100 : 400;
-  *ms = i <= 1 ? 3 : 8;
+/* The curve's nodes (imaging/dose_curves.tsv, a protocol's curve; xt_drc.h's table is "default").
+ * Node i's kV, mA and ms; a kV <= 0 stands for kv_max, and every kV is capped at it. */
+static XT_INLINE XT_HOSTDEV void xt_drc_node_on(const xt_drc_nodes *c, int i, double kv_max, double *kv, double *ma,
+                                                double *ms) {
+  const double k = c->kv[i];
+  *kv = k <= 0 ? kv_max : fmin(k, kv_max);
+  *ma = c->ma[i];
+  *ms = c->ms[i];
 }
 
 /* The curve at s: kV (continuous), mA, ms, linear between nodes; kV capped at kv_max. */
-static XT_INLINE XT_HOSTDEV void xt_drc_curve(double s, double kv_max, double *kv, double *ma, double *ms) {
+static XT_INLINE XT_HOSTDEV void xt_drc_curve_on(const xt_drc_nodes *c, double s, double kv_max, double *kv, double *ma,
+                                                 double *ms) {
+  const int n = c->n;
   if (s < 0) s = 0;
-  if (s > XT_DRC_NODES - 1) s = XT_DRC_NODES - 1;
+  if (s > n - 1) s = n - 1;
   int i = (int)s;
-  if (i >= XT_DRC_NODES - 1) i = XT_DRC_NODES - 2;
+  if (i >= n - 1) i = n - 2;
   const double f = s - i;
   double k0, a0, m0, k1, a1, m1;
-  xt_drc_node(i, kv_max, &k0, &a0, &m0);
-  xt_drc_node(i + 1, kv_max, &k1, &a1, &m1);
+  xt_drc_node_on(c, i, kv_max, &k0, &a0, &m0);
+  xt_drc_node_on(c, i + 1, kv_max, &k1, &a1, &m1);
   *kv = k0 + f * (k1 - k0);
   *ma = a0 + f * (a1 - a0);
   *ms = m0 + f * (m1 - m0);
 }
 
 /* ln of the loop's output model mAs x kV^KV_EXP at s: increasing in s. */
-static XT_INLINE XT_HOSTDEV double xt_drc_log_output(double s, double kv_max) {
+static XT_INLINE XT_HOSTDEV double xt_drc_log_output_on(const xt_drc_nodes *c, double s, double kv_max) {
   double kv, ma, ms;
-  xt_drc_curve(s, kv_max, &kv, &ma, &ms);
+  xt_drc_curve_on(c, s, kv_max, &kv, &ma, &ms);
   return log(ma * ms * 1e-3) + XT_DRC_KV_EXP * log(kv);
 }
 
 /* The s in [0, end] with log_output(s) = y (clamped to the ends), in closed form: the curve changes
- * one factor per segment (kV, pulse width, mA by turns), so the segment is found by comparing the
+ * one factor per segment (dose_curves.tsv is checked for it), so the segment is found by comparing the
  * output mAs kV^3 = e^y with the nodes' (no logs), and s inside it solves for that one factor - a
  * few transcendentals instead of a bisection's hundred, which matters on the device, where one
  * thread runs the step between two frames. */
-static XT_INLINE XT_HOSTDEV double xt_drc_solve(double y, double kv_max) {
+static XT_INLINE XT_HOSTDEV double xt_drc_solve_on(const xt_drc_nodes *c, double y, double kv_max) {
   const double Y = exp(y);
   double k0, a0, m0, k1, a1, m1;
-  xt_drc_node(0, kv_max, &k0, &a0, &m0);
+  xt_drc_node_on(c, 0, kv_max, &k0, &a0, &m0);
   if (!(Y > a0 * m0 * 1e-3 * k0 * k0 * k0)) return 0;
-  for (int i = 0; i < XT_DRC_NODES - 1; i++) {
-    xt_drc_node(i + 1, kv_max, &k1, &a1, &m1);
+  for (int i = 0; i < c->n - 1; i++) {
+    xt_drc_node_on(c, i + 1, kv_max, &k1, &a1, &m1);
     if (Y < a1 * m1 * 1e-3 * k1 * k1 * k1) {
       double f;
       if (k1 != k0) f = (cbrt(Y / (a0 * m0 * 1e-3)) - k0) / (k1 - k0);
@@ -131,15 +145,16 @@ static XT_INLINE XT_HOSTDEV double xt_drc_solve(double y, double kv_max) {
     a0 = a1;
     m0 = m1;
   }
-  return XT_DRC_NODES - 1;
+  return c->n - 1;
 }
 
 /* The exposure of curve position s: the generator sets kV in 1 kV steps, so kV is the curve's
  * rounded to a whole kV and the mAs takes up the remainder, mAs = mA ms (kV / kV_set)^KV_EXP (at
  * most ±2.5 % at 60 kV): the loop's output model stays continuous in s. */
-static XT_INLINE XT_HOSTDEV void xt_drc_exposure(double s, double kv_max, double *kv, double *pulse_ms, double *mas) {
+static XT_INLINE XT_HOSTDEV void xt_drc_exposure_on(const xt_drc_nodes *c, double s, double kv_max, double *kv,
+                                                    double *pulse_ms, double *mas) {
   double k, ma, ms;
-  xt_drc_curve(s, kv_max, &k, &ma, &ms);
+  xt_drc_curve_on(c, s, kv_max, &k, &ma, &ms);
   double kq = floor(k + 0.5);
   if (kq > kv_max) kq = floor(kv_max); /* kv_max itself may be fractional */
   const double r = k / kq;
@@ -150,7 +165,7 @@ static XT_INLINE XT_HOSTDEV void xt_drc_exposure(double s, double kv_max, double
 
 /* One step from a measurement of a frame exposed at (kv, mas): the next s and the flags. */
 static XT_INLINE XT_HOSTDEV void xt_drc_step(xt_drc *d, const xt_drc_law *law, double kv, double mas, double measured_ngy) {
-  const double end = XT_DRC_NODES - 1, lim = log(law->max_step);
+  const double end = law->curve.n - 1, lim = log(law->max_step);
   d->target_ngy = law->target_ngy;
   d->measured_ngy = measured_ngy;
   d->frames++;
@@ -164,11 +179,27 @@ static XT_INLINE XT_HOSTDEV void xt_drc_step(xt_drc *d, const xt_drc_law *law, d
     f |= XT_DRC_RATE_LIMITED;
   }
   /* the step is taken from the exposure the frame had, which the loop set itself */
-  const double s = xt_drc_solve(log(mas) + XT_DRC_KV_EXP * log(kv) + step, law->kv_max);
+  const double s = xt_drc_solve_on(&law->curve, log(mas) + XT_DRC_KV_EXP * log(kv) + step, law->kv_max);
   if (s >= end && e > 0) f |= XT_DRC_CLAMP_HIGH;
   if (s <= 0 && e < 0) f |= XT_DRC_CLAMP_LOW;
   d->s = s;
   d->flags = f;
 }
+
+#ifndef __CUDACC__
+/* The default curve (dose_curves.tsv "default", xt_drc.h's table) for host code that names no
+ * protocol: the kv_max-only forms below are the *_on forms on it. */
+const xt_drc_nodes *xt_drc_nodes_default(void);
+static inline void xt_drc_curve(double s, double kv_max, double *kv, double *ma, double *ms) {
+  xt_drc_curve_on(xt_drc_nodes_default(), s, kv_max, kv, ma, ms);
+}
+static inline double xt_drc_log_output(double s, double kv_max) {
+  return xt_drc_log_output_on(xt_drc_nodes_default(), s, kv_max);
+}
+static inline double xt_drc_solve(double y, double kv_max) { return xt_drc_solve_on(xt_drc_nodes_default(), y, kv_max); }
+static inline void xt_drc_exposure(double s, double kv_max, double *kv, double *pulse_ms, double *mas) {
+  xt_drc_exposure_on(xt_drc_nodes_default(), s, kv_max, kv, pulse_ms, mas);
+}
+#endif
 
 #endif /* XT_DRC_MATH_H */

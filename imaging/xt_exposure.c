@@ -1,7 +1,7 @@
-/* Exposure settings (issue 11): the protocol presets, the coupled setting of tube current, pulse
- * width and mAs, and the collimator/grid transmission of a frame's render grid. The preset values
- * are typical of interventional systems, not Philips' own (which are not published): notes §1.5 and
- * §3.12 give the ranges they are taken from ([U] there); docs/imaging.md "Exposure" lists them. */
+/* Exposure settings (issue 11): applying a protocol (a row of imaging/protocols.tsv, read by
+ * xt_protocols.c; docs/protocols.md says which values are published and which assumed), the coupled
+ * setting of tube current, pulse width and mAs, and the collimator/grid transmission of a frame's
+ * render grid. */
 #include <math.h>
 #include <string.h>
 
@@ -10,55 +10,27 @@
 #define MA_MIN 0.1
 #define MA_MAX 1500.0 /* angiography tubes deliver up to ~1000-1250 mA in short pulses */
 
-typedef struct preset {
-  const char *name;
-  double fps, kv, ma, pulse_ms, al_mm, cu_mm, target_ngy, temporal_alpha;
-  int grid, drc;
-} preset;
-
-/* fps, kV, mA, ms, filter Al + Cu, requested detector dose per frame, recursive filter weight */
-static const preset presets[XT_PROTOCOL_COUNT] = {
-    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"fluoro_low", 7.5, 70, 10, 5, 1.0, 0.9, 20, 0.3, 1, 1},
-    {"fluoro_normal", 15, 70, 15, 5, 1.0, 0.4, 40, 0.4, 1, 1},
-    {"fluoro_high", 15, 75, 30, 6, 1.0, 0.2, 80, 0.5, 1, 1},
-    {"cine_15", 15, 75, 100, 6, 1.0, 0.1, 150, 1.0, 1, 1},
-    {"cine_30", 30, 75, 100, 6, 1.0, 0.1, 150, 1.0, 1, 1},
-    /* DSA: low kV near iodine's K-edge, no copper, long pulses at a few frames per second */
-    {"dsa", 3, 70, 200, 50, 1.0, 0.0, 2000, 1.0, 1, 1},
-};
-
-const char *xt_protocol_name(int id) { return id >= 0 && id < XT_PROTOCOL_COUNT ? presets[id].name : NULL; }
-
-int xt_protocol_find(const char *name) {
-  for (int i = 0; name && i < XT_PROTOCOL_COUNT; i++)
-    if (strcmp(presets[i].name, name) == 0) return i;
-  return -1;
-}
-
-double xt_protocol_fps(int id) { return id > 0 && id < XT_PROTOCOL_COUNT ? presets[id].fps : 0; }
-
 double xt_exposure_ma(const xt_chain_params *p) { return p->mas * 1000.0 / p->pulse_ms; }
 
 int xt_protocol_apply(xt_chain_params *p, int id, xt_msg *msg) {
-  if (id < 0 || id >= XT_PROTOCOL_COUNT) return xt_fail(msg, XT_ERANGE, "chain.protocol: %d is not a protocol", id);
+  const xt_protocol *r = xt_protocol_at(id);
+  if (!r) return xt_fail(msg, XT_ERANGE, "chain.protocol: %d is not a protocol", id);
   if (id == XT_PROTOCOL_CUSTOM) {
     p->protocol = 0;
     return 0;
   }
-  const preset *r = &presets[id];
   xt_chain_params n = *p;
   n.kv = r->kv;
   n.pulse_ms = r->pulse_ms;
   n.mas = r->ma * r->pulse_ms / 1000.0;
-  n.filter_al_mm = r->al_mm;
-  n.filter_cu_mm = r->cu_mm;
-  n.grid = r->grid;
-  n.drc = r->drc;
-  n.drc_target_ngy = r->target_ngy;
+  n.filter_al_mm = r->filter_al_mm;
+  n.filter_cu_mm = r->filter_cu_mm;
+  n.grid = 1;
+  n.drc = 1;
+  n.drc_target_ngy = r->detector_ngy;
   n.temporal_alpha = r->temporal_alpha;
   n.protocol = id;
-  n.dsa = id == XT_PROTOCOL_DSA;
+  n.dsa = r->kind == XT_PROTOCOL_KIND_DSA;
   /* display: the subtracted image with zero difference mid-grey and iodine dark; else the defaults */
   n.window = n.dsa ? 1.0 : xt_chain_param_find("window")->def;
   n.level = n.dsa ? 0.0 : xt_chain_param_find("level")->def;

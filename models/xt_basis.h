@@ -27,6 +27,8 @@ typedef enum xt_basis_id {
   XT_BASIS_COPPER,
   XT_BASIS_TUNGSTEN,
   XT_BASIS_CSI,
+  /* phantom materials (issue 24: the reference air kerma setup's PMMA slabs) */
+  XT_BASIS_PMMA,
   XT_BASIS_COUNT
 } xt_basis_id;
 
@@ -46,8 +48,9 @@ int xt_basis_find(const char *name); /* id, or -1 */
 int xt_basis_mass_atten(int id, double e_kev, double *mu_rho, xt_msg *msg);
 
 /* The basis parts of entry `label` of table t, found by the entry's name (the default materials,
- * xt_materials_default): *n gets 0 (an unused entry: mu 0, no name), 1 or 2. XT_EUNSUPPORTED,
- * naming the entry, when the name is not a default material. */
+ * xt_materials_default): *n gets 0 (an unused entry: mu 0, no name), 1 or 2. An entry named after a
+ * basis material ("pmma") is that material alone at the entry's density. XT_EUNSUPPORTED, naming
+ * the entry, when the name is neither. */
 int xt_material_basis(const xt_material_table *t, int label, xt_basis_part parts[2], int *n, xt_msg *msg);
 
 #endif /* XT_BASIS_H */

@@ -38,6 +38,8 @@ static const basis_def basis[XT_BASIS_COUNT] = {
     [XT_BASIS_COPPER] = {"copper", NULL, 29, 8.96},
     [XT_BASIS_TUNGSTEN] = {"tungsten", NULL, 74, 19.3},
     [XT_BASIS_CSI] = {"csi", "Cesium Iodide", 0, 4.51},
+    /* C5H8O2 (xraylib's NIST name keeps NIST's spelling) */
+    [XT_BASIS_PMMA] = {"pmma", "Polymethyl Methacralate (Lucite, Perspex)", 0, 1.19},
 };
 
 const char *xt_basis_name(int id) { return id >= 0 && id < XT_BASIS_COUNT ? basis[id].name : NULL; }
@@ -119,7 +121,15 @@ int xt_material_basis(const xt_material_table *t, int label, xt_basis_part parts
     *n = defs[i].nparts;
     return 0;
   }
-  return xt_fail(msg, XT_EUNSUPPORTED, "materials: label %d (\"%s\") is not a default material, so it has no basis composition",
+  /* a basis material by name, at the entry's density: phantoms of one material (PMMA slabs) need no
+   * entry in the default table, whose eight entries fill the eight channels of a labelled head */
+  const int b = xt_basis_find(t->name[label]);
+  if (b >= 0 && t->density[label] > 0) {
+    parts[0] = (xt_basis_part){b, t->density[label]};
+    *n = 1;
+    return 0;
+  }
+  return xt_fail(msg, XT_EUNSUPPORTED, "materials: label %d (\"%s\") is neither a default nor a basis material, so it has no basis composition",
                  label, t->name[label]);
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xt_basis.h"
 #include "xt_phantom.h"
 
 xt_ellipsoid xt_ellipsoid_make(xt_vec3 center, xt_vec3 semi, double phi_deg, double theta_deg, double mu, int label) {
@@ -155,6 +156,50 @@ int xt_phantom_head_model(const int dim[3], double spacing_mm, int type, xt_mode
     return rc;
   v->energy_kev = mt.energy_kev;
   rc = xt_model_from_volume(v, type == XT_VOXEL_U8 ? "head-labels" : "head", out, msg);
+  if (rc) xt_volume_free(v);
+  return rc;
+}
+
+int xt_phantom_slab_model(const char *material, double density, const double size_mm[3], double voxel_mm,
+                          xt_model **out, xt_msg *msg) {
+  *out = NULL;
+  const int b = material ? xt_basis_find(material) : -1;
+  if (b < 0) return xt_fail(msg, XT_EINVAL, "slab: \"%s\" is no basis material", material ? material : "(null)");
+  if (!(density > 0) || !(voxel_mm > 0)) return xt_fail(msg, XT_ERANGE, "slab: density and voxel size must be > 0");
+  int dim[3];
+  for (int a = 0; a < 3; a++) {
+    const double n = size_mm[a] / voxel_mm;
+    /* whole voxels only: the slab's faces are then the voxel grid's, and a chord through it exact */
+    if (!(n >= 1 && n <= XT_VOLUME_MAX_DIM) || fabs(n - floor(n + 0.5)) > 1e-9)
+      return xt_fail(msg, XT_ERANGE, "slab: side %g mm is not a whole number of %g mm voxels", size_mm[a], voxel_mm);
+    dim[a] = (int)floor(n + 0.5);
+  }
+  double mr = 0;
+  int rc = xt_basis_mass_atten(b, XT_DEFAULT_ENERGY_KEV, &mr, msg);
+  if (rc) return rc;
+  const double sp[3] = {voxel_mm, voxel_mm, voxel_mm};
+  xt_volume *v = NULL;
+  if ((rc = xt_volume_create(dim[0], dim[1], dim[2], sp, XT_VOXEL_U8, &v, msg))) return rc;
+  v->materials = calloc(1, sizeof *v->materials);
+  if (!v->materials) {
+    xt_volume_free(v);
+    return xt_fail(msg, XT_ENOMEM, "slab: out of memory");
+  }
+  /* label 0 is unused (no material, no channel); label 1 is the slab's material (xt_material_basis
+   * finds a basis material by its name) */
+  xt_material_table *t = v->materials;
+  t->count = 2;
+  t->energy_kev = XT_DEFAULT_ENERGY_KEV;
+  t->mu[1] = (float)(mr * density / 10.0);
+  t->density[1] = density;
+  snprintf(t->name[1], XT_MATERIAL_NAME_MAX, "%s", material);
+  snprintf(t->source, sizeof t->source, "xraylib 4.0 NIST compound data (elemental CS_Total by mass fraction) at %.1f keV",
+           XT_DEFAULT_ENERGY_KEV);
+  memset(v->data, 1, v->nbytes);
+  v->energy_kev = XT_DEFAULT_ENERGY_KEV;
+  char name[64];
+  snprintf(name, sizeof name, "%s-slab", material);
+  rc = xt_model_from_volume(v, name, out, msg);
   if (rc) xt_volume_free(v);
   return rc;
 }

@@ -50,4 +50,11 @@ int xt_phantom_voxelize(const xt_phantom *p, const int dim[3], const double spac
  * given dims), dense or labels with the default table at XT_DEFAULT_ENERGY_KEV. */
 int xt_phantom_head_model(const int dim[3], double spacing_mm, int type, xt_model **out, xt_msg *msg);
 
+/* A rectangular slab of one basis material (models/xt_basis.h: "pmma", "water", ...) at a density
+ * (g/cm^3): size_mm[0] x [1] x [2] along the model's x, y, z, centred on the model origin, as a label
+ * volume of voxel_mm voxels (each side a whole number of them, so the faces are exact). Issue 24's
+ * reference air kerma phantom is 400 x 300 x 200 mm of PMMA at 1.19 g/cm^3 (IFU-p312). */
+int xt_phantom_slab_model(const char *material, double density, const double size_mm[3], double voxel_mm,
+                          xt_model **out, xt_msg *msg);
+
 #endif /* XT_PHANTOM_H */

@@ -159,9 +159,13 @@ static int chain_from_json(const json_t *obj, xt_acq *a, xt_msg *msg) {
     int id = -1;
     if (json_is_string(pv)) id = xt_protocol_find(json_string_value(pv));
     else if (json_is_integer(pv)) id = (int)json_integer_value(pv);
-    if (id < 0 || id >= XT_PROTOCOL_COUNT)
-      return xt_fail(msg, XT_EINVAL, "chain.protocol: expected custom, fluoro_low, fluoro_normal, fluoro_high, cine_15, "
-                                     "cine_30 or dsa");
+    if (id < 0 || id >= XT_PROTOCOL_COUNT) { /* the names: imaging/protocols.tsv's rows */
+      char names[400] = "";
+      size_t n = 0;
+      for (int i = 0; i < XT_PROTOCOL_COUNT && n < sizeof names; i++)
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", xt_protocol_name(i));
+      return xt_fail(msg, XT_EINVAL, "chain.protocol: expected one of %s", names);
+    }
     int rc = xt_protocol_apply(&p, id, msg);
     if (rc) return rc;
     if (xt_protocol_fps(id) > 0) a->fps = xt_protocol_fps(id);

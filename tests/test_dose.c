@@ -60,7 +60,7 @@ XT_TEST(exposure_settings_couple_current_pulse_and_mas) {
   XT_CHECK_NEAR(xt_exposure_ma(&p), 50, 1e-9);
   XT_CHECK(xt_exposure_set(&p, "ma", 5000, &msg) == XT_ERANGE && strstr(msg.text, "chain.ma"));
   XT_CHECK(xt_exposure_set(&p, "shutter_left", 1.5, &msg) == XT_ERANGE && strstr(msg.text, "shutter_left"));
-  XT_CHECK(xt_exposure_set(&p, "protocol", 9, &msg) == XT_ERANGE && strstr(msg.text, "protocol"));
+  XT_CHECK(xt_exposure_set(&p, "protocol", XT_PROTOCOL_COUNT, &msg) == XT_ERANGE && strstr(msg.text, "protocol"));
   /* every preset is a valid parameter set and names itself */
   for (int id = 1; id < XT_PROTOCOL_COUNT; id++) {
     xt_chain_params q = xt_chain_params_default();

@@ -52,6 +52,14 @@ function(xt__tools_link_bench)
 endfunction()
 cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL xt__tools_link_bench)
 
+# `xtwin refak` (issue 24): the IFU's reference air kerma set-up and its measurement through the
+# acquisition layer, a library so that tests/test_refak.c measures with the same code.
+add_library(xt_refak STATIC xt_refak.c)
+target_include_directories(xt_refak PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(xt_refak PUBLIC xt_acq xt_imaging xt_proj xt_models xt_scene ${M_LIB} PRIVATE xt_warnings)
+target_sources(xtwin PRIVATE xt_refak_cmd.c)
+target_link_libraries(xtwin PRIVATE xt_refak)
+
 # `xtwin dataset`: the front end (options, messages, exit codes) over dataset/'s xt_dataset.
 target_sources(xtwin PRIVATE xt_dataset_cmd.c)
 target_link_libraries(xtwin PRIVATE xt_dataset)

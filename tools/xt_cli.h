@@ -29,4 +29,8 @@ void xt_cmd_dataset_help(FILE *out);
 int xt_cmd_replay(int argc, char **argv);
 void xt_cmd_replay_help(FILE *out);
 
+/* argv[0] is "refak" (tools/xt_refak_cmd.c): reference air kerma in the IFU's PMMA set-up. */
+int xt_cmd_refak(int argc, char **argv);
+void xt_cmd_refak_help(FILE *out);
+
 #endif /* XT_CLI_H */

@@ -36,6 +36,7 @@ static const xt_command commands[] = {
 #endif
     {"dataset", "generate a labelled dataset from a spec: sharded, resumable, reproducible (see docs/dataset.md)", xt_cmd_dataset},
     {"replay", "render a server session's frames again from its session log (docs/session-log.md)", xt_cmd_replay},
+    {"refak", "reference air kerma per image and per minute of protocols and fields (IFU PMMA set-up)", xt_cmd_refak},
     {"modes", "list the detector modes (name, pixels, pitch, distances)", cmd_modes},
     {"bench", "run the benchmarks (see xtwin bench --help)", cmd_bench},
     {"help", "show this help, or a command's: xtwin help render", cmd_help},

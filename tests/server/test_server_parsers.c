@@ -141,8 +141,8 @@ XT_TEST(chain_settings_contract) {
       {"{\"chain\":[]}", "chain: expected a JSON object", XT_EINVAL},
       {"{\"chain\":{\"lag_frac_1\":0.5,\"lag_frac_2\":0.5}}", "lag", XT_ERANGE},
       /* issue 11: presets by name or number, the tube current */
-      {"{\"chain\":{\"protocol\":\"turbo\"}}", "chain.protocol: expected custom", XT_EINVAL},
-      {"{\"chain\":{\"protocol\":7}}", "chain.protocol", XT_EINVAL},
+      {"{\"chain\":{\"protocol\":\"turbo\"}}", "chain.protocol: expected one of custom, fluoro_low", XT_EINVAL},
+      {"{\"chain\":{\"protocol\":999}}", "chain.protocol", XT_EINVAL},
       {"{\"chain\":{\"protocol\":2.5}}", "chain.protocol", XT_EINVAL},
       {"{\"chain\":{\"ma\":0}}", "chain.ma: 0 outside", XT_ERANGE},
       {"{\"chain\":{\"protocol\":\"dsa\",\"kv\":20}}", "chain.kv", XT_ERANGE},

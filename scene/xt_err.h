@@ -27,7 +27,8 @@
   X(TOOLARGE, -14, 413, "too large")                                                \
   X(AUTH, -15, 401, "unauthorized")                                                 \
   X(INTERNAL, -16, 500, "internal error")                                           \
-  X(PERM, -17, 403, "not permitted")
+  X(PERM, -17, 403, "not permitted")                                                \
+  X(STATE, -18, 409, "not allowed in the current state")
 
 enum {
 #define XT_ERR_ENUM(name, val, http, desc) XT_E##name = (val),

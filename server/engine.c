@@ -33,6 +33,7 @@
 
 #include "srv_budget.h"
 #include "srv_clock.h"
+#include "srv_device.h"
 #include "srv_engine.h"
 #include "srv_session.h"
 #include "srv_metrics.h"
@@ -527,6 +528,7 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   if (!rc) {
     if (counter) *counter = j.req.counter;
     xt_acq_plane_advance(&s->plane);
+    xt_dev_frame(&s->dev, j.req.counter); /* the image the last image hold will show */
     if (!replaced) s->inflight++; /* a replaced job hands its place (and its count) to this one */
   }
   return rc;
@@ -554,28 +556,59 @@ static struct timespec ts_of(uint64_t ns) {
   return t;
 }
 
+/* Caller holds st_mu: until the device clock reaches t (a device deadline) or anything changes. The
+ * virtual clock jumps there once every exposure is rendered and sent, as the pacer's own deadlines. */
+static void sleep_until_locked(xt_server *s, uint64_t t) {
+  if (xt_dev_clock_is_virtual()) {
+    if (s->inflight == 0 && atomic_load(&s->ws_min_pub) >= xt_ring_latest_pub(&s->ring)) xt_dev_clock_advance(t);
+    else pthread_cond_wait(&s->st_cv, &s->st_mu);
+    return;
+  }
+  struct timespec ts = ts_of(t);
+  pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);
+}
+
 static void *pacer_main(void *arg) {
   xt_server *s = arg;
   uint64_t last_exposure = 0, last_sched = 0, last_period = 0;
   pthread_mutex_lock(&s->st_mu);
   while (!s->stopping) {
-    if (!s->run.running || s->run.lockstep) {
+    /* The device's own deadlines first (prepare over, a phase or the series over, the readout
+     * over): its events go to the stream once st_mu is released. */
+    if (xt_srv_device_advance_locked(s, xt_dev_now_ns())) {
+      pthread_mutex_unlock(&s->st_mu);
+      xt_ring_notify(&s->ring);
+      pthread_mutex_lock(&s->st_mu);
+      continue;
+    }
+    /* Exposures only while the device is exposing: through the API's switch (the acquisition
+     * started: free run as it always ran, or lockstep, answered by triggers), or a switch held
+     * (free run at the acquisition's rate or the series phase's, from press + prepare + first
+     * frame: docs/device.md). */
+    xt_dev_pace pace;
+    xt_dev_pacing(&s->dev, &pace);
+    const int api = s->run.running;
+    if (api ? s->run.lockstep : !pace.expose) {
       last_exposure = 0;
-      pthread_cond_wait(&s->st_cv, &s->st_mu);
+      if (pace.t_next_ns) sleep_until_locked(s, pace.t_next_ns);
+      else pthread_cond_wait(&s->st_cv, &s->st_mu);
       continue;
     }
     /* A run (or a change of its settings): anchor the deadlines. A change keeps the cadence's
      * phase: the next exposure comes one new period after the last one. */
     uint64_t gen = s->acq_gen;
-    double T = 1e9 / s->run.fps;
+    double T = 1e9 / (api || pace.fps <= 0 ? s->run.fps : pace.fps);
     uint64_t now = xt_dev_now_ns();
-    uint64_t t0 = now;
+    uint64_t t0 = api ? now : pace.t0_ns;
     if (last_sched && last_period) {
       uint64_t next = last_sched + (uint64_t)llround(T);
-      if (next > now) t0 = next;
+      if (api ? next > now : last_sched >= pace.t0_ns) t0 = next; /* a switch's: within its phase */
     }
     for (uint64_t k = 0; !s->stopping && s->acq_gen == gen;) {
       uint64_t due = t0 + (uint64_t)llround((double)k * T);
+      /* the phase (or the series) ends before this exposure: wait for its end, then the device moves on */
+      const int boundary = pace.until_ns && due >= pace.until_ns;
+      if (boundary) due = pace.until_ns;
       now = xt_dev_now_ns();
       if (now < due && xt_dev_clock_is_virtual()) {
         /* Virtual time moves to the deadline once every exposure before it is rendered and every
@@ -591,6 +624,7 @@ static void *pacer_main(void *arg) {
         pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);
         continue; /* re-check the state and the clock */
       }
+      if (boundary) break;
       int rc = expose_locked(s, due, now, (uint64_t)llround(T), 0, NULL);
       uint64_t prev = last_exposure;
       last_exposure = now;
@@ -612,7 +646,7 @@ static void *pacer_main(void *arg) {
       if (rc) s->metrics.frames_skipped++;
       pthread_mutex_unlock(&s->metrics.mu);
     }
-    if (!s->run.running || s->run.lockstep) last_sched = last_period = 0;
+    if (s->run.running ? s->run.lockstep : s->dev.state != XT_DEV_EXPOSING) last_sched = last_period = 0;
   }
   pthread_mutex_unlock(&s->st_mu);
   return NULL;

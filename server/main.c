@@ -18,6 +18,7 @@
 #include "srv_engine.h"
 #include "srv_metrics.h"
 #include "srv_rest.h"
+#include "srv_device.h"
 #include "srv_state.h"
 #include "srv_ws.h"
 #include "xt_phantom.h"
@@ -105,6 +106,7 @@ static int setup(xt_server *s, xt_msg *msg) {
   s->plane.set.chain_prm = xt_chain_params_default();
   s->plane.set.pose = xt_pose_default(md);
   s->plane.set.t_pose_ns = xt_dev_now_ns();
+  xt_srv_device_setup(s, xt_dev_now_ns()); /* powered on: ready, exposing when autostarted */
 
   /* One render worker per device: the CPU projector is one (multithreaded) device, unless
    * --devices N > 1 asks for N CPU workers sharing the cores (to test the multi-device path

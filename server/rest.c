@@ -154,13 +154,34 @@ static void h_acq_put(xt_server *s, struct MHD_Connection *con, req *r, reply *o
 }
 
 static void h_start(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
-  xt_srv_start(s, 1);
+  xt_msg m;
+  int rc = xt_srv_start(s, 1, &m);
+  if (rc) return reply_error(out, rc, 0, m.text); /* 409 naming the device's state */
   h_acq_get(s, con, r, out);
 }
 
 static void h_stop(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
-  xt_srv_start(s, 0);
+  xt_msg m;
+  int rc = xt_srv_start(s, 0, &m);
+  if (rc) return reply_error(out, rc, 0, m.text);
   h_acq_get(s, con, r, out);
+}
+
+static void h_device_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, xt_srv_device_json(s));
+}
+
+/* POST /v1/device/<command>: the command is the path's last part (one route each in the table). */
+static void h_device_cmd(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  const char *slash = strrchr(r->url, '/');
+  const int cmd = xt_dev_cmd_parse(slash ? slash + 1 : "");
+  json_t *j, *dev = NULL;
+  if (body_json(r, out, 1, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_device(s, cmd, j, &dev, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text); /* a command the state does not allow: 409 STATE */
+  reply_json(out, 200, dev);
 }
 
 static void h_trigger(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
@@ -312,6 +333,20 @@ static const xt_route routes[] = {
     {"POST", "/v1/acquisition/start", "Start the acquisition", (void *)h_start},
     {"POST", "/v1/acquisition/stop", "Stop the acquisition", (void *)h_stop},
     {"POST", "/v1/acquisition/trigger", "Lockstep: expose and stream exactly one frame", (void *)h_trigger},
+    {"GET", "/v1/device", "The device: state, fault, latencies, switch held, the image held, commands allowed",
+     (void *)h_device_get},
+    {"POST", "/v1/device/power_on", "Device: power on (standby -> ready)", (void *)h_device_cmd},
+    {"POST", "/v1/device/standby", "Device: standby (from ready or fault)", (void *)h_device_cmd},
+    {"POST", "/v1/device/fluoro", "Device: press the fluoroscopy pedal (ready -> prepare -> exposing)",
+     (void *)h_device_cmd},
+    {"POST", "/v1/device/expose", "Device: press the exposure hand switch; optional multiphase series",
+     (void *)h_device_cmd},
+    {"POST", "/v1/device/release", "Device: release the switch held (exposing -> readout -> ready, last image hold)",
+     (void *)h_device_cmd},
+    {"POST", "/v1/device/radiation_disable", "Device: radiation disable on (ends any X-ray)", (void *)h_device_cmd},
+    {"POST", "/v1/device/radiation_enable", "Device: radiation disable off", (void *)h_device_cmd},
+    {"POST", "/v1/device/fault", "Device: raise a fault {code, text} (aborts any exposure)", (void *)h_device_cmd},
+    {"POST", "/v1/device/reset", "Device: reset a fault (fault -> ready)", (void *)h_device_cmd},
     {"POST", "/v1/render", "Render one frame for a pose; 16-bit PNG or .npy by Accept, geometry in headers", (void *)h_render},
     {"GET", "/v1/models", "Loaded models", (void *)h_models_get},
     {"POST", "/v1/models", "Load a volume from a path on the server and keep it resident", (void *)h_models_post},

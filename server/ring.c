@@ -1,6 +1,7 @@
 /* The frame ring the stream sends from (srv_ring.h): frames taken from a small pool (page-locked
  * on a GPU backend), published into the ring's slots, referenced by each client's send, released
- * back into the pool; and the notifier a reader registers to be woken by a push. */
+ * back into the pool; the device's event texts beside them; and the notifier a reader registers to
+ * be woken by a push. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +117,36 @@ void xt_ring_notify(xt_ring *r) {
   if (fn) fn(ctx); /* outside the lock: the reader may take ring.mu itself when woken */
 }
 
+void xt_ring_push_text(xt_ring *r, char *text) {
+  if (!text) return;
+  pthread_mutex_lock(&r->mu);
+  char **slot = &r->texts[r->next_text++ % XT_RING_TEXTS];
+  char *old = *slot;
+  *slot = text;
+  pthread_mutex_unlock(&r->mu);
+  free(old);
+}
+
+char *xt_ring_text_next(xt_ring *r, uint64_t last, uint64_t *seq) {
+  char *t = NULL;
+  pthread_mutex_lock(&r->mu);
+  uint64_t latest = r->next_text - 1, first = last + 1;
+  if (latest >= XT_RING_TEXTS && first < latest - XT_RING_TEXTS + 1) first = latest - XT_RING_TEXTS + 1;
+  if (first <= latest && r->texts[first % XT_RING_TEXTS]) {
+    t = strdup(r->texts[first % XT_RING_TEXTS]);
+    *seq = first;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return t;
+}
+
+uint64_t xt_ring_latest_text(xt_ring *r) {
+  pthread_mutex_lock(&r->mu);
+  uint64_t t = r->next_text - 1;
+  pthread_mutex_unlock(&r->mu);
+  return t;
+}
+
 xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub) {
   xt_frame *f = NULL;
   pthread_mutex_lock(&r->mu);
@@ -136,10 +167,12 @@ void xt_ring_init(xt_ring *r) {
   memset(r, 0, sizeof *r);
   pthread_mutex_init(&r->mu, NULL);
   r->next_pub = 1;
+  r->next_text = 1;
 }
 
 void xt_ring_destroy(xt_ring *r) {
   for (int i = 0; i < XT_RING; i++) xt_frame_free(r->slots[i]);
   for (int i = 0; i < 4; i++) xt_frame_free(r->pool[i]);
+  for (int i = 0; i < XT_RING_TEXTS; i++) free(r->texts[i]);
   pthread_mutex_destroy(&r->mu);
 }

@@ -26,6 +26,7 @@ typedef struct xt_frame {
 } xt_frame;
 
 #define XT_RING 8
+#define XT_RING_TEXTS 64
 #define XT_FRAME_PRE 64 /* room before the message for the WebSocket framing (>= LWS_PRE) */
 
 typedef struct xt_ring {
@@ -38,6 +39,11 @@ typedef struct xt_ring {
    * callback, so the engine never calls into its readers. Guarded by mu. */
   void (*notify)(void *ctx);
   void *notify_ctx;
+  /* The newest event texts (JSON, the device's state changes: server/device.c), texts[seq %
+   * XT_RING_TEXTS], each sent once to every stream client that was connected when it came; guarded
+   * by mu. A client more than XT_RING_TEXTS behind loses the oldest. */
+  char *texts[XT_RING_TEXTS];
+  uint64_t next_text; /* seq of the next text pushed (first is 1) */
 } xt_ring;
 
 void xt_frame_unref(xt_ring *r, xt_frame *f);
@@ -50,6 +56,12 @@ uint64_t xt_ring_latest_pub(xt_ring *r);
 void xt_ring_set_notify(xt_ring *r, void (*fn)(void *ctx), void *ctx);
 /* Calls the registered notifier, if any. */
 void xt_ring_notify(xt_ring *r);
+/* An event text (malloc'd; the ring takes it) for every stream client; the pusher then calls
+ * xt_ring_notify, outside its own locks. */
+void xt_ring_push_text(xt_ring *r, char *text);
+/* A copy (malloc'd) of the oldest text held after seq last, its seq in *seq; NULL when none. */
+char *xt_ring_text_next(xt_ring *r, uint64_t last, uint64_t *seq);
+uint64_t xt_ring_latest_text(xt_ring *r);
 
 void xt_ring_init(xt_ring *r);
 /* Frees every frame still held (no reader may be left). */

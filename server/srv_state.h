@@ -60,13 +60,14 @@ int xt_render_from_json(const json_t *obj, xt_pose *pose, xt_acq *acq, xt_msg *m
  * the text was a JSON object, for the "id" and "seq" a nack echoes; free with xt_ws_cmd_free
  * either way. The pose/acquisition update itself is validated when applied, against the state
  * of the moment (xt_srv_update_pose, xt_srv_update_acq). */
-enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE, XT_CMD_FRAMES };
+enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE, XT_CMD_FRAMES, XT_CMD_DEVICE };
 typedef struct xt_ws_cmd {
   int type;       /* XT_CMD_* */
   json_t *cmd;    /* the whole message (owned), NULL when it did not parse */
   json_t *update; /* pose: a copy of "pose" with the message's "seq" merged in; acquisition:
                      "acquisition" (owned either way); else NULL */
   int processed;  /* frames: 1 for "processed", 0 for "raw" */
+  int device;     /* device: the command (acq/xt_device.h's xt_dev_cmd); update: its other fields */
 } xt_ws_cmd;
 int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg);
 void xt_ws_cmd_free(xt_ws_cmd *c);
@@ -81,7 +82,15 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
 /* {"run_frames", "k_irp_total_mgy", "kap_total_gycm2", the last frame's, the loop's state}: takes plane.mu */
 json_t *xt_dose_json(xt_server *s);
 int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg);
-int xt_srv_start(xt_server *s, int run);
+/* Acquisition start/stop: the device's API switch (docs/device.md); start is refused (XT_ESTATE)
+ * where the device allows no exposure. */
+int xt_srv_start(xt_server *s, int run, xt_msg *msg);
+/* A device command (xt_dev_cmd) with its fields ({"phases"}, {"code", "text"}; NULL: none), shared
+ * by POST /v1/device/<command> and the stream's "device" message; *device_out (may be NULL) gets
+ * GET /v1/device's body after it. Refused: XT_ESTATE naming the command and the state. */
+int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out, xt_msg *msg);
+/* GET /v1/device: the device as of now. */
+json_t *xt_srv_device_json(xt_server *s);
 json_t *xt_srv_state_json(xt_server *s);
 /* Loads a model by path (through xt_loaders when built) and adds it to every worker. from_client:
  * the path came over the network, so it (and every data file its header names) must resolve

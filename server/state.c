@@ -9,6 +9,7 @@
 #include "srv_budget.h"
 #include "srv_clock.h"
 #include "srv_config.h"
+#include "srv_device.h"
 #include "srv_engine.h"
 #include "srv_metrics.h"
 #include "srv_session.h"
@@ -296,6 +297,16 @@ int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
   } else if (!strcmp(type, "start")) out->type = XT_CMD_START;
   else if (!strcmp(type, "stop")) out->type = XT_CMD_STOP;
   else if (!strcmp(type, "trigger")) out->type = XT_CMD_TRIGGER;
+  else if (!strcmp(type, "device")) { /* {"type": "device", "command": NAME, its fields} */
+    const char *name = json_string_value(json_object_get(cmd, "command"));
+    if ((out->device = xt_dev_cmd_parse(name)) < 0)
+      return xt_fail(msg, XT_EINVAL, "device: unknown command '%.64s'", name ? name : "(none)");
+    out->update = json_deep_copy(cmd);
+    json_object_del(out->update, "type");
+    json_object_del(out->update, "command");
+    json_object_del(out->update, "id");
+    out->type = XT_CMD_DEVICE;
+  }
   else if (!strcmp(type, "state")) out->type = XT_CMD_STATE;
   else if (!strcmp(type, "frames")) { /* which of the chain's frames this client gets */
     const char *f = json_string_value(json_object_get(cmd, "frames"));
@@ -360,27 +371,114 @@ void xt_srv_acq_put(xt_server *s, const xt_acq *a) {
 int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
   pthread_mutex_lock(&s->st_mu);
   xt_acq a = xt_srv_acq_get(s);
+  int events = 0;
   int rc = xt_acq_from_json(obj, &a, msg);
+  /* "running" is the device's API switch (start/stop): refused by the device, nothing is applied */
+  if (!rc && a.running != s->run.running)
+    rc = xt_srv_device_locked(s, a.running ? XT_DEV_CMD_START : XT_DEV_CMD_STOP, NULL, xt_dev_now_ns(), &events, msg);
   if (!rc) {
-    if (a.running && !s->run.running) xt_acq_plane_new_run(&s->plane); /* a new run: dose totals start again */
+    a.running = s->run.running; /* as the device left it (a new run began with its exposure) */
     xt_srv_acq_put(s, &a);
     s->acq_gen++;
     xt_engine_kick(s);
   }
   xt_session_command(s, "acquisition", "api", obj, rc, msg ? msg->text : NULL);
   pthread_mutex_unlock(&s->st_mu);
+  if (events) xt_ring_notify(&s->ring);
   return rc;
 }
 
-int xt_srv_start(xt_server *s, int run) {
+/* The device's API switch: start presses it (no latencies: exposing on return, a new run), stop lets
+ * go of whatever switch is held. Both answer ok when there is nothing to do, as they always did;
+ * start is refused (409 STATE) where the device allows no exposure (standby, fault, radiation
+ * disabled, another switch's exposure). */
+int xt_srv_start(xt_server *s, int run, xt_msg *msg) {
+  int events = 0;
   pthread_mutex_lock(&s->st_mu);
-  if (run && !s->run.running) xt_acq_plane_new_run(&s->plane); /* a new run: dose totals start again */
-  s->run.running = run;
+  const int rc =
+      xt_srv_device_locked(s, run ? XT_DEV_CMD_START : XT_DEV_CMD_STOP, NULL, xt_dev_now_ns(), &events, msg);
   s->acq_gen++;
   xt_engine_kick(s);
-  xt_session_command(s, run ? "start" : "stop", "api", NULL, 0, NULL);
+  xt_session_command(s, run ? "start" : "stop", "api", NULL, rc, rc && msg ? msg->text : NULL);
   pthread_mutex_unlock(&s->st_mu);
+  if (events) xt_ring_notify(&s->ring);
+  return rc;
+}
+
+/* ---- the device --------------------------------------------------------------------------- */
+
+/* A device command's arguments: {"phases": [{"duration_s", "fps"}, ...]} (expose), {"code",
+ * "text"} (fault); the machine says which command takes which. */
+static int device_args(const json_t *obj, xt_dev_args *a, xt_dev_phase *ph, xt_msg *msg) {
+  memset(a, 0, sizeof *a);
+  if (!obj) return 0;
+  if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "device: expected a JSON object");
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!strcmp(key, "phases")) {
+      size_t n = json_array_size(v);
+      if (!json_is_array(v) || n == 0 || n > XT_DEV_MAX_PHASES)
+        return xt_fail(msg, XT_EINVAL, "phases: expected 1 to %d objects {\"duration_s\", \"fps\"}", XT_DEV_MAX_PHASES);
+      for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i);
+        if (!json_is_object(p) || json_object_size(p) != 2)
+          return xt_fail(msg, XT_EINVAL, "phases[%zu]: expected {\"duration_s\", \"fps\"}", i);
+        int rc = get_number(json_object_get(p, "duration_s"), "phases: duration_s", &ph[i].duration_s, msg);
+        if (!rc) rc = get_number(json_object_get(p, "fps"), "phases: fps", &ph[i].fps, msg);
+        if (rc) return rc;
+      }
+      a->phases = ph;
+      a->nphases = (int)n;
+    } else if (!strcmp(key, "code")) {
+      if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > 1000000)
+        return xt_fail(msg, XT_EINVAL, "code: expected an integer in 1..1000000");
+      a->fault_code = (int)json_integer_value(v);
+    } else if (!strcmp(key, "text")) {
+      if (!json_is_string(v)) return xt_fail(msg, XT_EINVAL, "text: expected a string");
+      a->fault_text = json_string_value(v);
+    } else
+      return xt_fail(msg, XT_EINVAL, "device: unknown field '%.64s'", key);
+  }
   return 0;
+}
+
+int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out, xt_msg *msg) {
+  if (cmd < 0 || cmd >= XT_DEV_NCMDS) return xt_fail(msg, XT_EINVAL, "device: no such command");
+  if (cmd == XT_DEV_CMD_START || cmd == XT_DEV_CMD_STOP) { /* the acquisition's own, with its bookkeeping */
+    if (args && json_object_size(args)) return xt_fail(msg, XT_EINVAL, "device: '%s' takes no fields", xt_dev_cmd_name(cmd));
+    int rc = xt_srv_start(s, cmd == XT_DEV_CMD_START, msg);
+    if (!rc && device_out) *device_out = xt_srv_device_json(s);
+    return rc;
+  }
+  xt_dev_phase ph[XT_DEV_MAX_PHASES];
+  xt_dev_args a;
+  int rc = device_args(args, &a, ph, msg), events = 0;
+  if (rc) return rc;
+  pthread_mutex_lock(&s->st_mu);
+  const uint64_t now = xt_dev_now_ns();
+  rc = xt_srv_device_locked(s, (xt_dev_cmd)cmd, &a, now, &events, msg);
+  if (!rc) {
+    s->acq_gen++; /* the pacer looks again: X-ray may have begun or ended */
+    xt_engine_kick(s);
+    if (device_out) *device_out = xt_srv_device_json_locked(s, now);
+  }
+  json_t *logged = json_pack("{s:s,s:O*}", "command", xt_dev_cmd_name((xt_dev_cmd)cmd), "args", args);
+  xt_session_command(s, "device", "api", logged, rc, rc && msg ? msg->text : NULL);
+  json_decref(logged);
+  pthread_mutex_unlock(&s->st_mu);
+  if (events) xt_ring_notify(&s->ring);
+  return rc;
+}
+
+json_t *xt_srv_device_json(xt_server *s) {
+  pthread_mutex_lock(&s->st_mu);
+  const uint64_t now = xt_dev_now_ns();
+  const int events = xt_srv_device_advance_locked(s, now); /* as of now, should the pacer not have woken yet */
+  json_t *j = xt_srv_device_json_locked(s, now);
+  pthread_mutex_unlock(&s->st_mu);
+  if (events) xt_ring_notify(&s->ring);
+  return j;
 }
 
 json_t *xt_srv_state_json(xt_server *s) {

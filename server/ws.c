@@ -52,6 +52,7 @@ typedef struct client {
   size_t rxn;
   int rx_bad; /* the message being received is over the limit */
   int processed; /* with the chain on: 1 gets the processed frames, 0 the raw ones */
+  uint64_t last_text; /* the ring's last event text queued for it */
   int closing;
   struct client *next;
 } client;
@@ -124,14 +125,14 @@ static int reject_upgrade(struct lws *wsi, int err, int status, const char *reas
   return -1;
 }
 
-/* Queues a JSON text for this client (takes the reference). */
-static void queue_json(client *c, json_t *j) {
-  char *t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
-  json_decref(j);
+/* Queues a text for this client (takes t). A reply that does not fit drops the client; an event
+ * is dropped instead (a client that reads nothing is dropped by its peer timeout). */
+static void queue_text(client *c, char *t, int event) {
   if (!t) return;
   if (c->tn == XT_WS_MAX_TEXTS) {
-    /* The client sends commands faster than it reads replies: drop it rather than grow. */
     free(t);
+    if (event) return;
+    /* The client sends commands faster than it reads replies: drop it rather than grow. */
     c->closing = 1;
     lws_callback_on_writable(c->wsi);
     return;
@@ -149,6 +150,13 @@ static void queue_json(client *c, json_t *j) {
   c->tlen[k] = n;
   c->tn++;
   lws_callback_on_writable(c->wsi);
+}
+
+/* Queues a JSON text for this client (takes the reference). */
+static void queue_json(client *c, json_t *j) {
+  char *t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  queue_text(c, t, 0);
 }
 
 static json_t *ack(const json_t *cmd, int ok) {
@@ -198,10 +206,20 @@ static void run_command(client *c, const char *text, size_t len) {
       queue_json(c, j);
     }
   } else if (k.type == XT_CMD_START || k.type == XT_CMD_STOP) {
-    xt_srv_start(s, k.type == XT_CMD_START);
-    json_t *j = ack(cmd, 1);
-    json_object_set_new(j, "state", xt_srv_state_json(s));
-    queue_json(c, j);
+    if ((rc = xt_srv_start(s, k.type == XT_CMD_START, &m))) queue_json(c, nack(cmd, rc, m.text));
+    else {
+      json_t *j = ack(cmd, 1);
+      json_object_set_new(j, "state", xt_srv_state_json(s));
+      queue_json(c, j);
+    }
+  } else if (k.type == XT_CMD_DEVICE) {
+    json_t *dev = NULL;
+    if ((rc = xt_srv_device(s, k.device, k.update, &dev, &m))) queue_json(c, nack(cmd, rc, m.text));
+    else {
+      json_t *j = ack(cmd, 1);
+      json_object_set_new(j, "device", dev);
+      queue_json(c, j); /* before the command's events: they reach this queue on the next wake */
+    }
   } else if (k.type == XT_CMD_TRIGGER) {
     uint64_t counter = 0;
     if ((rc = xt_engine_trigger(s, &counter, &m))) queue_json(c, nack(cmd, rc, m.text));
@@ -335,6 +353,7 @@ static int on_established(xt_server *s, client *c, struct lws *wsi) {
   c->srv = s;
   c->id = next_id++;
   c->last_pub = xt_ring_latest_pub(&s->ring);
+  c->last_text = xt_ring_latest_text(&s->ring); /* events from its connection on */
   c->next = clients;
   clients = c;
   nclients++;
@@ -451,6 +470,14 @@ static int on_wake(xt_server *s, struct lws_context *ctx) {
       if (k->slot >= 0 && latest > k->last_pub + 1 && !k->closing)
         s->metrics.clients[k->slot].dropped = k->dropped + (latest - k->last_pub - 1);
     pthread_mutex_unlock(&s->metrics.mu);
+    /* the device's events (server/device.c), each once to every client, before its next frame */
+    for (client *k = clients; k; k = k->next) {
+      uint64_t seq;
+      for (char *t; !k->closing && (t = xt_ring_text_next(&s->ring, k->last_text, &seq));) {
+        k->last_text = seq;
+        queue_text(k, t, 1);
+      }
+    }
     lws_callback_on_writable_all_protocol(ctx, &protocols[0]);
   }
   return 0;

@@ -12,6 +12,7 @@
  *   srv_rest.h    rest.c     libmicrohttpd: the route table and its handlers
  *   srv_ws.h      ws.c       libwebsockets: /v1/stream, owned by one service thread
  *   srv_clock.h   clock.c    the monotonic clock
+ *   srv_device.h  device.c   the plane's device state machine (acq/xt_device.h): events, JSON, run
  *   srv_session.h session.c  the session log: every command, event and exposure as JSON lines
  *
  * Calls go one way, no circle: main calls every module; rest calls gate, guard, state and the
@@ -36,6 +37,7 @@
 #include "srv_metrics.h"
 #include "srv_state.h"
 #include "xt_acq.h"
+#include "xt_device.h"
 #include "xt_geom.h"
 #include "xt_model.h"
 #include "xt_proj.h"
@@ -67,6 +69,10 @@ typedef struct xt_server {
    * under its own lock, plane.mu, taken by the workers inside xt_acq_expose and by GET /v1/dose
    * and /metrics. */
   xt_acq_plane plane;
+  /* The plane's device state machine (acq/xt_device.h, server/device.c; docs/device.md): standby,
+   * ready, prepare, exposing, readout, fault, under st_mu. The pacer exposes only while it is
+   * exposing; run.running is its API switch (acquisition start/stop). */
+  xt_device dev;
   int stopping;
 
   xt_worker workers[XT_SRV_MAX_WORKERS];

@@ -86,6 +86,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_model_paths
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_model_paths.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_model_paths PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # The device state machine (issue 24, point 4): press, prepare, exposing, release, readout, last image
+    # hold, a multiphase series, radiation disable, faults, 409 for refused commands; server timestamps only.
+    add_test(NAME test_server_device
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_device.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_device PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Faults: killed, stalled and flooding clients, slowloris on the stream, half-open TCP, a lossy
     # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
     add_test(NAME test_server_faults

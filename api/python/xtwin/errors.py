@@ -46,7 +46,7 @@ class TooLarge(XtwinError):
 
 
 class Busy(XtwinError):
-    """BUSY, EXISTS, NODEV: the server cannot do it now (not in lockstep, too many triggers...)."""
+    """BUSY, EXISTS, NODEV, STATE: the server cannot do it now (not in lockstep, too many triggers, the device's state)."""
 
 
 class Unsupported(XtwinError):
@@ -64,7 +64,7 @@ class ConnectionFailed(XtwinError):
 _BY_NAME = {
     "INVAL": InvalidRequest, "FORMAT": FormatError, "TRUNCATED": FormatError,
     "RANGE": OutOfRange, "NANDATA": OutOfRange, "AUTH": AuthError, "NOTFOUND": NotFound,
-    "TOOLARGE": TooLarge, "BUSY": Busy, "EXISTS": Busy, "NODEV": Busy, "UNSUPPORTED": Unsupported,
+    "TOOLARGE": TooLarge, "BUSY": Busy, "EXISTS": Busy, "STATE": Busy, "NODEV": Busy, "UNSUPPORTED": Unsupported,
     "IO": ServerError, "NOMEM": ServerError, "DEVICE": ServerError, "INTERNAL": ServerError,
 }
 

@@ -1,0 +1,126 @@
+/* The plane's device state machine on the server (srv_device.h). The machine (acq/xt_device.c)
+ * only reports what happened; here each report becomes the server's: an event text for every
+ * stream client (pushed into the ring beside the frames, so that the stream's service thread sends
+ * it, and nobody calls into ws.c), a session-log line, a new run of the plane for each exposure,
+ * and the acquisition's running flag, which is the API's latched switch: POST
+ * /v1/acquisition/start is the command "start" (no latencies), /stop is "stop". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_device.h"
+#include "srv_ring.h"
+#include "srv_session.h"
+#include "xt_server.h"
+
+static json_t *latency_json(const xt_dev_latency *l) {
+  return json_pack("{s:f,s:f,s:f}", "prepare_ms", l->prepare_ms, "first_frame_ms", l->first_frame_ms, "readout_ms",
+                   l->readout_ms);
+}
+
+static json_t *fault_json(const xt_device *d) {
+  if (d->state != XT_DEV_FAULT) return json_null();
+  return json_pack("{s:i,s:s}", "code", d->fault_code, "text", d->fault_text);
+}
+
+static json_t *event_json(const xt_device *d, const xt_dev_event *e) {
+  json_t *j = NULL;
+  switch (e->kind) {
+  case XT_DEV_EV_STATE:
+    j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "type", "event", "event", "state", "state", xt_dev_state_name(e->to),
+                  "from", xt_dev_state_name(e->from), "cause",
+                  e->cause < 0 ? "time" : xt_dev_cmd_name((xt_dev_cmd)e->cause), "switch", xt_dev_switch_name(e->sw));
+    if (j && e->to == XT_DEV_FAULT) json_object_set_new(j, "fault", fault_json(d));
+    break;
+  case XT_DEV_EV_LIH:
+    j = json_pack("{s:s,s:s,s:I}", "type", "event", "event", "lih", "frame", (json_int_t)e->frame);
+    break;
+  case XT_DEV_EV_PHASE:
+    j = json_pack("{s:s,s:s,s:i,s:f,s:f}", "type", "event", "event", "phase", "phase", e->phase, "duration_s",
+                  d->phases[e->phase].duration_s, "fps", d->phases[e->phase].fps);
+    break;
+  case XT_DEV_EV_RADIATION:
+    j = json_pack("{s:s,s:s,s:b}", "type", "event", "event", "radiation", "disabled", e->disabled);
+    break;
+  default: break;
+  }
+  if (j) json_object_set_new(j, "t_ns", json_integer((json_int_t)e->t_ns));
+  return j;
+}
+
+/* The detector mode's readout time is the readout after X-ray (scene/detector_modes.tsv). */
+static void latencies_locked(xt_server *s) {
+  const double r = s->plane.set.mode ? s->plane.set.mode->readout_ms : XT_DEV_DEFAULT_READOUT_MS;
+  s->dev.lat[XT_DEV_SW_FLUORO].readout_ms = r;
+  s->dev.lat[XT_DEV_SW_EXPOSE].readout_ms = r;
+}
+
+static int publish_locked(xt_server *s, const xt_dev_out *o) {
+  int n = 0;
+  for (int i = 0; i < o->nev; i++) {
+    const xt_dev_event *e = &o->ev[i];
+    /* each exposure is a run: its dose totals, the loop and the chain's states start afresh */
+    if (e->kind == XT_DEV_EV_STATE && e->to == XT_DEV_EXPOSING) xt_acq_plane_new_run(&s->plane);
+    json_t *j = event_json(&s->dev, e);
+    if (!j) continue;
+    if (s->ring.next_text) { /* the engine has started: the ring is there */
+      xt_ring_push_text(&s->ring, json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)));
+      n++;
+    }
+    json_object_set(j, "t_event_ns", json_object_get(j, "t_ns")); /* the log stamps its own t_ns */
+    xt_session_event(s, j);
+  }
+  s->run.running = s->dev.state == XT_DEV_EXPOSING && s->dev.sw == XT_DEV_SW_API;
+  return n;
+}
+
+void xt_srv_device_setup(xt_server *s, uint64_t now) {
+  xt_dev_out o;
+  xt_dev_init(&s->dev, now);
+  latencies_locked(s);
+  xt_dev_command(&s->dev, XT_DEV_CMD_POWER_ON, NULL, now, &o, NULL);
+  if (s->run.running) xt_dev_command(&s->dev, XT_DEV_CMD_START, NULL, now, &o, NULL);
+}
+
+int xt_srv_device_locked(xt_server *s, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t now, int *events, xt_msg *msg) {
+  xt_dev_out o;
+  latencies_locked(s);
+  const int rc = xt_dev_command(&s->dev, cmd, a, now, &o, msg);
+  const int n = publish_locked(s, &o);
+  if (events) *events = n;
+  return rc;
+}
+
+int xt_srv_device_advance_locked(xt_server *s, uint64_t now) {
+  if (!s->dev.t_deadline_ns || s->dev.t_deadline_ns > now) return 0;
+  xt_dev_out o;
+  latencies_locked(s);
+  xt_dev_advance(&s->dev, now, &o);
+  return publish_locked(s, &o);
+}
+
+json_t *xt_srv_device_json_locked(const xt_server *s, uint64_t now) {
+  const xt_device *d = &s->dev;
+  json_t *cmds = json_array();
+  for (int c = 0; c < XT_DEV_NCMDS; c++)
+    if (xt_dev_allowed(d, (xt_dev_cmd)c)) json_array_append_new(cmds, json_string(xt_dev_cmd_name((xt_dev_cmd)c)));
+  json_t *series = json_null();
+  if (d->nphases && d->sw == XT_DEV_SW_EXPOSE) {
+    json_t *ph = json_array();
+    for (int i = 0; i < d->nphases; i++)
+      json_array_append_new(ph, json_pack("{s:f,s:f}", "duration_s", d->phases[i].duration_s, "fps", d->phases[i].fps));
+    series = json_pack("{s:o,s:i,s:I}", "phases", ph, "phase", d->phase, "t_phase_ns", (json_int_t)d->t_phase_ns);
+  }
+  json_t *lat = json_pack("{s:o,s:o,s:s}", "fluoro", latency_json(&d->lat[XT_DEV_SW_FLUORO]), "expose",
+                          latency_json(&d->lat[XT_DEV_SW_EXPOSE]), "note",
+                          "prepare and first-frame times assumed [U]; readout: the detector mode's (docs/device.md)");
+  return json_pack("{s:s,s:b,s:s,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:o,s:I,s:o,s:o,s:o}", "state",
+                   xt_dev_state_name(d->state), "radiation_disabled", d->rad_disabled, "switch_held",
+                   xt_dev_switch_name(d->held), "switch", xt_dev_switch_name(d->sw), "fault", fault_json(d), "latency",
+                   lat, "series", series, "commands", cmds, "t_ns", (json_int_t)now, "t_state_ns",
+                   (json_int_t)d->t_state_ns, "t_press_ns", (json_int_t)d->t_press_ns, "t_next_ns",
+                   d->t_deadline_ns ? json_integer((json_int_t)d->t_deadline_ns) : json_null(), "frames",
+                   (json_int_t)d->frames, "last_frame",
+                   d->frames ? json_integer((json_int_t)d->last_frame) : json_null(), "lih",
+                   d->lih ? json_pack("{s:I}", "frame", (json_int_t)d->lih_frame) : json_null(), "exposing",
+                   json_boolean(d->state == XT_DEV_EXPOSING));
+}

@@ -64,6 +64,9 @@ static const cfg_entry cfg_table[] = {
     {"rest_threads", CT_INT, N(rest_threads), "4", 1, 64, NULL, 0, "REST worker threads"},
     {"max_clients", CT_INT, N(max_clients), "32", 1, XT_SRV_MAX_CLIENT_STATS, NULL, 0,
      "stream clients at once"},
+    {"scenario", CT_STRING, S(scenario), "", 0, 0, NULL, 0,
+     "a scenario file (JSON timeline of commands and faults at frame numbers or times) played from the start "
+     "(docs/device.md, Scenarios)"},
     {"clock", CT_STRING, S(clock), "real", 0, 0, "real|virtual", 0,
      "the device's clock: real time, or virtual (exposures as fast as the backend renders and the stream "
      "sends them, with the deadlines and frames of real time; docs/server.md, Virtual time)"},

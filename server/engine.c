@@ -35,6 +35,7 @@
 #include "srv_clock.h"
 #include "srv_device.h"
 #include "srv_engine.h"
+#include "srv_scenario.h"
 #include "srv_session.h"
 #include "srv_metrics.h"
 #include "xt_record.h"
@@ -568,6 +569,34 @@ static void sleep_until_locked(xt_server *s, uint64_t t) {
   pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);
 }
 
+/* Caller holds st_mu: the scenario's events due before the plane's next exposure and by device time
+ * t, in the file's order, each applied through the API's own operation (s->scenario_hook, which
+ * takes st_mu: let go meanwhile; a scenario set meanwhile is looked up afresh). 1 when any was. */
+static int scenario_step_locked(xt_server *s, uint64_t t) {
+  int any = 0;
+  xt_scn_event *e;
+  while (s->scenario_hook && (e = xt_scenario_due(&s->scn, s->plane.next_counter, t))) {
+    e->done = 1;
+    s->scn.applied++;
+    char what[16], name[64];
+    snprintf(what, sizeof what, "%s", e->what);
+    snprintf(name, sizeof name, "%s", e->name);
+    const int index = e->index;
+    json_t *body = json_incref(e->body);
+    pthread_mutex_unlock(&s->st_mu);
+    xt_msg m = {{0}};
+    const int rc = s->scenario_hook(s, what, name, body, &m);
+    json_decref(body);
+    if (rc) fprintf(stderr, "xtwin-server: scenario event %d (%s %s): %s\n", index, what, name, m.text);
+    pthread_mutex_lock(&s->st_mu);
+    any = 1;
+  }
+  return any;
+}
+
+/* The earlier of two device times, 0 meaning none. */
+static uint64_t earliest(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
+
 static void *pacer_main(void *arg) {
   xt_server *s = arg;
   uint64_t last_exposure = 0, last_sched = 0, last_period = 0;
@@ -588,9 +617,12 @@ static void *pacer_main(void *arg) {
     xt_dev_pace pace;
     xt_dev_pacing(&s->dev, &pace);
     const int api = s->run.running;
+    /* A scenario's events due by now (at a frame number: before that exposure is latched) */
+    if (scenario_step_locked(s, xt_dev_now_ns())) continue;
     if (api ? s->run.lockstep : !pace.expose) {
       last_exposure = 0;
-      if (pace.t_next_ns) sleep_until_locked(s, pace.t_next_ns);
+      const uint64_t wake = earliest(pace.t_next_ns, xt_scenario_next_time(&s->scn));
+      if (wake) sleep_until_locked(s, wake);
       else pthread_cond_wait(&s->st_cv, &s->st_mu);
       continue;
     }
@@ -610,17 +642,22 @@ static void *pacer_main(void *arg) {
       const int boundary = pace.until_ns && due >= pace.until_ns;
       if (boundary) due = pace.until_ns;
       now = xt_dev_now_ns();
-      if (now < due && xt_dev_clock_is_virtual()) {
+      /* the scenario's events up to this exposure (not past its deadline, however late it is
+       * made: the same frames on the real and the virtual clock); then wait for the earlier of
+       * the deadline and the scenario's next time */
+      if (scenario_step_locked(s, now < due ? now : due)) continue;
+      const uint64_t wake = earliest(due, xt_scenario_next_time(&s->scn));
+      if (now < wake && xt_dev_clock_is_virtual()) {
         /* Virtual time moves to the deadline once every exposure before it is rendered and every
          * stream client has been sent the newest frame: as fast as that, never dropping a frame. */
         if (s->inflight == 0 && atomic_load(&s->ws_min_pub) >= xt_ring_latest_pub(&s->ring))
-          xt_dev_clock_advance(due);
+          xt_dev_clock_advance(wake);
         else
           pthread_cond_wait(&s->st_cv, &s->st_mu);
         continue;
       }
-      if (now < due) {
-        struct timespec ts = ts_of(due);
+      if (now < wake) {
+        struct timespec ts = ts_of(wake);
         pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);
         continue; /* re-check the state and the clock */
       }

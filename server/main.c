@@ -107,6 +107,14 @@ static int setup(xt_server *s, xt_msg *msg) {
   s->plane.set.pose = xt_pose_default(md);
   s->plane.set.t_pose_ns = xt_dev_now_ns();
   xt_srv_device_setup(s, xt_dev_now_ns()); /* powered on: ready, exposing when autostarted */
+  s->scenario_hook = xt_srv_scenario_apply;
+  if (s->cfg.scenario[0]) { /* played from the start, before the first exposure */
+    xt_scenario sc;
+    if ((rc = xt_scenario_load(s->cfg.scenario, &sc, msg))) return rc;
+    s->scn = sc;
+    s->scn.t_start_ns = xt_dev_now_ns();
+    if (sc.has_seed) s->plane.set.chain_prm.seed = sc.seed;
+  }
 
   /* One render worker per device: the CPU projector is one (multithreaded) device, unless
    * --devices N > 1 asks for N CPU workers sharing the cores (to test the multi-device path
@@ -258,6 +266,7 @@ done:
   xt_rest_stop(s);
   if (engine_started) xt_engine_stop(s);
   xt_session_close(s);
+  xt_scenario_free(&s->scn);
   xt_ws_destroy(s);
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);

@@ -167,6 +167,21 @@ static void h_stop(xt_server *s, struct MHD_Connection *con, req *r, reply *out)
   h_acq_get(s, con, r, out);
 }
 
+static void h_scenario_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, xt_srv_scenario_json(s));
+}
+
+/* PUT /v1/scenario: a scenario (docs/device.md, "Scenarios") replaces the one playing and starts now. */
+static void h_scenario_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_scenario_set(s, j, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  h_scenario_get(s, con, r, out);
+}
+
 static void h_device_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   reply_json(out, 200, xt_srv_device_json(s));
 }
@@ -333,6 +348,8 @@ static const xt_route routes[] = {
     {"POST", "/v1/acquisition/start", "Start the acquisition", (void *)h_start},
     {"POST", "/v1/acquisition/stop", "Stop the acquisition", (void *)h_stop},
     {"POST", "/v1/acquisition/trigger", "Lockstep: expose and stream exactly one frame", (void *)h_trigger},
+    {"GET", "/v1/scenario", "The scenario playing: name, events applied and pending, its start", (void *)h_scenario_get},
+    {"PUT", "/v1/scenario", "Play a scenario (a timeline of commands and faults) from now", (void *)h_scenario_put},
     {"GET", "/v1/device", "The device: state, fault, latencies, switch held, the image held, commands allowed",
      (void *)h_device_get},
     {"POST", "/v1/device/power_on", "Device: power on (standby -> ready)", (void *)h_device_cmd},

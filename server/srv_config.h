@@ -52,6 +52,7 @@ typedef struct xt_srv_config {
   int rest_threads;
   int max_clients;
   char ports_file[XT_SRV_STR];
+  char scenario[XT_SRV_STR];     /* a scenario file played from the start (srv_scenario.h) */
   char clock[16];               /* real | virtual: the device's clock (srv_clock.h) */
   char session_log[XT_SRV_STR]; /* JSON lines of the session for `xtwin replay` (docs/session-log.md) */
   int verbose;

@@ -89,6 +89,12 @@ int xt_srv_start(xt_server *s, int run, xt_msg *msg);
  * by POST /v1/device/<command> and the stream's "device" message; *device_out (may be NULL) gets
  * GET /v1/device's body after it. Refused: XT_ESTATE naming the command and the state. */
 int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out, xt_msg *msg);
+/* Scenarios (srv_scenario.h): one event applied through the API's own operation (the pacer calls
+ * it through s->scenario_hook, with st_mu let go); a scenario set (PUT /v1/scenario, --scenario),
+ * started at the device clock's now, its seed the chain's; its progress. */
+int xt_srv_scenario_apply(xt_server *s, const char *what, const char *name, const json_t *body, xt_msg *msg);
+int xt_srv_scenario_set(xt_server *s, const json_t *doc, xt_msg *msg);
+json_t *xt_srv_scenario_json(xt_server *s);
 /* GET /v1/device: the device as of now. */
 json_t *xt_srv_device_json(xt_server *s);
 json_t *xt_srv_state_json(xt_server *s);

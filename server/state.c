@@ -12,6 +12,7 @@
 #include "srv_device.h"
 #include "srv_engine.h"
 #include "srv_metrics.h"
+#include "srv_scenario.h"
 #include "srv_session.h"
 #include "srv_state.h"
 #include "xt_coverage.h"
@@ -700,4 +701,55 @@ json_t *xt_dose_json(xt_server *s) {
                         "drc", "active", m->drc_live && (m->drc.flags & XT_DRC_ON), "measured_ngy", m->drc.measured_ngy,
                         "target_ngy", m->drc.target_ngy, "curve_s", m->drc.s, "flags", (int)m->drc.flags);
   return o;
+}
+
+/* ---- scenarios ------------------------------------------------------------------------------ */
+
+int xt_srv_scenario_apply(xt_server *s, const char *what, const char *name, const json_t *body, xt_msg *msg) {
+  json_t *empty = json_object();
+  const json_t *b = body ? body : empty;
+  int rc;
+  if (!strcmp(what, "fault")) rc = s->fault_hook ? s->fault_hook(s, name, b, msg)
+                                                 : xt_fail(msg, XT_EUNSUPPORTED, "fault '%s': no faults in this build", name);
+  else if (!strcmp(name, "pose")) rc = xt_srv_update_pose(s, b, 0, NULL, msg);
+  else if (!strcmp(name, "acquisition")) rc = xt_srv_update_acq(s, b, msg);
+  else if (!strcmp(name, "start") || !strcmp(name, "stop")) rc = xt_srv_start(s, !strcmp(name, "start"), msg);
+  else if (!strcmp(name, "trigger")) rc = xt_engine_trigger(s, NULL, msg);
+  else if (!strcmp(name, "device")) { /* {"command": NAME, its fields} */
+    const char *c = json_string_value(json_object_get(b, "command"));
+    const int cmd = xt_dev_cmd_parse(c);
+    json_t *args = json_copy((json_t *)b);
+    json_object_del(args, "command");
+    rc = cmd < 0 ? xt_fail(msg, XT_EINVAL, "device: unknown command '%.64s'", c ? c : "(none)")
+                 : xt_srv_device(s, cmd, args, NULL, msg);
+    json_decref(args);
+  } else
+    rc = xt_fail(msg, XT_EINVAL, "scenario: unknown command '%.64s'", name);
+  json_decref(empty);
+  return rc;
+}
+
+int xt_srv_scenario_set(xt_server *s, const json_t *doc, xt_msg *msg) {
+  xt_scenario sc;
+  int rc = xt_scenario_parse(doc, &sc, msg);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->st_mu);
+  xt_scenario_free(&s->scn);
+  s->scn = sc;
+  s->scn.t_start_ns = xt_dev_now_ns();
+  if (sc.has_seed) s->plane.set.chain_prm.seed = sc.seed; /* the run's noise: the same every time */
+  json_t *logged = json_pack("{s:s,s:i}", "name", s->scn.name, "events", s->scn.n);
+  xt_session_command(s, "scenario", "api", logged, 0, NULL);
+  json_decref(logged);
+  s->acq_gen++;
+  xt_engine_kick(s);
+  pthread_mutex_unlock(&s->st_mu);
+  return 0;
+}
+
+json_t *xt_srv_scenario_json(xt_server *s) {
+  pthread_mutex_lock(&s->st_mu);
+  json_t *j = xt_scenario_json(&s->scn);
+  pthread_mutex_unlock(&s->st_mu);
+  return j;
 }

@@ -37,6 +37,7 @@
 #include "srv_metrics.h"
 #include "srv_state.h"
 #include "xt_acq.h"
+#include "srv_scenario.h"
 #include "xt_device.h"
 #include "xt_geom.h"
 #include "xt_model.h"
@@ -73,6 +74,11 @@ typedef struct xt_server {
    * ready, prepare, exposing, readout, fault, under st_mu. The pacer exposes only while it is
    * exposing; run.running is its API switch (acquisition start/stop). */
   xt_device dev;
+  /* The scenario being played (srv_scenario.h; st_mu) and how the pacer applies its events and
+   * faults: hooks set by main, so that the engine calls neither state.c nor fault.c. */
+  xt_scenario scn;
+  int (*scenario_hook)(struct xt_server *s, const char *what, const char *name, const json_t *body, xt_msg *msg);
+  int (*fault_hook)(struct xt_server *s, const char *name, const json_t *body, xt_msg *msg);
   int stopping;
 
   xt_worker workers[XT_SRV_MAX_WORKERS];

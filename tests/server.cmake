@@ -81,6 +81,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_virtual_clock
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_virtual_clock.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_virtual_clock PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Scenarios: commands at frame numbers and times, the same frames on the real and the virtual
+    # clock and from run to run; broken scenarios refused by event and field.
+    add_test(NAME test_server_scenario
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_scenario.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_scenario PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Model paths confined before any file access (an strace of the server as the oracle), 404 for
     # a missing path inside the root, unique model names (409; distinct default names).
     add_test(NAME test_server_model_paths

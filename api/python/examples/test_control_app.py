@@ -9,7 +9,7 @@ xtwin.testing's fixtures and assertions.
 import pytest
 
 import xtwin
-from xtwin.testing import dose_below, frame_within
+from xtwin.testing import dose_below, frame_within, state_reached
 
 
 class ViewPlanner:
@@ -46,6 +46,15 @@ def test_a_fluoro_run_stays_within_the_dose_budget(xtwin_server):
         app.fluoro(False)
     d = dose_below(srv.client, k_irp_mgy=1.0)
     assert d["run_frames"] >= 5
+
+
+def test_the_pedal_exposes_after_prepare_and_holds_the_last_image(xtwin_server):
+    srv = xtwin_server("--fps", "15", "--no-autostart")
+    srv.client._json("POST", "/v1/device/fluoro", {})
+    state_reached(srv.client, "exposing", timeout=10)
+    srv.client._json("POST", "/v1/device/release", {})
+    d = state_reached(srv.client, "ready", timeout=10)
+    assert d["lih"] is not None, d  # the last image held: the run's last frame
 
 
 def test_an_impossible_deadline_fails(xtwin_server):

@@ -72,6 +72,7 @@ typedef struct xt_protocol {
   double fps, kv, ma, pulse_ms, filter_al_mm, filter_cu_mm;
   double detector_ngy;       /* requested detector dose per frame at the largest field */
   double temporal_alpha;
+  double prepare_ms, first_frame_ms; /* the device's latencies when its switch starts this protocol */
   int curve;                 /* index into the table's dose control curves */
   int nphases;               /* 0: one phase at fps */
   xt_protocol_phase phase[XT_PROTOCOL_MAX_PHASES];

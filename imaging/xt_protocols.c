@@ -133,10 +133,11 @@ static int read_protocols(xt_protocol_set *S, const char *text, const char *sour
   xt_table *t = &S->pt;
   int rc = xt_table_parse(text, source, t, msg);
   if (rc) return rc;
-  enum { NAME, KIND, FPS, KV, MA, MS, AL, CU, DOSE, CURVE, PATIENT, ALPHA, PHASES, SOURCE, NCOL };
+  enum { NAME, KIND, FPS, KV, MA, MS, AL, CU, DOSE, CURVE, PATIENT, ALPHA, PHASES, PREP, FIRST, SOURCE, NCOL };
   static const char *names[NCOL] = {"name",         "kind",         "fps",   "kv",      "ma",
                                     "pulse_ms",     "filter_al_mm", "filter_cu_mm", "detector_ngy", "curve",
-                                    "patient",      "temporal_alpha", "phases", "source"};
+                                    "patient",      "temporal_alpha", "phases", "prepare_ms", "first_frame_ms",
+                                    "source"};
   int c[NCOL];
   for (int i = 0; i < NCOL; i++)
     if ((c[i] = xt_table_col(t, names[i], msg)) < 0) return XT_EFORMAT;
@@ -172,6 +173,8 @@ static int read_protocols(xt_protocol_set *S, const char *text, const char *sour
         (rc = xt_table_num(t, r, c[CU], 0, XT_FILTER_MAX_MM_CU, &p->filter_cu_mm, msg)) ||
         (rc = xt_table_num(t, r, c[DOSE], custom ? 0 : 1, custom ? 0 : 100000, &p->detector_ngy, msg)) ||
         (rc = xt_table_num(t, r, c[ALPHA], custom ? 0 : 0.01, custom ? 0 : 1, &p->temporal_alpha, msg)) ||
+        (rc = xt_table_num(t, r, c[PREP], 0, 10000, &p->prepare_ms, msg)) ||
+        (rc = xt_table_num(t, r, c[FIRST], 0, 10000, &p->first_frame_ms, msg)) ||
         (rc = read_phases(t, r, c[PHASES], p, msg)))
       return rc;
     if (p->nphases && p->fps != p->phase[0].fps)

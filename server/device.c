@@ -10,6 +10,7 @@
 #include "srv_device.h"
 #include "srv_ring.h"
 #include "srv_session.h"
+#include "xt_exposure.h"
 #include "xt_server.h"
 
 static json_t *latency_json(const xt_dev_latency *l) {
@@ -47,11 +48,22 @@ static json_t *event_json(const xt_device *d, const xt_dev_event *e) {
   return j;
 }
 
-/* The detector mode's readout time is the readout after X-ray (scene/detector_modes.tsv). */
+/* The latencies from the tables: the readout after X-ray is the detector mode's
+ * (scene/detector_modes.tsv); the prepare and first-frame times are the protocol's
+ * (imaging/protocols.tsv): a fluoroscopy flavour's for the pedal, an exposure's or DSA's for the hand
+ * switch; with no protocol (custom) or one of the other kind, the switch keeps the defaults. */
 static void latencies_locked(xt_server *s) {
+  s->dev.lat[XT_DEV_SW_FLUORO] = xt_dev_latency_default(XT_DEV_SW_FLUORO);
+  s->dev.lat[XT_DEV_SW_EXPOSE] = xt_dev_latency_default(XT_DEV_SW_EXPOSE);
   const double r = s->plane.set.mode ? s->plane.set.mode->readout_ms : XT_DEV_DEFAULT_READOUT_MS;
   s->dev.lat[XT_DEV_SW_FLUORO].readout_ms = r;
   s->dev.lat[XT_DEV_SW_EXPOSE].readout_ms = r;
+  const xt_protocol *p = xt_protocol_at(s->plane.set.chain_prm.protocol);
+  if (p && p->kind != XT_PROTOCOL_KIND_CUSTOM) {
+    xt_dev_latency *l = &s->dev.lat[p->kind == XT_PROTOCOL_KIND_FLUORO ? XT_DEV_SW_FLUORO : XT_DEV_SW_EXPOSE];
+    l->prepare_ms = p->prepare_ms;
+    l->first_frame_ms = p->first_frame_ms;
+  }
 }
 
 static int publish_locked(xt_server *s, const xt_dev_out *o) {

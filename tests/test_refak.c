@@ -175,6 +175,7 @@ XT_TEST(every_protocol_row_parses_and_applies) {
     XT_CHECK(p.protocol == id && p.drc == 1 && p.grid == 1 && p.drc_target_ngy == pr->detector_ngy);
     XT_CHECK(p.dsa == (pr->kind == XT_PROTOCOL_KIND_DSA) && xt_protocol_find(pr->name) == id);
     XT_CHECK(xt_protocol_fps(id) > 0 && *pr->source && *pr->patient);
+    XT_CHECK(pr->prepare_ms == (pr->kind == XT_PROTOCOL_KIND_FLUORO ? 50 : 300) && pr->first_frame_ms == 0);
     /* the loop follows the protocol's curve, which starts where the preset's exposure is reachable */
     const xt_drc_law law = xt_drc_law_of(&p);
     XT_CHECK(law.curve.n == xt_protocol_curve(id)->n && law.curve.n >= 2);
@@ -214,24 +215,24 @@ static void expect_error(const char *protocols, const char *curves, const char *
 
 XT_TEST(broken_tables_are_named_by_file_line_and_column) {
   const char *head = "name kind fps kv ma pulse_ms filter_al_mm filter_cu_mm detector_ngy curve patient temporal_alpha "
-                     "phases source\n";
-  const char *rows = "custom custom 0 0 0 0 0 0 0 default all 0 - x\n"
-                     "fluoro_low fluoro 7.5 70 10 5 1 0.9 20 default all 0.3 - x\n"
-                     "fluoro_normal fluoro 15 70 15 5 1 0.4 40 default all 0.4 - x\n"
-                     "fluoro_high fluoro 15 75 30 6 1 0.2 80 default all 0.5 - x\n"
-                     "cine_15 exposure 15 75 100 6 1 0.1 150 default all 1 - x\n"
-                     "cine_30 exposure 30 75 100 6 1 0.1 150 default all 1 - x\n"
-                     "dsa dsa 3 70 200 50 1 0 2000 default all 1 - x\n";
+                     "phases prepare_ms first_frame_ms source\n";
+  const char *rows = "custom custom 0 0 0 0 0 0 0 default all 0 - 0 0 x\n"
+                     "fluoro_low fluoro 7.5 70 10 5 1 0.9 20 default all 0.3 - 0 0 x\n"
+                     "fluoro_normal fluoro 15 70 15 5 1 0.4 40 default all 0.4 - 0 0 x\n"
+                     "fluoro_high fluoro 15 75 30 6 1 0.2 80 default all 0.5 - 0 0 x\n"
+                     "cine_15 exposure 15 75 100 6 1 0.1 150 default all 1 - 0 0 x\n"
+                     "cine_30 exposure 30 75 100 6 1 0.1 150 default all 1 - 0 0 x\n"
+                     "dsa dsa 3 70 200 50 1 0 2000 default all 1 - 0 0 x\n";
   char text[4096];
   /* the good table parses */
-  snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 default all 1 2x3s,1x5s x\n", head, rows);
+  snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 default all 1 2x3s,1x5s 0 0 x\n", head, rows);
   xt_protocol_set *s = NULL;
   xt_msg msg;
   XT_REQUIRE_MSG(xt_protocol_set_parse(text, "p.tsv", curves_ok, "c.tsv", &s, &msg) == 0, "%s", msg.text);
   XT_CHECK(xt_protocol_set_count(s) == 8 && xt_protocol_set_at(s, 7)->nphases == 2);
   xt_protocol_set_free(s);
   /* a non-number: file, line 9, column */
-  snprintf(text, sizeof text, "%s%smulti exposure 2 seventy 100 50 1 0.1 900 default all 1 - x\n", head, rows);
+  snprintf(text, sizeof text, "%s%smulti exposure 2 seventy 100 50 1 0.1 900 default all 1 - 0 0 x\n", head, rows);
   expect_error(text, NULL, "p.tsv:9:", "column 'kv'");
   /* a wrong cell count: file and line */
   snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 default all 1 -\n", head, rows);
@@ -239,11 +240,11 @@ XT_TEST(broken_tables_are_named_by_file_line_and_column) {
   /* a missing column: file and the column */
   expect_error("name kind fps\ncustom custom 0\n", NULL, "p.tsv", "no column 'kv'");
   /* a bad multiphase cell, an unknown curve, a row out of issue 11's order */
-  snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 default all 1 2x3s;1x5s x\n", head, rows);
+  snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 default all 1 2x3s;1x5s 0 0 x\n", head, rows);
   expect_error(text, NULL, "p.tsv:9:", "column 'phases'");
-  snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 turbo all 1 - x\n", head, rows);
+  snprintf(text, sizeof text, "%s%smulti exposure 2 70 100 50 1 0.1 900 turbo all 1 - 0 0 x\n", head, rows);
   expect_error(text, NULL, "p.tsv:9:", "column 'curve'");
-  snprintf(text, sizeof text, "%sfluoro_low fluoro 7.5 70 10 5 1 0.9 20 default all 0.3 - x\n", head);
+  snprintf(text, sizeof text, "%sfluoro_low fluoro 7.5 70 10 5 1 0.9 20 default all 0.3 - 0 0 x\n", head);
   expect_error(text, NULL, "p.tsv:2:", "column 'name'");
   /* curves: a segment changing two factors, a falling factor, a non-number */
   snprintf(text, sizeof text, "%s%s", head, rows);

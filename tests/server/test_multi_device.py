@@ -94,6 +94,33 @@ class Client:
         return out
 
 
+def launch(server, tmp, name, args, exited_ok=False):
+    """xtwin-server on free ports (args after the port flags), its output in tmp/server-NAME.log:
+    (proc, {"rest", "ws"}, the open log). A server that exits at start fails, unless exited_ok:
+    then (proc, None, its output)."""
+    ports = os.path.join(tmp, "ports-%s.json" % name)
+    if os.path.exists(ports):
+        os.remove(ports)  # an earlier run's, under the same name
+    log = open(os.path.join(tmp, "server-%s.log" % name), "w+")
+    proc = subprocess.Popen([server, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports] + list(args),
+                            cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        if proc.poll() is not None:
+            log.seek(0)
+            if exited_ok:
+                return proc, None, log.read()
+            raise Failed("xtwin-server exited %d at start: %s" % (proc.returncode, log.read()[-2000:]))
+        try:
+            with open(ports) as f:
+                return proc, json.load(f), log
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise Failed("xtwin-server did not start")
+            time.sleep(0.02)
+
+
 def info(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
     c.request("GET", "/v1/info")
@@ -134,24 +161,9 @@ def check(part, frames, want, kinds, ref):
 
 def session(server, devices, tmp, ref, backend="cpu"):
     """One server run; its frames (masked) by part, each checked against ref's (None: the reference)."""
-    ports = os.path.join(tmp, "ports-%d.json" % devices)
-    log = open(os.path.join(tmp, "server-%d.log" % devices), "w+")
-    proc = subprocess.Popen([server, "--devices", str(devices), "--rest-port", "0", "--ws-port", "0",
-                             "--ports-file", ports, "--backend", backend] + SERVER_ARGS, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
+    proc, p, log = launch(server, tmp, str(devices), ["--devices", str(devices), "--backend", backend] + SERVER_ARGS)
     clients, out, ref = [], {}, ref or {}
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                raise Failed("xtwin-server exited %d at start" % proc.returncode)
-            try:
-                with open(ports) as f:
-                    p = json.load(f)
-                break
-            except (OSError, ValueError):
-                if time.monotonic() > deadline:
-                    raise Failed("xtwin-server did not start")
-                time.sleep(0.02)
         workers = info(p["rest"]).get("render_workers")
         if workers != devices:
             raise Failed("GET /v1/info: render_workers %r, want %d" % (workers, devices))

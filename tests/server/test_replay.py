@@ -27,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_multi_device import Client, Failed, info, u64, kind, TIMEOUT, OFF_COUNTER  # noqa: E402
+from test_multi_device import Client, Failed, info, launch, u64, kind, TIMEOUT, OFF_COUNTER  # noqa: E402
 
 SERVER_ARGS = ["--devices", "2", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode",
                "fd20-128", "--run-mode", "lockstep", "--chain"]
@@ -41,24 +41,9 @@ def masked(m):
 
 
 def run_session(server, tmp, log_path):
-    ports = os.path.join(tmp, "ports.json")
-    out = open(os.path.join(tmp, "server.log"), "w+")
-    proc = subprocess.Popen([server, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--backend", "cpu",
-                             "--session-log", log_path] + SERVER_ARGS, cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
+    proc, p, out = launch(server, tmp, "session", ["--backend", "cpu", "--session-log", log_path] + SERVER_ARGS)
     clients, got = [], []
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                raise Failed("xtwin-server exited %d at start" % proc.returncode)
-            try:
-                with open(ports) as f:
-                    p = json.load(f)
-                break
-            except (OSError, ValueError):
-                if time.monotonic() > deadline:
-                    raise Failed("xtwin-server did not start")
-                time.sleep(0.02)
         if info(p["rest"]).get("render_workers") != 2:
             raise Failed("two render workers expected")
         raw, pc = Client(p["ws"], "raw"), Client(p["ws"], "processed")

@@ -21,14 +21,13 @@ import os
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_multi_device import Client, Failed, u64, TIMEOUT, OFF_COUNTER  # noqa: E402
+from test_multi_device import Client, Failed, launch, u64, TIMEOUT, OFF_COUNTER  # noqa: E402
 
 ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
         "--fps", "5", "--chain", "--no-autostart"]
@@ -57,25 +56,7 @@ def rest(port, method, path, body=None):
 
 
 def start(server, tmp, clock, extra=(), label=None):
-    ports = os.path.join(tmp, "ports-%s.json" % (label or clock))
-    if os.path.exists(ports):
-        os.remove(ports)
-    out = open(os.path.join(tmp, "server-%s.log" % (label or clock)), "w+")
-    proc = subprocess.Popen([server, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--clock", clock]
-                            + ARGS + list(extra), cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        if proc.poll() is not None:
-            out.seek(0)
-            return proc, None, out.read()
-        try:
-            with open(ports) as f:
-                return proc, json.load(f), out
-        except (OSError, ValueError):
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise Failed("xtwin-server did not start")
-            time.sleep(0.02)
+    return launch(server, tmp, label or clock, ["--clock", clock] + ARGS + list(extra), exited_ok=True)
 
 
 def run(server, tmp, clock):

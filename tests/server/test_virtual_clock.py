@@ -14,19 +14,16 @@ dropped. Both runs' frames must be byte-identical but for the times and the per-
 real clock. Exit 0 passed, 1 failed.
 """
 import argparse
-import json
 import os
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_multi_device import Client, Failed, u64, TIMEOUT, OFF_COUNTER, OFF_DROPPED  # noqa: E402
+from test_multi_device import Client, Failed, launch, u64, TIMEOUT, OFF_COUNTER, OFF_DROPPED  # noqa: E402
 
 ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
         "--fps", "5", "--chain", "--no-autostart"]
@@ -41,24 +38,9 @@ def masked(m):
 
 
 def run(server, tmp, clock):
-    ports = os.path.join(tmp, "ports-%s.json" % clock)
-    out = open(os.path.join(tmp, "server-%s.log" % clock), "w+")
-    proc = subprocess.Popen([server, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--clock", clock]
-                            + ARGS, cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
+    proc, p, out = launch(server, tmp, clock, ["--clock", clock] + ARGS)
     c = None
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                raise Failed("xtwin-server exited %d at start" % proc.returncode)
-            try:
-                with open(ports) as f:
-                    p = json.load(f)
-                break
-            except (OSError, ValueError):
-                if time.monotonic() > deadline:
-                    raise Failed("xtwin-server did not start")
-                time.sleep(0.02)
         c = Client(p["ws"], clock)
         c.until(hello=True)
         c.ws.send({"type": "acquisition", "acquisition": {"chain": CHAIN}, "id": "a"})

@@ -215,6 +215,7 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   if (chain) {
     f->chain = 1;
     plane_exposure(plane, q, &f->prm);
+    if (q->kv_scale > 0) f->prm.kv *= q->kv_scale; /* the generator's actual kV, not the one asked for */
   }
   f->t_render_ns = xt_acq_now_ns();
 
@@ -237,6 +238,7 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   const int rows = f->geom.mode.rows, cols = f->geom.mode.cols;
   if (chain) {
     if ((rc = xt_acq_renderer_chain(r, &f->prm, msg))) return rc;
+    xt_chain_set_panel_fault(r->chain, &q->panel_fault);
     if (r->chain_run != q->run || (q->flags & XT_ACQ_FIRST_EXPOSURE)) {
       xt_chain_reset(r->chain);
       r->chain_run = q->run;

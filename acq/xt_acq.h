@@ -180,6 +180,11 @@ typedef struct xt_acq_request {
   uint64_t counter;           /* the run's frame number: keys the chain's noise */
   uint64_t run;               /* the run it belongs to (plane totals, the loop, the chain's states) */
   uint64_t pose_seq, t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* known before the frame */
+  /* Faults (the server's injection, server/fault.c; zeros: none): the panel's since its calibration
+   * (the chain's readout: xt_chain_set_panel_fault), and a generator off its nominal kV: the frame
+   * is exposed (and recorded: prm.kv) at kV x kv_scale (0: nominal), after the loop set it. */
+  xt_panel_fault panel_fault;
+  double kv_scale;
   /* Called with the geometry before any render work (the server's work budgets); NULL: none. */
   int (*admit)(void *ctx, const xt_geometry *g, xt_msg *msg);
   /* Called once the planes' sizes are in the record: points each wanted plane's data at a buffer

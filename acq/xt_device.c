@@ -125,6 +125,10 @@ static void advance_(xt_device *d, uint64_t now, xt_dev_out *o) {
       end_exposing(d, t, -1, o); /* the series is over: it ends on its own, the switch still held */
     } else if (d->state == XT_DEV_READOUT) {
       end_readout(d, t, o);
+    } else if (d->state == XT_DEV_FAULT) {
+      enter(d, XT_DEV_READY, t, -1, o); /* a timed fault's condition passed (recover_s): no reset needed */
+      d->fault_code = 0;
+      d->fault_text[0] = 0;
     } else {
       d->t_deadline_ns = 0; /* no other state has a deadline */
     }
@@ -212,7 +216,7 @@ static void drop_api(xt_device *d) {
 }
 
 int xt_dev_command(xt_device *d, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t now, xt_dev_out *out, xt_msg *msg) {
-  static const xt_dev_args none = {NULL, 0, 0, NULL};
+  static const xt_dev_args none = {NULL, 0, 0, NULL, 0};
   if (!a) a = &none;
   out->nev = 0;
   advance_(d, now, out);
@@ -230,6 +234,10 @@ int xt_dev_command(xt_device *d, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t 
   if (cmd == XT_DEV_CMD_EXPOSE && (rc = check_phases(a, msg))) goto done;
   if (cmd == XT_DEV_CMD_FAULT && a->fault_code <= 0) {
     rc = xt_fail(msg, XT_EINVAL, "device: a fault needs a code > 0");
+    goto done;
+  }
+  if (a->recover_s != 0 && (cmd != XT_DEV_CMD_FAULT || !(a->recover_s > 0 && a->recover_s <= XT_DEV_MAX_RECOVER_S))) {
+    rc = xt_fail(msg, XT_EINVAL, "device: recover_s: a fault's only, in (0, %g] s", XT_DEV_MAX_RECOVER_S);
     goto done;
   }
   switch (cmd) {
@@ -269,6 +277,7 @@ int xt_dev_command(xt_device *d, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t 
     const char *t = a->fault_text && *a->fault_text ? a->fault_text : xt_dev_fault_name(a->fault_code);
     snprintf(d->fault_text, sizeof d->fault_text, "%s", t ? t : "fault");
     enter(d, XT_DEV_FAULT, now, cmd, out); /* aborts any exposure: no readout, nothing held */
+    if (a->recover_s > 0) d->t_deadline_ns = now + xt_dev_ms_ns(a->recover_s * 1e3);
     d->sw = XT_DEV_SW_NONE;
     drop_api(d);
     break;

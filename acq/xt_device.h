@@ -89,13 +89,20 @@ typedef struct xt_dev_args {
   int nphases;
   int fault_code;             /* fault: > 0 */
   const char *fault_text;     /* fault: NULL gives the code's own text */
+  double recover_s;           /* fault: > 0, the condition passes by itself after this long (an over-
+                                 temperature cooling down): fault -> ready by time; 0 waits for reset */
 } xt_dev_args;
+
+#define XT_DEV_MAX_RECOVER_S 3600.0
 
 /* Fault codes with a text of their own [U] (assumed: the IFU's error list was not reached). */
 #define XT_DEV_FAULTS(X)                          \
   X(100, "tube: overload or over temperature")    \
   X(200, "generator: high voltage fault")         \
+  X(210, "generator: kV out of tolerance")        \
+  X(250, "exposure aborted by the system")        \
   X(300, "detector: no frame from the panel")     \
+  X(310, "detector: over temperature, not ready") \
   X(400, "switch: held at power on or stuck")     \
   X(900, "injected fault")
 

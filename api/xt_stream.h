@@ -55,6 +55,21 @@ enum {
   XT_STREAM_DRC_RATE_LIMITED = 16u /* the last step was cut to the rate limit */
 };
 
+/* fault_flags (version 4, offset 572; was reserved3, always 0): the faults injected on the server
+ * (POST /v1/faults/<name>, docs/device.md "Faults") that acted on this frame. The panel's (dead line,
+ * cluster, gain drift, stale calibration) and the generator's act on the imaging chain's frames only:
+ * a mono frame (the chain off) has no detector and never carries them. */
+enum {
+  XT_STREAM_FAULT_LATE = 1u,          /* held back: published late_frame's ms after it was ready */
+  XT_STREAM_FAULT_DEAD_LINE = 2u,     /* dead columns or rows not in the calibration's defect map */
+  XT_STREAM_FAULT_PIXEL_CLUSTER = 4u, /* a dead pixel cluster, likewise */
+  XT_STREAM_FAULT_GAIN_DRIFT = 8u,    /* the panel's gain has drifted from its calibration */
+  XT_STREAM_FAULT_STALE_CAL = 16u,    /* offset/gain maps out of date: fixed-pattern residue */
+  XT_STREAM_FAULT_GENERATOR = 32u,    /* exposed at a kV off nominal (within the generator's tolerance) */
+  XT_STREAM_FAULT_TUBE_HEAT = 64u,    /* exposed while the tube is at its heat limit (fluoroscopy only) */
+  XT_STREAM_FAULT_AFTER_DROP = 128u   /* the first frame published after frames dropped by drop_frame */
+};
+
 typedef struct xt_stream_header {
   uint32_t magic;               /*   0  XT_STREAM_MAGIC */
   uint16_t version;             /*   4  XT_STREAM_VERSION */
@@ -114,7 +129,7 @@ typedef struct xt_stream_header {
   double drc_target_ngy;        /* 552  requested detector dose per frame */
   double drc_curve_s;           /* 560  the loop's position on its curve for the next frame, 0..7 */
   uint32_t drc_flags;           /* 568  XT_STREAM_DRC_* after this frame's measurement */
-  uint32_t reserved3;           /* 572  0 */
+  uint32_t fault_flags;         /* 572  XT_STREAM_FAULT_*: injected faults that acted on this frame (0: none) */
   /* version 4: the readout (every frame): the panel, the centred region read out, the binning,
      the zoom field. P (160) is the render grid's; P_out the delivered matrix's (rows, cols) */
   char detector[16];            /* 576  the panel's name, NUL-terminated: fd20, fd15, fd12, ... */
@@ -189,7 +204,7 @@ _Static_assert(offsetof(xt_stream_header, drc_measured_ngy) == 544, "drc_measure
 _Static_assert(offsetof(xt_stream_header, drc_target_ngy) == 552, "drc_target_ngy");
 _Static_assert(offsetof(xt_stream_header, drc_curve_s) == 560, "drc_curve_s");
 _Static_assert(offsetof(xt_stream_header, drc_flags) == 568, "drc_flags");
-_Static_assert(offsetof(xt_stream_header, reserved3) == 572, "reserved3");
+_Static_assert(offsetof(xt_stream_header, fault_flags) == 572, "fault_flags");
 _Static_assert(offsetof(xt_stream_header, detector) == 576, "detector");
 _Static_assert(offsetof(xt_stream_header, roi) == 592, "roi");
 _Static_assert(offsetof(xt_stream_header, panel) == 608, "panel");

@@ -41,7 +41,11 @@ __global__ void __launch_bounds__(XT_STAGE_BLOCK) k_readout(const __grid_constan
   for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = lag_on ? lag[(size_t)oplane * k + o] : 0.f;
   xt_rng g;
   xt_rng_init(&g, fc.seed, fc.frame, (uint32_t)o, XT_RNG_READ);
-  const uint16_t code = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gn, of, dc, &g);
+  /* the panel as it is now (its faults since calibration); the processing below keeps the maps */
+  float gt = gn, ot = of;
+  int dt = dc;
+  xt_panel_fault_pixel(&fc.ro.fault, r, c, o, &gt, &ot, &dt);
+  const uint16_t code = xt_readout_pixel(&fc.ro, x * fc.ro.adu_per_kev, l, gt, ot, dt, &g);
   raw[o] = code;
   if (lag_on)
 #pragma unroll

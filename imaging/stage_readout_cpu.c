@@ -1,6 +1,7 @@
 /* Stage "readout" on the CPU (twin of stage_readout.cu): per output pixel, the charge of its 1 or
  * 2x2 render pixels summed (binning in the panel), converted to ADU, lag, the panel's gain and
- * offset, electronic noise, defects, saturation and the ADC (xt_readout_pixel). FA gets the
+ * offset (with the panel's faults since calibration: xt_panel_fault_pixel), electronic noise, defects,
+ * saturation and the ADC (xt_readout_pixel). FA gets the
  * flat-field signal of an ideal panel at the pixel (xt_flat_expect over its render pixels, from the
  * frame's tables t), for the processing's log. */
 #include "xt_chain_internal.h"
@@ -23,7 +24,11 @@ void xt_stage_readout_cpu(const xt_chain_tables *t, const xt_chain_frame_const *
       for (int k = 0; k < XT_LAG_TERMS; k++) l[k] = lag[oplane * k + o];
       xt_rng g;
       xt_rng_init(&g, fc->seed, fc->frame, (uint32_t)o, XT_RNG_READ);
-      raw[o] = xt_readout_pixel(&fc->ro, x * fc->ro.adu_per_kev, l, m->gain[o], m->offset[o], m->defect[o], &g);
+      /* the panel as it is now (its faults since calibration); the processing keeps the maps */
+      float gn = m->gain[o], of = m->offset[o];
+      int dc = m->defect[o];
+      xt_panel_fault_pixel(&fc->ro.fault, r, c, (uint32_t)o, &gn, &of, &dc);
+      raw[o] = xt_readout_pixel(&fc->ro, x * fc->ro.adu_per_kev, l, gn, of, dc, &g);
       for (int k = 0; k < XT_LAG_TERMS; k++) lag[oplane * k + o] = l[k];
       FA[o] = f * fc->ro.adu_per_kev;
     }

@@ -111,6 +111,7 @@ void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t
     sum += f;
   }
   r->lag_b0 = (float)(1.0 - sum);
+  r->fault = c->fault;
   xt_process_const *pc = &fc->pc;
   pc->window = (float)p->window;
   pc->level = (float)p->level;
@@ -246,6 +247,11 @@ void xt_chain_drc_last(const xt_chain *c, xt_chain_drc_frame *r) { *r = c->rec; 
 unsigned long long xt_chain_table_builds(const xt_chain *c) { return (unsigned long long)c->tc->builds; }
 
 const xt_chain_params *xt_chain_get_params(const xt_chain *c) { return &c->prm; }
+
+void xt_chain_set_panel_fault(xt_chain *c, const xt_panel_fault *f) {
+  if (f && f->on) c->fault = *f;
+  else memset(&c->fault, 0, sizeof c->fault); /* on = 0: the readout never looks further */
+}
 void xt_chain_get_info(const xt_chain *c, xt_chain_info *info) { *info = c->info; }
 
 void xt_chain_set_threads(xt_chain *c, int threads) { c->threads = threads > 0 ? (threads > 64 ? 64 : threads) : default_threads(); }

@@ -79,6 +79,24 @@ typedef struct xt_chain_params {
                   * fast march (xt_proj_render_channels_fast); no effect on the GPU */
 } xt_chain_params;
 
+/* Faults of the panel since its calibration (the server's fault injection, server/fault.c): what the
+ * panel does now against what its calibration (the gain/offset maps, the defect map the processing
+ * corrects and interpolates with) says. They act on the readout only, so the processing's correction
+ * shows them as a real system's would: a line or cluster that died after the defect map was made is
+ * not interpolated; a drifted gain or offset leaves its pattern in the processed frame. All zero
+ * (on = 0): the readout is bit for bit the fault-free one. Output-grid pixels. */
+typedef struct xt_panel_fault {
+  int on;
+  float gain_scale;        /* gain drift: the panel's gain now over its calibrated gain (1: none) */
+  float stale_offset_adu;  /* stale calibration: rms of each pixel's offset drift since the maps (0: none) */
+  float stale_gain;        /* ... and of its relative gain drift */
+  uint64_t stale_seed;     /* keys the drift's pattern (fixed: the same in every frame) */
+  int col0, ncols;         /* dead columns col0 .. col0 + ncols - 1 (ncols 0: none) */
+  int row0, nrows;         /* dead rows */
+  int cl_col, cl_row;      /* a dead cluster: the pixels within cl_r of (cl_col, cl_row) */
+  float cl_r;              /* < 0: no cluster */
+} xt_panel_fault;
+
 xt_chain_params xt_chain_params_default(void);
 
 /* The parameter table. */
@@ -129,6 +147,10 @@ void xt_chain_reset(xt_chain *c);
 /* DSA: the next processed frame becomes the mask (it is delivered unsubtracted; later frames are
  * its log image minus the mask's). Also happens on the first frame after dsa is switched on. */
 void xt_chain_dsa_remask(xt_chain *c);
+
+/* The panel's faults since calibration for the next frames (NULL or on = 0: none); kept until changed.
+ * They act in the readout only (xt_panel_fault above); the parameters and their hash are untouched. */
+void xt_chain_set_panel_fault(xt_chain *c, const xt_panel_fault *f);
 
 /* The output frame's size for a render geometry: the detector's, halved by 2x2 binning. */
 void xt_chain_out_size(const xt_chain *c, const xt_geometry *g, int *cols, int *rows);

@@ -91,6 +91,7 @@ struct xt_chain {
   xt_drc drc;                /* the host's loop state (CPU backend; the device's record otherwise) */
   xt_chain_drc_frame rec;    /* the last frame's record */
   xt_panel_maps maps;
+  xt_panel_fault fault; /* the panel's faults since calibration (xt_chain_set_panel_fault), into fc.ro */
   int threads;
   int first; /* the next frame starts the temporal filter */
   /* CPU scratch for a render grid of cols x rows (output ocols x orows) */

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "xt_chain.h"    /* xt_panel_fault */
 #include "xt_spectral.h" /* xt_exp2, xt_spectral_sum: shared with the fused projector path */
 #include "xt_vec.h"
 
@@ -56,7 +57,7 @@ static XT_INLINE XT_HOSTDEV xt_u32x4 xt_philox4x32_10(xt_u32x4 ctr, uint32_t k0,
 }
 
 /* The streams of draws a pixel makes, kept apart in the counter's last word. */
-enum { XT_RNG_QUANTA = 1, XT_RNG_READ = 2, XT_RNG_PANEL = 3 };
+enum { XT_RNG_QUANTA = 1, XT_RNG_READ = 2, XT_RNG_PANEL = 3, XT_RNG_STALE = 4 };
 
 /* A pixel's generator for one frame: counter (pixel, frame lo, frame hi, stream << 16 | block). */
 typedef struct xt_rng {
@@ -477,6 +478,27 @@ static XT_INLINE XT_HOSTDEV float xt_detect_draw(float S, float Q, xt_rng *g) {
 
 #define XT_LAG_TERMS 3
 
+enum { XT_DEFECT_NONE = 0, XT_DEFECT_DEAD = 1, XT_DEFECT_HOT = 2, XT_DEFECT_LINE = 3 };
+
+
+/* Output pixel (r, c) (linear index o): its calibrated gain, offset and defect code become what the
+ * faulty panel has now (xt_panel_fault, xt_chain.h). */
+static XT_INLINE XT_HOSTDEV void xt_panel_fault_pixel(const xt_panel_fault *f, int r, int c, uint32_t o, float *gain,
+                                                      float *offset, int *defect) {
+  if (!f->on) return;
+  *gain *= f->gain_scale;
+  if (f->stale_offset_adu > 0.f || f->stale_gain > 0.f) {
+    xt_rng g;
+    xt_rng_init(&g, f->stale_seed, 0, o, XT_RNG_STALE);
+    *offset += f->stale_offset_adu * xt_rng_normalf(&g);
+    *gain *= 1.f + f->stale_gain * xt_rng_normalf(&g);
+  }
+  const float dc = (float)(c - f->cl_col), dr = (float)(r - f->cl_row);
+  if ((c >= f->col0 && c < f->col0 + f->ncols) || (r >= f->row0 && r < f->row0 + f->nrows) ||
+      (f->cl_r >= 0.f && dc * dc + dr * dr <= f->cl_r * f->cl_r))
+    *defect = XT_DEFECT_DEAD;
+}
+
 typedef struct xt_readout_const {
   int bin;              /* 1, or 2: 2x2 charge binning */
   float adu_per_kev;    /* conversion gain */
@@ -485,9 +507,8 @@ typedef struct xt_readout_const {
   float lag_b0;         /* the prompt fraction, 1 - sum of the terms' fractions */
   float lag_a[XT_LAG_TERMS], lag_b[XT_LAG_TERMS]; /* term k releases b_k a_k^j of a frame's charge j frames later */
   int lag_on;
+  xt_panel_fault fault; /* the panel's faults since calibration (xt_chain_set_panel_fault) */
 } xt_readout_const;
-
-enum { XT_DEFECT_NONE = 0, XT_DEFECT_DEAD = 1, XT_DEFECT_HOT = 2, XT_DEFECT_LINE = 3 };
 
 /* One output pixel: x = collected charge in ADU (binned sum); lag[] its trap states (updated);
  * gain/offset the panel's maps; defect its code; g its readout generator. Returns the ADC code. */

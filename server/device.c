@@ -96,7 +96,14 @@ void xt_srv_device_setup(xt_server *s, uint64_t now) {
 int xt_srv_device_locked(xt_server *s, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t now, int *events, xt_msg *msg) {
   xt_dev_out o;
   latencies_locked(s);
-  const int rc = xt_dev_command(&s->dev, cmd, a, now, &o, msg);
+  /* a fault injected outside the machine refuses it (fault.c: the tube at its heat limit refuses the
+   * exposure hand switch); time still goes first */
+  int rc;
+  if (xt_srv_fault_refuse_locked(s, cmd, now, NULL)) {
+    xt_dev_advance(&s->dev, now, &o);
+    rc = xt_srv_fault_refuse_locked(s, cmd, now, msg);
+  } else
+    rc = xt_dev_command(&s->dev, cmd, a, now, &o, msg);
   const int n = publish_locked(s, &o);
   if (events) *events = n;
   return rc;

@@ -238,14 +238,23 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
     return;
   }
   xt_frame *f = fc.f;
+  /* injected faults (fault.c): an exposure made and not published, or published late */
+  uint64_t t_done = fr.t_done_ns;
+  uint32_t faults = 0;
+  if (xt_srv_fault_deliver(s, j, 1, &t_done, &faults)) {
+    xt_frame_unref(&s->ring, f);
+    return;
+  }
   const int rows = fr.raw.rows, cols = fr.raw.cols;
   const size_t pay = (size_t)cols * rows * 2;
   xt_frame_fields ff;
   xt_frame_fields_of(&fr, &ff);
   xt_stream_header h;
-  frame_header(j, &ff, XT_STREAM_KIND_RAW, rows, cols, XT_STREAM_PIX_U16, pay, fr.t_done_ns, &h);
+  frame_header(j, &ff, XT_STREAM_KIND_RAW, rows, cols, XT_STREAM_PIX_U16, pay, t_done, &h);
+  h.fault_flags = faults;
   memcpy(f->msg, &h, sizeof h);
-  frame_header(j, &ff, XT_STREAM_KIND_PROCESSED, rows, cols, XT_STREAM_PIX_U16, pay, fr.t_done_ns, &h);
+  frame_header(j, &ff, XT_STREAM_KIND_PROCESSED, rows, cols, XT_STREAM_PIX_U16, pay, t_done, &h);
+  h.fault_flags = faults;
   memcpy(f->msg2, &h, sizeof h);
   publish(s, f, j, fr.t_render_ns, fr.t_done_ns, -1);
 }
@@ -285,11 +294,19 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   else if (bpp == 2) convert_u16(w, w->lineint, (uint16_t *)(void *)px, npx);
   else memcpy(px, w->lineint, npx * 4);
   uint64_t t1 = xt_now_ns();
+  /* injected faults (fault.c): an exposure made and not published, or published late */
+  uint64_t t_done = t1;
+  uint32_t faults = 0;
+  if (xt_srv_fault_deliver(s, j, 0, &t_done, &faults)) {
+    xt_frame_unref(&s->ring, f);
+    return;
+  }
 
   xt_frame_fields ff;
   xt_frame_fields_of(&fr, &ff);
   xt_stream_header h;
-  frame_header(j, &ff, XT_STREAM_KIND_MONO, mode->rows, mode->cols, q.pixel_format, npx * bpp, t1, &h);
+  frame_header(j, &ff, XT_STREAM_KIND_MONO, mode->rows, mode->cols, q.pixel_format, npx * bpp, t_done, &h);
+  h.fault_flags = faults;
   memcpy(f->msg, &h, sizeof h);
   publish(s, f, j, t0, t1, bpp == 2 && !s->cfg.synthetic ? (double)(t1 - tc) * 1e-9 : -1);
 }
@@ -523,6 +540,7 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
   j.req.t_sched_ns = t_sched;
   j.req.t_exposure_ns = t_exp;
   j.req.period_ns = period_ns;
+  xt_srv_fault_latch_locked(s, &j, t_exp); /* the faults of this exposure's moment (fault.c) */
   xt_worker *w = pick_worker_locked(s, j.req.chain, lockstep);
   int replaced = 0;
   int rc = worker_push(s, w, &j, &replaced);

@@ -108,6 +108,7 @@ static int setup(xt_server *s, xt_msg *msg) {
   s->plane.set.t_pose_ns = xt_dev_now_ns();
   xt_srv_device_setup(s, xt_dev_now_ns()); /* powered on: ready, exposing when autostarted */
   s->scenario_hook = xt_srv_scenario_apply;
+  s->fault_hook = xt_srv_fault; /* fault.c: a scenario's faults take the REST path's entry point */
   if (s->cfg.scenario[0]) { /* played from the start, before the first exposure */
     xt_scenario sc;
     if ((rc = xt_scenario_load(s->cfg.scenario, &sc, msg))) return rc;
@@ -267,6 +268,7 @@ done:
   if (engine_started) xt_engine_stop(s);
   xt_session_close(s);
   xt_scenario_free(&s->scn);
+  xt_srv_faults_free(s);
   xt_ws_destroy(s);
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "srv_fault.h"
 #include "srv_metrics.h"
 
 static void hist_init(xt_hist *h, const char *name, const char *help, const double *le, int nb) {
@@ -121,6 +122,16 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *le
   counter(&b, "xtwin_frames_sent_total", "Frames sent to stream clients, all clients.", m->sent_total);
   counter(&b, "xtwin_frames_dropped_total", "Frames stream clients did not get (latest-wins), all clients.",
           m->dropped_total);
+  sb_printf(&b, "# HELP xtwin_faults_injected_total Faults injected (POST /v1/faults/<name>, scenarios), by name.\n"
+                "# TYPE xtwin_faults_injected_total counter\n");
+  for (int k = 0; k < XT_SRV_NFAULTS; k++)
+    sb_printf(&b, "xtwin_faults_injected_total{name=\"%s\"} %llu\n", xt_srv_fault_name(k),
+              (unsigned long long)m->faults_injected[k]);
+  counter(&b, "xtwin_frames_fault_dropped_total", "Frames exposed and not published (fault drop_frame).",
+          m->frames_fault_dropped);
+  counter(&b, "xtwin_frames_late_total", "Frames published late (fault late_frame).", m->frames_late);
+  counter(&b, "xtwin_frames_link_lost_total", "Frames no stream client got while the link was down (fault link_loss), all clients.",
+          m->frames_link_lost);
   int nclients = 0;
   for (int i = 0; i < XT_SRV_MAX_CLIENT_STATS; i++) nclients += m->clients[i].used;
   sb_printf(&b, "# HELP xtwin_stream_clients Stream clients connected.\n# TYPE xtwin_stream_clients gauge\n"

@@ -199,6 +199,30 @@ static void h_device_cmd(xt_server *s, struct MHD_Connection *con, req *r, reply
   reply_json(out, 200, dev);
 }
 
+/* GET /v1/faults: the faults acting now (fault.c). */
+static void h_faults_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, xt_srv_faults_json(s));
+}
+
+/* POST /v1/faults/<name>: the fault is the path's last part (one route each in the table); 200 with
+ * GET's body. A bad field: 400 naming it; abort_exposure with nothing exposing: 409 STATE. */
+static void h_fault_post(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  const char *slash = strrchr(r->url, '/');
+  json_t *j;
+  if (body_json(r, out, 1, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_fault(s, slash ? slash + 1 : "", j, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  reply_json(out, 200, xt_srv_faults_json(s));
+}
+
+/* DELETE /v1/faults: every server-side fault cleared (device faults stay: POST /v1/device/reset). */
+static void h_faults_delete(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  xt_srv_faults_clear(s);
+  reply_json(out, 200, xt_srv_faults_json(s));
+}
+
 static void h_trigger(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   xt_msg m;
   uint64_t counter = 0;
@@ -364,6 +388,27 @@ static const xt_route routes[] = {
     {"POST", "/v1/device/radiation_enable", "Device: radiation disable off", (void *)h_device_cmd},
     {"POST", "/v1/device/fault", "Device: raise a fault {code, text} (aborts any exposure)", (void *)h_device_cmd},
     {"POST", "/v1/device/reset", "Device: reset a fault (fault -> ready)", (void *)h_device_cmd},
+    {"GET", "/v1/faults", "Injected faults acting now, and the known fault names", (void *)h_faults_get},
+    {"DELETE", "/v1/faults", "Clear every injected fault (device faults stay: reset them)", (void *)h_faults_delete},
+    {"POST", "/v1/faults/drop_frame", "Fault: the next {count} exposures are made but not published", (void *)h_fault_post},
+    {"POST", "/v1/faults/late_frame", "Fault: the next {count} frames are published {ms} late", (void *)h_fault_post},
+    {"POST", "/v1/faults/dead_line", "Fault: {col|row, count} dead lines appear on the panel (chain frames)",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/pixel_cluster", "Fault: a dead pixel cluster {col, row, radius} appears (chain frames)",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/gain_drift", "Fault: the panel's gain drifts {percent, percent_per_min} (chain frames)",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/over_temperature", "Fault: detector over temperature, device not ready for {seconds}",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/abort_exposure", "Fault: the running exposure is aborted (device fault 250)", (void *)h_fault_post},
+    {"POST", "/v1/faults/generator_fault", "Fault: kV off by {kv_error_percent}; beyond tolerance the generator trips",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/link_loss", "Fault: the stream's link is down for {seconds}: no frames reach clients",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/stale_calibration", "Fault: offset/gain maps out of date {offset_adu, gain_percent} (chain frames)",
+     (void *)h_fault_post},
+    {"POST", "/v1/faults/tube_heat", "Fault: the tube at its heat limit for {seconds}: fluoroscopy only",
+     (void *)h_fault_post},
     {"POST", "/v1/render", "Render one frame for a pose; 16-bit PNG or .npy by Accept, geometry in headers", (void *)h_render},
     {"GET", "/v1/models", "Loaded models", (void *)h_models_get},
     {"POST", "/v1/models", "Load a volume from a path on the server and keep it resident", (void *)h_models_post},

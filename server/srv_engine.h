@@ -46,6 +46,10 @@ typedef struct xt_job {
    * known before the render: xt_acq_plane_latch); the worker adds its hooks */
   xt_acq_request req;
   int lockstep;
+  /* faults injected (fault.c) latched with the exposure: its fault_flags, drop it, hold it back */
+  uint32_t fault_flags;
+  int fault_drop;
+  uint64_t fault_late_ns;
   /* render / add model */
   xt_call *call;
 } xt_job;

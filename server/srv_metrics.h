@@ -11,6 +11,7 @@
 #include "xt_acq.h"
 
 #define XT_HIST_MAX_BUCKETS 20
+#define XT_SRV_METRIC_FAULTS 16 /* >= srv_fault.h's XT_SRV_NFAULTS */
 typedef struct xt_hist {
   const char *name, *help;
   int nb;
@@ -34,6 +35,10 @@ typedef struct xt_metrics {
   uint64_t rest_refused;   /* REST connections refused (per-address limit) or cut (head deadline) */
   uint64_t ws_refused;     /* stream upgrades refused (client limit, token, origin, host) */
   uint64_t sent_total, dropped_total; /* over all clients ever connected */
+  /* fault injection (fault.c): each fault's injections, by srv_fault.h's order; frames dropped and
+   * held back by drop_frame and late_frame; frames no client got while the link was down */
+  uint64_t faults_injected[XT_SRV_METRIC_FAULTS];
+  uint64_t frames_fault_dropped, frames_late, frames_link_lost;
   xt_hist render, convert, period, jitter, latency, pose_latency;
   xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
 } xt_metrics;

@@ -285,6 +285,17 @@ static int send_frame(client *c) {
     xt_frame_unref(&s->ring, f);
     return 0;
   }
+  if (xt_srv_fault_link_down(s, xt_dev_now_ns())) {
+    /* fault link_loss (fault.c): the frame and those it skipped are lost on the way; texts still go */
+    c->dropped += drop + 1;
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.dropped_total += drop + 1;
+    s->metrics.frames_link_lost += drop + 1;
+    if (c->slot >= 0) s->metrics.clients[c->slot].dropped = c->dropped;
+    pthread_mutex_unlock(&s->metrics.mu);
+    xt_frame_unref(&s->ring, f);
+    return 0;
+  }
   c->dropped += drop;
   uint64_t t = xt_dev_now_ns();
   h->t_sent_ns = t;

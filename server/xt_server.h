@@ -14,12 +14,14 @@
  *   srv_clock.h   clock.c    the monotonic clock
  *   srv_device.h  device.c   the plane's device state machine (acq/xt_device.h): events, JSON, run
  *   srv_session.h session.c  the session log: every command, event and exposure as JSON lines
+ *   srv_fault.h   fault.c    fault injection: REST and the scenario player; where each fault acts
  *
  * Calls go one way, no circle: main calls every module; rest calls gate, guard, state and the
  * engine; ws calls guard, state and the engine; state calls the engine, the budgets and the session
- * log; the engine calls only the budgets, metrics, the session log and the clock, and wakes the
+ * log; the engine calls only the budgets, metrics, the device, injected faults (fault.c: which
+ * frames are dropped or late, the panel's faults), the session log and the clock, and wakes the
  * stream through the ring's notifier (xt_ring_set_notify), which ws.c registers, never by calling
- * ws.c.
+ * ws.c; scenario events reach state.c through a hook main sets.
  *
  * Threads: the main thread runs the WebSocket service loop (it owns every wsi); a signal thread
  * waits for SIGINT/SIGTERM; libmicrohttpd runs its own pool; the pacer thread stamps exposures;
@@ -34,6 +36,7 @@
 
 #include "srv_config.h"
 #include "srv_engine.h"
+#include "srv_fault.h"
 #include "srv_metrics.h"
 #include "srv_state.h"
 #include "xt_acq.h"
@@ -79,6 +82,9 @@ typedef struct xt_server {
   xt_scenario scn;
   int (*scenario_hook)(struct xt_server *s, const char *what, const char *name, const json_t *body, xt_msg *msg);
   int (*fault_hook)(struct xt_server *s, const char *name, const json_t *body, xt_msg *msg);
+  /* Faults injected (server/fault.c, srv_fault.h; docs/device.md "Faults"): under st_mu, but the
+   * stream link's timer (atomic) */
+  xt_srv_faults faults;
   int stopping;
 
   xt_worker workers[XT_SRV_MAX_WORKERS];

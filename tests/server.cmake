@@ -96,6 +96,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_device
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_device.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_device PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Fault injection (issue 24, point 5): every fault POSTed to /v1/faults/<name> observable in the frames'
+    # fault_flags and pixels, the events, GET /v1/device and /v1/faults, /metrics; on the virtual clock.
+    add_test(NAME test_server_faults_inject
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_faults_inject.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_faults_inject PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Faults: killed, stalled and flooding clients, slowloris on the stream, half-open TCP, a lossy
     # network (namespaces made by the test; skipped with a message without CAP_NET_ADMIN).
     add_test(NAME test_server_faults

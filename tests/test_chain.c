@@ -636,6 +636,107 @@ XT_TEST(binning_sums_charge) {
   xt_proj_destroy(p);
 }
 
+/* The panel's faults since calibration (xt_chain_set_panel_fault; the server's fault injection) act in
+ * the readout only: none set (or on = 0) leaves the frames bit for bit; dead columns, rows and a
+ * cluster read the offset and, unknown to the processing's defect map, are not interpolated; a gain
+ * drift scales the signal above the offset (and shifts the processed frame, mostly one way); a stale calibration leaves a fixed pattern in the
+ * processed frame, the same in every frame whatever the noise. */
+XT_TEST(panel_faults_act_in_the_readout_only) {
+  xt_proj *p = cpu_proj_with(NULL);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  prm.quantum_noise = 0;
+  prm.mas = 0.001;
+  prm.level = 1.0;
+  prm.window = 4.0;
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-128", 0, 0);
+  enum { N = 128 * 128 };
+  static uint16_t raw0[N], proc0[N], raw[N], proc[N];
+  xt_chain_out o0 = {0}, o = {0};
+  o0.raw = raw0;
+  o0.proc = proc0;
+  o.raw = raw;
+  o.proc = proc;
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &o0, NULL) == 0);
+  xt_panel_fault f;
+  memset(&f, 0, sizeof f);
+  f.col0 = 3; /* set but off: nothing happens */
+  f.ncols = 1;
+  xt_chain_set_panel_fault(c, &f);
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &o, NULL) == 0);
+  XT_CHECK(!memcmp(raw, raw0, sizeof raw) && !memcmp(proc, proc0, sizeof proc));
+  /* dead: column 7, rows 3 and 4, the pixels within 2 of (40, 50) */
+  memset(&f, 0, sizeof f);
+  f.on = 1;
+  f.gain_scale = 1.f;
+  f.col0 = 7;
+  f.ncols = 1;
+  f.row0 = 3;
+  f.nrows = 2;
+  f.cl_col = 40;
+  f.cl_row = 50;
+  f.cl_r = 2.f;
+  xt_chain_set_panel_fault(c, &f);
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &o, NULL) == 0);
+  int ndead = 0, bad = 0;
+  for (int i = 0; i < N; i++) {
+    const int r = i / 128, col = i % 128;
+    const int dead = col == 7 || r == 3 || r == 4 || (col - 40) * (col - 40) + (r - 50) * (r - 50) <= 4;
+    ndead += dead;
+    if (dead ? raw[i] != (uint16_t)floor(prm.offset_adu + 0.5) || proc[i] == proc0[i] || raw0[i] <= raw[i]
+             : raw[i] != raw0[i])
+      bad++;
+  }
+  XT_CHECK(ndead == 128 + 2 * 128 - 2 + 13 && bad == 0);
+  /* gain drift +10 %: the signal above the offset, to the ADC's rounding; the processing (calibrated
+   * with the old gain) sees 10 % more signal: a lower attenuation everywhere, the frame shifted */
+  memset(&f, 0, sizeof f);
+  f.on = 1;
+  f.gain_scale = 1.1f;
+  f.cl_r = -1.f;
+  xt_chain_set_panel_fault(c, &f);
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &o, NULL) == 0);
+  int up = 0, down = 0;
+  for (int i = 0; i < N; i++) {
+    if (i % 97 == 0) XT_CHECK_NEAR(raw[i] - prm.offset_adu, 1.1 * (raw0[i] - prm.offset_adu), 1.0);
+    up += proc[i] > proc0[i];
+    down += proc[i] < proc0[i];
+  }
+  XT_CHECK_MSG(up + down > N / 2 && (up > 9 * down || down > 9 * up), "up %d down %d", up, down); /* mostly one way */
+  /* a stale calibration, with noise on: the processed frames' difference from the calibrated panel's
+   * is a fixed pattern (frames 1 and 2 alike), not noise */
+  prm.quantum_noise = 1;
+  prm.e_noise_adu = 2;
+  XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+  static float d[2][N];
+  for (int k = 0; k < 2; k++) {
+    xt_chain_set_panel_fault(c, NULL);
+    XT_REQUIRE(xt_chain_frame(c, &g, 1 + k, &o0, NULL) == 0);
+    memset(&f, 0, sizeof f);
+    f.on = 1;
+    f.gain_scale = 1.f;
+    f.cl_r = -1.f;
+    f.stale_offset_adu = 40.f;
+    f.stale_gain = 0.03f;
+    f.stale_seed = 99;
+    xt_chain_set_panel_fault(c, &f);
+    XT_REQUIRE(xt_chain_frame(c, &g, 1 + k, &o, NULL) == 0);
+    for (int i = 0; i < N; i++) d[k][i] = (float)raw[i] - (float)raw0[i];
+  }
+  double s01 = 0, s00 = 0, s11 = 0;
+  for (int i = 0; i < N; i++) {
+    s01 += (double)d[0][i] * d[1][i];
+    s00 += (double)d[0][i] * d[0][i];
+    s11 += (double)d[1][i] * d[1][i];
+  }
+  XT_CHECK(s00 / N > 100.0); /* rms > 10 ADU: the 40 ADU offset drift and the 3 % gain drift */
+  XT_CHECK(s01 / sqrt(s00 * s11) > 0.99);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+}
+
 /* Saturation, defects and the processed frame's window on a flat field: air is attenuation 0, so
  * each processed pixel is round(clamp((level + window/2) / window) x 4095); dead and hot pixels in
  * the raw frame are interpolated away in the processed one. */
@@ -795,5 +896,6 @@ XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_facto
                          XT_ENTRY(noise_power_spectrum_follows_mtf_squared)
                              XT_ENTRY(edge_phantom_mtf_matches_the_configured_one) XT_ENTRY(lag_decays_as_configured)
                                  XT_ENTRY(binning_sums_charge) XT_ENTRY(readout_defects_saturation_and_window)
+                                     XT_ENTRY(panel_faults_act_in_the_readout_only)
                                      XT_ENTRY(fast_chain_matches_the_exact_chain_noise_free)
                                      XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name))

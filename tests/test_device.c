@@ -18,7 +18,7 @@ static void latencies(xt_device *d) {
 }
 
 static int cmd(xt_device *d, xt_dev_cmd c, uint64_t t, xt_dev_out *o) {
-  const xt_dev_args a = {NULL, 0, c == XT_DEV_CMD_FAULT ? 900 : 0, NULL};
+  const xt_dev_args a = {NULL, 0, c == XT_DEV_CMD_FAULT ? 900 : 0, NULL, 0};
   xt_msg m;
   return xt_dev_command(d, c, &a, t, o, &m);
 }
@@ -26,7 +26,7 @@ static int cmd(xt_device *d, xt_dev_cmd c, uint64_t t, xt_dev_out *o) {
 static const xt_dev_phase SERIES[3] = {{1.0, 2.0}, {0.5, 4.0}, {2.0, 1.0}};
 
 static int series(xt_device *d, uint64_t t, xt_dev_out *o) {
-  const xt_dev_args a = {SERIES, 3, 0, NULL};
+  const xt_dev_args a = {SERIES, 3, 0, NULL, 0};
   xt_msg m;
   return xt_dev_command(d, XT_DEV_CMD_EXPOSE, &a, t, o, &m);
 }
@@ -156,7 +156,7 @@ XT_TEST(every_command_in_every_state) {
       xt_dev_advance(&d, t, &o);
       XT_REQUIRE_MSG(o.nev == 0, "%s: the fixture still had %d transitions due", FIXTURES[f].name, o.nev);
       memcpy(&before, &d, sizeof d);
-      const xt_dev_args a = {NULL, 0, c == XT_DEV_CMD_FAULT ? 900 : 0, NULL};
+      const xt_dev_args a = {NULL, 0, c == XT_DEV_CMD_FAULT ? 900 : 0, NULL, 0};
       xt_msg m = {{0}};
       const int rc = xt_dev_command(&d, (xt_dev_cmd)c, &a, t, &o, &m);
       const int want = FIXTURES[f].next[c];
@@ -351,17 +351,17 @@ XT_TEST(series_arguments_checked) {
   xt_dev_phase many[XT_DEV_MAX_PHASES + 1];
   for (int i = 0; i <= XT_DEV_MAX_PHASES; i++) many[i] = (xt_dev_phase){1, 1};
   const xt_dev_phase zero_fps = {1, 0}, too_fast = {1, 121}, too_short = {0.0005, 2}, nan_s = {NAN, 2};
-  const xt_dev_args bad[] = {{many, XT_DEV_MAX_PHASES + 1, 0, NULL}, {&zero_fps, 1, 0, NULL}, {&too_fast, 1, 0, NULL},
-                             {&too_short, 1, 0, NULL}, {&nan_s, 1, 0, NULL}};
+  const xt_dev_args bad[] = {{many, XT_DEV_MAX_PHASES + 1, 0, NULL, 0}, {&zero_fps, 1, 0, NULL, 0}, {&too_fast, 1, 0, NULL, 0},
+                             {&too_short, 1, 0, NULL, 0}, {&nan_s, 1, 0, NULL, 0}};
   for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
     XT_CHECK_MSG(xt_dev_command(&d, XT_DEV_CMD_EXPOSE, &bad[i], t, &o, &m) == XT_ERANGE, "case %d", i);
     XT_CHECK(!memcmp(&before, &d, sizeof d));
   }
-  const xt_dev_args on_fluoro = {SERIES, 3, 0, NULL}, no_code = {NULL, 0, 0, NULL};
+  const xt_dev_args on_fluoro = {SERIES, 3, 0, NULL, 0}, no_code = {NULL, 0, 0, NULL, 0};
   XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_FLUORO, &on_fluoro, t, &o, &m) == XT_EINVAL);
   XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_FAULT, &no_code, t, &o, &m) == XT_EINVAL);
   XT_CHECK(!memcmp(&before, &d, sizeof d));
-  XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_EXPOSE, &(xt_dev_args){many, XT_DEV_MAX_PHASES, 0, NULL}, t, &o, &m) == 0);
+  XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_EXPOSE, &(xt_dev_args){many, XT_DEV_MAX_PHASES, 0, NULL, 0}, t, &o, &m) == 0);
 }
 
 /* ---- release, faults, radiation disable ------------------------------------------------------ */
@@ -387,7 +387,7 @@ XT_TEST(fault_during_exposing_aborts) {
   xt_dev_init(&d, T0);
   latencies(&d);
   mk_exposing_fluoro(&d, &t);
-  const xt_dev_args f = {NULL, 0, 200, NULL};
+  const xt_dev_args f = {NULL, 0, 200, NULL, 0};
   XT_REQUIRE(xt_dev_command(&d, XT_DEV_CMD_FAULT, &f, t, &o, &m) == 0);
   XT_CHECK(d.state == XT_DEV_FAULT && !o.may_expose && o.t_next_ns == 0 && o.nev == 1);
   XT_CHECK(o.ev[0].from == XT_DEV_EXPOSING && o.ev[0].cause == XT_DEV_CMD_FAULT);
@@ -395,7 +395,7 @@ XT_TEST(fault_during_exposing_aborts) {
   xt_dev_advance(&d, t + 10000 * MS, &o); /* no readout, no image held */
   XT_CHECK(d.state == XT_DEV_FAULT && o.nev == 0 && !d.lih);
   /* a fault's own text, and a second fault replacing the first */
-  const xt_dev_args g = {NULL, 0, 4242, "anode stuck"};
+  const xt_dev_args g = {NULL, 0, 4242, "anode stuck", 0};
   XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_FAULT, &g, t + MS, &o, &m) == 0 && d.fault_code == 4242);
   XT_CHECK(!strcmp(d.fault_text, "anode stuck") && o.nev == 1 && o.ev[0].from == XT_DEV_FAULT);
   XT_CHECK(cmd(&d, XT_DEV_CMD_RESET, t + 2 * MS, &o) == 0 && d.state == XT_DEV_READY && d.fault_code == 0);
@@ -403,6 +403,45 @@ XT_TEST(fault_during_exposing_aborts) {
   XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_FLUORO, NULL, t + 3 * MS, &o, &m) == XT_ESTATE);
   XT_CHECK(cmd(&d, XT_DEV_CMD_RELEASE, t + 4 * MS, &o) == 0 && o.nev == 0);
   XT_CHECK(cmd(&d, XT_DEV_CMD_FLUORO, t + 5 * MS, &o) == 0 && d.state == XT_DEV_PREPARE);
+}
+
+/* A timed fault (the server's injected over-temperature): presses refused while it lasts, then ready
+ * by time at exactly fault + recover_s, with no reset; a reset or a new fault before then cancels the
+ * timer; recover_s is a fault's only and bounded. */
+XT_TEST(fault_recovers_by_itself) {
+  xt_device d;
+  xt_dev_out o;
+  xt_msg m;
+  uint64_t t;
+  xt_dev_init(&d, T0);
+  latencies(&d);
+  mk_exposing_fluoro(&d, &t);
+  const xt_dev_args hot = {NULL, 0, 310, NULL, 2.5};
+  XT_REQUIRE(xt_dev_command(&d, XT_DEV_CMD_FAULT, &hot, t, &o, &m) == 0);
+  XT_CHECK(d.state == XT_DEV_FAULT && d.fault_code == 310 && o.t_next_ns == t + 2500 * MS && !o.may_expose);
+  XT_CHECK(!strcmp(d.fault_text, "detector: over temperature, not ready"));
+  XT_CHECK(cmd(&d, XT_DEV_CMD_RELEASE, t + MS, &o) == 0); /* the pedal let go during the fault */
+  XT_CHECK(cmd(&d, XT_DEV_CMD_FLUORO, t + 2 * MS, &o) == XT_ESTATE && d.state == XT_DEV_FAULT);
+  xt_dev_advance(&d, t + 2500 * MS - 1, &o);
+  XT_CHECK(d.state == XT_DEV_FAULT && o.nev == 0);
+  xt_dev_advance(&d, t + 9000 * MS, &o); /* woken late: the event is still at its own deadline */
+  XT_REQUIRE(o.nev == 1);
+  XT_CHECK(d.state == XT_DEV_READY && o.ev[0].from == XT_DEV_FAULT && o.ev[0].cause == -1);
+  XT_CHECK(o.ev[0].t_ns == t + 2500 * MS && d.fault_code == 0 && !d.lih && o.t_next_ns == 0);
+  XT_CHECK(cmd(&d, XT_DEV_CMD_FLUORO, t + 9001 * MS, &o) == 0 && d.state == XT_DEV_PREPARE);
+  /* a reset first, or a later untimed fault, ends the timer */
+  xt_dev_init(&d, T0);
+  mk_ready(&d, &t);
+  XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_FAULT, &hot, t, &o, &m) == 0 && cmd(&d, XT_DEV_CMD_RESET, t + MS, &o) == 0);
+  XT_CHECK(d.state == XT_DEV_READY && d.t_deadline_ns == 0);
+  XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_FAULT, &hot, t + 2 * MS, &o, &m) == 0 && cmd(&d, XT_DEV_CMD_FAULT, t + 3 * MS, &o) == 0);
+  xt_dev_advance(&d, t + 10000 * MS, &o);
+  XT_CHECK(d.state == XT_DEV_FAULT && d.fault_code == 900);
+  const xt_dev_args bad[] = {{NULL, 0, 310, NULL, -1}, {NULL, 0, 310, NULL, XT_DEV_MAX_RECOVER_S + 1},
+                             {NULL, 0, 310, NULL, NAN}, {NULL, 0, 0, NULL, 1}};
+  for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++)
+    XT_CHECK_MSG(xt_dev_command(&d, XT_DEV_CMD_FAULT, &bad[i], t + 4 * MS, &o, &m) == XT_EINVAL, "case %d", i);
+  XT_CHECK(xt_dev_command(&d, XT_DEV_CMD_RESET, &bad[0], t + 4 * MS, &o, &m) == XT_EINVAL && d.state == XT_DEV_FAULT);
 }
 
 XT_TEST(fault_during_api_run_ends_it) {
@@ -483,5 +522,5 @@ XT_TEST(names) {
 XT_TEST_MAIN(XT_ENTRY(every_command_in_every_state) XT_ENTRY(table_covers_every_state) XT_ENTRY(latencies_exact)
                  XT_ENTRY(late_advance_same_events) XT_ENTRY(multiphase_boundaries) XT_ENTRY(release_ends_series_early)
                      XT_ENTRY(series_arguments_checked) XT_ENTRY(release_during_prepare)
-                         XT_ENTRY(fault_during_exposing_aborts) XT_ENTRY(fault_during_api_run_ends_it)
+                         XT_ENTRY(fault_during_exposing_aborts) XT_ENTRY(fault_recovers_by_itself) XT_ENTRY(fault_during_api_run_ends_it)
                              XT_ENTRY(radiation_disable) XT_ENTRY(api_start_stop_immediate) XT_ENTRY(names))

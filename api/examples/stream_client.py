@@ -26,7 +26,7 @@ CHAIN_FIELDS = ("frame_kind", "bits_stored", "chain_seed", "chain_params_hash", 
 EXPOSURE = struct.Struct("<3d4d2d2dIIddddQddddII")
 EXPOSURE_FIELDS = ("ma", "pulse_ms", "focal_spot_mm", "shutter", "wedge", "wedge_t", "grid_tp", "protocol",
                    "exposure_flags", "k_irp_mgy", "kap_gycm2", "k_irp_total_mgy", "kap_total_gycm2", "dose_frames",
-                   "d_irp_mm", "drc_measured_ngy", "drc_target_ngy", "drc_curve_s", "drc_flags", "reserved3")
+                   "d_irp_mm", "drc_measured_ngy", "drc_target_ngy", "drc_curve_s", "drc_flags", "fault_flags")
 KIND_MONO, KIND_RAW, KIND_PROCESSED = 0, 1, 2
 HEADER_FIELDS = ("magic", "version", "header_size", "frame_counter", "pose_seq", "t_pose_ns",
                  "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",

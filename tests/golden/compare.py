@@ -55,7 +55,7 @@ HEADER_FIELDS = [
     (424, 32, "shutter[4]"), (456, 16, "wedge[2]"), (472, 8, "wedge_t"), (480, 8, "grid_tp"), (488, 4, "protocol"),
     (492, 4, "exposure_flags"), (496, 8, "k_irp_mgy"), (504, 8, "kap_gycm2"), (512, 8, "k_irp_total_mgy"),
     (520, 8, "kap_total_gycm2"), (528, 8, "dose_frames"), (536, 8, "d_irp_mm"), (544, 8, "drc_measured_ngy"),
-    (552, 8, "drc_target_ngy"), (560, 8, "drc_curve_s"), (568, 4, "drc_flags"), (572, 4, "reserved3"),
+    (552, 8, "drc_target_ngy"), (560, 8, "drc_curve_s"), (568, 4, "drc_flags"), (572, 4, "fault_flags"),
     (576, 16, "detector"), (592, 16, "roi[4]"), (608, 8, "panel[2]"), (616, 8, "panel_pitch_mm"),
     (624, 8, "readout_binning"), (632, 8, "field_cm"), (640, 8, "dose_ratio"), (648, 8, "readout_ms"),
     (656, 96, "P_out[12]")]

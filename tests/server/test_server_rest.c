@@ -396,7 +396,7 @@ XT_TEST(test_stream_doc_offsets) {
       {"drc_target_ngy", offsetof(xt_stream_header, drc_target_ngy)},
       {"drc_curve_s", offsetof(xt_stream_header, drc_curve_s)},
       {"drc_flags", offsetof(xt_stream_header, drc_flags)},
-      {"reserved3", offsetof(xt_stream_header, reserved3)},
+      {"fault_flags", offsetof(xt_stream_header, fault_flags)},
   };
   int seen[64] = {0};
   char line[512];

@@ -71,7 +71,7 @@ FIELDS = (
     ("drc_target_ngy", 552, "<d"),
     ("drc_curve_s", 560, "<d"),
     ("drc_flags", 568, "<I"),
-    ("reserved3", 572, "<I"),
+    ("fault_flags", 572, "<I"),
     ("detector", 576, "<16s"),
     ("roi", 592, "<4I"),
     ("panel", 608, "<2I"),

@@ -142,6 +142,8 @@ typedef struct both {
   uint16_t *raw[2], *proc[2];
 } both;
 
+static const xt_panel_fault *panel_fault; /* set on both chains when not NULL (injected faults) */
+
 static int run_both_models(xt_model *const *ms, int nm, const xt_chain_params *prm, const char *mode, int frames,
                            both *o) {
   xt_geometry g = geom(mode, 20, 5);
@@ -150,6 +152,7 @@ static int run_both_models(xt_model *const *ms, int nm, const xt_chain_params *p
     xt_proj *p = proj(b ? XT_BACKEND_CUDA : XT_BACKEND_CPU, ms, nm);
     xt_chain *c = NULL;
     if (!p || xt_chain_create(prm, p, &c, NULL)) return -1;
+    if (panel_fault) xt_chain_set_panel_fault(c, panel_fault);
     o->S[b] = malloc(np * sizeof(float));
     o->D[b] = malloc(np * sizeof(float));
     o->raw[b] = malloc(np * sizeof(uint16_t));
@@ -217,6 +220,47 @@ XT_TEST(cuda_chain_matches_cpu_without_noise) {
   chain_matches_cpu(&m, 1, 2.0, 1);
   chain_matches_cpu(&m, 1, 0, 2);
   chain_matches_cpu(&m, 1, 2.0, 2);
+  xt_model_free(m);
+}
+
+/* Injected panel faults (issue 24: dead lines, a dead cluster, gain drift, stale calibration) act in
+ * the readout stage on both backends alike: the noise-free frames within the same bounds, and the
+ * faults visible (a dead column at the dark offset in the raw frame beside a live one). */
+XT_TEST(cuda_panel_faults_match_cpu) {
+  const int dim[3] = {96, 96, 96};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 2.0, XT_VOXEL_U8, &m, NULL) == 0);
+  xt_panel_fault f;
+  memset(&f, 0, sizeof f);
+  f.on = 1;
+  f.gain_scale = 1.04f;
+  f.stale_offset_adu = 20.f;
+  f.stale_gain = 0.02f;
+  f.stale_seed = 77;
+  f.col0 = 31;
+  f.ncols = 2;
+  f.row0 = 200;
+  f.nrows = 1;
+  f.cl_col = 120;
+  f.cl_row = 90;
+  f.cl_r = 3.f;
+  panel_fault = &f;
+  chain_matches_cpu(&m, 1, 0, 1);
+  xt_chain_params prm = xt_chain_params_default();
+  prm.quantum_noise = 0;
+  prm.e_noise_adu = 0;
+  prm.mas = 0.01;
+  both o;
+  memset(&o, 0, sizeof o);
+  XT_REQUIRE(run_both_models(&m, 1, &prm, "fd20-256", 1, &o) == 0);
+  for (int b = 0; b < 2; b++) { /* the dead column reads the dark offset only, its live neighbour signal too */
+    double dead = 0, live = 0;
+    for (int r = 0; r < 256; r++) dead += o.raw[b][r * 256 + 31], live += o.raw[b][r * 256 + 29];
+    XT_CHECK_MSG(dead / 256 < prm.offset_adu + 100 && live > dead + 256 * 50, "backend %d: dead column mean %.1f, live %.1f",
+                 b, dead / 256, live / 256);
+  }
+  free_both(&o);
+  panel_fault = NULL;
   xt_model_free(m);
 }
 
@@ -489,7 +533,7 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
   xt_model_free(m);
 }
 
-XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
+XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_panel_faults_match_cpu) XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
                  XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)

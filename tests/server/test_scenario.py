@@ -4,13 +4,13 @@ same on the real and on the virtual clock and from one run to the next.
 
     python3 tests/server/test_scenario.py --server PATH
 
-A stream client connects to a stopped server (CPU, fd20-128, 5 fps) and puts a scenario
+A stream client connects to a stopped server (CPU, fd20-128, 2 fps) and puts a scenario
 (PUT /v1/scenario): at 0 ms the chain with lag, the recursive filter and dose-rate control on and
 the run started; at frame 3 a pose change; at 1000 ms a second one; at frame 8 a stop; the scenario's
 seed keys the noise. The frames must show each change from the frame the scenario names (frame 3;
-frame 5, the first exposure at or after 1000 ms) and end after frame 7, and two runs on the virtual
+frame 2, the first exposure at or after 1000 ms) and end after frame 7, and two runs on the virtual
 clock and one on the real clock must give byte-identical frames but for the times and per-client
-counters. GET /v1/scenario reports every event applied; a broken scenario is refused (400) naming
+counters (the real run's up to a gap, should a loaded machine make it skip an exposure). GET /v1/scenario reports every event applied; a broken scenario is refused (400) naming
 the event and field; --scenario with a missing file stops the start with one line naming it.
 No timing assertions. Exit 0 passed, 1 failed.
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 from test_multi_device import Client, Failed, launch, u64, TIMEOUT, OFF_COUNTER  # noqa: E402
 
 ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
-        "--fps", "5", "--chain", "--no-autostart"]
+        "--fps", "2", "--chain", "--no-autostart"]
 SCENARIO = {
     "name": "two views", "seed": 9090,
     "events": [
@@ -70,8 +70,29 @@ def run(server, tmp, clock):
         st, body = rest(p["rest"], "PUT", "/v1/scenario", SCENARIO)
         if st != 200:
             raise Failed("PUT /v1/scenario: %d %s" % (st, body))
-        got = c.take(N)
-        # the stop at frame 8: no ninth frame; every event applied
+        got = c.take(1)
+        c0 = u64(got[0], OFF_COUNTER)
+        # Every frame up to the stop at frame 8, or (the real clock on a loaded machine may replace
+        # an exposure in the queue, which then never comes) the scenario played through and the
+        # stream quiet for 5 s.
+        deadline, quiet = time.monotonic() + TIMEOUT, None
+        while u64(got[-1], OFF_COUNTER) < c0 + N - 1:
+            check_deadline = time.monotonic()
+            if check_deadline > deadline:
+                raise Failed("frames %s: the scenario's frames did not come" % [u64(m, OFF_COUNTER) for m in got])
+            try:
+                is_text, msg = c.ws.recv(1.0)
+                if not is_text:
+                    got.append(msg)
+                    quiet = None
+                continue
+            except TimeoutError:
+                pass
+            st, sc = rest(p["rest"], "GET", "/v1/scenario")
+            if sc and sc.get("pending") == 0:
+                quiet = quiet or time.monotonic()
+                if time.monotonic() - quiet > 5:
+                    break
         deadline = time.monotonic() + TIMEOUT
         while True:
             st, sc = rest(p["rest"], "GET", "/v1/scenario")
@@ -81,7 +102,7 @@ def run(server, tmp, clock):
                 raise Failed("scenario not played through: %r" % sc)
             time.sleep(0.05)
         st, acq = rest(p["rest"], "GET", "/v1/acquisition")
-        if acq["running"] or acq["next_frame"] != u64(got[0], OFF_COUNTER) + N:
+        if acq["running"] or acq["next_frame"] != c0 + N:
             raise Failed("%s: after the stop at frame 8: running %s, next frame %s" % (clock, acq["running"],
                                                                                        acq["next_frame"]))
         st, bad = rest(p["rest"], "PUT", "/v1/scenario", {"events": [{"at_frame": 1, "command": "teleport"}]})
@@ -111,12 +132,13 @@ def masked(m):
 
 def check_views(frames, clock):
     c0 = u64(frames[0], OFF_COUNTER)
-    for k, m in enumerate(frames):
-        if u64(m, OFF_COUNTER) != c0 + k:
-            raise Failed("%s: frame %d has counter %d" % (clock, k, u64(m, OFF_COUNTER)))
+    for m in frames:
+        k = u64(m, OFF_COUNTER) - c0
+        if not 0 <= k < N:
+            raise Failed("%s: a frame numbered %d after the stop at frame %d" % (clock, k, N))
         prim, sec = struct.unpack_from("<dd", m, 96)
         seed = struct.unpack_from("<Q", m, 312)[0]
-        want = (30 if k >= 3 else 0, 20 if k >= 5 else 0)
+        want = (30 if k >= 3 else 0, 20 if k >= 2 else 0)
         if (prim, sec) != want or seed != 9090:
             raise Failed("%s: frame %d shows primary %g, secondary %g, seed %d; want %s, 9090"
                          % (clock, k, prim, sec, seed, want))
@@ -134,8 +156,14 @@ def main():
         for clock, frames in runs:
             check_views(frames, clock)
         ref = [masked(m) for m in runs[0][1]]
+        if len(ref) != N:
+            raise Failed("virtual clock: %d frames, want all %d" % (len(ref), N))
         for i, (clock, frames) in enumerate(runs[1:], 1):
-            for k, m in enumerate(frames):
+            c0 = u64(frames[0], OFF_COUNTER)
+            for m in frames:  # up to a gap: an exposure the real clock skipped changed the loop's path
+                k = u64(m, OFF_COUNTER) - c0
+                if k != frames.index(m):
+                    break
                 if masked(m) != ref[k]:
                     raise Failed("run %d (%s clock): frame %d differs from the first run's" % (i, clock, k))
         proc, p, out = start(server, tmp, "real", ["--scenario", os.path.join(tmp, "nope.json")], "missing")

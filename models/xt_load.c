@@ -76,6 +76,28 @@ int xt__file_size(const char *path, const char *owner, uint64_t *size, xt_msg *m
   return xt__file_check(path, owner, NULL, size, msg);
 }
 
+int xt_load_options_named(const char *convert, const char *hu_model, double ct_energy_kev, const char *nifti_transform,
+                          const char *nan_value, xt_load_options *opt, xt_msg *msg) {
+  const char *c = convert;
+  if (!c || !*c || !strcmp(c, "mu")) opt->convert = XT_LOAD_MU;
+  else if (!strcmp(c, "hu")) opt->convert = XT_LOAD_HU_TO_MU;
+  else if (!strcmp(c, "hu-labels")) opt->convert = XT_LOAD_HU_TO_LABELS;
+  else if (!strcmp(c, "labels")) opt->convert = XT_LOAD_LABELS;
+  else return xt_fail(msg, XT_EINVAL, "convert: '%s' is not mu, hu, hu-labels or labels", c);
+  opt->hu_model = hu_model && !strcmp(hu_model, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
+  opt->ct_energy_kev = ct_energy_kev;
+  opt->nifti_xform = nifti_transform && !strcmp(nifti_transform, "qform") ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
+  opt->nan_fill = 0;
+  if (nan_value && *nan_value && strcmp(nan_value, "none") != 0) {
+    char *end = NULL;
+    opt->nan_value = strtod(nan_value, &end);
+    if (!end || *end || !isfinite(opt->nan_value))
+      return xt_fail(msg, XT_EINVAL, "nan_value: '%s' is neither none nor a number", nan_value);
+    opt->nan_fill = 1;
+  }
+  return 0;
+}
+
 int xt_load_root(const char *dir, char **out, xt_msg *msg) {
   *out = NULL;
   char *real = realpath(dir, NULL);

@@ -81,6 +81,13 @@ int xt_dicom_load_files(const char *what, const char *const *files, int nfiles, 
  * receives a copy). On failure *out is NULL and msg holds one line starting with the path. */
 int xt_model_load(const char *path, const xt_load_options *opt, const char *name, xt_model **out, xt_msg *msg);
 
+/* The loader's settings by the names xtwin-server's configuration (and so its session log) gives
+ * them: convert mu|hu|hu-labels|labels (NULL or "": mu), hu_model bilinear|linear, nifti_transform
+ * sform|qform, nan_value none|a number. One translation, so that `xtwin replay` loads a model as the
+ * server did. Other fields of opt are kept; msg names the setting that is wrong. */
+int xt_load_options_named(const char *convert, const char *hu_model, double ct_energy_kev, const char *nifti_transform,
+                          const char *nan_value, xt_load_options *opt, xt_msg *msg);
+
 /* The load report as a JSON object (jansson json_t *, new reference; NULL when out of memory):
  * format, warnings [{code, message}], value range, and the NIfTI / DICOM / HU choices made. The
  * sidecar's "load" and the server's model report use it. */

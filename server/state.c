@@ -565,20 +565,6 @@ json_t *xt_srv_info_json(xt_server *s) {
   return o;
 }
 
-static int parse_convert(const char *c, int *out, xt_msg *msg) {
-#ifdef XT_SERVER_HAVE_LOADERS
-  if (!c || !*c || !strcmp(c, "mu")) *out = XT_LOAD_MU;
-  else if (!strcmp(c, "hu")) *out = XT_LOAD_HU_TO_MU;
-  else if (!strcmp(c, "hu-labels")) *out = XT_LOAD_HU_TO_LABELS;
-  else if (!strcmp(c, "labels")) *out = XT_LOAD_LABELS;
-  else return xt_fail(msg, XT_EINVAL, "convert: '%s' is not mu, hu, hu-labels or labels", c);
-  return 0;
-#else
-  (void)c, (void)out;
-  return xt_fail(msg, XT_EUNSUPPORTED, "this build has no volume loaders");
-#endif
-}
-
 #ifdef XT_SERVER_HAVE_LOADERS
 /* The model named name, or -1. Caller holds models_mu. */
 static int model_named(xt_server *s, const char *name) {
@@ -612,23 +598,13 @@ static int claim_name(xt_server *s, xt_model *m, int given, xt_msg *msg) {
 
 int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, const char *convert, int from_client,
                           xt_msg *msg) {
-  int conv = 0;
-  int rc = parse_convert(convert, &conv, msg);
+#ifdef XT_SERVER_HAVE_LOADERS
+  xt_load_options opt = {0};
+  int rc = xt_load_options_named(convert, s->cfg.hu_model, s->cfg.ct_energy, s->cfg.nifti_transform,
+                                 s->cfg.nan_value, &opt, msg);
   if (rc) return rc;
   if (from_client && s->nmodel_roots == 0)
     return xt_fail(msg, XT_EPERM, "loading models by path is disabled: start the server with --model-root DIR");
-#ifdef XT_SERVER_HAVE_LOADERS
-  xt_load_options opt = {.convert = (xt_load_convert)conv};
-  opt.hu_model = !strcmp(s->cfg.hu_model, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
-  opt.ct_energy_kev = s->cfg.ct_energy;
-  opt.nifti_xform = !strcmp(s->cfg.nifti_transform, "qform") ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
-  if (s->cfg.nan_value[0] && strcmp(s->cfg.nan_value, "none") != 0) {
-    char *end = NULL;
-    opt.nan_value = strtod(s->cfg.nan_value, &end);
-    if (!end || *end || !isfinite(opt.nan_value))
-      return xt_fail(msg, XT_EINVAL, "nan_value: '%s' is neither none nor a number", s->cfg.nan_value);
-    opt.nan_fill = 1;
-  }
   const char *root_names[XT_SRV_MAX_LIST];
   if (from_client) {
     opt.roots = (const char *const *)s->model_roots;
@@ -684,7 +660,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   pthread_mutex_unlock(&s->models_mu);
   return rc;
 #else
-  (void)s, (void)path, (void)name, (void)conv;
+  (void)s, (void)path, (void)name, (void)convert, (void)from_client;
   return xt_fail(msg, XT_EUNSUPPORTED, "this server was built without the volume loaders");
 #endif
 }

@@ -83,23 +83,14 @@ static int load_path(replay *r, const char *path, const char *name, const char *
 #ifdef XT_HAVE_LOADERS
   xt_load_options opt;
   memset(&opt, 0, sizeof opt);
-  if (!convert || !*convert || !strcmp(convert, "mu")) opt.convert = XT_LOAD_MU;
-  else if (!strcmp(convert, "hu")) opt.convert = XT_LOAD_HU_TO_MU;
-  else if (!strcmp(convert, "hu-labels")) opt.convert = XT_LOAD_HU_TO_LABELS;
-  else if (!strcmp(convert, "labels")) opt.convert = XT_LOAD_LABELS;
-  else return xt_fail(msg, XT_EFORMAT, "model %s: convert '%s' unknown", path, convert);
-  const char *hu = json_string_value(json_object_get(r->config, "hu_model"));
-  opt.hu_model = hu && !strcmp(hu, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
-  opt.ct_energy_kev = json_number_value(json_object_get(r->config, "ct_energy"));
-  const char *nx = json_string_value(json_object_get(r->config, "nifti_transform"));
-  opt.nifti_xform = nx && !strcmp(nx, "qform") ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
-  const char *nan = json_string_value(json_object_get(r->config, "nan_value"));
-  if (nan && *nan && strcmp(nan, "none")) {
-    opt.nan_fill = 1;
-    opt.nan_value = strtod(nan, NULL);
-  }
+  const json_t *c = r->config;
+  int rc = xt_load_options_named(convert, json_string_value(json_object_get(c, "hu_model")),
+                                 json_number_value(json_object_get(c, "ct_energy")),
+                                 json_string_value(json_object_get(c, "nifti_transform")),
+                                 json_string_value(json_object_get(c, "nan_value")), &opt, msg);
+  if (rc) return rc;
   xt_model *m = NULL;
-  int rc = xt_model_load(path, &opt, name, &m, msg);
+  rc = xt_model_load(path, &opt, name, &m, msg);
   return rc ? rc : add_model(r, m, msg);
 #else
   (void)r, (void)name, (void)convert;

@@ -198,6 +198,10 @@ static void record_start(const xt_acq_request *q, xt_acq_frame *f) {
   f->t_sched_ns = q->t_sched_ns;
   f->t_exposure_ns = q->t_exposure_ns;
   f->period_ns = q->period_ns;
+  f->plane = q->plane;
+  f->timing = q->timing;
+  f->cycle = q->cycle;
+  f->t_cycle_ns = q->t_cycle_ns;
   f->pixel_format = q->pixel_format;
   if (q->model) {
     f->has_placement = 1;

@@ -124,6 +124,8 @@ typedef struct xt_acq_frame {
   /* identity and time (CLOCK_MONOTONIC ns; those before the frame copied from the request) */
   uint64_t counter, run, pose_seq;
   uint64_t t_pose_ns, t_sched_ns, t_exposure_ns, period_ns;
+  int plane, timing;               /* the plane and its pulse schedule (copied from the request) */
+  uint64_t cycle, t_cycle_ns;
   uint64_t t_render_ns, t_done_ns; /* the render began (after the exposure was set), the frame was made */
   double lineint_ms, chain_ms;     /* the mono render's and the chain's time */
   int pixel_format;                /* the front end's delivery format (copied from the request) */
@@ -180,6 +182,10 @@ typedef struct xt_acq_request {
   uint64_t counter;           /* the run's frame number: keys the chain's noise */
   uint64_t run;               /* the run it belongs to (plane totals, the loop, the chain's states) */
   uint64_t pose_seq, t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* known before the frame */
+  /* The plane (XT_STREAM_PLANE_*: 0 A, 1 B) and the pulse schedule it was exposed in (the timing
+   * XT_STREAM_TIMING_*, the cycle and the cycle's start: docs/biplane.md); zeros for one plane. */
+  int plane, timing;
+  uint64_t cycle, t_cycle_ns;
   /* Faults (the server's injection, server/fault.c; zeros: none): the panel's since its calibration
    * (the chain's readout: xt_chain_set_panel_fault), and a generator off its nominal kV: the frame
    * is exposed (and recorded: prm.kv) at kV x kv_scale (0: nominal), after the loop set it. */

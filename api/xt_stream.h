@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define XT_STREAM_MAGIC 0x46575458u /* bytes "XTWF" */
-#define XT_STREAM_VERSION 4
+#define XT_STREAM_VERSION 5
 
 enum {
   XT_STREAM_PIX_U16 = 1, /* uint16: intensity round(65535 * exp(-line integral)), or (frame_kind
@@ -70,10 +70,27 @@ enum {
   XT_STREAM_FAULT_AFTER_DROP = 128u   /* the first frame published after frames dropped by drop_frame */
 };
 
+/* plane (version 5, offset 752) */
+enum { XT_STREAM_PLANE_A = 0, XT_STREAM_PLANE_B = 1 };
+
+/* timing (version 5, offset 756): the pulse schedule of the planes (docs/biplane.md) */
+enum {
+  XT_STREAM_TIMING_SINGLE = 0,      /* one plane exposes (a single-plane system, or one plane of two alone) */
+  XT_STREAM_TIMING_INTERLEAVED = 1, /* A and B alternate: B's pulse half a period after A's */
+  XT_STREAM_TIMING_SIMULTANEOUS = 2 /* A and B pulse at the same instant */
+};
+
+/* codec (version 5, offset 776): the pixels as sent; payload_bytes is always the decoded size */
+enum {
+  XT_STREAM_CODEC_NONE = 0, /* the pixels as they are */
+  XT_STREAM_CODEC_ZSTD = 1, /* one zstd frame of the payload_bytes pixel bytes */
+  XT_STREAM_CODEC_LZ4 = 2   /* one LZ4 block (no frame) of the payload_bytes pixel bytes */
+};
+
 typedef struct xt_stream_header {
   uint32_t magic;               /*   0  XT_STREAM_MAGIC */
   uint16_t version;             /*   4  XT_STREAM_VERSION */
-  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4) */
+  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4, 800 in v5) */
   uint64_t frame_counter;       /*   8  exposure number since start, strictly increasing */
   uint64_t pose_seq;            /*  16  sequence number of the last pose update applied */
   uint64_t t_pose_ns;           /*  24  when that pose update reached the server */
@@ -142,9 +159,20 @@ typedef struct xt_stream_header {
   double dose_ratio;            /* 640  the field's requested detector dose vs the largest field's */
   double readout_ms;            /* 648  the panel's readout time in this mode */
   double P_out[12];             /* 656  P of the delivered pixels (rows x cols), row-major */
-} xt_stream_header;             /* 752 */
+  /* version 5: the plane (biplane systems) and the message as sent */
+  uint32_t plane;               /* 752  XT_STREAM_PLANE_*: 0 A (frontal; every single-plane frame), 1 B (lateral) */
+  uint32_t timing;              /* 756  XT_STREAM_TIMING_*: how the planes' pulses were scheduled */
+  uint64_t cycle;               /* 760  the pulse cycle this exposure belongs to: the frames of both planes
+                                        with one cycle are one instant's pair (0 outside a paced run) */
+  uint64_t t_cycle_ns;          /* 768  the cycle's start (plane A's slot): t_exposure_sched_ns =
+                                        t_cycle_ns + this plane's offset in the cycle */
+  uint32_t codec;               /* 776  XT_STREAM_CODEC_*: how the pixels after the header are encoded */
+  uint32_t reserved5;           /* 780  0 */
+  uint64_t wire_bytes;          /* 784  bytes after the header in this message (payload_bytes when codec 0) */
+  uint64_t reserved6;           /* 792  0 */
+} xt_stream_header;             /* 800 */
 
-#define XT_STREAM_HEADER_SIZE 752
+#define XT_STREAM_HEADER_SIZE 800
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "xt_stream.h describes a little-endian wire format; this host is big-endian"
@@ -214,6 +242,13 @@ _Static_assert(offsetof(xt_stream_header, field_cm) == 632, "field_cm");
 _Static_assert(offsetof(xt_stream_header, dose_ratio) == 640, "dose_ratio");
 _Static_assert(offsetof(xt_stream_header, readout_ms) == 648, "readout_ms");
 _Static_assert(offsetof(xt_stream_header, P_out) == 656, "P_out");
+_Static_assert(offsetof(xt_stream_header, plane) == 752, "plane");
+_Static_assert(offsetof(xt_stream_header, timing) == 756, "timing");
+_Static_assert(offsetof(xt_stream_header, cycle) == 760, "cycle");
+_Static_assert(offsetof(xt_stream_header, t_cycle_ns) == 768, "t_cycle_ns");
+_Static_assert(offsetof(xt_stream_header, codec) == 776, "codec");
+_Static_assert(offsetof(xt_stream_header, wire_bytes) == 784, "wire_bytes");
+_Static_assert(offsetof(xt_stream_header, reserved6) == 792, "reserved6");
 _Static_assert(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE, "header size");
 
 #endif /* XT_STREAM_H */

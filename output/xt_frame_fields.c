@@ -77,6 +77,10 @@ void xt_frame_fields_of(const xt_acq_frame *fr, xt_frame_fields *ff) {
   ff->t_sched_ns = fr->t_sched_ns;
   ff->t_exposure_ns = fr->t_exposure_ns;
   ff->period_ns = fr->period_ns;
+  ff->plane = fr->plane;
+  ff->timing = fr->timing;
+  ff->cycle = fr->cycle;
+  ff->t_cycle_ns = fr->t_cycle_ns;
   const xt_pose *p = &g->pose;
   const double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm,
                           p->sid_mm,      p->table_mm.x,    p->table_mm.y,       p->table_mm.z};

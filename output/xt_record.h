@@ -34,6 +34,8 @@ typedef struct xt_frame_fields {
   /* identity and time (CLOCK_MONOTONIC ns) */
   uint64_t counter, pose_seq;
   uint64_t t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* the pixels' ready time is the delivery's */
+  int plane, timing;        /* XT_STREAM_PLANE_*, XT_STREAM_TIMING_* (docs/biplane.md) */
+  uint64_t cycle, t_cycle_ns; /* the pulse cycle and its start */
   /* geometry */
   double pose[8];           /* primary, secondary, detector rotation (deg), SOD, SID, table x, y, z (mm) */
   double P[3][4];           /* pixel-centre convention (docs/geometry.md) */

@@ -75,5 +75,11 @@ void xt_stream_header_encode(const xt_frame_fields *ff, const xt_stream_delivery
   h->readout_ms = ff->readout_ms;
   h->readout_binning = ff->binning;
   memcpy(h->P_out, ff->P_out, sizeof h->P_out);
+  h->plane = (uint32_t)ff->plane;
+  h->timing = (uint32_t)ff->timing;
+  h->cycle = ff->cycle;
+  h->t_cycle_ns = ff->t_cycle_ns;
+  h->codec = XT_STREAM_CODEC_NONE; /* the sender rewrites codec and wire_bytes for a client that asked */
+  h->wire_bytes = d->payload;
   if (ff->chain && d->kind != XT_STREAM_KIND_MONO) exposure_part(ff, d->kind, h);
 }

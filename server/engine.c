@@ -144,6 +144,7 @@ static void helpers_stop(xt_worker *w) {
 /* A finished frame into the ring, its times into the metrics (convert_s < 0: no conversion ran). */
 static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uint64_t t1, double convert_s) {
   f->lockstep = j->lockstep;
+  f->plane = j->req.plane;
   xt_ring_push(&s->ring, f);
   pthread_mutex_lock(&s->metrics.mu);
   s->metrics.frames_rendered++;

@@ -14,6 +14,7 @@ typedef struct xt_frame {
   atomic_int refs;
   uint64_t pub; /* publication number in the ring, 1, 2, ... */
   int lockstep;
+  int plane;           /* XT_STREAM_PLANE_*: whose frame (a stream client subscribes to planes) */
   size_t cap;          /* bytes allocated after XT_FRAME_PRE */
   size_t len;          /* header + payload */
   unsigned char *mem;  /* XT_FRAME_PRE bytes of room, then the message */

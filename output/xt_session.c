@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "xt_json_build.h"
+#include "xt_stream.h"
 
 static json_t *u64(uint64_t v) { return json_integer((json_int_t)v); }
 
@@ -43,6 +44,11 @@ json_t *xt_session_frame_json(const xt_acq_request *q, int lockstep) {
   xt_jb_put(&b, o, "t_sched_ns", u64(q->t_sched_ns));
   xt_jb_put(&b, o, "t_exposure_ns", u64(q->t_exposure_ns));
   xt_jb_put(&b, o, "period_ns", u64(q->period_ns));
+  /* the plane and its pulse schedule (biplane); a log of a single plane has plane 0 throughout */
+  xt_jb_put(&b, o, "plane", json_integer(q->plane));
+  xt_jb_put(&b, o, "timing", json_integer(q->timing));
+  xt_jb_put(&b, o, "cycle", u64(q->cycle));
+  xt_jb_put(&b, o, "t_cycle_ns", u64(q->t_cycle_ns));
   if (b.bad) {
     json_decref(o);
     return NULL;
@@ -67,6 +73,17 @@ int xt_session_frame_parse(const json_t *o, xt_acq_request *q, int *lockstep, xt
       (rc = get_u64(o, "t_sched_ns", &q->t_sched_ns, msg)) ||
       (rc = get_u64(o, "t_exposure_ns", &q->t_exposure_ns, msg)) || (rc = get_u64(o, "period_ns", &q->period_ns, msg)))
     return rc;
+  /* logs written before biplane have no plane: plane A, no cycle */
+  if (json_object_get(o, "plane")) {
+    uint64_t pl = 0, tm = 0;
+    if ((rc = get_u64(o, "plane", &pl, msg)) || (rc = get_u64(o, "timing", &tm, msg)) ||
+        (rc = get_u64(o, "cycle", &q->cycle, msg)) || (rc = get_u64(o, "t_cycle_ns", &q->t_cycle_ns, msg)))
+      return rc;
+    if (pl > 1) return xt_fail(msg, XT_EFORMAT, "frame.plane: 0 (A) or 1 (B) expected");
+    if (tm > XT_STREAM_TIMING_SIMULTANEOUS) return xt_fail(msg, XT_EFORMAT, "frame.timing: 0, 1 or 2 expected");
+    q->plane = (int)pl;
+    q->timing = (int)tm;
+  }
   const json_t *pose = json_object_get(o, "pose");
   double v[8];
   if (!json_is_array(pose) || json_array_size(pose) != 8)

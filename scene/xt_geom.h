@@ -75,6 +75,24 @@ const char *xt_detector_name_at(int i);
 xt_detector_mode xt_mode_custom(const char *name, int cols, int rows, double pitch_u_mm, double pitch_v_mm,
                                 double sod_mm, double sid_mm);
 
+/* A C-arm stand (scene/stands.tsv): the plane it carries (0 A frontal, 1 B lateral), the ranges of
+ * its axes and its default angles. Poses of both stands are in the same patient-based angles. */
+typedef struct xt_stand {
+  const char *name;
+  int plane;
+  double primary_min, primary_max, secondary_min, secondary_max, sid_min, sid_max;
+  double primary_deg, secondary_deg; /* its default pose's angles */
+} xt_stand;
+
+/* NULL when unknown. */
+const xt_stand *xt_stand_find(const char *name);
+/* The stand that carries plane (0 A, 1 B); NULL when the table has none. */
+const xt_stand *xt_stand_of_plane(int plane);
+/* The stand's default angles with the mode's distances (the SID held within the stand's range). */
+xt_pose xt_stand_default_pose(const xt_stand *s, const xt_detector_mode *mode);
+/* xt_pose_validate, then the stand's own ranges (s NULL: the first only). */
+int xt_stand_validate(const xt_stand *s, const xt_pose *pose, xt_msg *msg);
+
 /* A pose at 0/0 with the mode's distances (or the FD20 defaults when mode is NULL). */
 xt_pose xt_pose_default(const xt_detector_mode *mode);
 

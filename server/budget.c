@@ -160,8 +160,8 @@ int xt_budget_admit(xt_server *s, xt_model **mp, xt_msg *msg) {
   pthread_mutex_unlock(&s->models_mu);
   models[n++] = m;
   pthread_mutex_lock(&s->st_mu);
-  const xt_pose base = s->plane.set.pose;
-  const xt_detector_mode *mode = s->plane.set.mode;
+  const xt_pose base = s->planes[0].set.pose;
+  const xt_detector_mode *mode = s->planes[0].set.mode;
   pthread_mutex_unlock(&s->st_mu);
   if (!mode) mode = xt_mode_at(0);
   int32_t *grid = malloc(grid_cells(mode) * sizeof *grid);

@@ -47,6 +47,13 @@ static const cfg_entry cfg_table[] = {
     {"mode", CT_STRING, S(mode), "auto", 0, 0, NULL, 0,
      "detector mode at start (auto: fd20-1024 on cuda, fd20-256 on cpu)"},
     {"fps", CT_DOUBLE, N(fps), "15", XT_FPS_MIN, XT_FPS_MAX, NULL, 0, "frame rate at start"},
+    {"planes", CT_INT, N(planes), "1", 1, XT_SRV_PLANES, NULL, 0,
+     "1: a single-plane system; 2: biplane, plane A (frontal) and plane B (lateral) on one isocentre "
+     "(docs/biplane.md)"},
+    {"mode_b", CT_STRING, S(mode_b), "auto", 0, 0, NULL, 0,
+     "plane B's detector mode at start (auto: plane A's mode's FD15 counterpart: fd15-1024 on cuda, fd15-256 on cpu)"},
+    {"timing", CT_STRING, S(timing), "interleaved", 0, 0, "interleaved|simultaneous", 0,
+     "biplane pulses: interleaved (B half a period after A) or simultaneous"},
     {"run_mode", CT_STRING, S(run_mode), "free", 0, 0, "free|lockstep", 0,
      "free: paced like the hardware; lockstep: one frame per trigger"},
     {"pixel_format", CT_STRING, S(pixel_format), "uint16", 0, 0, "uint16|float32", 0,

@@ -52,28 +52,39 @@ static json_t *event_json(const xt_device *d, const xt_dev_event *e) {
  * (scene/detector_modes.tsv); the prepare and first-frame times are the protocol's
  * (imaging/protocols.tsv): a fluoroscopy flavour's for the pedal, an exposure's or DSA's for the hand
  * switch; with no protocol (custom) or one of the other kind, the switch keeps the defaults. */
-static void latencies_locked(xt_server *s) {
-  s->dev.lat[XT_DEV_SW_FLUORO] = xt_dev_latency_default(XT_DEV_SW_FLUORO);
-  s->dev.lat[XT_DEV_SW_EXPOSE] = xt_dev_latency_default(XT_DEV_SW_EXPOSE);
-  const double r = s->plane.set.mode ? s->plane.set.mode->readout_ms : XT_DEV_DEFAULT_READOUT_MS;
-  s->dev.lat[XT_DEV_SW_FLUORO].readout_ms = r;
-  s->dev.lat[XT_DEV_SW_EXPOSE].readout_ms = r;
-  const xt_protocol *p = xt_protocol_at(s->plane.set.chain_prm.protocol);
+static void latencies_locked(xt_server *s, int pl) {
+  xt_device *d = &s->devs[pl];
+  const xt_acq_setup *set = &s->planes[pl].set;
+  d->lat[XT_DEV_SW_FLUORO] = xt_dev_latency_default(XT_DEV_SW_FLUORO);
+  d->lat[XT_DEV_SW_EXPOSE] = xt_dev_latency_default(XT_DEV_SW_EXPOSE);
+  const double r = set->mode ? set->mode->readout_ms : XT_DEV_DEFAULT_READOUT_MS;
+  d->lat[XT_DEV_SW_FLUORO].readout_ms = r;
+  d->lat[XT_DEV_SW_EXPOSE].readout_ms = r;
+  const xt_protocol *p = xt_protocol_at(set->chain_prm.protocol);
   if (p && p->kind != XT_PROTOCOL_KIND_CUSTOM) {
-    xt_dev_latency *l = &s->dev.lat[p->kind == XT_PROTOCOL_KIND_FLUORO ? XT_DEV_SW_FLUORO : XT_DEV_SW_EXPOSE];
+    xt_dev_latency *l = &d->lat[p->kind == XT_PROTOCOL_KIND_FLUORO ? XT_DEV_SW_FLUORO : XT_DEV_SW_EXPOSE];
     l->prepare_ms = p->prepare_ms;
     l->first_frame_ms = p->first_frame_ms;
   }
 }
 
-static int publish_locked(xt_server *s, const xt_dev_out *o) {
+/* The API's switch is pressed while any plane exposes through it. */
+static void running_locked(xt_server *s) {
+  s->run.running = 0;
+  for (int p = 0; p < s->nplanes; p++)
+    if (s->devs[p].state == XT_DEV_EXPOSING && s->devs[p].sw == XT_DEV_SW_API) s->run.running = 1;
+}
+
+static int publish_locked(xt_server *s, int pl, const xt_dev_out *o) {
   int n = 0;
   for (int i = 0; i < o->nev; i++) {
     const xt_dev_event *e = &o->ev[i];
     /* each exposure is a run: its dose totals, the loop and the chain's states start afresh */
-    if (e->kind == XT_DEV_EV_STATE && e->to == XT_DEV_EXPOSING) xt_acq_plane_new_run(&s->plane);
-    json_t *j = event_json(&s->dev, e);
+    if (e->kind == XT_DEV_EV_STATE && e->to == XT_DEV_EXPOSING) xt_acq_plane_new_run(&s->planes[pl]);
+    json_t *j = event_json(&s->devs[pl], e);
     if (!j) continue;
+    /* a biplane system's events say whose; a single plane's stay as they always were */
+    if (s->nplanes > 1) json_object_set_new(j, "plane", json_string(pl ? "B" : "A"));
     if (s->ring.next_text) { /* the engine has started: the ring is there */
       xt_ring_push_text(&s->ring, json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)));
       n++;
@@ -81,44 +92,51 @@ static int publish_locked(xt_server *s, const xt_dev_out *o) {
     json_object_set(j, "t_event_ns", json_object_get(j, "t_ns")); /* the log stamps its own t_ns */
     xt_session_event(s, j);
   }
-  s->run.running = s->dev.state == XT_DEV_EXPOSING && s->dev.sw == XT_DEV_SW_API;
+  running_locked(s);
   return n;
 }
 
 void xt_srv_device_setup(xt_server *s, uint64_t now) {
   xt_dev_out o;
-  xt_dev_init(&s->dev, now);
-  latencies_locked(s);
-  xt_dev_command(&s->dev, XT_DEV_CMD_POWER_ON, NULL, now, &o, NULL);
-  if (s->run.running) xt_dev_command(&s->dev, XT_DEV_CMD_START, NULL, now, &o, NULL);
+  for (int p = 0; p < s->nplanes; p++) {
+    xt_dev_init(&s->devs[p], now);
+    latencies_locked(s, p);
+    xt_dev_command(&s->devs[p], XT_DEV_CMD_POWER_ON, NULL, now, &o, NULL);
+    if (s->run.running && (s->plane_sel & (1u << p))) xt_dev_command(&s->devs[p], XT_DEV_CMD_START, NULL, now, &o, NULL);
+  }
 }
 
-int xt_srv_device_locked(xt_server *s, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t now, int *events, xt_msg *msg) {
+int xt_srv_device_locked(xt_server *s, int pl, xt_dev_cmd cmd, const xt_dev_args *a, uint64_t now, int *events,
+                         xt_msg *msg) {
   xt_dev_out o;
-  latencies_locked(s);
+  latencies_locked(s, pl);
   /* a fault injected outside the machine refuses it (fault.c: the tube at its heat limit refuses the
    * exposure hand switch); time still goes first */
   int rc;
-  if (xt_srv_fault_refuse_locked(s, cmd, now, NULL)) {
-    xt_dev_advance(&s->dev, now, &o);
-    rc = xt_srv_fault_refuse_locked(s, cmd, now, msg);
+  if (xt_srv_fault_refuse_locked(s, pl, cmd, now, NULL)) {
+    xt_dev_advance(&s->devs[pl], now, &o);
+    rc = xt_srv_fault_refuse_locked(s, pl, cmd, now, msg);
   } else
-    rc = xt_dev_command(&s->dev, cmd, a, now, &o, msg);
-  const int n = publish_locked(s, &o);
+    rc = xt_dev_command(&s->devs[pl], cmd, a, now, &o, msg);
+  const int n = publish_locked(s, pl, &o);
   if (events) *events = n;
   return rc;
 }
 
 int xt_srv_device_advance_locked(xt_server *s, uint64_t now) {
-  if (!s->dev.t_deadline_ns || s->dev.t_deadline_ns > now) return 0;
-  xt_dev_out o;
-  latencies_locked(s);
-  xt_dev_advance(&s->dev, now, &o);
-  return publish_locked(s, &o);
+  int n = 0;
+  for (int p = 0; p < s->nplanes; p++) {
+    if (!s->devs[p].t_deadline_ns || s->devs[p].t_deadline_ns > now) continue;
+    xt_dev_out o;
+    latencies_locked(s, p);
+    xt_dev_advance(&s->devs[p], now, &o);
+    n += publish_locked(s, p, &o);
+  }
+  return n;
 }
 
-json_t *xt_srv_device_json_locked(const xt_server *s, uint64_t now) {
-  const xt_device *d = &s->dev;
+json_t *xt_srv_device_json_locked(const xt_server *s, int pl, uint64_t now) {
+  const xt_device *d = &s->devs[pl];
   json_t *cmds = json_array();
   for (int c = 0; c < XT_DEV_NCMDS; c++)
     if (xt_dev_allowed(d, (xt_dev_cmd)c)) json_array_append_new(cmds, json_string(xt_dev_cmd_name((xt_dev_cmd)c)));

@@ -195,6 +195,14 @@ static int lineint_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
   return 0;
 }
 
+/* The renderer of a plane's frames on w: plane B's shares the projector and its models (counted by
+ * rnd, which adds them). */
+static xt_acq_renderer *plane_renderer(xt_worker *w, int plane) {
+  if (plane == 0) return &w->rnd;
+  w->rnd_b.models = w->rnd.models;
+  return &w->rnd_b;
+}
+
 /* POST /v1/render's frame: one mono exposure outside any run (no plane: no loop, no totals), its
  * line integrals straight into the caller's buffer, its record kept for the reply's geometry. */
 static int call_lineint(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
@@ -233,7 +241,7 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   q.buffers = chain_buffers;
   q.ctx = &fc;
   xt_acq_frame fr;
-  if (xt_acq_expose(&s->plane, &w->rnd, &q, &fr, &msg)) {
+  if (xt_acq_expose(&s->planes[j->req.plane], plane_renderer(w, j->req.plane), &q, &fr, &msg)) {
     if (fc.f) xt_frame_unref(&s->ring, fc.f);
     frame_failed(s, j, &msg);
     return;
@@ -282,7 +290,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   size_t npx = (size_t)mode->rows * (size_t)mode->cols;
   size_t bpp = q.pixel_format == XT_STREAM_PIX_F32 ? 4 : 2;
   xt_frame *f = NULL;
-  int rc = xt_acq_expose(&s->plane, &w->rnd, &q, &fr, &msg);
+  int rc = xt_acq_expose(&s->planes[j->req.plane], plane_renderer(w, j->req.plane), &q, &fr, &msg);
   if (!rc && !(f = xt_frame_get(&s->ring, XT_STREAM_HEADER_SIZE + npx * bpp))) rc = xt_fail(&msg, XT_ENOMEM, "out of memory");
   if (rc) {
     frame_failed(s, j, &msg);
@@ -342,7 +350,7 @@ static int warmup(xt_worker *w, const xt_geometry *g, xt_msg *msg) {
 static int warmup_chain(xt_worker *w, const xt_call *c, xt_msg *msg) {
   int rc = xt_budget_frame(w, &c->geom, msg);
   if (rc) return rc;
-  return xt_acq_renderer_warmup(&w->rnd, &c->chain_prm, &c->geom, msg);
+  return xt_acq_renderer_warmup(plane_renderer(w, c->plane), &c->chain_prm, &c->geom, msg);
 }
 
 /* The REST worker's projector catches up with the server's models (listed models are never
@@ -470,8 +478,10 @@ static int worker_push(xt_server *s, xt_worker *w, const xt_job *j, int *replace
  * free run's latest-wins allows), so frames finishing out of order on two workers would lose
  * triggers. Free-run mono frames (and synthetic ones: no chain runs) are stateless and go round
  * robin over all workers. */
-static xt_worker *pick_worker_locked(xt_server *s, int chain, int lockstep) {
-  if (lockstep || (chain && !s->cfg.synthetic)) return &s->workers[0];
+static xt_worker *pick_worker_locked(xt_server *s, int plane, int chain, int lockstep) {
+  /* a plane's sequential frames on its own worker where there are several (plane B on the second
+   * GPU), else both planes' on the one, each with its own renderer and chain (w->rnd[plane]) */
+  if (lockstep || (chain && !s->cfg.synthetic)) return &s->workers[plane % s->nworkers];
   return &s->workers[s->rr++ % (unsigned)s->nworkers];
 }
 
@@ -488,7 +498,7 @@ int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
   else {
     if (worker < 0) { /* a call renders line integrals only: stateless, any worker */
       pthread_mutex_lock(&s->st_mu);
-      w = pick_worker_locked(s, 0, 0);
+      w = pick_worker_locked(s, 0, 0, 0);
       pthread_mutex_unlock(&s->st_mu);
     } else
       w = &s->workers[worker];
@@ -507,18 +517,20 @@ int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c) {
   return rc;
 }
 
-void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
+void xt_engine_warmup_plane(xt_server *s, int plane, const xt_detector_mode *mode) {
   xt_call c;
   memset(&c, 0, sizeof c);
   pthread_mutex_lock(&s->st_mu);
-  xt_pose pose = s->plane.set.pose;
-  c.chain = s->plane.set.chain;
-  c.chain_prm = s->plane.set.chain_prm;
+  xt_pose pose = s->planes[plane].set.pose;
+  c.chain = s->planes[plane].set.chain;
+  c.chain_prm = s->planes[plane].set.chain_prm;
+  c.plane = plane;
   pthread_mutex_unlock(&s->st_mu);
   if (xt_geom_compute(&pose, mode, &c.geom, &c.msg)) return;
   const int chain = c.chain;
   for (int i = 0; i < s->nworkers; i++) {
-    c.chain = i == 0 ? chain : 0; /* chain frames render on worker 0 only (pick_worker_locked) */
+    /* a plane's chain frames render on one worker only (pick_worker_locked) */
+    c.chain = i == plane % s->nworkers ? chain : 0;
     uint64_t t0 = xt_now_ns();
     int rc = xt_engine_call(s, XT_JOB_WARMUP, i, &c);
     if (s->cfg.verbose)
@@ -529,26 +541,39 @@ void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode) {
 
 /* ---- the pacer ---------------------------------------------------------------------------- */
 
+/* Where an exposure falls in the pacer's pulse cycles (docs/biplane.md): the header's timing, cycle
+ * and the cycle's start. */
+typedef struct xt_slot_time {
+  int timing;
+  uint64_t cycle, t_cycle_ns;
+} xt_slot_time;
+
 /* Caller holds st_mu: the plane's next exposure, latched (its setting, run and frame number) and
  * queued; the plane's counter moves only when it was queued. */
-static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_t period_ns, int lockstep,
-                         uint64_t *counter) {
+static int expose_locked(xt_server *s, int pl, uint64_t t_sched, uint64_t t_exp, uint64_t period_ns, int lockstep,
+                         const xt_slot_time *st, uint64_t *counter) {
   xt_job j;
   memset(&j, 0, sizeof j);
   j.kind = XT_JOB_FRAME;
   j.lockstep = lockstep;
-  xt_acq_plane_latch(&s->plane, &j.req);
+  xt_acq_plane_latch(&s->planes[pl], &j.req);
   j.req.t_sched_ns = t_sched;
   j.req.t_exposure_ns = t_exp;
   j.req.period_ns = period_ns;
+  j.req.plane = pl;
+  if (st) {
+    j.req.timing = st->timing;
+    j.req.cycle = st->cycle;
+    j.req.t_cycle_ns = st->t_cycle_ns;
+  }
   xt_srv_fault_latch_locked(s, &j, t_exp); /* the faults of this exposure's moment (fault.c) */
-  xt_worker *w = pick_worker_locked(s, j.req.chain, lockstep);
+  xt_worker *w = pick_worker_locked(s, pl, j.req.chain, lockstep);
   int replaced = 0;
   int rc = worker_push(s, w, &j, &replaced);
   if (!rc) {
     if (counter) *counter = j.req.counter;
-    xt_acq_plane_advance(&s->plane);
-    xt_dev_frame(&s->dev, j.req.counter); /* the image the last image hold will show */
+    xt_acq_plane_advance(&s->planes[pl]);
+    xt_dev_frame(&s->devs[pl], j.req.counter); /* the image the last image hold will show */
     if (!replaced) s->inflight++; /* a replaced job hands its place (and its count) to this one */
   }
   return rc;
@@ -556,14 +581,28 @@ static int expose_locked(xt_server *s, uint64_t t_sched, uint64_t t_exp, uint64_
 
 void xt_engine_kick(xt_server *s) { pthread_cond_broadcast(&s->st_cv); }
 
+/* Caller holds st_mu: plane p exposes through the API's switch (the acquisition started). */
+static int api_exposing_locked(const xt_server *s, int p) {
+  return s->devs[p].state == XT_DEV_EXPOSING && s->devs[p].sw == XT_DEV_SW_API;
+}
+
 int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg) {
-  int rc;
+  int rc = 0;
   pthread_mutex_lock(&s->st_mu);
   if (!s->run.lockstep) rc = xt_fail(msg, XT_EBUSY, "trigger needs run_mode lockstep (the acquisition is free-running)");
   else if (!s->run.running) rc = xt_fail(msg, XT_EBUSY, "acquisition is stopped: POST /v1/acquisition/start first");
   else {
+    /* one trigger, one cycle: every plane the API's switch exposes, at the same instant */
     uint64_t t = xt_dev_now_ns();
-    rc = expose_locked(s, t, t, 0, 1, counter);
+    int n = 0;
+    for (int p = 0; p < s->nplanes; p++) n += api_exposing_locked(s, p);
+    const xt_slot_time st = {n > 1 ? XT_STREAM_TIMING_SIMULTANEOUS : XT_STREAM_TIMING_SINGLE, ++s->cycles, t};
+    int first = 1;
+    for (int p = 0; p < s->nplanes && !rc; p++) {
+      if (!api_exposing_locked(s, p)) continue;
+      rc = expose_locked(s, p, t, t, 0, 1, &st, first ? counter : NULL);
+      first = 0;
+    }
     if (rc) xt_fail(msg, rc, "render queue is full (%d triggers pending)", XT_QUEUE);
     xt_session_command(s, "trigger", "api", NULL, rc, rc ? msg->text : NULL);
   }
@@ -594,7 +633,7 @@ static void sleep_until_locked(xt_server *s, uint64_t t) {
 static int scenario_step_locked(xt_server *s, uint64_t t) {
   int any = 0;
   xt_scn_event *e;
-  while (s->scenario_hook && (e = xt_scenario_due(&s->scn, s->plane.next_counter, t))) {
+  while (s->scenario_hook && (e = xt_scenario_due(&s->scn, s->planes[0].next_counter, t))) {
     e->done = 1;
     s->scn.applied++;
     char what[16], name[64];
@@ -616,50 +655,89 @@ static int scenario_step_locked(xt_server *s, uint64_t t) {
 /* The earlier of two device times, 0 meaning none. */
 static uint64_t earliest(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
 
+/* The planes the pacer exposes now and how (caller holds st_mu): a plane is paced while its device
+ * exposes through a switch held, or through the API's switch in free run (in lockstep triggers
+ * expose). The lead, the first such plane, sets the cycle's rate and anchor as a single plane always
+ * did; every paced plane has a slot in each cycle, plane A's first, and with two planes plane B's
+ * half a cycle later (interleaved) or with A's (simultaneous). A plane pressed later than the lead
+ * waits in the lead's cadence for its own first exposure (start). */
+typedef struct cadence {
+  int n;                             /* slots in a cycle */
+  int plane[XT_SRV_PLANES];          /* each slot's plane */
+  uint64_t start[XT_SRV_PLANES];     /* its plane exposes from then on (0: at once) */
+  double off[XT_SRV_PLANES];         /* the slot's offset in the cycle, as a fraction of the period */
+  int timing;                        /* XT_STREAM_TIMING_* */
+  int api;                           /* the lead exposes through the API's switch */
+  xt_dev_pace lead;                  /* the lead's pacing */
+  uint64_t until;                    /* exposures due before this only (the earliest phase end); 0 open */
+  uint64_t t_next;                   /* the earliest device deadline of any plane, 0 none */
+} cadence;
+
+static void cadence_locked(const xt_server *s, cadence *c) {
+  memset(c, 0, sizeof *c);
+  for (int p = 0; p < s->nplanes; p++) {
+    xt_dev_pace q;
+    xt_dev_pacing(&s->devs[p], &q);
+    if (q.t_next_ns && (!c->t_next || q.t_next_ns < c->t_next)) c->t_next = q.t_next_ns;
+    if (!q.expose || (q.sw == XT_DEV_SW_API && s->run.lockstep)) continue;
+    if (c->n == 0) {
+      c->lead = q;
+      c->api = q.sw == XT_DEV_SW_API;
+    }
+    c->plane[c->n] = p;
+    c->start[c->n] = q.sw == XT_DEV_SW_API ? 0 : q.t0_ns;
+    if (q.until_ns && (!c->until || q.until_ns < c->until)) c->until = q.until_ns;
+    c->n++;
+  }
+  c->timing = c->n > 1 ? s->timing : XT_STREAM_TIMING_SINGLE;
+  for (int i = 0; i < c->n; i++) c->off[i] = c->timing == XT_STREAM_TIMING_INTERLEAVED ? (double)i / c->n : 0.0;
+}
+
 static void *pacer_main(void *arg) {
   xt_server *s = arg;
-  uint64_t last_exposure = 0, last_sched = 0, last_period = 0;
+  uint64_t last_exposure[XT_SRV_PLANES] = {0}, last_sched = 0, last_period = 0;
   pthread_mutex_lock(&s->st_mu);
   while (!s->stopping) {
-    /* The device's own deadlines first (prepare over, a phase or the series over, the readout
-     * over): its events go to the stream once st_mu is released. */
+    /* The devices' own deadlines first (prepare over, a phase or the series over, the readout
+     * over): their events go to the stream once st_mu is released. */
     if (xt_srv_device_advance_locked(s, xt_dev_now_ns())) {
       pthread_mutex_unlock(&s->st_mu);
       xt_ring_notify(&s->ring);
       pthread_mutex_lock(&s->st_mu);
       continue;
     }
-    /* Exposures only while the device is exposing: through the API's switch (the acquisition
+    /* Exposures only while a device is exposing: through the API's switch (the acquisition
      * started: free run as it always ran, or lockstep, answered by triggers), or a switch held
      * (free run at the acquisition's rate or the series phase's, from press + prepare + first
      * frame: docs/device.md). */
-    xt_dev_pace pace;
-    xt_dev_pacing(&s->dev, &pace);
-    const int api = s->run.running;
+    cadence c;
+    cadence_locked(s, &c);
     /* A scenario's events due by now (at a frame number: before that exposure is latched) */
     if (scenario_step_locked(s, xt_dev_now_ns())) continue;
-    if (api ? s->run.lockstep : !pace.expose) {
-      last_exposure = 0;
-      const uint64_t wake = earliest(pace.t_next_ns, xt_scenario_next_time(&s->scn));
+    if (c.n == 0) {
+      memset(last_exposure, 0, sizeof last_exposure);
+      const uint64_t wake = earliest(c.t_next, xt_scenario_next_time(&s->scn));
       if (wake) sleep_until_locked(s, wake);
       else pthread_cond_wait(&s->st_cv, &s->st_mu);
       continue;
     }
     /* A run (or a change of its settings): anchor the deadlines. A change keeps the cadence's
-     * phase: the next exposure comes one new period after the last one. */
+     * phase: the next cycle comes one new period after the last one. */
     uint64_t gen = s->acq_gen;
-    double T = 1e9 / (api || pace.fps <= 0 ? s->run.fps : pace.fps);
+    double T = 1e9 / (c.api || c.lead.fps <= 0 ? s->run.fps : c.lead.fps);
     uint64_t now = xt_dev_now_ns();
-    uint64_t t0 = api ? now : pace.t0_ns;
+    uint64_t t0 = c.api ? now : c.lead.t0_ns;
     if (last_sched && last_period) {
       uint64_t next = last_sched + (uint64_t)llround(T);
-      if (api ? next > now : last_sched >= pace.t0_ns) t0 = next; /* a switch's: within its phase */
+      if (c.api ? next > now : last_sched >= c.lead.t0_ns) t0 = next; /* a switch's: within its phase */
     }
-    for (uint64_t k = 0; !s->stopping && s->acq_gen == gen;) {
-      uint64_t due = t0 + (uint64_t)llround((double)k * T);
+    uint64_t cycle = 0;
+    for (uint64_t k = 0, i = 0; !s->stopping && s->acq_gen == gen;) {
+      const uint64_t tc = t0 + (uint64_t)llround((double)k * T);
+      uint64_t due = tc + (uint64_t)llround(c.off[i] * T);
       /* the phase (or the series) ends before this exposure: wait for its end, then the device moves on */
-      const int boundary = pace.until_ns && due >= pace.until_ns;
-      if (boundary) due = pace.until_ns;
+      const int boundary = c.until && due >= c.until;
+      if (boundary) due = c.until;
       now = xt_dev_now_ns();
       /* the scenario's events up to this exposure (not past its deadline, however late it is
        * made: the same frames on the real and the virtual clock); then wait for the earlier of
@@ -681,28 +759,40 @@ static void *pacer_main(void *arg) {
         continue; /* re-check the state and the clock */
       }
       if (boundary) break;
-      int rc = expose_locked(s, due, now, (uint64_t)llround(T), 0, NULL);
-      uint64_t prev = last_exposure;
-      last_exposure = now;
-      last_sched = due;
+      if (i == 0) cycle = ++s->cycles;
+      const int pl = c.plane[i];
+      if (due >= c.start[i]) { /* a plane pressed after the lead: from its own first exposure on */
+        const xt_slot_time st = {c.timing, cycle, tc};
+        int rc = expose_locked(s, pl, due, now, (uint64_t)llround(T), 0, &st, NULL);
+        uint64_t prev = last_exposure[pl];
+        last_exposure[pl] = now;
+        pthread_mutex_lock(&s->metrics.mu);
+        xt_hist_add(&s->metrics.jitter, (double)(now - due) * 1e-9);
+        if (prev) xt_hist_add(&s->metrics.period, (double)(now - prev) * 1e-9);
+        if (rc) s->metrics.frames_skipped++;
+        pthread_mutex_unlock(&s->metrics.mu);
+      }
+      last_sched = tc;
       last_period = (uint64_t)llround(T);
+      if (++i < (uint64_t)c.n) continue;
+      i = 0;
       k++;
-      /* More than a period late: skip the deadlines already gone, never bunch exposures. */
+      /* More than a period late: skip the cycles already gone, never bunch exposures. */
       uint64_t missed = 0;
       uint64_t next = t0 + (uint64_t)llround((double)k * T);
       if (now > next) {
         uint64_t k2 = (uint64_t)floor((double)(now - t0) / T) + 1;
-        missed = k2 - k;
+        missed = (k2 - k) * (uint64_t)c.n;
         k = k2;
       }
-      pthread_mutex_lock(&s->metrics.mu);
-      xt_hist_add(&s->metrics.jitter, (double)(now - due) * 1e-9);
-      if (prev) xt_hist_add(&s->metrics.period, (double)(now - prev) * 1e-9);
-      s->metrics.deadlines_missed += missed;
-      if (rc) s->metrics.frames_skipped++;
-      pthread_mutex_unlock(&s->metrics.mu);
+      if (missed) {
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.deadlines_missed += missed;
+        pthread_mutex_unlock(&s->metrics.mu);
+      }
     }
-    if (s->run.running ? s->run.lockstep : s->dev.state != XT_DEV_EXPOSING) last_sched = last_period = 0;
+    cadence_locked(s, &c);
+    if (c.n == 0) last_sched = last_period = 0;
   }
   pthread_mutex_unlock(&s->st_mu);
   return NULL;
@@ -761,6 +851,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     w->srv = s;
     w->index = i;
     xt_acq_renderer_init(&w->rnd, w->proj, xt_engine_proj_threads(s)); /* the CPU stages: as the projector */
+    xt_acq_renderer_init(&w->rnd_b, w->proj, xt_engine_proj_threads(s));
     /* the models setup added to every projector before the workers started */
     for (int k = 0; k < s->nmodels; k++) xt_budget_worker_model(w, s->models[k]);
     if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))
@@ -777,7 +868,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
   int rc = rest_start(s, msg);
   if (rc) return rc;
   /* Before the first deadline: the first paced frame must not pay the one-off costs. */
-  xt_engine_warmup(s, s->plane.set.mode);
+  for (int p = 0; p < s->nplanes; p++) xt_engine_warmup_plane(s, p, s->planes[p].set.mode);
   if (pthread_create(&s->pacer, NULL, pacer_main, s)) return xt_fail(msg, XT_EINTERNAL, "cannot start the pacer");
   s->pacer_started = 1;
   return 0;
@@ -805,6 +896,7 @@ void xt_engine_stop(xt_server *s) {
     free(w->lineint);
     w->lineint = NULL;
     xt_acq_renderer_free(&w->rnd);
+    xt_acq_renderer_free(&w->rnd_b);
   }
   for (int i = 0; i < s->nworkers; i++) {
     free(s->workers[i].bgrid);

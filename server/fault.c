@@ -106,7 +106,7 @@ static int dev_fault_locked(xt_server *s, int code, const char *text, double rec
   a.fault_code = code;
   a.fault_text = text;
   a.recover_s = recover_s;
-  int rc = xt_srv_device_locked(s, XT_DEV_CMD_FAULT, &a, now, events, msg);
+  int rc = xt_srv_device_locked(s, 0, XT_DEV_CMD_FAULT, &a, now, events, msg);
   if (!rc) {
     s->acq_gen++; /* the pacer looks again: X-ray has ended */
     xt_engine_kick(s);
@@ -153,9 +153,9 @@ static int apply_locked(xt_server *s, int k, const double *v, const int *given, 
   case XT_FAULT_OVER_TEMPERATURE:
     return dev_fault_locked(s, 310, NULL, v[0], now, events, msg);
   case XT_FAULT_ABORT_EXPOSURE:
-    if (s->dev.state != XT_DEV_PREPARE && s->dev.state != XT_DEV_EXPOSING)
+    if (s->devs[0].state != XT_DEV_PREPARE && s->devs[0].state != XT_DEV_EXPOSING)
       return xt_fail(msg, XT_ESTATE, "abort_exposure: no exposure is running (device %s)",
-                     xt_dev_state_name(s->dev.state));
+                     xt_dev_state_name(s->devs[0].state));
     return dev_fault_locked(s, 250, NULL, 0, now, events, msg);
   case XT_FAULT_GENERATOR_FAULT:
     if (v[0] == 0) return xt_fail(msg, XT_EINVAL, "generator_fault: kv_error_percent: 0 is no fault");
@@ -249,10 +249,10 @@ static int active_locked(const xt_server *s, int k, uint64_t now) {
   case XT_FAULT_DEAD_LINE: return F->dead_line;
   case XT_FAULT_PIXEL_CLUSTER: return F->cluster;
   case XT_FAULT_GAIN_DRIFT: return F->gain_on;
-  case XT_FAULT_OVER_TEMPERATURE: return s->dev.state == XT_DEV_FAULT && s->dev.fault_code == 310;
-  case XT_FAULT_ABORT_EXPOSURE: return s->dev.state == XT_DEV_FAULT && s->dev.fault_code == 250;
+  case XT_FAULT_OVER_TEMPERATURE: return s->devs[0].state == XT_DEV_FAULT && s->devs[0].fault_code == 310;
+  case XT_FAULT_ABORT_EXPOSURE: return s->devs[0].state == XT_DEV_FAULT && s->devs[0].fault_code == 250;
   case XT_FAULT_GENERATOR_FAULT:
-    return F->kv_scale > 0 || (s->dev.state == XT_DEV_FAULT && s->dev.fault_code == 210);
+    return F->kv_scale > 0 || (s->devs[0].state == XT_DEV_FAULT && s->devs[0].fault_code == 210);
   case XT_FAULT_LINK_LOSS: return now < atomic_load(&((xt_srv_faults *)F)->link_until_ns);
   case XT_FAULT_STALE_CALIBRATION: return F->stale;
   case XT_FAULT_TUBE_HEAT: return now < F->tube_until_ns;
@@ -283,7 +283,7 @@ json_t *xt_srv_faults_json(xt_server *s) {
       json_object_set_new(j, "until_ns", json_integer((json_int_t)atomic_load(&s->faults.link_until_ns)));
     if (k == XT_FAULT_TUBE_HEAT) json_object_set_new(j, "until_ns", json_integer((json_int_t)F->tube_until_ns));
     if (k == XT_FAULT_OVER_TEMPERATURE)
-      json_object_set_new(j, "until_ns", json_integer((json_int_t)s->dev.t_deadline_ns));
+      json_object_set_new(j, "until_ns", json_integer((json_int_t)s->devs[0].t_deadline_ns));
     json_array_append_new(act, j);
   }
   pthread_mutex_unlock(&s->st_mu);
@@ -323,6 +323,12 @@ void xt_srv_faults_free(xt_server *s) {
 void xt_srv_fault_latch_locked(xt_server *s, xt_job *j, uint64_t t) {
   xt_srv_faults *F = &s->faults;
   uint32_t flags = 0;
+  /* injected faults are plane A's (its tube, panel, generator and link: docs/biplane.md); plane B's
+   * exposures go on untouched, as a second chain would */
+  if (j->req.plane != 0) {
+    j->fault_flags = 0;
+    return;
+  }
   if (F->drop_left > 0) {
     F->drop_left--;
     j->fault_drop = 1;
@@ -396,8 +402,9 @@ int xt_srv_fault_deliver(xt_server *s, const xt_job *j, int chain, uint64_t *t_d
   return 0;
 }
 
-int xt_srv_fault_refuse_locked(xt_server *s, int cmd, uint64_t now, xt_msg *msg) {
-  if (cmd == XT_DEV_CMD_EXPOSE && now < s->faults.tube_until_ns)
+int xt_srv_fault_refuse_locked(xt_server *s, int plane, int cmd, uint64_t now, xt_msg *msg) {
+  /* injected faults are plane A's (its tube, its panel, its generator: docs/biplane.md) */
+  if (plane == 0 && cmd == XT_DEV_CMD_EXPOSE && now < s->faults.tube_until_ns)
     return xt_fail(msg, XT_ESTATE, "device: 'expose' refused: the tube is at its heat limit, fluoroscopy only for %.1f s",
                    (double)(s->faults.tube_until_ns - now) * 1e-9);
   return 0;

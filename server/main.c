@@ -97,15 +97,28 @@ static int setup(xt_server *s, xt_msg *msg) {
   if (!strcmp(mode, "auto")) mode = s->backend == XT_BACKEND_CUDA ? "fd20-1024" : "fd20-256";
   const xt_detector_mode *md = xt_mode_find(mode);
   if (!md) return xt_fail(msg, XT_ENOTFOUND, "--mode: unknown detector mode '%s'", mode);
-  s->plane.set.mode = md;
+  s->nplanes = s->cfg.planes == 2 ? 2 : 1;
+  const char *mode_b = s->cfg.mode_b;
+  if (!strcmp(mode_b, "auto")) mode_b = s->backend == XT_BACKEND_CUDA ? "fd15-1024" : "fd15-256";
+  const xt_detector_mode *mdb = xt_mode_find(mode_b);
+  if (s->nplanes == 2 && !mdb) return xt_fail(msg, XT_ENOTFOUND, "--mode-b: unknown detector mode '%s'", mode_b);
+  s->timing = !strcmp(s->cfg.timing, "simultaneous") ? XT_STREAM_TIMING_SIMULTANEOUS : XT_STREAM_TIMING_INTERLEAVED;
+  s->plane_sel = s->nplanes == 2 ? 3u : 1u; /* the API's switch exposes every plane there is */
   s->run.fps = s->cfg.fps;
   s->run.lockstep = !strcmp(s->cfg.run_mode, "lockstep");
-  xt_pixfmt_parse(s->cfg.pixel_format, &s->plane.set.pixel_format);
   s->run.running = s->cfg.autostart;
-  s->plane.set.chain = s->cfg.chain;
-  s->plane.set.chain_prm = xt_chain_params_default();
-  s->plane.set.pose = xt_pose_default(md);
-  s->plane.set.t_pose_ns = xt_dev_now_ns();
+  for (int p = 0; p < s->nplanes; p++) {
+    xt_acq_setup *set = &s->planes[p].set;
+    s->stands[p] = xt_stand_of_plane(p);
+    set->mode = p ? mdb : md;
+    xt_pixfmt_parse(s->cfg.pixel_format, &set->pixel_format);
+    set->chain = s->cfg.chain;
+    set->chain_prm = xt_chain_params_default();
+    /* the planes' noise must not be one: plane B's seed is plane A's, mixed (docs/biplane.md) */
+    if (p) set->chain_prm.seed = xt_srv_plane_seed(set->chain_prm.seed, p);
+    set->pose = p ? xt_stand_default_pose(s->stands[p], set->mode) : xt_pose_default(md);
+    set->t_pose_ns = xt_dev_now_ns();
+  }
   xt_srv_device_setup(s, xt_dev_now_ns()); /* powered on: ready, exposing when autostarted */
   s->scenario_hook = xt_srv_scenario_apply;
   s->fault_hook = xt_srv_fault; /* fault.c: a scenario's faults take the REST path's entry point */
@@ -114,7 +127,8 @@ static int setup(xt_server *s, xt_msg *msg) {
     if ((rc = xt_scenario_load(s->cfg.scenario, &sc, msg))) return rc;
     s->scn = sc;
     s->scn.t_start_ns = xt_dev_now_ns();
-    if (sc.has_seed) s->plane.set.chain_prm.seed = sc.seed;
+    if (sc.has_seed)
+      for (int p = 0; p < s->nplanes; p++) s->planes[p].set.chain_prm.seed = xt_srv_plane_seed(sc.seed, p);
   }
 
   /* One render worker per device: the CPU projector is one (multithreaded) device, unless
@@ -224,7 +238,7 @@ int main(int argc, char **argv) {
   atomic_store(&s->ws_min_pub, UINT64_MAX); /* no stream client */
   s->phantom_index = -1;
   xt_metrics_init(&s->metrics);
-  xt_acq_plane_init(&s->plane);
+  for (int p = 0; p < XT_SRV_PLANES; p++) xt_acq_plane_init(&s->planes[p]);
   s->tls = s->cfg.tls_cert[0] != 0;
   pthread_t sig_thread;
   int sig_started = 0, engine_started = 0;
@@ -241,9 +255,13 @@ int main(int argc, char **argv) {
   int v6 = strchr(h, ':') != NULL;
   const char *http = s->tls ? "https" : "http", *ws = s->tls ? "wss" : "ws";
   printf("xtwin-server %s: backend %s, %d model(s), mode %s (%dx%d) at %g fps, %s, %s%s\n", XT_SERVER_VERSION,
-         xt_backend_name(s->backend), s->nmodels, s->plane.set.mode->name, s->plane.set.mode->cols, s->plane.set.mode->rows, s->run.fps,
-         s->run.lockstep ? "lockstep" : "free run", xt_pixfmt_name(s->plane.set.pixel_format),
+         xt_backend_name(s->backend), s->nmodels, s->planes[0].set.mode->name, s->planes[0].set.mode->cols, s->planes[0].set.mode->rows, s->run.fps,
+         s->run.lockstep ? "lockstep" : "free run", xt_pixfmt_name(s->planes[0].set.pixel_format),
          s->run.running ? ", running" : ", stopped");
+  if (s->nplanes == 2)
+    printf("  biplane: plane B (lateral) mode %s (%dx%d), %s pulses\n", s->planes[1].set.mode->name,
+           s->planes[1].set.mode->cols, s->planes[1].set.mode->rows,
+           s->timing == XT_STREAM_TIMING_SIMULTANEOUS ? "simultaneous" : "interleaved");
   if (s->backend_note[0]) printf("  (%s)\n", s->backend_note);
   printf("  REST    %s://%s%s%s:%d/v1/info\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);
   printf("  stream  %s://%s%s%s:%d/v1/stream\n", ws, v6 ? "[" : "", h, v6 ? "]" : "", s->ws_port);
@@ -275,7 +293,7 @@ done:
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
   for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
-  xt_acq_plane_destroy(&s->plane);
+  for (int p = 0; p < XT_SRV_PLANES; p++) xt_acq_plane_destroy(&s->planes[p]);
   atomic_store(&cleanup_done, 1);
   if (sig_started) {
     pthread_kill(sig_thread, SIGUSR1); /* releases its sigwait when no signal came */

@@ -117,7 +117,7 @@ static void h_info(xt_server *s, struct MHD_Connection *con, req *r, reply *out)
 
 static void h_pose_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   pthread_mutex_lock(&s->st_mu);
-  json_t *j = json_pack("{s:o,s:I}", "pose", xt_pose_to_json(&s->plane.set.pose), "seq", (json_int_t)s->plane.set.pose_seq);
+  json_t *j = json_pack("{s:o,s:I}", "pose", xt_pose_to_json(&s->planes[0].set.pose), "seq", (json_int_t)s->planes[0].set.pose_seq);
   pthread_mutex_unlock(&s->st_mu);
   reply_json(out, 200, j);
 }
@@ -134,11 +134,11 @@ static void h_pose_put(xt_server *s, struct MHD_Connection *con, req *r, reply *
 }
 
 static void h_acq_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
-  pthread_mutex_lock(&s->st_mu);
-  const xt_acq a = xt_srv_acq_get(s);
-  json_t *j = xt_acq_to_json(&a);
-  json_object_set_new(j, "next_frame", json_integer((json_int_t)s->plane.next_counter));
-  pthread_mutex_unlock(&s->st_mu);
+  /* plane A's view (with the biplane settings on a biplane system) */
+  json_t *st = xt_srv_plane_state_json(s, 0);
+  json_t *j = json_incref(json_object_get(st, "acquisition"));
+  json_object_set(j, "next_frame", json_object_get(st, "next_frame"));
+  json_decref(st);
   json_object_set_new(j, "dose", xt_dose_json(s)); /* after st_mu: takes plane.mu */
   reply_json(out, 200, j);
 }
@@ -165,6 +165,104 @@ static void h_stop(xt_server *s, struct MHD_Connection *con, req *r, reply *out)
   int rc = xt_srv_start(s, 0, &m);
   if (rc) return reply_error(out, rc, 0, m.text);
   h_acq_get(s, con, r, out);
+}
+
+/* ---- /v1/planes/{plane}/...: one plane of a biplane system (A: what the routes above mean) ---- */
+
+/* The plane the URL names (its segment after /v1/planes/); 404 naming it otherwise. */
+static int url_plane(xt_server *s, const req *r, reply *out, int *plane) {
+  static const char prefix[] = "/v1/planes/";
+  char seg[16] = "";
+  if (!strncmp(r->url, prefix, sizeof prefix - 1)) {
+    const char *a = r->url + sizeof prefix - 1;
+    size_t n = strcspn(a, "/");
+    if (n < sizeof seg) snprintf(seg, sizeof seg, "%.*s", (int)n, a);
+  }
+  xt_msg m;
+  if (xt_srv_plane_parse(s, seg, plane, &m)) {
+    reply_error(out, XT_ENOTFOUND, 404, m.text);
+    return -1;
+  }
+  return 0;
+}
+
+static void h_plane_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  if (url_plane(s, r, out, &pl)) return;
+  json_t *j = xt_srv_plane_state_json(s, pl);
+  json_object_set_new(j, "dose", xt_dose_json_plane(s, pl)); /* after st_mu: takes the plane's mu */
+  json_object_set_new(j, "device", xt_srv_device_json_plane(s, pl));
+  reply_json(out, 200, j);
+}
+
+static void plane_pose_reply(xt_server *s, int pl, reply *out) {
+  pthread_mutex_lock(&s->st_mu);
+  json_t *j = json_pack("{s:o,s:I,s:s}", "pose", xt_pose_to_json(&s->planes[pl].set.pose), "seq",
+                        (json_int_t)s->planes[pl].set.pose_seq, "plane", pl ? "B" : "A");
+  pthread_mutex_unlock(&s->st_mu);
+  reply_json(out, 200, j);
+}
+
+static void h_plane_pose_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  if (!url_plane(s, r, out, &pl)) plane_pose_reply(s, pl, out);
+}
+
+static void h_plane_pose_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  json_t *j;
+  if (url_plane(s, r, out, &pl) || body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_update_pose_plane(s, pl, j, 1, NULL, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  plane_pose_reply(s, pl, out);
+}
+
+static void plane_acq_reply(xt_server *s, int pl, reply *out) {
+  json_t *j = xt_srv_plane_state_json(s, pl);
+  json_t *a = json_incref(json_object_get(j, "acquisition"));
+  json_object_set(a, "next_frame", json_object_get(j, "next_frame"));
+  json_decref(j);
+  json_object_set_new(a, "dose", xt_dose_json_plane(s, pl));
+  reply_json(out, 200, a);
+}
+
+static void h_plane_acq_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  if (!url_plane(s, r, out, &pl)) plane_acq_reply(s, pl, out);
+}
+
+static void h_plane_acq_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  json_t *j;
+  if (url_plane(s, r, out, &pl) || body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_update_acq_plane(s, pl, j, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  plane_acq_reply(s, pl, out);
+}
+
+static void h_plane_device_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  if (!url_plane(s, r, out, &pl)) reply_json(out, 200, xt_srv_device_json_plane(s, pl));
+}
+
+/* POST /v1/planes/{plane}/device/{command}: the command is the path's last part. */
+static void h_plane_device_cmd(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  int pl;
+  if (url_plane(s, r, out, &pl)) return;
+  const char *slash = strrchr(r->url, '/');
+  const int cmd = xt_dev_cmd_parse(slash ? slash + 1 : "");
+  if (cmd < 0) return reply_error(out, XT_ENOTFOUND, 404, "device: no such command (see GET /v1/device's commands)");
+  json_t *j, *dev = NULL;
+  if (body_json(r, out, 1, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_device_plane(s, pl, cmd, j, &dev, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  reply_json(out, 200, dev);
 }
 
 static void h_scenario_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
@@ -251,7 +349,7 @@ static void h_render(xt_server *s, struct MHD_Connection *con, req *r, reply *ou
   xt_call c;
   memset(&c, 0, sizeof c);
   pthread_mutex_lock(&s->st_mu);
-  xt_pose pose = s->plane.set.pose;
+  xt_pose pose = s->planes[0].set.pose;
   xt_acq acq = xt_srv_acq_get(s);
   pthread_mutex_unlock(&s->st_mu);
   rc = xt_render_from_json(j, &pose, &acq, &m);
@@ -333,7 +431,7 @@ static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, repl
 static void h_metrics(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   size_t n = 0;
   xt_acq_plane_state plane;
-  xt_acq_plane_snapshot(&s->plane, &plane); /* before metrics.mu: the two locks never nest */
+  xt_acq_plane_snapshot(&s->planes[0], &plane); /* before metrics.mu: the two locks never nest */
   char *t = xt_metrics_text(&s->metrics, &plane, &n);
   if (!t) return reply_error(out, XT_ENOMEM, 0, "metrics: out of memory");
   out->status = 200;
@@ -388,6 +486,16 @@ static const xt_route routes[] = {
     {"POST", "/v1/device/radiation_enable", "Device: radiation disable off", (void *)h_device_cmd},
     {"POST", "/v1/device/fault", "Device: raise a fault {code, text} (aborts any exposure)", (void *)h_device_cmd},
     {"POST", "/v1/device/reset", "Device: reset a fault (fault -> ready)", (void *)h_device_cmd},
+    {"GET", "/v1/planes/{plane}", "One plane (A or B): pose, acquisition, stand, dose, device", (void *)h_plane_get},
+    {"GET", "/v1/planes/{plane}/pose", "The plane's C-arm pose and its sequence number", (void *)h_plane_pose_get},
+    {"PUT", "/v1/planes/{plane}/pose", "Update the plane's pose (within its stand's ranges)", (void *)h_plane_pose_put},
+    {"GET", "/v1/planes/{plane}/acquisition", "The plane's detector mode, chain, pixel format; the run's timing",
+     (void *)h_plane_acq_get},
+    {"PUT", "/v1/planes/{plane}/acquisition", "Change the plane's acquisition settings; any subset of fields",
+     (void *)h_plane_acq_put},
+    {"GET", "/v1/planes/{plane}/device", "The plane's device state machine", (void *)h_plane_device_get},
+    {"POST", "/v1/planes/{plane}/device/{command}", "A device command to one plane (the commands of /v1/device)",
+     (void *)h_plane_device_cmd},
     {"GET", "/v1/faults", "Injected faults acting now, and the known fault names", (void *)h_faults_get},
     {"DELETE", "/v1/faults", "Clear every injected fault (device faults stay: reset them)", (void *)h_faults_delete},
     {"POST", "/v1/faults/drop_frame", "Fault: the next {count} exposures are made but not published", (void *)h_fault_post},
@@ -483,10 +591,28 @@ static enum MHD_Result finish(xt_server *s, struct MHD_Connection *con, const re
 }
 
 /* The methods routes allow on url ("GET, HEAD, PUT"), empty when no route has that path. */
+/* A route's path against a URL: "{name}" in the path stands for one segment of the URL (not empty,
+ * no '/'); the handler judges its value (/v1/planes/{plane}/...: A or B). */
+static int route_match(const char *path, const char *url) {
+  while (*path) {
+    if (*path == '{') {
+      const char *close = strchr(path, '}');
+      if (!close) return 0;
+      size_t n = strcspn(url, "/");
+      if (n == 0) return 0;
+      path = close + 1;
+      url += n;
+      continue;
+    }
+    if (*path++ != *url++) return 0;
+  }
+  return *url == 0;
+}
+
 static void allowed_methods(const char *url, char *allow, size_t cap) {
   allow[0] = 0;
   for (int i = 0; i < NROUTES; i++) {
-    if (strcmp(routes[i].path, url) != 0) continue;
+    if (!route_match(routes[i].path, url)) continue;
     size_t k = strlen(allow);
     snprintf(allow + k, cap - k, "%s%s%s", k ? ", " : "", routes[i].method, strcmp(routes[i].method, "GET") ? "" : ", HEAD");
   }
@@ -599,7 +725,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
   const xt_route *hit = NULL;
   int head = !strcmp(method, "HEAD"); /* a GET whose body libmicrohttpd leaves out */
   for (int i = 0; i < NROUTES; i++)
-    if (!strcmp(routes[i].path, url) && !strcmp(routes[i].method, head ? "GET" : method)) hit = &routes[i];
+    if (route_match(routes[i].path, url) && !strcmp(routes[i].method, head ? "GET" : method)) hit = &routes[i];
   if (!hit) {
     char allow[96];
     allowed_methods(url, allow, sizeof allow);

@@ -15,6 +15,7 @@
  * arrays by them. */
 #define XT_SRV_MAX_MODELS 16
 #define XT_SRV_MAX_WORKERS 8
+#define XT_SRV_PLANES 2 /* a biplane system: plane A (frontal) and plane B (lateral) */
 #define XT_SRV_MAX_HELPERS 15       /* conversion helpers of one render worker */
 #define XT_SRV_MAX_CLIENT_STATS 64  /* stream clients with their own /metrics lines */
 #define XT_SRV_STR 512
@@ -39,6 +40,9 @@ typedef struct xt_srv_config {
   char tls_cert[XT_SRV_STR], tls_key[XT_SRV_STR];
   char token[256];
   char mode[32]; /* detector mode, or "auto" */
+  int planes;     /* 1, or 2: biplane (plane B lateral) */
+  char mode_b[32]; /* plane B's detector mode, or "auto" */
+  char timing[16]; /* interleaved | simultaneous */
   double fps;
   char run_mode[16];     /* free | lockstep */
   char pixel_format[16]; /* uint16 | float32 */

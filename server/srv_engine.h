@@ -35,6 +35,7 @@ typedef struct xt_call {
   const xt_model *model;
   /* warm-up: also the imaging chain, with these parameters */
   int chain;
+  int plane; /* whose chain (w->rnd or rnd_b) */
   xt_chain_params chain_prm;
 } xt_call;
 
@@ -72,6 +73,9 @@ typedef struct xt_worker {
   /* The acquisition layer's renderer on proj: the imaging chain made on first use, remade when
    * rnd.models (the models on this worker's projector) grows; reset at a new run. */
   xt_acq_renderer rnd;
+  /* Plane B's renderer on the same projector (a biplane system): its own chain, so that the two
+   * planes' lag, temporal filters and DSA masks never mix; its model count follows rnd's. */
+  xt_acq_renderer rnd_b;
   /* Helpers that share the line integral -> uint16 conversion with the worker (engine.c). */
   int nhelp;
   pthread_t help[XT_SRV_MAX_HELPERS];
@@ -102,9 +106,10 @@ void xt_engine_stop(xt_server *s);
 int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c); /* worker -1: any */
 /* Lockstep: latches the pose now and queues one frame; *counter gets its frame counter. */
 int xt_engine_trigger(xt_server *s, uint64_t *counter, xt_msg *msg);
-/* Renders (and converts) one frame of `mode` on every worker and discards it, so that the first
+/* Renders (and converts) one frame of a plane's `mode` on every worker (its chain on the worker its
+ * chain frames render on) and discards it, so that the first
  * paced frame of a mode pays no one-off costs (CUDA module load, pinned scratch, buffers). */
-void xt_engine_warmup(xt_server *s, const xt_detector_mode *mode);
+void xt_engine_warmup_plane(xt_server *s, int plane, const xt_detector_mode *mode);
 
 /* Wakes the pacer after a state change (caller holds st_mu). */
 void xt_engine_kick(xt_server *s);

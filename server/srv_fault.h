@@ -95,7 +95,7 @@ void xt_srv_fault_latch_locked(xt_server *s, xt_job *j, uint64_t t_exposure_ns);
 int xt_srv_fault_deliver(xt_server *s, const xt_job *j, int chain, uint64_t *t_done, uint32_t *flags);
 /* Caller holds st_mu: a device command the faults refuse now (the exposure hand switch while the
  * tube is at its heat limit): XT_ESTATE with the reason; 0 when not. */
-int xt_srv_fault_refuse_locked(xt_server *s, int cmd, uint64_t now, xt_msg *msg);
+int xt_srv_fault_refuse_locked(xt_server *s, int plane, int cmd, uint64_t now, xt_msg *msg);
 /* The stream's link is down at now (any thread). */
 int xt_srv_fault_link_down(xt_server *s, uint64_t now);
 

@@ -27,6 +27,10 @@ typedef struct xt_acq {
   int running;
   int chain;                 /* the imaging chain on: frames are raw + processed uint16 */
   xt_chain_params chain_prm; /* its parameters (imaging/xt_chain.h's table) */
+  /* biplane (the system's, as fps and the run mode are): the planes the API's switch exposes (bit p:
+   * plane p) and their pulses' timing (XT_STREAM_TIMING_INTERLEAVED or _SIMULTANEOUS) */
+  unsigned plane_sel;
+  int timing;
 } xt_acq;
 
 /* The run's timing and state: the server's, shared by its planes. */
@@ -74,14 +78,29 @@ void xt_ws_cmd_free(xt_ws_cmd *c);
 /* {"error": {"name", "status", "message"}} */
 json_t *xt_error_json(int err, int status, const char *message);
 
-/* The acquisition view of the server's plane and run (caller holds st_mu), and back. */
+/* Planes (docs/biplane.md): 0 A (frontal), 1 B (lateral, --planes 2). "A"/"a" or "B"/"b" to a plane
+ * of this system (XT_EINVAL naming the value; XT_ENOTFOUND for B on a single-plane system). */
+int xt_srv_plane_parse(const xt_server *s, const char *name, int *plane, xt_msg *msg);
+/* The chain's seed of plane p from the system's (plane A's is the seed itself). */
+uint64_t xt_srv_plane_seed(uint64_t seed, int plane);
+
+/* The acquisition view of a plane and the run (caller holds st_mu), and back; without _plane:
+ * plane A's. */
 xt_acq xt_srv_acq_get(const xt_server *s);
 void xt_srv_acq_put(xt_server *s, const xt_acq *a);
-/* Shared by REST and WS: apply updates under st_mu, returning the applied pose seq. */
+xt_acq xt_srv_acq_get_plane(const xt_server *s, int plane);
+void xt_srv_acq_put_plane(xt_server *s, int plane, const xt_acq *a);
+/* Shared by REST and WS: apply updates under st_mu, returning the applied pose seq. Without _plane
+ * the body may name its plane ({"plane": "B", ...}; default A), as the stream's messages and the
+ * scenarios' events do; the per-plane REST routes call the _plane forms. */
 int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg);
-/* {"run_frames", "k_irp_total_mgy", "kap_total_gycm2", the last frame's, the loop's state}: takes plane.mu */
+int xt_srv_update_pose_plane(xt_server *s, int plane, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg);
+/* {"run_frames", "k_irp_total_mgy", "kap_total_gycm2", the last frame's, the loop's state}: plane A's,
+ * and on a biplane system "planes" {A, B} and their "total"; takes each plane's mu */
 json_t *xt_dose_json(xt_server *s);
+json_t *xt_dose_json_plane(xt_server *s, int plane);
 int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg);
+int xt_srv_update_acq_plane(xt_server *s, int plane, const json_t *obj, xt_msg *msg);
 /* Acquisition start/stop: the device's API switch (docs/device.md); start is refused (XT_ESTATE)
  * where the device allows no exposure. */
 int xt_srv_start(xt_server *s, int run, xt_msg *msg);
@@ -89,6 +108,11 @@ int xt_srv_start(xt_server *s, int run, xt_msg *msg);
  * by POST /v1/device/<command> and the stream's "device" message; *device_out (may be NULL) gets
  * GET /v1/device's body after it. Refused: XT_ESTATE naming the command and the state. */
 int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out, xt_msg *msg);
+int xt_srv_device_plane(xt_server *s, int plane, int cmd, const json_t *args, json_t **device_out, xt_msg *msg);
+json_t *xt_srv_device_json_plane(xt_server *s, int plane);
+/* GET /v1/planes/{a,b}: the plane's pose, acquisition (with the system's biplane settings), next
+ * frame and stand. xt_srv_state_json is plane A's, with "plane_b" on a biplane system. */
+json_t *xt_srv_plane_state_json(xt_server *s, int plane);
 /* Scenarios (srv_scenario.h): one event applied through the API's own operation (the pacer calls
  * it through s->scenario_hook, with st_mu let go); a scenario set (PUT /v1/scenario, --scenario),
  * started at the device clock's now, its seed the chain's; its progress. */

@@ -206,6 +206,35 @@ json_t *xt_chain_to_json(int enabled, const xt_chain_params *p) {
   return o;
 }
 
+/* {"planes": ["A", "B"] | ["A"] | ["B"], "timing": "interleaved" | "simultaneous"}, partial; whether
+ * the system has plane B is the caller's check. */
+static int biplane_from_json(const json_t *obj, xt_acq *a, xt_msg *msg) {
+  if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "biplane: expected {\"planes\", \"timing\"}");
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!strcmp(key, "planes")) {
+      unsigned sel = 0;
+      size_t i, n = json_array_size(v);
+      if (!json_is_array(v) || n < 1 || n > 2) return xt_fail(msg, XT_EINVAL, "biplane.planes: expected [\"A\"], [\"B\"] or [\"A\", \"B\"]");
+      for (i = 0; i < n; i++) {
+        const char *p = json_string_value(json_array_get(v, i));
+        if (p && (!strcmp(p, "A") || !strcmp(p, "a"))) sel |= 1u;
+        else if (p && (!strcmp(p, "B") || !strcmp(p, "b"))) sel |= 2u;
+        else return xt_fail(msg, XT_EINVAL, "biplane.planes[%zu]: '%.16s' is neither A nor B", i, p ? p : "(not a string)");
+      }
+      a->plane_sel = sel;
+    } else if (!strcmp(key, "timing")) {
+      const char *t = json_string_value(v);
+      if (t && !strcmp(t, "interleaved")) a->timing = XT_STREAM_TIMING_INTERLEAVED;
+      else if (t && !strcmp(t, "simultaneous")) a->timing = XT_STREAM_TIMING_SIMULTANEOUS;
+      else return xt_fail(msg, XT_EINVAL, "biplane.timing: expected \"interleaved\" or \"simultaneous\"");
+    } else
+      return xt_fail(msg, XT_EINVAL, "biplane: unknown field '%.64s'", key);
+  }
+  return 0;
+}
+
 int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
   if (!json_is_object(obj)) return xt_fail(msg, XT_EINVAL, "acquisition: expected a JSON object");
   xt_acq a = *acq;
@@ -239,6 +268,9 @@ int xt_acq_from_json(const json_t *obj, xt_acq *acq, xt_msg *msg) {
       a.running = json_is_true(v);
     } else if (!strcmp(key, "chain")) {
       int rc = chain_from_json(v, &a, msg);
+      if (rc) return rc;
+    } else if (!strcmp(key, "biplane")) {
+      int rc = biplane_from_json(v, &a, msg);
       if (rc) return rc;
     } else
       return xt_fail(msg, XT_EINVAL, "acquisition: unknown field '%s'", key);
@@ -289,11 +321,17 @@ int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
       return xt_fail(msg, XT_EINVAL, "seq: expected an integer >= 0");
     out->update = json_deep_copy(pose);
     if (seqv) json_object_set(out->update, "seq", seqv);
+    /* {"plane": "B"}: the operation takes it from the update (xt_srv_update_pose) */
+    if (json_object_get(cmd, "plane")) json_object_set(out->update, "plane", json_object_get(cmd, "plane"));
     out->type = XT_CMD_POSE;
   } else if (!strcmp(type, "acquisition")) {
     json_t *a = json_object_get(cmd, "acquisition");
     if (!json_is_object(a)) return xt_fail(msg, XT_EINVAL, "acquisition: expected {\"acquisition\": {...}}");
-    out->update = json_incref(a);
+    if (json_object_get(cmd, "plane")) {
+      out->update = json_copy(a);
+      json_object_set(out->update, "plane", json_object_get(cmd, "plane"));
+    } else
+      out->update = json_incref(a);
     out->type = XT_CMD_ACQ;
   } else if (!strcmp(type, "start")) out->type = XT_CMD_START;
   else if (!strcmp(type, "stop")) out->type = XT_CMD_STOP;
@@ -327,24 +365,66 @@ void xt_ws_cmd_free(xt_ws_cmd *c) {
 
 /* ---- server-level operations -------------------------------------------------------------- */
 
-int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg) {
+/* ---- planes ------------------------------------------------------------------------------- */
+
+uint64_t xt_srv_plane_seed(uint64_t seed, int plane) {
+  if (plane == 0) return seed;
+  /* splitmix64's finaliser: plane B's noise is a stream of its own, still fixed by the one seed */
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)plane;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int xt_srv_plane_parse(const xt_server *s, const char *name, int *plane, xt_msg *msg) {
+  int p = -1;
+  if (name && (!strcmp(name, "A") || !strcmp(name, "a"))) p = 0;
+  else if (name && (!strcmp(name, "B") || !strcmp(name, "b"))) p = 1;
+  if (p < 0) return xt_fail(msg, XT_EINVAL, "plane: '%.16s' is neither A nor B", name ? name : "(not a string)");
+  if (p >= s->nplanes)
+    return xt_fail(msg, XT_ENOTFOUND, "plane: this is a single-plane system (plane B needs --planes 2)");
+  *plane = p;
+  return 0;
+}
+
+/* An operation's body may name its plane ({"plane": "B", ...}: the stream's messages, scenario
+ * events); *rest gets the body without it (a new reference), *plane the plane (A when unnamed). */
+static int take_plane(const xt_server *s, const json_t *obj, int *plane, json_t **rest, xt_msg *msg) {
+  *plane = 0;
+  *rest = NULL;
+  const json_t *v = json_is_object(obj) ? json_object_get(obj, "plane") : NULL;
+  if (!v) {
+    *rest = json_incref((json_t *)obj);
+    return 0;
+  }
+  int rc = xt_srv_plane_parse(s, json_string_value(v), plane, msg);
+  if (rc) return rc;
+  *rest = json_copy((json_t *)obj);
+  json_object_del(*rest, "plane");
+  return 0;
+}
+
+int xt_srv_update_pose_plane(xt_server *s, int pl, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg) {
   pthread_mutex_lock(&s->st_mu);
   /* Stamped under st_mu, as the pacer stamps exposures: an exposure latches this pose exactly when
    * its t_exposure_ns is later than this t_pose_ns (stamped before the lock, an exposure taken
    * while we waited for it would be later than t_pose and still carry the older pose). */
   uint64_t t = xt_dev_now_ns();
-  xt_pose p = s->plane.set.pose;
+  xt_acq_setup *set = &s->planes[pl].set;
+  xt_pose p = set->pose;
   uint64_t q = 0;
   int has = 0;
   int rc = xt_pose_from_json(obj, &p, allow_seq, &q, &has, msg);
+  /* the stand's own ranges: a single-plane system's frontal stand is the twin's full range */
+  if (!rc && s->nplanes > 1) rc = xt_stand_validate(s->stands[pl], &p, msg);
   if (!rc) {
-    s->plane.set.pose = p;
-    s->plane.set.pose_seq = has ? q : s->plane.set.pose_seq + 1;
-    s->plane.set.t_pose_ns = t;
-    if (seq) *seq = s->plane.set.pose_seq;
+    set->pose = p;
+    set->pose_seq = has ? q : set->pose_seq + 1;
+    set->t_pose_ns = t;
+    if (seq) *seq = set->pose_seq;
   }
   /* logged under st_mu, as the pacer logs exposures: the log's order is the server's */
-  xt_session_command(s, "pose", "api", obj, rc, msg ? msg->text : NULL);
+  xt_session_command(s, pl ? "pose_b" : "pose", "api", obj, rc, msg ? msg->text : NULL);
   pthread_mutex_unlock(&s->st_mu);
   if (!rc) {
     pthread_mutex_lock(&s->metrics.mu);
@@ -354,50 +434,108 @@ int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t 
   return rc;
 }
 
-xt_acq xt_srv_acq_get(const xt_server *s) {
-  const xt_acq_setup *p = &s->plane.set;
-  return (xt_acq){.mode = p->mode, .fps = s->run.fps, .lockstep = s->run.lockstep, .pixel_format = p->pixel_format,
-                  .running = s->run.running, .chain = p->chain, .chain_prm = p->chain_prm};
+int xt_srv_update_pose(xt_server *s, const json_t *obj, int allow_seq, uint64_t *seq, xt_msg *msg) {
+  int pl;
+  json_t *rest;
+  int rc = take_plane(s, obj, &pl, &rest, msg);
+  if (rc) return rc;
+  rc = xt_srv_update_pose_plane(s, pl, rest, allow_seq, seq, msg);
+  json_decref(rest);
+  return rc;
 }
 
-void xt_srv_acq_put(xt_server *s, const xt_acq *a) {
-  xt_acq_setup *p = &s->plane.set;
+xt_acq xt_srv_acq_get_plane(const xt_server *s, int pl) {
+  const xt_acq_setup *p = &s->planes[pl].set;
+  return (xt_acq){.mode = p->mode, .fps = s->run.fps, .lockstep = s->run.lockstep, .pixel_format = p->pixel_format,
+                  .running = s->run.running, .chain = p->chain, .chain_prm = p->chain_prm,
+                  .plane_sel = s->plane_sel, .timing = s->timing};
+}
+
+void xt_srv_acq_put_plane(xt_server *s, int pl, const xt_acq *a) {
+  xt_acq_setup *p = &s->planes[pl].set;
   p->mode = a->mode;
   p->pixel_format = a->pixel_format;
   p->chain = a->chain;
   p->chain_prm = a->chain_prm;
   s->run = (xt_srv_run){a->fps, a->lockstep, a->running};
+  s->plane_sel = a->plane_sel;
+  s->timing = a->timing;
 }
 
-int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
+xt_acq xt_srv_acq_get(const xt_server *s) { return xt_srv_acq_get_plane(s, 0); }
+void xt_srv_acq_put(xt_server *s, const xt_acq *a) { xt_srv_acq_put_plane(s, 0, a); }
+
+/* The API's switch, pressed or let go on every plane it selects (sel), all or none: a plane whose
+ * device refuses leaves every other as it was. Caller holds st_mu. */
+static int api_switch_locked(xt_server *s, int run, unsigned sel, int *events, xt_msg *msg) {
+  const xt_dev_cmd cmd = run ? XT_DEV_CMD_START : XT_DEV_CMD_STOP;
+  const uint64_t now = xt_dev_now_ns();
+  int n = 0, rc = 0;
+  if (run && s->nplanes > 1) {
+    /* each plane's answer first, on a copy of its machine (its own words), so that none is pressed
+     * when one refuses */
+    for (int p = 0; p < s->nplanes && !rc; p++) {
+      if (!(sel & (1u << p))) continue;
+      xt_device trial = s->devs[p];
+      xt_dev_out o;
+      if ((rc = xt_dev_command(&trial, cmd, NULL, now, &o, msg)) && msg) {
+        char t[sizeof msg->text];
+        snprintf(t, sizeof t, "%s", msg->text);
+        xt_fail(msg, rc, "plane %s: %.200s", p ? "B" : "A", t);
+      }
+    }
+  }
+  for (int p = 0; p < s->nplanes && !rc; p++) {
+    /* stop lets go of every plane's switch; start presses the selected planes' */
+    if (run && !(sel & (1u << p))) continue;
+    int e = 0;
+    rc = xt_srv_device_locked(s, p, cmd, NULL, now, &e, msg);
+    n += e;
+  }
+  *events = n;
+  return rc;
+}
+
+int xt_srv_update_acq_plane(xt_server *s, int pl, const json_t *obj, xt_msg *msg) {
   pthread_mutex_lock(&s->st_mu);
-  xt_acq a = xt_srv_acq_get(s);
+  xt_acq a = xt_srv_acq_get_plane(s, pl);
   int events = 0;
   int rc = xt_acq_from_json(obj, &a, msg);
+  if (!rc && s->nplanes < 2 && (a.plane_sel != 1u || a.timing != s->timing))
+    rc = xt_fail(msg, XT_EINVAL, "biplane: this is a single-plane system (--planes 2 for plane B)");
   /* "running" is the device's API switch (start/stop): refused by the device, nothing is applied */
-  if (!rc && a.running != s->run.running)
-    rc = xt_srv_device_locked(s, a.running ? XT_DEV_CMD_START : XT_DEV_CMD_STOP, NULL, xt_dev_now_ns(), &events, msg);
+  if (!rc && a.running != s->run.running) rc = api_switch_locked(s, a.running, a.plane_sel, &events, msg);
   if (!rc) {
     a.running = s->run.running; /* as the device left it (a new run began with its exposure) */
-    xt_srv_acq_put(s, &a);
+    xt_srv_acq_put_plane(s, pl, &a);
     s->acq_gen++;
     xt_engine_kick(s);
   }
-  xt_session_command(s, "acquisition", "api", obj, rc, msg ? msg->text : NULL);
+  xt_session_command(s, pl ? "acquisition_b" : "acquisition", "api", obj, rc, msg ? msg->text : NULL);
   pthread_mutex_unlock(&s->st_mu);
   if (events) xt_ring_notify(&s->ring);
+  return rc;
+}
+
+int xt_srv_update_acq(xt_server *s, const json_t *obj, xt_msg *msg) {
+  int pl;
+  json_t *rest;
+  int rc = take_plane(s, obj, &pl, &rest, msg);
+  if (rc) return rc;
+  rc = xt_srv_update_acq_plane(s, pl, rest, msg);
+  json_decref(rest);
   return rc;
 }
 
 /* The device's API switch: start presses it (no latencies: exposing on return, a new run), stop lets
  * go of whatever switch is held. Both answer ok when there is nothing to do, as they always did;
  * start is refused (409 STATE) where the device allows no exposure (standby, fault, radiation
- * disabled, another switch's exposure). */
+ * disabled, another switch's exposure). On a biplane system start presses the switch of every
+ * plane the acquisition's "planes" selects, stop lets go of both. */
 int xt_srv_start(xt_server *s, int run, xt_msg *msg) {
   int events = 0;
   pthread_mutex_lock(&s->st_mu);
-  const int rc =
-      xt_srv_device_locked(s, run ? XT_DEV_CMD_START : XT_DEV_CMD_STOP, NULL, xt_dev_now_ns(), &events, msg);
+  const int rc = api_switch_locked(s, run, s->plane_sel, &events, msg);
   s->acq_gen++;
   xt_engine_kick(s);
   xt_session_command(s, run ? "start" : "stop", "api", NULL, rc, rc && msg ? msg->text : NULL);
@@ -444,12 +582,12 @@ static int device_args(const json_t *obj, xt_dev_args *a, xt_dev_phase *ph, xt_m
   return 0;
 }
 
-int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out, xt_msg *msg) {
+int xt_srv_device_plane(xt_server *s, int pl, int cmd, const json_t *args, json_t **device_out, xt_msg *msg) {
   if (cmd < 0 || cmd >= XT_DEV_NCMDS) return xt_fail(msg, XT_EINVAL, "device: no such command");
   if (cmd == XT_DEV_CMD_START || cmd == XT_DEV_CMD_STOP) { /* the acquisition's own, with its bookkeeping */
     if (args && json_object_size(args)) return xt_fail(msg, XT_EINVAL, "device: '%s' takes no fields", xt_dev_cmd_name(cmd));
     int rc = xt_srv_start(s, cmd == XT_DEV_CMD_START, msg);
-    if (!rc && device_out) *device_out = xt_srv_device_json(s);
+    if (!rc && device_out) *device_out = xt_srv_device_json_plane(s, pl);
     return rc;
   }
   xt_dev_phase ph[XT_DEV_MAX_PHASES];
@@ -458,13 +596,14 @@ int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out
   if (rc) return rc;
   pthread_mutex_lock(&s->st_mu);
   const uint64_t now = xt_dev_now_ns();
-  rc = xt_srv_device_locked(s, (xt_dev_cmd)cmd, &a, now, &events, msg);
+  rc = xt_srv_device_locked(s, pl, (xt_dev_cmd)cmd, &a, now, &events, msg);
   if (!rc) {
     s->acq_gen++; /* the pacer looks again: X-ray may have begun or ended */
     xt_engine_kick(s);
-    if (device_out) *device_out = xt_srv_device_json_locked(s, now);
+    if (device_out) *device_out = xt_srv_device_json_locked(s, pl, now);
   }
   json_t *logged = json_pack("{s:s,s:O*}", "command", xt_dev_cmd_name((xt_dev_cmd)cmd), "args", args);
+  if (s->nplanes > 1) json_object_set_new(logged, "plane", json_string(pl ? "B" : "A"));
   xt_session_command(s, "device", "api", logged, rc, rc && msg ? msg->text : NULL);
   json_decref(logged);
   pthread_mutex_unlock(&s->st_mu);
@@ -472,23 +611,61 @@ int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out
   return rc;
 }
 
-json_t *xt_srv_device_json(xt_server *s) {
+int xt_srv_device(xt_server *s, int cmd, const json_t *args, json_t **device_out, xt_msg *msg) {
+  int pl = 0;
+  json_t *rest = NULL;
+  int rc = args ? take_plane(s, args, &pl, &rest, msg) : 0;
+  if (rc) return rc;
+  rc = xt_srv_device_plane(s, pl, cmd, rest, device_out, msg);
+  json_decref(rest);
+  return rc;
+}
+
+json_t *xt_srv_device_json_plane(xt_server *s, int pl) {
   pthread_mutex_lock(&s->st_mu);
   const uint64_t now = xt_dev_now_ns();
   const int events = xt_srv_device_advance_locked(s, now); /* as of now, should the pacer not have woken yet */
-  json_t *j = xt_srv_device_json_locked(s, now);
+  json_t *j = xt_srv_device_json_locked(s, pl, now);
   pthread_mutex_unlock(&s->st_mu);
   if (events) xt_ring_notify(&s->ring);
   return j;
 }
 
-json_t *xt_srv_state_json(xt_server *s) {
+json_t *xt_srv_device_json(xt_server *s) { return xt_srv_device_json_plane(s, 0); }
+
+/* {"planes": ["A", "B"] (those the API's switch exposes), "timing"}: on a biplane system only. */
+static json_t *biplane_json_locked(const xt_server *s) {
+  json_t *sel = json_array();
+  for (int p = 0; p < s->nplanes; p++)
+    if (s->plane_sel & (1u << p)) json_array_append_new(sel, json_string(p ? "B" : "A"));
+  return json_pack("{s:o,s:s}", "planes", sel, "timing",
+                   s->timing == XT_STREAM_TIMING_SIMULTANEOUS ? "simultaneous" : "interleaved");
+}
+
+json_t *xt_srv_plane_state_json(xt_server *s, int pl) {
   pthread_mutex_lock(&s->st_mu);
-  const xt_acq a = xt_srv_acq_get(s);
-  json_t *o = json_pack("{s:o,s:I,s:o,s:I}", "pose", xt_pose_to_json(&s->plane.set.pose), "pose_seq",
-                        (json_int_t)s->plane.set.pose_seq, "acquisition", xt_acq_to_json(&a), "next_frame",
-                        (json_int_t)s->plane.next_counter);
+  const xt_acq a = xt_srv_acq_get_plane(s, pl);
+  json_t *acq = xt_acq_to_json(&a);
+  if (s->nplanes > 1) json_object_set_new(acq, "biplane", biplane_json_locked(s));
+  json_t *o = json_pack("{s:o,s:I,s:o,s:I}", "pose", xt_pose_to_json(&s->planes[pl].set.pose), "pose_seq",
+                        (json_int_t)s->planes[pl].set.pose_seq, "acquisition", acq, "next_frame",
+                        (json_int_t)s->planes[pl].next_counter);
+  if (s->nplanes > 1) {
+    const xt_stand *st = s->stands[pl];
+    json_object_set_new(o, "plane", json_string(pl ? "B" : "A"));
+    if (st)
+      json_object_set_new(o, "stand",
+                          json_pack("{s:s,s:[f,f],s:[f,f],s:[f,f]}", "name", st->name, "primary_deg", st->primary_min,
+                                    st->primary_max, "secondary_deg", st->secondary_min, st->secondary_max, "sid_mm",
+                                    st->sid_min, st->sid_max));
+  }
   pthread_mutex_unlock(&s->st_mu);
+  return o;
+}
+
+json_t *xt_srv_state_json(xt_server *s) {
+  json_t *o = xt_srv_plane_state_json(s, 0);
+  if (s->nplanes > 1) json_object_set_new(o, "plane_b", xt_srv_plane_state_json(s, 1));
   return o;
 }
 
@@ -509,8 +686,8 @@ json_t *xt_srv_models_json(xt_server *s) {
   json_t *a = json_array();
   xt_geometry geom, *g = &geom;
   pthread_mutex_lock(&s->st_mu);
-  xt_pose pose = s->plane.set.pose;
-  const xt_detector_mode *mode = s->plane.set.mode;
+  xt_pose pose = s->planes[0].set.pose;
+  const xt_detector_mode *mode = s->planes[0].set.mode;
   pthread_mutex_unlock(&s->st_mu);
   xt_msg gm;
   if (!mode || xt_geom_compute(&pose, mode, &geom, &gm)) g = NULL;
@@ -667,15 +844,33 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
 
 /* ---- dose ----------------------------------------------------------------------------------- */
 
-json_t *xt_dose_json(xt_server *s) {
+json_t *xt_dose_json_plane(xt_server *s, int plane) {
   xt_acq_plane_state pl, *m = &pl;
-  xt_acq_plane_snapshot(&s->plane, &pl);
+  xt_acq_plane_snapshot(&s->planes[plane], &pl);
   json_t *o = json_pack("{s:I,s:f,s:f,s:{s:f,s:f,s:f,s:f},s:{s:b,s:f,s:f,s:f,s:i}}", "run_frames",
                         (json_int_t)m->dose.frames, "k_irp_total_mgy", m->dose.k_irp_mgy, "kap_total_gycm2",
                         m->dose.kap_gycm2, "last_frame", "k_irp_mgy", m->dose_last.k_irp_mgy, "kap_gycm2",
                         m->dose_last.kap_gycm2, "d_irp_mm", m->dose_last.d_irp_mm, "field_cm2", m->dose_last.field_cm2,
                         "drc", "active", m->drc_live && (m->drc.flags & XT_DRC_ON), "measured_ngy", m->drc.measured_ngy,
                         "target_ngy", m->drc.target_ngy, "curve_s", m->drc.s, "flags", (int)m->drc.flags);
+  return o;
+}
+
+/* Plane A's (as a single-plane system's always was); on a biplane system also each plane's and the
+ * total: the air kerma of the two reference points and the KAPs added (each plane's run totals). */
+json_t *xt_dose_json(xt_server *s) {
+  json_t *o = xt_dose_json_plane(s, 0);
+  if (s->nplanes < 2) return o;
+  json_t *b = xt_dose_json_plane(s, 1);
+  json_t *a = json_deep_copy(o);
+  const double k = json_real_value(json_object_get(a, "k_irp_total_mgy")) +
+                   json_real_value(json_object_get(b, "k_irp_total_mgy"));
+  const double kap = json_real_value(json_object_get(a, "kap_total_gycm2")) +
+                     json_real_value(json_object_get(b, "kap_total_gycm2"));
+  const json_int_t n = json_integer_value(json_object_get(a, "run_frames")) +
+                       json_integer_value(json_object_get(b, "run_frames"));
+  json_object_set_new(o, "planes", json_pack("{s:o,s:o}", "A", a, "B", b));
+  json_object_set_new(o, "total", json_pack("{s:I,s:f,s:f}", "run_frames", n, "k_irp_total_mgy", k, "kap_total_gycm2", kap));
   return o;
 }
 
@@ -713,7 +908,8 @@ int xt_srv_scenario_set(xt_server *s, const json_t *doc, xt_msg *msg) {
   xt_scenario_free(&s->scn);
   s->scn = sc;
   s->scn.t_start_ns = xt_dev_now_ns();
-  if (sc.has_seed) s->plane.set.chain_prm.seed = sc.seed; /* the run's noise: the same every time */
+  if (sc.has_seed) /* the run's noise: the same every time */
+    for (int p = 0; p < s->nplanes; p++) s->planes[p].set.chain_prm.seed = xt_srv_plane_seed(sc.seed, p);
   json_t *logged = json_pack("{s:s,s:i}", "name", s->scn.name, "events", s->scn.n);
   xt_session_command(s, "scenario", "api", logged, 0, NULL);
   json_decref(logged);

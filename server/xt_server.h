@@ -68,15 +68,25 @@ typedef struct xt_server {
   pthread_cond_t st_cv;
   xt_srv_run run;    /* frame rate, run mode, running */
   uint64_t acq_gen;  /* bumped on every acquisition change */
-  /* The plane (acq/xt_acq.h): its setting (pose, detector mode, chain settings and seed), its run
+  /* The planes (acq/xt_acq.h): plane A (frontal, index 0) always, plane B (lateral, 1) on a biplane
+   * system (--planes 2). Each has its setting (pose, detector mode, chain settings and seed), its run
    * and frame counter under st_mu; its state across exposures (dose totals, dose-rate control)
-   * under its own lock, plane.mu, taken by the workers inside xt_acq_expose and by GET /v1/dose
-   * and /metrics. */
-  xt_acq_plane plane;
-  /* The plane's device state machine (acq/xt_device.h, server/device.c; docs/device.md): standby,
-   * ready, prepare, exposing, readout, fault, under st_mu. The pacer exposes only while it is
-   * exposing; run.running is its API switch (acquisition start/stop). */
-  xt_device dev;
+   * under its own lock, planes[p].mu, taken by the workers inside xt_acq_expose and by GET /v1/dose
+   * and /metrics. Its stand (scene/stands.tsv) limits its pose. */
+  int nplanes;
+  xt_acq_plane planes[XT_SRV_PLANES];
+  const xt_stand *stands[XT_SRV_PLANES];
+  /* Each plane's device state machine (acq/xt_device.h, server/device.c; docs/device.md): standby,
+   * ready, prepare, exposing, readout, fault, under st_mu. The pacer exposes a plane only while its
+   * device is exposing; run.running is the API's switch (acquisition start/stop), which presses the
+   * switch of every plane biplane.planes selects. */
+  xt_device devs[XT_SRV_PLANES];
+  /* Biplane (st_mu; docs/biplane.md): the planes the API's switch exposes (bit p: plane p) and
+   * how their pulses are scheduled within a cycle (XT_STREAM_TIMING_INTERLEAVED or _SIMULTANEOUS);
+   * the pulse cycles started since start (the header's cycle). */
+  unsigned plane_sel;
+  int timing;
+  uint64_t cycles;
   /* The scenario being played (srv_scenario.h; st_mu) and how the pacer applies its events and
    * faults: hooks set by main, so that the engine calls neither state.c nor fault.c. */
   xt_scenario scn;

@@ -2,7 +2,7 @@
  * (xtwin-server --session-log; docs/session-log.md). The log's first line names the backend, the
  * projector's threads, the configuration and the models as the server loaded them; each frame line
  * is the request the server's plane latched. The replay builds the same scene, then exposes every
- * frame through one plane and one renderer in the log's order, as the server's chain frames went
+ * frame through its plane (A, or B of a biplane log) and that plane's renderer in the log's order, as the server's chain frames went
  * through its first worker in counter order (mono frames carry no state, so the worker that made
  * them does not matter): the dose-rate loop, lag and the recursive filter take the same path, and
  * each frame comes out as the stream message the server sent, bit for bit on the same backend but
@@ -57,8 +57,8 @@ void xt_cmd_replay_help(FILE *out) {
 
 typedef struct replay {
   xt_proj *proj;
-  xt_acq_renderer rnd;
-  xt_acq_plane plane;
+  xt_acq_renderer rnd, rnd_b; /* plane B's (a biplane log): its own chain on the same projector */
+  xt_acq_plane plane, plane_b;
   xt_model *models[MAX_MODELS];
   int nmodels;
   json_t *config;
@@ -118,6 +118,7 @@ static int session_line(replay *r, const json_t *o, const replay_opts *ro, xt_ms
   int rc = xt_proj_create(&po, &r->proj, msg);
   if (rc) return rc;
   xt_acq_renderer_init(&r->rnd, r->proj, threads);
+  xt_acq_renderer_init(&r->rnd_b, r->proj, threads);
   const json_t *models = json_object_get(o, "models"), *m;
   size_t i;
   json_array_foreach(models, i, m) {
@@ -194,7 +195,8 @@ static int frame_line(replay *r, const json_t *o, xt_msg *msg) {
   q.buffers = give;
   q.ctx = r;
   xt_acq_frame fr;
-  if ((rc = xt_acq_expose(&r->plane, &r->rnd, &q, &fr, msg))) return rc;
+  r->rnd_b.models = r->rnd.models; /* the models rnd added are on the projector both share */
+  if ((rc = xt_acq_expose(q.plane ? &r->plane_b : &r->plane, q.plane ? &r->rnd_b : &r->rnd, &q, &fr, msg))) return rc;
   xt_frame_fields ff;
   xt_frame_fields_of(&fr, &ff);
   r->frames++;
@@ -241,6 +243,7 @@ int xt_cmd_replay(int argc, char **argv) {
   memset(&r, 0, sizeof r);
   r.out = ro.out;
   xt_acq_plane_init(&r.plane);
+  xt_acq_plane_init(&r.plane_b);
   char *line = NULL;
   size_t cap = 0;
   long lineno = 0;
@@ -268,9 +271,11 @@ int xt_cmd_replay(int argc, char **argv) {
   if (!rc && read_err) rc = xt_fail(&msg, XT_EIO, "read error");
   if (!rc && lineno == 0) rc = xt_fail(&msg, XT_EFORMAT, "empty log");
   xt_acq_renderer_free(&r.rnd);
+  xt_acq_renderer_free(&r.rnd_b);
   if (r.proj) xt_proj_destroy(r.proj);
   for (int i = 0; i < r.nmodels; i++) xt_model_free(r.models[i]);
   xt_acq_plane_destroy(&r.plane);
+  xt_acq_plane_destroy(&r.plane_b);
   json_decref(r.config);
   free(r.f32);
   free(r.u16[0]);

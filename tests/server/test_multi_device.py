@@ -65,7 +65,9 @@ def kind(msg):
 
 
 def masked(msg):
-    return msg[:MASK[0]] + bytes(MASK[1] - MASK[0]) + msg[MASK[1]:]
+    m = msg[:MASK[0]] + bytes(MASK[1] - MASK[0]) + msg[MASK[1]:]
+    # t_cycle_ns (768, version 5): the pulse cycle's start, a time like the others
+    return m[:768] + bytes(8) + m[776:]
 
 
 class Client:

@@ -37,7 +37,9 @@ MASK = (48, 72)
 
 
 def masked(m):
-    return bytes(m[:MASK[0]]) + bytes(MASK[1] - MASK[0]) + bytes(m[MASK[1]:])
+    m = bytes(m[:MASK[0]]) + bytes(MASK[1] - MASK[0]) + bytes(m[MASK[1]:])
+    # t_cycle_ns (768, version 5): the pulse cycle's start, a time like the others
+    return m[:768] + bytes(8) + m[776:]
 
 
 def run_session(server, tmp, log_path):

@@ -307,7 +307,7 @@ XT_TEST(test_openapi_in_step) {
   XT_REQUIRE(f);
   char line[512], path[256] = "";
   int in_paths = 0, nops = 0;
-  char ops[64][2][256];
+  char ops[128][2][256];
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\r\n")] = 0;
     if (line[0] && line[0] != ' ' && line[0] != '#') {
@@ -323,7 +323,7 @@ XT_TEST(test_openapi_in_step) {
     for (int m = 0; m < 7; m++) {
       char want[32];
       snprintf(want, sizeof want, "    %s:", methods[m]);
-      if (!strcmp(line, want) && nops < 64) {
+      if (!strcmp(line, want) && nops < 128) {
         for (int i = 0; methods[m][i]; i++) ops[nops][0][i] = (char)toupper((unsigned char)methods[m][i]);
         ops[nops][0][strlen(methods[m])] = 0;
         snprintf(ops[nops][1], sizeof ops[nops][1], "%s", path);

@@ -121,6 +121,19 @@ typedef struct xt_ds_chain_spec {
   uint64_t noise_seed;  /* the chain's `seed`: the spec's seed mod 2^53 (the table's range) */
 } xt_ds_chain_spec;
 
+/* Plane B of a biplane system (docs/dataset.md, "Biplane"): its own detector mode(s) and C-arm
+ * pose, the patient, table and perturbations of plane A. An angle is either absolute (a range) or
+ * an offset from plane A's drawn angle (offset set: the range is added to it). */
+typedef struct xt_ds_plane_b_spec {
+  int present;
+  int nmodes;
+  int modes[XT_DS_MAX_MODES]; /* indices into xt_ds_spec.modes (after plane A's, shared where equal) */
+  xt_ds_range primary_deg, secondary_deg, detector_rot_deg, sod_mm, sid_mm;
+  int primary_offset, secondary_offset; /* 1: primary_deg / secondary_deg are offsets from plane A's */
+  int sod_set, sid_set;                 /* else the detector mode's distances */
+  uint64_t noise_seed; /* the chain's `seed` of plane B: its own noise, never plane A's */
+} xt_ds_plane_b_spec;
+
 typedef struct xt_ds_write_spec {
   int lineint, intensity, raw, processed, labels, segmentation, landmarks;
 } xt_ds_write_spec;
@@ -130,7 +143,8 @@ typedef struct xt_ds_spec {
   uint64_t seed;
   long long frames;
   xt_backend backend;
-  int nmodes;
+  int nmodes;      /* plane A's modes: modes[0 .. nmodes) */
+  int nmodes_all;  /* every mode of either plane: plane B's follow plane A's (at most XT_DS_MAX_MODES) */
   const xt_detector_mode *modes[XT_DS_MAX_MODES];
   int nmodels;
   xt_ds_model_spec models[XT_DS_MAX_MODELS];
@@ -141,6 +155,7 @@ typedef struct xt_ds_spec {
   int nlandmarks;
   xt_ds_landmark *landmarks;
   xt_ds_chain_spec chain;
+  xt_ds_plane_b_spec plane_b;
   xt_ds_write_spec write;
   int format;            /* XT_DS_FMT_* */
   long long shard_frames;
@@ -169,7 +184,8 @@ uint64_t xt_ds_frame_seed(uint64_t seed, long long index);
 
 typedef struct xt_ds_frame {
   long long index;
-  uint64_t seed;
+  int plane;      /* 0 plane A, 1 plane B (biplane specs) */
+  uint64_t seed;  /* plane A: the frame's (or the arc run's) seed; plane B: its own draws' seed */
   int mode;       /* index into spec->modes */
   int view;       /* views: index into spec->poses.views; arcs: the view within the run; else -1 */
   long long run;  /* arcs: the run; else -1 */
@@ -185,6 +201,14 @@ typedef struct xt_ds_frame {
  * bounding-box centre in the patient frame (the pivot of its rotations), from the loaded scene. */
 int xt_ds_sample_frame(const xt_ds_spec *s, const xt_affine *placement, const double (*center)[3], long long index,
                        xt_ds_frame *f, xt_msg *msg);
+
+/* Plane B of the instant whose plane A is a (biplane specs): a copy of a (index, patient, table,
+ * perturbations) with plane B's own mode, pose and chain exposure, drawn from a generator of its
+ * own, so plane A's draws are those of the same spec without plane B. */
+int xt_ds_sample_plane_b(const xt_ds_spec *s, const xt_ds_frame *a, xt_ds_frame *b, xt_msg *msg);
+/* Plane B's chain seed (its noise's key, beside the frame index): splitmix64's finaliser of
+ * seed ^ 0x8CB92BA72F3D8DD7, mod 2^53, never equal to plane A's (seed mod 2^53). */
+uint64_t xt_ds_plane_b_noise_seed(uint64_t seed);
 
 /* Parses a clinical view name: "AP", "LAT" (LAO 90), "LAO 30", "RAO45", "CRAN 20", "CAUD 15" and
  * combinations ("RAO 30 CRAN 20"). 0 or XT_EINVAL. */
@@ -238,6 +262,7 @@ typedef struct xt_ds_frame_data {
   const float *img;                       /* rows*cols line integrals */
   const float *chan[XT_DS_MAX_CHANNELS];  /* rows*cols each */
   const uint16_t *raw, *proc;             /* chain: its size (xt_ds_chain_size) each, or NULL */
+  const struct xt_ds_frame_data *b;       /* biplane: plane B of the same instant (its b NULL), else NULL */
 } xt_ds_frame_data;
 
 /* The member files of one frame, in order; sizes for the dry run and the manifest. */
@@ -245,19 +270,21 @@ typedef struct xt_ds_member_info {
   char ext[24];   /* "lineint.npy", ..., "json" */
   char dtype[8];  /* numpy descr ("<f4", "<u2", "|u1", ...), "" for json */
   int ndim;       /* 2 or 3 */
+  int plane;      /* 0: plane A's (or the JSON), 1: plane B's ("..._b.npy") */
 } xt_ds_member_info;
 int xt_ds_members(const xt_ds_spec *s, xt_ds_member_info *out, int max);
 /* Bytes of a frame's members in a tar shard (headers and padding included) for mode m, with a
- * JSON of json_bytes. */
+ * JSON of json_bytes; with plane B, its members at plane B's largest mode are counted too. */
 size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes);
 
 /* Per-writer scratch (intensity, masks, JSON), made once. */
 typedef struct xt_ds_encoder xt_ds_encoder;
 int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg);
 void xt_ds_encoder_free(xt_ds_encoder *e);
-/* The frame's JSON metadata (geometry, pose, imaging parameters, seed, landmarks); valid until
- * the next call. */
-int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg);
+/* The frame's JSON metadata (geometry, pose, imaging parameters, seed, landmarks; with fb, plane B
+ * of the same instant under "plane_b", else NULL); valid until the next call. */
+int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const xt_ds_frame *fb, const char **text, size_t *len,
+                     xt_msg *msg);
 
 /* Where a dataset lives: DIR/spec.json, DIR/dataset.json, DIR/shards/shard-NNNNNN.{tar,json},
  * DIR/manifest-IIIII-of-NNNNN.jsonl. Every file is reached through the two directory descriptors

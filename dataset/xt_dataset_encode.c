@@ -22,33 +22,45 @@
 static int seg_bytes(int nchannels) { return nchannels <= 8 ? 1 : nchannels <= 16 ? 2 : nchannels <= 32 ? 4 : 8; }
 static const char *const seg_dtype[] = {"|u1", "<u2", "", "<u4", "", "", "", "<u8"};
 
+/* Plane B's members are plane A's names with "_b" before ".npy": both planes of one instant
+ * share the frame's key, so WebDataset and the reader keep them together as one sample. */
 int xt_ds_members(const xt_ds_spec *s, xt_ds_member_info *out, int max) {
   int n = 0;
+  const int planes = s->plane_b.present ? 2 : 1;
 #define ADD(e, d, nd)                                                                                               \
   do {                                                                                                              \
     if (n < max) {                                                                                                  \
-      snprintf(out[n].ext, sizeof out[n].ext, "%s", e);                                                             \
+      snprintf(out[n].ext, sizeof out[n].ext, "%s%s%s", e, pl ? "_b" : "", nd ? ".npy" : "");                      \
       snprintf(out[n].dtype, sizeof out[n].dtype, "%s", d);                                                         \
       out[n].ndim = nd;                                                                                             \
+      out[n].plane = pl;                                                                                            \
     }                                                                                                               \
     n++;                                                                                                            \
   } while (0)
-  if (s->write.lineint) ADD("lineint.npy", "<f4", 2);
-  if (s->write.intensity) ADD("intensity.npy", "<u2", 2);
-  if (s->write.raw) ADD("raw.npy", "<u2", 2);
-  if (s->write.processed) ADD("processed.npy", "<u2", 2);
-  if (s->write.labels) ADD("labels.npy", "<f4", 3);
-  if (s->write.segmentation) ADD("seg.npy", seg_dtype[seg_bytes(s->nchannels) - 1], 2);
-  ADD("json", "", 0);
+  for (int pl = 0; pl < planes; pl++) {
+    if (s->write.lineint) ADD("lineint", "<f4", 2);
+    if (s->write.intensity) ADD("intensity", "<u2", 2);
+    if (s->write.raw) ADD("raw", "<u2", 2);
+    if (s->write.processed) ADD("processed", "<u2", 2);
+    if (s->write.labels) ADD("labels", "<f4", 3);
+    if (s->write.segmentation) ADD("seg", seg_dtype[seg_bytes(s->nchannels) - 1], 2);
+  }
+  {
+    const int pl = 0;
+    ADD("json", "", 0);
+  }
 #undef ADD
   return n;
 }
+
+/* A chain member (binned to the chain's size): raw or processed, of either plane. */
+static int chain_member(const char *ext) { return !strncmp(ext, "raw", 3) || !strncmp(ext, "processed", 9); }
 
 /* Data bytes (NPY header included) of member i for mode m. */
 static size_t member_data_bytes(const xt_ds_spec *s, const xt_ds_member_info *mi, int mode) {
   const xt_detector_mode *md = s->modes[mode];
   int shape[3] = {s->nchannels, md->rows, md->cols};
-  if (!strcmp(mi->ext, "raw.npy") || !strcmp(mi->ext, "processed.npy")) xt_ds_chain_size(s, mode, &shape[1], &shape[2]);
+  if (chain_member(mi->ext)) xt_ds_chain_size(s, mode, &shape[1], &shape[2]);
   char h[XT_NPY_HEADER_MAX];
   const int *sh = mi->ndim == 3 ? shape : shape + 1;
   return xt_npy_header(h, sizeof h, mi->dtype, mi->ndim, sh) + xt_npy_data_bytes(mi->dtype, mi->ndim, sh);
@@ -56,11 +68,17 @@ static size_t member_data_bytes(const xt_ds_spec *s, const xt_ds_member_info *mi
 
 size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes) {
   const xt_ds_shard_ops *fmt = xt__ds_shard_format(s);
-  xt_ds_member_info mi[16];
-  int n = xt_ds_members(s, mi, 16);
+  xt_ds_member_info mi[32];
+  int n = xt_ds_members(s, mi, 32);
+  /* Plane B's members at its largest mode: the bound the shard size and the estimate want. */
+  int mode_b = 0;
+  for (int k = 0; k < s->plane_b.nmodes; k++) {
+    const xt_detector_mode *a = s->modes[s->plane_b.modes[k]], *b = s->modes[s->plane_b.modes[mode_b]];
+    if ((size_t)a->rows * a->cols > (size_t)b->rows * b->cols) mode_b = k;
+  }
   size_t b = 0;
   for (int i = 0; i < n; i++) {
-    size_t d = mi[i].ndim ? member_data_bytes(s, &mi[i], mode) : json_bytes;
+    size_t d = mi[i].ndim ? member_data_bytes(s, &mi[i], mi[i].plane ? s->plane_b.modes[mode_b] : mode) : json_bytes;
     b += fmt->member_bytes(d);
   }
   return b;
@@ -72,18 +90,20 @@ size_t xt_ds_frame_bytes(const xt_ds_spec *s, int mode, size_t json_bytes) {
 
 struct xt_ds_encoder {
   const xt_ds_scene *sc;
-  xt_acq_frame rec;   /* the frame as one exposure's record (frame_record) */
-  xt_frame_fields ff; /* ... and its fields, as every record encoder states them */
-  uint16_t *u16;
-  unsigned char *seg;
+  xt_acq_frame rec[2];   /* each plane as one exposure's record (frame_record) */
+  xt_frame_fields ff[2]; /* ... and its fields, as every record encoder states them */
+  uint16_t *u16[2];      /* per plane: the writer sends both planes' members at once */
+  unsigned char *seg[2];
   char *json;
   size_t px;
 };
 
 void xt_ds_encoder_free(xt_ds_encoder *e) {
   if (!e) return;
-  free(e->u16);
-  free(e->seg);
+  for (int p = 0; p < 2; p++) {
+    free(e->u16[p]);
+    free(e->seg[p]);
+  }
   free(e->json);
   free(e);
 }
@@ -93,13 +113,17 @@ int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg
   xt_ds_encoder *e = calloc(1, sizeof *e);
   if (!e) return xt_fail(msg, XT_ENOMEM, "out of memory");
   e->sc = sc;
-  for (int i = 0; i < s->nmodes; i++) {
+  for (int i = 0; i < s->nmodes_all; i++) {
     size_t px = (size_t)s->modes[i]->rows * s->modes[i]->cols;
     if (px > e->px) e->px = px;
   }
-  e->u16 = malloc(e->px * sizeof *e->u16);
-  e->seg = malloc(e->px * 8);
-  if (!e->u16 || !e->seg) {
+  int bad = 0;
+  for (int p = 0; p < (s->plane_b.present ? 2 : 1); p++) {
+    e->u16[p] = malloc(e->px * sizeof *e->u16[p]);
+    e->seg[p] = malloc(e->px * 8);
+    bad |= !e->u16[p] || !e->seg[p];
+  }
+  if (bad) {
     xt_ds_encoder_free(e);
     return xt_fail(msg, XT_ENOMEM, "out of memory for the encoder's scratch");
   }
@@ -112,6 +136,7 @@ int xt_ds_encoder_create(const xt_ds_scene *sc, xt_ds_encoder **out, xt_msg *msg
 static void frame_record(const xt_ds_spec *s, const xt_ds_frame *f, xt_acq_frame *r) {
   memset(r, 0, sizeof *r);
   r->counter = (uint64_t)f->index;
+  r->plane = f->plane;
   r->geom = f->geom;
   xt_P_to_pixel_edge(f->geom.P, r->P_edge);
   if (s->chain.present) {
@@ -150,7 +175,85 @@ static json_t *chain_json(const xt_ds_spec *s, const xt_ds_frame *f, const xt_fr
   return ch;
 }
 
-static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_frame_fields *ff, xt_jb *b) {
+/* One plane's detector, pose and geometry, put into obj (the frame's root for plane A, so its
+ * keys keep their places there). */
+static void plane_json(const xt_ds_frame *f, const xt_frame_fields *ff, xt_jb *b, json_t *obj) {
+  const xt_geometry *g = &f->geom;
+  json_t *det = json_object();
+  xt_jb_put(b, det, "mode", json_string(ff->mode));
+  xt_jb_put(b, det, "rows", json_integer(g->mode.rows));
+  xt_jb_put(b, det, "cols", json_integer(g->mode.cols));
+  xt_jb_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
+  xt_jb_put(b, det, "pitch_v_mm", json_real(g->mode.pitch_v_mm));
+  xt_jb_put(b, det, "readout", xt_readout_json(b, ff));
+  xt_jb_put(b, obj, "detector", det);
+
+  json_t *pose = json_object();
+  xt_jb_put(b, pose, "primary_deg", json_real(ff->pose[0]));
+  xt_jb_put(b, pose, "secondary_deg", json_real(ff->pose[1]));
+  xt_jb_put(b, pose, "detector_rot_deg", json_real(ff->pose[2]));
+  xt_jb_put(b, pose, "sod_mm", json_real(ff->pose[3]));
+  xt_jb_put(b, pose, "sid_mm", json_real(ff->pose[4]));
+  xt_jb_put(b, pose, "table_mm", xt_jb_vec(b, ff->pose + 5, 3));
+  xt_jb_put(b, obj, "pose", pose);
+
+  json_t *geo = json_object();
+  xt_jb_put(b, geo, "P", xt_jb_mat34(b, ff->P));
+  xt_jb_put(b, geo, "P_pixel_edge", xt_jb_mat34(b, ff->P_edge)); /* DeepDRR's and DiffDRR's (docs/geometry.md) */
+  xt_jb_put(b, geo, "source", xt_jb_vec3(b, g->source));
+  xt_jb_put(b, geo, "det_center", xt_jb_vec3(b, g->det_center));
+  xt_jb_put(b, geo, "det_origin", xt_jb_vec3(b, g->det_origin));
+  xt_jb_put(b, geo, "u", xt_jb_vec3(b, g->u));
+  xt_jb_put(b, geo, "v", xt_jb_vec3(b, g->v));
+  xt_jb_put(b, geo, "d", xt_jb_vec3(b, g->d));
+  xt_jb_put(b, geo, "principal_point", xt_jb_vec(b, ff->principal, 2));
+  xt_jb_put(b, obj, "geometry", geo);
+}
+
+/* The landmarks as one plane sees them. */
+static json_t *landmarks_json(const xt_ds_spec *s, const xt_ds_frame *f, xt_jb *b) {
+  const xt_geometry *g = &f->geom;
+  xt_affine p2w = xt_geom_patient_to_world(&g->pose);
+  json_t *lms = json_array();
+  for (int i = 0; i < s->nlandmarks; i++) {
+    const xt_ds_landmark *l = &s->landmarks[i];
+    xt_vec3 pm = xt_v3(l->pos[0], l->pos[1], l->pos[2]);
+    xt_vec3 pw = xt_aff_apply(&p2w, xt_aff_apply(&f->model_to_patient[l->model], pm));
+    double col = 0, row = 0;
+    int front = xt_geom_project(g, pw, &col, &row);
+    double depth = xt_v3_dot(g->d, xt_v3_sub(pw, g->source));
+    int vis = front && col >= -0.5 && col <= g->mode.cols - 0.5 && row >= -0.5 && row <= g->mode.rows - 0.5;
+    json_t *lo = json_object();
+    xt_jb_put(b, lo, "name", json_string(l->name));
+    xt_jb_put(b, lo, "world_mm", xt_jb_vec3(b, pw));
+    double uv[2] = {col, row};
+    xt_jb_put(b, lo, "uv", front ? xt_jb_vec(b, uv, 2) : json_null());
+    xt_jb_put(b, lo, "depth_mm", json_real(depth));
+    xt_jb_put(b, lo, "visible", json_boolean(vis));
+    xt_jb_push(b, lms, lo);
+  }
+  return lms;
+}
+
+/* Plane B of the instant: the same keys as plane A's at the top level (detector, pose, geometry,
+ * imaging.chain, landmarks), so a reader takes meta["plane_b"]["geometry"]["P"] as it takes
+ * meta["geometry"]["P"]; the patient side (models, table) is plane A's and is not repeated. */
+static json_t *plane_b_json(const xt_ds_spec *s, const xt_ds_frame *f, const xt_frame_fields *ff, xt_jb *b) {
+  json_t *o = json_object();
+  char seed[24];
+  snprintf(seed, sizeof seed, "%016llx", (unsigned long long)f->seed);
+  xt_jb_put(b, o, "plane", json_string("B"));
+  xt_jb_put(b, o, "seed", json_string(seed));
+  plane_json(f, ff, b, o);
+  json_t *im = json_object();
+  xt_jb_put(b, im, "chain", s->chain.present ? chain_json(s, f, ff, b) : json_null());
+  xt_jb_put(b, o, "imaging", im);
+  if (s->write.landmarks) xt_jb_put(b, o, "landmarks", landmarks_json(s, f, b));
+  return o;
+}
+
+static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_frame_fields *ff,
+                          const xt_ds_frame *fb, const xt_frame_fields *ffb, xt_jb *b) {
   const xt_ds_spec *s = sc->spec;
   const xt_geometry *g = &f->geom;
   json_t *root = json_object();
@@ -167,36 +270,7 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_
     xt_jb_put(b, root, "run", json_integer(f->run));
     xt_jb_put(b, root, "view_in_run", json_integer(f->view));
   }
-
-  json_t *det = json_object();
-  xt_jb_put(b, det, "mode", json_string(ff->mode));
-  xt_jb_put(b, det, "rows", json_integer(g->mode.rows));
-  xt_jb_put(b, det, "cols", json_integer(g->mode.cols));
-  xt_jb_put(b, det, "pitch_u_mm", json_real(g->mode.pitch_u_mm));
-  xt_jb_put(b, det, "pitch_v_mm", json_real(g->mode.pitch_v_mm));
-  xt_jb_put(b, det, "readout", xt_readout_json(b, ff));
-  xt_jb_put(b, root, "detector", det);
-
-  json_t *pose = json_object();
-  xt_jb_put(b, pose, "primary_deg", json_real(ff->pose[0]));
-  xt_jb_put(b, pose, "secondary_deg", json_real(ff->pose[1]));
-  xt_jb_put(b, pose, "detector_rot_deg", json_real(ff->pose[2]));
-  xt_jb_put(b, pose, "sod_mm", json_real(ff->pose[3]));
-  xt_jb_put(b, pose, "sid_mm", json_real(ff->pose[4]));
-  xt_jb_put(b, pose, "table_mm", xt_jb_vec(b, ff->pose + 5, 3));
-  xt_jb_put(b, root, "pose", pose);
-
-  json_t *geo = json_object();
-  xt_jb_put(b, geo, "P", xt_jb_mat34(b, ff->P));
-  xt_jb_put(b, geo, "P_pixel_edge", xt_jb_mat34(b, ff->P_edge)); /* DeepDRR's and DiffDRR's (docs/geometry.md) */
-  xt_jb_put(b, geo, "source", xt_jb_vec3(b, g->source));
-  xt_jb_put(b, geo, "det_center", xt_jb_vec3(b, g->det_center));
-  xt_jb_put(b, geo, "det_origin", xt_jb_vec3(b, g->det_origin));
-  xt_jb_put(b, geo, "u", xt_jb_vec3(b, g->u));
-  xt_jb_put(b, geo, "v", xt_jb_vec3(b, g->v));
-  xt_jb_put(b, geo, "d", xt_jb_vec3(b, g->d));
-  xt_jb_put(b, geo, "principal_point", xt_jb_vec(b, ff->principal, 2));
-  xt_jb_put(b, root, "geometry", geo);
+  plane_json(f, ff, b, root);
 
   xt_affine p2w = xt_geom_patient_to_world(&g->pose);
   json_t *models = json_array();
@@ -233,35 +307,24 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_
     xt_jb_put(b, root, "labels", lab);
   }
 
-  if (s->write.landmarks) {
-    json_t *lms = json_array();
-    for (int i = 0; i < s->nlandmarks; i++) {
-      const xt_ds_landmark *l = &s->landmarks[i];
-      xt_vec3 pm = xt_v3(l->pos[0], l->pos[1], l->pos[2]);
-      xt_vec3 pw = xt_aff_apply(&p2w, xt_aff_apply(&f->model_to_patient[l->model], pm));
-      double col = 0, row = 0;
-      int front = xt_geom_project(g, pw, &col, &row);
-      double depth = xt_v3_dot(g->d, xt_v3_sub(pw, g->source));
-      int vis = front && col >= -0.5 && col <= g->mode.cols - 0.5 && row >= -0.5 && row <= g->mode.rows - 0.5;
-      json_t *lo = json_object();
-      xt_jb_put(b, lo, "name", json_string(l->name));
-      xt_jb_put(b, lo, "world_mm", xt_jb_vec3(b, pw));
-      double uv[2] = {col, row};
-      xt_jb_put(b, lo, "uv", front ? xt_jb_vec(b, uv, 2) : json_null());
-      xt_jb_put(b, lo, "depth_mm", json_real(depth));
-      xt_jb_put(b, lo, "visible", json_boolean(vis));
-      xt_jb_push(b, lms, lo);
-    }
-    xt_jb_put(b, root, "landmarks", lms);
-  }
+  if (s->write.landmarks) xt_jb_put(b, root, "landmarks", landmarks_json(s, f, b));
+  if (fb) xt_jb_put(b, root, "plane_b", plane_b_json(s, fb, ffb, b));
   return root;
 }
 
-int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const char **text, size_t *len, xt_msg *msg) {
+int xt_ds_frame_json(xt_ds_encoder *e, const xt_ds_frame *f, const xt_ds_frame *fb, const char **text, size_t *len,
+                     xt_msg *msg) {
   xt_jb b = {0};
-  frame_record(e->sc->spec, f, &e->rec);
-  xt_frame_fields_of(&e->rec, &e->ff);
-  json_t *root = frame_json(e->sc, f, &e->ff, &b);
+  const xt_ds_spec *s = e->sc->spec;
+  if (!fb != !s->plane_b.present)
+    return xt_fail(msg, XT_EINVAL, "frame %lld: %s", f->index, fb ? "plane B given, the spec has none" : "plane B missing");
+  frame_record(s, f, &e->rec[0]);
+  xt_frame_fields_of(&e->rec[0], &e->ff[0]);
+  if (fb) {
+    frame_record(s, fb, &e->rec[1]);
+    xt_frame_fields_of(&e->rec[1], &e->ff[1]);
+  }
+  json_t *root = frame_json(e->sc, f, &e->ff[0], fb, &e->ff[1], &b);
   free(e->json);
   e->json = NULL;
   if (root && !b.bad) e->json = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -287,49 +350,67 @@ static void add_member(xt_ds_member *m, long long key, const char *ext, const ch
   m->npieces = 1;
 }
 
-int xt__ds_encode_frame(xt_ds_encoder *e, const xt_ds_frame_data *fd, xt_ds_member *mem, int *count, xt_msg *msg) {
+/* The array members of one plane (pl 1: plane B, names with "_b"), scratch from e's set pl. */
+static int encode_plane(xt_ds_encoder *e, const xt_ds_frame_data *fd, int pl, long long key, xt_ds_member *mem,
+                        int *nm, xt_msg *msg) {
   const xt_ds_spec *s = e->sc->spec;
   const xt_ds_frame *f = fd->frame;
   const int rows = f->geom.mode.rows, cols = f->geom.mode.cols;
   const size_t px = (size_t)rows * cols;
-  int rc, nm = 0;
   int shape3[3] = {s->nchannels, rows, cols};
   const int sb = seg_bytes(s->nchannels);
-  *count = 0;
-  if (s->write.lineint) add_member(&mem[nm++], f->index, "lineint.npy", "<f4", 2, shape3, fd->img, px * sizeof(float));
+  const char *sfx = pl ? "_b" : "";
+  char ext[32];
+#define EXT(name) (snprintf(ext, sizeof ext, "%s%s.npy", name, sfx), ext)
+  if (s->write.lineint) add_member(&mem[(*nm)++], key, EXT("lineint"), "<f4", 2, shape3, fd->img, px * sizeof(float));
   if (s->write.intensity) {
-    xt_intensity_u16(fd->img, px, e->u16);
-    add_member(&mem[nm++], f->index, "intensity.npy", "<u2", 2, shape3, e->u16, px * sizeof(uint16_t));
+    xt_intensity_u16(fd->img, px, e->u16[pl]);
+    add_member(&mem[(*nm)++], key, EXT("intensity"), "<u2", 2, shape3, e->u16[pl], px * sizeof(uint16_t));
   }
   if (s->write.raw || s->write.processed) {
     int cshape[3] = {0, 0, 0};
     xt_ds_chain_size(s, f->mode, &cshape[1], &cshape[2]);
     const size_t cb = (size_t)cshape[1] * cshape[2] * sizeof(uint16_t);
     if (!fd->raw || !fd->proc) return xt_fail(msg, XT_EINVAL, "frame %lld: no chain frames", f->index);
-    if (s->write.raw) add_member(&mem[nm++], f->index, "raw.npy", "<u2", 2, cshape, fd->raw, cb);
-    if (s->write.processed) add_member(&mem[nm++], f->index, "processed.npy", "<u2", 2, cshape, fd->proc, cb);
+    if (s->write.raw) add_member(&mem[(*nm)++], key, EXT("raw"), "<u2", 2, cshape, fd->raw, cb);
+    if (s->write.processed) add_member(&mem[(*nm)++], key, EXT("processed"), "<u2", 2, cshape, fd->proc, cb);
   }
   if (s->write.labels) {
-    xt_ds_member *m = &mem[nm++];
-    add_member(m, f->index, "labels.npy", "<f4", 3, shape3, fd->chan[0], px * sizeof(float));
+    xt_ds_member *m = &mem[(*nm)++];
+    add_member(m, key, EXT("labels"), "<f4", 3, shape3, fd->chan[0], px * sizeof(float));
     for (int k = 1; k < s->nchannels; k++) m->data[m->npieces++] = (xt_ds_piece){fd->chan[k], px * sizeof(float)};
   }
   if (s->write.segmentation) {
     /* Little-endian bitmask, built byte by byte so the host's order does not matter. */
-    memset(e->seg, 0, px * (size_t)sb);
+    unsigned char *seg = e->seg[pl];
+    memset(seg, 0, px * (size_t)sb);
     for (int k = 0; k < s->nchannels; k++) {
       const float *c = fd->chan[k];
       const unsigned char bit = (unsigned char)(1u << (k & 7));
-      unsigned char *dst = e->seg + (k >> 3);
+      unsigned char *dst = seg + (k >> 3);
       for (size_t p = 0; p < px; p++)
         if (c[p] > 0.0f) dst[p * (size_t)sb] |= bit;
     }
-    add_member(&mem[nm++], f->index, "seg.npy", seg_dtype[sb - 1], 2, shape3, e->seg, px * (size_t)sb);
+    add_member(&mem[(*nm)++], key, EXT("seg"), seg_dtype[sb - 1], 2, shape3, seg, px * (size_t)sb);
   }
+#undef EXT
+  return 0;
+}
+
+int xt__ds_encode_frame(xt_ds_encoder *e, const xt_ds_frame_data *fd, xt_ds_member *mem, int *count, xt_msg *msg) {
+  const xt_ds_spec *s = e->sc->spec;
+  const xt_ds_frame *f = fd->frame;
+  int rc, nm = 0;
+  *count = 0;
+  if (!fd->b != !s->plane_b.present || (fd->b && (fd->b->b || fd->b->frame->index != f->index)))
+    return xt_fail(msg, XT_EINVAL, "frame %lld: the planes of the instant do not match the spec's", f->index);
+  if ((rc = encode_plane(e, fd, 0, f->index, mem, &nm, msg))) return rc;
+  if (fd->b && (rc = encode_plane(e, fd->b, 1, f->index, mem, &nm, msg))) return rc;
   {
     const char *text;
     size_t len;
-    if ((rc = xt_ds_frame_json(e, f, &text, &len, msg))) return rc;
+    int shape3[3] = {0, 0, 0};
+    if ((rc = xt_ds_frame_json(e, f, fd->b ? fd->b->frame : NULL, &text, &len, msg))) return rc;
     add_member(&mem[nm++], f->index, "json", NULL, 0, shape3, text, len);
   }
   for (int i = 0; i < nm; i++) {

@@ -55,17 +55,17 @@ int xt_ds_estimate(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_o
   /* Calibration: one batch rendered, its JSONs encoded, a hash rate measured. */
   const int cal = s->backend == XT_BACKEND_CUDA ? (int)(s->frames < 64 ? s->frames : 64) : 1;
   size_t px = 0;
-  for (int k = 0; k < s->nmodes; k++) {
+  for (int k = 0; k < s->nmodes_all; k++) {
     size_t q = (size_t)s->modes[k]->rows * s->modes[k]->cols;
     if (q > px) px = q;
   }
-  xt_ds_frame *f = calloc((size_t)cal, sizeof *f);
+  xt_ds_frame *f = calloc((size_t)cal, sizeof *f), *fb = calloc((size_t)cal, sizeof *fb); /* fb: plane B */
   float *img = malloc(sizeof *img * px * (size_t)cal);
   float **chan = calloc((size_t)(s->nchannels ? s->nchannels : 1), sizeof *chan);
   uint16_t *u16 = s->chain.present ? malloc(sizeof *u16 * 2 * px * (size_t)cal) : NULL;
   xt_ds_renderer *rd = NULL;
   xt_ds_encoder *enc = NULL;
-  if (!f || !img || !chan || (s->chain.present && !u16)) {
+  if (!f || !fb || !img || !chan || (s->chain.present && !u16)) {
     rc = xt_fail(msg, XT_ENOMEM, "out of memory");
     goto done;
   }
@@ -76,7 +76,8 @@ int xt_ds_estimate(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_o
     }
   int n = 0;
   for (long long i = 0; i < s->frames && n < cal; i++) {
-    if ((rc = xt_ds_sample_frame(s, sc->placement, (const double(*)[3])sc->center, i, &f[n], &m))) {
+    if ((rc = xt_ds_sample_frame(s, sc->placement, (const double(*)[3])sc->center, i, &f[n], &m)) ||
+        (s->plane_b.present && (rc = xt_ds_sample_plane_b(s, &f[n], &fb[n], &m)))) {
       e->bad_spec = 1;
       rc = xt_fail(msg, rc, "frame %lld: %s", i, m.text);
       goto done;
@@ -97,6 +98,14 @@ int xt_ds_estimate(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_o
       rc = xt_fail(msg, rc, "render: %s", m.text);
       goto done;
     }
+    /* Plane B's views one by one (their modes may differ from frame to frame). */
+    for (int i = 0; s->plane_b.present && i < n; i++)
+      if (((s->write.lineint || s->write.intensity) && (rc = xt_ds_render_image(rd, &fb[i], 1, img, &m))) ||
+          (s->chain.present && (rc = xt_ds_render_chain(rd, &fb[i], 1, u16, u16 + px, &m))) ||
+          (s->nchannels && (rc = xt_ds_render_labels(rd, &fb[i], 1, chan, &m)))) {
+        rc = xt_fail(msg, rc, "render: %s", m.text);
+        goto done;
+      }
     t_render = (xt__ds_now_s() - t0) / n;
     if (s->backend == XT_BACKEND_CPU) break;
   }
@@ -105,7 +114,7 @@ int xt_ds_estimate(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_o
   for (int i = 0; i < n; i++) {
     const char *text;
     size_t len;
-    if ((rc = xt_ds_frame_json(enc, &f[i], &text, &len, msg))) goto done;
+    if ((rc = xt_ds_frame_json(enc, &f[i], s->plane_b.present ? &fb[i] : NULL, &text, &len, msg))) goto done;
     json_total += len;
   }
   double t_json = (xt__ds_now_s() - t0) / n;
@@ -138,5 +147,6 @@ done:
   free(img);
   free(u16);
   free(f);
+  free(fb);
   return rc;
 }

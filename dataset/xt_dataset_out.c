@@ -40,7 +40,7 @@ static char *dataset_json(const xt_ds_spec *s) {
     if (mi[i].ndim) {
       xt_jb_put(&b, m, "dtype", json_string(mi[i].dtype));
       const int binned = s->chain.present && s->chain.base.binning == 2 &&
-                         (!strcmp(mi[i].ext, "raw.npy") || !strcmp(mi[i].ext, "processed.npy"));
+                         (!strncmp(mi[i].ext, "raw", 3) || !strncmp(mi[i].ext, "processed", 9));
       xt_jb_put(&b, m, "shape",
           json_string(mi[i].ndim == 3 ? "(channels, rows, cols)" : binned ? "(rows / 2, cols / 2)" : "(rows, cols)"));
     }
@@ -50,6 +50,14 @@ static char *dataset_json(const xt_ds_spec *s) {
   json_t *modes = json_array();
   for (int i = 0; i < s->nmodes; i++) xt_jb_push(&b, modes, json_string(s->modes[i]->name));
   xt_jb_put(&b, r, "modes", modes);
+  if (s->plane_b.present) { /* only then: a one-plane dataset.json is as it always was */
+    json_t *pb = json_object(), *bm = json_array();
+    for (int i = 0; i < s->plane_b.nmodes; i++) xt_jb_push(&b, bm, json_string(s->modes[s->plane_b.modes[i]]->name));
+    xt_jb_put(&b, pb, "modes", bm);
+    xt_jb_put(&b, pb, "members", json_string("KEY.<member>_b.npy: plane B's arrays, plane A's names with _b"));
+    xt_jb_put(&b, pb, "meta", json_string("plane_b in KEY.json: its detector, pose, geometry, imaging.chain, landmarks"));
+    xt_jb_put(&b, r, "plane_b", pb);
+  }
   json_t *ch = json_array();
   for (int k = 0; k < s->nchannels; k++) xt_jb_push(&b, ch, json_string(s->channels[k].name));
   xt_jb_put(&b, r, "channels", ch);

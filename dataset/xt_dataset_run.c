@@ -27,10 +27,11 @@
 
 typedef struct batch {
   int slot;          /* the writer slot (shard) it belongs to */
-  int n;             /* frames */
+  int n;             /* frames (instants: with plane B, each is two views) */
   long long first;   /* frame index of frames' first in index order */
-  xt_ds_frame *frames; /* sorted by detector mode */
-  int *order;        /* order[i]: position in frames of frame first + i */
+  xt_ds_frame *drawn;  /* the views as sampled: plane A of frames first .. first + n, then plane B's */
+  xt_ds_frame *frames; /* the same views sorted by detector mode */
+  int *order;        /* order[v]: position in frames of view v of drawn */
   float *buf;        /* (1 + K) regions of cap_px floats: xt_host_alloc'd (pinned on CUDA) */
   int buf_host;      /* buf came from xt_host_alloc (else malloc: the system refused to pin) */
   const float **img; /* per position */
@@ -124,6 +125,7 @@ static void disk_cb(void *ctx, int in) {
 static void free_pool(run *r, worker *w) {
   for (int i = 0; i < w->nbatches; i++) {
     batch *b = &w->pool[i];
+    free(b->drawn);
     free(b->frames);
     free(b->order);
     if (b->buf_host) xt_host_free(r->s->backend, b->buf);
@@ -139,13 +141,17 @@ static void free_pool(run *r, worker *w) {
   w->nbatches = 0;
 }
 
+/* Views per frame: 2 with plane B (both planes of one instant render in the frame's batch). */
+static int planes(const xt_ds_spec *s) { return s->plane_b.present ? 2 : 1; }
+
 static int make_pool(run *r, worker *w, int count, xt_msg *msg) {
-  const int B = r->batch_frames, K = r->s->nchannels;
+  const int B = r->batch_frames * planes(r->s), K = r->s->nchannels;
   w->pool = calloc((size_t)count, sizeof *w->pool);
   if (!w->pool) return xt_fail(msg, XT_ENOMEM, "out of memory");
   w->nbatches = count;
   for (int i = 0; i < count; i++) {
     batch *b = &w->pool[i];
+    b->drawn = malloc(sizeof *b->drawn * (size_t)B);
     b->frames = malloc(sizeof *b->frames * (size_t)B);
     b->order = malloc(sizeof *b->order * (size_t)B);
     /* The frames land here by DMA and the writers hash and write them from here: on CUDA page-
@@ -164,7 +170,7 @@ static int make_pool(run *r, worker *w, int count, xt_msg *msg) {
       b->proc = malloc(sizeof *b->proc * (size_t)B);
       if (!b->u16 || !b->raw || !b->proc) return xt_fail(msg, XT_ENOMEM, "out of memory for the chain's frames");
     }
-    if (!b->frames || !b->order || !b->buf || !b->img || !b->chan)
+    if (!b->drawn || !b->frames || !b->order || !b->buf || !b->img || !b->chan)
       return xt_fail(msg, XT_ENOMEM, "out of memory for %d batch buffers of %.0f MB", count,
                      r->cap_px * (1.0 + K) * 4 / 1e6);
     b->next = w->free_list;
@@ -198,21 +204,25 @@ static int render_batch(run *r, worker *w, xt_ds_renderer *rd, batch *b, long lo
   int rc;
   b->n = n;
   b->first = first;
-  /* Sorted by mode (stable), so each mode's frames render as one batch. */
+  const int nv = n * planes(s);
+  for (int i = 0; i < n; i++) {
+    if ((rc = xt_ds_sample_frame(s, sc->placement, (const double(*)[3])sc->center, first + i, &b->drawn[i], msg)))
+      return rc;
+    if (nv > n && (rc = xt_ds_sample_plane_b(s, &b->drawn[i], &b->drawn[n + i], msg))) return rc;
+  }
+  /* Sorted by mode (stable), so each mode's views, of either plane, render as one batch. */
   int pos = 0;
-  for (int m = 0; m < s->nmodes; m++)
-    for (int i = 0; i < n; i++) {
-      xt_ds_frame f;
-      if ((rc = xt_ds_sample_frame(s, sc->placement, (const double(*)[3])sc->center, first + i, &f, msg))) return rc;
-      if (f.mode != m) continue;
-      b->frames[pos] = f;
-      b->order[i] = pos++;
+  for (int m = 0; m < s->nmodes_all; m++)
+    for (int v = 0; v < nv; v++) {
+      if (b->drawn[v].mode != m) continue;
+      b->frames[pos] = b->drawn[v];
+      b->order[v] = pos++;
     }
   size_t off = 0, uoff = 0;
   float *chan_base[XT_DS_MAX_CHANNELS];
-  for (int g0 = 0; g0 < n;) {
+  for (int g0 = 0; g0 < nv;) {
     int g1 = g0;
-    while (g1 < n && b->frames[g1].mode == b->frames[g0].mode) g1++;
+    while (g1 < nv && b->frames[g1].mode == b->frames[g0].mode) g1++;
     const size_t px = (size_t)b->frames[g0].geom.mode.rows * b->frames[g0].geom.mode.cols;
     float *img = b->buf + off;
     for (int k = 0; k < K; k++) chan_base[k] = b->buf + (size_t)(1 + k) * r->cap_px + off;
@@ -420,14 +430,18 @@ static void *writer_main(void *arg) {
       pthread_mutex_unlock(&r->lock);
       long long bytes0 = st->bytes;
       for (int j = 0; j < b->n && !rc; j++) {
-        int p = b->order[j];
-        xt_ds_frame_data fd;
-        fd.frame = &b->frames[p];
-        fd.img = b->img[p];
-        for (int k = 0; k < K; k++) fd.chan[k] = b->chan[(size_t)p * K + k];
-        fd.raw = b->raw ? b->raw[p] : NULL;
-        fd.proc = b->proc ? b->proc[p] : NULL;
-        if ((rc = xt_ds_shard_add(sw, enc, &fd, st, disk_cb, r, &msg))) set_error(r, rc, &msg);
+        xt_ds_frame_data fd[2]; /* plane A, plane B of the instant */
+        for (int pl = 0; pl < planes(s); pl++) {
+          const int p = b->order[pl * b->n + j];
+          fd[pl].frame = &b->frames[p];
+          fd[pl].img = b->img[p];
+          for (int k = 0; k < K; k++) fd[pl].chan[k] = b->chan[(size_t)p * K + k];
+          fd[pl].raw = b->raw ? b->raw[p] : NULL;
+          fd[pl].proc = b->proc ? b->proc[p] : NULL;
+          fd[pl].b = NULL;
+        }
+        if (planes(s) > 1) fd[0].b = &fd[1];
+        if ((rc = xt_ds_shard_add(sw, enc, &fd[0], st, disk_cb, r, &msg))) set_error(r, rc, &msg);
       }
       pthread_mutex_lock(&r->lock);
       b->next = w->free_list;
@@ -543,12 +557,12 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
     long long first = shards[i] * s->shard_frames;
     total += s->frames - first < s->shard_frames ? s->frames - first : s->shard_frames;
   }
-  for (int m = 0; m < s->nmodes; m++) {
+  for (int m = 0; m < s->nmodes_all; m++) {
     size_t px = (size_t)s->modes[m]->rows * s->modes[m]->cols;
     if (px > r.cap_px) r.cap_px = px;
   }
-  const size_t frame_bytes =
-      r.cap_px * (sizeof(float) * (size_t)(1 + s->nchannels) + (s->chain.present ? 2 * sizeof(uint16_t) : 0));
+  const size_t frame_bytes = r.cap_px * (size_t)planes(s) *
+                             (sizeof(float) * (size_t)(1 + s->nchannels) + (s->chain.present ? 2 * sizeof(uint16_t) : 0));
   int B = opt->batch;
   if (B <= 0) {
     B = (int)(BATCH_BYTES / frame_bytes);
@@ -558,7 +572,7 @@ int xt_ds_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_out *o, co
   if (B > 1024) B = 1024;
   if (B > s->shard_frames) B = (int)s->shard_frames;
   r.batch_frames = B;
-  r.cap_px *= (size_t)B;
+  r.cap_px *= (size_t)B * (size_t)planes(s); /* a region holds every view of a batch */
 
   int nw = opt->ndevices > 0 ? opt->ndevices : 1;
   int writers = opt->writers > 0 ? opt->writers : cpu_count() - nw;

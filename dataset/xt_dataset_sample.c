@@ -16,6 +16,7 @@
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
 #define RUN_SALT 0xD1B54A32D192ED03ULL
+#define PLANE_B_SALT 0x8CB92BA72F3D8DD7ULL /* plane B's generator: a stream apart from plane A's */
 
 static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -199,5 +200,67 @@ int xt_ds_parse_view(const char *text, double *primary_deg, double *secondary_de
   if (!have_p && !have_s) return XT_EINVAL;
   *primary_deg = pr;
   *secondary_deg = se;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plane B                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+uint64_t xt_ds_plane_b_noise_seed(uint64_t seed) {
+  const uint64_t mask = (UINT64_C(1) << 53) - 1, a = seed & mask;
+  uint64_t b = mix64(seed ^ PLANE_B_SALT) & mask;
+  return b == a ? (b + 1) & mask : b; /* never plane A's, whatever the seed */
+}
+
+/* Plane B draws from a generator of its own (seeded from the seed plane A used: the frame's, or
+ * the arc run's), so a spec's plane A frames are the same with or without plane B, and plane B's
+ * fields can change without moving plane A. Draw order: mode, primary, secondary, detector
+ * rotation, SOD, SID, then the chain's kV and dose: one draw each whether or not fixed. The
+ * patient side (table, model perturbations) is plane A's: one patient on one table. */
+int xt_ds_sample_plane_b(const xt_ds_spec *s, const xt_ds_frame *a, xt_ds_frame *b, xt_msg *msg) {
+  const xt_ds_plane_b_spec *pb = &s->plane_b;
+  if (!pb->present) return xt_fail(msg, XT_EINVAL, "the spec has no plane_b");
+  *b = *a;
+  b->plane = 1;
+  const uint64_t base = s->poses.sampler == XT_DS_POSES_ARC ? run_seed(s->seed, a->run) : a->seed;
+  b->seed = mix64(base ^ PLANE_B_SALT);
+  rng r;
+  rng_seed(&r, b->seed);
+  xt_ds_range unit = {0, 1};
+  int k = (int)(draw(&r, unit) * pb->nmodes);
+  if (k >= pb->nmodes) k = pb->nmodes - 1;
+  b->mode = pb->modes[k];
+  const xt_detector_mode *mode = s->modes[b->mode];
+
+  xt_pose pose = xt_pose_default(mode);
+  const xt_pose *pa = &a->geom.pose;
+  double pr = draw(&r, pb->primary_deg), se = draw(&r, pb->secondary_deg);
+  /* An offset follows plane A's angle (an arc's too): primary wraps around, secondary stays on
+   * the C-arm's travel, as the views sampler keeps it. */
+  pose.primary_deg = pb->primary_offset ? wrap180(pa->primary_deg + pr) : pr;
+  pose.secondary_deg =
+      pb->secondary_offset ? clampd(pa->secondary_deg + se, -XT_SECONDARY_MAX_DEG, XT_SECONDARY_MAX_DEG) : se;
+  pose.detector_rot_deg = draw(&r, pb->detector_rot_deg);
+  double sod = draw(&r, pb->sod_mm), sid = draw(&r, pb->sid_mm);
+  if (pb->sod_set) pose.sod_mm = sod;
+  if (pb->sid_set) pose.sid_mm = sid;
+  pose.table_mm = pa->table_mm;
+
+  const xt_ds_chain_spec *ch = &s->chain;
+  double kv = draw(&r, ch->kv), dose = draw(&r, ch->dose_ngy);
+  int rc = xt_geom_compute(&pose, mode, &b->geom, msg);
+  if (rc || !ch->present) return rc;
+  /* Plane B's own tube: its own kV and dose draws, the mAs from its own SID, its own noise seed. */
+  b->chain = ch->base;
+  b->chain.seed = pb->noise_seed;
+  b->chain.kv = kv;
+  b->dose_ngy = 0;
+  if (ch->dose_set) {
+    double mas;
+    if ((rc = xt_ds_dose_mas(&ch->base, kv, b->geom.pose.sid_mm, dose, &mas, msg))) return rc;
+    if ((rc = xt_chain_param_set(&b->chain, "mas", mas, msg))) return rc;
+    b->dose_ngy = dose;
+  }
   return 0;
 }

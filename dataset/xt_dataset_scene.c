@@ -21,7 +21,8 @@
  * per group or channel (one projector call), and with a chain each worker's image renderer of a
  * detector mode holds its imaging chain (the spec keeps the image models in one group), every frame
  * an xt_acq_expose of its own with XT_ACQ_FIRST_EXPOSURE, keyed by the frame's index
- * (xt_ds_render_chain). No plane: the frames are independent, with no dose-rate loop or totals. */
+ * (xt_ds_render_chain). No xt_acq_plane: the frames are independent, with no dose-rate loop or
+ * totals; a biplane spec's plane B views are frames like plane A's, of their own mode and pose. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -337,7 +338,7 @@ int xt_ds_renderer_create(const xt_ds_scene *sc, xt_backend backend, int device,
     if (g == r->ngroups) r->group_src[r->ngroups++] = src;
   }
   /* The CPU projector keeps no per-detector state: one set serves every mode. */
-  r->nmodes = backend == XT_BACKEND_CUDA ? s->nmodes : 1;
+  r->nmodes = backend == XT_BACKEND_CUDA ? s->nmodes_all : 1; /* both planes' modes */
   for (int mode = 0; mode < r->nmodes; mode++) {
     for (int m = 0; m < s->nmodels; m++) {
       if (!s->models[m].in_image) continue;

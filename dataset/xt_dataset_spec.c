@@ -489,6 +489,34 @@ static int parse_model(ctx *c, xt_ds_spec *s, json_t *mj, int idx) {
   return 0;
 }
 
+/* A "mode" (one name) or "modes" (a list drawn from per frame) of obj, into out[0 .. *count). */
+static int parse_mode_list(ctx *c, json_t *obj, const xt_detector_mode **out, int *count_out) {
+  int rc = 0;
+  json_t *one = json_object_get(obj, "mode"), *many = json_object_get(obj, "modes");
+  if (!!one + !!many != 1) return fail(c, XT_EINVAL, "give \"mode\" or \"modes\"");
+  json_t *list = many ? many : one;
+  size_t count = json_is_array(list) ? json_array_size(list) : 1;
+  size_t m = push_key(c, many ? "modes" : "mode");
+  if (many && (!json_is_array(many) || count == 0 || count > XT_DS_MAX_MODES)) {
+    rc = fail(c, XT_EINVAL, "expected an array of 1 to %d mode names", XT_DS_MAX_MODES);
+    pop(c, m);
+    return rc;
+  }
+  for (size_t i = 0; i < count && !rc; i++) {
+    json_t *v = many ? json_array_get(many, i) : one;
+    size_t k = many ? push_index(c, i) : strlen(c->path);
+    if (!json_is_string(v)) rc = fail(c, XT_EINVAL, "expected a mode name, got %s", type_name(v));
+    else if (!(out[i] = xt_mode_find(json_string_value(v))))
+      rc = fail(c, XT_EINVAL, "unknown mode \"%s\" (see xtwin modes)", json_string_value(v));
+    for (size_t j = 0; j < i && !rc; j++)
+      if (out[j] == out[i]) rc = fail(c, XT_EINVAL, "\"%s\" is listed twice", out[i]->name);
+    pop(c, k);
+  }
+  pop(c, m);
+  *count_out = (int)count;
+  return rc;
+}
+
 static int parse_detector(ctx *c, xt_ds_spec *s, json_t *root) {
   static const char *const keys[] = {"mode", "modes", NULL};
   json_t *d;
@@ -496,37 +524,12 @@ static int parse_detector(ctx *c, xt_ds_spec *s, json_t *root) {
   if ((rc = get_object(c, root, "detector", &d))) return rc;
   if (!d) {
     s->modes[0] = xt_mode_find("fd20-512");
-    s->nmodes = 1;
+    s->nmodes = s->nmodes_all = 1;
     return 0;
   }
   size_t n = push_key(c, "detector");
-  if ((rc = check_keys(c, d, keys))) goto done;
-  json_t *one = json_object_get(d, "mode"), *many = json_object_get(d, "modes");
-  if (!!one + !!many != 1) {
-    rc = fail(c, XT_EINVAL, "give \"mode\" or \"modes\"");
-    goto done;
-  }
-  json_t *list = many ? many : one;
-  size_t count = json_is_array(list) ? json_array_size(list) : 1;
-  size_t m = push_key(c, many ? "modes" : "mode");
-  if (many && (!json_is_array(many) || count == 0 || count > XT_DS_MAX_MODES)) {
-    rc = fail(c, XT_EINVAL, "expected an array of 1 to %d mode names", XT_DS_MAX_MODES);
-    pop(c, m);
-    goto done;
-  }
-  for (size_t i = 0; i < count && !rc; i++) {
-    json_t *v = many ? json_array_get(many, i) : one;
-    size_t k = many ? push_index(c, i) : strlen(c->path);
-    if (!json_is_string(v)) rc = fail(c, XT_EINVAL, "expected a mode name, got %s", type_name(v));
-    else if (!(s->modes[i] = xt_mode_find(json_string_value(v))))
-      rc = fail(c, XT_EINVAL, "unknown mode \"%s\" (see xtwin modes)", json_string_value(v));
-    for (size_t j = 0; j < i && !rc; j++)
-      if (s->modes[j] == s->modes[i]) rc = fail(c, XT_EINVAL, "\"%s\" is listed twice", s->modes[i]->name);
-    pop(c, k);
-  }
-  pop(c, m);
-  s->nmodes = (int)count;
-done:
+  if (!(rc = check_keys(c, d, keys))) rc = parse_mode_list(c, d, s->modes, &s->nmodes);
+  s->nmodes_all = s->nmodes;
   pop(c, n);
   return rc;
 }
@@ -644,6 +647,75 @@ static int parse_poses(ctx *c, xt_ds_spec *s, json_t *root, long long *runs) {
       goto done;
     }
   }
+done:
+  pop(c, n);
+  json_decref(empty);
+  return rc;
+}
+
+/* "plane_b": the lateral plane of a biplane system. Its own mode(s) and C-arm pose, drawn like
+ * plane A's; each angle absolute (primary_deg, LAO 90 by default; secondary_deg, 0) or an offset
+ * from plane A's drawn angle (primary_offset_deg, secondary_offset_deg). The table is plane A's:
+ * one patient on one table, so plane_b has no table_mm. */
+static int parse_plane_b(ctx *c, xt_ds_spec *s, json_t *root) {
+  static const char *const keys[] = {"mode", "modes", "pose", NULL};
+  static const char *const pkeys[] = {"primary_deg", "secondary_deg", "primary_offset_deg", "secondary_offset_deg",
+                                      "detector_rot_deg", "sod_mm", "sid_mm", "table_mm", NULL};
+  xt_ds_plane_b_spec *pb = &s->plane_b;
+  json_t *bj, *pj = NULL, *empty = NULL;
+  int rc;
+  if ((rc = get_object(c, root, "plane_b", &bj))) return rc;
+  if (!bj) return 0;
+  size_t n = push_key(c, "plane_b");
+  const xt_detector_mode *modes[XT_DS_MAX_MODES];
+  int count = 0;
+  if ((rc = check_keys(c, bj, keys)) || (rc = parse_mode_list(c, bj, modes, &count))) goto done;
+  /* Plane B's modes join plane A's in one list (a mode both planes use is one entry): each has
+   * its projectors on a GPU, so the list's bound holds for both planes together. */
+  for (int i = 0; i < count && !rc; i++) {
+    int k = 0;
+    while (k < s->nmodes_all && s->modes[k] != modes[i]) k++;
+    if (k == s->nmodes_all) {
+      if (k == XT_DS_MAX_MODES) {
+        rc = fail_key(c, json_object_get(bj, "modes") ? "modes" : "mode", XT_EINVAL,
+                      "the two planes name more than %d detector modes", XT_DS_MAX_MODES);
+        break;
+      }
+      s->modes[s->nmodes_all++] = modes[i];
+    }
+    pb->modes[i] = k;
+  }
+  pb->nmodes = count;
+  if (rc || (rc = get_object(c, bj, "pose", &pj))) goto done;
+  if (!pj) pj = empty = json_object();
+  size_t q = push_key(c, "pose");
+  if (!(rc = check_keys(c, pj, pkeys)) && json_object_get(pj, "table_mm"))
+    rc = fail_key(c, "table_mm", XT_EINVAL, "the table is shared: poses.table_mm places it for both planes");
+  for (int a = 0; a < 2 && !rc; a++) {
+    const char *abs_key = a ? "secondary_deg" : "primary_deg", *off_key = a ? "secondary_offset_deg" : "primary_offset_deg";
+    const double lim = a ? XT_SECONDARY_MAX_DEG : XT_PRIMARY_MAX_DEG;
+    xt_ds_range *r = a ? &pb->secondary_deg : &pb->primary_deg;
+    int *off = a ? &pb->secondary_offset : &pb->primary_offset;
+    *off = json_object_get(pj, off_key) != NULL;
+    if (*off && json_object_get(pj, abs_key))
+      rc = fail_key(c, off_key, XT_EINVAL, "give %s or %s, not both", abs_key, off_key);
+    else if (*off) rc = get_range(c, pj, off_key, -2 * lim, 2 * lim, 0, 0, r, NULL);
+    else rc = get_range(c, pj, abs_key, -lim, lim, 0, a ? 0 : 90, r, NULL);
+  }
+  if (!rc && !(rc = get_range(c, pj, "detector_rot_deg", -XT_DETROT_MAX_DEG, XT_DETROT_MAX_DEG, 0, 0,
+                              &pb->detector_rot_deg, NULL)) &&
+      !(rc = get_range(c, pj, "sod_mm", 1, XT_DIST_MAX_MM, 0, 0, &pb->sod_mm, &pb->sod_set)))
+    rc = get_range(c, pj, "sid_mm", 1, XT_DIST_MAX_MM, 0, 0, &pb->sid_mm, &pb->sid_set);
+  for (int i = 0; i < pb->nmodes && !rc; i++) {
+    const xt_detector_mode *md = s->modes[pb->modes[i]];
+    double sod_hi = pb->sod_set ? pb->sod_mm.hi : md->sod_mm, sid_lo = pb->sid_set ? pb->sid_mm.lo : md->sid_mm;
+    if (!(sid_lo > sod_hi))
+      rc = fail_key(c, pb->sid_set ? "sid_mm" : "sod_mm", XT_EINVAL,
+                    "the SID (down to %g mm) must exceed the SOD (up to %g mm) for every draw", sid_lo, sod_hi);
+  }
+  pop(c, q);
+  pb->noise_seed = xt_ds_plane_b_noise_seed(s->seed);
+  pb->present = !rc;
 done:
   pop(c, n);
   json_decref(empty);
@@ -873,6 +945,14 @@ static int parse_chain(ctx *c, xt_ds_spec *s, json_t *root) {
     if (s->modes[k]->sid_mm < sid_lo) sid_lo = s->modes[k]->sid_mm;
     if (s->modes[k]->sid_mm > sid_hi) sid_hi = s->modes[k]->sid_mm;
   }
+  /* Plane B's tube gives its own dose at its own SID. */
+  for (int k = 0; s->plane_b.present && k < s->plane_b.nmodes; k++) {
+    const xt_ds_plane_b_spec *pb = &s->plane_b;
+    const double lo = pb->sid_set ? pb->sid_mm.lo : s->modes[pb->modes[k]]->sid_mm,
+                 hi = pb->sid_set ? pb->sid_mm.hi : s->modes[pb->modes[k]]->sid_mm;
+    if (lo < sid_lo) sid_lo = lo;
+    if (hi > sid_hi) sid_hi = hi;
+  }
   for (int i = 0; ch->dose_set && i < 8 && !rc; i++) {
     const double kv = i & 1 ? ch->kv.hi : ch->kv.lo, sid = i & 2 ? sid_hi : sid_lo,
                  dose = i & 4 ? ch->dose_ngy.hi : ch->dose_ngy.lo;
@@ -993,7 +1073,8 @@ void xt_ds_spec_free(xt_ds_spec *s) {
 
 int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
   static const char *const keys[] = {"format", "version", "description", "seed", "frames", "backend", "detector",
-                                     "models", "poses", "labels", "landmarks", "chain", "write", "output", NULL};
+                                     "models", "poses", "plane_b", "labels", "landmarks", "chain", "write", "output",
+                                     NULL};
   memset(s, 0, sizeof *s);
   const char *base = strrchr(path, '/');
   ctx c = {base ? base + 1 : path, "", msg};
@@ -1075,7 +1156,8 @@ int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
 
   xt_material_table mt;
   if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg))) goto done;
-  if ((rc = parse_labels(&c, s, root, &mt)) || (rc = parse_landmarks(&c, s, root)) || (rc = parse_chain(&c, s, root)) ||
+  if ((rc = parse_plane_b(&c, s, root)) || (rc = parse_labels(&c, s, root, &mt)) || (rc = parse_landmarks(&c, s, root)) ||
+      (rc = parse_chain(&c, s, root)) ||
       (rc = parse_write(&c, s, root)) || (rc = parse_output(&c, s, root)))
     goto done;
 

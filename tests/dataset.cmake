@@ -1,6 +1,8 @@
 # dataset.cmake: tests of `xtwin dataset` (dataset/, its front end tools/xt_dataset_cmd.c, docs/dataset.md).
 #   test_dataset          building blocks against exact oracles, CPU backend (label cpu)
 #   test_dataset_cuda     the same frames through the CUDA projector (label gpu)
+#   test_dataset_biplane  plane B ("plane_b"): bad fields, P against the lateral closed form, the shared
+#                         table, identical planes at one pose, reproducible frames (CPU, label cpu)
 #   test_dataset_e2e      the real binary: outputs, determinism, sharding, resume after SIGKILL,
 #                         bad input, full disk, unwritable output (tests/test_dataset.py)
 #   test_dataset_chain    the imaging chain's raw/processed frames: == `xtwin render --chain` of the
@@ -15,6 +17,7 @@
 #                         nothing outside --out (tests/test_dataset_owner.py)
 if(TARGET xt_dataset)
   xt_add_test(test_dataset SOURCES test_dataset.c LIBS xt_dataset LABELS cpu)
+  xt_add_test(test_dataset_biplane SOURCES test_dataset_biplane.c LIBS xt_dataset LABELS cpu)
   if(XT_HAVE_CUDA)
     xt_add_test(test_dataset_cuda SOURCES test_dataset.c LIBS xt_dataset LABELS gpu)
     target_compile_definitions(test_dataset_cuda PRIVATE XT_DS_TEST_CUDA)

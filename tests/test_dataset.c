@@ -703,7 +703,7 @@ XT_TEST(tar_shard_layout) {
   for (int i = 0; i < 3; i++) {
     xt_ds_frame f;
     XT_REQUIRE(xt_ds_sample_frame(&s, sc.placement, (const double(*)[3])sc.center, i, &f, &msg) == 0);
-    xt_ds_frame_data fd = {&f, img, {ch}, NULL, NULL};
+    xt_ds_frame_data fd = {&f, img, {ch}, NULL, NULL, NULL};
     XT_REQUIRE(xt_ds_shard_add(w, e, &fd, &st, NULL, NULL, &msg) == 0);
   }
   XT_REQUIRE(xt_ds_shard_commit(w, &st, NULL, NULL, &msg) == 0);

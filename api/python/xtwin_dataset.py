@@ -10,6 +10,7 @@ against the manifest. Standalone: Python 3 and numpy (Debian's python3-numpy), n
         f["labels"]       # float32 (channels, rows, cols): path lengths (mm) or line integrals
         f["seg"]          # uint8..uint64 (rows, cols): bit k = channel k crossed
         f["meta"]["geometry"]["P"]   # 3x4 projection matrix, world mm -> pixels
+        f["lineint_b"], f["meta"]["plane_b"]["geometry"]["P"]  # plane B of the instant (biplane specs)
     problems = ds.verify()                      # [] when every shard matches its SHA-256
 
 Shards are also plain WebDataset shards: `webdataset.WebDataset(urls).decode()` reads them with

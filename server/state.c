@@ -422,6 +422,15 @@ int xt_srv_update_pose_plane(xt_server *s, int pl, const json_t *obj, int allow_
     set->pose_seq = has ? q : set->pose_seq + 1;
     set->t_pose_ns = t;
     if (seq) *seq = set->pose_seq;
+    /* one table under both planes: moving it moves the patient in both views (a new pose of the
+     * other plane too, numbered on from its own) */
+    for (int o = 0; o < s->nplanes; o++) {
+      xt_acq_setup *os = &s->planes[o].set;
+      if (o == pl || !memcmp(&os->pose.table_mm, &p.table_mm, sizeof p.table_mm)) continue;
+      os->pose.table_mm = p.table_mm;
+      os->pose_seq++;
+      os->t_pose_ns = t;
+    }
   }
   /* logged under st_mu, as the pacer logs exposures: the log's order is the server's */
   xt_session_command(s, pl ? "pose_b" : "pose", "api", obj, rc, msg ? msg->text : NULL);
@@ -739,6 +748,14 @@ json_t *xt_srv_info_json(xt_server *s) {
                         xt_srv_models_json(s), "stream", stream, "limits", limits, "config", xt_srv_config_json(&s->cfg),
                         "tls", s->tls, "auth", s->cfg.token[0] != 0, "rest_port", s->rest_port, "ws_port", s->ws_port);
   if (s->backend_note[0]) json_object_set_new(o, "backend_note", json_string(s->backend_note));
+  /* the planes of this system (docs/biplane.md): 1, or 2 for a biplane one */
+  json_t *planes = json_array();
+  for (int p = 0; p < s->nplanes; p++) {
+    const xt_stand *st = s->stands[p];
+    json_array_append_new(planes, json_pack("{s:s,s:s,s:s}", "plane", p ? "B" : "A", "stand", st ? st->name : "frontal",
+                                            "path", p ? "/v1/planes/b" : "/v1/planes/a"));
+  }
+  json_object_set_new(o, "planes", planes);
   return o;
 }
 

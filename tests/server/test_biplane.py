@@ -241,12 +241,19 @@ def test_plane_b_pedal(server, tmp):
 
 
 def test_refusals(server, tmp, srv):
-    """The lateral stand's ranges; unknown planes; plane B on a single-plane system."""
+    """The lateral stand's ranges; one table under both planes; unknown planes; plane B on a
+    single-plane system."""
     st, j = call(srv.rest, "PUT", "/v1/planes/b/pose", {"primary_deg": 150})
     check(st == 400 and "lateral" in j["error"]["message"] and "primary_deg" in j["error"]["message"],
           "out of the lateral stand's range: %d %r" % (st, j))
     st, j = call(srv.rest, "PUT", "/v1/pose", {"primary_deg": 150})
     check(st == 200, "the frontal stand keeps its range: %d %r" % (st, j))
+    seq_b = ok(srv.rest, "GET", "/v1/planes/b/pose")["seq"]
+    ok(srv.rest, "PUT", "/v1/pose", {"table_mm": [3, -20, 5]})
+    b = ok(srv.rest, "GET", "/v1/planes/b/pose")
+    check(b["pose"]["table_mm"] == [3, -20, 5] and b["seq"] == seq_b + 1, "one table under both planes: %r" % b)
+    ok(srv.rest, "PUT", "/v1/planes/b/pose", {"table_mm": [0, 0, 0]})
+    check(ok(srv.rest, "GET", "/v1/pose")["pose"]["table_mm"] == [0, 0, 0], "the table moved through plane B")
     st, j = call(srv.rest, "GET", "/v1/planes/c/pose")
     check(st == 404 and "neither A nor B" in j["error"]["message"], "plane c: %d %r" % (st, j))
     st, j = call(srv.rest, "POST", "/v1/planes/b/device/nonsense")

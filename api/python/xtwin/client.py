@@ -122,36 +122,54 @@ class Client:
         """Version, backends, GPUs, detector modes, models, limits, configuration, ports."""
         return self._json("GET", "/v1/info")
 
-    def pose(self):
-        """{"pose": {...}, "seq": n}: the current pose and its sequence number."""
-        return self._json("GET", "/v1/pose")
+    @staticmethod
+    def _plane_path(plane, path):
+        """/v1/<path> (plane A, as a single-plane system's routes always meant) or, with plane "A" or
+        "B", /v1/planes/<plane>/<path> (a biplane system: docs/biplane.md)."""
+        if plane is None:
+            return "/v1/" + path
+        p = str(plane).upper()
+        if p not in ("A", "B"):
+            raise ValueError("plane: %r is neither A nor B" % (plane,))
+        return "/v1/planes/%s/%s" % (p.lower(), path)
 
-    def set_pose(self, pose=None, seq=None, **fields):
+    def plane(self, plane):
+        """One plane of a biplane system: {"plane", "pose", "acquisition", "stand", "dose", "device"}."""
+        return self._json("GET", self._plane_path(plane, "")[:-1])
+
+    def pose(self, plane=None):
+        """{"pose": {...}, "seq": n}: the current pose (of plane "A" or "B") and its sequence number."""
+        return self._json("GET", self._plane_path(plane, "pose"))
+
+    def set_pose(self, pose=None, seq=None, plane=None, **fields):
         """Updates any subset of the pose (keyword arguments or a dict); returns {"pose", "seq"}.
-        seq (optional) is the sequence number frames will carry; default the previous + 1."""
+        seq (optional) is the sequence number frames will carry; default the previous + 1. plane:
+        "B" moves a biplane system's lateral C-arm (within its stand's ranges)."""
         body = pose_update(pose, **fields)
         if seq is not None:
             body["seq"] = int(seq)
-        return self._json("PUT", "/v1/pose", body)
+        return self._json("PUT", self._plane_path(plane, "pose"), body)
 
-    def acquisition(self, settings=None, **fields):
+    def acquisition(self, settings=None, plane=None, **fields):
         """Reads the acquisition (no arguments) or changes any subset of it and returns it after
         the change. Fields are passed through as given, so settings a newer server adds (kV, dose,
-        raw/processed...) work without a client update."""
+        raw/processed...) work without a client update. plane: "B" for plane B's detector mode and
+        chain; the frame rate, run mode and biplane={"planes": [...], "timing": ...} are the
+        system's."""
         body = dict(settings or {}, **fields)
+        path = self._plane_path(plane, "acquisition")
         if not body:
-            return self._json("GET", "/v1/acquisition")
-        return self._json("PUT", "/v1/acquisition", body)
+            return self._json("GET", path)
+        return self._json("PUT", path, body)
 
-    def start(self):
-        return self._json("POST", "/v1/acquisition/start", {})
-
-    def stop(self):
-        return self._json("POST", "/v1/acquisition/stop", {})
-
-    def trigger(self):
-        """Lockstep: exposes one frame; returns its frame counter."""
-        return self._json("POST", "/v1/acquisition/trigger", {})["frame"]
+    def device(self, command=None, plane=None, **fields):
+        """The device state machine (no command), or a command to it ("fluoro", "expose",
+        "release", "power_on", "standby", "radiation_disable", "radiation_enable", "fault", "reset";
+        fields as docs/device.md gives them, e.g. phases=[...]); returns the device after it.
+        plane: "B" for plane B's device (its own pedal and hand switch)."""
+        if command is None:
+            return self._json("GET", self._plane_path(plane, "device"))
+        return self._json("POST", self._plane_path(plane, "device/" + command), dict(fields))
 
     def render(self, pose=None, mode=None, pixel_format=None, **pose_fields):
         """Renders one frame at a pose (the current one, updated by pose/pose_fields) without

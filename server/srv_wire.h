@@ -11,8 +11,9 @@
 #include "xt_err.h"
 #include "xt_stream.h"
 
-/* zstd's level for the stream (docs/BENCHMARKS.md, "Stream compression": level 1 is as small as 3
- * on these frames at twice the speed) */
+/* zstd's level for the stream (docs/BENCHMARKS.md, "Stream compression": on the chain's real
+ * frames level 3 is 5 % smaller than 1 at a third of the speed, and compression runs on the
+ * stream's service thread) */
 #define XT_WIRE_ZSTD_LEVEL 1
 #define XT_WIRE_MAX_NAME 64 /* a plane list or codec name longer than this is refused */
 

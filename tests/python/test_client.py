@@ -118,6 +118,46 @@ class HeaderLayout(unittest.TestCase):
         for name, off, fmt in xframe.FIELDS:
             self.assertEqual(doc[name], (off, struct.calcsize(fmt)), name)
 
+    def test_missing_codec_module_is_named(self):
+        """A codec whose Python module is missing: ImportError naming the Debian package, before use."""
+        saved = dict(xframe.CODEC_MODULES), dict(xframe._decoders)
+        try:
+            xframe.CODEC_MODULES["lz4"] = (("xtwin_no_such_module", "python3-no-such-package"),)
+            xframe._decoders.clear()
+            with self.assertRaises(ImportError) as e:
+                xframe.check_codec("lz4")
+            self.assertIn("python3-no-such-package", str(e.exception))
+            with self.assertRaises(ImportError):
+                xtwin.Stream("ws://127.0.0.1:9/v1/stream", codec="lz4")  # said before connecting
+        finally:
+            xframe.CODEC_MODULES.clear()
+            xframe.CODEC_MODULES.update(saved[0])
+            xframe._decoders.clear()
+            xframe._decoders.update(saved[1])
+
+    def test_compressed_frames_decode(self):
+        """Header version 5 with a zstd or LZ4 payload: the same image as the plain pixels."""
+        try:
+            import lz4.block
+            import zstandard
+        except ImportError as e:
+            self.skipTest("%s (Debian: python3-zstandard, python3-lz4)" % e)
+        px = (np.arange(64 * 32, dtype="<u2") * 7 % 4096).astype("<u2").tobytes()
+        h = bytearray(800)
+        struct.pack_into("<IHHQ", h, 0, xframe.MAGIC, 5, 800, 42)
+        struct.pack_into("<IIII", h, 72, 32, 64, xframe.PIX_U16, 0)
+        struct.pack_into("<Q", h, 88, len(px))
+        plain = bytes(h[:776]) + struct.pack("<IIQQ", 0, 0, len(px), 0) + px
+        f0 = xtwin.parse_frame(plain)
+        for codec, wire in (("zstd", zstandard.ZstdCompressor(level=1).compress(px)),
+                            ("lz4", lz4.block.compress(px, store_size=False))):
+            m = bytes(h[:776]) + struct.pack("<IIQQ", xframe.CODEC_IDS[codec], 0, len(wire), 0) + wire
+            f = xtwin.parse_frame(m)
+            self.assertEqual((f.codec, f.wire_bytes, f.plane), (codec, len(wire), "A"))
+            self.assertTrue(np.array_equal(f.image, f0.image))
+            with self.assertRaises(ValueError):
+                xtwin.parse_frame(m[:-1])  # wire_bytes says more than came
+
     def test_rejects_bad_messages(self):
         with self.assertRaises(ValueError):
             xtwin.parse_frame(b"\0" * 400)  # no magic

@@ -856,10 +856,10 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   protocols[0].callback = callback;
   protocols[0].per_session_data_size = sizeof(client);
   protocols[0].rx_buffer_size = (size_t)s->cfg.max_ws_message;
-  /* One send() per frame: with tx_packet_size 0, lws caps each send() at rx_buffer_size (16 KiB)
+  /* One send() per fragment: with tx_packet_size 0, lws caps each send() at rx_buffer_size (16 KiB)
    * and trickles the rest of a 2 MiB frame out 16 KiB per poll round (~7 ms on loopback). Larger
-   * than any frame (fd20 float32 is 19 MB); what the socket does not take, lws keeps and sends as
-   * the socket drains, and only then asks for the next writable callback. */
+   * than any frame (fd20 float32 is 19 MB); send_fragments sizes each fragment to what the socket
+   * takes, so lws never keeps a remainder. */
   protocols[0].tx_packet_size = XT_WS_TX_PACKET;
 
   lws_set_log_level(s->cfg.verbose >= 2 ? (LLL_ERR | LLL_WARN | LLL_NOTICE) : s->cfg.verbose ? (LLL_ERR | LLL_WARN) : 0,

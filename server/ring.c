@@ -1,12 +1,15 @@
 /* The frame ring the stream sends from (srv_ring.h): frames taken from a small pool (page-locked
  * on a GPU backend), published into the ring's slots, referenced by each client's send, released
- * back into the pool; the device's event texts beside them; and the notifier a reader registers to
- * be woken by a push. */
+ * back into the pool; which frame a client gets next, per plane it subscribed to; the device's
+ * event texts beside them; and the notifier a reader registers to be woken by a push. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "srv_ring.h"
 #include "xt_proj.h"
+
+/* The plane a frame counts for: B, or A for anything else (an engine bug must not index out). */
+static int plane_of(const xt_frame *f) { return f->plane == 1 ? 1 : 0; }
 
 /* A frame of one message of len bytes, or (len2 > 0) two: the raw then the processed frame's. */
 xt_frame *xt_frame_get2(xt_ring *r, size_t len, size_t len2) {
@@ -39,6 +42,14 @@ xt_frame *xt_frame_get2(xt_ring *r, size_t len, size_t len2) {
   }
   f->msg = f->mem + XT_FRAME_PRE;
   f->len = len;
+  f->plane = 0; /* the engine sets it; a frame from the pool must not keep its last one */
+  f->ppub = 0;
+  /* the stream's encodings were of the frame this buffer held last: kept for their memory only */
+  for (int m = 0; m < 2; m++)
+    for (int k = 0; k < XT_FRAME_CODECS; k++) {
+      f->wire[m][k].state = 0;
+      f->wire[m][k].len = 0;
+    }
   f->msg2 = len2 ? f->msg + len + XT_FRAME_PRE : NULL;
   f->len2 = len2;
   f->pub = 0;
@@ -50,6 +61,8 @@ xt_frame *xt_frame_get(xt_ring *r, size_t len) { return xt_frame_get2(r, len, 0)
 
 void xt_frame_free(xt_frame *f) {
   if (!f) return;
+  for (int m = 0; m < 2; m++)
+    for (int k = 0; k < XT_FRAME_CODECS; k++) free(f->wire[m][k].mem);
   if (f->pinned) xt_host_free(XT_BACKEND_CUDA, f->mem);
   else free(f->mem);
   free(f);
@@ -87,6 +100,7 @@ void xt_frame_unref(xt_ring *r, xt_frame *f) {
 void xt_ring_push(xt_ring *r, xt_frame *f) {
   pthread_mutex_lock(&r->mu);
   f->pub = r->next_pub++;
+  f->ppub = ++r->plane_pubs[plane_of(f)];
   xt_frame **slot = &r->slots[f->pub % XT_RING];
   xt_frame *old = *slot;
   *slot = f;
@@ -100,6 +114,20 @@ uint64_t xt_ring_latest_pub(xt_ring *r) {
   uint64_t p = r->next_pub - 1;
   pthread_mutex_unlock(&r->mu);
   return p;
+}
+
+uint64_t xt_ring_plane_pubs(xt_ring *r, int p) {
+  pthread_mutex_lock(&r->mu);
+  uint64_t n = p >= 0 && p < XT_RING_PLANES ? r->plane_pubs[p] : 0;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+void xt_ring_mark(xt_ring *r, uint64_t *latest, uint64_t plane_pubs[XT_RING_PLANES]) {
+  pthread_mutex_lock(&r->mu);
+  *latest = r->next_pub - 1;
+  for (int p = 0; p < XT_RING_PLANES; p++) plane_pubs[p] = r->plane_pubs[p];
+  pthread_mutex_unlock(&r->mu);
 }
 
 void xt_ring_set_notify(xt_ring *r, void (*fn)(void *ctx), void *ctx) {
@@ -161,6 +189,33 @@ xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub) {
   }
   pthread_mutex_unlock(&r->mu);
   return f;
+}
+
+xt_frame *xt_ring_next_planes(xt_ring *r, const uint64_t last_pub[XT_RING_PLANES], unsigned planes, uint64_t *upto) {
+  xt_frame *best = NULL;
+  pthread_mutex_lock(&r->mu);
+  const uint64_t latest = r->next_pub - 1;
+  const uint64_t oldest = latest >= XT_RING ? latest - XT_RING + 1 : 1;
+  for (int p = 0; p < XT_RING_PLANES; p++) {
+    if (!(planes >> p & 1)) continue;
+    /* this plane's frames still in the ring after the last one sent: the oldest and the newest */
+    xt_frame *first = NULL, *newest = NULL;
+    for (uint64_t q = last_pub[p] + 1 > oldest ? last_pub[p] + 1 : oldest; q <= latest; q++) {
+      xt_frame *f = r->slots[q % XT_RING];
+      if (!f || f->pub != q || plane_of(f) != p) continue;
+      if (!first) first = f;
+      newest = f;
+    }
+    /* Free-run frames: latest wins. Lockstep frames answer triggers: in order while in the ring. */
+    xt_frame *cand = first && first->lockstep ? first : newest;
+    /* Both planes pending: the older first, so a plane whose frames are always the newer one (B is
+     * pushed after A in every cycle) cannot hold the other back for ever. */
+    if (cand && (!best || cand->pub < best->pub)) best = cand;
+  }
+  if (best) atomic_fetch_add(&best->refs, 1);
+  if (upto) *upto = best ? best->pub - 1 : latest;
+  pthread_mutex_unlock(&r->mu);
+  return best;
 }
 
 void xt_ring_init(xt_ring *r) {

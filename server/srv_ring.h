@@ -1,7 +1,8 @@
 /* The frame ring (ring.c): finished frames, each one or two WebSocket messages (header then
  * pixels) with room before them for the framing, published in order into a ring of the newest
- * XT_RING, shared by reference among the clients' sends, and recycled through a small pool; the
- * notifier that tells a reader a frame was pushed. Knows neither the engine nor the stream. */
+ * XT_RING, shared by reference among the clients' sends, and recycled through a small pool; per
+ * plane, which frame a client subscribed to some planes gets next; the notifier that tells a
+ * reader a frame was pushed. Knows neither the engine nor the stream. */
 #ifndef XT_SRV_RING_H
 #define XT_SRV_RING_H
 
@@ -10,9 +11,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define XT_RING_PLANES 2 /* A and B (XT_STREAM_PLANE_*) */
+#define XT_FRAME_CODECS 3 /* XT_STREAM_CODEC_NONE, _ZSTD, _LZ4 */
+
+/* One message of a frame encoded for the wire by the stream (ws.c): the header, its codec and
+ * wire_bytes set, then the compressed pixels, with XT_FRAME_PRE bytes of room before it. Made once
+ * per frame, message and codec by the first client that asks, reused by every other. Only the
+ * stream's service thread reads or writes it while the frame is published; xt_frame_get2 marks it
+ * unmade when the frame is taken from the pool again (the buffer is kept for reuse). */
+typedef struct xt_frame_wire {
+  unsigned char *mem; /* XT_FRAME_PRE bytes of room, then the message; NULL until first needed */
+  size_t cap;         /* bytes allocated after XT_FRAME_PRE */
+  size_t len;         /* header + compressed payload */
+  int state;          /* 0 not made for this frame, 1 made, -1 not smaller than the pixels: send them */
+} xt_frame_wire;
+
 typedef struct xt_frame {
   atomic_int refs;
-  uint64_t pub; /* publication number in the ring, 1, 2, ... */
+  uint64_t pub;  /* publication number in the ring, 1, 2, ... */
+  uint64_t ppub; /* publication number among its plane's frames, 1, 2, ... (gaps: frames missed) */
   int lockstep;
   int plane;           /* XT_STREAM_PLANE_*: whose frame (a stream client subscribes to planes) */
   size_t cap;          /* bytes allocated after XT_FRAME_PRE */
@@ -24,6 +41,7 @@ typedef struct xt_frame {
   unsigned char *msg2; /* NULL without the chain */
   size_t len2;
   int pinned; /* mem from xt_host_alloc (page-locked: the GPU's copy-out lands in it directly) */
+  xt_frame_wire wire[2][XT_FRAME_CODECS]; /* [raw 0 / processed 1][codec]: the stream's encodings */
 } xt_frame;
 
 #define XT_RING 8
@@ -34,6 +52,7 @@ typedef struct xt_ring {
   pthread_mutex_t mu;         /* guards slots, next_pub, pool */
   xt_frame *slots[XT_RING];   /* the newest frames, slots[pub % XT_RING] */
   uint64_t next_pub;          /* pub of the next frame pushed (first is 1) */
+  uint64_t plane_pubs[XT_RING_PLANES]; /* frames of each plane pushed so far (the last ppub) */
   xt_frame *pool[4];          /* released buffers kept for reuse */
   int pin;                    /* GPU backend: frames in page-locked memory (made once, reused) */
   /* Who is told that a frame was pushed (the stream's service loop registers itself, ws.c): a
@@ -51,6 +70,17 @@ void xt_frame_unref(xt_ring *r, xt_frame *f);
 /* The frame a client whose last sent frame was last_pub should get next (latest-wins for free
  * run; in order for lockstep frames); NULL when none. Returns a reference. */
 xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub);
+/* The same per plane, for a client subscribed to the planes of the mask (bit p: plane p) whose last
+ * sent frame of plane p was last_pub[p]: of each plane the frame it would get alone (latest wins;
+ * the oldest first while it is a lockstep frame), and of those the older, so that neither plane
+ * starves the other. NULL when none; *upto (may be NULL) then gets the newest publication, which the
+ * client has nothing left to get up to (else the chosen frame's pub - 1). Returns a reference. */
+xt_frame *xt_ring_next_planes(xt_ring *r, const uint64_t last_pub[XT_RING_PLANES], unsigned planes, uint64_t *upto);
+/* Frames of plane p (0 A, 1 B) pushed so far: the ppub of its newest. */
+uint64_t xt_ring_plane_pubs(xt_ring *r, int p);
+/* The newest pub and each plane's frames pushed so far, read together: a client that starts from
+ * them is neither sent nor counted as missing anything published before. */
+void xt_ring_mark(xt_ring *r, uint64_t *latest, uint64_t plane_pubs[XT_RING_PLANES]);
 uint64_t xt_ring_latest_pub(xt_ring *r);
 /* Registers fn(ctx) to be called after each frame is pushed (NULL: none). Called from any thread
  * once the engine has started; fn runs on the pushing worker's thread, without the ring's lock. */
@@ -71,7 +101,8 @@ void xt_ring_destroy(xt_ring *r);
  * one reference, from the pool when a buffer there is large enough. NULL: out of memory. */
 xt_frame *xt_frame_get2(xt_ring *r, size_t len, size_t len2);
 xt_frame *xt_frame_get(xt_ring *r, size_t len);
-/* Publishes f (its reference passes to the ring); the frame it displaces loses the ring's. */
+/* Publishes f (its reference passes to the ring; its plane numbers it among the plane's frames: a
+ * plane outside 0..XT_RING_PLANES-1 counts as A); the frame it displaces loses the ring's. */
 void xt_ring_push(xt_ring *r, xt_frame *f);
 /* Caller holds r->mu: f into the pool; returns the buffer that did not fit (or NULL), for the
  * caller to xt_frame_free after unlocking (freeing page-locked memory can wait on the device). */

@@ -2,23 +2,38 @@
  * xt_ws_run) owns every connection: render workers only push frames into the ring, whose notifier
  * (registered by xt_ws_run) calls lws_cancel_service(), so the engine never calls into this file;
  * the EVENT_WAIT_CANCELLED callback asks every client for a writable callback, and each writable
- * callback sends one message (a queued JSON text first, else the next frame). Delivery is
- * latest-wins per client: a client whose socket is still busy simply is not writable, and when it
- * is, it gets the newest frame; the frames it missed are counted in its header's frames_dropped
- * and in /metrics. Lockstep frames (answers to triggers) go out in order while they are in the
- * ring.
+ * callback sends a queued JSON text, or goes on with the client's frame. Delivery is latest-wins
+ * per client and plane: a client whose socket is still busy simply is not writable, and when it
+ * is, it gets the newest frame of a plane it subscribed to (of two planes pending, the older
+ * frame first); the frames it missed are counted in its header's frames_dropped and in /metrics.
+ * Lockstep frames (answers to triggers) go out in order while they are in the ring.
+ *
+ * Transport (api/stream.md, "Transport"). Every client's message is sent from the ring frame's own
+ * buffer, never a copy: one WebSocket message in fragments, each as large as the socket takes
+ * right now, so that libwebsockets never has to keep an unsent remainder (which it copies);
+ * the fragments go out over as many writable callbacks as the socket needs. The client's own
+ * header fields (t_sent_ns, frames_dropped) are written into the frame's header just before its
+ * first fragment, which takes the header with it: the service thread is the only writer, and the
+ * kernel has the bytes before the next client's turn. A client that asked for a codec gets the
+ * frame's compressed message, made once per frame and codec by the first such client and kept on
+ * the ring frame (xt_frame_wire) for the others. Each socket's send buffer is sized to a frame.
  *
  * Text messages from clients are JSON commands (api/stream.md):
  *   {"type":"pose","seq":N,"pose":{...}}         -> {"type":"ack","seq":N,"ok":true,...}
  *   {"type":"acquisition","acquisition":{...}}   -> {"type":"ack","ok":true,"acquisition":{...}}
  *   {"type":"start"|"stop"|"trigger"|"state"}    -> {"type":"ack",...}
- * Any "id" member is echoed in the reply. */
+ *   {"type":"subscribe","planes":["A","B"]}      -> {"type":"ack","ok":true,"planes":[...],...}
+ *   {"type":"codec","codec":"zstd"}              -> {"type":"ack","ok":true,"codec":"zstd"}
+ * Any "id" member is echoed in the reply. The last two are this file's (the client's transport);
+ * the others go through state.c's xt_ws_cmd_parse. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <libwebsockets.h>
@@ -28,6 +43,7 @@
 #include "srv_guard.h"
 #include "srv_metrics.h"
 #include "srv_state.h"
+#include "srv_wire.h"
 #include "srv_ws.h"
 #include "xt_server.h"
 #include "xt_stream.h"
@@ -36,14 +52,36 @@ _Static_assert(LWS_PRE <= XT_FRAME_PRE, "frame buffers leave XT_FRAME_PRE bytes 
 
 #define XT_WS_MAX_TEXTS 64
 #define XT_WS_TX_PACKET ((size_t)64 << 20)
+/* The smallest fragment worth a write: below it a callback waits for the socket to drain, unless it
+ * has written nothing yet (a writable callback always makes progress, so it cannot spin). */
+#define XT_WS_MIN_FRAG ((size_t)16 << 10)
+/* The most a stream socket's send buffer is asked for (a frame is ~9.5 MB at FD20 full
+ * resolution); the kernel bounds it further by net.core.wmem_max. */
+#define XT_WS_SNDBUF_CAP ((size_t)64 << 20)
 
 typedef struct client {
   struct lws *wsi;
   xt_server *srv;
   unsigned id;
   int slot; /* metrics.clients index, -1 if none */
-  uint64_t last_pub, last_counter, last_pose_seq;
-  int have_sent;
+  /* per plane: the last frame sent (its pub in the ring, its number among the plane's frames) and
+   * its counter, and whether any was sent */
+  uint64_t last_pub[XT_RING_PLANES], last_ppub[XT_RING_PLANES], last_counter[XT_RING_PLANES];
+  int have_sent[XT_RING_PLANES];
+  uint64_t last_pose_seq;
+  int have_pose;
+  uint64_t upto;   /* the ring holds nothing more for it up to this pub (the virtual clock's pacer) */
+  unsigned planes; /* subscribed: bit p for plane p (XT_STREAM_PLANE_*) */
+  int codec;       /* XT_STREAM_CODEC_* asked for: 16-bit frames go out compressed with it */
+  /* the message on its way, in fragments: its frame (a reference), its bytes, how far it got */
+  xt_frame *tx_f;
+  unsigned char *tx_msg;
+  size_t tx_len, tx_off;
+  /* the socket: send buffer asked for (0: none yet) and what the kernel granted */
+  size_t sndbuf_asked;
+  int sndbuf_granted;
+  /* how its frames travelled (the log line at its close, --verbose) */
+  uint64_t fragments, lws_buffered, bytes;
   uint64_t sent, dropped;
   char *texts[XT_WS_MAX_TEXTS];
   size_t tlen[XT_WS_MAX_TEXTS];
@@ -178,9 +216,127 @@ static json_t *nack(const json_t *cmd, int err, const char *message) {
   return j;
 }
 
+/* ---- the client's planes and codec ----------------------------------------------------------- */
+
+/* The planes of a mask as ["A", "B"]. */
+static json_t *planes_json(unsigned planes) {
+  json_t *a = json_array();
+  for (int p = 0; p < XT_RING_PLANES; p++)
+    if (planes >> p & 1) json_array_append_new(a, json_string(p ? "B" : "A"));
+  return a;
+}
+
+/* A codec by name for this client: known and built in, else the error naming the field. */
+static int codec_pick(const char *name, const char *field, int *codec, xt_msg *msg) {
+  const int k = xt_wire_codec_parse(name);
+  if (k < 0) return xt_fail(msg, XT_EINVAL, "%s: unknown codec '%.64s' (none, zstd, lz4)", field, name ? name : "");
+  if (!xt_wire_codec_available(k))
+    return xt_fail(msg, XT_EUNSUPPORTED, "%s: %s is not built into this server (it has: %s)", field, name, xt_wire_codecs());
+  *codec = k;
+  return 0;
+}
+
+/* The upgrade's query: ?planes=a|b|a,b (default a) and ?codec=none|zstd|lz4 (default none), each
+ * once at most; 0, or the error naming the parameter. Read in CONFIRM_UPGRADE, to refuse bad values
+ * with a 400, and again in ESTABLISHED (libwebsockets keeps the request's headers until then). */
+static int query_opts(struct lws *wsi, unsigned *planes, int *codec, xt_msg *msg) {
+  *planes = 1u << XT_STREAM_PLANE_A;
+  *codec = XT_STREAM_CODEC_NONE;
+  int seen_planes = 0, seen_codec = 0;
+  for (int i = 0; i < 64; i++) {
+    char arg[4096]; /* a fragment is at most the request's header space (libwebsockets' 4 KiB) */
+    const int n = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
+    if (n <= 0) break;
+    if (n >= (int)sizeof arg || lws_hdr_copy_fragment(wsi, arg, sizeof arg, WSI_TOKEN_HTTP_URI_ARGS, i) < 0) continue;
+    const int is_planes = !strncmp(arg, "planes=", 7), is_codec = !strncmp(arg, "codec=", 6);
+    if (!is_planes && !is_codec) continue; /* token=, or anything else: not ours */
+    const char *v = strchr(arg, '=') + 1;
+    if (is_planes) {
+      if (seen_planes++) return xt_fail(msg, XT_EINVAL, "planes: given twice");
+      int rc = xt_wire_planes_parse(v, "planes", planes, msg);
+      if (rc) return rc;
+    } else {
+      if (seen_codec++) return xt_fail(msg, XT_EINVAL, "codec: given twice");
+      int rc = codec_pick(v, "codec", codec, msg);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
+/* {"type": "subscribe", "planes": ["A", "B"]}: the planes this client gets from now on. A plane
+ * newly subscribed starts at its newest frame: nothing before it is sent or counted as missed. The
+ * ack states each plane's frames published so far, so that a client of a plane that publishes
+ * none (B on a single-plane server) can tell. */
+static void cmd_subscribe(client *c, const json_t *cmd) {
+  const json_t *a = json_object_get(cmd, "planes");
+  xt_msg m;
+  unsigned mask = 0;
+  int rc = 0;
+  if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > XT_RING_PLANES)
+    rc = xt_fail(&m, XT_EINVAL, "planes: expected [\"A\"], [\"B\"] or [\"A\", \"B\"]");
+  for (size_t i = 0; !rc && i < json_array_size(a); i++) {
+    const char *name = json_string_value(json_array_get(a, i));
+    const int p = xt_wire_plane_parse(name);
+    if (p < 0) rc = xt_fail(&m, XT_EINVAL, "planes: unknown plane '%.64s' (A, B)", name ? name : "(not a string)");
+    else if (mask >> p & 1) rc = xt_fail(&m, XT_EINVAL, "planes: plane '%s' named twice", name);
+    else mask |= 1u << p;
+  }
+  if (rc) {
+    queue_json(c, nack(cmd, rc, m.text));
+    return;
+  }
+  uint64_t latest, ppubs[XT_RING_PLANES];
+  xt_ring_mark(&c->srv->ring, &latest, ppubs);
+  for (int p = 0; p < XT_RING_PLANES; p++)
+    if (mask >> p & 1 && !(c->planes >> p & 1)) {
+      c->last_pub[p] = latest;
+      c->last_ppub[p] = ppubs[p];
+    }
+  c->planes = mask;
+  json_t *j = ack(cmd, 1);
+  json_object_set_new(j, "planes", planes_json(mask));
+  json_object_set_new(j, "published", json_pack("{s:I,s:I}", "A", (json_int_t)ppubs[0], "B", (json_int_t)ppubs[1]));
+  queue_json(c, j);
+  lws_callback_on_writable(c->wsi);
+}
+
+/* {"type": "codec", "codec": "zstd"}: how this client's 16-bit frames come from its next frame on. */
+static void cmd_codec(client *c, const json_t *cmd) {
+  xt_msg m;
+  const json_t *v = json_object_get(cmd, "codec");
+  int k = 0;
+  int rc = json_is_string(v) ? codec_pick(json_string_value(v), "codec", &k, &m)
+                             : xt_fail(&m, XT_EINVAL, "codec: expected \"none\", \"zstd\" or \"lz4\"");
+  if (rc) {
+    queue_json(c, nack(cmd, rc, m.text));
+    return;
+  }
+  c->codec = k;
+  json_t *j = ack(cmd, 1);
+  json_object_set_new(j, "codec", json_string(xt_wire_codec_name(k)));
+  queue_json(c, j);
+}
+
+/* The client's own transport messages (subscribe, codec), answered here; 0 when the text is
+ * another command (or not JSON: state.c's parser names the error). */
+static int transport_command(client *c, const char *text, size_t len) {
+  json_t *j = NULL;
+  xt_msg m;
+  if (xt_json_parse(text, len, &j, &m)) return 0;
+  const char *type = json_string_value(json_object_get(j, "type"));
+  int done = 1;
+  if (type && !strcmp(type, "subscribe")) cmd_subscribe(c, j);
+  else if (type && !strcmp(type, "codec")) cmd_codec(c, j);
+  else done = 0;
+  json_decref(j);
+  return done;
+}
+
 /* Parses a complete text message and acts on it: one reply (ack or nack) queued per command, in
  * the order the commands came (queue_json drops a client that does not read its replies). */
 static void run_command(client *c, const char *text, size_t len) {
+  if (transport_command(c, text, len)) return;
   xt_server *s = c->srv;
   xt_msg m;
   xt_ws_cmd k;
@@ -258,32 +414,166 @@ static void stats_attach(client *c) {
   pthread_mutex_unlock(&m->mu);
 }
 
+/* Where the client stands for the virtual clock's pacer: nothing left for it up to this pub. A
+ * message still on its way is not sent yet. */
+static uint64_t caught_up(const client *k) {
+  if (k->tx_f && k->tx_f->pub - 1 < k->upto) return k->tx_f->pub - 1;
+  return k->upto;
+}
+
 /* The oldest frame every client has been sent, for the virtual clock's pacer, which moves time on
  * only once it is the newest (srv_clock.h); woken when it moves. */
 static void publish_caught_up(xt_server *s) {
   uint64_t m = UINT64_MAX;
   for (client *k = clients; k; k = k->next)
-    if (!k->closing && k->last_pub < m) m = k->last_pub;
+    if (!k->closing && caught_up(k) < m) m = caught_up(k);
   const uint64_t old = atomic_exchange(&s->ws_min_pub, m);
   if (m != old && xt_dev_clock_is_virtual()) xt_engine_wake(s);
 }
 
-/* Sends the next frame; returns -1 to close. */
-static int send_frame(client *c) {
+/* ---- transport: socket buffer, compressed messages, fragments -------------------------------- */
+
+/* A sysctl's first number (0 when it cannot be read). */
+static size_t sysctl_num(const char *path, int field) {
+  FILE *f = fopen(path, "r");
+  unsigned long v[3] = {0, 0, 0};
+  if (f) {
+    if (fscanf(f, "%lu %lu %lu", &v[0], &v[1], &v[2]) < field + 1) v[field] = 0;
+    fclose(f);
+  }
+  return (size_t)v[field];
+}
+
+/* Sizes the client's send buffer for a message of len bytes, so that the kernel can hold a whole
+ * frame (api/stream.md, "Transport"): asked once per larger message, within XT_WS_SNDBUF_CAP; the
+ * kernel grants twice the request (its bookkeeping), bounded by net.core.wmem_max. Setting it ends
+ * the kernel's autotuning of that socket (which grows up to net.ipv4.tcp_wmem's maximum), so it is
+ * asked only where the grant beats that. */
+static void size_sndbuf(client *c, size_t len) {
+  size_t want = len + ((size_t)64 << 10);
+  if (want > XT_WS_SNDBUF_CAP) want = XT_WS_SNDBUF_CAP;
+  if (want <= c->sndbuf_asked) return;
+  c->sndbuf_asked = want;
+  const int fd = (int)lws_get_socket_fd(c->wsi);
+  if (fd < 0) return;
+  static size_t wmem_max, tcp_max;
+  if (!wmem_max) {
+    wmem_max = sysctl_num("/proc/sys/net/core/wmem_max", 0);
+    tcp_max = sysctl_num("/proc/sys/net/ipv4/tcp_wmem", 2);
+  }
+  const size_t grant = 2 * (wmem_max && want > wmem_max ? wmem_max : want);
+  int v = (int)want;
+  const int set = grant > tcp_max && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) == 0;
+  socklen_t l = sizeof v;
+  if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &l)) v = -1;
+  if (set) c->sndbuf_granted = v;
+  if (c->srv->cfg.verbose)
+    fprintf(stderr, "xtwin-server: stream client %u: %zu-byte messages: send buffer %s %d bytes (asked %zu; "
+            "net.core.wmem_max %zu, tcp_wmem max %zu)\n", c->id, len, set ? "set, kernel granted" : "left to autotuning, now",
+            v, want, wmem_max, tcp_max);
+}
+
+/* Bytes the kernel takes on this socket now without refusing any: three quarters of its send
+ * buffer (the rest covers the kernel's per-packet bookkeeping, which the buffer's size counts)
+ * less what it holds unacknowledged. */
+static size_t socket_room(const client *c) {
+  const int fd = (int)lws_get_socket_fd(c->wsi);
+  int sb = 0, q = 0;
+  socklen_t l = sizeof sb;
+  if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sb, &l) || ioctl(fd, SIOCOUTQ, &q) || sb <= 0 || q < 0)
+    return XT_WS_MIN_FRAG;
+  const size_t cap = (size_t)sb / 4 * 3;
+  return cap > (size_t)q ? cap - (size_t)q : 0;
+}
+
+/* Message m (0 raw, 1 processed) of frame f compressed with codec, made on first use and kept on
+ * the frame for every other client (the service thread owns f->wire while f is published); NULL
+ * when it cannot be made or would not be smaller: the client then gets the pixels as they are. */
+static xt_frame_wire *wire_of(xt_frame *f, int m, int codec) {
+  xt_frame_wire *w = &f->wire[m][codec];
+  if (w->state) return w->state > 0 ? w : NULL;
+  w->state = -1;
+  const unsigned char *src = m ? f->msg2 : f->msg;
+  const size_t n = m ? f->len2 : f->len;
+  const xt_stream_header *h = (const xt_stream_header *)(const void *)src;
+  const size_t hs = h->header_size;
+  if (hs < XT_STREAM_HEADER_SIZE || hs > n || h->pixel_format != XT_STREAM_PIX_U16) return NULL;
+  const size_t bound = xt_wire_bound(codec, n - hs);
+  if (!bound) return NULL;
+  if (w->cap < hs + bound) {
+    free(w->mem);
+    w->cap = 0;
+    if (!(w->mem = malloc(XT_FRAME_PRE + hs + bound))) return NULL;
+    w->cap = hs + bound;
+  }
+  unsigned char *out = w->mem + XT_FRAME_PRE;
+  const size_t cw = xt_wire_compress(codec, src + hs, n - hs, out + hs, bound);
+  if (!cw || cw >= n - hs) return NULL;
+  memcpy(out, src, hs);
+  xt_stream_header *oh = (xt_stream_header *)(void *)out;
+  oh->codec = (uint32_t)codec;
+  oh->wire_bytes = cw;
+  w->len = hs + cw;
+  w->state = 1;
+  return w;
+}
+
+/* Writes the client's message from where it stands, fragment by fragment while the socket takes
+ * them whole; returns -1 to close. libwebsockets writes each fragment's framing into the LWS_PRE
+ * bytes before it, which inside a message are pixels other clients still need: kept and put back
+ * around the write (the kernel, or libwebsockets' own buffer, has them by then). */
+static int send_fragments(client *c) {
+  for (int first = 1;; first = 0) {
+    const size_t left = c->tx_len - c->tx_off, room = socket_room(c);
+    if (!first && room < XT_WS_MIN_FRAG && room < left) break;
+    size_t n = room > XT_WS_MIN_FRAG ? room : XT_WS_MIN_FRAG;
+    if (n > left) n = left;
+    unsigned char *p = c->tx_msg + c->tx_off, keep[LWS_PRE];
+    const int flags = (c->tx_off ? LWS_WRITE_CONTINUATION : LWS_WRITE_BINARY) | (n < left ? LWS_WRITE_NO_FIN : 0);
+    memcpy(keep, p - LWS_PRE, LWS_PRE);
+    const int w = lws_write(c->wsi, p, n, (enum lws_write_protocol)flags);
+    memcpy(p - LWS_PRE, keep, LWS_PRE);
+    if (w < (int)n) return -1;
+    c->tx_off += n;
+    c->fragments++;
+    c->bytes += n;
+    const int buffered = lws_partial_buffered(c->wsi);
+    c->lws_buffered += buffered != 0;
+    if (c->tx_off == c->tx_len) {
+      xt_frame_unref(&c->srv->ring, c->tx_f);
+      c->tx_f = NULL;
+      c->tx_msg = NULL;
+      break; /* the next frame, or a text, in the next callback */
+    }
+    if (buffered || lws_send_pipe_choked(c->wsi)) break;
+  }
+  lws_callback_on_writable(c->wsi);
+  return 0;
+}
+
+/* Picks the client's next frame and makes it the message on its way: counts what it missed,
+ * chooses raw or processed, compressed or not, and writes this client's fields into the header.
+ * 1: a message to send; 0: none now; -1: a frame consumed unsent (stale, or lost to an injected
+ * link fault): look again. */
+static int begin_frame(client *c) {
   xt_server *s = c->srv;
-  xt_frame *f = xt_ring_next(&s->ring, c->last_pub);
+  xt_frame *f = xt_ring_next_planes(&s->ring, c->last_pub, c->planes, &c->upto);
   if (!f) return 0;
+  const int p = f->plane == XT_STREAM_PLANE_B ? 1 : 0;
   /* the chain's frames come as two messages; this client gets the one it chose */
-  unsigned char *const fm = c->processed && f->msg2 ? f->msg2 : f->msg;
-  const size_t flen = c->processed && f->msg2 ? f->len2 : f->len;
+  const int m = c->processed && f->msg2 ? 1 : 0;
+  unsigned char *fm = m ? f->msg2 : f->msg;
+  size_t flen = m ? f->len2 : f->len;
   xt_stream_header *h = (xt_stream_header *)(void *)fm;
-  uint64_t drop = c->have_sent || c->last_pub ? f->pub - c->last_pub - 1 : 0;
-  int stale = c->have_sent && h->frame_counter <= c->last_counter; /* out of order from another worker */
-  c->last_pub = f->pub;
+  uint64_t drop = (c->have_sent[p] || c->last_ppub[p]) && f->ppub > c->last_ppub[p] ? f->ppub - c->last_ppub[p] - 1 : 0;
+  /* out of order from another worker */
+  const int stale = c->have_sent[p] && h->frame_counter <= c->last_counter[p];
+  c->last_pub[p] = f->pub;
+  c->last_ppub[p] = f->ppub;
   if (stale) {
     c->dropped += 1;
     xt_frame_unref(&s->ring, f);
-    return 0;
+    return -1;
   }
   if (xt_srv_fault_link_down(s, xt_dev_now_ns())) {
     /* fault link_loss (fault.c): the frame and those it skipped are lost on the way; texts still go */
@@ -294,31 +584,43 @@ static int send_frame(client *c) {
     if (c->slot >= 0) s->metrics.clients[c->slot].dropped = c->dropped;
     pthread_mutex_unlock(&s->metrics.mu);
     xt_frame_unref(&s->ring, f);
-    return 0;
+    return -1;
   }
   c->dropped += drop;
-  uint64_t t = xt_dev_now_ns();
-  h->t_sent_ns = t;
-  h->frames_dropped = c->dropped;
-  int n = lws_write(c->wsi, fm, flen, LWS_WRITE_BINARY);
-  int pose_changed = c->have_sent && h->pose_seq != c->last_pose_seq;
-  c->last_counter = h->frame_counter;
-  c->last_pose_seq = h->pose_seq;
-  c->have_sent = 1;
-  c->sent++;
-  xt_metrics *m = &s->metrics;
-  pthread_mutex_lock(&m->mu);
-  m->sent_total++;
-  m->dropped_total += drop;
-  if (c->slot >= 0) {
-    m->clients[c->slot].sent = c->sent;
-    m->clients[c->slot].dropped = c->dropped;
+  if (c->codec != XT_STREAM_CODEC_NONE) {
+    xt_frame_wire *w = wire_of(f, m, c->codec);
+    if (w) {
+      fm = w->mem + XT_FRAME_PRE;
+      flen = w->len;
+    }
   }
-  if (h->t_exposure_ns && t >= h->t_exposure_ns) xt_hist_add(&m->latency, (double)(t - h->t_exposure_ns) * 1e-9);
-  if (pose_changed && h->t_pose_ns && t >= h->t_pose_ns) xt_hist_add(&m->pose_latency, (double)(t - h->t_pose_ns) * 1e-9);
-  pthread_mutex_unlock(&m->mu);
-  xt_frame_unref(&s->ring, f);
-  return n < (int)flen ? -1 : 0;
+  const uint64_t t = xt_dev_now_ns();
+  xt_stream_header *wh = (xt_stream_header *)(void *)fm; /* the header this client's message carries */
+  wh->t_sent_ns = t;
+  wh->frames_dropped = c->dropped;
+  size_sndbuf(c, flen);
+  c->tx_f = f;
+  c->tx_msg = fm;
+  c->tx_len = flen;
+  c->tx_off = 0;
+  const int pose_changed = c->have_pose && h->pose_seq != c->last_pose_seq;
+  c->last_counter[p] = h->frame_counter;
+  c->have_sent[p] = 1;
+  c->last_pose_seq = h->pose_seq;
+  c->have_pose = 1;
+  c->sent++;
+  xt_metrics *mt = &s->metrics;
+  pthread_mutex_lock(&mt->mu);
+  mt->sent_total++;
+  mt->dropped_total += drop;
+  if (c->slot >= 0) {
+    mt->clients[c->slot].sent = c->sent;
+    mt->clients[c->slot].dropped = c->dropped;
+  }
+  if (h->t_exposure_ns && t >= h->t_exposure_ns) xt_hist_add(&mt->latency, (double)(t - h->t_exposure_ns) * 1e-9);
+  if (pose_changed && h->t_pose_ns && t >= h->t_pose_ns) xt_hist_add(&mt->pose_latency, (double)(t - h->t_pose_ns) * 1e-9);
+  pthread_mutex_unlock(&mt->mu);
+  return 1;
 }
 
 /* ---- the connection's steps, one per libwebsockets reason ---------------------------------- */
@@ -332,7 +634,8 @@ static int on_http(struct lws *wsi) {
 
 /* Decides an upgrade before any WebSocket state exists; every refusal is counted in /metrics.
  * The order of the checks is the answer a client refused for several reasons gets: Host/Origin
- * (403), the token (401), the path (404), then the client limit or shutdown (503). */
+ * (403), the token (401), the path (404), the client limit or shutdown (503), then the query's
+ * planes and codec (400, naming the parameter). */
 static int on_confirm_upgrade(xt_server *s, struct lws *wsi) {
   if (!s) return -1;
   const char *why = origin_refused(s, wsi);
@@ -342,6 +645,13 @@ static int on_confirm_upgrade(xt_server *s, struct lws *wsi) {
   else if (!route_ok(wsi)) rc = reject_upgrade(wsi, XT_ENOTFOUND, 404, "Not Found", "the stream is at /v1/stream");
   else if (nclients >= s->cfg.max_clients || atomic_load(&s->quit))
     rc = reject_upgrade(wsi, XT_EBUSY, 503, "Service Unavailable", "too many stream clients, or shutting down");
+  else {
+    unsigned planes;
+    int codec;
+    xt_msg m;
+    int err = query_opts(wsi, &planes, &codec, &m);
+    if (err) rc = reject_upgrade(wsi, err, xt_errhttp(err), "Bad Request", m.text);
+  }
   if (rc) {
     pthread_mutex_lock(&s->metrics.mu);
     s->metrics.ws_refused++;
@@ -363,7 +673,16 @@ static int on_established(xt_server *s, client *c, struct lws *wsi) {
   c->wsi = wsi;
   c->srv = s;
   c->id = next_id++;
-  c->last_pub = xt_ring_latest_pub(&s->ring);
+  /* its planes and codec from the upgrade's query (checked by on_confirm_upgrade) */
+  xt_msg m;
+  if (query_opts(wsi, &c->planes, &c->codec, &m)) return -1;
+  uint64_t latest, ppubs[XT_RING_PLANES];
+  xt_ring_mark(&s->ring, &latest, ppubs);
+  for (int p = 0; p < XT_RING_PLANES; p++) {
+    c->last_pub[p] = latest;
+    c->last_ppub[p] = ppubs[p];
+  }
+  c->upto = latest;
   c->last_text = xt_ring_latest_text(&s->ring); /* events from its connection on */
   c->next = clients;
   clients = c;
@@ -374,6 +693,12 @@ static int on_established(xt_server *s, client *c, struct lws *wsi) {
                             "xtwin-server " XT_SERVER_VERSION, "header_version", XT_STREAM_VERSION, "header_size",
                             XT_STREAM_HEADER_SIZE, "state", xt_srv_state_json(s));
   json_object_set_new(hello, "max_message_bytes", json_integer(s->cfg.max_ws_message));
+  json_object_set_new(hello, "planes", planes_json(c->planes));
+  json_object_set_new(hello, "codec", json_string(xt_wire_codec_name(c->codec)));
+  json_t *codecs = json_array();
+  for (int k = 0; k < XT_FRAME_CODECS; k++)
+    if (xt_wire_codec_available(k)) json_array_append_new(codecs, json_string(xt_wire_codec_name(k)));
+  json_object_set_new(hello, "codecs", codecs);
   queue_json(c, hello);
   return 0;
 }
@@ -431,19 +756,24 @@ static int send_text(client *c) {
   return 0;
 }
 
-/* One message per writable callback (libwebsockets allows one lws_write each): the close frame
- * when closing, else a queued reply before any frame (acks are not held behind pixels), else the
- * next frame; asks for another callback while the ring has newer frames. */
+/* A writable callback: the close frame when closing; else the message on its way goes on (a text
+ * cannot come between a message's fragments); else a queued reply before any new frame (acks are
+ * not held behind pixels); else the next frame begins. */
 static int on_writable(xt_server *s, client *c, struct lws *wsi) {
   if (c->closing || atomic_load(&s->quit)) {
     lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)"server shutting down", 20);
     return -1;
   }
-  if (c->tn) return send_text(c);
-  if (send_frame(c)) return -1;
+  int rc = 0;
+  if (c->tx_f) rc = send_fragments(c);
+  else if (c->tn) return send_text(c);
+  else {
+    int b;
+    while ((b = begin_frame(c)) < 0) {}
+    if (b > 0) rc = send_fragments(c);
+  }
   publish_caught_up(s);
-  if (xt_ring_latest_pub(&s->ring) > c->last_pub) lws_callback_on_writable(wsi);
-  return 0;
+  return rc;
 }
 
 /* The connection is gone: out of the list, its queued texts and partial message freed, its
@@ -456,6 +786,12 @@ static int on_closed(xt_server *s, client *c) {
       break;
     }
   publish_caught_up(s); /* a client gone no longer holds the virtual clock back */
+  if (s->cfg.verbose)
+    fprintf(stderr, "xtwin-server: stream client %u closed: %llu frames, %llu bytes in %llu fragments, "
+            "libwebsockets kept a remainder %llu times\n", c->id, (unsigned long long)c->sent,
+            (unsigned long long)c->bytes, (unsigned long long)c->fragments, (unsigned long long)c->lws_buffered);
+  xt_frame_unref(&s->ring, c->tx_f);
+  c->tx_f = NULL;
   for (int i = 0; i < c->tn; i++) free(c->texts[(c->th + i) % XT_WS_MAX_TEXTS]);
   c->tn = 0;
   free(c->rx);
@@ -475,11 +811,15 @@ static int on_wake(xt_server *s, struct lws_context *ctx) {
   if (s && clients) {
     /* A client still busy with an older frame will skip to the newest: what it has missed so far
      * is already lost, so /metrics shows it now rather than at its next send. */
-    uint64_t latest = xt_ring_latest_pub(&s->ring);
+    uint64_t latest, ppubs[XT_RING_PLANES];
+    xt_ring_mark(&s->ring, &latest, ppubs);
     pthread_mutex_lock(&s->metrics.mu);
-    for (client *k = clients; k; k = k->next)
-      if (k->slot >= 0 && latest > k->last_pub + 1 && !k->closing)
-        s->metrics.clients[k->slot].dropped = k->dropped + (latest - k->last_pub - 1);
+    for (client *k = clients; k; k = k->next) {
+      uint64_t missed = 0;
+      for (int p = 0; p < XT_RING_PLANES; p++)
+        if (k->planes >> p & 1 && ppubs[p] > k->last_ppub[p] + 1) missed += ppubs[p] - k->last_ppub[p] - 1;
+      if (k->slot >= 0 && missed && !k->closing) s->metrics.clients[k->slot].dropped = k->dropped + missed;
+    }
     pthread_mutex_unlock(&s->metrics.mu);
     /* the device's events (server/device.c), each once to every client, before its next frame */
     for (client *k = clients; k; k = k->next) {
@@ -516,10 +856,10 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   protocols[0].callback = callback;
   protocols[0].per_session_data_size = sizeof(client);
   protocols[0].rx_buffer_size = (size_t)s->cfg.max_ws_message;
-  /* One send() per frame: with tx_packet_size 0, lws caps each send() at rx_buffer_size (16 KiB)
+  /* One send() per fragment: with tx_packet_size 0, lws caps each send() at rx_buffer_size (16 KiB)
    * and trickles the rest of a 2 MiB frame out 16 KiB per poll round (~7 ms on loopback). Larger
-   * than any frame (fd20 float32 is 19 MB); what the socket does not take, lws keeps and sends as
-   * the socket drains, and only then asks for the next writable callback. */
+   * than any frame (fd20 float32 is 19 MB); send_fragments sizes each fragment to what the socket
+   * takes, so lws never keeps a remainder. */
   protocols[0].tx_packet_size = XT_WS_TX_PACKET;
 
   lws_set_log_level(s->cfg.verbose >= 2 ? (LLL_ERR | LLL_WARN | LLL_NOTICE) : s->cfg.verbose ? (LLL_ERR | LLL_WARN) : 0,

@@ -11,6 +11,9 @@ if(TARGET xtwin-server)
   else()
     message(WARNING "test_server_rest skipped: libcurl4-openssl-dev not found")
   endif()
+  # The ring's per-plane choice of a stream client's next frame, the stream's plane and codec names
+  # and its codecs (server/ring.c, server/wire.c), without a server.
+  xt_add_test(test_server_ring SOURCES server/test_ring.c LIBS xt_server_core LABELS "cpu;server")
   # The parsers of untrusted input (REST bodies, WebSocket messages, the config file) without a
   # server: the fuzz seed corpus through the fuzz target's own driver (built without its entry).
   xt_add_test(test_server_parsers SOURCES server/test_server_parsers.c fuzz/fuzz_server.c LIBS xt_server_core
@@ -40,6 +43,12 @@ if(TARGET xtwin-server)
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_stream.py --server $<TARGET_FILE:xtwin-server>)
     # 77: python3-websockets missing -> skipped, not failed.
     set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
+    # The stream's transport: zstd and LZ4 frames equal to the plain bytes, codec and plane
+    # subscription by message and query (bad values refused by name), plane B alone on a one-plane
+    # server, full-resolution frames shared with no copy kept by libwebsockets.
+    add_test(NAME test_server_transport
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_transport.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_transport PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Abuse: model paths, cross-site requests, slowloris, early errors to uploading clients.
     add_test(NAME test_server_security
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)

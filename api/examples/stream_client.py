@@ -4,11 +4,14 @@
     /usr/bin/python3 api/examples/stream_client.py ws://127.0.0.1:8711/v1/stream
     /usr/bin/python3 api/examples/stream_client.py ws://127.0.0.1:8711/v1/stream --count 30 --sweep
     /usr/bin/python3 api/examples/stream_client.py wss://host:8711/v1/stream --token SECRET --insecure
+    /usr/bin/python3 api/examples/stream_client.py ws://127.0.0.1:8711/v1/stream --planes a,b --codec zstd
 
 Prints one line per frame: counter, the pose sequence number it carries, size, exposure-to-arrival
 latency, frames dropped for this client, and the mean pixel value. --sweep sends a pose update
-per frame (primary angle sweeping) and prints when each one shows up. The header layout is
-api/stream.md (C: api/xt_stream.h); parse_header() below is the reference Python reader.
+per frame (primary angle sweeping) and prints when each one shows up. --planes chooses the planes
+of a biplane server (a, b or a,b; default a), --codec asks for compressed 16-bit frames (zstd needs
+python3-zstandard or python3-zstd, lz4 python3-lz4). The header layout is api/stream.md (C:
+api/xt_stream.h); parse_header() below is the reference Python reader.
 """
 import argparse
 import asyncio
@@ -31,6 +34,10 @@ KIND_MONO, KIND_RAW, KIND_PROCESSED = 0, 1, 2
 HEADER_FIELDS = ("magic", "version", "header_size", "frame_counter", "pose_seq", "t_pose_ns",
                  "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
                  "frames_dropped", "rows", "cols", "pixel_format", "flags", "payload_bytes")
+# version 5 appends at 752: plane, timing, cycle, t_cycle_ns (biplane), codec, wire_bytes (48 bytes)
+V5 = struct.Struct("<IIQQIIQQ")
+V5_FIELDS = ("plane", "timing", "cycle", "t_cycle_ns", "codec", "reserved5", "wire_bytes", "reserved6")
+CODECS = {0: "none", 1: "zstd", 2: "lz4"}
 MAGIC = 0x46575458  # "XTWF"
 PIX_U16, PIX_F32 = 1, 2
 assert HEADER.size == 304 and HEADER.size + CHAIN.size == 400 and HEADER.size + CHAIN.size + EXPOSURE.size == 576
@@ -55,8 +62,38 @@ def parse_header(msg):
         h.update(zip(EXPOSURE_FIELDS[:3], v3[:3]))
         h["shutter"], h["wedge"] = list(v3[3:7]), list(v3[7:9])
         h.update(zip(EXPOSURE_FIELDS[5:], v3[9:]))
-    px = memoryview(msg)[h["header_size"]:h["header_size"] + h["payload_bytes"]]
+    if h["version"] >= 5 and h["header_size"] >= 800:
+        h.update(zip(V5_FIELDS, V5.unpack_from(msg, 752)))
+    hs, n = h["header_size"], h["payload_bytes"]
+    if h.get("codec", 0) == 0:
+        px = memoryview(msg)[hs:hs + n]
+    else:  # compressed by the server for this client: the same pixel bytes once decoded
+        px = decompress(CODECS.get(h["codec"], str(h["codec"])), bytes(memoryview(msg)[hs:hs + h["wire_bytes"]]), n)
+        if len(px) != n:
+            raise ValueError("frame %d: %d bytes decoded, the header says %d" % (h["frame_counter"], len(px), n))
     return h, px
+
+
+def decompress(codec, data, size):
+    """A zstd frame or an LZ4 block back into its size bytes (api/stream.md, "Compression")."""
+    if codec == "zstd":
+        try:
+            import zstandard
+            return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+        except ImportError:
+            try:
+                import zstd
+                return zstd.decompress(data)
+            except ImportError:
+                raise ImportError("zstd frames need the Python module zstandard (Debian: python3-zstandard) "
+                                  "or zstd (python3-zstd)") from None
+    if codec == "lz4":
+        try:
+            import lz4.block
+        except ImportError:
+            raise ImportError("lz4 frames need the Python module lz4 (Debian: python3-lz4)") from None
+        return lz4.block.decompress(data, uncompressed_size=size)
+    raise ValueError("unknown codec %r" % codec)
 
 
 def mean_pixel(h, px):
@@ -72,6 +109,17 @@ def mean_pixel(h, px):
 
 async def run(args):
     import websockets
+    if args.codec != "none":
+        import importlib
+        import importlib.util
+        try:
+            importlib.import_module({"zstd": "zstandard", "lz4": "lz4.block"}[args.codec])
+        except ImportError:
+            if args.codec == "lz4" or importlib.util.find_spec("zstd") is None:
+                raise ImportError("--codec %s needs %s" % (args.codec, "python3-lz4" if args.codec == "lz4"
+                                                           else "python3-zstandard or python3-zstd")) from None
+    query = "planes=%s&codec=%s" % (args.planes, args.codec)
+    args.url += ("&" if "?" in args.url else "?") + query
     kw = {"max_size": 64 << 20}
     if args.token:
         kw["additional_headers" if hasattr(websockets, "asyncio") else "extra_headers"] = {
@@ -103,6 +151,9 @@ async def run(args):
             extra = ""
             if h["pose_seq"] in sent_at:
                 extra = "  pose %d shown %.1f ms after it was sent" % (h["pose_seq"], (now - sent_at.pop(h["pose_seq"])) / 1e6)
+            if "plane" in h:
+                extra = "  plane %s  %s %d bytes" % ("AB"[h["plane"]] if h["plane"] < 2 else h["plane"],
+                                                   CODECS.get(h["codec"], "?"), h["wire_bytes"]) + extra
             print("frame %6d  pose_seq %4d  %dx%d %s  latency %6.1f ms  dropped %d  mean %.1f%s" % (
                 h["frame_counter"], h["pose_seq"], h["cols"], h["rows"], h["mode"],
                 (now - h["t_exposure_ns"]) / 1e6, h["frames_dropped"], mean_pixel(h, px), extra), flush=True)
@@ -121,6 +172,9 @@ def main():
     p.add_argument("--insecure", action="store_true", help="wss: accept a self-signed certificate")
     p.add_argument("--sweep", action="store_true", help="send a pose update after every frame")
     p.add_argument("--processed", action="store_true", help="with the imaging chain on: the processed frames")
+    p.add_argument("--planes", default="a", help="planes of a biplane server: a, b or a,b (default a)")
+    p.add_argument("--codec", default="none", choices=("none", "zstd", "lz4"),
+                   help="16-bit frames compressed by the server (default none)")
     args = p.parse_args()
     try:
         asyncio.run(run(args))

@@ -288,12 +288,23 @@
     const mode = new Uint8Array(buf, 272, 24);
     const end = mode.indexOf(0);
     h.mode = new TextDecoder().decode(mode.subarray(0, end < 0 ? 24 : end));
+    // Version 5: the plane, and how the pixels came. The console never asks for a codec, so it
+    // always gets codec 0 (pixels as they are); a server that sent another is not drawn.
+    if (h.version >= 5 && h.header_size >= 800) {
+      h.plane = v.getUint32(752, true);
+      h.codec = v.getUint32(776, true);
+      h.wire_bytes = u64(784);
+    } else {
+      h.plane = 0;
+      h.codec = 0;
+    }
     return h;
   }
 
   function onFrame(buf) {
     let h;
     try { h = parseHeader(buf); } catch (e) { return; }
+    if (h.codec !== 0) return;
     const bpp = h.pixel_format === 2 ? 4 : 2;
     const n = h.rows * h.cols;
     if (h.header_size + n * bpp > buf.byteLength) return;

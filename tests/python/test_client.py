@@ -118,6 +118,46 @@ class HeaderLayout(unittest.TestCase):
         for name, off, fmt in xframe.FIELDS:
             self.assertEqual(doc[name], (off, struct.calcsize(fmt)), name)
 
+    def test_missing_codec_module_is_named(self):
+        """A codec whose Python module is missing: ImportError naming the Debian package, before use."""
+        saved = dict(xframe.CODEC_MODULES), dict(xframe._decoders)
+        try:
+            xframe.CODEC_MODULES["lz4"] = (("xtwin_no_such_module", "python3-no-such-package"),)
+            xframe._decoders.clear()
+            with self.assertRaises(ImportError) as e:
+                xframe.check_codec("lz4")
+            self.assertIn("python3-no-such-package", str(e.exception))
+            with self.assertRaises(ImportError):
+                xtwin.Stream("ws://127.0.0.1:9/v1/stream", codec="lz4")  # said before connecting
+        finally:
+            xframe.CODEC_MODULES.clear()
+            xframe.CODEC_MODULES.update(saved[0])
+            xframe._decoders.clear()
+            xframe._decoders.update(saved[1])
+
+    def test_compressed_frames_decode(self):
+        """Header version 5 with a zstd or LZ4 payload: the same image as the plain pixels."""
+        try:
+            import lz4.block
+            import zstandard
+        except ImportError as e:
+            self.skipTest("%s (Debian: python3-zstandard, python3-lz4)" % e)
+        px = (np.arange(64 * 32, dtype="<u2") * 7 % 4096).astype("<u2").tobytes()
+        h = bytearray(800)
+        struct.pack_into("<IHHQ", h, 0, xframe.MAGIC, 5, 800, 42)
+        struct.pack_into("<IIII", h, 72, 32, 64, xframe.PIX_U16, 0)
+        struct.pack_into("<Q", h, 88, len(px))
+        plain = bytes(h[:776]) + struct.pack("<IIQQ", 0, 0, len(px), 0) + px
+        f0 = xtwin.parse_frame(plain)
+        for codec, wire in (("zstd", zstandard.ZstdCompressor(level=1).compress(px)),
+                            ("lz4", lz4.block.compress(px, store_size=False))):
+            m = bytes(h[:776]) + struct.pack("<IIQQ", xframe.CODEC_IDS[codec], 0, len(wire), 0) + wire
+            f = xtwin.parse_frame(m)
+            self.assertEqual((f.codec, f.wire_bytes, f.plane), (codec, len(wire), "A"))
+            self.assertTrue(np.array_equal(f.image, f0.image))
+            with self.assertRaises(ValueError):
+                xtwin.parse_frame(m[:-1])  # wire_bytes says more than came
+
     def test_rejects_bad_messages(self):
         with self.assertRaises(ValueError):
             xtwin.parse_frame(b"\0" * 400)  # no magic
@@ -185,7 +225,7 @@ class StreamTests(ServerTest):
     def test_frame_equals_render_of_its_pose(self):
         """A streamed frame is the REST render of the pose in its header: pixels and P."""
         with self.c.stream() as s:
-            self.assertEqual(s.hello["header_size"], 752)
+            self.assertEqual(s.hello["header_size"], 800)
             seq = s.set_pose(primary_deg=25, secondary_deg=-15, sid_mm=1100)
             f = s.wait_for_pose(seq, timeout=20)
             self.assertEqual(f.pose_seq, seq)
@@ -250,21 +290,23 @@ class StreamTests(ServerTest):
             f = s.next_frame(timeout=20)
         raw = bytearray(f.raw_header) + bytes(np.ascontiguousarray(f.image).tobytes())
         extra = struct.pack("<dd", 12.5, -1.0)  # a future field or two
-        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (4, 752, "mono", 16, None))
+        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (5, 800, "mono", 16, None))
+        self.assertEqual((f.plane, f.codec, f.wire_bytes), ("A", "none", 128 * 128 * 2))
         self.assertEqual((f.readout["detector"], f.readout["roi_size"], f.readout["binning"]), ("fd20", (1920, 1920), 15.0))
-        grown = bytearray(raw[:752]) + extra + raw[752:]
-        struct.pack_into("<HH", grown, 4, 5, 752 + len(extra))  # version 5, longer header
+        grown = bytearray(raw[:800]) + extra + raw[800:]
+        struct.pack_into("<HH", grown, 4, 6, 800 + len(extra))  # version 6, longer header
         g = xtwin.parse_frame(bytes(grown))
-        self.assertEqual((g.version, g.header_size), (5, 768))
+        self.assertEqual((g.version, g.header_size), (6, 816))
         self.assertTrue(np.array_equal(g.image, f.image))
         self.assertEqual((g.counter, g.pose, g.mode, g.frame_kind), (f.counter, f.pose, f.mode, f.frame_kind))
-        self.assertEqual(g.raw_header[752:], extra)
+        self.assertEqual(g.raw_header[800:], extra)
         # A version-1 server's 304-byte header: the chain's fields are absent, not misread.
-        old = bytearray(raw[:304]) + raw[752:]
+        old = bytearray(raw[:304]) + raw[800:]
         struct.pack_into("<HH", old, 4, 1, 304)
         h = xtwin.parse_frame(bytes(old))
         self.assertTrue(np.array_equal(h.image, f.image))
         self.assertEqual((h.header_size, h.frame_kind, h.bits_stored, h.chain, h.readout), (304, None, None, None, None))
+        self.assertEqual((h.plane, h.timing, h.cycle, h.t_cycle_ns, h.codec, h.wire_bytes), (None,) * 6)
 
 
 class Auth(unittest.TestCase):

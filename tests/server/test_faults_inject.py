@@ -31,7 +31,6 @@ test_device.SERVER_ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim"
                            "--clock", "virtual"]
 CHAIN = {"seed": 4711, "panel_seed": 20, "adu_per_kev": 0.00045, "quantum_noise": 0, "e_noise_adu": 0, "lag": 0, "temporal_alpha": 1,
          "edge_gain": 0, "drc": 0}
-HDR = 800  # the stream header, version 5
 OFF_DONE, OFF_SENT, OFF_DROPPED, OFF_ROWS, OFF_COLS, OFF_KV, OFF_FAULTS = 48, 56, 64, 72, 76, 328, 572
 F_LATE, F_LINE, F_CLUSTER, F_GAIN, F_STALE, F_GEN, F_HEAT, F_AFTER_DROP = 1, 2, 4, 8, 16, 32, 64, 128
 
@@ -42,7 +41,8 @@ def flags(m):
 
 def pixels(m):
     rows, cols = struct.unpack_from("<II", m, OFF_ROWS)
-    return rows, cols, struct.unpack_from("<%dH" % (rows * cols), m, HDR)
+    hs = struct.unpack_from("<H", m, 6)[0]  # header_size: the pixels follow it, whatever the version
+    return rows, cols, struct.unpack_from("<%dH" % (rows * cols), m, hs)
 
 
 class Pair:

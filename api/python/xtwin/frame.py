@@ -1,6 +1,8 @@
 """The binary frame message of the xtwin stream, decoded by the offsets api/stream.md documents
 (C: api/xt_stream.h). Pixels start at header_size, so fields a later version appends before the
-pixels are skipped, not misread; Frame.raw_header keeps the whole header for readers of them."""
+pixels are skipped, not misread; Frame.raw_header keeps the whole header for readers of them.
+Compressed pixels (version 5: codec zstd or lz4, asked for by the client) are decompressed here,
+so that a Frame's image is the same whatever the codec."""
 import struct
 import time
 
@@ -11,8 +13,15 @@ HEADER_SIZE_V1 = 304
 HEADER_SIZE_V2 = 400  # version 2 appended the imaging chain's fields (frame_kind .. chain_flags)
 HEADER_SIZE_V3 = 576  # version 3: exposure settings, dose, dose-rate control (ma .. drc_flags)
 HEADER_SIZE_V4 = 752  # version 4: the readout: panel, region, binning, zoom field, P_out (detector .. P_out)
+HEADER_SIZE_V5 = 800  # version 5: plane, timing, cycle, t_cycle_ns (biplane); codec, wire_bytes (transport)
 PIX_U16, PIX_F32 = 1, 2
 FLAG_LOCKSTEP = 1
+PLANES = {0: "A", 1: "B"}
+CODECS = {0: "none", 1: "zstd", 2: "lz4"}
+CODEC_IDS = {v: k for k, v in CODECS.items()}
+# Where each codec comes from on Debian 12: the module and its package (api/stream.md, "Compression").
+CODEC_MODULES = {"zstd": (("zstandard", "python3-zstandard"), ("zstd", "python3-zstd")),
+                 "lz4": (("lz4.block", "python3-lz4"),)}
 
 # (name, offset, struct format) of every field: the table in api/stream.md. Fields at or beyond a
 # message's header_size (an older server's shorter header) are decoded as None.
@@ -81,6 +90,12 @@ FIELDS = (
     ("dose_ratio", 640, "<d"),
     ("readout_ms", 648, "<d"),
     ("P_out", 656, "<12d"),
+    ("plane", 752, "<I"),
+    ("timing", 756, "<I"),
+    ("cycle", 760, "<Q"),
+    ("t_cycle_ns", 768, "<Q"),
+    ("codec", 776, "<I"),
+    ("wire_bytes", 784, "<Q"),
 )
 FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
 CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "filter_cu_mm", "mean_energy_kev",
@@ -108,6 +123,12 @@ class Frame:
                     roi_origin and roi_size (native pixels), binning (native per delivered pixel),
                     field_cm (0: not a zoom field), dose_ratio, readout_ms, P (3, 4) of the
                     delivered pixels (the chain's binning applied; P is the render grid's)
+    plane           "A" (frontal; every single-plane frame) or "B" (lateral); timing (how the planes'
+                    pulses were scheduled), cycle (the pulse cycle: the frames of both planes of one
+                    cycle share it), t_cycle_ns (its start); all None before version 5
+    codec           how the pixels came: "none", "zstd" or "lz4" (None before version 5);
+                    wire_bytes the bytes they took on the wire (payload_bytes when "none"); image is
+                    the decoded pixels either way
     t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns: the server's
                     CLOCK_MONOTONIC; t_received_ns: time.monotonic_ns() when the client read it
     """
@@ -115,7 +136,8 @@ class Frame:
     __slots__ = ("image", "pose", "P", "counter", "pose_seq", "frames_dropped", "flags", "lockstep", "mode",
                  "pixel_format", "pitch_mm", "period_ns", "version", "header_size", "raw_header", "rows", "cols",
                  "t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
-                 "t_received_ns", "frame_kind", "bits_stored", "chain", "readout")
+                 "t_received_ns", "frame_kind", "bits_stored", "chain", "readout", "plane", "timing", "cycle",
+                 "t_cycle_ns", "codec", "wire_bytes")
 
     def __repr__(self):
         return "<Frame %d pose_seq %d %s %dx%d %s>" % (self.counter, self.pose_seq, self.mode, self.cols, self.rows,
@@ -148,6 +170,62 @@ def parse_header(msg):
     return h
 
 
+_decoders = {}
+
+
+def decoder(codec):
+    """The function (data, size) -> bytes that undoes a codec ("zstd", "lz4"); ImportError naming
+    the Debian package when its Python module is missing."""
+    if codec in _decoders:
+        return _decoders[codec]
+    if codec not in CODEC_MODULES:
+        raise ValueError("unknown codec %r (none, zstd, lz4)" % codec)
+    import importlib
+    for module, _ in CODEC_MODULES[codec]:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        if module == "zstandard":
+            d = mod.ZstdDecompressor()
+            fn = lambda data, size: d.decompress(data, max_output_size=size)  # noqa: E731
+        elif module == "zstd":
+            fn = lambda data, size: mod.decompress(data)  # noqa: E731
+        else:
+            fn = lambda data, size: mod.decompress(data, uncompressed_size=size)  # noqa: E731
+        _decoders[codec] = fn
+        return fn
+    raise ImportError("the %s codec needs the Python module %s (Debian: apt-get install %s)" % (
+        codec, " or ".join(m for m, _ in CODEC_MODULES[codec]), " or ".join(p for _, p in CODEC_MODULES[codec])))
+
+
+def check_codec(codec):
+    """Raises ImportError (naming the package) unless this client can decode codec; None/"none" pass."""
+    if codec not in (None, "none"):
+        decoder(codec)
+
+
+def payload(msg, h):
+    """The pixel bytes of a message whose header is h: as sent (codec none) or decompressed."""
+    hs, n = h["header_size"], h["payload_bytes"]
+    codec = h.get("codec") or 0
+    if codec == 0:
+        if hs + n > len(msg):
+            raise ValueError("frame %d: %d payload bytes in a %d-byte message" % (h["frame_counter"], n, len(msg)))
+        return memoryview(msg)[hs:hs + n]
+    if codec not in CODECS:
+        raise ValueError("frame %d: unknown codec %d" % (h["frame_counter"], codec))
+    w = h["wire_bytes"]
+    if hs + w != len(msg):
+        raise ValueError("frame %d: %d wire bytes after the header in a %d-byte message" % (
+            h["frame_counter"], w, len(msg)))
+    out = decoder(CODECS[codec])(bytes(memoryview(msg)[hs:]), n)
+    if len(out) != n:
+        raise ValueError("frame %d: %s gave %d bytes, the header says %d" % (h["frame_counter"], CODECS[codec],
+                                                                           len(out), n))
+    return out
+
+
 def parse_frame(msg, t_received_ns=None):
     """A Frame from one binary stream message (bytes-like)."""
     h = parse_header(msg)
@@ -156,11 +234,12 @@ def parse_frame(msg, t_received_ns=None):
     dtype = np.dtype("<u2") if h["pixel_format"] == PIX_U16 else np.dtype("<f4")
     n = h["rows"] * h["cols"]
     hs = h["header_size"]
-    if h["payload_bytes"] != n * dtype.itemsize or hs + h["payload_bytes"] > len(msg):
+    if h["payload_bytes"] != n * dtype.itemsize:
         raise ValueError("frame %d: %d payload bytes for %dx%d pixels in a %d-byte message" % (
             h["frame_counter"], h["payload_bytes"], h["rows"], h["cols"], len(msg)))
+    px = payload(msg, h)
     f = Frame()
-    f.image = np.frombuffer(msg, dtype=dtype, count=n, offset=hs).reshape(h["rows"], h["cols"])
+    f.image = np.frombuffer(px, dtype=dtype, count=n).reshape(h["rows"], h["cols"])
     f.pose = h["pose"]
     f.P = np.array(h["P"], dtype=np.float64).reshape(3, 4)
     f.counter = h["frame_counter"]
@@ -185,6 +264,11 @@ def parse_frame(msg, t_received_ns=None):
         "panel": tuple(h["panel"]), "panel_pitch_mm": h["panel_pitch_mm"], "binning": h["readout_binning"],
         "field_cm": h["field_cm"], "dose_ratio": h["dose_ratio"], "readout_ms": h["readout_ms"],
         "P": np.array(h["P_out"], dtype=np.float64).reshape(3, 4)}
+    # version 5 (None from an older server): the plane and its pulse cycle, and the transport
+    f.plane = None if h["plane"] is None else PLANES.get(h["plane"], str(h["plane"]))
+    f.timing, f.cycle, f.t_cycle_ns = h["timing"], h["cycle"], h["t_cycle_ns"]
+    f.codec = None if h["codec"] is None else CODECS.get(h["codec"], str(h["codec"]))
+    f.wire_bytes = h["wire_bytes"]
     for k in ("t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns"):
         setattr(f, k, h[k])
     f.t_received_ns = time.monotonic_ns() if t_received_ns is None else t_received_ns

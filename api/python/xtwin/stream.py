@@ -6,6 +6,11 @@ the caller is busy elsewhere the socket is not read, the server sees a slow clie
 newest frame when it is read again (latest-wins; the gap shows in Frame.frames_dropped). Commands
 (pose, acquisition, start, stop, trigger, state) wait for their ack; frames that arrive meanwhile
 are kept, in order, for the iterator (at most `keep` of them, oldest given up first).
+
+A stream gets plane A's frames unless it subscribes to others (planes="b" or "a,b", or
+subscribe()); a biplane client can tell them apart by Frame.plane. codec="zstd" or "lz4" asks the
+server to compress 16-bit frames (less to carry over a slow link, some CPU on both ends); frames
+are decompressed on arrival, so Frame.image is the same either way (api/stream.md).
 """
 import asyncio
 import collections
@@ -14,7 +19,7 @@ import time
 
 from .client import pose_update, ssl_context
 from .errors import ConnectionFailed, XtwinError, error_from
-from .frame import parse_frame
+from .frame import CODECS, check_codec, parse_frame
 
 
 class Stream:
@@ -22,10 +27,20 @@ class Stream:
             seq = s.set_pose(primary_deg=30)          # acked by the server; returns the seq
             f = s.wait_for_pose(seq)                  # the first frame carrying it
             for f in s.frames(count=100): f.image, f.pose, f.P, f.t_exposure_ns, ...
+        Stream(url, planes="a,b", codec="zstd")      # both planes of a biplane server, compressed
     """
 
-    def __init__(self, url, token=None, verify=True, cafile=None, open_timeout=10.0, keep=16, max_size=256 << 20):
+    def __init__(self, url, token=None, verify=True, cafile=None, open_timeout=10.0, keep=16, max_size=256 << 20,
+                 planes=None, codec=None):
         import websockets  # Debian: python3-websockets
+        query = []
+        if planes is not None:
+            query.append("planes=" + _planes_arg(planes))
+        if codec is not None:
+            check_codec(_codec_arg(codec))  # a missing Python module is said before connecting
+            query.append("codec=" + _codec_arg(codec))
+        if query:
+            url += ("&" if "?" in url else "?") + "&".join(query)
         self.url = url
         self.hello = None
         self.buffered_dropped = 0  # frames given up because more than `keep` waited unread
@@ -143,6 +158,19 @@ class Stream:
         """{"pose", "pose_seq", "acquisition", "next_frame"} now."""
         return self.command({"type": "state"})["state"]
 
+    def subscribe(self, planes):
+        """The planes whose frames this stream gets from now on: "a", "b", "a,b" or a list such as
+        ["A", "B"]. Returns the ack: its "published" says how many frames each plane has made (a
+        plane with none, B on a single-plane server, sends nothing)."""
+        names = [p.strip().upper() for p in (planes.split(",") if isinstance(planes, str) else planes)]
+        return self.command({"type": "subscribe", "planes": names})
+
+    def set_codec(self, codec):
+        """How the server sends this stream's 16-bit frames from the next one on: "none", "zstd" or
+        "lz4" (ImportError naming the Debian package when this Python cannot decode it)."""
+        check_codec(_codec_arg(codec))
+        return self.command({"type": "codec", "codec": _codec_arg(codec)})["codec"]
+
     # ---- frames ---------------------------------------------------------------------------------
 
     def next_frame(self, timeout=None):
@@ -199,6 +227,18 @@ class Stream:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _planes_arg(planes):
+    names = planes.split(",") if isinstance(planes, str) else list(planes)
+    return ",".join(p.strip().lower() for p in names)
+
+
+def _codec_arg(codec):
+    c = str(codec).lower()
+    if c not in CODECS.values():
+        raise ValueError("codec %r: expected one of %s" % (codec, ", ".join(CODECS.values())))
+    return c
 
 
 def _connect_error(url, e):

@@ -1,6 +1,6 @@
 /* How many patients of one CT's size fit in one GPU's memory, per model form (issue 29):
  * dense float, NanoVDB Float / Fp16 / Fp8 of the classified CT (nvdb-convert's default, models/
- * xt_ct_body.h), and a Gaussian mixture - each from the device bytes its model kind states (the
+ * xt_ct_body.h), with and without the brick pool of the bricks traversal, and a Gaussian mixture - each from the device bytes its model kind states (the
  * figure GET /v1/models reports), so no GPU is needed. Render times are measured on the GPU
  * separately (xtwin-bench; docs/BENCHMARKS.md).
  *
@@ -22,6 +22,7 @@
 #include "xt_load.h"
 #include "xt_model_kind.h"
 #include "xt_nvdb.h"
+#include "xt_nvdb_bricks.h"
 #include "xt_nvdb_build.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -40,8 +41,9 @@ static void row(const char *form, uint64_t bytes, uint64_t dense, const char *no
   printf(" %s |\n", note);
 }
 
-/* The device bytes of the grid of v (a converted copy, exactly as nvdb-convert builds it). */
-static int grid_bytes(const xt_volume *v, int quant, uint64_t *dev, xt_msg *msg) {
+/* The device bytes of the grid of v (a converted copy, exactly as nvdb-convert builds it) and,
+ * when bricks != NULL, what XT_NVDB_TRAVERSAL=bricks adds: the brick pool (xt_nvdb_bricks.h). */
+static int grid_bytes(const xt_volume *v, int quant, uint64_t *dev, uint64_t *bricks, xt_msg *msg) {
   xt_nvdb_build_options o = {quant, 0.0, 0.0, 1e-4, NULL};
   uint32_t *w = NULL;
   uint64_t bytes = 0;
@@ -51,6 +53,11 @@ static int grid_bytes(const xt_volume *v, int quant, uint64_t *dev, xt_msg *msg)
   if (!rc) rc = xt_nvdb_from_blob(w, bytes, NULL, "grid", &g, msg);
   if (!rc && (rc = xt_model_from_nvdb(g, "grid", &m, msg))) xt_nvdb_free(g);
   if (!rc) rc = xt_model_device_bytes(m, dev);
+  if (!rc && bricks) {
+    xt_nvdb_bricks_host h;
+    if (!(rc = xt_nvdb_bricks_build(xt_model_nvdb(m), &h, msg))) *bricks = xt_nvdb_bricks_bytes(&h);
+    xt_nvdb_bricks_free(&h);
+  }
   xt_model_free(m);
   return rc;
 }
@@ -90,7 +97,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   xt_volume *v = xt_model_volume(dm);
-  uint64_t dense = 0, f32 = 0, f16 = 0, f8 = 0, gb = 0;
+  uint64_t dense = 0, f32 = 0, f16 = 0, f8 = 0, gb = 0, br32 = 0, br8 = 0;
   xt_model_device_bytes(dm, &dense);
   xt_ct_body_report br;
   memset(&br, 0, sizeof br);
@@ -100,8 +107,8 @@ int main(int argc, char **argv) {
         (rc = xt_ct_body_classify(v, xt_hu_calib_mu(&cal, -500), 0.0, &br, &msg)))
       goto fail;
   }
-  if ((rc = grid_bytes(v, XT_NVDB_Q_FLOAT, &f32, &msg)) || (rc = grid_bytes(v, XT_NVDB_Q_FP16, &f16, &msg)) ||
-      (rc = grid_bytes(v, XT_NVDB_Q_FP8, &f8, &msg)))
+  if ((rc = grid_bytes(v, XT_NVDB_Q_FLOAT, &f32, &br32, &msg)) || (rc = grid_bytes(v, XT_NVDB_Q_FP16, &f16, NULL, &msg)) ||
+      (rc = grid_bytes(v, XT_NVDB_Q_FP8, &f8, &br8, &msg)))
     goto fail;
   char gnote[160];
   if (gmm) {
@@ -130,6 +137,8 @@ int main(int argc, char **argv) {
   row("NanoVDB Float", f32, dense, "exact to the classified CT");
   row("NanoVDB Fp16", f16, dense, "per-leaf 16-bit");
   row("NanoVDB Fp8", f8, dense, "per-leaf 8-bit");
+  row("NanoVDB Float + bricks", f32 + br32, dense, "XT_NVDB_TRAVERSAL=bricks: the grid and its brick pool (float bricks)");
+  row("NanoVDB Fp8 + bricks", f8 + br8, dense, "the same for Fp8: the pool holds decoded floats");
   row("GMM", gb, dense, gnote);
   rc = 0;
   goto done;

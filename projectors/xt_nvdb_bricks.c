@@ -93,7 +93,10 @@ int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) 
             }
         h->table[e] = (int32_t)h->nbricks++;
       }
-  if (!h->palette && !(h->palette = malloc(sizeof *h->palette))) goto oom; /* never NULL: the device copies it */
+  if (!h->palette) { /* never NULL (the device copies one entry at least): an unused 0 */
+    if (!(h->palette = malloc(sizeof *h->palette))) goto oom;
+    h->palette[0] = 0.f;
+  }
   h->b.table = h->table;
   h->b.pool = h->pool;
   h->b.palette = h->palette;

@@ -32,6 +32,7 @@ typedef struct bench_ctx {
   double bw_gbps;
   const char *scenes;
   const char *gmm_file; /* (f): the fitted head */
+  const char *real_ct;  /* (r): cranium.raw */
   int variants;
   char summary[64][200];
   int nsum;
@@ -270,8 +271,10 @@ static int scene_d_s(bench_ctx *b, xt_model *head_l, xt_msg *msg) {
 }
 
 static void usage(void) {
-  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsefgh] [--no-variants] [--quick]\n"
-         "                   [--inst-per-step X] [--gmm FITTED_HEAD.xgmm]\n");
+  printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsefghr] [--no-variants] [--quick]\n"
+         "                   [--inst-per-step X] [--gmm FITTED_HEAD.xgmm] [--real-ct cranium.raw]\n"
+         "  (r): the real head CT (scripts/real-ct OUTDIR makes OUTDIR/cranium.raw); the NanoVDB scenes use\n"
+         "  the traversal XT_NVDB_TRAVERSAL names (tree, the default, or bricks)\n");
 }
 
 int xt_bench_main(int argc, char **argv) {
@@ -288,6 +291,7 @@ int xt_bench_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--scenes") && i + 1 < argc) b.scenes = argv[++i];
     else if (!strcmp(argv[i], "--inst-per-step") && i + 1 < argc) b.inst_per_step = atof(argv[++i]);
     else if (!strcmp(argv[i], "--gmm") && i + 1 < argc) b.gmm_file = argv[++i];
+    else if (!strcmp(argv[i], "--real-ct") && i + 1 < argc) b.real_ct = argv[++i];
     else if (!strcmp(argv[i], "--no-variants")) b.variants = 0;
     else if (!strcmp(argv[i], "--quick")) {
       b.quick = 1;
@@ -348,8 +352,8 @@ int xt_bench_main(int argc, char **argv) {
   }
   if ((strchr(b.scenes, 'd') || strchr(b.scenes, 's')) && (rc = scene_d_s(&b, head_l, &msg))) goto fail;
   if ((rc = xt_bench_gmm(b.scenes, b.frames, b.warmup, b.quick, b.gmm_file, b.summary, &b.nsum, 64, &msg))) goto fail;
-  if (strchr(b.scenes, 'g') || strchr(b.scenes, 'h')) { /* NanoVDB (xt_bench_nvdb.c) */
-    xt_bench_nvdb_ctx nc = {b.scenes, b.frames, b.warmup, b.quick, b.summary, b.nsum, 64};
+  if (strchr(b.scenes, 'g') || strchr(b.scenes, 'h') || strchr(b.scenes, 'r')) { /* NanoVDB (xt_bench_nvdb.c) */
+    xt_bench_nvdb_ctx nc = {b.scenes, b.frames, b.warmup, b.quick, b.summary, b.nsum, 64, b.real_ct};
     if ((rc = xt_bench_nvdb(&nc, &msg))) goto fail;
     b.nsum = nc.nsum;
   }

@@ -26,10 +26,11 @@ int xt_bench_random_gmm(size_t n, unsigned seed, xt_model **out, xt_msg *msg);
 /* NanoVDB scenes (g) and (h) (bench/xt_bench_nvdb.c): prints their tables and appends summary
  * rows (name, ms/frame, fps, bytes as % of dense, targets) to summary[nsum..max). */
 typedef struct xt_bench_nvdb_ctx {
-  const char *scenes; /* runs 'g' and/or 'h' */
+  const char *scenes; /* runs 'g', 'h' and/or 'r' */
   int frames, warmup, quick;
   char (*summary)[200];
   int nsum, max;
+  const char *real_ct; /* (r): the raw int16 HU volume scripts/real-ct extracts (cranium.raw) */
 } xt_bench_nvdb_ctx;
 int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg);
 /* (h)'s whole-body torso: nx x ny x nz voxels of h mm, float mu, air around, organs inside. */

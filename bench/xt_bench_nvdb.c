@@ -4,7 +4,14 @@
  *       NanoVDB Float and Fp8 against dense, thesis detector (1024^2), 0/45/90 degrees;
  *   (h) a whole-body-sized torso, 512 x 512 x 1200 voxels of 0.7 mm (358 x 358 x 840 mm), air
  *       around it, lungs, heart, liver, spine, ribs and pelvis inside (piecewise constant: each
- *       organ one mu), dense against NanoVDB Float and Fp8, at fd20-1024 and FD20 full resolution.
+ *       organ one mu), dense against NanoVDB Float and Fp8, at fd20-1024 and FD20 full resolution;
+ *   (r) the real head CT of Debian's invesalius-examples (--real-ct cranium.raw, scripts/real-ct):
+ *       256 x 256 x 108 int16 HU of 0.957 x 0.957 x 1.5 mm, HU -> mu by the linear map at 60 keV
+ *       (water from xraylib; the converter's bilinear map differs above 0 HU only, which changes no
+ *       timing), its surroundings made background as nvdb-convert does by default (models/
+ *       xt_ct_body.h), dense (the classified volume) against NanoVDB Float and Fp8 (tolerance 0:
+ *       exact), at fd20-1024.
+ * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree or bricks, proj_nvdb.cu).
  *
  * Per model: bytes (dense: the linear voxel copy; the default AUTO storage adds a texture copy of
  * the same size for volumes larger than L2, printed too), median kernel time per angle, the steps
@@ -15,7 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xraylib.h>
+
 #include "xt_bench.h"
+#include "xt_ct_body.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_build.h"
 #include "xt_proj.h"
@@ -69,16 +79,57 @@ int xt_bench_torso(int nx, int ny, int nz, double h, xt_model **out, xt_msg *msg
   return rc;
 }
 
-static int nvdb_model(const xt_model *vm, int quant, xt_model **out, xt_msg *msg) {
-  /* The activation tolerance: (b)'s air is mu 2.3e-5 /mm with 2% texture noise; 1e-4 /mm (as
-   * xt_bench_nonair counts air) leaves it inactive. (h) has exact zeros around the body. */
-  xt_nvdb_build_options o = {quant, 0.0, 1e-4, 0.0, NULL};
+static int nvdb_model_tol(const xt_model *vm, int quant, double tol, xt_model **out, xt_msg *msg) {
+  xt_nvdb_build_options o = {quant, 0.0, tol, 0.0, NULL};
   uint32_t *w;
   uint64_t n;
   xt_nvdb *g;
   int rc = xt_nvdb_build(xt_model_volume(vm), &o, &w, &n, msg);
   if (rc || (rc = xt_nvdb_from_blob(w, n, NULL, "bench grid", &g, msg))) return rc;
   if ((rc = xt_model_from_nvdb(g, quant == XT_NVDB_Q_FP8 ? "nvdb-fp8" : "nvdb-float", out, msg))) xt_nvdb_free(g);
+  return rc;
+}
+
+static int nvdb_model(const xt_model *vm, int quant, xt_model **out, xt_msg *msg) {
+  /* The activation tolerance: (b)'s air is mu 2.3e-5 /mm with 2% texture noise; 1e-4 /mm (as
+   * xt_bench_nonair counts air) leaves it inactive. (h) has exact zeros around the body. */
+  return nvdb_model_tol(vm, quant, 1e-4, out, msg);
+}
+
+/* (r): the raw Cranium volume as classified mu (see the file's head). */
+static int real_ct(const char *path, xt_model **out, xt_msg *msg) {
+  enum { NX = 256, NY = 256, NZ = 108 };
+  const double sp[3] = {0.95703119999999997, 0.95703119999999997, 1.5};
+  FILE *f = fopen(path, "rb");
+  if (!f) return xt_fail(msg, XT_ENOTFOUND, "bench: --real-ct %s: cannot open", path);
+  int16_t *hu = malloc((size_t)NX * NY * NZ * sizeof *hu);
+  xt_volume *v = NULL;
+  int rc = hu ? 0 : xt_fail(msg, XT_ENOMEM, "bench: out of memory");
+  if (!rc && (fread(hu, sizeof *hu, (size_t)NX * NY * NZ, f) != (size_t)NX * NY * NZ || fgetc(f) != EOF))
+    rc = xt_fail(msg, XT_EFORMAT, "bench: --real-ct %s: not %d x %d x %d int16 voxels", path, NX, NY, NZ);
+  fclose(f);
+  if (!rc) rc = xt_volume_create(NX, NY, NZ, sp, XT_VOXEL_F32, &v, msg);
+  if (!rc) {
+    const double mu_w = CS_Total_CP("H2O", 60.0, NULL) * 1.0 / 10.0; /* cm^2/g x g/cm^3 -> 1/mm */
+    float *mu = v->data;
+    for (size_t i = 0; i < (size_t)NX * NY * NZ; i++) { /* little-endian file, as the plist says */
+      const uint16_t u = (uint16_t)hu[i];
+      const int16_t h = (int16_t)(((const uint8_t *)&u)[0] | ((const uint8_t *)&u)[1] << 8);
+      const double m = mu_w * (1.0 + h / 1000.0);
+      mu[i] = (float)(m > 0 ? m : 0);
+    }
+    v->energy_kev = 60;
+    xt_ct_body_report r;
+    rc = xt_ct_body_classify(v, 0.5 * mu_w, 0.0, &r, msg);
+    if (!rc)
+      printf("\n(r) real head CT %s: %dx%dx%d @ %.3g x %.3g x %.3g mm; background: %.1f%% of the voxels, mass dropped "
+             "%.2f%%\n",
+             path, NX, NY, NZ, sp[0], sp[1], sp[2], 100.0 * (double)r.outside / (double)r.voxels,
+             100 * r.mass_dropped / r.mass);
+  }
+  if (!rc) rc = xt_model_from_volume(v, "real-ct", out, msg);
+  if (rc) xt_volume_free(v);
+  free(hu);
   return rc;
 }
 
@@ -184,7 +235,8 @@ static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, x
     if (c->nsum < c->max) {
       char target[96] = "-";
       if (k > 0) {
-        const double lim = k == 1 ? 0.30 : 0.15;
+        /* issue 9's targets; the real CT's are issue 29's (Float 40 %) */
+        const double lim = k == 1 ? (tag[1] == 'r' ? 0.40 : 0.30) : 0.15;
         snprintf(target, sizeof target, "bytes <=%.0f%%: %s; time <= dense: %s", 100 * lim,
                  bytes <= lim * dbytes ? "met" : "MISSED", avg <= davg ? "met" : "MISSED");
       }
@@ -228,6 +280,19 @@ int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg) {
            xt_model_nvdb(nv[0])->nodes[0], xt_model_nvdb(nv[0])->nodes[1], xt_model_nvdb(nv[0])->nodes[2]);
     if ((rc = scene(c, "(h) torso fd20-1024", dense, nv, "fd20-1024", msg))) goto done;
     if ((rc = scene(c, "(h) torso FD20 full", dense, nv, "fd20", msg))) goto done;
+    for (int k = 0; k < 2; k++) xt_model_free(nv[k]), nv[k] = NULL;
+    xt_model_free(dense);
+    dense = NULL;
+  }
+  if (strchr(c->scenes, 'r')) {
+    if (!c->real_ct) {
+      printf("\n(r) real head CT: skipped (no --real-ct cranium.raw; scripts/real-ct makes it)\n");
+    } else {
+      if ((rc = real_ct(c->real_ct, &dense, msg))) goto done;
+      for (int k = 0; k < 2 && !rc; k++) rc = nvdb_model_tol(dense, k ? XT_NVDB_Q_FP8 : XT_NVDB_Q_FLOAT, 0.0, &nv[k], msg);
+      if (rc) goto done;
+      if ((rc = scene(c, "(r) real head CT fd20-1024", dense, nv, "fd20-1024", msg))) goto done;
+    }
   }
 done:
   for (int k = 0; k < 2; k++) xt_model_free(nv[k]);

@@ -318,7 +318,15 @@ static int gmm_matter(const xt_model *m, xt_model_matter *out, xt_msg *msg) {
   return 0;
 }
 
-/* No device_bytes: the CUDA kind's upload (records, BVH, per-frame tile lists) is sized by the
- * projector, and the server has never reported one for mixtures. */
-const xt_model_kind_ops xt_model_kind_gmm = {
-    .name = "gmm", .free = gmm_free, .bounds = gmm_bounds, .describe = gmm_describe, .matter = gmm_matter};
+/* What the CUDA kind allocates for the mixture's Gaussians: records and the per-Gaussian share of
+ * the frame scratch (XT_GMM_DEVICE_BYTES_PER_GAUSSIAN; the BVH stays on the host). */
+static uint64_t gmm_device_bytes(const xt_model *m) {
+  return (uint64_t)xt_model_gmm(m)->count * XT_GMM_DEVICE_BYTES_PER_GAUSSIAN;
+}
+
+const xt_model_kind_ops xt_model_kind_gmm = {.name = "gmm",
+                                             .free = gmm_free,
+                                             .bounds = gmm_bounds,
+                                             .describe = gmm_describe,
+                                             .matter = gmm_matter,
+                                             .device_bytes = gmm_device_bytes};

@@ -39,6 +39,12 @@ typedef struct xt_gaussian {
 #define XT_GMM_CUTOFF_MAX 8.0
 /* Loaders refuse more Gaussians than this (3 GiB of records). */
 #define XT_GMM_MAX_COUNT ((size_t)64 * 1024 * 1024)
+/* GPU bytes per Gaussian of a mixture on the CUDA projector (projectors/proj_gmm.cu, which
+ * asserts the sum): its record (48), and the per-frame scratch sized by the Gaussian count - the
+ * screen record (64) and silhouette conic (48), the tile count and offset (4 + 4), and the initial
+ * eight tile pairs (keys and values, double-buffered: 8 x 16). A frame that touches more tiles grows
+ * the pair buffers; the floor of 2^20 pairs and the CUB temporary are per projector, not per model. */
+#define XT_GMM_DEVICE_BYTES_PER_GAUSSIAN 296u
 /* Scales outside [min, max] mm are refused: below, no detector resolves them and float precision
  * of the precision matrix suffers; above, they are larger than any room. */
 #define XT_GMM_SCALE_MIN 1e-4

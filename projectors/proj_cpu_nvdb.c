@@ -19,6 +19,7 @@
 
 #include "xt_nvdb.h"
 #include "xt_nvdb_access.h"
+#include "xt_nvdb_bricks.h"
 #include "xt_nvdb_raycast.h"
 #include "xt_proj_kind.h"
 #include "xt_raycast.h"
@@ -40,8 +41,9 @@ static inline void add_segment(const xt_nvdb *g, const xt_voxel_chan *ch, double
 }
 
 /* Integral of mu over s in [s0, s1] of the ray o + s q in the domain's cell space (domain voxel 0
- * at cell 0, n cells per axis) into acc[0], or with a channel map its channels into acc[]. */
-static void traverse(const xt_nvdb *g, const double o[3], const double q[3], const int n[3], double s0, double s1,
+ * at cell 0, n cells per axis) into acc[0], or with a channel map its channels into acc[].
+ * Non-static for the tests that compare other walks with it (xt_nvdb_bricks.h). */
+void xt__nvdb_traverse(const xt_nvdb *g, const double o[3], const double q[3], const int n[3], double s0, double s1,
                      const xt_voxel_chan *ch, double *out) {
   pnanovdb_buf_t buf = pnanovdb_make_buf(g->words, g->bytes / 4);
   pnanovdb_grid_handle_t grid = {pnanovdb_address_null()};
@@ -135,7 +137,7 @@ static void nvdb_walk(const xt_model *m, const void *state, const xt_voxel_chan 
   const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
   double s0, s1;
   if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) return;
-  traverse(g, o, q, n, s0, s1, ch, acc);
+  xt__nvdb_traverse(g, o, q, n, s0, s1, ch, acc);
 }
 
 static double nvdb_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {

@@ -58,6 +58,13 @@ typedef struct __align__(16) gmm_frame {
 
 static_assert(sizeof(gmm_frame) % 16 == 0, "descriptor is a multiple of 16 bytes");
 
+/* The model layer states this kind's bytes per Gaussian (GET /v1/models' device_bytes): the record,
+ * the scratch gmm_prepare sizes by the count, and the eight initial pairs of ensure_pairs. */
+static_assert(sizeof(xt_gaussian) + sizeof(gmm_screen) + sizeof(gmm_conic) + 2 * sizeof(uint32_t) +
+                      8 * 2 * 2 * sizeof(uint32_t) ==
+                  XT_GMM_DEVICE_BYTES_PER_GAUSSIAN,
+              "XT_GMM_DEVICE_BYTES_PER_GAUSSIAN (models/xt_gmm.h) no longer matches the CUDA kind's allocations");
+
 /* ------------------------------------------------------------------------------------------ */
 /* The kind's state                                                                           */
 /* ------------------------------------------------------------------------------------------ */

@@ -20,7 +20,14 @@
  * launch per model. Channels (xt_channels.h) take the same march: each segment's stored value
  * goes to the channels by the grid's xt_voxel_chan, as proj_cpu_nvdb.c does - a label's weight
  * row (two 16-byte loads), or for mu grids the optical depth of the value's HU class, weighted
- * once at the end. */
+ * once at the end.
+ *
+ * Two traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
+ * default, the march above) or "bricks": at add_model the grid is also flattened into a brick pool
+ * (projectors/xt_nvdb_bricks.h: 8^3 float bricks of the leaves, a table over the coarse cells, a
+ * palette of the constant blocks), and k_nvdb_bricks marches it - a dense step (one float load at
+ * a running offset) per voxel inside a brick, one step per constant block - with the march the CPU
+ * tests run (xt_nvdb_bricks_march.inc). Channel launches keep the tree kernel. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -41,6 +48,7 @@ extern "C" {
  * instructions per read than PNanoVDB's C default of 64. */
 #define PNANOVDB_ADDRESS_32
 #include "xt_nvdb_access.h"
+#include "xt_nvdb_bricks.h"
 
 /* Blocks per SM asked of the compiler: the voxel kind's 4 (64 registers); the march needs ~53 and
  * no stack (ptxas -v; every per-axis array is indexed by unrolled constants only). */
@@ -63,6 +71,7 @@ typedef struct dev_grid {
    * grids: rows 0..2 the HU classes' weights per optical depth, thr the class bounds (1/mm) */
   const float4 *chw;
   float thr[2];
+  xt_nvdb_bricks br; /* the brick pool (device pointers), when the projector marches bricks */
 } dev_grid;
 
 /* Per frame and model: world->cell map (linear part) and the source in cell space, in double. */
@@ -278,6 +287,37 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, OUT == OUT_CH ? NVDB_CH
     if (c < L.nch) o[c * plane] = L.accumulate ? o[c * plane] + a[c] : a[c];
 }
 
+/* Thread mapping: k_nvdb's (one thread per pixel, blockIdx.z the frame). In: the frame
+ * descriptors, the grid's brick pool. Out: out[z][row][col] written (0 where the grid is not hit)
+ * or added to; OUT_COUNT the cells and blocks crossed. The ray's set-up is k_nvdb's, in double. */
+template <int OUT>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb_bricks(const __grid_constant__ dev_launch L) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
+  const int col = blockIdx.x * XT_CUDA_TILE_W + (warp % wx) * XT_CUDA_WARP_W + (lane % XT_CUDA_WARP_W);
+  const int row = blockIdx.y * XT_CUDA_TILE_H + (warp / wx) * XT_CUDA_WARP_H + (lane / XT_CUDA_WARP_W);
+  if (col >= L.cols || row >= L.rows) return;
+  const dev_frame *f = (const dev_frame *)L.desc + blockIdx.z;
+  const dev_frame_model &fm = f->fm[L.model];
+  float a = 0.f;
+  if (fm.ok) {
+    double w[3], q[3], o[3], s0, s1;
+    const double len = xt_cuda_pixel_ray(f->cam, col, row, w);
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      q[k] = da(da(dm(fm.m[k][0], w[0]), dm(fm.m[k][1], w[1])), dm(fm.m[k][2], w[2]));
+      o[k] = fm.o[k];
+    }
+    if (xt_clip_box_f64(o, q, L.grid.br.n, len, &s0, &s1)) {
+      int steps = 0;
+      a = xt_nvdb_bricks_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
+      if (OUT == OUT_COUNT) a = (float)steps;
+    }
+  }
+  float *const o = L.out + ((size_t)blockIdx.z * L.rows * L.cols + (size_t)row * L.cols + col);
+  *o = L.accumulate ? *o + a : a;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Host side: the kind                                                                        */
 /* ------------------------------------------------------------------------------------------ */
@@ -291,8 +331,10 @@ typedef struct nvdb_kind {
   void *d_words[XT_CUDA_MAX_MODELS];
   float *d_lut[XT_CUDA_MAX_MODELS];
   float *d_chw[XT_CUDA_MAX_MODELS]; /* channels: 256 x XT_MAX_CHANNELS weights per model */
+  void *d_bricks[XT_CUDA_MAX_MODELS][3]; /* bricks traversal: table, pool, palette */
   int chan_models;                  /* models the channel tables cover */
   int debug_sync;
+  int bricks; /* XT_NVDB_TRAVERSAL=bricks: mu and count launches march the brick pool */
 } nvdb_kind;
 
 static void nvdb_destroy(void *st) {
@@ -302,6 +344,7 @@ static void nvdb_destroy(void *st) {
     cudaFree(p->d_words[i]);
     cudaFree(p->d_lut[i]);
     cudaFree(p->d_chw[i]);
+    for (int k = 0; k < 3; k++) cudaFree(p->d_bricks[i][k]);
   }
   free(p);
 }
@@ -312,6 +355,12 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   p->opt = *opt;
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
+  const char *tr = getenv("XT_NVDB_TRAVERSAL");
+  if (tr && *tr && strcmp(tr, "tree") != 0 && strcmp(tr, "bricks") != 0) {
+    free(p);
+    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree or bricks", tr);
+  }
+  p->bricks = tr && !strcmp(tr, "bricks");
   *st = p;
   return 0;
 }
@@ -348,6 +397,27 @@ static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
   d->background = g->background;
   d->labels = g->labels;
   d->lut = p->d_lut[i];
+  if (p->bricks) { /* flattened on the host, uploaded, the host copy dropped */
+    xt_nvdb_bricks_host h;
+    int rc = xt_nvdb_bricks_build(g, &h, msg);
+    if (rc) return rc;
+    const size_t sz[3] = {h.ntable * sizeof(int32_t), (h.nbricks ? h.nbricks : 1) * 512 * sizeof(float),
+                          (h.npalette ? h.npalette : 1) * sizeof(float)};
+    const void *src[3] = {h.table, h.pool, h.palette};
+    cudaError_t e = cudaSuccess;
+    for (int k = 0; k < 3 && e == cudaSuccess; k++) {
+      e = cudaMalloc(&p->d_bricks[i][k], sz[k]);
+      if (e == cudaSuccess) e = cudaMemcpy(p->d_bricks[i][k], src[k], k == 1 ? h.nbricks * 512 * sizeof(float) : sz[k],
+                                           cudaMemcpyHostToDevice);
+    }
+    d->br = h.b;
+    d->br.table = (const int32_t *)p->d_bricks[i][0];
+    d->br.pool = (const float *)p->d_bricks[i][1];
+    d->br.palette = (const float *)p->d_bricks[i][2];
+    xt_nvdb_bricks_free(&h);
+    if (e != cudaSuccess)
+      return xt_fail(msg, XT_EDEVICE, "cuda projector: model %s: brick pool upload: %s", m->name, cudaGetErrorString(e));
+  }
   p->gt[i] = g->grid_type;
   p->models[i] = m;
   return 0;
@@ -434,6 +504,7 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   for (int i = 0; i < p->nmodels; i++) {
     if (!p->models[i]) continue;
     kernel_fn k = L->nch ? pick<OUT_CH>(p->gt[i]) : (L->count ? pick<OUT_COUNT>(p->gt[i]) : pick<OUT_MU>(p->gt[i]));
+    if (p->bricks && !L->nch) k = L->count ? k_nvdb_bricks<OUT_COUNT> : k_nvdb_bricks<OUT_MU>;
     if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);
     dev_launch dl;
     memset(&dl, 0, sizeof dl);

@@ -10,11 +10,11 @@ endif()
 pkg_check_modules(XT_JANSSON REQUIRED IMPORTED_TARGET jansson)
 
 xt_add_test(test_alloc_fail SOURCES test_alloc_fail.c
-  LIBS xt_loaders PkgConfig::XT_ZLIB PkgConfig::XT_JANSSON ${M_LIB} LABELS cpu)
+  LIBS xt_proj xt_loaders PkgConfig::XT_ZLIB PkgConfig::XT_JANSSON ${M_LIB} LABELS cpu)
 target_include_directories(test_alloc_fail PRIVATE ${XT_NIFTI_INCLUDE_DIR})
 target_link_options(test_alloc_fail PRIVATE
   "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=aligned_alloc")
-# The NanoVDB cases load the converter's files of the fuzz corpus.
+# The NanoVDB cases load the converter's files of the fuzz corpus (and the brick pool, xt_proj, is built from one).
 target_compile_definitions(test_alloc_fail PRIVATE XT_FUZZ_NVDB_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/nvdb")
 # No builtin malloc & co. in the test itself, so that GCC neither elides nor folds its direct calls.
 target_compile_options(test_alloc_fail PRIVATE -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc

@@ -40,3 +40,12 @@ if(TARGET xt_loaders AND CMAKE_C_COMPILER_ID MATCHES "Clang")
   target_include_directories(fuzz_models PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fuzz ${PROJECT_SOURCE_DIR}/projectors)
   target_link_libraries(fuzz_models PRIVATE xt_loaders xt_models xt_scene Threads::Threads ${M_LIB} xt_warnings)
 endif()
+
+# A CT's background and the real head CT of Debian's invesalius-examples (issue 29; label cpu).
+# scripts/real-ct extracts it into the build folder; without the package the binary runs its
+# synthetic test and exits 77 (skipped).
+if(TARGET xt_loaders AND TARGET xt_nvdb_build)
+  xt_add_test(test_real_ct SOURCES test_real_ct.c LIBS xt_proj xt_loaders xt_nvdb_build ${M_LIB} LABELS cpu)
+  set_tests_properties(test_real_ct PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
+    "XT_REAL_CT_SCRIPT=${PROJECT_SOURCE_DIR}/scripts/real-ct;XT_REAL_CT_DIR=${CMAKE_CURRENT_BINARY_DIR}/real_ct")
+endif()

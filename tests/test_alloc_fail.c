@@ -24,8 +24,11 @@
 #include <nifti1.h>
 #include <zlib.h>
 
+#include "xt_ct_body.h"
 #include "xt_gmm.h"
 #include "xt_load.h"
+#include "xt_nvdb.h"
+#include "xt_nvdb_bricks.h"
 #include "xt_phantom.h"
 #include "xt_test.h"
 #include "xt_test_files.h"
@@ -575,7 +578,59 @@ XT_TEST(nanovdb) {
   }
   run_all(cases, N);
 }
-#define NVDB_ENTRY XT_ENTRY(nanovdb)
+
+/* Issue 29's two builders: a CT's background (models/xt_ct_body.c) on a small volume, and the
+ * brick pool of the corpus's Float grid (projectors/xt_nvdb_bricks.c). Each failing run must
+ * return XT_ENOMEM with a one-line message, leave the volume as it was (classification) or the
+ * host copy empty (bricks), and leak nothing; the loop ends where the call succeeds. */
+XT_TEST(ct_body_and_bricks) {
+  const double sp[3] = {1, 1, 1};
+  xt_volume *v = NULL;
+  XT_REQUIRE(xt_volume_create(20, 18, 6, sp, XT_VOXEL_F32, &v, NULL) == 0);
+  float *f = v->data;
+  for (size_t i = 0; i < xt_volume_voxels(v); i++) f[i] = (i % 20 > 4 && i % 20 < 15) ? 0.02f : 0.0003f;
+  float *copy = malloc(v->nbytes);
+  XT_REQUIRE(copy);
+  memcpy(copy, f, v->nbytes);
+  char path[512];
+  snprintf(path, sizeof path, "%s/float_head.nvdb", XT_FUZZ_NVDB_CORPUS_DIR);
+  xt_load_options lo = {.convert = XT_LOAD_MU};
+  xt_model *gm = NULL;
+  xt_msg msg = {{0}};
+  XT_REQUIRE_MSG(xt_model_load(path, &lo, NULL, &gm, &msg) == 0, "%s", msg.text);
+  for (int which = 0; which < 2; which++)
+    for (int persistent = 0; persistent < 2; persistent++) {
+      long n = 1;
+      for (; n < 100000; n++) {
+        const int live0 = g_nlive;
+        xt_ct_body_report r;
+        xt_nvdb_bricks_host h;
+        memset(&h, 0, sizeof h);
+        msg.text[0] = 0;
+        arm(n, persistent);
+        const int rc = which == 0 ? xt_ct_body_classify(v, 0.01, 0.0, &r, &msg)
+                                  : xt_nvdb_bricks_build(xt_model_nvdb(gm), &h, &msg);
+        disarm();
+        if (rc == 0) {
+          if (which == 0) memcpy(f, copy, v->nbytes); /* for the next run */
+          else xt_nvdb_bricks_free(&h);
+          XT_CHECK(g_nlive == live0);
+          break;
+        }
+        XT_CHECK_MSG(rc == XT_ENOMEM && msg.text[0] && !strchr(msg.text, '\n'), "%s, allocation %ld: rc %d: %s",
+                     which ? "bricks" : "ct body", n, rc, msg.text);
+        XT_CHECK_MSG(which == 1 || memcmp(f, copy, v->nbytes) == 0, "ct body, allocation %ld: volume changed", n);
+        XT_CHECK_MSG(which == 0 || (!h.table && !h.pool && !h.palette), "bricks, allocation %ld: host copy kept", n);
+        XT_CHECK_MSG(g_nlive == live0, "%s, allocation %ld: %d blocks leaked", which ? "bricks" : "ct body", n,
+                     g_nlive - live0);
+      }
+      XT_CHECK_MSG(n > 1 && n < 100000, "%s: %ld allocations", which ? "bricks" : "ct body", n - 1);
+    }
+  xt_model_free(gm);
+  free(copy);
+  xt_volume_free(v);
+}
+#define NVDB_ENTRY XT_ENTRY(nanovdb) XT_ENTRY(ct_body_and_bricks)
 #else
 #define NVDB_ENTRY
 #endif

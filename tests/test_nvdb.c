@@ -18,9 +18,11 @@
 #include "xt_gmm.h"
 #include "xt_load.h"
 #include "xt_nvdb.h"
+#include "xt_nvdb_bricks.h"
 #include "xt_nvdb_build.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
+#include "xt_raycast.h"
 #include "xt_test.h"
 #include "xt_test_gmm.h"
 #include "xt_test_nvdb.h"
@@ -717,7 +719,120 @@ XT_TEST(mixed_scene_channels_reproduce_mono) {
   xt_model_free(dv);
 }
 
+/* ---- the brick traversal (projectors/xt_nvdb_bricks.h, issue 29) ------------------------------ */
+
+/* One grid: its brick pool holds every domain voxel as xt_nvdb_mu reads it; rays through it (random,
+ * axis-parallel, in voxel planes) integrate, in the double march, to the exact reference's walk to
+ * 1e-12 relative, and in the float march (the CUDA kernel's own code) within float rounding:
+ * relative L2 < 1e-5 and max |diff| <= 1e-4 of the largest integral, the GPU tests' bound. */
+static void bricks_check(const xt_model *nm, int rays, const char *what) {
+  const xt_nvdb *g = xt_model_nvdb(nm);
+  xt_nvdb_bricks_host h;
+  xt_msg msg = {{0}};
+  XT_REQUIRE_MSG_(xt_nvdb_bricks_build(g, &h, &msg) == 0, msg);
+  const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
+  size_t bad = 0;
+  for (int k = 0; k < n[2]; k++)
+    for (int j = 0; j < n[1]; j++)
+      for (int i = 0; i < n[0]; i++) {
+        const int c[3] = {i + g->lo[0], j + g->lo[1], k + g->lo[2]};
+        int cb[3];
+        for (int a = 0; a < 3; a++) cb[a] = xt_nvdb_coarse(c[a]);
+        const int32_t e = h.table[(size_t)(cb[0] - h.b.c0[0]) +
+                                  (size_t)h.b.nc[0] * ((size_t)(cb[1] - h.b.c0[1]) + (size_t)h.b.nc[1] * (size_t)(cb[2] - h.b.c0[2]))];
+        const float v = e >= 0 ? h.pool[(size_t)e * 512 + (size_t)(c[0] - 8 * cb[0]) + 8 * (size_t)(c[1] - 8 * cb[1]) +
+                                        64 * (size_t)(c[2] - 8 * cb[2])]
+                               : h.palette[-1 - e];
+        bad += (double)v != xt_nvdb_mu(g, c[0], c[1], c[2]);
+      }
+  XT_CHECK_MSG(bad == 0, "%s: %zu voxels of the brick pool differ from the grid", what, bad);
+  XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
+  double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
+  int hit = 0;
+  for (int r = 0; r < rays; r++) {
+    double p0[3], p1[3], o[3], q[3], len = 0;
+    const int kind = r % 4; /* 0,1 random; 2 axis-parallel; 3 in a voxel plane (integer coordinate) */
+    for (int a = 0; a < 3; a++) {
+      p0[a] = tn_urand(-0.3, 1.3) * n[a];
+      p1[a] = tn_urand(-0.3, 1.3) * n[a];
+    }
+    if (kind == 2) {
+      const int ax = rand() % 3;
+      for (int a = 0; a < 3; a++)
+        if (a != ax) p1[a] = p0[a];
+    }
+    if (kind == 3) p0[rand() % 3] = p1[rand() % 3] = (double)(rand() % (n[0] + 1));
+    for (int a = 0; a < 3; a++) len += (p1[a] - p0[a]) * (p1[a] - p0[a]);
+    len = sqrt(len);
+    if (len < 1e-3) continue;
+    for (int a = 0; a < 3; a++) {
+      o[a] = p0[a];
+      q[a] = (p1[a] - p0[a]) / len;
+    }
+    double s0, s1;
+    if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) continue;
+    hit++;
+    double ref = 0;
+    xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
+    const double b64 = xt_nvdb_bricks_ray_f64(&h.b, o, q, s0, s1, NULL);
+    const double b32 = (double)xt_nvdb_bricks_ray_f32(&h.b, o, q, s0, s1, NULL);
+    const double sc = fmax(fabs(ref), fabs(b64));
+    if (sc > 0) worst64 = fmax(worst64, fabs(ref - b64) / sc);
+    worst32 = fmax(worst32, fabs(ref - b32));
+    mx = fmax(mx, fabs(ref));
+    se += (ref - b32) * (ref - b32);
+    sr += ref * ref;
+  }
+  XT_CHECK_MSG(hit > rays / 4 && mx > 0, "%s: %d of %d rays hit (max integral %g)", what, hit, rays, mx);
+  XT_CHECK_MSG(worst64 <= 1e-12, "%s: double march vs the reference: max relative difference %.3g", what, worst64);
+  XT_CHECK_MSG(worst32 <= 1e-4 * mx && sqrt(se) <= 1e-5 * sqrt(sr),
+               "%s: float march vs the reference: max %.3g of the largest integral, relative L2 %.3g", what,
+               worst32 / mx, sqrt(se / sr));
+  xt_nvdb_bricks_free(&h);
+}
+
+XT_TEST(bricks_equal_reference) {
+  srand(2901);
+  static const int quants[] = {XT_NVDB_Q_FLOAT, XT_NVDB_Q_FP8, XT_NVDB_Q_FP16, XT_NVDB_Q_FPN};
+  for (int t = 0; t < 8; t++) {
+    const int labels = t >= 6;
+    const double bg = labels ? 0.0 : (t % 2 ? 0.0 : 0.002);
+    xt_model *vm = tn_sparse_model(labels, 8, 72, labels ? 0.0025 : bg);
+    XT_REQUIRE(vm);
+    xt_msg msg = {{0}};
+    const int quant = labels ? (t == 6 ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FP8) : quants[t % 4];
+    xt_model *nm = tn_nvdb_of(vm, quant, bg, t == 3 ? 0.01 : 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    char what[64];
+    snprintf(what, sizeof what, "trial %d (%s %s)", t, labels ? "labels" : "mu", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type));
+    bricks_check(nm, 600, what);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
+/* Long grids: rays across empty upper-node slots (128^3 tiles) and the root's background, which
+ * the brick march crosses block by block. */
+XT_TEST(bricks_equal_reference_long) {
+  srand(2902);
+  for (int a = 0; a < 3; a++) {
+    tn_long_axis = a;
+    xt_model *vm = tn_sparse_model(a == 1, 8, 72, a == 1 ? 0.0025 : 0.0);
+    XT_REQUIRE(vm);
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(vm, a == 1 ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    char what[32];
+    snprintf(what, sizeof what, "long axis %d", a);
+    bricks_check(nm, 400, what);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+  tn_long_axis = -1;
+}
+
 XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(mixed_scene_is_the_sum) XT_ENTRY(quantised_error)
                      XT_ENTRY(file_roundtrip_and_grid_names) XT_ENTRY(bad_files) XT_ENTRY(independent_writer)
-                         XT_ENTRY(channels_equal_the_source_volume) XT_ENTRY(mixed_scene_channels_reproduce_mono))
+                         XT_ENTRY(channels_equal_the_source_volume) XT_ENTRY(mixed_scene_channels_reproduce_mono)
+                             XT_ENTRY(bricks_equal_reference) XT_ENTRY(bricks_equal_reference_long))

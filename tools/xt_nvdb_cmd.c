@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 
 #include "xt_cli.h"
+#include "xt_ct_body.h"
+#include "xt_hu.h"
 #include "xt_load.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_build.h"
@@ -33,6 +35,8 @@ typedef struct conv_opts {
   double tolerance, fpn_tolerance, background;
   const char *name;
   int zip;
+  int classify;
+  double body_hu;
   const char *out;
   int help;
 } conv_opts;
@@ -62,6 +66,12 @@ static const xt_opt tab[] = {
      "fpn: largest absolute error of a stored mu, 1/mm"},
     {"background", XT_OPT_REAL, "VALUE", "0", NULL, -1e6, 1e6, NULL, OFF(background),
      "background: mu in 1/mm (dense), or a label id (labels)"},
+    {"classify", XT_OPT_CHOICE, NULL, "body", NULL, 0, 0, "body|off", OFF(classify),
+     "--convert hu: body makes everything outside the patient the background (the largest connected part at or "
+     "above --body-hu, and per slice the air and objects between it and the image edge: docs/models.md, \"A CT's "
+     "background\"); its error is reported; off keeps every voxel as loaded"},
+    {"body-hu", XT_OPT_REAL, "HU", "-500", NULL, -1000, 1000, NULL, OFF(body_hu),
+     "--classify body: the HU at and above which a voxel can be part of the patient"},
     {"name", XT_OPT_STRING, "GRID", NULL, "density (mu) or labels", 0, 0, NULL, OFF(name), "the grid's name"},
     {"zip", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(zip), "compress the grid in the file (NanoVDB's ZIP codec)"},
     {"out", XT_OPT_STRING, "FILE.nvdb", NULL, "required", 0, 0, NULL, OFF(out), "the file to write"},
@@ -161,6 +171,21 @@ int xt_cmd_nvdb_convert(int argc, char **argv) {
     code = say(XT_EXIT_USAGE, "--tolerance: applies to dense mu, not to labels");
     goto done;
   }
+  /* A CT's surroundings become the background by default (HU input only: the threshold is a HU). */
+  const int classify = o.volume && o.convert == 1 && o.classify == 0;
+  if ((seen_opt(seen, "classify") || seen_opt(seen, "body-hu")) && o.classify == 0 && !(o.volume && o.convert == 1)) {
+    code = say(XT_EXIT_USAGE, "--classify body / --body-hu: apply to --volume with --convert hu only");
+    goto done;
+  }
+  xt_ct_body_report br;
+  if (classify) {
+    xt_hu_calib cal;
+    if ((rc = xt_hu_calib_make(XT_HU_BILINEAR, o.energy, 0, &cal, &msg)) ||
+        (rc = xt_ct_body_classify(xt_model_volume(m), xt_hu_calib_mu(&cal, o.body_hu), o.background, &br, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+      goto done;
+    }
+  }
   xt_nvdb_build_options bo = {o.quant, o.background, o.tolerance, o.fpn_tolerance, o.name};
   if ((rc = xt_nvdb_build(xt_model_volume(m), &bo, &words, &bytes, &msg))) {
     code = say(rc == XT_EINVAL ? XT_EXIT_USAGE : XT_EXIT_RUNTIME, "%s", msg.text);
@@ -194,6 +219,13 @@ int xt_cmd_nvdb_convert(int argc, char **argv) {
     goto done;
   }
   live = 0;
+  if (classify)
+    printf("background: outside the patient (body: largest part >= %g HU = %.6g /mm), %.1f%% of the voxels, "
+           "%.1f%% changed; error vs the loaded volume: max |dmu| %.4g /mm, mean %.3g /mm, line-integral mass "
+           "dropped %.3g%%\n",
+           o.body_hu, br.mu_threshold, 100.0 * (double)br.outside / (double)br.voxels,
+           100.0 * (double)br.changed / (double)br.voxels, br.max_abs_dmu, br.mean_abs_dmu,
+           br.mass > 0 ? 100.0 * br.mass_dropped / br.mass : 0.0);
   printf("wrote %s: grid \"%s\" %s (%s), domain %dx%dx%d, %.1f%% active, %llu bytes (%.1f%% of %s)\n", o.out,
          check->grid_name, xt_nvdb_type_name(check->grid_type), labels ? "labels" : "mu 1/mm",
          check->hi[0] - check->lo[0] + 1, check->hi[1] - check->lo[1] + 1, check->hi[2] - check->lo[2] + 1,

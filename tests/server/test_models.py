@@ -109,6 +109,7 @@ def check_gmm(m, n, cutoff, name, nbytes=None):
     check(m["kind"] == "gmm", "%s: kind %r" % (name, m.get("kind")))
     check(m["gaussians"] == n, "%s: gaussians %r, want %d" % (name, m.get("gaussians"), n))
     check(abs(m["cutoff_sigma"] - cutoff) < 1e-12, "%s: cutoff_sigma %r, want %g" % (name, m.get("cutoff_sigma"), cutoff))
+    check(m["device_bytes"] == 296 * n, "%s: device_bytes %r, want 296 a Gaussian" % (name, m.get("device_bytes")))
     if nbytes is not None:
         check(m["bytes"] == nbytes, "%s: bytes %r, want %d" % (name, m.get("bytes"), nbytes))
 

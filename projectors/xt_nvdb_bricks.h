@@ -1,0 +1,100 @@
+/* A NanoVDB grid as a brick pool (issue 29): the traversal that costs a dense step per voxel.
+ *
+ * Why: the tree kernel (proj_nvdb.cu, "tree") pays, per leaf voxel, PNanoVDB's value-mask word and
+ * byte-addressed value read (two dependent loads plus address arithmetic), and per region entered a
+ * descent from the root (~6 dependent loads): ~9 dense steps each (docs/BENCHMARKS.md, "NanoVDB
+ * sparse grids"). Here the grid is flattened once, on the host, into
+ *   - a table of int32 over the coarse cells (8^3 voxel blocks, aligned in index space as NanoVDB's
+ *     leaves are) of the domain: >= 0 the brick of that block, < 0 entry -1-e of the palette;
+ *   - the pool: one 8^3 float brick per leaf, voxel (x,y,z) of the block at x + 8y + 64z, holding
+ *     the value the renderers integrate (mu: inactive voxels already the background, label ids
+ *     already through the material table, Fp types already decoded);
+ *   - the palette: the constant value of every other block (tile value or background).
+ * A step inside a brick is then one float load at a running offset; a constant block is crossed
+ * in one step, by length (the coarse DDA: one 4-byte table load per block).
+ *
+ * The march is written once (xt_nvdb_bricks_march.inc) and compiled twice: in float, exactly as
+ * the CUDA kernel runs it (the kernel calls the same function), and in double, whose result
+ * equals the exact CPU reference (proj_cpu_nvdb.c) to 1e-12 relative (test_nvdb bricks_*). The
+ * material channels are not marched here (they keep the tree kernel).
+ *
+ * Bytes: table 4 per 512 voxels of the domain, pool 2,048 per leaf (a Float leaf is 2,144, an Fp8
+ * leaf 608), palette 4 per constant block at most. */
+#ifndef XT_NVDB_BRICKS_H
+#define XT_NVDB_BRICKS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xt_nvdb.h"
+#include "xt_vec.h"
+
+/* What the march reads (host or device pointers). */
+typedef struct xt_nvdb_bricks {
+  const int32_t *table;  /* nc[0] nc[1] nc[2] entries, x fastest */
+  const float *pool;     /* 512 floats per brick */
+  const float *palette;  /* constant blocks' values */
+  int lo[3], n[3];       /* the domain: first voxel (index space) and voxels per axis */
+  int c0[3], nc[3];      /* the coarse cells: first (floor(lo / 8)) and count per axis */
+} xt_nvdb_bricks;
+
+/* The host's copy: the arrays the pointers above point at, owned. */
+typedef struct xt_nvdb_bricks_host {
+  xt_nvdb_bricks b;
+  int32_t *table;
+  float *pool, *palette;
+  size_t ntable, nbricks, npalette;
+} xt_nvdb_bricks_host;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Flattens grid g (mu values: labels through its table). XT_ENOMEM; XT_ETOOLARGE past 2^31 - 1
+ * bricks or table entries. */
+int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *out, xt_msg *msg);
+void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h);
+/* Device bytes of the three arrays. */
+uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h);
+/* The exact CPU reference's walk (proj_cpu_nvdb.c; ch NULL: mu into out[0]), for tests. */
+struct xt_voxel_chan;
+void xt__nvdb_traverse(const xt_nvdb *g, const double o[3], const double q[3], const int n[3], double s0, double s1,
+                       const struct xt_voxel_chan *ch, double *out);
+#ifdef __cplusplus
+}
+#endif
+
+/* floor(x / 8) for any int (a right shift of a negative int is implementation-defined in C). */
+static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : -((7 - x) / 8); }
+
+/* Double arithmetic of the set-up, never contracted into FMAs, so the device's set-up is the
+ * host's to the bit (as in proj_nvdb.cu). */
+#if defined(__CUDA_ARCH__)
+#define XT_BR_DMUL(a, b) __dmul_rn((a), (b))
+#define XT_BR_DADD(a, b) __dadd_rn((a), (b))
+#define XT_BR_LDG(p) __ldg(p) /* read-only for the whole launch */
+#define XT_BR_UNROLL _Pragma("unroll")
+#else
+#define XT_BR_DMUL(a, b) ((a) * (b))
+#define XT_BR_DADD(a, b) ((a) + (b))
+#define XT_BR_LDG(p) (*(p))
+#define XT_BR_UNROLL
+#endif
+
+/* xt_nvdb_bricks_ray_f32 (the kernel's) and xt_nvdb_bricks_ray_f64: the integral of mu over
+ * s in [s0, s1] of the ray o + s q in the domain's cell space (cell 0 = voxel lo; [s0, s1] inside
+ * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed. */
+#define XT_BR_T float
+#define XT_BR_FMA fmaf
+#define XT_BR_MIN fminf
+#define XT_BR_MAX fmaxf
+#define XT_BR_NAME xt_nvdb_bricks_ray_f32
+#include "xt_nvdb_bricks_march.inc"
+#define XT_BR_T double
+#define XT_BR_FMA fma
+#define XT_BR_MIN fmin
+#define XT_BR_MAX fmax
+#define XT_BR_NAME xt_nvdb_bricks_ray_f64
+#include "xt_nvdb_bricks_march.inc"
+
+#endif /* XT_NVDB_BRICKS_H */

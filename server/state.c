@@ -373,7 +373,8 @@ uint64_t xt_srv_plane_seed(uint64_t seed, int plane) {
   uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)plane;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  /* 53 bits: a seed is a chain parameter, which the API states as a JSON number */
+  return (z ^ (z >> 31)) & ((1ull << 53) - 1);
 }
 
 int xt_srv_plane_parse(const xt_server *s, const char *name, int *plane, xt_msg *msg) {
@@ -516,6 +517,10 @@ int xt_srv_update_acq_plane(xt_server *s, int pl, const json_t *obj, xt_msg *msg
   if (!rc && a.running != s->run.running) rc = api_switch_locked(s, a.running, a.plane_sel, &events, msg);
   if (!rc) {
     a.running = s->run.running; /* as the device left it (a new run began with its exposure) */
+    /* a seed given to plane A is the system's: plane B's noise follows it, mixed (one seed fixes
+     * both); plane B's own acquisition may still set its seed alone */
+    if (pl == 0 && s->nplanes > 1 && a.chain_prm.seed != s->planes[0].set.chain_prm.seed)
+      s->planes[1].set.chain_prm.seed = xt_srv_plane_seed(a.chain_prm.seed, 1);
     xt_srv_acq_put_plane(s, pl, &a);
     s->acq_gen++;
     xt_engine_kick(s);

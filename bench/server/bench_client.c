@@ -74,6 +74,7 @@ typedef struct bclient {
   int index;
   const char *host, *path, *token;
   int port, tls;
+  int plane_b; /* pose updates go to plane B (a biplane server: "plane": "B", the lateral stand's range) */
   double pose_hz, seconds;
   pthread_t thread;
   struct lws_context *ctx;
@@ -98,6 +99,14 @@ static atomic_int stop_all;
 static int want_trace;
 static unsigned rx_buf = 1u << 20;
 static int use_lws;
+
+/* The next pose update's text: primary angles stepping through 120 degrees (plane A: RAO 60 ..
+ * LAO 59; plane B: LAO 0 .. 119, inside the lateral stand's range). */
+static int pose_text(const bclient *c, char *t, size_t cap) {
+  const double a = (double)((c->seq * 7) % 120) - (c->plane_b ? 0.0 : 60.0);
+  return snprintf(t, cap, "{\"type\":\"pose\",%s\"seq\":%llu,\"pose\":{\"primary_deg\":%.1f}}",
+                  c->plane_b ? "\"plane\":\"B\"," : "", (unsigned long long)c->seq, a);
+}
 
 /* The wait before the next pose update: 1/pose_hz scaled by a uniform factor in [0.5, 1.5) from
  * a fixed-seed generator. A fixed 10 Hz would keep every update at one phase of the 60 fps
@@ -166,9 +175,7 @@ static int cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
   case LWS_CALLBACK_TIMER:
     if (c->pose_hz > 0 && !c->pending_seq) {
       c->seq++;
-      snprintf(c->text + LWS_PRE, sizeof c->text - LWS_PRE,
-               "{\"type\":\"pose\",\"seq\":%llu,\"pose\":{\"primary_deg\":%.1f}}", (unsigned long long)c->seq,
-               (double)((c->seq * 7) % 120) - 60.0);
+      pose_text(c, (char *)c->text + LWS_PRE, sizeof c->text - LWS_PRE);
       c->want_send = 1;
       lws_callback_on_writable(wsi);
     }
@@ -300,8 +307,7 @@ fail:
 static void raw_pose(bclient *c, int fd) {
   char t[200];
   c->seq++;
-  int n = snprintf(t, sizeof t, "{\"type\":\"pose\",\"seq\":%llu,\"pose\":{\"primary_deg\":%.1f}}",
-                   (unsigned long long)c->seq, (double)((c->seq * 7) % 120) - 60.0);
+  int n = pose_text(c, t, sizeof t);
   c->pending_seq = c->seq;
   c->pending_t = now_ns();
   if (raw_send(fd, 1, t, (size_t)n, (uint32_t)(c->seq * 2654435761u))) c->failed = 1;
@@ -478,6 +484,7 @@ int main(int argc, char **argv) {
   const char *host = "127.0.0.1", *path = "/v1/stream", *token = NULL, *json = NULL, *csv = NULL;
   int port = 8711, nclients = 4, tls = 0;
   double seconds = 10, pose_hz = 10;
+  int plane_b = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--host") && v) host = v, i++;
@@ -491,8 +498,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--rx-buf") && v) rx_buf = (unsigned)atoi(v), i++;
     else if (!strcmp(a, "--tls")) tls = use_lws = 1;
     else if (!strcmp(a, "--lws")) use_lws = 1;
+    else if (!strcmp(a, "--path") && v) path = v, i++; /* e.g. /v1/stream?planes=b (a biplane server) */
+    else if (!strcmp(a, "--plane-b")) plane_b = 1;
     else {
-      fprintf(stderr, "usage: %s [--host H] [--port P] [--clients N] [--seconds S] [--pose-hz HZ] [--token T] [--tls] [--json FILE] [--csv FILE] [--lws] [--rx-buf BYTES]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--host H] [--port P] [--clients N] [--seconds S] [--pose-hz HZ] [--token T] [--tls] [--json FILE] [--csv FILE] [--lws] [--rx-buf BYTES] [--path /v1/stream?planes=b] [--plane-b]\n", argv[0]);
       return 2;
     }
   }
@@ -510,6 +519,7 @@ int main(int argc, char **argv) {
     cs[i].token = token;
     cs[i].seconds = seconds;
     cs[i].pose_hz = i == 0 ? pose_hz : 0;
+    cs[i].plane_b = plane_b;
     cs[i].rng = 0x9e3779b97f4a7c15ull + (uint64_t)i;
     pthread_create(&cs[i].thread, NULL, client_main, &cs[i]);
   }

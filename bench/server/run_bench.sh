@@ -8,6 +8,9 @@
 #                                                    grid on (issue 11), set over REST before the clients connect
 #   run_bench.sh cpu SERVER CLIENT OUTDIR [SECONDS]  fd20-512 on the CPU backend: the highest frame rate
 #                                                    sustained (no skipped exposure, no dropped frame)
+#   run_bench.sh biplane SERVER CLIENT OUTDIR [SECONDS] issue 25: FD20 full (plane A) + FD15 full (plane B) at
+#                                                    30 fps interleaved with the chain, two clients per plane;
+#                                                    then FD20 full single-plane at 30 fps, four clients
 #   run_bench.sh virtual SERVER CLIENT OUTDIR [SECONDS] --clock virtual (issue 24): fd20-1024 fluoroscopy
 #                                                    (fluoro_normal: 15 fps, the chain, dose-rate control) for
 #                                                    SECONDS of real time with no stream client, then one; prints
@@ -121,6 +124,30 @@ cpu)
   echo "highest sustained rate at 512x512 on the CPU backend: $best fps"
   echo "$best" >"$out/cpu_best_fps.txt"
   ;;
+biplane)
+  # Issue 25's targets: FD20 full on plane A and FD15 full on plane B, 30 fps each, interleaved, the
+  # chain on, two clients per plane (each plane's first client moves its own C-arm at 10 Hz); then
+  # the single-plane run: FD20 full at 30 fps with the chain, four clients.
+  secs=${secs:-60}
+  start biplane30 --backend cuda --planes 2 --mode fd20 --mode-b fd15 --fps 30 --chain --verbose 1 || exit 1
+  sleep 3
+  "$client" --port "$WS" --clients 2 --seconds "$secs" --pose-hz 10 --json "$out/biplane30_a.json" &
+  CA=$!
+  "$client" --port "$WS" --clients 2 --seconds "$secs" --pose-hz 10 --path "/v1/stream?planes=b" --plane-b \
+    --json "$out/biplane30_b.json"
+  wait $CA
+  metrics "$REST" "$out/biplane30.metrics"
+  stop
+  for f in biplane30_a biplane30_b; do echo "== $f"; cat "$out/$f.json"; done
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(render|convert|jitter|period)_seconds' "$out/biplane30.metrics" | grep -v bucket
+  start full30 --backend cuda --mode fd20 --fps 30 --chain --verbose 1 || exit 1
+  sleep 3
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/full30.json"
+  metrics "$REST" "$out/full30.metrics"
+  stop
+  echo "== full30"; cat "$out/full30.json"
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(jitter|period)_seconds' "$out/full30.metrics" | grep -v bucket
+  ;;
 virtual)
   secs=${secs:-20}
   for nc in 0 1; do
@@ -140,5 +167,5 @@ virtual)
     python3 -c "import sys; f=float(sys.argv[1]); s=float(sys.argv[2]); print('virtual clock, %s stream client(s): %d frames in %g s real = %.1f s virtual at 15 fps: %.1fx real time' % (sys.argv[3], f, s, f/15, f/15/s))" "$frames" "$secs" "$nc"
   done
   ;;
-*) echo "usage: $0 gpu|chain|chain-dose|cpu|virtual SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
+*) echo "usage: $0 gpu|chain|chain-dose|cpu|virtual|biplane SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
 esac

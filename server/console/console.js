@@ -128,6 +128,7 @@
     }
     $('login').hidden = true;
     S.info = info;
+    fitCanvas(); // one view or two (a biplane system)
     S.fields = info.acquisition_fields || {};
     $('server-name').textContent = info.name + ' ' + info.version + ' · ' + info.backend +
       (info.gpus && info.gpus.length ? ' · ' + info.gpus.map((g) => g.name).join(', ') : '') +
@@ -189,6 +190,8 @@
   function connect() {
     let url = streamUrl();
     const protocols = ['xtwin-stream'];
+    // a biplane system: both planes (plane A alone is the stream's default)
+    if (biplane()) url += (url.includes('?') ? '&' : '?') + 'planes=a,b';
     if (S.token && TCHARS.test(S.token)) protocols.push('bearer.' + S.token);
     else if (S.token) url += (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(S.token);
     let ws;
@@ -308,6 +311,7 @@
     const bpp = h.pixel_format === 2 ? 4 : 2;
     const n = h.rows * h.cols;
     if (h.header_size + n * bpp > buf.byteLength) return;
+    if (h.plane === 1) return drawPlaneB(buf, h, bpp, n);
     // Typed arrays need aligned offsets; a header_size that is not (a future version) gets a copy.
     const Arr = bpp === 4 ? Float32Array : Uint16Array;
     const pixels = h.header_size % bpp === 0 ? new Arr(buf, h.header_size, n)
@@ -583,13 +587,53 @@
   })();
 
   /* The canvas keeps the frame's pixel grid (one canvas pixel per detector pixel); CSS scales it
-   * to the largest size that fits the stage with the frame's aspect ratio. */
+   * to the largest size that fits the stage with the frame's aspect ratio (half the stage each on
+   * a biplane system). */
   function fitCanvas() {
     const st = $('stage');
-    const W = st.clientWidth, H = st.clientHeight;
-    const s = Math.min(W / canvas.width, H / canvas.height);
-    canvas.style.width = Math.floor(canvas.width * s) + 'px';
-    canvas.style.height = Math.floor(canvas.height * s) + 'px';
+    const two = biplane();
+    st.classList.toggle('biplane', two);
+    $('frame-b').hidden = !two;
+    $('ov-b').hidden = !two;
+    const W = st.clientWidth / (two ? 2 : 1), H = st.clientHeight;
+    for (const c of two ? [canvas, $('frame-b')] : [canvas]) {
+      const s = Math.min(W / c.width, H / c.height);
+      c.style.width = Math.floor(c.width * s) + 'px';
+      c.style.height = Math.floor(c.height * s) + 'px';
+    }
+  }
+
+  function biplane() { return !!(S.info && S.info.planes && S.info.planes.length > 1); }
+
+  /* Plane B's frame on its own 2D canvas, windowed from its own range (a sample of its pixels):
+   * the view beside plane A's; the controls stay plane A's. */
+  function drawPlaneB(buf, h, bpp, n) {
+    const c = $('frame-b');
+    const px = bpp === 4 ? new Float32Array(buf.slice(h.header_size, h.header_size + n * 4))
+      : new Uint16Array(buf.slice(h.header_size, h.header_size + n * 2));
+    let lo = Infinity, hi = -Infinity;
+    const step = Math.max(1, Math.floor(n / 65536));
+    for (let i = 0; i < n; i += step) {
+      const v = px[i];
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    const scale = hi > lo ? 255 / (hi - lo) : 0;
+    if (c.width !== h.cols || c.height !== h.rows) {
+      c.width = h.cols;
+      c.height = h.rows;
+      fitCanvas();
+    }
+    const ctx = c.getContext('2d');
+    const img = ctx.createImageData(h.cols, h.rows);
+    for (let i = 0; i < n; i++) {
+      const g = (px[i] - lo) * scale;
+      img.data[4 * i] = img.data[4 * i + 1] = img.data[4 * i + 2] = g;
+      img.data[4 * i + 3] = 255;
+    }
+    ctx.putImageData(img, 0, 0);
+    $('ov-b-info').textContent = angleText(h.pose.primary_deg, 'LAO', 'RAO') + ' ' +
+      angleText(h.pose.secondary_deg, 'CRAN', 'CAUD') + ' · ' + h.mode + ' · frame ' + h.frame_counter;
   }
   new ResizeObserver(fitCanvas).observe($('stage'));
 

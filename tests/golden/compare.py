@@ -37,7 +37,8 @@ import record  # noqa: E402
 # sides before the bytes are compared. Nothing else is masked.
 MASKED_KEYS = ("created_utc", "xtwin_version", "render_ms", "chain_ms", "t_ns", "server")
 # Stream frame messages: byte ranges of the header zeroed on both sides (api/stream.md).
-STREAM_MASK = [(24, 64)]  # t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns
+# t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns; t_cycle_ns (version 5)
+STREAM_MASK = [(24, 64), (768, 776)]
 
 _SCALAR = r'(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
 _MASK_RE = re.compile(r'("(?:%s)"\s*:\s*)%s' % ("|".join(MASKED_KEYS), _SCALAR))
@@ -58,7 +59,8 @@ HEADER_FIELDS = [
     (552, 8, "drc_target_ngy"), (560, 8, "drc_curve_s"), (568, 4, "drc_flags"), (572, 4, "fault_flags"),
     (576, 16, "detector"), (592, 16, "roi[4]"), (608, 8, "panel[2]"), (616, 8, "panel_pitch_mm"),
     (624, 8, "readout_binning"), (632, 8, "field_cm"), (640, 8, "dose_ratio"), (648, 8, "readout_ms"),
-    (656, 96, "P_out[12]")]
+    (656, 96, "P_out[12]"), (752, 4, "plane"), (756, 4, "timing"), (760, 8, "cycle"), (768, 8, "t_cycle_ns"),
+    (776, 4, "codec"), (780, 4, "reserved5"), (784, 8, "wire_bytes"), (792, 8, "reserved6")]
 
 
 def mask_json_text(b):
@@ -329,7 +331,7 @@ def compare_trees(golden, fresh):
             continue
         bad += 1
         print("DIFFERS  %s: %s" % (rel, explain(rel, a, b)))
-    print("%d of %d golden files identical%s" % (same, len(g), " (masked: %s; stream header bytes 24-63)" % ", ".join(MASKED_KEYS)))
+    print("%d of %d golden files identical%s" % (same, len(g), " (masked: %s; stream header bytes 24-63, 768-775)" % ", ".join(MASKED_KEYS)))
     return bad
 
 

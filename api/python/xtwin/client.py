@@ -171,6 +171,17 @@ class Client:
             return self._json("GET", self._plane_path(plane, "device"))
         return self._json("POST", self._plane_path(plane, "device/" + command), dict(fields))
 
+    def start(self):
+        return self._json("POST", "/v1/acquisition/start", {})
+
+    def stop(self):
+        return self._json("POST", "/v1/acquisition/stop", {})
+
+    def trigger(self):
+        """Lockstep: exposes one frame (of every plane the acquisition exposes); returns plane A's
+        frame counter (or the first plane's)."""
+        return self._json("POST", "/v1/acquisition/trigger", {})["frame"]
+
     def render(self, pose=None, mode=None, pixel_format=None, **pose_fields):
         """Renders one frame at a pose (the current one, updated by pose/pose_fields) without
         touching the stream; returns a Rendered (.image numpy array, .P, .geometry)."""

@@ -92,9 +92,10 @@ if(TARGET xtwin-server)
     set_tests_properties(test_server_virtual_clock PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Biplane (issue 25): both planes' geometry against the closed form, the interleaved and
     # simultaneous pulse schedules from the server's deadlines, per-plane and total dose, plane B's
-    # pedal, the lateral stand's ranges and a single-plane system's refusals.
+    # pedal, a biplane session log's replay, the lateral stand's ranges and a single-plane system's refusals.
     add_test(NAME test_server_biplane
-      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_biplane.py --server $<TARGET_FILE:xtwin-server>)
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_biplane.py --server $<TARGET_FILE:xtwin-server>
+        --xtwin $<TARGET_FILE:xtwin>)
     set_tests_properties(test_server_biplane PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Scenarios: commands at frame numbers and times, the same frames on the real and the virtual
     # clock and from run to run; broken scenarios refused by event and field.

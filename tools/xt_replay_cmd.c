@@ -170,7 +170,9 @@ static int write_image(replay *r, const xt_frame_fields *ff, const xt_acq_frame 
   xt_stream_header h;
   xt_stream_header_encode(ff, &d, &h);
   char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/%06" PRIu64 "-%06" PRIu64 "-%s.bin", r->out, fr->run, fr->counter, kinds[kind]);
+  /* plane B's frames (a biplane log) have runs and counters of their own: a name of their own too */
+  snprintf(path, sizeof path, "%s/%06" PRIu64 "-%06" PRIu64 "-%s%s.bin", r->out, fr->run, fr->counter, kinds[kind],
+           fr->plane ? "-b" : "");
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "wb");
   if (!f) return xt_fail(msg, XT_EIO, "%s: %s", tmp, strerror(errno));

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Biplane (issue 25, docs/biplane.md): plane A (frontal) and plane B (lateral) on one server.
 
-    python3 tests/server/test_biplane.py --server PATH
+    python3 tests/server/test_biplane.py --server PATH --xtwin PATH
 
 Each check stands on something the server did not compute for it: the lateral stand's projection
 matrix against the closed form of docs/geometry.md at LAO 90 (and plane A's at 0/0); the pulse
 schedule from the server's own deadlines (t_exposure_sched_ns, t_cycle_ns, period_ns: exact
 arithmetic, so no timing can make it fail); each plane's dose totals against its own frames'
 headers and the total against their sum; plane B's pedal against its device's press time and
-prepare latency; the lateral stand's ranges and the refusals of a single-plane system. Frames come
+prepare latency; a biplane session log against its replay; the lateral stand's ranges and the refusals of a single-plane system. Frames come
 from a stream client subscribed to both planes. Standard library only. Exit 0 passed, 1 failed.
 """
 import argparse
@@ -20,6 +20,7 @@ import random
 import shutil
 import signal
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -152,7 +153,9 @@ def test_schedule(srv):
     c = srv.client("schedule")
 
     def cycles(n, timing):
-        frames = c.take(2 * n)
+        # a new client may first get the newest frame of each plane made before: a lockstep
+        # trigger's (period 0) is none of this schedule's
+        frames = [m for m in c.take(2 * n + 2) if u64(m, OFF_PERIOD)][-2 * n:]
         by_cycle = {}
         for m in frames:
             check(u32(m, OFF_TIMING) == timing, "timing %d, want %d" % (u32(m, OFF_TIMING), timing))
@@ -203,8 +206,16 @@ def test_dose(srv):
     c = srv.client("dose")
     for _ in range(3):
         ok(srv.rest, "POST", "/v1/acquisition/trigger")
-    got = frames_by_plane(c.take(6))  # the raw frames (a client gets raw unless it asks for processed)
-    last = {p: got[p][-1] for p in (0, 1)}
+    # the raw frames (a client gets raw unless it asks for processed); a new client may first get
+    # the newest frame of each plane made before it connected: the run's third of each is the mark
+    last = {}
+    for _ in range(12):
+        m = c.take(1)[0]
+        if u64(m, OFF_DOSE_FRAMES) == 3:
+            last[u32(m, OFF_PLANE)] = m
+        if len(last) == 2:
+            break
+    check(len(last) == 2, "the third frame of each plane's run did not come")
     dose = ok(srv.rest, "GET", "/v1/acquisition")["dose"]
     for p, name in ((0, "A"), (1, "B")):
         d = dose["planes"][name]
@@ -249,6 +260,39 @@ def test_plane_b_pedal(server, tmp):
         srv.stop()
 
 
+def test_replay(server, xtwin, tmp):
+    """A biplane session log replays bit for bit (but for the times): both planes' chain frames, each
+    plane with its own lag, temporal filter and noise, interleaved in one log."""
+    log_path = os.path.join(tmp, "biplane.jsonl")
+    srv = Server(server, tmp, "replay", BASE + ["--run-mode", "lockstep", "--chain", "--session-log", log_path])
+    try:
+        ok(srv.rest, "PUT", "/v1/acquisition", {"chain": {"seed": 5, "adu_per_kev": 0.00045, "lag": 1,
+                                                          "temporal_alpha": 0.5}})
+        ok(srv.rest, "PUT", "/v1/planes/b/pose", {"primary_deg": 80, "secondary_deg": 10})
+        c = srv.client("replay")
+        for _ in range(4):
+            ok(srv.rest, "POST", "/v1/acquisition/trigger")
+        got = c.take(8)
+    finally:
+        srv.stop()
+    out = os.path.join(tmp, "replayed")
+    r = subprocess.run([xtwin, "replay", log_path, "--out", out], capture_output=True, text=True, timeout=TIMEOUT * 4)
+    check(r.returncode == 0, "xtwin replay exited %d: %s" % (r.returncode, r.stderr))
+    check(sorted(u32(m, OFF_PLANE) for m in got) == [0] * 4 + [1] * 4, "four frames of each plane")
+    for m in got:
+        name = "%06d-%06d-raw%s.bin" % (0, u64(m, 8), "-b" if u32(m, OFF_PLANE) else "")
+        files = [f for f in os.listdir(out) if f.endswith(name[6:])]
+        check(len(files) == 1, "replay: no single file for %s: %r" % (name, files))
+        mine = open(os.path.join(out, files[0]), "rb").read()
+        check(masked(mine) == masked(m), "plane %d frame %d: the replay differs" % (u32(m, OFF_PLANE), u64(m, 8)))
+
+
+def masked(m):
+    """The times (t_pose .. t_sent, t_cycle_ns) and frames_dropped zeroed: the rest is the frame."""
+    m = bytes(m)
+    return m[:24] + bytes(48) + m[72:768] + bytes(8) + m[776:]
+
+
 def test_refusals(server, tmp, srv):
     """The lateral stand's ranges; one table under both planes; unknown planes; plane B on a
     single-plane system."""
@@ -281,6 +325,7 @@ def test_refusals(server, tmp, srv):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
+    ap.add_argument("--xtwin", required=True)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="xt-biplane-")
     failed = passed = 0
@@ -290,7 +335,8 @@ def main():
         steps = [("test_geometry", lambda: test_geometry(srv)), ("test_schedule", lambda: test_schedule(srv)),
                  ("test_dose", lambda: test_dose(srv)),
                  ("test_refusals", lambda: test_refusals(args.server, tmp, srv)),
-                 ("test_plane_b_pedal", lambda: test_plane_b_pedal(args.server, tmp))]
+                 ("test_plane_b_pedal", lambda: test_plane_b_pedal(args.server, tmp)),
+                 ("test_replay", lambda: test_replay(args.server, args.xtwin, tmp))]
         for name, fn in steps:
             try:
                 fn()

@@ -340,6 +340,35 @@ async function scenarioTls(browser) {
   await stopServer(srv);
 }
 
+async function scenarioBiplane(browser) {
+  console.log('scenario: biplane (plane A and plane B side by side)');
+  const srv = await startServer(['--planes', '2', '--fps', '5']);
+  const page = await newPage(browser, 'biplane');
+  await page.goto(srv.base + '/');
+  await waitFor(page, () => /LAO 90/.test(document.getElementById('ov-b-info').textContent) &&
+    window.xtwin.state.frames >= 2, null, 'frames of both planes');
+  const boxes = await page.evaluate(() => ['frame', 'frame-b'].map((id) => {
+    const r = document.getElementById(id).getBoundingClientRect();
+    return { left: r.left, right: r.right, top: r.top, bottom: r.bottom, hidden: document.getElementById(id).hidden };
+  }));
+  const [a, b] = boxes;
+  check(!b.hidden && a.right <= b.left + 1, 'plane B beside plane A: ' + JSON.stringify(boxes));
+  check(boxes.every((r) => r.top >= 0 && r.bottom <= 768 && r.right <= 1366 && r.right - r.left > 100),
+    'both views inside a 1366 x 768 viewport: ' + JSON.stringify(boxes));
+  // plane B's canvas shows a picture: its pixels are not one grey
+  const spread = await page.evaluate(() => {
+    const c = document.getElementById('frame-b');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let lo = 255, hi = 0;
+    for (let i = 0; i < d.length; i += 4) { lo = Math.min(lo, d[i]); hi = Math.max(hi, d[i]); }
+    return hi - lo;
+  });
+  check(spread > 100, 'plane B\'s view is an image, not a blank (grey spread ' + spread + ')');
+  await page.screenshot({ path: path.join(OUT, 'biplane.png') });
+  await page.close();
+  await stopServer(srv);
+}
+
 let browser;
 const t0 = Date.now();
 try {
@@ -347,6 +376,7 @@ try {
   console.log('chromium ' + browser.version() + ', playwright-core, server ' + SERVER);
   await scenarioToken(browser);
   await scenarioTls(browser);
+  await scenarioBiplane(browser);
 } catch (e) {
   failures++;
   console.log('  FAIL: ' + (e.stack || e));

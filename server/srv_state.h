@@ -18,7 +18,7 @@ typedef struct xt_server xt_server; /* xt_server.h */
 /* The acquisition settings as the API states them (GET/PUT /v1/acquisition, the stream's
  * "acquisition" message): a view, parsed and checked whole, of what the server keeps in two
  * places: the plane's setting (mode, pixel format, the chain: acq/xt_acq.h's xt_acq_setup) and
- * the run's timing (xt_srv_run). xt_srv_acq_get and xt_srv_acq_put move it between them. */
+ * the run's timing (xt_srv_run). xt_srv_acq_get_plane and xt_srv_acq_put_plane move it between them. */
 typedef struct xt_acq {
   const xt_detector_mode *mode;
   double fps;
@@ -87,7 +87,6 @@ uint64_t xt_srv_plane_seed(uint64_t seed, int plane);
 /* The acquisition view of a plane and the run (caller holds st_mu), and back; without _plane:
  * plane A's. */
 xt_acq xt_srv_acq_get(const xt_server *s);
-void xt_srv_acq_put(xt_server *s, const xt_acq *a);
 xt_acq xt_srv_acq_get_plane(const xt_server *s, int plane);
 void xt_srv_acq_put_plane(xt_server *s, int plane, const xt_acq *a);
 /* Shared by REST and WS: apply updates under st_mu, returning the applied pose seq. Without _plane

@@ -15,6 +15,7 @@
 #include "srv_scenario.h"
 #include "srv_session.h"
 #include "srv_state.h"
+#include "srv_wire.h"
 #include "xt_coverage.h"
 #include "xt_exposure.h"
 #include "xt_model_jansson.h"
@@ -219,9 +220,10 @@ static int biplane_from_json(const json_t *obj, xt_acq *a, xt_msg *msg) {
       if (!json_is_array(v) || n < 1 || n > 2) return xt_fail(msg, XT_EINVAL, "biplane.planes: expected [\"A\"], [\"B\"] or [\"A\", \"B\"]");
       for (i = 0; i < n; i++) {
         const char *p = json_string_value(json_array_get(v, i));
-        if (p && (!strcmp(p, "A") || !strcmp(p, "a"))) sel |= 1u;
-        else if (p && (!strcmp(p, "B") || !strcmp(p, "b"))) sel |= 2u;
-        else return xt_fail(msg, XT_EINVAL, "biplane.planes[%zu]: '%.16s' is neither A nor B", i, p ? p : "(not a string)");
+        const int k = xt_wire_plane_parse(p);
+        if (k < 0)
+          return xt_fail(msg, XT_EINVAL, "biplane.planes[%zu]: '%.16s' is neither A nor B", i, p ? p : "(not a string)");
+        sel |= 1u << k;
       }
       a->plane_sel = sel;
     } else if (!strcmp(key, "timing")) {
@@ -378,9 +380,7 @@ uint64_t xt_srv_plane_seed(uint64_t seed, int plane) {
 }
 
 int xt_srv_plane_parse(const xt_server *s, const char *name, int *plane, xt_msg *msg) {
-  int p = -1;
-  if (name && (!strcmp(name, "A") || !strcmp(name, "a"))) p = 0;
-  else if (name && (!strcmp(name, "B") || !strcmp(name, "b"))) p = 1;
+  const int p = xt_wire_plane_parse(name);
   if (p < 0) return xt_fail(msg, XT_EINVAL, "plane: '%.16s' is neither A nor B", name ? name : "(not a string)");
   if (p >= s->nplanes)
     return xt_fail(msg, XT_ENOTFOUND, "plane: this is a single-plane system (plane B needs --planes 2)");
@@ -473,7 +473,6 @@ void xt_srv_acq_put_plane(xt_server *s, int pl, const xt_acq *a) {
 }
 
 xt_acq xt_srv_acq_get(const xt_server *s) { return xt_srv_acq_get_plane(s, 0); }
-void xt_srv_acq_put(xt_server *s, const xt_acq *a) { xt_srv_acq_put_plane(s, 0, a); }
 
 /* The API's switch, pressed or let go on every plane it selects (sel), all or none: a plane whose
  * device refuses leaves every other as it was. Caller holds st_mu. */

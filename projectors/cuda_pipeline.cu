@@ -35,11 +35,14 @@ struct xt_cuda_proj {
   void *kst[NKINDS]; /* each kind's state */
   cudaStream_t s_render, s_copy;
   cudaEvent_t ev_k[2], ev_c[2], ev_a, ev_b;
-  /* Frame pipeline scratch, sized for one detector (cols x rows), `chunk` frames and the kinds'
-   * descriptor bytes per frame; the kinds' own scratch (prepare) for kind_frames frames per
-   * launch and the models they held then (nmodels). Models added later re-size both. */
+  /* Frame pipeline scratch, for the detector of the last frame (cols x rows), `chunk` frames and
+   * the kinds' descriptor bytes per frame; the kinds' own scratch (prepare) for kind_frames frames
+   * per launch and the models they held then (nmodels). Models added later re-size both. The
+   * buffers only grow (out_cap, desc_cap bytes each): a biplane worker alternates two detectors on
+   * one projector, and freeing and re-allocating pinned memory on every switch cost 30-50 ms a
+   * frame (H100, FD20 + FD15). */
   int cols, rows, chunk, kind_frames, nmodels;
-  size_t desc_bytes;
+  size_t desc_bytes, out_cap, desc_cap;
   float *d_out[2], *h_out[2];
   unsigned char *d_desc[2], *h_desc[2];
   /* Material channels: the set of the models added so far (cs_ok 0 when a model has none), and the
@@ -155,7 +158,7 @@ static void free_scratch(xt_cuda_proj *p) {
     p->d_desc[i] = p->h_desc[i] = NULL;
   }
   p->cols = p->rows = p->chunk = p->kind_frames = p->nmodels = 0;
-  p->desc_bytes = 0;
+  p->desc_bytes = p->out_cap = p->desc_cap = 0;
 }
 
 extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
@@ -292,36 +295,44 @@ static int prepare_kinds(xt_cuda_proj *p, int cols, int rows, int frames, xt_msg
 }
 
 /* Sizes the scratch for a detector and at least need_frames frames per launch (0: the pipeline's
- * chunk). Allocations happen only when the detector, the models or the launch size grow, never
- * per frame. */
+ * chunk). Allocations happen only when the models or the bytes a launch needs grow, never per
+ * frame, nor when a smaller detector follows a larger one. */
 static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, int need_frames, xt_msg *msg) {
   const size_t db = frame_desc_bytes(p);
   const int nm = total_models(p);
+  const size_t frame = (size_t)cols * rows * sizeof(float), dslot = db ? db : 16;
   int rc;
-  if (!(p->cols == cols && p->rows == rows && p->desc_bytes == db && p->nmodels == nm && p->d_out[0])) {
+  if (!(p->desc_bytes == db && p->nmodels == nm && p->d_out[0] && frame <= p->out_cap && dslot <= p->desc_cap)) {
     CK(cudaStreamSynchronize(p->s_render));
     CK(cudaStreamSynchronize(p->s_copy));
     free_scratch(p);
-    const size_t frame = (size_t)cols * rows * sizeof(float);
     size_t chunk = XT_CUDA_BATCH_CHUNK_BYTES / frame;
     if (chunk < 1) chunk = 1;
     if (chunk > XT_CUDA_BATCH_MAX_FRAMES) chunk = XT_CUDA_BATCH_MAX_FRAMES;
-    const size_t dbytes = (db ? db : 16) * chunk;
     for (int i = 0; i < 2; i++) {
       CK(cudaMalloc((void **)&p->d_out[i], frame * chunk));
-      CK(cudaMalloc((void **)&p->d_desc[i], dbytes));
+      CK(cudaMalloc((void **)&p->d_desc[i], dslot * chunk));
       CK(cudaHostAlloc((void **)&p->h_out[i], frame * chunk, cudaHostAllocDefault));
-      CK(cudaHostAlloc((void **)&p->h_desc[i], dbytes, cudaHostAllocDefault));
+      CK(cudaHostAlloc((void **)&p->h_desc[i], dslot * chunk, cudaHostAllocDefault));
     }
-    if ((rc = prepare_kinds(p, cols, rows, (int)chunk, msg))) {
+    p->out_cap = frame * chunk;
+    p->desc_cap = dslot * chunk;
+    p->desc_bytes = db;
+    p->nmodels = nm;
+  }
+  if (p->cols != cols || p->rows != rows) {
+    /* the launch size this detector gets from the buffers there are */
+    size_t chunk = p->out_cap / frame;
+    if (chunk > p->desc_cap / dslot) chunk = p->desc_cap / dslot;
+    if (chunk > XT_CUDA_BATCH_MAX_FRAMES) chunk = XT_CUDA_BATCH_MAX_FRAMES;
+    const int kf = p->kind_frames > (int)chunk ? p->kind_frames : (int)chunk;
+    if ((rc = prepare_kinds(p, cols, rows, kf, msg))) {
       free_scratch(p);
       return rc;
     }
     p->cols = cols;
     p->rows = rows;
     p->chunk = (int)chunk;
-    p->desc_bytes = db;
-    p->nmodels = nm;
   }
   if (need_frames > p->kind_frames) {
     CK(cudaStreamSynchronize(p->s_render));

@@ -79,6 +79,7 @@ typedef struct gmm_state {
   xt_gaussian *d_g; /* every model's records, concatenated */
   /* scratch for one detector and ntotal Gaussians (prepare) */
   int cols, rows, ntx, nty;
+  size_t ranges_cap; /* tiles d_ranges holds: grown only, as a biplane worker alternates detectors */
   uint32_t sized_for;
   gmm_screen *d_screen;
   gmm_conic *d_conic;
@@ -121,6 +122,7 @@ static void free_scratch(gmm_state *s) {
   s->h_total = NULL;
   s->cap = s->temp_bytes = 0;
   s->cols = s->rows = s->ntx = s->nty = 0;
+  s->ranges_cap = 0;
   s->sized_for = 0;
 }
 
@@ -427,19 +429,29 @@ static int ensure_pairs(gmm_state *s, size_t n, xt_msg *msg) {
 static int gmm_prepare(void *st, int cols, int rows, int max_frames, xt_msg *msg) {
   gmm_state *s = (gmm_state *)st;
   if (s->cols == cols && s->rows == rows && s->sized_for == s->ntotal && s->d_screen) return 0;
+  const int ntx = (cols + TW - 1) / TW, nty = (rows + TH - 1) / TH;
+  if (nty > 32767 || (size_t)ntx * nty > ((size_t)1 << 30))
+    return xt_fail(msg, XT_ERANGE, "cuda gmm: detector %d x %d has too many tiles", cols, rows);
+  if (s->sized_for == s->ntotal && s->d_screen && (size_t)ntx * nty <= s->ranges_cap) {
+    /* another detector the scratch already holds (the CUB temp is checked per frame) */
+    s->ntx = ntx;
+    s->nty = nty;
+    s->cols = cols;
+    s->rows = rows;
+    return 0;
+  }
   CK(cudaSetDevice(s->device));
   CK(cudaDeviceSynchronize());
   free_scratch(s);
   const size_t n = s->ntotal ? s->ntotal : 1;
-  s->ntx = (cols + TW - 1) / TW;
-  s->nty = (rows + TH - 1) / TH;
-  if (s->nty > 32767 || (size_t)s->ntx * s->nty > ((size_t)1 << 30))
-    return xt_fail(msg, XT_ERANGE, "cuda gmm: detector %d x %d has too many tiles", cols, rows);
+  s->ntx = ntx;
+  s->nty = nty;
   CK(cudaMalloc((void **)&s->d_screen, n * sizeof(gmm_screen)));
   CK(cudaMalloc((void **)&s->d_conic, n * sizeof(gmm_conic)));
   CK(cudaMalloc((void **)&s->d_cnt, n * sizeof(uint32_t)));
   CK(cudaMalloc((void **)&s->d_off, n * sizeof(uint32_t)));
   CK(cudaMalloc((void **)&s->d_ranges, (size_t)s->ntx * s->nty * sizeof(uint2)));
+  s->ranges_cap = (size_t)s->ntx * s->nty;
   CK(cudaHostAlloc((void **)&s->h_total, sizeof(uint32_t), cudaHostAllocDefault));
   int rc = ensure_pairs(s, n * 8 > (1u << 20) ? n * 8 : (1u << 20), msg);
   if (rc) return rc;

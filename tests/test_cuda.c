@@ -316,6 +316,46 @@ XT_TEST(batch_equals_single) {
   xt_model_free(m);
 }
 
+/* A biplane worker renders its two planes' detectors alternately on one projector: its scratch is
+ * kept for the larger and reused for the smaller (one with more rows and fewer pixels included),
+ * and every frame equals a fresh projector's render of it, singly and in batches. */
+XT_TEST(alternating_detectors) {
+  xt_model *m = random_model(0);
+  XT_REQUIRE(m);
+  xt_detector_mode modes[3] = {test_mode(160, 120, 1.5), test_mode(96, 136, 1.7), test_mode(200, 150, 1.2)};
+  xt_geometry g[3][3];
+  for (int k = 0; k < 3; k++)
+    for (int j = 0; j < 3; j++) XT_REQUIRE(random_geom(&modes[k], &g[k][j]) == 0);
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p;
+  xt_msg msg;
+  XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
+  XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
+  const int order[8] = {0, 1, 0, 1, 2, 1, 0, 2};
+  for (int i = 0; i < 8; i++) {
+    const int k = order[i];
+    const size_t np = (size_t)modes[k].cols * modes[k].rows;
+    float *out = poisoned(np * 3), *fresh = poisoned(np * 3);
+    XT_REQUIRE(out && fresh);
+    if (i % 2) XT_CHECK(xt_proj_render_batch(p, g[k], 3, out, &msg) == 0);
+    else
+      for (int j = 0; j < 3; j++) XT_CHECK(xt_proj_render(p, &g[k][j], out + np * j, &msg) == 0);
+    xt_proj *q;
+    XT_REQUIRE(xt_proj_create(&po, &q, &msg) == 0);
+    XT_CHECK(xt_proj_add_model(q, m, &msg) == 0);
+    for (int j = 0; j < 3; j++) XT_CHECK(xt_proj_render(q, &g[k][j], fresh + np * j, &msg) == 0);
+    xt_proj_destroy(q);
+    XT_CHECK_MSG(memcmp(out, fresh, np * 3 * sizeof(float)) == 0, "step %d: detector %d x %d differs from a fresh projector's",
+                 i, modes[k].cols, modes[k].rows);
+    const xt_model *ms[1] = {m};
+    XT_CHECK(compare("alternating detectors", ms, 1, &g[k][1], out + np) == 0);
+    free(out);
+    free(fresh);
+  }
+  xt_proj_destroy(p);
+  xt_model_free(m);
+}
+
 /* The thesis scene of the benchmark: the head at the nine angles, labels and float mu, all pixels. */
 static void thesis_head(int type) {
   xt_model *m;
@@ -506,7 +546,7 @@ int main(int argc, char **argv) {
   xt_test_require_cuda(argv[0]);
   static const xt_test_entry tests[] = {
       XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
-          XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(batch_into_host_memory) XT_ENTRY(thesis_head_labels)
+          XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(alternating_detectors) XT_ENTRY(batch_into_host_memory) XT_ENTRY(thesis_head_labels)
               XT_ENTRY(thesis_head_mu) XT_ENTRY(blocky_exact) XT_ENTRY(hull_extremes)
                   XT_ENTRY(auto_storage_per_view)};
   return xt_test_main_(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);

@@ -4,7 +4,8 @@
  * downloads a browser), loads the console from a real xtwin-server and uses it as a person would.
  *
  *   node tests/browser/console_test.mjs --server build/server/xtwin-server [--out DIR]
- *        [--screenshot docs/console.png] [--mode fd20-128 --phantom-dim 128 --phantom-spacing 2]
+ *        [--only clinical|token|tls|biplane] [--screenshot docs/console.png]
+ *        [--mode fd20-128 --phantom-dim 128 --phantom-spacing 2]
  *
  * Checks, each against something the console did not compute itself:
  *  - with --token: the page (public) asks for the token; after it is typed, REST and the stream
@@ -37,6 +38,7 @@ const opt = (name, def) => {
 const SERVER = opt('server');
 const OUT = opt('out') || fs.mkdtempSync(path.join(os.tmpdir(), 'xtwin-browser-'));
 const SHOT = opt('screenshot');
+const ONLY = opt('only'); // one scenario: clinical, token, tls, biplane (docs/console.md makes its screenshot with clinical)
 const CHROMIUM = process.env.XT_CHROMIUM || '/usr/bin/chromium';
 const SCENE = ['--backend', 'cpu', '--threads', '2', '--phantom-dim', opt('phantom-dim', '128'),
   '--phantom-spacing', opt('phantom-spacing', '2'), '--mode', opt('mode', 'fd20-128'), '--fps', opt('fps', '10')];
@@ -497,10 +499,9 @@ const t0 = Date.now();
 try {
   browser = await chromium.launch(LAUNCH);
   console.log('chromium ' + browser.version() + ', playwright-core, server ' + SERVER);
-  await scenarioClinical(browser);
-  await scenarioToken(browser);
-  await scenarioTls(browser);
-  await scenarioBiplane(browser);
+  const all = { clinical: scenarioClinical, token: scenarioToken, tls: scenarioTls, biplane: scenarioBiplane };
+  if (ONLY && !all[ONLY]) throw new Error('--only: one of ' + Object.keys(all).join(', '));
+  for (const [name, run] of Object.entries(all)) if (!ONLY || ONLY === name) await run(browser);
 } catch (e) {
   failures++;
   console.log('  FAIL: ' + (e.stack || e));

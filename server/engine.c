@@ -873,8 +873,8 @@ static void pick_fps(xt_server *s) {
   s->run.fps = rates[k];
   pthread_mutex_unlock(&s->st_mu);
   snprintf(s->fps_note, sizeof s->fps_note,
-           "CPU: a %s frame takes %.0f ms here, so %g fps (frames in at most 40 %% of the period; --fps N to choose)",
-           mode->name, t_s * 1e3, rates[k]);
+           "CPU: a %s frame takes %.0f ms here, so %g fps (frames in at most 40 %% of the period%s; --fps N to choose)",
+           mode->name, t_s * 1e3, rates[k], need > 1.0 / rates[k] ? ", which even the slowest rate exceeds" : "");
 }
 
 int xt_engine_start(xt_server *s, xt_msg *msg) {

@@ -743,8 +743,10 @@
       $('ov-counter').textContent = 'frame ' + h.frame_counter;
       $('ov-kind').textContent = kindText(h);
       $('ov-mode').textContent = h.mode + '  ' + h.cols + '×' + h.rows;
+      // The header counts every pixel at the ADC's full scale, a panel's few hot pixels too: the
+      // warning is for more than 0.1 % of the panel (hot pixels are ~0.01 % by default).
       const sat = h.saturated_px / Math.max(1, h.rows * h.cols);
-      $('ov-sat').hidden = !h.saturated_px;
+      $('ov-sat').hidden = !(sat > 0.001);
       $('ov-sat').textContent = 'SATURATED ' + (100 * sat < 0.1 ? '<0.1' : (100 * sat).toFixed(1)) + ' % of the panel';
       $('ov-kerma').textContent = kermaText(h);
       $('ov-geom').textContent = 'SID ' + fmtNum(h.pose.sid_mm, 0) + ' mm  SOD ' + fmtNum(h.pose.sod_mm, 0) + ' mm';

@@ -8,6 +8,11 @@
  *        [--mode fd20-128 --phantom-dim 128 --phantom-spacing 2]
  *
  * Checks, each against something the console did not compute itself:
+ *  - clinical (chain on): the processed frame by default; every control a fluoroscopy needs above
+ *    the fold of 1366 x 768; the default processed frame neither saturated nor blank (statistics of
+ *    the canvas over the patient's pixels); at 100 kV / 1 mAs the header's saturated_px and the
+ *    SATURATED overlay; the FLUORO pedal and the F key run the acquisition while held (the server's
+ *    GET /v1/acquisition) and leave the last image held; auto window/level off and back on (A);
  *  - with --token: the page (public) asks for the token; after it is typed, REST and the stream
  *    (token as a WebSocket subprotocol) work, and frames arrive and are drawn;
  *  - moving a control (typing a primary angle) makes the server's pose (GET /v1/pose) that angle
@@ -19,7 +24,8 @@
  *  - the arrow keys move the C-arm (a frame with the next sequence number and primary + 1);
  *  - lockstep from the run-mode buttons: a trigger gives a frame flagged lockstep;
  *  - float32 frames from the Pixels selector pass the same pixel check (shown inverted);
- *  - an invalid value (SID below SOD) shows the server's JSON error and keeps serving;
+ *  - an invalid value (SID below SOD) shows the server's JSON error beside the SID field and over
+ *    the image, inside the viewport, and keeps serving;
  *  - over TLS (self-signed certificate; wss on the stream port) frames arrive, with a token that
  *    cannot be a subprotocol (sent as ?token=).
  * Exit 0 pass, 1 fail, 77 skipped (no chromium, no playwright-core: says which and how to fix). */

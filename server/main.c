@@ -79,7 +79,8 @@ static int pick_backend(xt_server *s, xt_msg *msg) {
   xt_msg m;
   if (!strcmp(s->cfg.backend, "cpu")) s->backend = XT_BACKEND_CPU;
   else if (!strcmp(s->cfg.backend, "cuda")) {
-    if (xt_proj_available(XT_BACKEND_CUDA, &m)) return xt_fail(msg, XT_ENODEV, "--backend cuda: %s", m.text);
+    /* m.text starts "backend cuda: ": one prefix, not two */
+    if (xt_proj_available(XT_BACKEND_CUDA, &m)) return xt_fail(msg, XT_ENODEV, "--%s", m.text);
     s->backend = XT_BACKEND_CUDA;
   } else if (xt_proj_available(XT_BACKEND_CUDA, &m) == 0) s->backend = XT_BACKEND_CUDA;
   else {

@@ -44,10 +44,10 @@ if(TARGET xtwin-server)
     # 77: python3-websockets missing -> skipped, not failed.
     set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
     # The CPU's start-up rate (issue 27): chosen at start, said, held with 0 skipped exposures for
-    # 60 s (30 s with a 128^3 head under ASan: tests/server/test_start_rate.py says why). Not
+    # 60 s (30 s with a 64^3 head on fd20-128 under ASan: tests/server/test_start_rate.py says why). Not
     # serial: the rest of the suite keeps the other core busy, as on a user's shared machine.
     if(XT_SANITIZE)
-      set(_xt_rate_args --seconds 30 --scene "--phantom-dim 128 --phantom-spacing 2")
+      set(_xt_rate_args --seconds 30 --scene "--mode fd20-128 --phantom-dim 64 --phantom-spacing 4")
     else()
       set(_xt_rate_args --seconds 60)
     endif()

@@ -13,8 +13,8 @@ The rate is measured by the server at its start under whatever else runs on the 
 runs beside the rest of the suite (not serially), so the other core is busy as on a user's shared
 machine. Exit 0 pass, 1 fail, 77 skipped (python3-websockets missing).
 
-Under ASan (tests/server.cmake) it runs 30 s with --scene "--phantom-dim 128 --phantom-spacing 2":
-a frame of the default 256^3 head takes seconds there, more than the slowest usual rate (0.5 fps)
+Under ASan (tests/server.cmake) it runs 30 s with --scene "--mode fd20-128 --phantom-dim 64 --phantom-spacing 4":
+a frame of the default 256^3 head on fd20-256 takes seconds there, more than the slowest usual rate (0.5 fps)
 allows; the rule that picks the rate is the same.
 
 Usage: test_start_rate.py --server PATH [--seconds 60] [--scene "SERVER OPTIONS"]"""

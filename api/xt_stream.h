@@ -167,7 +167,7 @@ typedef struct xt_stream_header {
   uint64_t t_cycle_ns;          /* 768  the cycle's start (plane A's slot): t_exposure_sched_ns =
                                         t_cycle_ns + this plane's offset in the cycle */
   uint32_t codec;               /* 776  XT_STREAM_CODEC_*: how the pixels after the header are encoded */
-  uint32_t reserved5;           /* 780  0 */
+  uint32_t saturated_px;        /* 780  chain frames: raw pixels of this exposure at the ADC's full scale (was reserved5) */
   uint64_t wire_bytes;          /* 784  bytes after the header in this message (payload_bytes when codec 0) */
   uint64_t reserved6;           /* 792  0 */
 } xt_stream_header;             /* 800 */

@@ -1108,9 +1108,13 @@ int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
       (rc = get_int(&c, root, "seed", 0, INT64_MAX, 0, 1, &seed)))
     goto done;
   s->seed = (uint64_t)seed;
-  int backend = 1;
-  if ((rc = get_choice(&c, root, "backend", "cpu|cuda", 1, &backend))) goto done;
-  s->backend = backend ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
+  int backend = 0;
+  if ((rc = get_choice(&c, root, "backend", "auto|cpu|cuda", 0, &backend))) goto done;
+  if (backend == 0) { /* auto (the default): a usable GPU, else the CPU, as the server chooses */
+    xt_msg why;
+    s->backend = xt_proj_available(XT_BACKEND_CUDA, &why) == 0 ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
+  } else
+    s->backend = backend == 2 ? XT_BACKEND_CUDA : XT_BACKEND_CPU;
   if ((rc = parse_detector(&c, s, root))) goto done;
 
   if ((rc = get_array(&c, root, "models", &mj))) goto done;

@@ -22,6 +22,7 @@ static void exposure_part(const xt_frame_fields *ff, int kind, xt_stream_header 
   h->level = p->level;
   h->binning = (uint32_t)p->binning;
   h->chain_flags = ff->chain_flags;
+  h->saturated_px = ff->saturated_px;
   h->ma = ff->ma;
   h->pulse_ms = p->pulse_ms;
   h->focal_spot_mm = p->focal_spot_mm;

@@ -46,7 +46,9 @@ static const cfg_entry cfg_table[] = {
      "require 'Authorization: Bearer TOKEN' on REST and the WebSocket upgrade"},
     {"mode", CT_STRING, S(mode), "auto", 0, 0, NULL, 0,
      "detector mode at start (auto: fd20-1024 on cuda, fd20-256 on cpu)"},
-    {"fps", CT_DOUBLE, N(fps), "15", XT_FPS_MIN, XT_FPS_MAX, NULL, 0, "frame rate at start"},
+    {"fps", CT_DOUBLE, N(fps), "0", 0, XT_FPS_MAX, NULL, 0,
+     "frame rate at start; 0 (the default): 15 on a GPU, on the CPU the highest usual rate whose frame takes at most 40 % "
+     "of the period here (measured at start)"},
     {"planes", CT_INT, N(planes), "1", 1, XT_SRV_PLANES, NULL, 0,
      "1: a single-plane system; 2: biplane, plane A (frontal) and plane B (lateral) on one isocentre "
      "(docs/biplane.md)"},

@@ -837,6 +837,46 @@ static int rest_start(xt_server *s, xt_msg *msg) {
   return 0;
 }
 
+/* --fps 0 (the default): a GPU starts at 15 fps; the CPU at the highest of the usual rates at which
+ * one frame of every plane takes at most 40 % of the period, timed here with the frame's render
+ * (the REST worker's projector: the same model and threads). 40 %: the rest is left for the
+ * stream, the chain's cheaper stages and another process on the same cores, so the pacer skips
+ * no exposure (issue 27: the advertised 15 fps on two shared cores came out as 6-9). */
+static void pick_fps(xt_server *s) {
+  static const double rates[] = {15, 12.5, 10, 7.5, 6, 5, 4, 3, 2, 1, 0.5};
+  const int nr = (int)(sizeof rates / sizeof rates[0]);
+  if (s->backend != XT_BACKEND_CPU || s->cfg.synthetic || s->nmodels == 0) {
+    s->run.fps = 15;
+    return;
+  }
+  xt_call c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_lock(&s->st_mu);
+  xt_pose pose = s->planes[0].set.pose;
+  const xt_detector_mode *mode = s->planes[0].set.mode;
+  pthread_mutex_unlock(&s->st_mu);
+  if (xt_geom_compute(&pose, mode, &c.geom, &c.msg)) return;
+  if (!(c.lineint = malloc((size_t)mode->rows * (size_t)mode->cols * sizeof(float)))) return;
+  double t_s = 0;
+  for (int i = 0; i < 3; i++) { /* the first pays one-off costs; the slower of the next two counts */
+    const uint64_t t0 = xt_now_ns();
+    if (xt_engine_call(s, XT_JOB_RENDER, -1, &c)) break;
+    const double dt = (double)(xt_now_ns() - t0) * 1e-9;
+    if (i > 0 && dt > t_s) t_s = dt;
+  }
+  free(c.lineint);
+  if (t_s <= 0) return; /* the render failed: keep 15, the render errors will say why */
+  const double need = t_s * s->nplanes / 0.4;
+  int k = 0;
+  while (k < nr - 1 && need > 1.0 / rates[k]) k++;
+  pthread_mutex_lock(&s->st_mu);
+  s->run.fps = rates[k];
+  pthread_mutex_unlock(&s->st_mu);
+  snprintf(s->fps_note, sizeof s->fps_note,
+           "CPU: a %s frame takes %.0f ms here, so %g fps (frames in at most 40 %% of the period%s; --fps N to choose)",
+           mode->name, t_s * 1e3, rates[k], need > 1.0 / rates[k] ? ", which even the slowest rate exceeds" : "");
+}
+
 int xt_engine_start(xt_server *s, xt_msg *msg) {
   xt_budget_resolve(s);
   xt_ring_init(&s->ring);
@@ -869,6 +909,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
   if (rc) return rc;
   /* Before the first deadline: the first paced frame must not pay the one-off costs. */
   for (int p = 0; p < s->nplanes; p++) xt_engine_warmup_plane(s, p, s->planes[p].set.mode);
+  if (s->cfg.fps <= 0) pick_fps(s);
   if (pthread_create(&s->pacer, NULL, pacer_main, s)) return xt_fail(msg, XT_EINTERNAL, "cannot start the pacer");
   s->pacer_started = 1;
   return 0;

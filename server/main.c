@@ -79,7 +79,8 @@ static int pick_backend(xt_server *s, xt_msg *msg) {
   xt_msg m;
   if (!strcmp(s->cfg.backend, "cpu")) s->backend = XT_BACKEND_CPU;
   else if (!strcmp(s->cfg.backend, "cuda")) {
-    if (xt_proj_available(XT_BACKEND_CUDA, &m)) return xt_fail(msg, XT_ENODEV, "--backend cuda: %s", m.text);
+    /* m.text starts "backend cuda: ": one prefix, not two */
+    if (xt_proj_available(XT_BACKEND_CUDA, &m)) return xt_fail(msg, XT_ENODEV, "--%s", m.text);
     s->backend = XT_BACKEND_CUDA;
   } else if (xt_proj_available(XT_BACKEND_CUDA, &m) == 0) s->backend = XT_BACKEND_CUDA;
   else {
@@ -104,7 +105,7 @@ static int setup(xt_server *s, xt_msg *msg) {
   if (s->nplanes == 2 && !mdb) return xt_fail(msg, XT_ENOTFOUND, "--mode-b: unknown detector mode '%s'", mode_b);
   s->timing = !strcmp(s->cfg.timing, "simultaneous") ? XT_STREAM_TIMING_SIMULTANEOUS : XT_STREAM_TIMING_INTERLEAVED;
   s->plane_sel = s->nplanes == 2 ? 3u : 1u; /* the API's switch exposes every plane there is */
-  s->run.fps = s->cfg.fps;
+  s->run.fps = s->cfg.fps > 0 ? s->cfg.fps : 15; /* 0: chosen once the workers can render (engine.c) */
   s->run.lockstep = !strcmp(s->cfg.run_mode, "lockstep");
   s->run.running = s->cfg.autostart;
   for (int p = 0; p < s->nplanes; p++) {
@@ -254,6 +255,8 @@ int main(int argc, char **argv) {
   const char *h = s->cfg.bind;
   int v6 = strchr(h, ':') != NULL;
   const char *http = s->tls ? "https" : "http", *ws = s->tls ? "wss" : "ws";
+  /* first: the one thing a person starting the server wants (issue 27) */
+  printf("xtwin console: %s://%s%s%s:%d/  (open it in a browser)\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);
   printf("xtwin-server %s: backend %s, %d model(s), mode %s (%dx%d) at %g fps, %s, %s%s\n", XT_SERVER_VERSION,
          xt_backend_name(s->backend), s->nmodels, s->planes[0].set.mode->name, s->planes[0].set.mode->cols, s->planes[0].set.mode->rows, s->run.fps,
          s->run.lockstep ? "lockstep" : "free run", xt_pixfmt_name(s->planes[0].set.pixel_format),
@@ -263,6 +266,7 @@ int main(int argc, char **argv) {
            s->planes[1].set.mode->cols, s->planes[1].set.mode->rows,
            s->timing == XT_STREAM_TIMING_SIMULTANEOUS ? "simultaneous" : "interleaved");
   if (s->backend_note[0]) printf("  (%s)\n", s->backend_note);
+  if (s->fps_note[0]) printf("  (%s)\n", s->fps_note);
   printf("  REST    %s://%s%s%s:%d/v1/info\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);
   printf("  stream  %s://%s%s%s:%d/v1/stream\n", ws, v6 ? "[" : "", h, v6 ? "]" : "", s->ws_port);
   printf("  metrics %s://%s%s%s:%d/metrics\n", http, v6 ? "[" : "", h, v6 ? "]" : "", s->rest_port);

@@ -721,6 +721,36 @@ json_t *xt_srv_models_json(xt_server *s) {
   return a;
 }
 
+/* Hints for clients that build controls from GET /v1/acquisition (the console, docs/console.md):
+ * "chain.NAME": label-free (the name says it), unit, range, a step of a tenth of the default's order
+ * of magnitude (kV 70: 1, mAs 0.1: 0.01), the table's help as the description; 0/1 switches are
+ * "boolean"; the protocol names as an enum. From imaging's one table, so a new parameter gets its
+ * hints without a change here. */
+static json_t *acquisition_fields_json(void) {
+  json_t *o = json_object();
+  for (int i = 0; i < xt_chain_param_count(); i++) {
+    const xt_chain_param_info *in = xt_chain_param_at(i);
+    char key[80];
+    snprintf(key, sizeof key, "chain.%s", in->name);
+    json_t *f = json_pack("{s:s,s:s,s:f,s:f}", "unit", in->unit, "description", in->help, "min", in->lo, "max", in->hi);
+    if (in->type != XT_PARAM_REAL) {
+      json_object_set_new(f, "step", json_integer(1));
+      if (in->lo == 0 && in->hi == 1) json_object_set_new(f, "boolean", json_true());
+    } else {
+      const double mag = fabs(in->def) > 0 ? fabs(in->def) : (in->hi - in->lo) / 10;
+      json_object_set_new(f, "step", json_real(pow(10, floor(log10(mag))) / 10));
+    }
+    json_object_set_new(o, key, f);
+  }
+  json_t *names = json_array();
+  for (int i = 0; i < XT_PROTOCOL_COUNT; i++) json_array_append_new(names, json_string(xt_protocol_name(i)));
+  json_object_set_new(json_object_get(o, "chain.protocol"), "names", names);
+  json_object_set_new(o, "chain.ma", json_pack("{s:s,s:s}", "unit", "mA", "description",
+                                               "tube current (mas / pulse width); setting it changes mAs"));
+  json_object_set_new(o, "chain.protocol_name", json_pack("{s:b}", "readonly", 1));
+  return o;
+}
+
 json_t *xt_srv_info_json(xt_server *s) {
   json_t *modes = json_array();
   for (int i = 0; i < xt_mode_count(); i++) {
@@ -760,6 +790,7 @@ json_t *xt_srv_info_json(xt_server *s) {
                                             "path", p ? "/v1/planes/b" : "/v1/planes/a"));
   }
   json_object_set_new(o, "planes", planes);
+  json_object_set_new(o, "acquisition_fields", acquisition_fields_json());
   return o;
 }
 

@@ -52,6 +52,7 @@ typedef struct xt_server {
   xt_srv_config cfg;
   xt_backend backend;
   char backend_note[256];
+  char fps_note[256];   /* how the start-up frame rate was chosen (--fps 0, the default) */
   int gpu_count;
   char gpu_names[XT_SRV_MAX_WORKERS][128];
 

@@ -85,7 +85,7 @@ XT_TEST(spec_errors_name_the_field) {
       {"{\"seed\": 1, " M0 "}", "frames: required"},
       {"{" BASE ", \"frames\": 0}", "duplicate"},
       {"{\"seed\": 1, \"frames\": 0, " M0 "}", "frames: 0 is outside"},
-      {"{" BASE ", \"backend\": \"gpu\"}", "backend: unknown value \"gpu\" (one of cpu|cuda)"},
+      {"{" BASE ", \"backend\": \"gpu\"}", "backend: unknown value \"gpu\" (one of auto|cpu|cuda)"},
       {"{" BASE ", \"detector\": {\"mode\": \"fd21\"}}", "detector.mode: unknown mode \"fd21\""},
       {"{" BASE ", \"detector\": {\"modes\": [\"fd20-128\", 3]}}", "detector.modes[1]: expected a mode name"},
       {"{\"seed\": 1, \"frames\": 1, \"models\": [{\"name\": \"h\"}]}",
@@ -232,7 +232,10 @@ XT_TEST(spec_defaults_and_canonical_text) {
   xt_msg msg;
   XT_REQUIRE(load_text("{" BASE "}", &s, &msg) == 0);
   XT_CHECK(s.nmodes == 1 && strcmp(s.modes[0]->name, "fd20-512") == 0);
-  XT_CHECK(s.backend == XT_BACKEND_CUDA);
+  {
+    xt_msg why; /* "auto" by default: the GPU where one is usable, else the CPU */
+    XT_CHECK(s.backend == (xt_proj_available(XT_BACKEND_CUDA, &why) == 0 ? XT_BACKEND_CUDA : XT_BACKEND_CPU));
+  }
   XT_CHECK(s.write.lineint && !s.write.labels && !s.write.segmentation && !s.write.intensity);
   XT_CHECK(s.format == XT_DS_FMT_TAR);
   /* ~1 GiB per shard at 512^2 float32 line integrals: 1 MiB + headers per frame. */

@@ -224,12 +224,13 @@ static int dry_run(const xt_ds_spec *s, const xt_ds_scene *sc, const xt_ds_run_o
   printf("; JSON ~%zu B)\n", p.json_bytes);
   printf("to write: %s\n", b2);
   human(p.disk_rate, b3, sizeof b3);
-  printf("rates: render %.0f frames/s (%s, %d worker%s, %d-frame calibration), encoding %.0f frames/s (%d writers), "
+  /* %.3g: a CPU's 0.2 frames/s is not "0 frames/s" */
+  printf("rates: render %.3g frames/s (%s, %d worker%s, %d-frame calibration), encoding %.3g frames/s (%d writers), "
          "disk %s\n",
          p.render_fps, xt_backend_name(s->backend), p.workers, p.workers > 1 ? "s" : "", p.calib_frames, p.encode_fps,
          p.writers, p.have_disk ? b3 : !out ? "not measured (no --out)" : "not measured (--out does not exist yet)");
   if (p.have_disk) printf("       (disk: %s/s from a %s fsync'd probe = %.0f frames/s)\n", b3, "64 MB", p.disk_fps);
-  printf("expected time: %.1f s at %.0f frames/s (limited by %s)\n", p.todo_frames / p.fps, p.fps, p.limit);
+  printf("expected time: %.1f s at %.3g frames/s (limited by %s)\n", p.todo_frames / p.fps, p.fps, p.limit);
   return XT_EXIT_OK;
 }
 
@@ -306,7 +307,7 @@ int xt_cmd_dataset(int argc, char **argv) {
     goto done;
   }
   if ((rc = xt_proj_available(spec.backend, &msg))) {
-    code = say(XT_EXIT_RUNTIME, "backend %s: %s", xt_backend_name(spec.backend), msg.text);
+    code = say(XT_EXIT_RUNTIME, "%s", msg.text); /* it names the backend itself: "backend cuda: ..." */
     goto done;
   }
 

@@ -30,13 +30,38 @@
     toString() { return this.name + ': ' + this.message; }
   }
 
+  /* A message over the image (bottom centre, inside the viewport); errors stay 8 s. */
   function toast(text, kind) {
     const t = $('toast');
     t.textContent = text;
     t.className = kind || '';
     clearTimeout(toast.timer);
-    if (kind !== 'err') toast.timer = setTimeout(() => { t.textContent = ''; }, 4000);
+    toast.timer = setTimeout(() => { t.textContent = ''; }, kind === 'err' ? 8000 : 4000);
   }
+
+  /* An error beside the control that caused it: below it (above when there is no room), inside the
+   * viewport; the control is scrolled into view and outlined. Also shown over the image. */
+  function errorAt(el, text) {
+    toast(text, 'err');
+    if (!el) return;
+    const d = el.closest && el.closest('details');
+    if (d && !d.open) d.open = true;
+    el.scrollIntoView({ block: 'nearest' });
+    el.classList.add('bad');
+    const pop = $('err-pop');
+    pop.textContent = text;
+    pop.hidden = false;
+    const r = el.getBoundingClientRect(), w = Math.min(340, innerWidth - 8);
+    pop.style.maxWidth = w + 'px';
+    const ph = pop.offsetHeight, pw = pop.offsetWidth;
+    let top = r.bottom + 4;
+    if (top + ph > innerHeight - 4) top = Math.max(4, r.top - ph - 4);
+    pop.style.top = top + 'px';
+    pop.style.left = clamp(r.right - pw, 4, innerWidth - pw - 4) + 'px';
+    clearTimeout(errorAt.timer);
+    errorAt.timer = setTimeout(() => { pop.hidden = true; el.classList.remove('bad'); }, 8000);
+  }
+  $('err-pop').addEventListener('click', () => { $('err-pop').hidden = true; });
 
   /* ---- connection state --------------------------------------------------------------------- */
 
@@ -63,6 +88,9 @@
     newFrame: null,       // {header, pixels} waiting for the next animation frame
     retry: 0,
     framesEver: false,    // a frame arrived since the page loaded
+    frames_kind: 'processed', // which chain frames this console asks for (the stream's "frames")
+    pedal: null,          // 'fluoro' or 'exposure' while a pedal is held
+    lih: null,            // {counter, time} of the last frame before the X-ray stopped
   };
 
   /* Which token to use: #token=... in the address (then removed from it), else this tab's. */
@@ -135,12 +163,30 @@
       (info.models && info.models.length ? ' · ' + info.models.map((m) => m.name).join(', ') : '');
     const sel = $('in-mode');
     sel.textContent = '';
-    for (const m of info.detector_modes) {
+    // zoom fields first, by their nominal size as the IFU names them; the other modes after
+    const modes = info.detector_modes.slice().sort((a, b) => (b.field_cm > 0) - (a.field_cm > 0));
+    for (const m of modes) {
       const o = document.createElement('option');
       o.value = m.name;
-      o.textContent = m.name + ' (' + m.cols + '×' + m.rows + ')';
+      o.textContent = (m.field_cm > 0 ? m.field_cm + ' cm · ' : '') + m.name + ' (' + m.cols + '×' + m.rows + ')';
       o.title = m.description;
       sel.appendChild(o);
+    }
+    const names = (S.fields['chain.protocol'] && S.fields['chain.protocol'].names) ||
+      ['custom', 'fluoro_low', 'fluoro_normal', 'fluoro_high', 'cine_15', 'cine_30', 'dsa'];
+    for (const [id, pick, def] of [['in-flavour', (n) => /^fluoro/.test(n), 'fluoro_normal'],
+      ['in-expproto', (n) => !/^fluoro|^custom$/.test(n), 'cine_15']]) {
+      const ps = $(id);
+      const keep = ps.value;
+      ps.textContent = '';
+      for (const n of names.filter(pick)) {
+        const o = document.createElement('option');
+        o.value = n;
+        o.textContent = n.replace(/_/g, ' ');
+        ps.appendChild(o);
+      }
+      ps.value = keep || def;
+      if (!ps.value && ps.options.length) ps.selectedIndex = 0;
     }
     try {
       const [acq, pose] = await Promise.all([api('GET', '/v1/acquisition'), api('GET', '/v1/pose')]);
@@ -209,6 +255,8 @@
       S.retry = 0;
       setConn('on', 'streaming');
       banner('');
+      // the detector's processed frame by default ("for presentation"); raw when asked for
+      send({ type: 'frames', frames: S.frames_kind }).catch((e) => toast(String(e), 'err'));
     };
     ws.onmessage = (ev) => {
       if (typeof ev.data === 'string') onText(ev.data);
@@ -288,6 +336,26 @@
       pitch_mm: [f64(256), f64(264)],
       period_ns: u64(296),
     };
+    // Version 2/3: what the pixels are, and the exposure and dose of the frame (chain frames).
+    if (h.version >= 2 && h.header_size >= 400) {
+      h.frame_kind = v.getUint32(304, true);
+      h.bits_stored = v.getUint32(308, true);
+      h.kv = f64(328);
+      h.mas = f64(336);
+    } else {
+      h.frame_kind = 0;
+      h.bits_stored = h.pixel_format === 2 ? 32 : 16;
+    }
+    if (h.version >= 3 && h.header_size >= 576) {
+      h.ma = f64(400);
+      h.pulse_ms = f64(408);
+      h.protocol = v.getUint32(488, true);
+      h.k_irp_mgy = f64(496);
+      h.kap_gycm2 = f64(504);
+      h.k_irp_total_mgy = f64(512);
+      h.kap_total_gycm2 = f64(520);
+    }
+    h.saturated_px = h.version >= 5 && h.header_size >= 800 ? v.getUint32(780, true) : 0;
     const mode = new Uint8Array(buf, 272, 24);
     const end = mode.indexOf(0);
     h.mode = new TextDecoder().decode(mode.subarray(0, end < 0 ? 24 : end));
@@ -357,9 +425,23 @@
   const canvas = $('frame');
   const view = {
     window: 0, level: 0, invert: false, log: true,
-    autoPending: true, fmt: 0, // display parameters; fmt of the last auto W/L
+    follow: true,   // window/level from every new frame's statistics (off once the user sets them)
+    autoPending: true, fmt: 0, kind: 0, // display parameters; format and kind of the last auto W/L
     renderer: null,
   };
+
+  /* ln of the pixel: raw ADC codes and ideal intensities (with "log"); never the processed frame,
+   * which the chain has already taken to attenuation and windowed, nor float32 line integrals. */
+  function logDisplay(h) { return view.log && h.pixel_format === 1 && h.frame_kind !== 2; }
+
+  /* The value no attenuation gives, left out of the statistics so that the direct beam does not
+   * take the window: the ideal frame's 65535, the raw frame's ADC full scale (saturated), L = 0. */
+  function directValue(h) {
+    if (h.pixel_format === 2) return 0;
+    if (h.frame_kind === 1) return Math.pow(2, h.bits_stored) - 1;
+    if (h.frame_kind === 2) return 4095; // the chain's window clipped it white: no attenuation to show
+    return 65535;
+  }
 
   /* Display value of a pixel, the unit window and level are in: uint16 intensity I (or ln I with
    * "log"), float32 line integral L. Bright means much signal: high I, or low L (so by default a
@@ -495,11 +577,11 @@
         fitCanvas();
       }
       view.renderer.upload(h, current.pixels);
-      if (view.autoPending || view.fmt !== h.pixel_format) autoWL();
+      if (view.autoPending || view.follow || view.fmt !== h.pixel_format || view.kind !== h.frame_kind) autoWL(true);
     }
     if (!current) return;
     const h = current.header;
-    const logd = view.log && h.pixel_format === 1;
+    const logd = logDisplay(h);
     view.renderer.draw(h, view.level - view.window / 2, view.level + view.window / 2, polarityInverted(h.pixel_format), logd);
     S.drawn = h;
     overlays();
@@ -508,12 +590,13 @@
   /* Window and level from the 0.5% and 99.5% points of (a sample of) the frame, leaving out the
    * unattenuated pixels (intensity 65535, line integral 0: rays that missed the patient), whose
    * peak would otherwise take most of the window as the direct beam does on a real detector. */
-  function autoWL() {
+  function autoWL(fromFrame) {
+    if (fromFrame !== true) view.follow = $('in-follow').checked = true; // the button, A, double-click
     if (!current) { view.autoPending = true; return; }
     const h = current.header, px = current.pixels, n = px.length;
     const step = Math.max(1, Math.floor(n / 65536));
-    const logd = view.log && h.pixel_format === 1;
-    const direct = h.pixel_format === 1 ? 65535 : 0;
+    const logd = logDisplay(h);
+    const direct = directValue(h);
     let s = [];
     for (let i = 0; i < n; i += step) if (px[i] !== direct) s.push(logd ? Math.log(Math.max(px[i], 1)) : px[i]);
     if (s.length < 16) for (let i = 0; i < n; i += step) s.push(logd ? Math.log(Math.max(px[i], 1)) : px[i]);
@@ -525,6 +608,7 @@
     view.level = (hi + lo) / 2;
     view.autoPending = false;
     view.fmt = h.pixel_format;
+    view.kind = h.frame_kind;
     showWL();
     scheduleDraw();
   }
@@ -533,7 +617,10 @@
   function wlRange() {
     const h = current && current.header;
     if (!h) return [0, 65535];
-    if (h.pixel_format === 1) return view.log ? [0, Math.log(65535)] : [0, 65535];
+    if (h.pixel_format === 1) {
+      const top = h.frame_kind === 2 ? 4095 : h.frame_kind === 1 ? Math.pow(2, h.bits_stored) - 1 : 65535;
+      return logDisplay(h) ? [0, Math.log(top)] : [0, top];
+    }
     return [0, Math.max(1, view.level + view.window, 10)];
   }
 
@@ -548,6 +635,7 @@
   }
 
   function setWL(w, l) {
+    view.follow = $('in-follow').checked = false; // the user's window/level stays
     if (Number.isFinite(w) && w > 0) view.window = w;
     if (Number.isFinite(l)) view.level = l;
     showWL();
@@ -566,6 +654,7 @@
   });
   $('btn-auto').addEventListener('click', autoWL);
   $('in-log').addEventListener('change', () => { view.log = $('in-log').checked; autoWL(); });
+  $('in-follow').addEventListener('change', () => { if ($('in-follow').checked) autoWL(); else view.follow = false; });
   $('in-invert').addEventListener('change', () => { view.invert = $('in-invert').checked; scheduleDraw(); });
 
   /* Dragging on the image: right = wider window, down = higher level (as in DICOM viewers). */
@@ -652,7 +741,14 @@
       $('ov-secondary').textContent = angleText(h.pose.secondary_deg, 'CRAN', 'CAUD');
       $('ov-rot').textContent = h.pose.detector_rot_deg ? 'rot ' + fmtNum(h.pose.detector_rot_deg, 1) + '°' : '';
       $('ov-counter').textContent = 'frame ' + h.frame_counter;
-      $('ov-mode').textContent = h.mode + '  ' + h.cols + '×' + h.rows + '  ' + (h.pixel_format === 2 ? 'float32' : 'uint16');
+      $('ov-kind').textContent = kindText(h);
+      $('ov-mode').textContent = h.mode + '  ' + h.cols + '×' + h.rows;
+      // The header counts every pixel at the ADC's full scale, a panel's few hot pixels too: the
+      // warning is for more than 0.1 % of the panel (hot pixels are ~0.01 % by default).
+      const sat = h.saturated_px / Math.max(1, h.rows * h.cols);
+      $('ov-sat').hidden = !(sat > 0.001);
+      $('ov-sat').textContent = 'SATURATED ' + (100 * sat < 0.1 ? '<0.1' : (100 * sat).toFixed(1)) + ' % of the panel';
+      $('ov-kerma').textContent = kermaText(h);
       $('ov-geom').textContent = 'SID ' + fmtNum(h.pose.sid_mm, 0) + ' mm  SOD ' + fmtNum(h.pose.sod_mm, 0) + ' mm';
       $('ov-dropped').textContent = 'dropped ' + h.frames_dropped + (S.gaps ? '  gaps ' + S.gaps : '');
     }
@@ -668,11 +764,39 @@
       const lock = a.run_mode === 'lockstep';
       x.textContent = !a.running ? 'STOPPED' : lock ? 'LOCKSTEP · ARMED' : 'FLUORO · ' + fmtNum(a.fps, a.fps % 1 ? 1 : 0) + ' fps';
       x.className = 'xray' + (a.running ? (lock ? ' armed' : ' live') : '');
-      $('ov-dose').textContent = doseText(a);
+      $('ov-dose').textContent = h && h.frame_kind ? exposureText(h) : doseText(a);
+      // Last image hold: the X-ray is off and the last frame stays on the screen.
+      const lih = !a.running && !!h;
+      $('ov-lih').hidden = !lih;
+      $('lih-text').textContent = lih ? 'frame ' + h.frame_counter + ' held' : a.running ? 'X-ray on' : '—';
     }
+    for (const b of $('seg-image').children) b.classList.toggle('on', b.dataset.v === imageChoice());
     statsTable(fps, lat, slat);
   }
   setInterval(overlays, 500);
+
+  /* What the frame is: the detector's processed frame, its raw codes, or the ideal frame. */
+  function kindText(h) {
+    if (h.pixel_format === 2) return 'IDEAL · float32 line integral';
+    if (h.frame_kind === 2) return 'PROCESSED · ' + h.bits_stored + '-bit';
+    if (h.frame_kind === 1) return 'RAW · ' + h.bits_stored + '-bit ADC';
+    return 'IDEAL · uint16 (chain off)';
+  }
+
+  /* The frame's exposure, from its header: kV, mA, pulse width. */
+  function exposureText(h) {
+    return fmtNum(h.kv, 0) + ' kV  ' + fmtNum(h.ma, 1) + ' mA  ' + fmtNum(h.pulse_ms, 1) + ' ms';
+  }
+
+  /* Dose rate at the reference point (this frame's air kerma times the frame rate), the run's
+   * cumulative air kerma and DAP, from the frame's header (chain frames). */
+  function kermaText(h) {
+    if (!h.frame_kind || !Number.isFinite(h.k_irp_mgy)) return '';
+    const fps = h.period_ns ? 1e9 / h.period_ns : (S.acq ? S.acq.fps : NaN);
+    const rate = h.k_irp_mgy * fps * 60;
+    return fmtNum(rate, rate < 10 ? 2 : 1) + ' mGy/min  Ka,r ' + fmtNum(h.k_irp_total_mgy, 2) + ' mGy  DAP ' +
+      fmtNum(h.kap_total_gycm2 * 100, 2) + ' µGy·m²';
+  }
 
   /* Exposure and dose fields, whatever the server calls them (kV, mA, mAs, dose, kerma, DAP...). */
   function doseText(a) {
@@ -773,17 +897,21 @@
       for (const f of POSE) $('in-' + f.id).classList.remove('bad');
     } catch (e) {
       S.sentAt.delete(seq);
-      toast(String(e), 'err');
-      markBad(e.message);
+      errorAt(badControl(e.message, upd), String(e));
       S.editing = 0;
       try { showPose((await api('GET', '/v1/pose')).pose, true); } catch (e2) { /* shown above */ }
     }
   }
 
-  /* Marks the control an error message starts with ("pose.sid_mm: ..."). */
-  function markBad(message) {
+  /* The control an error message names ("pose.sid_mm: ..."), else the one just changed. */
+  function badControl(message, upd) {
     const m = /^(?:pose\.)?([a-z_]+)/.exec(message);
-    for (const f of POSE) if (m && m[1] === f.key) $('in-' + f.id).classList.add('bad');
+    const keys = [m && m[1]].concat(Object.keys(upd || {}));
+    for (const k of keys) {
+      for (const f of POSE) if (k === f.key) return $('in-' + f.id);
+      if (k === 'table_mm') return $('in-tx');
+    }
+    return null;
   }
 
   for (const f of POSE) {
@@ -802,7 +930,9 @@
 
   /* ---- acquisition controls ----------------------------------------------------------------- */
 
-  const KNOWN = new Set(['mode', 'fps', 'run_mode', 'pixel_format', 'running', 'rows', 'cols', 'period_ms', 'next_frame']);
+  const KNOWN = new Set(['mode', 'fps', 'run_mode', 'pixel_format', 'running', 'rows', 'cols', 'period_ms', 'next_frame', 'dose']);
+  // shown by the clinical controls (the Image buttons, the protocol menus)
+  const SHOWN = new Set(['chain.enabled', 'chain.protocol']);
 
   function showAcq(a) {
     if (!a) return;
@@ -820,25 +950,26 @@
     overlays();
   }
 
-  async function setAcq(update) {
+  async function setAcq(update, src) {
     try {
       if (S.wsOpen) {
         const r = await send({ type: 'acquisition', acquisition: update });
         if (r.state) showAcq(r.state.acquisition);
       } else showAcq(await api('PUT', '/v1/acquisition', update));
-      if (update.pixel_format || update.mode) view.autoPending = true;
+      if (update.pixel_format || update.mode || update.chain) view.autoPending = true;
       return true;
     } catch (e) {
-      toast(String(e), 'err');
+      errorAt(src, String(e));
       try { showAcq(await api('GET', '/v1/acquisition')); } catch (e2) { /* shown above */ }
       return false;
     }
   }
 
-  async function runStop(run) {
+  async function runStop(run, src) {
     try {
       showAcq(await api('POST', run ? '/v1/acquisition/start' : '/v1/acquisition/stop', {}));
-    } catch (e) { toast(String(e), 'err'); }
+      return true;
+    } catch (e) { errorAt(src, String(e)); return false; }
   }
 
   async function trigger() {
@@ -851,11 +982,11 @@
   $('btn-run').addEventListener('click', () => runStop(true));
   $('btn-stop').addEventListener('click', () => runStop(false));
   $('btn-trigger').addEventListener('click', trigger);
-  for (const b of $('seg-runmode').children) b.addEventListener('click', () => setAcq({ run_mode: b.dataset.v }));
-  $('in-mode').addEventListener('change', () => setAcq({ mode: $('in-mode').value }));
-  $('in-pixfmt').addEventListener('change', () => setAcq({ pixel_format: $('in-pixfmt').value }));
-  $('in-fps').addEventListener('change', () => setAcq({ fps: parseFloat($('in-fps').value) }));
-  $('in-fps-r').addEventListener('change', () => setAcq({ fps: parseFloat($('in-fps-r').value) }));
+  for (const b of $('seg-runmode').children) b.addEventListener('click', () => setAcq({ run_mode: b.dataset.v }, b));
+  $('in-mode').addEventListener('change', () => setAcq({ mode: $('in-mode').value }, $('in-mode')));
+  $('in-pixfmt').addEventListener('change', () => setAcq({ pixel_format: $('in-pixfmt').value }, $('in-pixfmt')));
+  $('in-fps').addEventListener('change', () => setAcq({ fps: parseFloat($('in-fps').value) }, $('in-fps')));
+  $('in-fps-r').addEventListener('change', () => setAcq({ fps: parseFloat($('in-fps-r').value) }, $('in-fps')));
   $('in-fps-r').addEventListener('input', () => { $('in-fps').value = $('in-fps-r').value; });
 
   /* A field's name and unit for people: a hint's label and unit when the server gives them, else
@@ -867,7 +998,10 @@
     const leaf = key.split('.').pop();
     const parts = leaf.split('_');
     let unit = hint.unit || '';
-    if (!unit && parts.length > 1 && UNITS[parts[parts.length - 1].toLowerCase()]) unit = UNITS[parts.pop().toLowerCase()];
+    if (parts.length > 1 && UNITS[parts[parts.length - 1].toLowerCase()]) {
+      const u = UNITS[parts.pop().toLowerCase()];
+      if (!unit) unit = u;
+    }
     let name = hint.label;
     if (!name) {
       if (parts.length === 1 && UNITS[parts[0].toLowerCase()]) return { name: UNITS[parts[0].toLowerCase()], unit: '' };
@@ -887,7 +1021,7 @@
     const walk = (o, path) => {
       for (const [k, v] of Object.entries(o)) {
         const p = path.concat(k);
-        if (path.length === 0 && KNOWN.has(k)) continue;
+        if ((path.length === 0 && KNOWN.has(k)) || SHOWN.has(p.join('.'))) continue;
         if (v && typeof v === 'object' && !Array.isArray(v)) walk(v, p);
         else leaves.push([p, v]);
       }
@@ -903,6 +1037,7 @@
       const el = box.querySelector('[data-key="' + CSS.escape(p.join('.')) + '"]');
       if (!el || document.activeElement === el) continue;
       if (el.type === 'checkbox') el.checked = !!v;
+      else if (el.type === 'number' && typeof v === 'number') el.value = +v.toPrecision(6);
       else el.value = Array.isArray(v) ? JSON.stringify(v) : v;
     }
   }
@@ -915,10 +1050,11 @@
     const lab = document.createElement('label');
     const nu = nameUnit(key);
     lab.textContent = nu.name;
-    lab.title = key + (hint.description ? ': ' + hint.description : '');
+    lab.title = key + (hint.description ? ': ' + hint.description : '') +
+      (Number.isFinite(hint.min) && Number.isFinite(hint.max) ? ' [' + hint.min + ', ' + hint.max + ']' + (nu.unit ? ' ' + nu.unit : '') : '');
     row.appendChild(lab);
     let el;
-    if (typeof v === 'boolean') {
+    if (typeof v === 'boolean' || hint.boolean) {
       el = document.createElement('input');
       el.type = 'checkbox';
     } else if (Array.isArray(hint.enum)) {
@@ -941,6 +1077,8 @@
       el = document.createElement('input');
       el.type = 'number';
       el.step = hint.step || 'any';
+      if (Number.isFinite(hint.min)) el.min = hint.min;
+      if (Number.isFinite(hint.max)) el.max = hint.max;
     } else {
       el = document.createElement('input');
       el.type = 'text';
@@ -955,21 +1093,86 @@
     row.appendChild(unit);
     el.addEventListener('change', () => {
       let val;
-      if (el.type === 'checkbox') val = el.checked;
+      if (el.type === 'checkbox') val = typeof v === 'boolean' ? el.checked : el.checked ? 1 : 0;
       else if (el.type === 'number') val = parseFloat(el.value);
-      else if (Array.isArray(v)) { try { val = JSON.parse(el.value); } catch (e) { toast(key + ': not JSON', 'err'); return; } }
+      else if (Array.isArray(v)) { try { val = JSON.parse(el.value); } catch (e) { errorAt(el, key + ': not JSON'); return; } }
       else val = el.value;
       // {"a": {"b": val}} for the path a.b
       const upd = {};
       let o = upd;
       path.forEach((k, i) => { o[k] = i === path.length - 1 ? val : {}; o = o[k]; });
-      setAcq(upd);
+      setAcq(upd, el);
     });
     return row;
   }
 
   /* Keeps the acquisition and pose controls in step with changes made elsewhere (other clients). */
   setInterval(() => { if (S.wsOpen) send({ type: 'state' }).catch(() => {}); }, 1500);
+
+  /* ---- X-ray: pedals, image kind, last image hold ------------------------------------------- */
+
+  function imageChoice() {
+    const a = S.acq;
+    if (!a || !a.chain || !a.chain.enabled) return 'ideal';
+    return S.frames_kind;
+  }
+
+  async function setImage(v, src) {
+    if (v === 'ideal') return setAcq({ chain: { enabled: false } }, src);
+    S.frames_kind = v;
+    view.autoPending = true;
+    try {
+      if (S.wsOpen) await send({ type: 'frames', frames: v });
+    } catch (e) { errorAt(src, String(e)); return false; }
+    return setAcq({ chain: { enabled: true } }, src);
+  }
+  for (const b of $('seg-image').children) b.addEventListener('click', () => setImage(b.dataset.v, b));
+
+  /* A pedal: fluoroscopy (or an exposure run) while it is held. Pressing applies the chosen
+   * protocol when it is not the one in use (its frame rate too), in free run, and starts; letting
+   * go stops, and the last frame stays on the screen (last image hold). */
+  async function pedal(which, down) {
+    const btn = $(which === 'fluoro' ? 'btn-fluoro' : 'btn-expose');
+    if (down) {
+      if (S.pedal) return;
+      S.pedal = which;
+      btn.classList.add('held');
+      const proto = $(which === 'fluoro' ? 'in-flavour' : 'in-expproto').value;
+      const a = S.acq || {};
+      const upd = {};
+      if (a.run_mode !== 'free') upd.run_mode = 'free';
+      if (proto && (!a.chain || a.chain.protocol_name !== proto)) upd.chain = { protocol: proto };
+      if (Object.keys(upd).length && !(await setAcq(upd, btn))) { S.pedal = null; btn.classList.remove('held'); return; }
+      if (S.pedal !== which) return runStop(false); // let go while the protocol was being set
+      await runStop(true, btn);
+      if (S.pedal !== which) runStop(false);
+    } else {
+      if (S.pedal !== which) return;
+      S.pedal = null;
+      btn.classList.remove('held');
+      await runStop(false, btn);
+    }
+  }
+  for (const which of ['fluoro', 'exposure']) {
+    const btn = $(which === 'fluoro' ? 'btn-fluoro' : 'btn-expose');
+    btn.addEventListener('pointerdown', (ev) => { btn.setPointerCapture(ev.pointerId); pedal(which, true); });
+    for (const e of ['pointerup', 'pointercancel', 'lostpointercapture']) btn.addEventListener(e, () => pedal(which, false));
+    btn.addEventListener('keydown', (ev) => { if ((ev.key === ' ' || ev.key === 'Enter') && !ev.repeat) { ev.preventDefault(); pedal(which, true); } });
+    btn.addEventListener('keyup', (ev) => { if (ev.key === ' ' || ev.key === 'Enter') pedal(which, false); });
+  }
+  window.addEventListener('blur', () => { if (S.pedal) pedal(S.pedal, false); }); // a pedal never sticks
+
+  $('btn-lih').addEventListener('click', () => {
+    const h = S.drawn;
+    canvas.toBlob((b) => {
+      if (!b) return;
+      const a = document.createElement('a');
+      a.href = URL.createObjectURL(b);
+      a.download = 'xtwin-' + (h ? h.mode + '-frame' + h.frame_counter : 'frame') + '.png';
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+    });
+  });
 
   /* ---- keyboard ------------------------------------------------------------------------------ */
 
@@ -978,6 +1181,11 @@
     if (t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA') && t.type !== 'checkbox') return;
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
     if (t && (t.tagName === 'BUTTON' || t.tagName === 'SUMMARY') && (ev.key === ' ' || ev.key === 'Enter')) return; // its own click
+    if ((ev.key === 'f' || ev.key === 'F' || ev.key === 'e' || ev.key === 'E')) {
+      if (!ev.repeat) pedal(ev.key.toLowerCase() === 'f' ? 'fluoro' : 'exposure', true);
+      ev.preventDefault();
+      return;
+    }
     const step = ev.shiftKey ? 5 : 1;
     const bump = (key, d, lo, hi) => changePose(key, clamp(Math.round(((pose[key] || 0) + d) * 10) / 10, lo, hi));
     switch (ev.key) {
@@ -1000,6 +1208,11 @@
     ev.preventDefault();
   });
 
+  document.addEventListener('keyup', (ev) => {
+    if (ev.key === 'f' || ev.key === 'F') pedal('fluoro', false);
+    if (ev.key === 'e' || ev.key === 'E') pedal('exposure', false);
+  });
+
   /* ---- for tests and scripting: read-only views of the state -------------------------------- */
 
   window.xtwin = {
@@ -1008,9 +1221,14 @@
         frames: S.frames, seq: S.seq, header: S.header, drawn: S.drawn, wsOpen: S.wsOpen,
         acquisition: S.acq, pendingPoses: S.sentAt.size, latencies: S.latencies.slice(),
         view: { window: view.window, level: view.level, invert: view.invert, log: view.log,
-          renderer: view.renderer.name },
+          logd: current ? logDisplay(current.header) : false, follow: view.follow, renderer: view.renderer.name },
+        pedal: S.pedal, framesKind: S.frames_kind,
       };
     },
+    /* The drawn frame's pixels (for tests: statistics against the canvas). */
+    pixels() { return current ? Array.from(current.pixels) : []; },
+    /* The state and the canvas of one moment (no frame drawn between the two). */
+    snapshot() { return { state: this.state, rgba: this.readCanvas() }; },
     /* The canvas as RGBA rows, top row first (the same for both renderers). */
     readCanvas() {
       const c = document.createElement('canvas');

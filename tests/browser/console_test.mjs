@@ -4,9 +4,15 @@
  * downloads a browser), loads the console from a real xtwin-server and uses it as a person would.
  *
  *   node tests/browser/console_test.mjs --server build/server/xtwin-server [--out DIR]
- *        [--screenshot docs/console.png] [--mode fd20-128 --phantom-dim 128 --phantom-spacing 2]
+ *        [--only clinical|token|tls|biplane] [--screenshot docs/console.png]
+ *        [--mode fd20-128 --phantom-dim 128 --phantom-spacing 2]
  *
  * Checks, each against something the console did not compute itself:
+ *  - clinical (chain on): the processed frame by default; every control a fluoroscopy needs above
+ *    the fold of 1366 x 768; the default processed frame neither saturated nor blank (statistics of
+ *    the canvas over the patient's pixels); at 100 kV / 1 mAs the header's saturated_px and the
+ *    SATURATED overlay; the FLUORO pedal and the F key run the acquisition while held (the server's
+ *    GET /v1/acquisition) and leave the last image held; auto window/level off and back on (A);
  *  - with --token: the page (public) asks for the token; after it is typed, REST and the stream
  *    (token as a WebSocket subprotocol) work, and frames arrive and are drawn;
  *  - moving a control (typing a primary angle) makes the server's pose (GET /v1/pose) that angle
@@ -18,7 +24,8 @@
  *  - the arrow keys move the C-arm (a frame with the next sequence number and primary + 1);
  *  - lockstep from the run-mode buttons: a trigger gives a frame flagged lockstep;
  *  - float32 frames from the Pixels selector pass the same pixel check (shown inverted);
- *  - an invalid value (SID below SOD) shows the server's JSON error and keeps serving;
+ *  - an invalid value (SID below SOD) shows the server's JSON error beside the SID field and over
+ *    the image, inside the viewport, and keeps serving;
  *  - over TLS (self-signed certificate; wss on the stream port) frames arrive, with a token that
  *    cannot be a subprotocol (sent as ?token=).
  * Exit 0 pass, 1 fail, 77 skipped (no chromium, no playwright-core: says which and how to fix). */
@@ -37,6 +44,7 @@ const opt = (name, def) => {
 const SERVER = opt('server');
 const OUT = opt('out') || fs.mkdtempSync(path.join(os.tmpdir(), 'xtwin-browser-'));
 const SHOT = opt('screenshot');
+const ONLY = opt('only'); // one scenario: clinical, token, tls, biplane (docs/console.md makes its screenshot with clinical)
 const CHROMIUM = process.env.XT_CHROMIUM || '/usr/bin/chromium';
 const SCENE = ['--backend', 'cpu', '--threads', '2', '--phantom-dim', opt('phantom-dim', '128'),
   '--phantom-spacing', opt('phantom-spacing', '2'), '--mode', opt('mode', 'fd20-128'), '--fps', opt('fps', '10')];
@@ -148,7 +156,7 @@ function expectedGrey(px, fmt, view) {
   const out = new Uint8Array(px.length);
   for (let i = 0; i < px.length; i++) {
     let v = px[i];
-    if (view.log && fmt === 1) v = Math.log(Math.max(v, 1));
+    if (view.logd) v = Math.log(Math.max(v, 1));
     let g = Math.min(1, Math.max(0, (v - lo) / (hi - lo)));
     if (inv) g = 1 - g;
     out[i] = Math.round(255 * g);
@@ -164,8 +172,7 @@ function canvasDiff(a, b) { // mean |a - b| over the red channel
 
 /* The canvas against a REST render of the pose it shows. Returns the worst pixel difference. */
 async function checkCanvasMatchesRender(page, srv, token, label) {
-  const st = await page.evaluate(() => window.xtwin.state);
-  const rgba = await page.evaluate(() => window.xtwin.readCanvas());
+  const { state: st, rgba } = await page.evaluate(() => window.xtwin.snapshot());
   const h = st.drawn;
   const r = await rest(srv, 'POST', '/v1/render', { pose: h.pose, mode: h.mode,
     pixel_format: h.pixel_format === 2 ? 'float32' : 'uint16' }, token, 'application/x-npy');
@@ -258,7 +265,9 @@ async function scenarioToken(browser) {
   await waitFor(page, () => { const d = window.xtwin.state.drawn; return d && d.pose.secondary_deg === -5; }, null, 'CAUD 5 after Shift+↓');
   check(await page.locator('#ov-secondary').textContent() === 'CAUD 5°', 'Shift+↓ tilts to CAUD 5° and the overlay says so');
 
-  // Lockstep through the buttons: a trigger gives exactly a lockstep-flagged frame.
+  // Lockstep through the buttons (in the folded engineering panel): a trigger gives exactly a
+  // lockstep-flagged frame.
+  await page.click('#eng > summary');
   await page.click('#seg-runmode button[data-v="lockstep"]');
   await waitFor(page, () => window.xtwin.state.acquisition.run_mode === 'lockstep', null, 'lockstep');
   const acq = (await rest(srv, 'GET', '/v1/acquisition', undefined, TOKEN)).json();
@@ -290,12 +299,23 @@ async function scenarioToken(browser) {
   await page.waitForFunction(() => document.querySelector('#toast').textContent.includes('sid_mm'), null, { timeout: 15000 });
   const t = await page.locator('#toast').textContent();
   check(/^RANGE: .*sid_mm/.test(t), 'SID 500 < SOD shows the server\'s error: "' + t + '"');
+  // Where a person sees it: beside the SID field and over the image, both inside the viewport.
+  const where = await page.evaluate(() => ['err-pop', 'toast', 'in-sid'].map((id) => {
+    const e = document.getElementById(id), r = e.getBoundingClientRect();
+    return { id, hidden: e.hidden, text: e.textContent.slice(0, 40), left: r.left, top: r.top, right: r.right, bottom: r.bottom };
+  }));
+  const [pop, toastBox, sidBox] = where;
+  const inView = (r) => r.top >= 0 && r.left >= 0 && r.bottom <= 768 && r.right <= 1366 && r.bottom > r.top;
+  check(!pop.hidden && pop.text.includes('sid_mm') && inView(pop) && inView(toastBox),
+    'the error is shown inside the 1366 x 768 viewport, beside the control and over the image: ' + JSON.stringify(where));
+  check(Math.abs(pop.top - sidBox.bottom) < 40 || Math.abs(pop.bottom - sidBox.top) < 40,
+    'the error box is next to the SID field (' + pop.top.toFixed(0) + ' vs the field ' + sidBox.top.toFixed(0) + '..' + sidBox.bottom.toFixed(0) + ')');
   const fb = (await page.evaluate(() => window.xtwin.state)).frames;
   await waitFor(page, (n) => window.xtwin.state.frames > n, fb, 'frames after the error');
   check((await rest(srv, 'GET', '/v1/pose', undefined, TOKEN)).json().pose.sid_mm !== 500, 'the bad SID was not applied');
 
-  if (SHOT) {
-    await page.evaluate(() => { document.querySelector('#toast').textContent = ''; document.querySelector('#stats-box').open = true; });
+  if (false) {
+    await page.evaluate(() => { document.querySelector('#toast').textContent = ''; document.querySelector('#err-pop').hidden = true; });
     await page.fill('#in-sid', '1195');
     await page.press('#in-sid', 'Enter');
     await page.fill('#in-primary', '30');
@@ -369,14 +389,125 @@ async function scenarioBiplane(browser) {
   await stopServer(srv);
 }
 
+/* Grey statistics of the drawn frame over the pixels that show the patient (the processed frame's
+ * values below its white, 4095: the direct beam is white on any display): how many are pure white
+ * or pure black on the canvas, how many grey levels, their spread. */
+async function displayStats(page) {
+  return page.evaluate(() => {
+    const x = window.xtwin, snap = x.snapshot(), px = x.pixels(), h = snap.state.drawn;
+    const top = h.frame_kind === 2 ? 4095 : h.frame_kind === 1 ? Math.pow(2, h.bits_stored) - 1 : 65535;
+    let n = 0, white = 0, black = 0, s = 0, s2 = 0;
+    const levels = new Set();
+    for (let i = 0; i < px.length; i++) {
+      if (px[i] >= top) continue;
+      const g = snap.rgba[4 * i];
+      n++; s += g; s2 += g * g; levels.add(g);
+      if (g === 255) white++;
+      if (g === 0) black++;
+    }
+    const mean = s / Math.max(n, 1);
+    return { kind: h.frame_kind, bits: h.bits_stored, kv: h.kv, saturated_px: h.saturated_px, px: px.length, patient: n,
+      white: white / Math.max(n, 1), black: black / Math.max(n, 1), levels: levels.size,
+      sd: Math.sqrt(Math.max(0, s2 / Math.max(n, 1) - mean * mean)), view: snap.state.view };
+  });
+}
+
+async function scenarioClinical(browser) {
+  console.log('scenario: the clinical column at 1366 x 768, the processed frame by default, pedals, saturation');
+  const srv = await startServer(['--chain', '--mode', 'fd20-256', '--fps', '4']);
+  const page = await newPage(browser, 'clinical');
+  await page.goto(srv.base + '/');
+  await waitFor(page, () => { const d = window.xtwin.state.drawn; return d && d.frame_kind === 2 && window.xtwin.state.frames >= 2; },
+    null, 'processed frames', 60000);
+  check(true, 'with the chain on, the console shows the detector\'s processed frame by default (frame_kind 2)');
+  check(/PROCESSED · 12-bit/.test(await page.locator('#ov-kind').textContent()), 'the overlay says PROCESSED · 12-bit');
+  check(/mGy\/min .*Ka,r .*mGy .*DAP/.test(await page.locator('#ov-kerma').textContent()),
+    'the overlay shows dose rate, air kerma and DAP: "' + await page.locator('#ov-kerma').textContent() + '"');
+
+  // Everything a fluoroscopy needs is above the fold of a 1366 x 768 screen, the panel unscrolled.
+  const need = ['btn-fluoro', 'btn-expose', 'in-flavour', 'in-expproto', 'seg-image', 'btn-lih', 'in-primary', 'in-secondary',
+    'in-sid', 'in-tx', 'in-ty', 'in-tz', 'in-mode', 'btn-ap', 'in-window', 'in-level', 'btn-auto'];
+  const boxes = await page.evaluate((ids) => ids.map((id) => {
+    const e = document.getElementById(id), r = e.getBoundingClientRect();
+    return { id, top: r.top, bottom: r.bottom, left: r.left, right: r.right, visible: r.width > 0 && r.height > 0 };
+  }), need);
+  const below = boxes.filter((b) => !b.visible || b.bottom > 768 || b.right > 1366 || b.top < 0);
+  check(below.length === 0, 'at 1366 x 768 every control needed for fluoroscopy is visible above the fold (' + need.length +
+    ' controls; outside: ' + JSON.stringify(below) + ')');
+  check(await page.evaluate(() => document.getElementById('panel').scrollTop === 0 &&
+    !document.getElementById('eng').open), 'without scrolling, the engineering panel folded');
+
+  // The default processed frame is neither saturated nor blank on the screen.
+  const st = await displayStats(page);
+  check(st.patient > 0.1 * st.px && st.white < 0.03 && st.black < 0.03 && st.levels > 60 && st.sd > 20,
+    'the default processed frame is neither saturated nor blank: over the ' + st.patient + ' patient pixels, ' +
+    (100 * st.white).toFixed(2) + ' % white, ' + (100 * st.black).toFixed(2) + ' % black, ' + st.levels + ' grey levels, sd ' +
+    st.sd.toFixed(1));
+
+  // 100 kV / 1 mAs: the panel saturates; the header says how much, the console says so and still
+  // shows the patient.
+  check((await rest(srv, 'PUT', '/v1/acquisition', { chain: { kv: 100, mas: 1 } })).status === 200, 'PUT 100 kV, 1 mAs');
+  await waitFor(page, () => { const d = window.xtwin.state.drawn; return d && d.kv === 100 && d.mas === 1; }, null, 'a 100 kV frame', 60000);
+  await sleep(600);
+  const hot = await displayStats(page);
+  const satText = await page.locator('#ov-sat').textContent();
+  check(hot.saturated_px > 0 && await page.locator('#ov-sat').isVisible() && /SATURATED/.test(satText),
+    'at 100 kV / 1 mAs the frame\'s header counts ' + hot.saturated_px + ' saturated pixels and the overlay says "' + satText + '"');
+  check(hot.levels > 20 && hot.sd > 10, 'and the image is not blank (' + hot.levels + ' grey levels, sd ' + hot.sd.toFixed(1) + ')');
+  await rest(srv, 'PUT', '/v1/acquisition', { chain: { kv: 70, mas: 0.1 } });
+
+  // The FLUORO pedal: X-ray while the button is held, last image hold after.
+  await rest(srv, 'POST', '/v1/acquisition/stop', {});
+  await waitFor(page, () => window.xtwin.state.acquisition && !window.xtwin.state.acquisition.running, null, 'stopped');
+  const flavour = await page.locator('#in-flavour').inputValue();
+  await page.locator('#btn-fluoro').hover();
+  await page.mouse.down();
+  await waitFor(page, () => window.xtwin.state.acquisition.running, null, 'X-ray on while the pedal is held');
+  const a1 = (await rest(srv, 'GET', '/v1/acquisition')).json();
+  check(a1.running && a1.chain.protocol_name === flavour, 'holding FLUORO runs the acquisition with the ' + flavour + ' protocol (' +
+    a1.chain.protocol_name + ', running ' + a1.running + ')');
+  const f0 = (await page.evaluate(() => window.xtwin.state)).frames;
+  await waitFor(page, (n) => window.xtwin.state.frames > n, f0, 'a fluoroscopy frame', 60000);
+  await page.mouse.up();
+  await waitFor(page, () => !window.xtwin.state.acquisition.running, null, 'X-ray off when the pedal is let go');
+  check(!(await rest(srv, 'GET', '/v1/acquisition')).json().running, 'letting FLUORO go stops the acquisition on the server');
+  check(await page.locator('#ov-lih').isVisible(), 'the last image is held, marked LIH');
+  // The F key is the same pedal.
+  await page.locator('#stage').click({ position: { x: 5, y: 5 } });
+  await page.keyboard.down('f');
+  await waitFor(page, () => window.xtwin.state.acquisition.running, null, 'X-ray on while F is held');
+  await page.keyboard.up('f');
+  await waitFor(page, () => !window.xtwin.state.acquisition.running, null, 'X-ray off when F is let go');
+  check(true, 'holding F runs fluoroscopy, letting it go stops it');
+  // A (auto window/level) after a drag gives the following back.
+  await page.evaluate(() => document.getElementById('in-follow').click());
+  check(!(await page.evaluate(() => window.xtwin.state.view.follow)), 'unticking auto W/L keeps the window');
+  await page.keyboard.press('a');
+  check(await page.evaluate(() => window.xtwin.state.view.follow), 'A turns auto window/level back on');
+
+  if (SHOT) {
+    await rest(srv, 'PUT', '/v1/pose', { primary_deg: 30, secondary_deg: 15 });
+    await rest(srv, 'PUT', '/v1/acquisition', { fps: 4 });
+    await rest(srv, 'POST', '/v1/acquisition/start', {});
+    await waitFor(page, () => { const d = window.xtwin.state.drawn; return d && d.pose.secondary_deg === 15 && d.pose.primary_deg === 30; },
+      null, 'the screenshot pose', 60000);
+    await sleep(2500);
+    await page.screenshot({ path: SHOT });
+    console.log('  screenshot: ' + SHOT);
+  }
+  await page.screenshot({ path: path.join(OUT, 'console-clinical.png') });
+  await page.close();
+  await stopServer(srv);
+}
+
 let browser;
 const t0 = Date.now();
 try {
   browser = await chromium.launch(LAUNCH);
   console.log('chromium ' + browser.version() + ', playwright-core, server ' + SERVER);
-  await scenarioToken(browser);
-  await scenarioTls(browser);
-  await scenarioBiplane(browser);
+  const all = { clinical: scenarioClinical, token: scenarioToken, tls: scenarioTls, biplane: scenarioBiplane };
+  if (ONLY && !all[ONLY]) throw new Error('--only: one of ' + Object.keys(all).join(', '));
+  for (const [name, run] of Object.entries(all)) if (!ONLY || ONLY === name) await run(browser);
 } catch (e) {
   failures++;
   console.log('  FAIL: ' + (e.stack || e));

@@ -95,6 +95,7 @@ FIELDS = (
     ("cycle", 760, "<Q"),
     ("t_cycle_ns", 768, "<Q"),
     ("codec", 776, "<I"),
+    ("saturated_px", 780, "<I"),
     ("wire_bytes", 784, "<Q"),
 )
 FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
@@ -103,7 +104,9 @@ CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "f
               # version 3 (None from an older server): exposure, dose of the frame and the run, the loop
               "ma", "pulse_ms", "focal_spot_mm", "shutter", "wedge", "wedge_t", "grid_tp", "protocol",
               "exposure_flags", "k_irp_mgy", "kap_gycm2", "k_irp_total_mgy", "kap_total_gycm2", "dose_frames",
-              "d_irp_mm", "drc_measured_ngy", "drc_target_ngy", "drc_curve_s", "drc_flags")
+              "d_irp_mm", "drc_measured_ngy", "drc_target_ngy", "drc_curve_s", "drc_flags",
+              # version 5, offset 780 (was reserved; None from an older server): the raw pixels at full scale
+              "saturated_px")
 POSE_KEYS = ("primary_deg", "secondary_deg", "detector_rot_deg", "sod_mm", "sid_mm")
 
 
@@ -117,7 +120,8 @@ class Frame:
     counter, pose_seq, frames_dropped, flags, lockstep, mode, pixel_format ("uint16"/"float32"),
     pitch_mm (u, v), period_ns, version, header_size, raw_header (bytes)
     frame_kind      "mono" (chain off), "raw" (the panel's ADC codes) or "processed"; bits_stored;
-                    chain: dict of the imaging chain's header fields (kv, mas, seed, ...) or None
+                    chain: dict of the imaging chain's header fields (kv, mas, seed, ..., saturated_px:
+                    the exposure's raw pixels at the ADC's full scale) or None
                     when the chain is off (both None from a version-1 server)
     readout         dict (version 4; None before): detector, panel (cols, rows), panel_pitch_mm,
                     roi_origin and roi_size (native pixels), binning (native per delivered pixel),

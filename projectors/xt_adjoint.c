@@ -282,6 +282,8 @@ int xt_adj_back(const xt_adj_grid *grid, const xt_geometry *g, int n, const doub
                 xt_msg *msg) {
   adj_job job = {.op = OP_BACK, .grid = grid, .y = y, .g = g, .n = n, .out = x};
   if (n < 1) {
+    int rc = xt_adj_grid_validate(grid, msg);
+    if (rc) return rc;
     size_t nv = (size_t)grid->dim[0] * grid->dim[1] * grid->dim[2];
     for (size_t v = 0; v < nv; v++) x[v] = 0.0;
   }
@@ -293,3 +295,15 @@ int xt_adj_pose_grad(const xt_adj_grid *grid, const double *mu, const xt_geometr
   adj_job job = {.op = OP_POSE, .grid = grid, .mu = mu, .y = y, .g = g, .n = n, .out = grad};
   return run_op(&job, threads, msg);
 }
+
+#ifndef XT_HAVE_CUDA
+int xt_adj_forward_cuda(const xt_adj_grid *grid, const double *mu, const xt_geometry *g, int n, double *out,
+                        int device, xt_msg *msg) {
+  return xt_fail(msg, XT_ENODEV, "adjoint: this build has no CUDA backend");
+}
+
+int xt_adj_back_cuda(const xt_adj_grid *grid, const xt_geometry *g, int n, const double *y, double *x, int device,
+                     xt_msg *msg) {
+  return xt_fail(msg, XT_ENODEV, "adjoint: this build has no CUDA backend");
+}
+#endif

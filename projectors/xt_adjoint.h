@@ -22,6 +22,10 @@
 #include "xt_geom.h"
 #include "xt_model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct xt_adj_grid {
   int dim[3];
   xt_affine index_to_model; /* voxel centre index -> model mm */
@@ -52,5 +56,18 @@ int xt_adj_pose_grad(const xt_adj_grid *grid, const double *mu, const xt_geometr
  * which test_adjoint checks against differences of xt_geom_compute. */
 void xt_adj_geom_velocity(const xt_geometry *g, double c, double r, xt_vec3 dS[XT_ADJ_NPARAM],
                           xt_vec3 dX[XT_ADJ_NPARAM]);
+
+/* The forward and the transpose on CUDA device `device` (adjoint_voxel.cu), float64, the same rays
+ * and traversal, no multiply-add contracted: the forward equals xt_adj_forward's, the transpose its
+ * sums up to the order of the atomic additions. Host arrays in and out (copied per call).
+ * XT_ENODEV in a build without CUDA or where no device is usable. */
+int xt_adj_forward_cuda(const xt_adj_grid *grid, const double *mu, const xt_geometry *g, int n, double *out,
+                        int device, xt_msg *msg);
+int xt_adj_back_cuda(const xt_adj_grid *grid, const xt_geometry *g, int n, const double *y, double *x, int device,
+                     xt_msg *msg);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* XT_ADJOINT_H */

@@ -14,11 +14,13 @@
 
 #include "xt_vec.h"
 
+/* Per-axis state in scalars, never arrays indexed by the axis chosen at run time: on the GPU such an
+ * index would put the state in local memory. */
 typedef struct xt_vwalk {
-  int n[3];
-  ptrdiff_t stride[3];
-  int idx[3], step[3];
-  double o[3], inv[3], snext[3];
+  int n0, n1, n2;
+  ptrdiff_t st1, st2;
+  int i0, i1, i2, d0, d1, d2; /* voxel index, step */
+  double o0, o1, o2, v0, v1, v2, x0, x1, x2; /* origin, 1 / direction, next crossing parameter */
   ptrdiff_t lin;
   double s, s1;
   int done;
@@ -60,34 +62,40 @@ static XT_INLINE XT_HOSTDEV int xt_vwalk_clip(const double o[3], const double q[
   return 1;
 }
 
+/* One axis of the reference's set-up: entry cell clamped into [0, n), step, 1/q, next crossing. */
+static XT_INLINE XT_HOSTDEV void xt_vwalk_axis(double o, double q, double s0, int n, int *idx, int *step, double *inv,
+                                               double *snext) {
+  double p = o + s0 * q;
+  int i = (int)floor(p);
+  /* The entry point lies on the box surface; rounding may put it a hair outside. */
+  if (i < 0) i = 0;
+  if (i > n - 1) i = n - 1;
+  *idx = i;
+  if (q > 0) {
+    *step = 1;
+    *inv = 1.0 / q;
+    *snext = ((double)(i + 1) - o) * *inv;
+  } else if (q < 0) {
+    *step = -1;
+    *inv = 1.0 / q;
+    *snext = ((double)i - o) * *inv;
+  } else {
+    *step = 0;
+    *inv = 0;
+    *snext = INFINITY;
+  }
+}
+
 static XT_INLINE XT_HOSTDEV void xt_vwalk_init(xt_vwalk *w, const int n[3], const double o[3], const double q[3],
                                                double s0, double s1) {
-  for (int a = 0; a < 3; a++) w->n[a] = n[a];
-  w->stride[0] = 1;
-  w->stride[1] = (ptrdiff_t)n[0];
-  w->stride[2] = (ptrdiff_t)n[0] * n[1];
-  for (int a = 0; a < 3; a++) {
-    w->o[a] = o[a];
-    double p = o[a] + s0 * q[a];
-    int i = (int)floor(p);
-    if (i < 0) i = 0;
-    if (i > n[a] - 1) i = n[a] - 1;
-    w->idx[a] = i;
-    if (q[a] > 0) {
-      w->step[a] = 1;
-      w->inv[a] = 1.0 / q[a];
-      w->snext[a] = ((double)(i + 1) - o[a]) * w->inv[a];
-    } else if (q[a] < 0) {
-      w->step[a] = -1;
-      w->inv[a] = 1.0 / q[a];
-      w->snext[a] = ((double)i - o[a]) * w->inv[a];
-    } else {
-      w->step[a] = 0;
-      w->inv[a] = 0;
-      w->snext[a] = INFINITY;
-    }
-  }
-  w->lin = w->idx[0] + w->stride[1] * w->idx[1] + w->stride[2] * w->idx[2];
+  w->n0 = n[0], w->n1 = n[1], w->n2 = n[2];
+  w->st1 = (ptrdiff_t)n[0];
+  w->st2 = (ptrdiff_t)n[0] * n[1];
+  w->o0 = o[0], w->o1 = o[1], w->o2 = o[2];
+  xt_vwalk_axis(o[0], q[0], s0, n[0], &w->i0, &w->d0, &w->v0, &w->x0);
+  xt_vwalk_axis(o[1], q[1], s0, n[1], &w->i1, &w->d1, &w->v1, &w->x1);
+  xt_vwalk_axis(o[2], q[2], s0, n[2], &w->i2, &w->d2, &w->v2, &w->x2);
+  w->lin = w->i0 + w->st1 * w->i1 + w->st2 * w->i2;
   w->s = s0;
   w->s1 = s1;
   w->done = 0;
@@ -98,36 +106,37 @@ static XT_INLINE XT_HOSTDEV void xt_vwalk_init(xt_vwalk *w, const int n[3], cons
  * and *cross through what: the axis (0..2) of the plane into the next voxel; 3 + axis: the volume's
  * face of that axis; -1: the walk's end s1 (the clip's exit face, or the ray's end). 0 once done. */
 static XT_INLINE XT_HOSTDEV int xt_vwalk_next(xt_vwalk *w, ptrdiff_t *lin, double *seg, int *cross, double *sx) {
-  while (!w->done) {
-    const double *sn = w->snext;
-    int a = sn[0] <= sn[1] ? (sn[0] <= sn[2] ? 0 : 2) : (sn[1] <= sn[2] ? 1 : 2);
-    double se = sn[a] < w->s1 ? sn[a] : w->s1;
-    double sg = 0.0;
-    const ptrdiff_t here = w->lin;
-    if (se > w->s) {
-      sg = se - w->s;
-      w->s = se;
-    }
-    *lin = here;
-    *seg = sg;
-    *sx = w->s;
-    if (w->s >= w->s1) {
-      w->done = 1;
-      *cross = -1;
-      return 1;
-    }
-    w->idx[a] += w->step[a];
-    if (w->idx[a] < 0 || w->idx[a] >= w->n[a]) {
-      w->done = 1;
-      *cross = 3 + a;
-      return 1;
-    }
-    w->lin += w->step[a] * w->stride[a];
-    w->snext[a] = ((double)(w->idx[a] + (w->step[a] > 0)) - w->o[a]) * w->inv[a];
-    *cross = a;
+  if (w->done) return 0;
+  const int a = w->x0 <= w->x1 ? (w->x0 <= w->x2 ? 0 : 2) : (w->x1 <= w->x2 ? 1 : 2);
+  const double sn = a == 0 ? w->x0 : (a == 1 ? w->x1 : w->x2);
+  const double se = sn < w->s1 ? sn : w->s1;
+  double sg = 0.0;
+  *lin = w->lin;
+  if (se > w->s) {
+    sg = se - w->s;
+    w->s = se;
+  }
+  *seg = sg;
+  *sx = w->s;
+  if (w->s >= w->s1) {
+    w->done = 1;
+    *cross = -1;
     return 1;
   }
-  return 0;
+  int i, n, d;
+  if (a == 0) i = (w->i0 += w->d0), n = w->n0, d = w->d0;
+  else if (a == 1) i = (w->i1 += w->d1), n = w->n1, d = w->d1;
+  else i = (w->i2 += w->d2), n = w->n2, d = w->d2;
+  if (i < 0 || i >= n) {
+    w->done = 1;
+    *cross = 3 + a;
+    return 1;
+  }
+  if (a == 0) w->lin += d, w->x0 = ((double)(i + (d > 0)) - w->o0) * w->v0;
+  else if (a == 1) w->lin += d * w->st1, w->x1 = ((double)(i + (d > 0)) - w->o1) * w->v1;
+  else w->lin += d * w->st2, w->x2 = ((double)(i + (d > 0)) - w->o2) * w->v2;
+  *cross = a;
+  return 1;
 }
 
 #endif /* XT_VOXEL_WALK_H */

@@ -962,6 +962,8 @@ static PyObject *Scene_model_count(Scene *s, PyObject *unused) { return PyLong_F
 
 static PyObject *Scene_backend(Scene *s, void *unused) { return PyUnicode_FromString(xt_backend_name(s->backend)); }
 
+static PyObject *Scene_busy(Scene *s, void *unused) { return PyBool_FromLong(s->busy); }
+
 static PyObject *Scene_render_dlpack(Scene *s, PyObject *args, PyObject *kw) {
   static char *kwl[] = {GEOM_KW, NULL};
   geom_args ga = {0};
@@ -1003,6 +1005,7 @@ static PyMethodDef Scene_methods[] = {
 
 static PyGetSetDef Scene_getset[] = {
     {"backend", (getter)Scene_backend, NULL, "cpu or cuda", NULL},
+    {"busy", (getter)Scene_busy, NULL, "a call is running on another thread (the GIL released)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1022,6 +1025,18 @@ static PyTypeObject SceneType = {
 /* The differentiable operator on a float64 grid (xt_adjoint.h)                                */
 /* ------------------------------------------------------------------------------------------ */
 
+/* 0 cpu, 1 cuda, -1 (raised) otherwise. */
+static int parse_backend(const char *b) {
+  xt_backend be;
+  if (xt_backend_parse(b, &be)) {
+    char t[160];
+    snprintf(t, sizeof t, "backend: '%.100s'; cpu or cuda", b);
+    xt_py_raise(XT_EINVAL, t);
+    return -1;
+  }
+  return be == XT_BACKEND_CUDA;
+}
+
 static int grid_from(PyObject *affine, const int dim[3], xt_adj_grid *grid) {
   memset(grid, 0, sizeof *grid);
   for (int a = 0; a < 3; a++) grid->dim[a] = dim[a];
@@ -1039,11 +1054,14 @@ static int grid_from(PyObject *affine, const int dim[3], xt_adj_grid *grid) {
 
 /* project(mu (nx,ny,nz) float64, affine, <geometry>, threads=0) -> float64 (n, rows, cols) */
 static PyObject *py_project(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwl[] = {"mu", "affine", GEOM_KW, "threads", NULL};
+  static char *kwl[] = {"mu", "affine", GEOM_KW, "threads", "backend", "device", NULL};
   PyObject *omu, *aff;
   geom_args ga = {0};
-  int threads = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OOOOdOi", kwl, &omu, &aff, GEOM_REF(ga), &threads)) return NULL;
+  int threads = 0, device = 0, cuda;
+  const char *backend = "cpu";
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OOOOdOisi", kwl, &omu, &aff, GEOM_REF(ga), &threads, &backend, &device))
+    return NULL;
+  if ((cuda = parse_backend(backend)) < 0) return NULL;
   PyArrayObject *mu = volume_array(omu, NPY_DOUBLE);
   if (!mu) return NULL;
   int dim[3] = {(int)PyArray_DIM(mu, 0), (int)PyArray_DIM(mu, 1), (int)PyArray_DIM(mu, 2)};
@@ -1058,7 +1076,8 @@ static PyObject *py_project(PyObject *self, PyObject *args, PyObject *kw) {
   xt_msg msg = {{0}};
   int rc;
   Py_BEGIN_ALLOW_THREADS;
-  rc = xt_adj_forward(&grid, PyArray_DATA(mu), g, n, PyArray_DATA(out), threads, &msg);
+  rc = cuda ? xt_adj_forward_cuda(&grid, PyArray_DATA(mu), g, n, PyArray_DATA(out), device, &msg)
+            : xt_adj_forward(&grid, PyArray_DATA(mu), g, n, PyArray_DATA(out), threads, &msg);
   Py_END_ALLOW_THREADS;
   if (rc) {
     Py_DECREF(out);
@@ -1089,14 +1108,16 @@ static PyArrayObject *frames_array(PyObject *o, int n, const xt_geometry *g) {
 /* back_project(y (n, rows, cols) float64, shape (nx, ny, nz), affine, <geometry>, threads=0)
  * -> float64 (nx, ny, nz) [i, j, k] (Fortran order): A^T y */
 static PyObject *py_back_project(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwl[] = {"y", "shape", "affine", GEOM_KW, "threads", NULL};
+  static char *kwl[] = {"y", "shape", "affine", GEOM_KW, "threads", "backend", "device", NULL};
   PyObject *oy, *aff;
   int dim[3];
   geom_args ga = {0};
-  int threads = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O(iii)O|$OOOOdOi", kwl, &oy, &dim[0], &dim[1], &dim[2], &aff, GEOM_REF(ga),
-                                   &threads))
+  int threads = 0, device = 0, cuda;
+  const char *backend = "cpu";
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O(iii)O|$OOOOdOisi", kwl, &oy, &dim[0], &dim[1], &dim[2], &aff,
+                                   GEOM_REF(ga), &threads, &backend, &device))
     return NULL;
+  if ((cuda = parse_backend(backend)) < 0) return NULL;
   xt_adj_grid grid;
   xt_geometry *g = NULL;
   int n = 0;
@@ -1110,7 +1131,8 @@ static PyObject *py_back_project(PyObject *self, PyObject *args, PyObject *kw) {
   xt_msg msg = {{0}};
   int rc;
   Py_BEGIN_ALLOW_THREADS;
-  rc = xt_adj_back(&grid, g, n, PyArray_DATA(y), PyArray_DATA(out), threads, &msg);
+  rc = cuda ? xt_adj_back_cuda(&grid, g, n, PyArray_DATA(y), PyArray_DATA(out), device, &msg)
+            : xt_adj_back(&grid, g, n, PyArray_DATA(y), PyArray_DATA(out), threads, &msg);
   Py_END_ALLOW_THREADS;
   if (rc) {
     Py_DECREF(out);
@@ -1197,9 +1219,9 @@ static PyObject *py_modes(PyObject *self, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"project", (PyCFunction)(void (*)(void))py_project, METH_VARARGS | METH_KEYWORDS,
-     "project(mu, affine, <geometry>, threads=0) -> float64 (n, rows, cols): A mu"},
+     "project(mu, affine, <geometry>, threads=0, backend='cpu'|'cuda', device=0) -> float64 (n, rows, cols): A mu"},
     {"back_project", (PyCFunction)(void (*)(void))py_back_project, METH_VARARGS | METH_KEYWORDS,
-     "back_project(y, shape, affine, <geometry>, threads=0) -> float64 [i, j, k]: A^T y"},
+     "back_project(y, shape, affine, <geometry>, threads=0, backend='cpu'|'cuda', device=0) -> float64 [i, j, k]: A^T y"},
     {"pose_grad", (PyCFunction)(void (*)(void))py_pose_grad, METH_VARARGS | METH_KEYWORDS,
      "pose_grad(mu, affine, y, poses=..., mode=..., threads=0) -> float64 (n, 6)"},
     {"geometry", (PyCFunction)(void (*)(void))py_geometry, METH_VARARGS | METH_KEYWORDS,

@@ -180,9 +180,9 @@ PyObject *xt_py_dlpack_info(PyObject *self, PyObject *cap) {
     PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
     if (t->strides) PyTuple_SET_ITEM(strides, i, PyLong_FromLongLong(t->strides[i]));
   }
-  return Py_BuildValue("{sisisNsNs(iii)sK}", "device_type", t->device.device_type, "device_id", t->device.device_id,
+  return Py_BuildValue("{sisisNsNs(iii)sKsK}", "device_type", t->device.device_type, "device_id", t->device.device_id,
                        "shape", shape, "strides", strides, "dtype", t->dtype.code, t->dtype.bits, t->dtype.lanes,
-                       "byte_offset", (unsigned long long)t->byte_offset);
+                       "byte_offset", (unsigned long long)t->byte_offset, "data", (unsigned long long)(uintptr_t)t->data);
 }
 
 /* Our own consumer: a compact float32 tensor (host or CUDA) copied into a new numpy array; the

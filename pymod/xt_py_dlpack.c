@@ -105,8 +105,8 @@ PyObject *xt_py_dlpack_render(xt_acq_renderer *r, xt_backend b, const xt_geometr
   Py_BEGIN_ALLOW_THREADS;
   if (b == XT_BACKEND_CUDA) {
 #ifdef XT_HAVE_CUDA
-    /* Device memory made once per batch, the frames rendered into it on the device, in one
-     * stream, without a trip through the host. */
+    /* Device memory made once per batch (the consumer owns it after), the frames rendered into it
+     * by the batch kernel, many poses per launch, without a trip through the host. */
     e->cuda = 1;
     cudaError_t ce = cudaGetDevice(&device);
     if (ce == cudaSuccess) ce = cudaMalloc(&e->mem, bytes);
@@ -114,10 +114,7 @@ PyObject *xt_py_dlpack_render(xt_acq_renderer *r, xt_backend b, const xt_geometr
       e->mem = NULL;
       rc = xt_fail(&msg, XT_EDEVICE, "dlpack: cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(ce));
     }
-    for (int i = 0; i < n && !rc; i++)
-      rc = xt_proj_render_device(r->proj, &g[i], 0, (float *)e->mem + frame * (size_t)i, NULL, &msg);
-    if (!rc && (ce = cudaStreamSynchronize(NULL)) != cudaSuccess)
-      rc = xt_fail(&msg, XT_EDEVICE, "dlpack: render: %s", cudaGetErrorString(ce));
+    if (!rc) rc = xt_proj_render_batch_device(r->proj, g, n, e->mem, &msg);
 #else
     rc = xt_fail(&msg, XT_ENODEV, "dlpack: this build has no CUDA backend");
 #endif

@@ -23,3 +23,12 @@ add_test(NAME test_inproc_cuda
   COMMAND ${XT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_inproc_cuda.py --python ${XT_PY_DIR})
 set_tests_properties(test_inproc_cuda PROPERTIES TIMEOUT 300 LABELS "gpu;python" SKIP_RETURN_CODE 77
   ENVIRONMENT "${_xt_py_env}")
+# The examples run as users run them (the registration must find the pose within 0.5 deg and 0.5 mm);
+# not under ASan, where they would only repeat test_inproc_torch's calls at ten times the cost.
+if(NOT XT_SANITIZE)
+  add_test(NAME test_inproc_examples COMMAND sh -c
+    "\"$1\" \"$2/inproc_registration.py\" --steps 110 --threads 2 && \"$1\" \"$2/inproc_dataloader.py\" --batches 2 --batch 4 --workers 1"
+    sh ${XT_PYTHON} ${CMAKE_SOURCE_DIR}/api/python/examples)
+  set_tests_properties(test_inproc_examples PROPERTIES TIMEOUT 300 LABELS "cpu;python" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${_xt_py_env}")
+endif()

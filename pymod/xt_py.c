@@ -28,6 +28,9 @@
 #include "xt_load.h"
 #include "xt_phantom.h"
 #include "xt_py.h"
+#ifdef XT_PY_BENCH_PHANTOMS
+#include "xt_bench.h"
+#endif
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors                                                                                     */
@@ -292,6 +295,7 @@ typedef struct {
   xt_model **models;
   int nmodels, cap;
   int busy; /* a call is running with the GIL released */
+  uint64_t last_ns; /* the last render's time inside the C call (the benchmark's "C call") */
 } Scene;
 
 static void Scene_dealloc(Scene *s) {
@@ -679,17 +683,25 @@ static PyObject *Scene_add_phantom(Scene *s, PyObject *args, PyObject *kw) {
   if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
   if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
   xt_msg msg = {{0}};
-  if (strcmp(kind, "head")) {
-    xt_fail(&msg, XT_ENOTFOUND, "phantom: unknown kind '%s'; head", kind);
+  const int bench = !strcmp(kind, "bench-head");
+  if (strcmp(kind, "head") && !bench) {
+    xt_fail(&msg, XT_ENOTFOUND, "phantom: unknown kind '%s'; head or bench-head", kind);
     return raise_msg(XT_ENOTFOUND, &msg);
   }
+#ifndef XT_PY_BENCH_PHANTOMS
+  if (bench) return xt_py_raise(XT_EUNSUPPORTED, "phantom: bench-head is not in this build (bench/ absent)");
+#endif
   int d[3] = {256, 256, 256};
   if (dims && dims != Py_None && !PyArg_ParseTuple(dims, "iii", &d[0], &d[1], &d[2])) return NULL;
   xt_model *m = NULL;
   int rc;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS;
-  rc = xt_phantom_head_model(d, spacing, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, &msg);
+#ifdef XT_PY_BENCH_PHANTOMS
+  if (bench) rc = xt_bench_head(labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, &msg);
+  else
+#endif
+    rc = xt_phantom_head_model(d, spacing, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, &msg);
   Py_END_ALLOW_THREADS;
   s->busy = 0;
   if (rc) return raise_msg(rc, &msg);
@@ -730,7 +742,9 @@ static PyObject *Scene_render(Scene *s, PyObject *args, PyObject *kw) {
   xt_msg msg = {{0}};
   int rc;
   Py_BEGIN_ALLOW_THREADS;
+  const uint64_t t0 = xt_acq_now_ns();
   rc = xt_acq_expose_batch(&s->rnd, q, n, PyArray_DATA(out), f, &msg);
+  s->last_ns = xt_acq_now_ns() - t0;
   Py_END_ALLOW_THREADS;
   if (rc) {
     Py_DECREF(out);
@@ -964,6 +978,8 @@ static PyObject *Scene_backend(Scene *s, void *unused) { return PyUnicode_FromSt
 
 static PyObject *Scene_busy(Scene *s, void *unused) { return PyBool_FromLong(s->busy); }
 
+static PyObject *Scene_last_ns(Scene *s, void *unused) { return PyLong_FromUnsignedLongLong(s->last_ns); }
+
 static PyObject *Scene_render_dlpack(Scene *s, PyObject *args, PyObject *kw) {
   static char *kwl[] = {GEOM_KW, NULL};
   geom_args ga = {0};
@@ -987,7 +1003,8 @@ static PyMethodDef Scene_methods[] = {
     {"add_file", (PyCFunction)(void (*)(void))Scene_add_file, METH_VARARGS | METH_KEYWORDS,
      "add_file(path, *, convert='mu', hu_model='bilinear', energy_kev=0, place='center', placement=None, name=None)"},
     {"add_phantom", (PyCFunction)(void (*)(void))Scene_add_phantom, METH_VARARGS | METH_KEYWORDS,
-     "add_phantom(kind='head', *, dims=(256,256,256), spacing_mm=1.0, labels=False, placement=None) -> index"},
+     "add_phantom(kind='head'|'bench-head', *, dims=(256,256,256), spacing_mm=1.0, labels=False, placement=None) -> index"
+     " (bench-head: xtwin bench's scene (a) head, its own grid)"},
     {"render", (PyCFunction)(void (*)(void))Scene_render, METH_VARARGS | METH_KEYWORDS,
      "render(*, poses=(n,3|6|8), mode='fd20-256' | P=(n,3,4), size=(cols,rows), sid_mm, convention='center'|'edge')"
      " -> float32 (n, rows, cols) line integrals"},
@@ -1006,6 +1023,8 @@ static PyMethodDef Scene_methods[] = {
 static PyGetSetDef Scene_getset[] = {
     {"backend", (getter)Scene_backend, NULL, "cpu or cuda", NULL},
     {"busy", (getter)Scene_busy, NULL, "a call is running on another thread (the GIL released)", NULL},
+    {"last_render_ns", (getter)Scene_last_ns, NULL, "the last render()'s time inside the C call (xt_acq_expose_batch), ns",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

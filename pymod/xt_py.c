@@ -162,6 +162,9 @@ done:
  * source), the source its null space, pixel (c, r) the point at depth sid on the ray of (c, r). */
 int xt_py_geom_from_P(const double Pin[3][4], int cols, int rows, double sid, xt_geometry *g, xt_msg *msg) {
   double P[3][4];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++)
+      if (!isfinite(Pin[i][j])) return xt_fail(msg, XT_ENANDATA, "P: entry (%d, %d) is not finite", i, j);
   double s = sqrt(Pin[2][0] * Pin[2][0] + Pin[2][1] * Pin[2][1] + Pin[2][2] * Pin[2][2]);
   if (!(s > 0) || !isfinite(s)) return xt_fail(msg, XT_EINVAL, "P: the third row's direction is zero or not finite");
   for (int i = 0; i < 3; i++)

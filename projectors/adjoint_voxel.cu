@@ -13,9 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The C headers' functions have C linkage (xt_fail, xt_geom_patient_to_world). */
+extern "C" {
 #include "xt_adjoint.h"
 #include "xt_raycast.h"
 #include "xt_voxel_walk.h"
+}
 
 /* What a thread needs of its frame. */
 typedef struct adj_frame {

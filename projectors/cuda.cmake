@@ -3,6 +3,10 @@
 # registers, stack and spills (-Xptxas -v); spills and local memory are warnings, and warnings
 # are errors under XT_WERROR, so a kernel that spills fails CI's build.
 target_sources(xt_proj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_pipeline.cu ${CMAKE_CURRENT_LIST_DIR}/proj_voxel.cu)
+# The voxel operator's adjoint in float64 (issue 30): no contracted multiply-adds, so its arithmetic is
+# the CPU reference's operation for operation (adjoint_voxel.cu).
+target_sources(xt_proj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/adjoint_voxel.cu)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/adjoint_voxel.cu PROPERTIES COMPILE_OPTIONS -fmad=false)
 # The Gaussian kind (issue 8) and the CUB scan and sort it uses (C++ behind extern "C"). xt_cub.cu
 # is built apart, without -warn-spills: CUB 3.0's own DeviceScan kernel spills 4 bytes at sm_90
 # with nvcc 13.0 (library code; our kernels stay held to zero spills below).

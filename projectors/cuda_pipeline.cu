@@ -455,6 +455,34 @@ extern "C" int xt_cuda_render_batch(xt_cuda_proj *p, const xt_geometry *g, int n
   return pipeline(p, g, n, n, 0, out, msg);
 }
 
+/* The batch into device memory (xt_proj_render_batch_device): each chunk's descriptors through the
+ * pinned h_desc of its parity (the chunk two before, which used it, has finished its launch), its
+ * frames written by the kinds straight into d_out; one synchronisation at the end. */
+extern "C" int xt_cuda_render_batch_device(xt_cuda_proj *p, const xt_geometry *g, int n, float *d_out, xt_msg *msg) {
+  for (int i = 1; i < n; i++)
+    if (g[i].mode.cols != g[0].mode.cols || g[i].mode.rows != g[0].mode.rows)
+      return xt_fail(msg, XT_EINVAL, "cuda projector: batch frame %d has a different detector", i);
+  const int cols = g[0].mode.cols, rows = g[0].mode.rows;
+  int rc = check_geom(g, msg);
+  if (rc) return rc;
+  CK(cudaSetDevice(p->opt.device));
+  if ((rc = ensure_scratch(p, cols, rows, 0, msg))) return rc;
+  const size_t fpx = (size_t)cols * rows;
+  for (int c = 0, first = 0; first < n; c++, first += p->chunk) {
+    const int b = c & 1, nf = first + p->chunk <= n ? p->chunk : n - first;
+    CK(cudaEventSynchronize(p->ev_k[b]));
+    fill_descs(p, g, n, first, nf, p->h_desc[b]);
+    if (p->desc_bytes)
+      CK(cudaMemcpyAsync(p->d_desc[b], p->h_desc[b], p->desc_bytes * nf, cudaMemcpyHostToDevice, p->s_render));
+    if ((rc = render_kinds(p, &g[first], nf, cols, rows, p->d_desc[b], d_out + fpx * (size_t)first, 0, 0, p->s_render,
+                           msg)))
+      return rc;
+    CK(cudaEventRecord(p->ev_k[b], p->s_render));
+  }
+  CK(cudaStreamSynchronize(p->s_render));
+  return 0;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -685,6 +713,9 @@ static int ops_render_channels(void *impl, const xt_geometry *g, float *out, xt_
 static int ops_render_device(void *impl, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg) {
   return xt_cuda_render_device((xt_cuda_proj *)impl, g, channels, d_out, stream, msg);
 }
+static int ops_render_batch_device(void *impl, const xt_geometry *g, int n, float *d_out, xt_msg *msg) {
+  return xt_cuda_render_batch_device((xt_cuda_proj *)impl, g, n, d_out, msg);
+}
 static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out, void *stream,
                                xt_msg *msg) {
   return xt_cuda_render_spectral((xt_cuda_proj *)impl, g, sp, d_out, stream, msg);
@@ -693,5 +724,5 @@ static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_s
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
     "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
     ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral, ops_host_alloc,
-    ops_host_free,
+    ops_host_free, ops_render_batch_device,
 };

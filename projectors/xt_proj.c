@@ -109,6 +109,13 @@ int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float 
   return p->ops->render_device(p->impl, g, channels, d_out, stream, msg);
 }
 
+int xt_proj_render_batch_device(xt_proj *p, const xt_geometry *g, int n, float *d_out, xt_msg *msg) {
+  if (!p->ops->render_batch_device)
+    return xt_fail(msg, XT_EUNSUPPORTED, "projector %s: no device batches", p->ops->name);
+  if (n < 1) return 0;
+  return p->ops->render_batch_device(p->impl, g, n, d_out, msg);
+}
+
 int xt_proj_render_device_spectral(xt_proj *p, const xt_geometry *g, const xt_chan_spectral *sp, float *d_out,
                                    void *stream, xt_msg *msg) {
   if (!p->ops->render_spectral)

@@ -51,6 +51,10 @@ typedef struct xt_proj_ops {
    * directly (xt_host_alloc). */
   int (*host_alloc)(size_t bytes, void **out, xt_msg *msg);
   void (*host_free)(void *p);
+  /* Device backends only (NULL otherwise): n frames of one detector size into device memory d_out
+   * (n * rows * cols floats) by the batch kernel, many poses per launch; returns once they are
+   * there (xt_proj_render_batch_device). */
+  int (*render_batch_device)(void *impl, const xt_geometry *g, int n, float *d_out, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -90,6 +94,11 @@ int xt_proj_render_channels_fast(xt_proj *p, const xt_geometry *g, float *out, x
 /* Device backends: one frame into device memory on a CUDA stream (see xt_proj_ops.render_device);
  * XT_EUNSUPPORTED on the CPU backend. */
 int xt_proj_render_device(xt_proj *p, const xt_geometry *g, int channels, float *d_out, void *stream, xt_msg *msg);
+/* Device backends: n frames of one detector size into device memory d_out (n * rows * cols floats,
+ * frame i at i * rows * cols) by the batch kernel, chunks of many poses per launch, synchronised
+ * before it returns: a batch for a consumer on the device (DLPack, issue 30) without a trip through
+ * the host. XT_EUNSUPPORTED on the CPU backend. */
+int xt_proj_render_batch_device(xt_proj *p, const xt_geometry *g, int n, float *d_out, xt_msg *msg);
 /* Device backends: one frame's spectral sums of its channels (xt_spectral_sum with sp, whose
  * pointers are device memory) into d_out: plane 0 the k1 sums, plane 1 the k2 sums (rows*cols
  * floats each), computed from the channels in registers, so the channel planes never reach memory.

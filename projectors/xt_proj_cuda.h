@@ -61,6 +61,9 @@ int xt_cuda_render(xt_cuda_proj *p, const xt_geometry *g, float *out, xt_msg *ms
 /* n frames of one detector mode; renders in chunks of many poses per launch, the copy-out of
  * one chunk overlapping the render of the next. */
 int xt_cuda_render_batch(xt_cuda_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg);
+/* n frames of one detector mode into device memory d_out, chunks of many poses per launch; returns
+ * once they are there. */
+int xt_cuda_render_batch_device(xt_cuda_proj *p, const xt_geometry *g, int n, float *d_out, xt_msg *msg);
 void xt_cuda_destroy(xt_cuda_proj *p);
 /* Material channels: the set, one frame's planes to host memory, and one frame (line integral or
  * channels) into device memory on a caller's cudaStream_t without synchronising. */

@@ -1,12 +1,9 @@
-/* DICOM writing and storing through GDCM (Debian's libgdcm-dev), behind this plain C header: a data
- * set built element by element (sequences and items nested as the caller opens and closes them),
- * encoded as a Part 10 file in Explicit VR Little Endian, new UIDs, and C-STORE of files to a
- * PACS. output/xt_dcw_gdcm.cpp is the one C++ file behind it; what the objects say (Enhanced XA,
- * classic XA, the dose SR) is C, in xt_dicom.c, from the frame records' fields.
- *
- * Why GDCM and not DCMTK: xtwin already links GDCM for DICOM input (models/xt_dicom_gdcm.cpp), and
- * its network module (CompositeNetworkFunctions: C-ECHO, C-STORE) is in the same Debian package,
- * so one DICOM library serves input, output and the network (docs/dicom.md).
+/* DICOM writing through GDCM (Debian's libgdcm-dev), behind this plain C header: a data set built
+ * element by element (sequences and items nested as the caller opens and closes them), encoded as
+ * a Part 10 file in Explicit VR Little Endian, and new UIDs. output/xt_dcw_gdcm.cpp is the one C++
+ * file behind it; what the objects say (Enhanced XA, classic XA, the dose SR) is C, in xt_dicom*.c,
+ * from the frame records' fields. GDCM because xtwin already reads DICOM with it
+ * (models/xt_dicom_gdcm.cpp); sending (C-STORE) is DCMTK's, behind xt_pacs.h (docs/dicom.md).
  *
  * Building never fails half-way for the caller: the first error (a bad tag, a value too long for
  * its VR, out of memory, a sequence not closed) is kept and reported by xt_dcw_encode, so a
@@ -57,12 +54,6 @@ int xt_dcw_encode(xt_dcw *d, unsigned char **out, size_t *len, xt_msg *msg);
 
 /* A new UID (GDCM's generator: its root, then host, time and a random part). */
 void xt_dcw_uid(char out[XT_DCW_UID]);
-
-/* C-STORE of the files to the SCP at host:port (called AE title `called`, ours `calling`; NULL:
- * "ANY-SCP", "XTWIN"), after a C-ECHO so that "no PACS there" and "the PACS refused a file" are
- * told apart. 0 when every file was stored. */
-int xt_dcw_store(const char *host, int port, const char *calling, const char *called, const char *const *files, int n,
-                 xt_msg *msg);
 
 #ifdef __cplusplus
 }

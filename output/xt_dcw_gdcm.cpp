@@ -1,9 +1,9 @@
-/* The DICOM writer and C-STORE through GDCM, behind xt_dcw.h (the one C++ file of output/: GDCM is a
+/* The DICOM writer through GDCM, behind xt_dcw.h (the one C++ file of output/: GDCM is a
  * C++ library). A builder is a stack: the root data set at the bottom, then an open sequence, an
  * open item in it, and so on; closing an item adds it to its sequence, closing a sequence adds it
  * to the data set below. Every entry point catches every exception; the first failure is kept and
- * returned by xt_dcw_encode. GDCM calls that touch its global dictionaries or the network are
- * serialised by one mutex, as models/xt_dicom_gdcm.cpp's are. */
+ * returned by xt_dcw_encode. GDCM calls that touch its global dictionaries are serialised by one
+ * mutex, as models/xt_dicom_gdcm.cpp's are. */
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <gdcmCompositeNetworkFunctions.h>
 #include <gdcmDataElement.h>
 #include <gdcmDataSet.h>
 #include <gdcmFile.h>
@@ -312,29 +311,6 @@ void xt_dcw_uid(char out[XT_DCW_UID]) {
     const char *u = g.Generate();
     if (u) snprintf(out, XT_DCW_UID, "%s", u);
   } catch (...) {
-  }
-}
-
-int xt_dcw_store(const char *host, int port, const char *calling, const char *called, const char *const *files, int n,
-                 xt_msg *msg) {
-  if (!host || !*host || port <= 0 || port > 65535) return xt_fail(msg, XT_EINVAL, "C-STORE: bad address %s:%d", host ? host : "", port);
-  if (!calling) calling = "XTWIN";
-  if (!called) called = "ANY-SCP";
-  std::lock_guard<std::mutex> lock(gdcm_mu);
-  try {
-    quiet();
-    if (!gdcm::CompositeNetworkFunctions::CEcho(host, (uint16_t)port, calling, called))
-      return xt_fail(msg, XT_EIO, "C-ECHO to %s@%s:%d failed: no DICOM SCP answering there (or it refused AE title %s)",
-                     called, host, port, calling);
-    gdcm::Directory::FilenamesType names;
-    for (int i = 0; i < n; i++) names.push_back(files[i]);
-    if (!gdcm::CompositeNetworkFunctions::CStore(host, (uint16_t)port, names, calling, called))
-      return xt_fail(msg, XT_EIO, "C-STORE to %s@%s:%d: the SCP did not store every file (%d sent)", called, host, port, n);
-    return 0;
-  } catch (const std::bad_alloc &) {
-    return xt_fail(msg, XT_ENOMEM, "out of memory in C-STORE");
-  } catch (...) {
-    return xt_fail(msg, XT_EIO, "C-STORE to %s:%d: GDCM failed", host, port);
   }
 }
 

@@ -196,8 +196,11 @@ static int run_fields(const xt_dicom_run *r, xt_frame_fields *ff, int *rows, int
   return 0;
 }
 
+/* The raw frame's ADC bits rounded up to what XA allows (8, 10, 12, 16); processed frames: 12. */
 static int bits_stored(const xt_dicom_run *r, const xt_frame_fields *ff) {
-  return r->which == XT_DICOM_RAW ? ff->prm->adc_bits : 12;
+  if (r->which != XT_DICOM_RAW) return 12;
+  const int b = ff->prm->adc_bits;
+  return b <= 8 ? 8 : b <= 10 ? 10 : b <= 12 ? 12 : 16;
 }
 
 static void image_pixels(xt_dcw *d, const xt_dicom_run *r, const xt_frame_fields *ff, int rows, int cols) {

@@ -1,6 +1,5 @@
 /* `xtwin store`: C-STORE of DICOM files (an `xtwin render --dicom` run, its dose report) to a PACS,
- * through output/xt_dcw.h (GDCM's network module). A C-ECHO first tells "nothing there" from "the
- * PACS refused a file". Exit 0 when every file was stored, 1 on a network or PACS failure, 2 on
+ * through output/xt_pacs.h (DCMTK's network module): one association, a C-ECHO, then each file. Exit 0 when every file was stored, 1 on a network or PACS failure, 2 on
  * usage. */
 #include <errno.h>
 #include <stdio.h>
@@ -9,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "xt_cli.h"
-#include "xt_dcw.h"
+#include "xt_pacs.h"
 #include "xt_opt.h"
 
 #define say(code, ...) xt_cli_say("store", (code), __VA_ARGS__)
@@ -17,7 +16,7 @@
 void xt_cmd_store_help(FILE *out) {
   fprintf(out, "usage: xtwin store --to HOST:PORT [--called AET] [--calling AET] FILE...\n"
                "\n"
-               "Sends DICOM files to a PACS (C-STORE, after a C-ECHO), e.g. the Enhanced XA, classic XA and\n"
+               "Sends DICOM files to a PACS (one association: C-ECHO, then C-STORE of each), e.g. the Enhanced XA, classic XA and\n"
                "dose SR of `xtwin render --dicom` (docs/dicom.md).\n"
                "  --to HOST:PORT   the PACS (its DICOM port)\n"
                "  --called AET     its AE title (default ANY-SCP)\n"
@@ -83,7 +82,8 @@ int xt_cmd_store(int argc, char **argv) {
     }
   }
   xt_msg msg = {0};
-  if (xt_dcw_store(host, (int)port, calling, called, files, n, &msg)) {
+  const xt_pacs_peer peer = {host, (int)port, called, calling, 0};
+  if (xt_pacs_store(&peer, files, n, &msg)) {
     code = say(XT_EXIT_RUNTIME, "%s", msg.text);
     goto done;
   }

@@ -13,7 +13,13 @@ real PACS: Debian's Orthanc on loopback with its own configuration in a temporar
 store` sends the run and its dose report by C-STORE and the test reads them back through Orthanc's
 REST API, byte for byte.
 
-  /usr/bin/python3 tests/test_dicom_out.py XTWIN SCRATCH [test ...]
+Last, the server's study folder: `xtwin-server --chain --study-dir DIR` runs two acquisitions at
+15 fps; each run appears in DIR as Enhanced and classic XA, with the study's dose report over both
+(dciodvfy, frame counts, the report's events are the runs'); the stream is not held up by it (the
+frames the client counted against the pacer's schedule are reported, not asserted: timing is a
+benchmark's business).
+
+  /usr/bin/python3 tests/test_dicom_out.py XTWIN XTWIN_SERVER|- SCRATCH [test ...]
 
 Exit 0: all passed; 1: a failure; 77: a tool that scripts/install-deps installs is missing
 (ctest: skipped, naming it)."""
@@ -48,9 +54,9 @@ if MISSING:
     print(f"test_dicom_out: skipped: missing {', '.join(MISSING)}; scripts/install-deps installs them")
     sys.exit(77)
 
-XTWIN, SCRATCH = sys.argv[1], sys.argv[2]
+XTWIN, SERVER, SCRATCH = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-_argv, sys.argv = sys.argv, [sys.argv[0], XTWIN, "-", SCRATCH]
+_argv, sys.argv = sys.argv, [sys.argv[0], XTWIN, "-", SCRATCH]  # test_cli's argv: XTWIN RENDER_SRC SCRATCH
 import test_cli  # noqa: E402  (its PNG reader: libpng's files read by an independent decoder)
 sys.argv = _argv
 
@@ -402,13 +408,89 @@ def test_orthanc_store():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def http_json(port, method, path, body=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read() or b"null")
+
+
+def test_server_study_folder():
+    """xtwin-server --study-dir: each chain run written as Enhanced + classic XA, the study's dose SR
+    over every run, all valid; written by the server's writer thread, not the frame path."""
+    if SERVER == "-":
+        print("  (no xtwin-server in this build: skipped)")
+        return
+    d = os.path.join(SCRATCH, "study")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    ports = os.path.join(d, "ports.json")
+    log = open(os.path.join(SCRATCH, "server-study.log"), "w")
+    proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--backend", "cpu",
+                             "--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--fps", "15",
+                             "--chain", "--study-dir", d], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(ports):
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError("xtwin-server did not start (see server-study.log)")
+            time.sleep(0.05)
+        time.sleep(0.1)
+        rest = json.load(open(ports))["rest"]
+        http_json(rest, "POST", "/v1/acquisition/stop")  # the server runs from its start: that run ends here
+        time.sleep(1.2)
+        for pose in ({"primary_deg": 20, "secondary_deg": 5}, {"primary_deg": -35, "secondary_deg": -10}):
+            http_json(rest, "PUT", "/v1/pose", pose)
+            http_json(rest, "POST", "/v1/acquisition/start")
+            time.sleep(1.0)
+            http_json(rest, "POST", "/v1/acquisition/stop")
+            time.sleep(1.2)  # stopped and quiet: the writer closes the run
+        deadline = time.time() + 30
+        while len(glob.glob(os.path.join(d, "*", "run-a-*_xa.dcm"))) < 3 and time.time() < deadline:
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
+    runs = sorted(glob.glob(os.path.join(d, "*", "run-a-*_xa.dcm")), key=lambda f: int(f.split("-")[-1].split("_")[0]))
+    check(len(runs) == 3, f"{len(runs)} runs written, 3 expected (the start's and two): {os.listdir(d)}")
+    srs = glob.glob(os.path.join(d, "*", "dose_sr.dcm"))
+    check(len(srs) == 1, f"one dose report, not {len(srs)}")
+    check(not glob.glob(os.path.join(d, "*", "*.tmp")), "no temporary left")
+    files = runs + [r.replace("_xa.dcm", "_xa_classic.dcm") for r in runs] + srs
+    total = 0
+    for f in files:
+        errs = dciodvfy_errors(f)
+        check(not errs, f"dciodvfy {os.path.basename(f)}: {errs[:5]}")
+    for k, r in enumerate(runs):
+        ds = pydicom.dcmread(r)
+        n = int(ds.NumberOfFrames)
+        total += n
+        check(n >= 5 or k == 0, f"{os.path.basename(r)}: {n} frames in a 1 s run at 15 fps")
+        a = [float(f.PositionerPositionSequence[0].PositionerPrimaryAngle) for f in ds.PerFrameFunctionalGroupsSequence]
+        if k:
+            check(set(a) == {(20.0, -35.0)[k - 1]}, f"{os.path.basename(r)}: angles {set(a)}")
+        times = [f.FrameContentSequence[0].FrameAcquisitionDateTime for f in ds.PerFrameFunctionalGroupsSequence]
+        check(times == sorted(times) and len(set(times)) == n, f"{os.path.basename(r)}: frame times in order")
+    if srs:
+        sr = pydicom.dcmread(srs[0])
+        events = [it for m, it in sr_items(sr) if m == "Irradiation Event X-Ray Data"]
+        check(len(events) == len(runs), f"dose report: {len(events)} events for {len(runs)} runs")
+        pulses = sum(num({it.ConceptNameCodeSequence[0].CodeMeaning: it for it in e.ContentSequence}["Number of Pulses"])
+                     for e in events)
+        check(int(pulses) == total, f"dose report: {pulses} pulses, the runs have {total} frames")
+
+
 TESTS = [test_objects_valid, test_pixels_read_back, test_enhanced_geometry_reproduces_P,
-         test_classic_geometry_and_its_approximations, test_dose_report, test_identity, test_orthanc_store]
+         test_classic_geometry_and_its_approximations, test_dose_report, test_identity, test_orthanc_store,
+         test_server_study_folder]
 
 
 def main():
     os.makedirs(SCRATCH, exist_ok=True)
-    only = set(sys.argv[3:])
+    only = set(sys.argv[4:])
     failed = ran = 0
     for t in TESTS:
         if only and t.__name__ not in only:

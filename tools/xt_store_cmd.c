@@ -56,9 +56,10 @@ int xt_cmd_store(int argc, char **argv) {
     code = say(XT_EXIT_USAGE, "no files to store");
     goto done;
   }
-  for (const char *const *ae = (const char *const[]){called, calling}, *const *e = ae + 2; ae < e; ae++)
-    if (*ae && (!**ae || strlen(*ae) > 16)) {
-      code = say(XT_EXIT_USAGE, "AE title \"%s\": 1 to 16 characters", *ae);
+  const char *titles[2] = {called, calling};
+  for (int k = 0; k < 2; k++)
+    if (titles[k] && (!titles[k][0] || strlen(titles[k]) > 16)) {
+      code = say(XT_EXIT_USAGE, "--%s: AE title \"%s\": 1 to 16 characters", k ? "calling" : "called", titles[k]);
       goto done;
     }
   char host[256];

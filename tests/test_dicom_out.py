@@ -307,6 +307,21 @@ def test_dose_report():
     check(abs(num(tot["Dose (RP) Total"]) - sidecars[-1]["chain"]["dose"]["k_irp_total_mgy"] * 1e-3) < 1e-12,
           "Dose (RP) total = the run's total")
     check(tot["Acquisition Plane"].ConceptCodeSequence[0].CodeValue == "113622", "single plane")
+    check(num(tot["Fluoro Dose Area Product Total"]) == 0 and abs(num(tot["Total Acquisition Time"]) - 3 / 15) < 1e-9,
+          "an exposure run counts as acquisition")
+    # stored fluoroscopy: SC, event type Fluoroscopy, counted in the fluoro totals
+    prefix, sidecars, _ = render("plain", ("--dicom-fluoro",))
+    sr = pydicom.dcmread(prefix + "_sr.dcm")
+    check(pydicom.dcmread(prefix + "_xa.dcm").RadiationSetting == "SC", "stored fluoro: Radiation Setting SC")
+    items = sr_items(sr)
+    ev = {it.ConceptNameCodeSequence[0].CodeMeaning: it for it in [i for m, i in items if m == "Irradiation Event X-Ray Data"][0].ContentSequence}
+    check(ev["Irradiation Event Type"].ConceptCodeSequence[0].CodeMeaning == "Fluoroscopy", "stored fluoro: event type")
+    tot = {it.ConceptNameCodeSequence[0].CodeMeaning: it for it in [i for m, i in items if m == "Accumulated X-Ray Dose Data"][0].ContentSequence}
+    kap = sum(s["chain"]["dose"]["kap_gycm2"] for s in sidecars)
+    check(abs(num(tot["Fluoro Dose Area Product Total"]) - kap * 1e-4) <= 1e-9 * kap + 1e-15 and
+          num(tot["Acquisition Dose Area Product Total"]) == 0 and abs(num(tot["Total Fluoro Time"]) - 2 / 15) < 1e-9,
+          "stored fluoro: the fluoro totals")
+    check(not dciodvfy_errors(prefix + "_sr.dcm") and not dciodvfy_errors(prefix + "_xa.dcm"), "stored fluoro: dciodvfy")
 
 
 def test_identity():

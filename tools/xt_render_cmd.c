@@ -73,6 +73,7 @@ typedef struct render_opts {
   int dicom_pixels;
   const char *dicom_identity;
   double frame_rate;
+  int dicom_fluoro;
 } render_opts;
 
 #define OFF(f) offsetof(render_opts, f)
@@ -156,6 +157,9 @@ static const xt_opt fixed_tab[] = {
      "--dicom: the chain's processed frames (12 bits, log) or its raw ones (ADC codes, linear)"},
     {"dicom-identity", XT_OPT_STRING, "FILE", NULL, "synthetic", 0, 0, NULL, OFF(dicom_identity),
      "--dicom: patient, study and institution from a JSON file (docs/dicom.md); without it they say synthetic"},
+    {"dicom-fluoro", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(dicom_fluoro),
+     "--dicom: the run is stored fluoroscopy (Radiation Setting SC; the dose report's event type Fluoroscopy and "
+     "its fluoro totals), not an exposure run"},
     {"frame-rate", XT_OPT_REAL, "FPS", "15", NULL, 0.01, 1000, NULL, OFF(frame_rate),
      "--dicom: the run's frame rate (the frames' times and the dose report's pulse rate)"},
     {"help", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(help), "print this help and exit"},
@@ -407,7 +411,7 @@ static int parse_options(render_cmd *R, int argc, char **argv, int *help) {
   if (!o->chain && is_seen(seen, "frame")) return say(XT_EXIT_USAGE, "--frame: applies with --chain only");
   if (o->dicom && !o->chain)
     return say(XT_EXIT_USAGE, "--dicom: needs --chain (an XA image is an exposure: kV, mA, dose come from the chain)");
-  static const char *const dicom_only[] = {"dicom-pixels", "dicom-identity", "frame-rate"};
+  static const char *const dicom_only[] = {"dicom-pixels", "dicom-identity", "frame-rate", "dicom-fluoro"};
   for (size_t k = 0; k < sizeof dicom_only / sizeof dicom_only[0]; k++)
     if (!o->dicom && is_seen(seen, dicom_only[k])) return say(XT_EXIT_USAGE, "--%s: applies with --dicom only", dicom_only[k]);
   /* --protocol first: a preset, which the other options given then adjust */
@@ -744,6 +748,7 @@ static int write_dicom(render_cmd *R) {
                       .which = R->o.dicom_pixels == 1 ? XT_DICOM_RAW : XT_DICOM_PROC,
                       .frame_ms = 1000.0 / R->o.frame_rate,
                       .series_number = 1,
+                      .fluoro = R->o.dicom_fluoro,
                       .software = "xtwin " XT_VERSION};
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

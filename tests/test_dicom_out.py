@@ -94,7 +94,7 @@ def render(name, extra=()):
     d = os.path.join(SCRATCH, name + ("_" + "_".join(x.strip("-") for x in extra[::2]) if extra else ""))
     shutil.rmtree(d, ignore_errors=True)
     prefix = os.path.join(d, "run")
-    run(["render", "--phantom", "head-labels", "--phantom-size", "64", "--phantom-spacing", "3", "--mode", "fd20-256",
+    run(["render", "--phantom", "head-labels", "--phantom-size", "48", "--phantom-spacing", "4", "--mode", "fd20-128",
          "--chain", "--protocol", "1", "--dicom", "--out", prefix] + RUNS[name] + list(extra))
     sidecars = sorted(glob.glob(prefix + "_p*.json"), key=lambda p: json.load(open(p))["chain"]["frame"])
     _made[key] = (prefix, [json.load(open(p)) for p in sidecars], [p[:-5] for p in sidecars])

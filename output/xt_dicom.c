@@ -48,6 +48,20 @@ static const id_key id_keys[] = {
 };
 #undef K
 
+/* What is wrong with a value of a key whose VR has a form (DA, CS, UI), or NULL. */
+static const char *value_problem(const char *key, const char *s) {
+  if (!strcmp(key, "patient_birth_date")) {
+    if (!*s) return NULL;
+    if (strlen(s) != 8 || strspn(s, "0123456789") != 8) return "expected a date YYYYMMDD (or \"\")";
+  } else if (!strcmp(key, "patient_sex")) {
+    if (*s && strcmp(s, "M") && strcmp(s, "F") && strcmp(s, "O")) return "expected \"M\", \"F\", \"O\" or \"\"";
+  } else if (!strcmp(key, "study_instance_uid")) {
+    if (!*s || strspn(s, "0123456789.") != strlen(s) || s[0] == '.' || s[strlen(s) - 1] == '.' || strstr(s, ".."))
+      return "expected a UID: digits and dots, at most 64 characters";
+  }
+  return NULL;
+}
+
 int xt_dicom_identity_load(const char *path, xt_dicom_identity *id, xt_msg *msg) {
   memset(id, 0, sizeof *id);
   snprintf(id->patient_name, sizeof id->patient_name, "SYNTHETIC^XTWIN");
@@ -85,6 +99,11 @@ int xt_dicom_identity_load(const char *path, xt_dicom_identity *id, xt_msg *msg)
     const char *s = json_string_value(v);
     if (strlen(s) >= k->cap || strchr(s, '\\')) {
       rc = xt_fail(msg, XT_EFORMAT, "%s: \"%s\": longer than %zu characters or holds a backslash", path, key, k->cap - 1);
+      goto done;
+    }
+    const char *bad = value_problem(key, s);
+    if (bad) {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: \"%s\": %s", path, key, bad);
       goto done;
     }
     snprintf((char *)id + k->off, k->cap, "%s", s);

@@ -352,6 +352,12 @@ def test_identity():
              "--dicom-identity", os.path.join(d, "bad.json"), "--out", bad], expect=2)
     check("patient_nmae" in p.stderr and p.stderr.count("\n") == 1, f"bad identity: one line naming the key: {p.stderr!r}")
     check(not glob.glob(bad + "*"), "bad identity: no output file left")
+    with open(os.path.join(d, "bad_date.json"), "w") as f:
+        json.dump({"patient_birth_date": "1970Jan1"}, f)
+    p = run(["render", "--phantom-size", "32", "--phantom-spacing", "6", "--mode", "fd20-128", "--chain", "--dicom",
+             "--dicom-identity", os.path.join(d, "bad_date.json"), "--out", bad], expect=2)
+    check("patient_birth_date" in p.stderr and "YYYYMMDD" in p.stderr, f"bad date: {p.stderr!r}")
+    check(not glob.glob(bad + "*"), "bad date: no output file left")
     p = run(["render", "--phantom-size", "32", "--mode", "fd20-128", "--dicom", "--out", bad], expect=2)
     check("--chain" in p.stderr, f"--dicom without --chain: {p.stderr!r}")
 

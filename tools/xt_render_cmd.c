@@ -367,6 +367,7 @@ typedef struct render_cmd {
   size_t npx, opx;
   xt_outset set;
   int set_live;
+  xt_dicom_identity dicom_id; /* --dicom: read before any work, so that a bad file costs nothing */
   xt_acq_frame *dframes; /* --dicom: every frame's record and chosen pixels, kept for the run's objects */
   uint16_t **dpix;
 } render_cmd;
@@ -497,6 +498,8 @@ static int check_inputs(render_cmd *R) {
       return say(XT_EXIT_RUNTIME, "--add: \"%s\": %s", R->added_paths[i], strerror(errno));
     if (S_ISDIR(st.st_mode)) return say(XT_EXIT_RUNTIME, "--add: \"%s\": is a directory", R->added_paths[i]);
   }
+  if (o->dicom && xt_dicom_identity_load(o->dicom_identity, &R->dicom_id, msg))
+    return say(XT_EXIT_USAGE, "--dicom-identity: %s", msg->text);
   R->set_live = 1;
   if (xt_outset_mkdirs(&R->set, o->out, msg)) return say(XT_EXIT_RUNTIME, "--out: %s", msg->text);
   xt_outset probe;
@@ -739,9 +742,7 @@ static int write_blob(render_cmd *R, const char *path, const unsigned char *b, s
 
 /* --dicom: the run as Enhanced XA, classic XA and its dose report, beside the frames' files. */
 static int write_dicom(render_cmd *R) {
-  xt_dicom_identity id;
-  if (xt_dicom_identity_load(R->o.dicom_identity, &id, &R->msg))
-    return say(XT_EXIT_USAGE, "--dicom-identity: %s", R->msg.text);
+  const xt_dicom_identity id = R->dicom_id;
   xt_dicom_run run = {.frames = R->dframes,
                       .pixels = (const uint16_t *const *)R->dpix,
                       .n = R->nframes,

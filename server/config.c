@@ -81,6 +81,9 @@ static const cfg_entry cfg_table[] = {
      "sends them, with the deadlines and frames of real time; docs/server.md, Virtual time)"},
     {"session_log", CT_STRING, S(session_log), "", 0, 0, NULL, 0,
      "write every command, event and exposure to this file as JSON lines, for `xtwin replay` (docs/session-log.md)"},
+    {"study_dir", CT_STRING, S(study_dir), "", 0, 0, NULL, 0,
+     "write every chain run as DICOM here (Enhanced XA, classic XA, the study's dose SR) by a writer thread off the "
+     "frame path (docs/dicom.md)"},
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
      "write {\"rest\": port, \"ws\": port} here once listening"},
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},

@@ -37,6 +37,7 @@
 #include "srv_engine.h"
 #include "srv_scenario.h"
 #include "srv_session.h"
+#include "srv_study.h"
 #include "srv_metrics.h"
 #include "xt_record.h"
 #include "xt_server.h"
@@ -265,6 +266,7 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   frame_header(j, &ff, XT_STREAM_KIND_PROCESSED, rows, cols, XT_STREAM_PIX_U16, pay, t_done, &h);
   h.fault_flags = faults;
   memcpy(f->msg2, &h, sizeof h);
+  if (s->study) xt_srv_study_frame(s->study, &fr); /* a copy queued, or dropped: never a wait */
   publish(s, f, j, fr.t_render_ns, fr.t_done_ns, -1);
 }
 

@@ -23,6 +23,7 @@
 #include "srv_ws.h"
 #include "xt_phantom.h"
 #include "srv_session.h"
+#include "srv_study.h"
 #include "xt_server.h"
 #include "xt_stream.h"
 #ifdef XT_SERVER_HAVE_LOADERS
@@ -246,6 +247,7 @@ int main(int argc, char **argv) {
 
   if ((rc = setup(s, &msg))) goto done;
   if ((rc = xt_session_open(s, &msg))) goto done;
+  if ((rc = xt_srv_study_open(s, &s->study, &msg))) goto done;
   if ((rc = xt_ws_start(s, &msg))) goto done;
   if ((rc = xt_engine_start(s, &msg))) goto done;
   engine_started = 1;
@@ -288,6 +290,8 @@ done:
             (double)(xt_now_ns() - atomic_load(&t_signal)) * 1e-6);
   xt_rest_stop(s);
   if (engine_started) xt_engine_stop(s);
+  xt_srv_study_close(s->study); /* after the workers: every frame they handed over is written */
+  s->study = NULL;
   xt_session_close(s);
   xt_scenario_free(&s->scn);
   xt_srv_faults_free(s);

@@ -59,6 +59,7 @@ typedef struct xt_srv_config {
   char scenario[XT_SRV_STR];     /* a scenario file played from the start (srv_scenario.h) */
   char clock[16];               /* real | virtual: the device's clock (srv_clock.h) */
   char session_log[XT_SRV_STR]; /* JSON lines of the session for `xtwin replay` (docs/session-log.md) */
+  char study_dir[XT_SRV_STR];   /* the chain runs as DICOM (srv_study.h, docs/dicom.md) */
   int verbose;
   int synthetic;       /* benchmarks/tests: skip the projector, send a constant frame */
   int convert_threads; /* threads of the uint16 conversion per worker, 0 = auto */

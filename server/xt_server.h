@@ -112,6 +112,9 @@ typedef struct xt_server {
   xt_ring ring;
   xt_metrics metrics;
 
+  /* the study folder (study.c, --study-dir): NULL without it; set before any worker starts */
+  struct xt_srv_study *study;
+
   /* the session log (session.c): log is set before any thread starts, written under log_mu */
   pthread_mutex_t log_mu;
   FILE *log;

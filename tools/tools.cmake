@@ -14,9 +14,9 @@ target_include_directories(xt_cli PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(xt_cli PUBLIC xt_output xt_output_record xt_models xt_scene PkgConfig::JANSSON ${M_LIB}
   PRIVATE xt_warnings)
 
-add_executable(xtwin xtwin.c xt_render_cmd.c xt_gmm_fit_cmd.c xt_replay_cmd.c)
+add_executable(xtwin xtwin.c xt_render_cmd.c xt_gmm_fit_cmd.c xt_replay_cmd.c xt_store_cmd.c)
 # gmm-fit: the fitter (fit/) and the benchmark's head phantom (bench/, built with or without CUDA)
-target_link_libraries(xtwin PRIVATE xt_cli xt_acq xt_imaging xt_fit xt_bench_phantoms xt_proj xt_models xt_scene ${M_LIB}
+target_link_libraries(xtwin PRIVATE xt_cli xt_dicom xt_acq xt_imaging xt_fit xt_bench_phantoms xt_proj xt_models xt_scene ${M_LIB}
   xt_warnings)
 target_compile_definitions(xtwin PRIVATE XT_VERSION="${PROJECT_VERSION}")
 

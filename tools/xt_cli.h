@@ -33,4 +33,8 @@ void xt_cmd_replay_help(FILE *out);
 int xt_cmd_refak(int argc, char **argv);
 void xt_cmd_refak_help(FILE *out);
 
+/* argv[0] is "store"; FILEs and the options follow (tools/xt_store_cmd.c): C-STORE to a PACS. */
+int xt_cmd_store(int argc, char **argv);
+void xt_cmd_store_help(FILE *out);
+
 #endif /* XT_CLI_H */

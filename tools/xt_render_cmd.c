@@ -16,12 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "xt_acq.h"
 #include "xt_chain.h"
 #include "xt_exposure.h"
 #include "xt_cli.h"
 #include "xt_coverage.h"
+#include "xt_dicom.h"
 #include "xt_geom.h"
 #include "xt_gmm.h" /* XT_MODEL_GMM: a mixture has no voxel conversion */
 #include "xt_model.h"
@@ -67,6 +69,11 @@ typedef struct render_opts {
   int frame0;  /* --frame */
   double chain_vals[XT_OPT_MAX]; /* the generated chain options, by table index */
   int nan_fill; /* set from `seen` */
+  int dicom;    /* --dicom */
+  int dicom_pixels;
+  const char *dicom_identity;
+  double frame_rate;
+  int dicom_fluoro;
 } render_opts;
 
 #define OFF(f) offsetof(render_opts, f)
@@ -77,6 +84,7 @@ typedef struct render_opts {
 #define BACKEND_CHOICES "cpu|cuda"
 #define HU_MODEL_CHOICES "bilinear|linear"
 #define XFORM_CHOICES "sform|qform"
+#define DICOM_PIXELS_CHOICES "proc|raw"
 static const char *const convert_names[] = {"mu", "hu", "hu-labels", "labels"};
 static const char *const place_names[] = {"center", "native"};
 
@@ -142,6 +150,18 @@ static const xt_opt fixed_tab[] = {
      "the chain's parameters follow (docs/imaging.md)"},
     {"frame", XT_OPT_INT, "N", "0", NULL, 0, 2147483647, NULL, OFF(frame0),
      "--chain: the run's frame number of the first frame (it keys the noise; --angles frames follow it)"},
+    {"dicom", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(dicom),
+     "--chain: also write the frames as one run: PREFIX_xa.dcm (Enhanced XA, per-frame geometry and technique), "
+     "PREFIX_xa_classic.dcm (classic XA) and PREFIX_sr.dcm (X-Ray Radiation Dose SR); docs/dicom.md"},
+    {"dicom-pixels", XT_OPT_CHOICE, NULL, "proc", NULL, 0, 0, DICOM_PIXELS_CHOICES, OFF(dicom_pixels),
+     "--dicom: the chain's processed frames (12 bits, log) or its raw ones (ADC codes, linear)"},
+    {"dicom-identity", XT_OPT_STRING, "FILE", NULL, "synthetic", 0, 0, NULL, OFF(dicom_identity),
+     "--dicom: patient, study and institution from a JSON file (docs/dicom.md); without it they say synthetic"},
+    {"dicom-fluoro", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(dicom_fluoro),
+     "--dicom: the run is stored fluoroscopy (Radiation Setting SC; the dose report's event type Fluoroscopy and "
+     "its fluoro totals), not an exposure run"},
+    {"frame-rate", XT_OPT_REAL, "FPS", "15", NULL, 0.01, 1000, NULL, OFF(frame_rate),
+     "--dicom: the run's frame rate (the frames' times and the dose report's pulse rate)"},
     {"help", XT_OPT_FLAG, NULL, NULL, NULL, 0, 0, NULL, OFF(help), "print this help and exit"},
 };
 #define NFIXED ((int)(sizeof fixed_tab / sizeof fixed_tab[0]))
@@ -347,6 +367,9 @@ typedef struct render_cmd {
   size_t npx, opx;
   xt_outset set;
   int set_live;
+  xt_dicom_identity dicom_id; /* --dicom: read before any work, so that a bad file costs nothing */
+  xt_acq_frame *dframes; /* --dicom: every frame's record and chosen pixels, kept for the run's objects */
+  uint16_t **dpix;
 } render_cmd;
 
 /* Options into R->o and the chain's parameters, checked as far as they can be without files.
@@ -387,6 +410,11 @@ static int parse_options(render_cmd *R, int argc, char **argv, int *help) {
   xt_chain_params *cprm = &R->cprm;
   *cprm = xt_chain_params_default();
   if (!o->chain && is_seen(seen, "frame")) return say(XT_EXIT_USAGE, "--frame: applies with --chain only");
+  if (o->dicom && !o->chain)
+    return say(XT_EXIT_USAGE, "--dicom: needs --chain (an XA image is an exposure: kV, mA, dose come from the chain)");
+  static const char *const dicom_only[] = {"dicom-pixels", "dicom-identity", "frame-rate", "dicom-fluoro"};
+  for (size_t k = 0; k < sizeof dicom_only / sizeof dicom_only[0]; k++)
+    if (!o->dicom && is_seen(seen, dicom_only[k])) return say(XT_EXIT_USAGE, "--%s: applies with --dicom only", dicom_only[k]);
   /* --protocol first: a preset, which the other options given then adjust */
   for (int i = 0; i < xt_chain_param_count(); i++)
     if (seen[NFIXED + i] && o->chain && !strcmp(xt_chain_param_at(i)->name, "protocol") &&
@@ -470,6 +498,8 @@ static int check_inputs(render_cmd *R) {
       return say(XT_EXIT_RUNTIME, "--add: \"%s\": %s", R->added_paths[i], strerror(errno));
     if (S_ISDIR(st.st_mode)) return say(XT_EXIT_RUNTIME, "--add: \"%s\": is a directory", R->added_paths[i]);
   }
+  if (o->dicom && xt_dicom_identity_load(o->dicom_identity, &R->dicom_id, msg))
+    return say(XT_EXIT_USAGE, "--dicom-identity: %s", msg->text);
   R->set_live = 1;
   if (xt_outset_mkdirs(&R->set, o->out, msg)) return say(XT_EXIT_RUNTIME, "--out: %s", msg->text);
   xt_outset probe;
@@ -681,16 +711,77 @@ static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_si
   return XT_EXIT_OK;
 }
 
+/* --dicom: frame i's record and its chosen image, kept until the run is written. */
+static int keep_dicom_frame(render_cmd *R, int i, const xt_acq_frame *fr) {
+  if (!R->o.dicom) return XT_EXIT_OK;
+  if (!R->dframes) {
+    R->dframes = calloc((size_t)R->nframes, sizeof *R->dframes);
+    R->dpix = calloc((size_t)R->nframes, sizeof *R->dpix);
+    if (!R->dframes || !R->dpix) return say(XT_EXIT_RUNTIME, "--dicom: out of memory");
+  }
+  const size_t n = (size_t)fr->raw.rows * (size_t)fr->raw.cols;
+  R->dframes[i] = *fr;
+  R->dpix[i] = malloc(n * sizeof **R->dpix);
+  if (!R->dpix[i]) return say(XT_EXIT_RUNTIME, "--dicom: out of memory for frame %d", i);
+  memcpy(R->dpix[i], R->o.dicom_pixels == 1 ? R->raw : R->proc, n * sizeof **R->dpix);
+  R->dframes[i].raw.data = R->dframes[i].proc.data = R->dframes[i].lineint.data = NULL; /* not kept */
+  return XT_EXIT_OK;
+}
+
+/* One encoded object into the output set. */
+static int write_blob(render_cmd *R, const char *path, const unsigned char *b, size_t n) {
+  FILE *fp = NULL;
+  if (xt_outset_open(&R->set, path, &fp, &R->msg)) return say(XT_EXIT_RUNTIME, "--out: %s", R->msg.text);
+  if (fwrite(b, 1, n, fp) != n) {
+    fclose(fp);
+    return say(XT_EXIT_RUNTIME, "\"%s\": %s", path, strerror(errno));
+  }
+  if (xt_outset_close(&R->set, fp, path, &R->msg)) return say(XT_EXIT_RUNTIME, "%s", R->msg.text);
+  return XT_EXIT_OK;
+}
+
+/* --dicom: the run as Enhanced XA, classic XA and its dose report, beside the frames' files. */
+static int write_dicom(render_cmd *R) {
+  const xt_dicom_identity id = R->dicom_id;
+  xt_dicom_run run = {.frames = R->dframes,
+                      .pixels = (const uint16_t *const *)R->dpix,
+                      .n = R->nframes,
+                      .which = R->o.dicom_pixels == 1 ? XT_DICOM_RAW : XT_DICOM_PROC,
+                      .frame_ms = 1000.0 / R->o.frame_rate,
+                      .series_number = 1,
+                      .fluoro = R->o.dicom_fluoro,
+                      .software = "xtwin " XT_VERSION};
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  run.t0_unix_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+  xt_dicom_run_uids(&run);
+  static const char *const suffix[3] = {"_xa.dcm", "_xa_classic.dcm", "_sr.dcm"};
+  for (int k = 0; k < 3; k++) {
+    unsigned char *b = NULL;
+    size_t n = 0;
+    int rc = k == 0 ? xt_dicom_enhanced_xa(&run, &id, &b, &n, &R->msg)
+                    : k == 1 ? xt_dicom_classic_xa(&run, &id, &b, &n, &R->msg) : xt_dicom_dose_sr(&run, 1, &id, &b, &n, &R->msg);
+    if (rc) return say(XT_EXIT_RUNTIME, "--dicom: %s", R->msg.text);
+    char path[4200];
+    snprintf(path, sizeof path, "%s%s", R->o.out, suffix[k]);
+    int code = write_blob(R, path, b, n);
+    free(b);
+    if (code) return code;
+  }
+  return XT_EXIT_OK;
+}
+
 /* Every frame: exposed, summarised, written. */
 static int render_frames(render_cmd *R) {
   for (int i = 0; i < R->nframes; i++) {
     xt_acq_frame fr;
     xt_sidecar_coverage cov;
     int code;
-    if ((code = expose_frame(R, i, &fr)) || (code = frame_summary(R, i, &cov)) || (code = write_frame(R, i, &fr, &cov)))
+    if ((code = expose_frame(R, i, &fr)) || (code = frame_summary(R, i, &cov)) || (code = write_frame(R, i, &fr, &cov)) ||
+        (code = keep_dicom_frame(R, i, &fr)))
       return code;
   }
-  return XT_EXIT_OK;
+  return R->o.dicom ? write_dicom(R) : XT_EXIT_OK;
 }
 
 /* All files appear together (or, on a failure, none). */
@@ -701,6 +792,9 @@ static int commit_outputs(render_cmd *R) {
     printf("wrote %s.{npy,png,json}%s  %dx%d  line integral min %.6g max %.6g  %.1f ms (%s)\n", R->frames[i].stem,
            R->o.chain ? " + _raw.png, _proc.png" : "", R->mode->cols, R->mode->rows, R->frames[i].lmin, R->frames[i].lmax,
            R->frames[i].ms, xt_backend_name(R->backend));
+  if (R->o.dicom)
+    printf("wrote %s_xa.dcm (Enhanced XA, %d frames), %s_xa_classic.dcm (classic XA), %s_sr.dcm (dose SR)\n", R->o.out,
+           R->nframes, R->o.out, R->o.out);
   return XT_EXIT_OK;
 }
 
@@ -725,6 +819,9 @@ int xt_cmd_render(int argc, char **argv) {
   xt_proj_destroy(R->proj);
   xt_model_free(R->model);
   for (int i = 0; i < R->nadded; i++) xt_model_free(R->added[i]);
+  for (int i = 0; R->dpix && i < R->nframes; i++) free(R->dpix[i]);
+  free(R->dpix);
+  free(R->dframes);
   free(R->frames);
   free(R);
   return code;

@@ -4,6 +4,7 @@
  *   xtwin render [options]   render projections (npy + png + json per frame)
  *   xtwin gmm-fit [options]  fit a Gaussian mixture to a volume or phantom
  *   xtwin nvdb-convert [...] volume or phantom -> NanoVDB grid (.nvdb)
+ *   xtwin store [...]        C-STORE DICOM files to a PACS
  *   xtwin modes              list the detector modes
  *   xtwin bench [...]        benchmarks (when built with bench/)
  *   xtwin help [command]     help;  xtwin --version */
@@ -37,6 +38,7 @@ static const xt_command commands[] = {
     {"dataset", "generate a labelled dataset from a spec: sharded, resumable, reproducible (see docs/dataset.md)", xt_cmd_dataset},
     {"replay", "render a server session's frames again from its session log (docs/session-log.md)", xt_cmd_replay},
     {"refak", "reference air kerma per image and per minute of protocols and fields (IFU PMMA set-up)", xt_cmd_refak},
+    {"store", "send DICOM files (render --dicom's run and dose report) to a PACS by C-STORE (docs/dicom.md)", xt_cmd_store},
     {"modes", "list the detector modes (name, pixels, pitch, distances)", cmd_modes},
     {"bench", "run the benchmarks (see xtwin bench --help)", cmd_bench},
     {"help", "show this help, or a command's: xtwin help render", cmd_help},

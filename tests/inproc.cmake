@@ -6,7 +6,7 @@
 if(NOT TARGET xt_pymod)
   return()
 endif()
-set(_xt_py_env "PYTHONDONTWRITEBYTECODE=1" "PYTHONPATH=${XT_PY_DIR}" "OMP_NUM_THREADS=1")
+set(_xt_py_env "PYTHONDONTWRITEBYTECODE=1" "PYTHONPATH=${XT_PYMOD_DIR}" "OMP_NUM_THREADS=1")
 if(XT_SANITIZE)
   execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE _xt_asan
     OUTPUT_STRIP_TRAILING_WHITESPACE)
@@ -23,7 +23,7 @@ set_tests_properties(test_inproc test_inproc_torch PROPERTIES TIMEOUT 300 LABELS
 # the module.
 if(XT_HAVE_CUDA AND NOT XT_SANITIZE)
 add_test(NAME test_inproc_cuda
-  COMMAND ${XT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_inproc_cuda.py --python ${XT_PY_DIR})
+  COMMAND ${XT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_inproc_cuda.py --python ${XT_PYMOD_DIR})
 set_tests_properties(test_inproc_cuda PROPERTIES TIMEOUT 300 LABELS "gpu;python" SKIP_RETURN_CODE 77
   ENVIRONMENT "${_xt_py_env}")
 endif()

@@ -114,7 +114,7 @@ static const mat_def defs[XT_MAT_DEFAULT_COUNT] = {
     {XT_MAT_METAL, "metal_titanium", 1, {{XT_BASIS_TITANIUM, 4.506}}},
 };
 
-/* Instrument materials of two basis parts (issue 26). Nitinol: 55 % Ni, 45 % Ti by mass at 6.45
+/* Named materials beyond the default table. Instrument materials (issue 26). Nitinol: 55 % Ni, 45 % Ti by mass at 6.45
  * g/cm^3. Stainless steel (316L: Fe 68, Cr 17, Ni 12, Mo 2 %) at 8.0 g/cm^3 with chromium and
  * molybdenum counted as iron [U]. Catheter shafts: PMMA stands for the polymer (Pebax, nylon,
  * polyurethane: C, H, O, N of similar density) [U]; "_w" is one loaded with 20 % tungsten by mass
@@ -124,6 +124,9 @@ static const mat_def instr_defs[] = {
     {0, "stainless_steel", 2, {{XT_BASIS_IRON, 7.04}, {XT_BASIS_NICKEL, 0.96}}},
     {0, "catheter_polymer", 1, {{XT_BASIS_PMMA, 1.19}}},
     {0, "catheter_polymer_w", 2, {{XT_BASIS_PMMA, 1.2}, {XT_BASIS_TUNGSTEN, 0.3}}},
+    /* the thorax phantom's (xt_phantom_thorax.c): inflated lung, and spongy bone [U] */
+    {0, "lung", 1, {{XT_BASIS_SOFT, 0.26}}},
+    {0, "trabecular_bone", 1, {{XT_BASIS_BONE, 1.18}}},
 };
 
 int xt_material_parts_named(const char *name, xt_basis_part parts[2], int *n, xt_msg *msg) {

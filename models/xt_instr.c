@@ -113,7 +113,7 @@ static void unit_between(const double a[3], const double b[3], double out[3]) {
 
 /* The box of a segment: every point of the mitred tube is within r_out / cos(half bend) of the
  * axis piece (the far corner of a mitre ellipse), so the axis' box grown by that holds it. */
-static void seg_box(const xt_tube_seg *t, xt_instr_box *b) {
+void xt_instr_seg_box(const xt_tube_seg *t, xt_instr_box *b) {
   const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
   const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
   for (int k = 0; k < 3; k++) {
@@ -267,7 +267,7 @@ int xt_instr_geom_build(const xt_instr_device *dev, const double *pts, int n, co
       const int below = l == 0 ? ns : g->level_n[l - 1];
       for (int c = i * XT_INSTR_FANOUT; c < below && c < (i + 1) * XT_INSTR_FANOUT; c++) {
         xt_instr_box cb;
-        if (l == 0) seg_box(&g->seg[c], &cb);
+        if (l == 0) xt_instr_seg_box(&g->seg[c], &cb);
         else cb = g->box[g->level_off[l - 1] + c];
         box_union(B, &cb, c == i * XT_INSTR_FANOUT);
       }

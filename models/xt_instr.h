@@ -99,6 +99,9 @@ void xt_instr_geom_free(xt_instr_geom *g);
 int xt_instr_geom_build(const xt_instr_device *dev, const double *pts, int n, const char *what, xt_instr_geom *g,
                         xt_msg *msg);
 
+/* The box of one segment (every box above holds those of its segments). */
+void xt_instr_seg_box(const xt_tube_seg *t, xt_instr_box *b);
+
 /* A model of the device (copied) with the shape pts (n x 3); name as every model's. */
 int xt_model_from_instr(const xt_instr_device *dev, const double *pts, int n, const char *name, xt_model **out,
                         xt_msg *msg);

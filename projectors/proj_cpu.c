@@ -33,7 +33,7 @@ typedef struct ray_model {
   const xt_cpu_kind *k;
   const void *chan; /* the model's channel map (channels frames only) */
   int ok;
-  int area; /* the kind's area_samples */
+  int area; /* the kind integrates pixel areas (xt_cpu_kind.pixel) */
   _Alignas(16) unsigned char state[XT_CPU_KIND_STATE];
 } ray_model;
 
@@ -43,7 +43,7 @@ static void setup_models(const xt_model *const *models, int n, const xt_pose *po
     rm[i].k = kind_of(models[i]);
     rm[i].chan = chans ? chans[i] : NULL;
     rm[i].ok = rm[i].k && rm[i].k->frame(models[i], pose, rm[i].state);
-    rm[i].area = rm[i].k ? rm[i].k->area_samples : 0;
+    rm[i].area = rm[i].k && rm[i].k->pixel;
   }
 }
 
@@ -64,27 +64,14 @@ static double integrate(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double
   return total;
 }
 
-/* The pixel-area models (area_samples S): the mean over the rays through the centres of the
- * pixel's S x S sub-pixels, added to *v (line integrals) or acc[] (channels, acc non-NULL). */
+/* The pixel-area models (xt_cpu_kind.pixel), added to *v (line integrals) or acc[] (channels, acc
+ * non-NULL). */
 static void integrate_area(const ray_model *rm, int n, const xt_geometry *g, int col, int row, double *v,
                            double *acc) {
   for (int i = 0; i < n; i++) {
     if (!rm[i].ok || !rm[i].area) continue;
-    const int S = rm[i].area;
-    const double inv = 1.0 / ((double)S * S);
-    double sum = 0.0, ch[XT_MAX_CHANNELS] = {0};
-    for (int sj = 0; sj < S; sj++)
-      for (int si = 0; si < S; si++) {
-        const xt_vec3 px = xt_geom_pixel_pos(g, col + (si + 0.5) / S - 0.5, row + (sj + 0.5) / S - 0.5);
-        const xt_vec3 d = xt_v3_sub(px, g->source);
-        const double len = xt_v3_norm(d);
-        const xt_vec3 w = xt_v3_scale(d, 1.0 / len);
-        if (acc) rm[i].k->ray_channels(rm[i].m, rm[i].state, rm[i].chan, g->source, w, len, ch);
-        else sum += rm[i].k->ray(rm[i].m, rm[i].state, g->source, w, len);
-      }
-    if (acc)
-      for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += ch[c] * inv;
-    else *v += sum * inv;
+    if (acc) rm[i].k->pixel(rm[i].m, rm[i].state, rm[i].chan, g, col, row, acc);
+    else rm[i].k->pixel(rm[i].m, rm[i].state, NULL, g, col, row, v);
   }
 }
 

@@ -36,10 +36,11 @@ typedef struct xt_cpu_kind {
    * xt_proj_set_shape replaces the copy's centreline (reshape; no allocation). */
   int (*own)(const xt_model *m, xt_model **copy, xt_msg *msg);
   int (*reshape)(xt_model *own, const double *pts, int n, xt_msg *msg);
-  /* Frames: 0 integrates the one ray through each pixel's centre; S > 0 the mean over S x S rays
-   * through the centres of the pixel's S x S sub-pixels (a pixel-area integral; xt_ref_segment and
-   * `ray` stay one ray). */
-  int area_samples;
+  /* Optional: frames take the kind's pixel-area integral of pixel (col, row) of g instead of the
+   * ray through its centre: the line integral added to acc[0] (chan NULL) or the channels to
+   * acc[0..XT_MAX_CHANNELS). xt_ref_segment and `ray` stay one ray. */
+  void (*pixel)(const xt_model *m, const void *state, const void *chan, const xt_geometry *g, int col, int row,
+                double *acc);
 } xt_cpu_kind;
 
 /* The voxel kinds' per-frame state: the world -> cell map (proj_cpu_voxel.c, proj_cpu_fast.c). */

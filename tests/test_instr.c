@@ -111,7 +111,7 @@ XT_TEST(bend_closed_form_and_volume) {
   XT_CHECK_MSG(maxerr <= 1e-13 * (mu * 2 * r) * (mu * 2 * r), "max err of squares %.3g", maxerr);
   XT_CHECK(hits > 1000);
   /* no gap, no overlap: the volume over a fine grid of z rays is pi r^2 (L + L) */
-  const double fine = 0.01;
+  const double fine = 0.02;
   for (double y = -1.0; y <= L * d1[1] + 1.0; y += fine)
     for (double x = -L - 0.1; x <= L * d1[0] + 1.0; x += fine) vol += seg(m, xt_v3(x, y, -5), xt_v3(x, y, 5));
   vol *= fine * fine / mu;

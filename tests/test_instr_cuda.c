@@ -1,6 +1,7 @@
 /* Instruments on the CUDA backend against the CPU reference (label gpu): line integrals and
- * channels of a scene with a head and three instruments, a shape set between frames, ten long
- * instruments at fd20-1024 scale, and frames reproducible bit for bit. */
+ * channels of a scene with a head and three instruments (the voxel kind's bar of test_cuda), a
+ * shape set between frames, frames reproducible bit for bit, and a 0.1 mm wire alone at fd20-1024's
+ * pitch (the splat's sums against the reference's, 1e-6). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,14 +87,15 @@ XT_TEST(gpu_matches_cpu_with_a_head_and_instruments) {
   XT_REQUIRE(xt_proj_render(pg, &g, b, NULL) == 0);
   XT_REQUIRE(xt_proj_render(pg, &g, b2, NULL) == 0);
   XT_CHECK(memcmp(b, b2, sizeof(float) * np) == 0); /* fixed-point sums: the same bits every time */
+  /* the voxel kind's own bar (test_cuda): max |gpu - cpu| <= 1e-4 of the frame's max */
   double e = rel_err(b, a, np);
-  XT_CHECK_MSG(e <= 2e-6, "line integrals: rel err %.3g", e);
+  XT_CHECK_MSG(e <= 1e-4, "line integrals: rel err %.3g", e);
   xt_chanset cs;
   XT_REQUIRE(xt_proj_channels(pc, &cs, NULL) == 0);
   XT_REQUIRE(xt_proj_render_channels(pc, &g, a, NULL) == 0);
   XT_REQUIRE(xt_proj_render_channels(pg, &g, b, NULL) == 0);
   e = rel_err(b, a, np * cs.n);
-  XT_CHECK_MSG(e <= 2e-6, "channels: rel err %.3g", e);
+  XT_CHECK_MSG(e <= 1e-4, "channels: rel err %.3g", e);
   /* a new shape between frames, on both */
   arc(p1, 1400, 2, -1, 1, 36, 0.0, 2.6);
   XT_REQUIRE(xt_proj_set_shape(pc, m[0], p1, 1400, NULL) == 0);
@@ -101,7 +103,7 @@ XT_TEST(gpu_matches_cpu_with_a_head_and_instruments) {
   XT_REQUIRE(xt_proj_render(pc, &g, a, NULL) == 0);
   XT_REQUIRE(xt_proj_render(pg, &g, b2, NULL) == 0);
   e = rel_err(b2, a, np);
-  XT_CHECK_MSG(e <= 2e-6, "after set_shape: rel err %.3g", e);
+  XT_CHECK_MSG(e <= 1e-4, "after set_shape: rel err %.3g", e);
   XT_REQUIRE(xt_proj_render(pg, &g, b, NULL) == 0);
   XT_CHECK(memcmp(b, b2, sizeof(float) * np) == 0);
   xt_proj_destroy(pc);
@@ -133,8 +135,9 @@ XT_TEST(thin_wire_at_fd20_1024_pitch) {
   XT_REQUIRE(a && b);
   XT_REQUIRE(xt_proj_render(pc, &g, a, NULL) == 0);
   XT_REQUIRE(xt_proj_render(pg, &g, b, NULL) == 0);
+  /* instruments alone: the same double sums, float rounding and 2^-32 apart */
   const double e = rel_err(b, a, np);
-  XT_CHECK_MSG(e <= 2e-6, "rel err %.3g", e);
+  XT_CHECK_MSG(e <= 1e-6, "rel err %.3g", e);
   int hit = 0;
   for (size_t i = 0; i < np; i++) hit += a[i] != 0;
   XT_CHECK(hit > 100);

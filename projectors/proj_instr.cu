@@ -217,7 +217,7 @@ __global__ void k_instr_splat(const unsigned char *desc, int mi, const xt_tube_s
   const instr_head *h = (const instr_head *)desc;
   const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
   const xt_tube_seg *t = &segs[i];
-  /* the footprint: the segment's box (proj_cpu_instr.c's, xt_instr.c seg_box), projected */
+  /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
   const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
   const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
   double lo[3], hi[3];

@@ -61,8 +61,22 @@ int xt_phantom_slab_model(const char *material, double density, const double siz
  * voxel_mm voxels (1.25 mm for the server) over 360 x 260 x 360 mm - body, lungs, trachea and bronchi,
  * heart with blood-filled chambers, aorta with its arch branches, pulmonary trunk, venae cavae and
  * coronary arteries (label "blood": the regions contrast will fill), vertebrae, ribs, sternum,
- * clavicles, scapulae, stomach gas - named "thorax", its own table (air, soft_tissue, lung, blood,
- * trabecular_bone, bone). Model frame = patient LPS, the heart at the origin. */
+ * clavicles, scapulae, stomach gas - named "thorax", its own table: labels XT_THORAX_* below. Model
+ * frame = patient LPS, the heart at the origin. */
+enum {
+  XT_THORAX_AIR = 0,
+  XT_THORAX_SOFT,
+  XT_THORAX_LUNG,
+  XT_THORAX_SPONGY_BONE,
+  XT_THORAX_BONE,
+  /* blood, one label per region contrast may fill: */
+  XT_THORAX_HEART,
+  XT_THORAX_AORTA, /* and its arch branches */
+  XT_THORAX_PULMONARY,
+  XT_THORAX_VEINS, /* the venae cavae */
+  XT_THORAX_CORONARY,
+  XT_THORAX_LABELS
+};
 int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg);
 /* The centreline of the thorax's guidewire (tip first, 1 mm steps, in the thorax's model frame):
  * up the descending aorta, over the arch, the tip in the ascending aorta. At most cap points;

@@ -13,8 +13,23 @@
 #include "xt_instr.h"
 #include "xt_phantom.h"
 
-enum { T_AIR = 0, T_SOFT, T_LUNG, T_BLOOD, T_SPONGY, T_BONE, T_NLABELS };
-static const char *const t_names[T_NLABELS] = {"air", "soft_tissue", "lung", "blood", "trabecular_bone", "bone"};
+/* Blood in five labels, one per region contrast may fill on its own (issue 26, point 2): the heart's
+ * chambers, the aorta and its branches, the pulmonary arteries, the venae cavae, the coronaries. */
+enum {
+  T_AIR = XT_THORAX_AIR,
+  T_SOFT = XT_THORAX_SOFT,
+  T_LUNG = XT_THORAX_LUNG,
+  T_SPONGY = XT_THORAX_SPONGY_BONE,
+  T_BONE = XT_THORAX_BONE,
+  T_HEART = XT_THORAX_HEART,
+  T_AORTA = XT_THORAX_AORTA,
+  T_PULMONARY = XT_THORAX_PULMONARY,
+  T_VEINS = XT_THORAX_VEINS,
+  T_CORONARY = XT_THORAX_CORONARY,
+  T_NLABELS = XT_THORAX_LABELS
+};
+static const char *const t_names[T_NLABELS] = {"air",   "soft_tissue", "lung",  "trabecular_bone", "bone",
+                                               "blood", "blood",       "blood", "blood",           "blood"};
 
 typedef struct painter {
   xt_volume *v;
@@ -262,32 +277,35 @@ int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg) {
   paint_capsule(&P, tr1, brr, 6, T_AIR);
   /* the heart (muscle) and its chambers (blood: they take contrast) */
   paint_ell(&P, 22, -28, -38, 68, 56, 62, -30, T_SOFT);
-  paint_ell(&P, 42, -32, -48, 30, 22, 36, -35, T_BLOOD);
-  paint_ell(&P, 5, -45, -30, 28, 18, 32, -10, T_BLOOD);
-  paint_ell(&P, -12, -10, -15, 26, 22, 25, 0, T_BLOOD);
-  /* great vessels */
+  paint_ell(&P, 42, -32, -48, 30, 22, 36, -35, T_HEART);
+  paint_ell(&P, 5, -45, -30, 28, 18, 32, -10, T_HEART);
+  paint_ell(&P, -12, -10, -15, 26, 22, 25, 0, T_HEART);
+  /* great vessels: venae cavae; the pulmonary trunk in front of and left of the ascending aorta,
+   * its right branch passing behind it; the aorta last, so that nothing cuts into it */
+  const double sv0[3] = {-28, -12, 150}, sv1[3] = {-26, -15, 0}, ivc0[3] = {-20, 10, -60}, ivc1[3] = {-18, 20, -200};
+  paint_capsule(&P, sv0, sv1, 10, T_VEINS);
+  paint_capsule(&P, ivc0, ivc1, 12, T_VEINS);
+  const double pa0[3] = {24, -50, -8}, pa1[3] = {22, -38, 30}, pal[3] = {60, 5, 30}, pr0[3] = {8, 10, 30},
+               par[3] = {-55, 10, 26};
+  paint_capsule(&P, pa0, pa1, 11, T_PULMONARY);
+  paint_capsule(&P, pa1, pal, 8, T_PULMONARY);
+  paint_capsule(&P, pa1, pr0, 8, T_PULMONARY);
+  paint_capsule(&P, pr0, par, 8, T_PULMONARY);
   static double ao[3 * 1200];
   const int nao = aorta_line(2.0, ao, 1200);
-  paint_tube(&P, ao, nao, 13.0, T_BLOOD);
-  const double sv0[3] = {-28, -12, 150}, sv1[3] = {-26, -15, 0}, ivc0[3] = {-20, 10, -60}, ivc1[3] = {-18, 20, -200};
-  paint_capsule(&P, sv0, sv1, 10, T_BLOOD);
-  paint_capsule(&P, ivc0, ivc1, 12, T_BLOOD);
-  const double pa0[3] = {5, -40, -5}, pa1[3] = {-2, -22, 35}, pal[3] = {-55, 5, 28}, par[3] = {55, 5, 30};
-  paint_capsule(&P, pa0, pa1, 12, T_BLOOD);
-  paint_capsule(&P, pa1, pal, 8, T_BLOOD);
-  paint_capsule(&P, pa1, par, 8, T_BLOOD);
+  paint_tube(&P, ao, nao, 13.0, T_AORTA);
   /* arch branches: brachiocephalic, left common carotid, left subclavian */
   const double arch_top[3][3] = {{6, -8, 78}, {14, 8, 85}, {20, 24, 80}}, up[3][3] = {{-20, -15, 180}, {20, 0, 180},
                                                                                        {70, 20, 150}};
   const double rb[3] = {5.5, 4.0, 5.0};
-  for (int i = 0; i < 3; i++) paint_capsule(&P, arch_top[i], up[i], rb[i], T_BLOOD);
+  for (int i = 0; i < 3; i++) paint_capsule(&P, arch_top[i], up[i], rb[i], T_AORTA);
   /* coronary arteries over the heart's surface */
   const double lad[4][3] = {{14, -40, -2}, {30, -75, -30}, {55, -78, -70}, {78, -60, -95}};
   const double rca[4][3] = {{0, -42, -4}, {-30, -55, -30}, {-42, -30, -70}, {-20, 0, -95}};
   const double cx[3][3] = {{16, -38, -3}, {60, -20, -20}, {72, 10, -60}};
-  paint_tube(&P, &lad[0][0], 4, 2.0, T_BLOOD);
-  paint_tube(&P, &rca[0][0], 4, 1.8, T_BLOOD);
-  paint_tube(&P, &cx[0][0], 3, 1.6, T_BLOOD);
+  paint_tube(&P, &lad[0][0], 4, 2.0, T_CORONARY);
+  paint_tube(&P, &rca[0][0], 4, 1.8, T_CORONARY);
+  paint_tube(&P, &cx[0][0], 3, 1.6, T_CORONARY);
   /* gas in the stomach, under the left dome of the diaphragm */
   paint_ell(&P, 70, -5, -135, 48, 38, 26, 20, T_AIR);
   /* the spine: T1..L1, 22 mm bodies and 6 mm discs, from the neck down */
@@ -327,7 +345,7 @@ int xt_phantom_thorax_wire(double *pts, int cap) {
   const int n = aorta_line(1.0, ao, 2000);
   const int tip = (int)(25.0 / 1.0);
   int m = 0;
-  for (int i = tip; i < n && m < cap; i++, m++)
+  for (int i = tip; i < n && m < cap && ao[3 * i + 2] > -175.0; i++, m++) /* inside the volume */
     for (int k = 0; k < 3; k++) pts[3 * m + k] = ao[3 * i + k] + (k == 0 ? 3.0 : 0.0); /* along the outer wall */
   return m;
 }

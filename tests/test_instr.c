@@ -5,6 +5,7 @@
  * pixel against its projected mass; a scene with instruments as the sum of its parts (line
  * integrals and channels); shapes set on a projector's own copy; bad shapes refused. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -395,7 +396,46 @@ XT_TEST(sections_follow_the_arc_length) {
   xt_model_free(m);
 }
 
-XT_TEST_MAIN(XT_ENTRY(straight_segment_closed_form) XT_ENTRY(catheter_wall_and_lumen)
+/* The thorax's label at model point (x, y, z) (nearest voxel centre). */
+static int label_at(const xt_volume *v, double x, double y, double z) {
+  const double p[3] = {x, y, z};
+  int ijk[3];
+  for (int a = 0; a < 3; a++) {
+    ijk[a] = (int)lround((p[a] - v->index_to_model.t[a]) / v->spacing[a]);
+    if (ijk[a] < 0 || ijk[a] >= v->dim[a]) return -1;
+  }
+  return ((const uint8_t *)v->data)[ijk[0] + (size_t)v->dim[0] * (ijk[1] + (size_t)v->dim[1] * ijk[2])];
+}
+
+XT_TEST(thorax_wire_lies_in_its_aorta) {
+  xt_model *t = NULL, *w = NULL;
+  XT_REQUIRE(xt_phantom_thorax_model(2.0, &t, NULL) == 0);
+  XT_REQUIRE(xt_phantom_thorax_wire_model(4096, &w, NULL) == 0);
+  const xt_volume *v = xt_model_volume(t);
+  XT_REQUIRE(v && v->materials && v->materials->count == XT_THORAX_LABELS);
+  const xt_material_table *mt = v->materials;
+  XT_CHECK(mt->mu[XT_THORAX_LUNG] < mt->mu[XT_THORAX_SOFT] && mt->mu[XT_THORAX_SOFT] < mt->mu[XT_THORAX_SPONGY_BONE] &&
+           mt->mu[XT_THORAX_SPONGY_BONE] < mt->mu[XT_THORAX_BONE]);
+  for (int l = XT_THORAX_HEART; l <= XT_THORAX_CORONARY; l++) XT_CHECK(!strcmp(mt->name[l], "blood"));
+  /* every point of the wire is inside the aorta, its tip in the ascending part, below the arch */
+  const xt_instr *I = xt_model_instr(w);
+  XT_REQUIRE(I && I->npoints > 300);
+  int outside = 0;
+  for (int i = 0; i < I->npoints; i++)
+    outside += label_at(v, I->points[3 * i], I->points[3 * i + 1], I->points[3 * i + 2]) != XT_THORAX_AORTA;
+  XT_CHECK_MSG(outside == 0, "%d of %d wire points outside the aorta", outside, I->npoints);
+  XT_CHECK(I->points[2] > 0 && I->points[2] < 55 && I->points[1] < 0); /* ascending: anterior, below the arch */
+  /* anatomy where it was put */
+  XT_CHECK(label_at(v, 0, 72, 8) == XT_THORAX_SPONGY_BONE); /* a vertebral body */
+  XT_CHECK(label_at(v, -78, 18, 22) == XT_THORAX_LUNG);
+  XT_CHECK(label_at(v, 0, 6, 120) == XT_THORAX_AIR); /* the trachea */
+  XT_CHECK(label_at(v, 42, -32, -48) == XT_THORAX_HEART);
+  XT_CHECK(label_at(v, 170, 10, 0) == XT_THORAX_AIR); /* beside the body */
+  xt_model_free(t);
+  xt_model_free(w);
+}
+
+XT_TEST_MAIN(XT_ENTRY(thorax_wire_lies_in_its_aorta) XT_ENTRY(straight_segment_closed_form) XT_ENTRY(catheter_wall_and_lumen)
                  XT_ENTRY(bend_closed_form_and_volume) XT_ENTRY(tangent_grazing_and_axial_rays)
                      XT_ENTRY(thinner_than_a_voxel_and_a_pixel_per_ray) XT_ENTRY(thinner_than_a_pixel_area_integral)
                          XT_ENTRY(scene_is_the_sum_of_its_parts) XT_ENTRY(set_shape_changes_the_projectors_copy_only)

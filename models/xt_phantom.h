@@ -82,7 +82,8 @@ int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg);
  * up the descending aorta, over the arch, the tip in the ascending aorta. At most cap points;
  * returns the count. */
 int xt_phantom_thorax_wire(double *pts, int cap);
-/* That wire as an instrument model "guidewire" (xt_instr_guidewire in blood), capacity max_points. */
+/* That wire as an instrument model "guidewire" in blood, capacity max_points: a 0.035-inch (0.89 mm)
+ * stainless-steel wire with a 30 mm platinum coil tip (xt_instr_guidewire's sections, that radius). */
 int xt_phantom_thorax_wire_model(int max_points, xt_model **out, xt_msg *msg);
 
 #endif /* XT_PHANTOM_H */

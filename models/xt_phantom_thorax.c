@@ -352,9 +352,17 @@ int xt_phantom_thorax_wire(double *pts, int cap) {
 
 int xt_phantom_thorax_wire_model(int max_points, xt_model **out, xt_msg *msg) {
   *out = NULL;
+  /* a 0.035-inch (0.89 mm) stainless-steel wire, as aortic work uses: the guidewire preset's
+   * sections (a 30 mm coil tip, then the core) at that radius */
   xt_instr_device dev;
+  int steel = 0;
   int rc = xt_instr_guidewire(&dev, "blood", max_points, msg);
+  if (!rc) rc = xt_instr_material(&dev, "stainless_steel", &steel, msg);
   if (rc) return rc;
+  const double r = 0.5 * 0.035 * 25.4;
+  dev.sec[0].r_out = r * sqrt(0.6);
+  dev.sec[1].r_out = r;
+  dev.sec[1].wall = steel;
   double *pts = malloc(sizeof(double) * 3 * (size_t)max_points);
   if (!pts) return xt_fail(msg, XT_ENOMEM, "thorax: out of memory");
   const int n = xt_phantom_thorax_wire(pts, max_points);

@@ -363,9 +363,11 @@ static int instr_matter(const xt_model *m, xt_model_matter *out, xt_msg *msg) {
   return 0;
 }
 
+/* What the CUDA kind allocates for the instrument (proj_instr.cu): its segments at capacity and its
+ * channel rows. (The kind's per-pixel accumulator is the projector's, shared by its instruments.) */
 static uint64_t instr_device_bytes(const xt_model *m) {
   const xt_instr *I = xt_model_instr(m);
-  return (uint64_t)I->geom.cap_seg * sizeof(xt_tube_seg) * 2 + (uint64_t)I->geom.cap_box * 6 * sizeof(float);
+  return (uint64_t)I->geom.cap_seg * sizeof(xt_tube_seg) + (uint64_t)XT_MAX_MATERIALS * 8 * sizeof(float);
 }
 
 const xt_model_kind_ops xt_model_kind_instr = {.name = "instrument",

@@ -121,7 +121,7 @@ static int in_capsule(const double x[3], const void *arg) {
   return d2 <= c->r * c->r;
 }
 
-static void paint_capsule(painter *P, const double a[3], const double b[3], double r, int label) {
+static void paint_capsule(painter *P, const double *a, const double *b, double r, int label) {
   capsule c;
   double lo[3], hi[3];
   for (int k = 0; k < 3; k++) {

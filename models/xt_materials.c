@@ -116,14 +116,15 @@ static const mat_def defs[XT_MAT_DEFAULT_COUNT] = {
 
 /* Named materials beyond the default table. Instrument materials (issue 26). Nitinol: 55 % Ni, 45 % Ti by mass at 6.45
  * g/cm^3. Stainless steel (316L: Fe 68, Cr 17, Ni 12, Mo 2 %) at 8.0 g/cm^3 with chromium and
- * molybdenum counted as iron [U]. Catheter shafts: PMMA stands for the polymer (Pebax, nylon,
- * polyurethane: C, H, O, N of similar density) [U]; "_w" is one loaded with 20 % tungsten by mass
- * for radiopacity [U]. */
+ * molybdenum counted as iron [U]. Catheter shafts (Pebax, nylon, polyurethane: C, H, O, N) are soft
+ * tissue at the polymer's density, whose mass attenuation is within about 5 % of theirs at 40-80 keV
+ * [U]: a scene holds at most 8 basis materials (XT_MAX_CHANNELS), and the default thorax with its
+ * wire and a catheter then fits; "_w" is one loaded with 20 % tungsten by mass for radiopacity [U]. */
 static const mat_def instr_defs[] = {
     {0, "nitinol", 2, {{XT_BASIS_NICKEL, 3.5475}, {XT_BASIS_TITANIUM, 2.9025}}},
     {0, "stainless_steel", 2, {{XT_BASIS_IRON, 7.04}, {XT_BASIS_NICKEL, 0.96}}},
-    {0, "catheter_polymer", 1, {{XT_BASIS_PMMA, 1.19}}},
-    {0, "catheter_polymer_w", 2, {{XT_BASIS_PMMA, 1.2}, {XT_BASIS_TUNGSTEN, 0.3}}},
+    {0, "catheter_polymer", 1, {{XT_BASIS_SOFT, 1.19}}},
+    {0, "catheter_polymer_w", 2, {{XT_BASIS_SOFT, 1.2}, {XT_BASIS_TUNGSTEN, 0.3}}},
     /* the thorax phantom's (xt_phantom_thorax.c): inflated lung, and spongy bone [U] */
     {0, "lung", 1, {{XT_BASIS_SOFT, 0.26}}},
     {0, "trabecular_bone", 1, {{XT_BASIS_BONE, 1.18}}},

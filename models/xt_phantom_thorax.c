@@ -352,17 +352,18 @@ int xt_phantom_thorax_wire(double *pts, int cap) {
 
 int xt_phantom_thorax_wire_model(int max_points, xt_model **out, xt_msg *msg) {
   *out = NULL;
-  /* a 0.035-inch (0.89 mm) stainless-steel wire, as aortic work uses: the guidewire preset's
-   * sections (a 30 mm coil tip, then the core) at that radius */
+  /* a 0.035-inch (0.89 mm) stainless-steel wire, as aortic work uses, with the guidewire preset's
+   * 30 mm platinum coil tip (xt_instr_guidewire) at that radius */
   xt_instr_device dev;
-  int steel = 0;
-  int rc = xt_instr_guidewire(&dev, "blood", max_points, msg);
+  int pt = 0, steel = 0;
+  int rc = xt_instr_device_init(&dev, "blood", max_points, msg);
+  if (!rc) rc = xt_instr_material(&dev, "platinum", &pt, msg);
   if (!rc) rc = xt_instr_material(&dev, "stainless_steel", &steel, msg);
   if (rc) return rc;
   const double r = 0.5 * 0.035 * 25.4;
-  dev.sec[0].r_out = r * sqrt(0.6);
-  dev.sec[1].r_out = r;
-  dev.sec[1].wall = steel;
+  dev.nsections = 2; /* its table holds only what it is made of: each material is a channel */
+  dev.sec[0] = (xt_instr_section){30.0, r * sqrt(0.6), 0.0, pt, 0};
+  dev.sec[1] = (xt_instr_section){0.0, r, 0.0, steel, 0};
   double *pts = malloc(sizeof(double) * 3 * (size_t)max_points);
   if (!pts) return xt_fail(msg, XT_ENOMEM, "thorax: out of memory");
   const int n = xt_phantom_thorax_wire(pts, max_points);

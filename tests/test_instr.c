@@ -431,6 +431,18 @@ XT_TEST(thorax_wire_lies_in_its_aorta) {
   XT_CHECK(label_at(v, 0, 6, 120) == XT_THORAX_AIR); /* the trachea */
   XT_CHECK(label_at(v, 42, -32, -48) == XT_THORAX_HEART);
   XT_CHECK(label_at(v, 170, 10, 0) == XT_THORAX_AIR); /* beside the body */
+  /* the thorax, its wire and a catheter fit the material channels together */
+  xt_instr_device ct;
+  xt_model *c = NULL;
+  XT_REQUIRE(xt_instr_catheter(&ct, "blood", 64, NULL) == 0);
+  XT_REQUIRE(xt_model_from_instr(&ct, I->points, 64, "cath", &c, NULL) == 0);
+  xt_chanset cs = {0};
+  xt_msg msg;
+  XT_CHECK_MSG(xt_chanset_add_model(&cs, t, &msg) == 0 && xt_chanset_add_model(&cs, w, &msg) == 0 &&
+                   xt_chanset_add_model(&cs, c, &msg) == 0,
+               "%s", msg.text);
+  XT_CHECK(cs.n <= XT_MAX_CHANNELS);
+  xt_model_free(c);
   xt_model_free(t);
   xt_model_free(w);
 }

@@ -39,6 +39,8 @@ extern "C" {
 typedef struct instr_xf {
   double w2m[12]; /* world -> model: m[3][3] row-major, then t[3] */
   double m2w[12];
+  double scale;   /* w2m's linear part's Frobenius norm (proj_cpu_instr.c's instr_state.scale) */
+  double pad;
 } instr_xf;
 
 typedef struct instr_head {
@@ -181,6 +183,10 @@ static void instr_fill_frame(const void *st, const xt_geometry *g, void *desc) {
     if (!xt_aff_invert(&m2w, &w2m)) memset(&w2m, 0, sizeof w2m); /* singular: every ray maps to a point */
     aff_to(&w2m, x[i].w2m);
     aff_to(&m2w, x[i].m2w);
+    double f = 0;
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 3; c++) f += w2m.m[r][c] * w2m.m[r][c];
+    x[i].scale = sqrt(f);
   }
 }
 
@@ -206,6 +212,29 @@ static __device__ __forceinline__ int d_project(const instr_head *h, const doubl
   const double x[3] = {c.src[0] + t * q[0] - c.det0[0], c.src[1] + t * q[1] - c.det0[1], c.src[2] + t * q[2] - c.det0[2]};
   *col = (x[0] * c.u[0] + x[1] * c.u[1] + x[2] * c.u[2]) / c.pu;
   *row = (x[0] * c.v[0] + x[1] * c.v[1] + x[2] * c.v[2]) / c.pv;
+  return 1;
+}
+
+/* Whether o + s d, s in [0, len], meets the box [lo, hi] (proj_cpu_instr.c's hits_box). */
+static __device__ __forceinline__ int d_hits_box(const double lo[3], const double hi[3], const double o[3],
+                                                 const double d[3], double len) {
+  double a = 0.0, b = len;
+  for (int k = 0; k < 3; k++) {
+    if (d[k] == 0.0) {
+      if (o[k] < lo[k] || o[k] > hi[k]) return 0;
+      continue;
+    }
+    const double inv = 1.0 / d[k];
+    double t0 = (lo[k] - o[k]) * inv, t1 = (hi[k] - o[k]) * inv;
+    if (t0 > t1) {
+      const double t = t0;
+      t0 = t1;
+      t1 = t;
+    }
+    if (t0 > a) a = t0;
+    if (t1 < b) b = t1;
+    if (a > b) return 0;
+  }
   return 1;
 }
 
@@ -255,8 +284,27 @@ __global__ void k_instr_splat(const unsigned char *desc, int mi, const xt_tube_s
   const int S = XT_INSTR_AREA_SAMPLES;
   const double inv = 1.0 / ((double)S * S);
   const size_t plane = (size_t)rows * cols;
+  /* the pixels whose centre ray meets the segment's box grown by a pixel diagonal: the CPU
+   * reference's candidates (proj_cpu_instr.c), so both sum the same segments; the others are
+   * skipped without their sub-rays */
+  const double e = hypot(c.pu, c.pv) * x->scale;
+  for (int k = 0; k < 3; k++) {
+    lo[k] -= e;
+    hi[k] += e;
+  }
   for (int r = ra; r <= rb; r++)
     for (int cl = ca; cl <= cb; cl++) {
+      {
+        const double a = cl * c.pu, b = r * c.pv;
+        const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
+                             c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
+                             c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
+        const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
+        const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
+        double wm[3];
+        d_apply(x->w2m, ww, wm, 1);
+        if (!d_hits_box(lo, hi, o, wm, len)) continue;
+      }
       double sw = 0.0, sl = 0.0;
       for (int sj = 0; sj < S; sj++)
         for (int si = 0; si < S; si++) {

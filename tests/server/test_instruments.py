@@ -124,7 +124,7 @@ def main():
         ws.send({"type": "start", "id": "start"})
         pump(0.3)
         k, t_next = 0, time.monotonic()
-        t_stop = t_next + 12.0  # a slow (sanitised, loaded) server gets longer to show enough frames
+        t_stop = t_next + 30.0  # a slow (sanitised, loaded) server gets longer to show enough frames
         while time.monotonic() < t_stop:
             t_end = t_next + 2.0
             while time.monotonic() < t_end:

@@ -209,6 +209,29 @@ static void record_start(const xt_acq_request *q, xt_acq_frame *f) {
   }
 }
 
+/* The exposure's instrument shapes that the projector does not hold yet (by version). A shape that
+ * fails leaves the projector's as it was, and fails the exposure. */
+static int apply_shapes(xt_acq_renderer *r, const xt_acq_request *q, xt_msg *msg) {
+  xt_acq_shape_cache *c = r->shapes ? r->shapes : &r->own_shapes;
+  for (int i = 0; i < q->nshapes; i++) {
+    const xt_acq_shape *sh = &q->shapes[i];
+    int k = 0;
+    while (k < c->n && c->model[k] != sh->model) k++;
+    if (k < c->n && c->version[k] == sh->version) continue;
+    if (k == c->n && sh->version == 0) continue; /* the model's own shape, as added */
+    if (k == c->n && k == XT_ACQ_MAX_SHAPES)
+      return xt_fail(msg, XT_ETOOLARGE, "acquisition: more than %d instruments", XT_ACQ_MAX_SHAPES);
+    int rc = xt_proj_set_shape(r->proj, sh->model, sh->pts, sh->n, msg);
+    if (rc) return rc;
+    if (k == c->n) {
+      c->model[k] = sh->model;
+      c->n++;
+    }
+    c->version[k] = sh->version;
+  }
+  return 0;
+}
+
 int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
   record_start(q, f);
   const int chain = q->chain && !(q->flags & XT_ACQ_NO_RENDER);
@@ -248,6 +271,10 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
       r->chain_run = q->run;
     }
   }
+
+  /* the instruments' shapes of this exposure, into the projector's own buffers */
+  f->step = XT_ACQ_STEP_RENDER;
+  if ((rc = apply_shapes(r, q, msg))) return rc;
 
   /* the planes' sizes, then the caller's buffers */
   f->step = XT_ACQ_STEP_BUFFERS;

@@ -80,8 +80,27 @@ void xt_acq_plane_new_run(xt_acq_plane *p);
 /* A projector (not owned) and the imaging chain on it, made on the first chain exposure and remade
  * when models were added since (the channel set may have grown). One per worker or device: not
  * shared between threads. */
+/* Instruments (issue 26): the shape an exposure renders an instrument with, latched with it. */
+typedef struct xt_acq_shape {
+  const xt_model *model; /* the instrument model as added to the projector */
+  const double *pts;     /* n x 3 model mm, tip first; read during xt_acq_expose only */
+  int n;
+  uint64_t version;      /* the caller's number of this shape (0: the model's own) */
+} xt_acq_shape;
+
+/* The shape versions a projector holds, one entry per instrument. Renderers on one projector share
+ * one (the server's worker: plane A's and plane B's), so that a version is set once. */
+#define XT_ACQ_MAX_SHAPES 32
+typedef struct xt_acq_shape_cache {
+  int n;
+  const xt_model *model[XT_ACQ_MAX_SHAPES];
+  uint64_t version[XT_ACQ_MAX_SHAPES];
+} xt_acq_shape_cache;
+
 typedef struct xt_acq_renderer {
   xt_proj *proj;
+  xt_acq_shape_cache *shapes; /* the projector's instruments' versions; NULL: the renderer's own */
+  xt_acq_shape_cache own_shapes;
   xt_chain *chain;     /* NULL until a chain exposure */
   int threads;         /* the chain's CPU stage threads (as the projector's) */
   int models;          /* models on proj (xt_acq_renderer_add_model or the owner counts them) */
@@ -191,6 +210,10 @@ typedef struct xt_acq_request {
    * is exposed (and recorded: prm.kv) at kV x kv_scale (0: nominal), after the loop set it. */
   xt_panel_fault panel_fault;
   double kv_scale;
+  /* Instruments (issue 26): the shapes latched with the exposure; the projector takes each whose
+   * version it does not hold (xt_proj_set_shape, before the render). nshapes 0: as they are. */
+  const xt_acq_shape *shapes;
+  int nshapes;
   /* Called with the geometry before any render work (the server's work budgets); NULL: none. */
   int (*admit)(void *ctx, const xt_geometry *g, xt_msg *msg);
   /* Called once the planes' sizes are in the record: points each wanted plane's data at a buffer

@@ -29,6 +29,10 @@ typedef enum xt_basis_id {
   XT_BASIS_CSI,
   /* phantom materials (issue 24: the reference air kerma setup's PMMA slabs) */
   XT_BASIS_PMMA,
+  /* instrument materials (issue 26): nitinol, stainless steel, marker bands and coils */
+  XT_BASIS_NICKEL,
+  XT_BASIS_IRON,
+  XT_BASIS_PLATINUM,
   XT_BASIS_COUNT
 } xt_basis_id;
 
@@ -52,5 +56,10 @@ int xt_basis_mass_atten(int id, double e_kev, double *mu_rho, xt_msg *msg);
  * basis material ("pmma") is that material alone at the entry's density. XT_EUNSUPPORTED, naming
  * the entry, when the name is neither. */
 int xt_material_basis(const xt_material_table *t, int label, xt_basis_part parts[2], int *n, xt_msg *msg);
+
+/* The composition of the material called `name`: a default material (xt_materials_default), an
+ * instrument material ("nitinol", "stainless_steel", "catheter_polymer", "catheter_polymer_w") or a
+ * basis material at its own density. XT_ENOTFOUND, naming it, when it is none of these. */
+int xt_material_parts_named(const char *name, xt_basis_part parts[2], int *n, xt_msg *msg);
 
 #endif /* XT_BASIS_H */

@@ -40,6 +40,9 @@ static const basis_def basis[XT_BASIS_COUNT] = {
     [XT_BASIS_CSI] = {"csi", "Cesium Iodide", 0, 4.51},
     /* C5H8O2 (xraylib's NIST name keeps NIST's spelling) */
     [XT_BASIS_PMMA] = {"pmma", "Polymethyl Methacralate (Lucite, Perspex)", 0, 1.19},
+    [XT_BASIS_NICKEL] = {"nickel", NULL, 28, 8.908},
+    [XT_BASIS_IRON] = {"iron", NULL, 26, 7.874},
+    [XT_BASIS_PLATINUM] = {"platinum", NULL, 78, 21.45},
 };
 
 const char *xt_basis_name(int id) { return id >= 0 && id < XT_BASIS_COUNT ? basis[id].name : NULL; }
@@ -111,6 +114,45 @@ static const mat_def defs[XT_MAT_DEFAULT_COUNT] = {
     {XT_MAT_METAL, "metal_titanium", 1, {{XT_BASIS_TITANIUM, 4.506}}},
 };
 
+/* Named materials beyond the default table. Instrument materials (issue 26). Nitinol: 55 % Ni, 45 % Ti by mass at 6.45
+ * g/cm^3. Stainless steel (316L: Fe 68, Cr 17, Ni 12, Mo 2 %) at 8.0 g/cm^3 with chromium and
+ * molybdenum counted as iron [U]. Catheter shafts (Pebax, nylon, polyurethane: C, H, O, N) are soft
+ * tissue at the polymer's density, whose mass attenuation is within about 5 % of theirs at 40-80 keV
+ * [U]: a scene holds at most 8 basis materials (XT_MAX_CHANNELS), and the default thorax with its
+ * wire and a catheter then fits; "_w" is one loaded with 20 % tungsten by mass for radiopacity [U]. */
+static const mat_def instr_defs[] = {
+    {0, "nitinol", 2, {{XT_BASIS_NICKEL, 3.5475}, {XT_BASIS_TITANIUM, 2.9025}}},
+    {0, "stainless_steel", 2, {{XT_BASIS_IRON, 7.04}, {XT_BASIS_NICKEL, 0.96}}},
+    {0, "catheter_polymer", 1, {{XT_BASIS_SOFT, 1.19}}},
+    {0, "catheter_polymer_w", 2, {{XT_BASIS_SOFT, 1.2}, {XT_BASIS_TUNGSTEN, 0.3}}},
+    /* the thorax phantom's (xt_phantom_thorax.c): inflated lung, and spongy bone [U] */
+    {0, "lung", 1, {{XT_BASIS_SOFT, 0.26}}},
+    {0, "trabecular_bone", 1, {{XT_BASIS_BONE, 1.18}}},
+};
+
+int xt_material_parts_named(const char *name, xt_basis_part parts[2], int *n, xt_msg *msg) {
+  *n = 0;
+  for (int i = 0; i < XT_MAT_DEFAULT_COUNT; i++)
+    if (name && strcmp(name, defs[i].name) == 0) {
+      for (int k = 0; k < defs[i].nparts; k++) parts[k] = defs[i].part[k];
+      *n = defs[i].nparts;
+      return 0;
+    }
+  for (size_t i = 0; name && i < sizeof instr_defs / sizeof instr_defs[0]; i++)
+    if (strcmp(name, instr_defs[i].name) == 0) {
+      for (int k = 0; k < instr_defs[i].nparts; k++) parts[k] = instr_defs[i].part[k];
+      *n = instr_defs[i].nparts;
+      return 0;
+    }
+  const int b = xt_basis_find(name);
+  if (b >= 0) {
+    parts[0] = (xt_basis_part){b, xt_basis_density(b)};
+    *n = 1;
+    return 0;
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "materials: no material called \"%s\"", name ? name : "");
+}
+
 int xt_material_basis(const xt_material_table *t, int label, xt_basis_part parts[2], int *n, xt_msg *msg) {
   *n = 0;
   if (label < 0 || label >= XT_MAX_MATERIALS) return xt_fail(msg, XT_ERANGE, "materials: label %d", label);
@@ -119,6 +161,12 @@ int xt_material_basis(const xt_material_table *t, int label, xt_basis_part parts
     if (strcmp(t->name[label], defs[i].name) != 0) continue;
     for (int k = 0; k < defs[i].nparts; k++) parts[k] = defs[i].part[k];
     *n = defs[i].nparts;
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof instr_defs / sizeof instr_defs[0]; i++) {
+    if (strcmp(t->name[label], instr_defs[i].name) != 0) continue;
+    for (int k = 0; k < instr_defs[i].nparts; k++) parts[k] = instr_defs[i].part[k];
+    *n = instr_defs[i].nparts;
     return 0;
   }
   /* a basis material by name, at the entry's density: phantoms of one material (PMMA slabs) need no

@@ -81,7 +81,8 @@ typedef struct xt_model_kind_ops {
   X(dense)  /* xt_volume.c: float32 mu voxels */                                                   \
   X(labels) /* xt_volume.c: uint8 label voxels + material table */                                 \
   X(gmm)    /* xt_gmm.c: Gaussian mixtures */                                                      \
-  X(nvdb)   /* xt_nvdb.c: NanoVDB sparse grids */
+  X(nvdb)   /* xt_nvdb.c: NanoVDB sparse grids */                                                 \
+  X(instr)  /* xt_instr.c: thin devices, mitred tube segments along a centreline */
 
 #define XT_MODEL_KIND_DECLARE(k) extern const xt_model_kind_ops xt_model_kind_##k;
 XT_MODEL_KINDS(XT_MODEL_KIND_DECLARE)

@@ -10,6 +10,7 @@
 
 #include "xt_gmm.h"
 #include "xt_gmm_json.h"
+#include "xt_instr_json.h"
 #include "xt_load.h"
 #include "xt_load_internal.h"
 #include "xt_nvdb.h"
@@ -64,6 +65,11 @@ static int read_nvdb(const char *path, const xt_load_options *opt, xt_model **ou
   return 0;
 }
 
+/* Instruments (issue 26): a device and its centreline; opt does not apply. */
+static int read_instr(const char *path, const xt_load_options *opt, xt_model **out, xt_msg *msg) {
+  return xt_instr_read_json(path, out, msg);
+}
+
 /* File-name suffixes (case-insensitive), longest first where one ends another. */
 static const struct {
   const char *suffix;
@@ -72,7 +78,7 @@ static const struct {
     {".nii.gz", read_volume}, {".nii", read_volume}, {".nrrd", read_volume},
     {".nhdr", read_volume},   {".mha", read_volume}, {".mhd", read_volume},
     {".xgmm", read_gmm_native}, {".gmm.json", read_gmm_json}, {".gmm", read_gmm_thesis},
-    {".nvdb", read_nvdb},
+    {".nvdb", read_nvdb},       {".instr.json", read_instr},
 };
 
 static int ends_with(const char *s, const char *suffix) {

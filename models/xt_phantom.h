@@ -57,4 +57,33 @@ int xt_phantom_head_model(const int dim[3], double spacing_mm, int type, xt_mode
 int xt_phantom_slab_model(const char *material, double density, const double size_mm[3], double voxel_mm,
                           xt_model **out, xt_msg *msg);
 
+/* The built-in patient (issue 26; models/xt_phantom_thorax.c): an adult thorax as a label volume of
+ * voxel_mm voxels (1.25 mm for the server) over 360 x 260 x 360 mm - body, lungs, trachea and bronchi,
+ * heart with blood-filled chambers, aorta with its arch branches, pulmonary trunk, venae cavae and
+ * coronary arteries (label "blood": the regions contrast will fill), vertebrae, ribs, sternum,
+ * clavicles, scapulae, stomach gas - named "thorax", its own table: labels XT_THORAX_* below. Model
+ * frame = patient LPS, the heart at the origin. */
+enum {
+  XT_THORAX_AIR = 0,
+  XT_THORAX_SOFT,
+  XT_THORAX_LUNG,
+  XT_THORAX_SPONGY_BONE,
+  XT_THORAX_BONE,
+  /* blood, one label per region contrast may fill: */
+  XT_THORAX_HEART,
+  XT_THORAX_AORTA, /* and its arch branches */
+  XT_THORAX_PULMONARY,
+  XT_THORAX_VEINS, /* the venae cavae */
+  XT_THORAX_CORONARY,
+  XT_THORAX_LABELS
+};
+int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg);
+/* The centreline of the thorax's guidewire (tip first, 1 mm steps, in the thorax's model frame):
+ * up the descending aorta, over the arch, the tip in the ascending aorta. At most cap points;
+ * returns the count. */
+int xt_phantom_thorax_wire(double *pts, int cap);
+/* That wire as an instrument model "guidewire" in blood, capacity max_points: a 0.035-inch (0.89 mm)
+ * stainless-steel wire with a 30 mm platinum coil tip (xt_instr_guidewire's sections, that radius). */
+int xt_phantom_thorax_wire_model(int max_points, xt_model **out, xt_msg *msg);
+
 #endif /* XT_PHANTOM_H */

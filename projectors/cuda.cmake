@@ -11,6 +11,8 @@ set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/adjoint_voxel.cu PROPERTIE
 # is built apart, without -warn-spills: CUB 3.0's own DeviceScan kernel spills 4 bytes at sm_90
 # with nvcc 13.0 (library code; our kernels stay held to zero spills below).
 target_sources(xt_proj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/proj_gmm.cu)
+# Instruments (issue 26): tube segments splatted with the closed form of models/xt_tube.h.
+target_sources(xt_proj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/proj_instr.cu)
 add_library(xt_cub OBJECT ${CMAKE_CURRENT_LIST_DIR}/xt_cub.cu)
 set_target_properties(xt_cub PROPERTIES POSITION_INDEPENDENT_CODE ON)
 if(CMAKE_CUDA_ARCHITECTURES STREQUAL "75" OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")

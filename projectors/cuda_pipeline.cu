@@ -24,7 +24,8 @@ extern "C" {
 }
 
 /* The kinds, in render order. A new kind adds its table here. */
-static const xt_cuda_kind_ops *const kinds[] = {&xt_cuda_kind_voxel, &xt_cuda_kind_gmm, &xt_cuda_kind_nvdb};
+static const xt_cuda_kind_ops *const kinds[] = {&xt_cuda_kind_voxel, &xt_cuda_kind_gmm, &xt_cuda_kind_nvdb,
+                                                &xt_cuda_kind_instr};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 #define CK XT_CK
@@ -697,6 +698,17 @@ static int ops_render_batch(void *impl, const xt_geometry *g, int n, float *out,
   return xt_cuda_render_batch((xt_cuda_proj *)impl, g, n, out, msg);
 }
 static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
+/* The kind that holds m takes the shape (its own buffers; queued behind the frames already in flight). */
+static int ops_set_shape(void *impl, const xt_model *m, const double *pts, int n, xt_msg *msg) {
+  xt_cuda_proj *p = (xt_cuda_proj *)impl;
+  for (int k = 0; k < NKINDS; k++) {
+    if (!kinds[k]->set_shape) continue;
+    CK(cudaSetDevice(p->opt.device));
+    const int rc = kinds[k]->set_shape(p->kst[k], m, pts, n, msg);
+    if (rc != XT_ENOTFOUND) return rc;
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "cuda projector: model %s was not added as an instrument", m->name);
+}
 /* Portable: pinned for every device's context, so one buffer serves whichever worker renders. */
 static int ops_host_alloc(size_t bytes, void **out, xt_msg *msg) {
   cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
@@ -724,5 +736,5 @@ static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_s
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
     "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
     ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral, ops_host_alloc,
-    ops_host_free, ops_render_batch_device,
+    ops_host_free, ops_render_batch_device, ops_set_shape,
 };

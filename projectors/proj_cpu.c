@@ -19,7 +19,7 @@
 /* ------------------------------------------------------------------------------------------ */
 
 static const xt_cpu_kind *const kinds[] = {&xt_cpu_kind_dense, &xt_cpu_kind_labels, &xt_cpu_kind_gmm,
-                                           &xt_cpu_kind_nvdb};
+                                           &xt_cpu_kind_nvdb, &xt_cpu_kind_instr};
 
 static const xt_cpu_kind *kind_of(const xt_model *m) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -33,6 +33,7 @@ typedef struct ray_model {
   const xt_cpu_kind *k;
   const void *chan; /* the model's channel map (channels frames only) */
   int ok;
+  int area; /* the kind integrates pixel areas (xt_cpu_kind.pixel) */
   _Alignas(16) unsigned char state[XT_CPU_KIND_STATE];
 } ray_model;
 
@@ -42,6 +43,7 @@ static void setup_models(const xt_model *const *models, int n, const xt_pose *po
     rm[i].k = kind_of(models[i]);
     rm[i].chan = chans ? chans[i] : NULL;
     rm[i].ok = rm[i].k && rm[i].k->frame(models[i], pose, rm[i].state);
+    rm[i].area = rm[i].k && rm[i].k->pixel;
   }
 }
 
@@ -49,7 +51,7 @@ static void setup_models(const xt_model *const *models, int n, const xt_pose *po
 static void integrate_channels(const ray_model *rm, int n, int fast, xt_vec3 a, xt_vec3 w, double len, double *acc) {
   for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] = 0.0;
   for (int i = 0; i < n; i++) {
-    if (!rm[i].ok) continue;
+    if (!rm[i].ok || rm[i].area) continue;
     if (fast && rm[i].k->ray_channels_fast) rm[i].k->ray_channels_fast(rm[i].m, rm[i].state, rm[i].chan, a, w, len, acc);
     else rm[i].k->ray_channels(rm[i].m, rm[i].state, rm[i].chan, a, w, len, acc);
   }
@@ -58,8 +60,19 @@ static void integrate_channels(const ray_model *rm, int n, int fast, xt_vec3 a, 
 static double integrate(const ray_model *rm, int n, xt_vec3 a, xt_vec3 w, double len) {
   double total = 0.0;
   for (int i = 0; i < n; i++)
-    if (rm[i].ok) total += rm[i].k->ray(rm[i].m, rm[i].state, a, w, len);
+    if (rm[i].ok && !rm[i].area) total += rm[i].k->ray(rm[i].m, rm[i].state, a, w, len);
   return total;
+}
+
+/* The pixel-area models (xt_cpu_kind.pixel), added to *v (line integrals) or acc[] (channels, acc
+ * non-NULL). */
+static void integrate_area(const ray_model *rm, int n, const xt_geometry *g, int col, int row, double *v,
+                           double *acc) {
+  for (int i = 0; i < n; i++) {
+    if (!rm[i].ok || !rm[i].area) continue;
+    if (acc) rm[i].k->pixel(rm[i].m, rm[i].state, rm[i].chan, g, col, row, acc);
+    else rm[i].k->pixel(rm[i].m, rm[i].state, NULL, g, col, row, v);
+  }
 }
 
 double xt_ref_segment(const xt_model *const *models, int n, xt_vec3 a, xt_vec3 b) {
@@ -72,6 +85,7 @@ double xt_ref_segment(const xt_model *const *models, int n, xt_vec3 a, xt_vec3 b
   xt_pose id;
   memset(&id, 0, sizeof id); /* a, b are world points: the table is already applied by the caller */
   setup_models(models, n, &id, NULL, rm);
+  for (int i = 0; i < n; i++) rm[i].area = 0; /* one ray, whatever the kind */
   double r = integrate(rm, n, a, xt_v3_scale(d, 1.0 / len), len);
   if (rm != rm_stack) free(rm);
   return r;
@@ -108,6 +122,7 @@ static void *frame_worker(void *arg) {
         double acc[XT_MAX_CHANNELS];
         const size_t plane = (size_t)rows * cols;
         integrate_channels(job->rm, job->nmodels, job->fast, g->source, xt_v3_scale(d, 1.0 / len), len, acc);
+        integrate_area(job->rm, job->nmodels, g, c, r, NULL, acc);
         for (int ch = 0; ch < job->nch; ch++) {
           if (job->out64) job->out64[plane * ch + k] = acc[ch];
           if (job->out32) job->out32[plane * ch + k] = (float)acc[ch];
@@ -115,6 +130,7 @@ static void *frame_worker(void *arg) {
         continue;
       }
       double v = integrate(job->rm, job->nmodels, g->source, xt_v3_scale(d, 1.0 / len), len);
+      integrate_area(job->rm, job->nmodels, g, c, r, &v, NULL);
       if (job->out64) job->out64[k] = v;
       if (job->out32) job->out32[k] = (float)v;
     }
@@ -191,7 +207,9 @@ int xt_ref_render_channels_f64(const xt_model *const *models, int n, const xt_ch
 typedef struct cpu_proj {
   int threads;
   int nmodels, cap;
-  const xt_model **models;
+  const xt_model **models; /* what renders: the model as added, or the projector's own copy */
+  const xt_model **added;  /* the models as added (xt_proj_set_shape names them) */
+  xt_model **own;          /* the own copies (kinds with `own`), else NULL */
   xt_chanset cs;   /* the models' channel set */
   void **chans;    /* each model's map onto cs; rebuilt when cs grows (at add_model) */
 } cpu_proj;
@@ -222,14 +240,24 @@ static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
     void **nc = realloc(p->chans, sizeof *nc * (size_t)cap);
     if (!nc) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
     p->chans = nc;
+    const xt_model **na = realloc(p->added, sizeof *na * (size_t)cap);
+    if (!na) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    p->added = na;
+    xt_model **no = realloc(p->own, sizeof *no * (size_t)cap);
+    if (!no) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    p->own = no;
     p->cap = cap;
   }
+  xt_model *own = NULL;
+  if (k->own && (rc = k->own(m, &own, msg))) return rc;
   /* Channels are optional per kind: a model without them only makes render_channels fail. The maps
    * are rebuilt lazily (render_channels) since the set may grow with later models. */
   xt_chanset cs = p->cs;
   if (k->chan_build && xt_chanset_add_model(&cs, m, NULL) == 0) p->cs = cs;
   p->chans[p->nmodels] = NULL;
-  p->models[p->nmodels++] = m;
+  p->added[p->nmodels] = m;
+  p->own[p->nmodels] = own;
+  p->models[p->nmodels++] = own ? own : m;
   for (int i = 0; i < p->nmodels; i++) {
     free(p->chans[i]);
     p->chans[i] = NULL;
@@ -282,10 +310,28 @@ static int cpu_render_batch(void *impl, const xt_geometry *g, int n, float *out,
 static void cpu_destroy(void *impl) {
   cpu_proj *p = impl;
   if (!p) return;
-  for (int i = 0; i < p->nmodels; i++) free(p->chans[i]);
+  for (int i = 0; i < p->nmodels; i++) {
+    free(p->chans[i]);
+    xt_model_free(p->own[i]);
+  }
   free(p->chans);
+  free(p->added);
+  free(p->own);
   free(p->models);
   free(p);
+}
+
+static int cpu_set_shape(void *impl, const xt_model *m, const double *pts, int n, xt_msg *msg) {
+  cpu_proj *p = impl;
+  for (int i = 0; i < p->nmodels; i++) {
+    if (p->added[i] != m) continue;
+    const xt_cpu_kind *k = kind_of(m);
+    if (!p->own[i] || !k->reshape)
+      return xt_fail(msg, XT_EUNSUPPORTED, "cpu projector: model %s (%s) has no shape to set", m->name,
+                     xt_model_kind_name(m->kind));
+    return k->reshape(p->own[i], pts, n, msg);
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "cpu projector: model %s was not added", m->name);
 }
 
 const xt_proj_ops xt_proj_cpu_ops = {
@@ -300,4 +346,5 @@ const xt_proj_ops xt_proj_cpu_ops = {
     .render_channels = cpu_render_channels,
     .render_device = NULL,
     .render_spectral = NULL,
+    .set_shape = cpu_set_shape,
 };

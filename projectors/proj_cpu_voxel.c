@@ -125,6 +125,6 @@ static void voxel_ray_channels(const xt_model *m, const void *state, const void 
 }
 
 const xt_cpu_kind xt_cpu_kind_dense = {XT_MODEL_DENSE, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
-                                       voxel_ray_channels, xt_voxel_ray_channels_fast};
+                                       voxel_ray_channels, xt_voxel_ray_channels_fast, NULL, NULL, NULL};
 const xt_cpu_kind xt_cpu_kind_labels = {XT_MODEL_LABELS, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
-                                        voxel_ray_channels, xt_voxel_ray_channels_fast};
+                                        voxel_ray_channels, xt_voxel_ray_channels_fast, NULL, NULL, NULL};

@@ -58,11 +58,15 @@ typedef struct xt_cuda_kind_ops {
    * and uploads them (called after every add_model that changed the set or added a model). NULL:
    * the kind has no channels yet, and a channels launch fails with XT_EUNSUPPORTED. */
   int (*set_channels)(void *st, const xt_chanset *cs, xt_msg *msg);
+  /* Instruments: a new centreline for model m (xt_proj_set_shape) into buffers sized at add_model;
+   * XT_ENOTFOUND when m is not one of the kind's. NULL: the kind has no shapes. */
+  int (*set_shape)(void *st, const xt_model *m, const double *pts, int n, xt_msg *msg);
 } xt_cuda_kind_ops;
 
 extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */
 extern const xt_cuda_kind_ops xt_cuda_kind_gmm;   /* proj_gmm.cu: Gaussian mixtures */
 extern const xt_cuda_kind_ops xt_cuda_kind_nvdb;  /* proj_nvdb.cu: NanoVDB grids */
+extern const xt_cuda_kind_ops xt_cuda_kind_instr; /* proj_instr.cu: instruments (tube segments) */
 
 /* Every CUDA call in host code: on failure, one line naming the call, into msg. */
 #define XT_CK(call)                                                                                            \

@@ -76,6 +76,11 @@ int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg
   return p->ops->render(p->impl, g, lineint, msg);
 }
 
+int xt_proj_set_shape(xt_proj *p, const xt_model *m, const double *pts, int n, xt_msg *msg) {
+  if (!p->ops->set_shape) return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: no instruments", p->ops->name);
+  return p->ops->set_shape(p->impl, m, pts, n, msg);
+}
+
 int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
   if (n <= 0) return xt_fail(msg, XT_EINVAL, "render batch: %d frames", n);
   for (int i = 1; i < n; i++)

@@ -55,6 +55,9 @@ typedef struct xt_proj_ops {
    * (n * rows * cols floats) by the batch kernel, many poses per launch; returns once they are
    * there (xt_proj_render_batch_device). */
   int (*render_batch_device)(void *impl, const xt_geometry *g, int n, float *d_out, xt_msg *msg);
+  /* A new centreline (n x 3 model mm, tip first) for instrument m, as added: copied into the
+   * projector's own buffers of the instrument's capacity (no allocation); the next render shows it. */
+  int (*set_shape)(void *impl, const xt_model *m, const double *pts, int n, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -66,6 +69,11 @@ int xt_proj_available(xt_backend b, xt_msg *msg);
 int xt_proj_create(const xt_proj_options *opt, xt_proj **out, xt_msg *msg);
 int xt_proj_add_model(xt_proj *p, const xt_model *m, xt_msg *msg);
 int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg);
+/* Instruments (models/xt_instr.h): the projector renders its own copy of each, and this replaces
+ * the copy's centreline (pts: n x 3 model mm, tip first) from the next render on, without
+ * allocating; m is the model as added. XT_ENOTFOUND when m was not added; the shape's own checks
+ * (xt_instr_geom_build) otherwise, the projector's shape unchanged on failure. */
+int xt_proj_set_shape(xt_proj *p, const xt_model *m, const double *pts, int n, xt_msg *msg);
 /* n frames of one detector size into out (n * rows * cols floats). Into memory from xt_host_alloc
  * (or any page-locked memory) of a device backend, the frames land where the DMA puts them, in
  * small chunks whose copies overlap the next chunk's kernels; into other memory they go through

@@ -31,6 +31,16 @@ typedef struct xt_cpu_kind {
    * docs/projector.md ("The fast CPU path") rather than exact; NULL: ray_channels serves both. */
   void (*ray_channels_fast)(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
                             double *acc);
+  /* Optional, for kinds whose shape changes during a run (instruments): the projector renders its
+   * own copy of the model (own: made at add_model, freed with xt_model_free at destroy), and
+   * xt_proj_set_shape replaces the copy's centreline (reshape; no allocation). */
+  int (*own)(const xt_model *m, xt_model **copy, xt_msg *msg);
+  int (*reshape)(xt_model *own, const double *pts, int n, xt_msg *msg);
+  /* Optional: frames take the kind's pixel-area integral of pixel (col, row) of g instead of the
+   * ray through its centre: the line integral added to acc[0] (chan NULL) or the channels to
+   * acc[0..XT_MAX_CHANNELS). xt_ref_segment and `ray` stay one ray. */
+  void (*pixel)(const xt_model *m, const void *state, const void *chan, const xt_geometry *g, int col, int row,
+                double *acc);
 } xt_cpu_kind;
 
 /* The voxel kinds' per-frame state: the world -> cell map (proj_cpu_voxel.c, proj_cpu_fast.c). */
@@ -46,5 +56,6 @@ extern const xt_cpu_kind xt_cpu_kind_dense;  /* proj_cpu_voxel.c */
 extern const xt_cpu_kind xt_cpu_kind_labels; /* proj_cpu_voxel.c */
 extern const xt_cpu_kind xt_cpu_kind_gmm;    /* proj_cpu_gmm.c */
 extern const xt_cpu_kind xt_cpu_kind_nvdb;   /* proj_cpu_nvdb.c */
+extern const xt_cpu_kind xt_cpu_kind_instr;  /* proj_cpu_instr.c */
 
 #endif /* XT_PROJ_KIND_H */

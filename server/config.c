@@ -63,10 +63,12 @@ static const cfg_entry cfg_table[] = {
     {"autostart", CT_BOOL, N(autostart), "true", 0, 1, NULL, 0, "start the acquisition at launch"},
     {"chain", CT_BOOL, N(chain), "false", 0, 1, NULL, 0,
      "imaging chain on at launch: raw and processed detector frames (docs/imaging.md); settable per run"},
-    {"phantom", CT_STRING, S(phantom), "auto", 0, 0, "auto|head|none", 0,
-     "built-in head phantom: auto loads it when no model is configured"},
-    {"phantom_dim", CT_INT, N(phantom_dim), "256", 16, 1024, NULL, 0, "head phantom voxels per axis"},
-    {"phantom_spacing", CT_DOUBLE, N(phantom_spacing), "1", 0.05, 20, NULL, 0, "head phantom voxel size, mm"},
+    {"phantom", CT_STRING, S(phantom), "auto", 0, 0, "auto|head|thorax|none", 0,
+     "built-in phantom: auto loads one when no model is configured - the thorax with a guidewire in its aorta, or "
+     "the Shepp-Logan head when phantom_dim or phantom_spacing is given"},
+    {"phantom_dim", CT_INT, N(phantom_dim), "0", 0, 1024, NULL, 0, "head phantom voxels per axis (0: 256; 16 at least)"},
+    {"phantom_spacing", CT_DOUBLE, N(phantom_spacing), "0", 0, 20, NULL, 0,
+     "head phantom voxel size, mm (0: 1; 0.05 at least)"},
     {"max_body", CT_INT, N(max_body), "65536", 1024, 16777216, NULL, 0, "largest REST request body, bytes"},
     {"max_ws_message", CT_INT, N(max_ws_message), "16384", 512, 1048576, NULL, 0,
      "largest WebSocket text message from a client, bytes"},
@@ -394,7 +396,7 @@ void xt_srv_config_usage(FILE *f) {
   fprintf(f,
           "usage: xtwin-server [--config FILE] [--model PATH]... [--OPTION VALUE]...\n"
           "Serves the C-arm digital twin: REST control and a WebSocket frame stream.\n"
-          "With no arguments: the built-in head phantom, default mode, 127.0.0.1:8710 (REST) and :8711 (stream).\n\n"
+          "With no arguments: the built-in thorax with a guidewire in its aorta, default mode, 127.0.0.1:8710 (REST) and :8711 (stream).\n\n"
           "  --config FILE        JSON object with any of the keys below, plus \"models\": [\"path\" | {path, name, convert, series}]\n"
           "  --model PATH         load a model at start (repeatable): a volume, or a Gaussian mixture (.xgmm, .gmm, .gmm.json); DICOM: a folder, .dcm or @LIST, PATH#SERIES picks a series\n"
           "  --routes             print the REST route table and exit\n"

@@ -35,6 +35,7 @@
 #include "srv_clock.h"
 #include "srv_device.h"
 #include "srv_engine.h"
+#include "srv_instr.h"
 #include "srv_scenario.h"
 #include "srv_session.h"
 #include "srv_study.h"
@@ -215,6 +216,15 @@ static int render_call(xt_worker *w, xt_call *c) {
   frame_ctx fc = {w, NULL, c};
   xt_acq_request q;
   memset(&q, 0, sizeof q);
+  /* the instruments as they are now */
+  xt_job now;
+  memset(&now, 0, sizeof now);
+  pthread_mutex_lock(&w->srv->st_mu);
+  xt_srv_instr_latch_locked(w->srv, &now);
+  pthread_mutex_unlock(&w->srv->st_mu);
+  xt_acq_shape shapes[XT_SRV_MAX_INSTR];
+  xt_srv_instr_shapes(w->srv, w, &now, shapes, &q.nshapes);
+  q.shapes = shapes;
   q.geom = &c->geom;
   q.want = XT_ACQ_WANT_LINEINT;
   q.admit = frame_admit;
@@ -237,6 +247,9 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_msg msg;
   frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q = j->req;
+  xt_acq_shape shapes[XT_SRV_MAX_INSTR];
+  xt_srv_instr_shapes(s, w, j, shapes, &q.nshapes);
+  q.shapes = shapes;
   q.want = XT_ACQ_WANT_CHAIN;
   q.admit = frame_admit;
   q.buffers = chain_buffers;
@@ -279,6 +292,9 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   }
   frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q = j->req;
+  xt_acq_shape shapes[XT_SRV_MAX_INSTR];
+  xt_srv_instr_shapes(s, w, j, shapes, &q.nshapes);
+  q.shapes = shapes;
   q.chain = 0; /* mono line integrals (a synthetic frame of a chain acquisition too) */
   if (s->cfg.synthetic) q.flags = XT_ACQ_NO_RENDER; /* transport benchmarks: no render, no budget */
   else {
@@ -569,6 +585,7 @@ static int expose_locked(xt_server *s, int pl, uint64_t t_sched, uint64_t t_exp,
     j.req.t_cycle_ns = st->t_cycle_ns;
   }
   xt_srv_fault_latch_locked(s, &j, t_exp); /* the faults of this exposure's moment (fault.c) */
+  xt_srv_instr_latch_locked(s, &j);        /* the instruments' shapes of this moment (instr.c) */
   xt_worker *w = pick_worker_locked(s, pl, j.req.chain, lockstep);
   int replaced = 0;
   int rc = worker_push(s, w, &j, &replaced);
@@ -826,6 +843,7 @@ static int rest_start(xt_server *s, xt_msg *msg) {
   w->index = -1;
   w->rest = 1;
   xt_acq_renderer_init(&w->rnd, w->proj, t);
+  w->rnd.shapes = &w->shape_cache;
   if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))
     return xt_fail(msg, XT_ENOMEM, "render worker: out of memory");
   pthread_mutex_init(&w->mu, NULL);
@@ -894,6 +912,7 @@ int xt_engine_start(xt_server *s, xt_msg *msg) {
     w->index = i;
     xt_acq_renderer_init(&w->rnd, w->proj, xt_engine_proj_threads(s)); /* the CPU stages: as the projector */
     xt_acq_renderer_init(&w->rnd_b, w->proj, xt_engine_proj_threads(s));
+    w->rnd.shapes = w->rnd_b.shapes = &w->shape_cache; /* one projector: one set of shapes */
     /* the models setup added to every projector before the workers started */
     for (int k = 0; k < s->nmodels; k++) xt_budget_worker_model(w, s->models[k]);
     if (!(w->bgrid = malloc(xt_budget_grid_cells() * sizeof *w->bgrid)))

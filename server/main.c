@@ -16,6 +16,7 @@
 #include "srv_clock.h"
 #include "srv_config.h"
 #include "srv_engine.h"
+#include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_rest.h"
 #include "srv_device.h"
@@ -91,6 +92,42 @@ static int pick_backend(xt_server *s, xt_msg *msg) {
   return 0;
 }
 
+/* A built-in model onto every worker's projector and into the list; freed on failure. */
+static int add_builtin(xt_server *s, xt_model *m, const char *src, xt_msg *msg) {
+  int rc = 0;
+  for (int i = 0; i < s->nmodels; i++) /* names are unique, the phantom's too */
+    if (!strcmp(s->models[i]->name, m->name)) {
+      rc = xt_fail(msg, XT_EEXISTS, "--phantom: model name \"%s\" is taken (by the model from %s)", m->name,
+                   s->model_src[i]);
+      xt_model_free(m);
+      return rc;
+    }
+  if (s->nmodels >= XT_SRV_MAX_MODELS) rc = xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
+  for (int i = 0; i < s->nworkers && !rc; i++) rc = xt_proj_add_model(s->workers[i].proj, m, msg);
+  if (rc) {
+    xt_model_free(m);
+    return rc;
+  }
+  s->models[s->nmodels] = m;
+  snprintf(s->model_src[s->nmodels], sizeof s->model_src[0], "%s", src);
+  s->nmodels++;
+  return 0;
+}
+
+/* The thorax (1.25 mm voxels) and its guidewire, room for 4096 points in a shape. */
+static int add_thorax(xt_server *s, xt_msg *msg) {
+  xt_model *m = NULL, *w = NULL;
+  int rc = xt_phantom_thorax_model(XT_SRV_THORAX_VOXEL_MM, &m, msg);
+  if (!rc) rc = add_builtin(s, m, "built-in thorax phantom, 1.25 mm labels", msg);
+  if (rc) return rc;
+  s->phantom_index = s->nmodels - 1;
+  if ((rc = xt_phantom_thorax_wire_model(XT_SRV_THORAX_WIRE_POINTS, &w, msg)) ||
+      (rc = add_builtin(s, w, "built-in guidewire in the thorax's aorta", msg)))
+    return rc;
+  s->phantom_wire = s->nmodels - 1;
+  return 0;
+}
+
 static int setup(xt_server *s, xt_msg *msg) {
   int rc = pick_backend(s, msg);
   if (rc) return rc;
@@ -162,7 +199,20 @@ static int setup(xt_server *s, xt_msg *msg) {
     if ((rc = xt_srv_add_model_path(s, mc->path, mc->name, mc->convert, 0, &m)))
       return xt_fail(msg, rc, "model %s: %s", mc->path, m.text);
   }
-  if (!strcmp(s->cfg.phantom, "head") || (!strcmp(s->cfg.phantom, "auto") && s->nmodels == 0)) {
+  /* auto: with no model configured, the thorax and its guidewire (issue 26) - or the head when its
+   * size is given (--phantom-dim, --phantom-spacing size the head only) */
+  const int head_sized = s->cfg.phantom_dim > 0 || s->cfg.phantom_spacing > 0;
+  const int automatic = !strcmp(s->cfg.phantom, "auto") && s->nmodels == 0;
+  if (!strcmp(s->cfg.phantom, "thorax") || (automatic && !head_sized)) {
+    if (head_sized)
+      return xt_fail(msg, XT_EINVAL, "--phantom thorax: --phantom-dim and --phantom-spacing size the head only");
+    if ((rc = add_thorax(s, msg))) return rc;
+  } else if (!strcmp(s->cfg.phantom, "head") || automatic) {
+    if (s->cfg.phantom_dim == 0) s->cfg.phantom_dim = 256;
+    if (s->cfg.phantom_spacing == 0) s->cfg.phantom_spacing = 1.0;
+    if (s->cfg.phantom_dim < 16) return xt_fail(msg, XT_ERANGE, "phantom_dim %d: at least 16", s->cfg.phantom_dim);
+    if (s->cfg.phantom_spacing < 0.05)
+      return xt_fail(msg, XT_ERANGE, "phantom_spacing %g: at least 0.05 mm", s->cfg.phantom_spacing);
     int d = s->cfg.phantom_dim;
     int dim[3] = {d, d, d};
     xt_model *m = NULL;
@@ -185,7 +235,7 @@ static int setup(xt_server *s, xt_msg *msg) {
              s->cfg.phantom_spacing);
     s->nmodels++;
   }
-  return 0;
+  return xt_srv_instr_register(s, msg);
 }
 
 static void write_ports(xt_server *s) {
@@ -235,10 +285,12 @@ int main(int argc, char **argv) {
 
   pthread_mutex_init(&s->st_mu, NULL);
   pthread_mutex_init(&s->models_mu, NULL);
+  pthread_mutex_init(&s->shape_mu, NULL);
   pthread_mutex_init(&s->log_mu, NULL);
   if (!strcmp(s->cfg.clock, "virtual")) xt_dev_clock_virtual(xt_now_ns());
   atomic_store(&s->ws_min_pub, UINT64_MAX); /* no stream client */
   s->phantom_index = -1;
+  s->phantom_wire = -1;
   xt_metrics_init(&s->metrics);
   for (int p = 0; p < XT_SRV_PLANES; p++) xt_acq_plane_init(&s->planes[p]);
   s->tls = s->cfg.tls_cert[0] != 0;
@@ -299,6 +351,7 @@ done:
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
+  xt_srv_instr_free(s);
   for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
   for (int p = 0; p < XT_SRV_PLANES; p++) xt_acq_plane_destroy(&s->planes[p]);

@@ -113,6 +113,10 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *le
           m->deadlines_missed);
   counter(&b, "xtwin_render_errors_total", "Frames that failed to render.", m->render_errors);
   counter(&b, "xtwin_pose_updates_total", "Pose updates applied (REST and WebSocket).", m->pose_updates);
+  counter(&b, "xtwin_shape_updates_total", "Instrument shapes accepted (REST and WebSocket).", m->shape_updates);
+  counter(&b, "xtwin_shape_overruns_total",
+          "Exposures rendered with a newer shape than latched: theirs was overwritten in the ring first.",
+          m->shape_overruns);
   counter(&b, "xtwin_rest_requests_total", "REST requests answered.", m->rest_requests);
   counter(&b, "xtwin_rest_errors_total", "REST requests answered with a 4xx or 5xx status.", m->rest_errors);
   counter(&b, "xtwin_ws_connections_total", "Stream clients accepted.", m->ws_connections);

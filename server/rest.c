@@ -33,6 +33,7 @@
 #include "srv_clock.h"
 #include "srv_engine.h"
 #include "srv_guard.h"
+#include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_rest.h"
 #include "srv_state.h"
@@ -411,6 +412,29 @@ static void h_models_get(xt_server *s, struct MHD_Connection *con, req *r, reply
   reply_json(out, 200, json_pack("{s:o}", "models", xt_srv_models_json(s)));
 }
 
+/* ---- instruments (issue 26; instr.c) -------------------------------------------------------- */
+
+static void h_instr_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, json_pack("{s:o}", "instruments", xt_srv_instr_json(s)));
+}
+
+/* PUT /v1/instruments/{name}/shape: the name is the path's third part. */
+static void h_instr_shape_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  static const char prefix[] = "/v1/instruments/";
+  char name[80] = "";
+  const char *a = r->url + sizeof prefix - 1;
+  const size_t n = strcspn(a, "/");
+  if (n < sizeof name) snprintf(name, sizeof name, "%.*s", (int)n, a);
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  uint64_t version = 0, t = 0;
+  int rc = xt_srv_instr_update(s, name, j, &version, &t, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, rc == XT_ENOTFOUND ? 404 : 0, m.text);
+  reply_json(out, 200, json_pack("{s:s,s:I,s:I}", "name", name, "version", (json_int_t)version, "t_ns", (json_int_t)t));
+}
+
 static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   json_t *j;
   if (body_json(r, out, 0, &j)) return;
@@ -520,6 +544,9 @@ static const xt_route routes[] = {
     {"POST", "/v1/render", "Render one frame for a pose; 16-bit PNG or .npy by Accept, geometry in headers", (void *)h_render},
     {"GET", "/v1/models", "Loaded models", (void *)h_models_get},
     {"POST", "/v1/models", "Load a volume from a path on the server and keep it resident", (void *)h_models_post},
+    {"GET", "/v1/instruments", "Instruments: each one's shape version, when it came, capacity", (void *)h_instr_get},
+    {"PUT", "/v1/instruments/{name}/shape", "A new centreline for an instrument; the next exposure shows it",
+     (void *)h_instr_shape_put},
     {"GET", "/metrics", "Prometheus metrics: frames, per-client sent/dropped, histograms", (void *)h_metrics},
     {"GET", "/", "The browser console (compiled-in page; no token needed)", (void *)h_console},
     {"GET", "/console.js", "The browser console's script", (void *)h_console},

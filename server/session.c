@@ -45,7 +45,11 @@ int xt_session_open(xt_server *s, xt_msg *msg) {
   json_t *models = json_array();
   for (int i = 0; i < s->nmodels; i++) {
     json_t *m = json_pack("{s:s,s:s}", "name", s->models[i]->name, "source", s->model_src[i]);
-    if (i == s->phantom_index)
+    if (i == s->phantom_index && s->phantom_wire >= 0) /* the thorax (issue 26) */
+      merge(m, json_pack("{s:s,s:f}", "phantom", "thorax", "spacing", XT_SRV_THORAX_VOXEL_MM));
+    else if (i == s->phantom_wire)
+      merge(m, json_pack("{s:s,s:i}", "phantom", "thorax-guidewire", "max_points", XT_SRV_THORAX_WIRE_POINTS));
+    else if (i == s->phantom_index)
       merge(m, json_pack("{s:s,s:i,s:f,s:s}", "phantom", "head", "dim", s->cfg.phantom_dim, "spacing",
                          s->cfg.phantom_spacing, "voxel", "f32"));
     else if (i < s->cfg.nmodels)

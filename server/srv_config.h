@@ -14,6 +14,9 @@
 /* The server's fixed limits: the table bounds its options by them, the other modules size their
  * arrays by them. */
 #define XT_SRV_MAX_MODELS 16
+/* The built-in thorax (issue 26): its voxel size, and its guidewire's capacity in points. */
+#define XT_SRV_THORAX_VOXEL_MM 1.25
+#define XT_SRV_THORAX_WIRE_POINTS 4096
 #define XT_SRV_MAX_WORKERS 8
 #define XT_SRV_PLANES 2 /* a biplane system: plane A (frontal) and plane B (lateral) */
 #define XT_SRV_MAX_HELPERS 15       /* conversion helpers of one render worker */
@@ -48,7 +51,7 @@ typedef struct xt_srv_config {
   char pixel_format[16]; /* uint16 | float32 */
   int autostart;
   int chain; /* the imaging chain on at launch */
-  char phantom[16]; /* auto | head | none */
+  char phantom[16]; /* auto | head | thorax | none */
   int phantom_dim;
   double phantom_spacing;
   int max_body;       /* bytes of a REST request body */

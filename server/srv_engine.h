@@ -39,6 +39,8 @@ typedef struct xt_call {
   xt_chain_params chain_prm;
 } xt_call;
 
+#define XT_SRV_MAX_INSTR XT_SRV_MAX_MODELS /* instruments (instr.c) */
+
 enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3, XT_JOB_WARMUP = 4 };
 
 typedef struct xt_job {
@@ -51,6 +53,9 @@ typedef struct xt_job {
   uint32_t fault_flags;
   int fault_drop;
   uint64_t fault_late_ns;
+  /* instruments (instr.c): each one's shape version latched with the exposure */
+  int nshape;
+  uint64_t shape_v[XT_SRV_MAX_INSTR];
   /* render / add model */
   xt_call *call;
 } xt_job;
@@ -95,6 +100,12 @@ typedef struct xt_worker {
   const char *bok_mode;
   xt_pose bok_pose;
   int rest; /* the REST render worker: renders POST /v1/render only, models added on demand */
+  /* Instruments (instr.c): this worker's copies of the shapes its projector renders, their
+   * versions, and the versions the projector holds (both renderers share it). */
+  double *shape_pts[XT_SRV_MAX_INSTR];
+  int shape_n[XT_SRV_MAX_INSTR];
+  uint64_t shape_have[XT_SRV_MAX_INSTR];
+  xt_acq_shape_cache shape_cache;
 } xt_worker;
 
 /* Threads of each stream worker's CPU projector and chain stages: --threads, split between the

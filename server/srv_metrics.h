@@ -32,6 +32,7 @@ typedef struct xt_metrics {
   pthread_mutex_t mu; /* guards everything below */
   uint64_t frames_rendered, frames_skipped, frames_published, render_errors, deadlines_missed;
   uint64_t pose_updates, rest_requests, rest_errors, ws_connections;
+  uint64_t shape_updates, shape_overruns; /* instruments (instr.c) */
   uint64_t rest_refused;   /* REST connections refused (per-address limit) or cut (head deadline) */
   uint64_t ws_refused;     /* stream upgrades refused (client limit, token, origin, host) */
   uint64_t sent_total, dropped_total; /* over all clients ever connected */

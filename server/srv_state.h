@@ -64,7 +64,8 @@ int xt_render_from_json(const json_t *obj, xt_pose *pose, xt_acq *acq, xt_msg *m
  * the text was a JSON object, for the "id" and "seq" a nack echoes; free with xt_ws_cmd_free
  * either way. The pose/acquisition update itself is validated when applied, against the state
  * of the moment (xt_srv_update_pose, xt_srv_update_acq). */
-enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE, XT_CMD_FRAMES, XT_CMD_DEVICE };
+enum { XT_CMD_POSE = 1, XT_CMD_ACQ, XT_CMD_START, XT_CMD_STOP, XT_CMD_TRIGGER, XT_CMD_STATE, XT_CMD_FRAMES, XT_CMD_DEVICE,
+       XT_CMD_SHAPE };
 typedef struct xt_ws_cmd {
   int type;       /* XT_CMD_* */
   json_t *cmd;    /* the whole message (owned), NULL when it did not parse */

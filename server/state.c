@@ -11,6 +11,7 @@
 #include "srv_config.h"
 #include "srv_device.h"
 #include "srv_engine.h"
+#include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_scenario.h"
 #include "srv_session.h"
@@ -314,7 +315,7 @@ int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
   if (rc) return rc;
   const json_t *cmd = out->cmd;
   const char *type = json_string_value(json_object_get(cmd, "type"));
-  if (!type) return xt_fail(msg, XT_EINVAL, "missing \"type\" (pose, acquisition, start, stop, trigger, state, frames)");
+  if (!type) return xt_fail(msg, XT_EINVAL, "missing \"type\" (pose, acquisition, start, stop, trigger, state, frames, shape)");
   if (!strcmp(type, "pose")) {
     json_t *pose = json_object_get(cmd, "pose");
     json_t *seqv = json_object_get(cmd, "seq");
@@ -347,6 +348,12 @@ int xt_ws_cmd_parse(const char *text, size_t len, xt_ws_cmd *out, xt_msg *msg) {
     json_object_del(out->update, "command");
     json_object_del(out->update, "id");
     out->type = XT_CMD_DEVICE;
+  }
+  else if (!strcmp(type, "shape")) { /* {"type": "shape", "name": INSTRUMENT, "points": [[x, y, z], ...]} */
+    if (!json_is_string(json_object_get(cmd, "name")))
+      return xt_fail(msg, XT_EINVAL, "shape: expected {\"name\": INSTRUMENT, \"points\": [[x, y, z], ...]}");
+    out->update = json_incref((json_t *)cmd);
+    out->type = XT_CMD_SHAPE;
   }
   else if (!strcmp(type, "state")) out->type = XT_CMD_STATE;
   else if (!strcmp(type, "frames")) { /* which of the chain's frames this client gets */
@@ -885,6 +892,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
     snprintf(s->model_src[s->nmodels], sizeof s->model_src[0], "%s", path);
     s->nmodels++;
     xt_session_model(s, path, m->name, convert);
+    rc = xt_srv_instr_register(s, msg); /* an instrument (.instr.json) takes shapes from now on */
   }
   pthread_mutex_unlock(&s->models_mu);
   return rc;

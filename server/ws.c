@@ -41,6 +41,7 @@
 #include "srv_clock.h"
 #include "srv_engine.h"
 #include "srv_guard.h"
+#include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_state.h"
 #include "srv_wire.h"
@@ -352,6 +353,16 @@ static void run_command(client *c, const char *text, size_t len) {
       json_t *j = ack(cmd, 1);
       json_object_set_new(j, "seq", json_integer((json_int_t)seq));
       json_object_set_new(j, "t_ns", json_integer((json_int_t)xt_now_ns()));
+      queue_json(c, j);
+    }
+  } else if (k.type == XT_CMD_SHAPE) {
+    uint64_t version = 0, t = 0;
+    rc = xt_srv_instr_update(s, json_string_value(json_object_get(k.update, "name")), k.update, &version, &t, &m);
+    if (rc) queue_json(c, nack(cmd, rc, m.text));
+    else {
+      json_t *j = ack(cmd, 1);
+      json_object_set_new(j, "version", json_integer((json_int_t)version));
+      json_object_set_new(j, "t_ns", json_integer((json_int_t)t));
       queue_json(c, j);
     }
   } else if (k.type == XT_CMD_ACQ) {

@@ -119,6 +119,12 @@ typedef struct xt_server {
   pthread_mutex_t log_mu;
   FILE *log;
   int phantom_index; /* the built-in phantom's place in models, -1 none */
+  int phantom_wire;  /* the built-in thorax's guidewire's place in models, -1 none */
+  /* Instruments (instr.c, srv_instr.h): registered under st_mu, their shapes' rings under shape_mu
+   * (taken before st_mu, never after) */
+  struct xt_srv_instr *instr[XT_SRV_MAX_INSTR];
+  int ninstr;
+  pthread_mutex_t shape_mu;
 
   /* set by main */
   struct lws_context *lws;

@@ -102,6 +102,11 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_virtual_clock
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_virtual_clock.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_virtual_clock PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Instruments (issue 26): shapes given over REST and the stream at 60 Hz; every frame shows the
+    # last shape published before its exposure (server timestamps), with a second instrument in it.
+    add_test(NAME test_server_instruments
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_instruments.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_instruments PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Biplane (issue 25): both planes' geometry against the closed form, the interleaved and
     # simultaneous pulse schedules from the server's deadlines, per-plane and total dose, plane B's
     # pedal, a biplane session log's replay, the lateral stand's ranges and a single-plane system's refusals.

@@ -78,7 +78,7 @@ typedef struct render_opts {
 
 #define OFF(f) offsetof(render_opts, f)
 /* The order of the words in these choices is the order of the arrays that map them. */
-#define PHANTOM_CHOICES "head|head-labels"
+#define PHANTOM_CHOICES "head|head-labels|thorax"
 #define CONVERT_CHOICES "mu|hu|hu-labels|labels"
 #define PLACE_CHOICES "center|native"
 #define BACKEND_CHOICES "cpu|cuda"
@@ -90,7 +90,8 @@ static const char *const place_names[] = {"center", "native"};
 
 static const xt_opt fixed_tab[] = {
     {"phantom", XT_OPT_CHOICE, NULL, "head", NULL, 0, 0, PHANTOM_CHOICES, OFF(phantom),
-     "built-in Shepp-Logan head: dense mu, or uint8 material labels (used unless --volume)"},
+     "built-in phantom (used unless --volume): the Shepp-Logan head (dense mu, or uint8 material labels), or the "
+     "thorax with a guidewire in its aorta (labels at --phantom-spacing; the wire joins as an added model)"},
     {"phantom-size", XT_OPT_INT, "N", "256", NULL, 2, 1024, NULL, OFF(phantom_size), "phantom voxels per side"},
     {"phantom-spacing", XT_OPT_REAL, "MM", "1", NULL, 0.01, 20, NULL, OFF(phantom_spacing),
      "phantom voxel size in mm (the head is 138 x 184 x 180 mm)"},
@@ -311,6 +312,8 @@ static int make_model(const render_opts *o, xt_model **out, xt_msg *msg) {
 #else
     return xt_fail(msg, XT_EUNSUPPORTED, "phantom files not built into this xtwin (no models/xt_load*.c at configure time)");
 #endif
+  } else if (!o->volume && o->phantom == 2) {
+    if ((rc = xt_phantom_thorax_model(o->phantom_spacing, &m, msg))) return rc;
   } else if (!o->volume) {
     int dim[3] = {o->phantom_size, o->phantom_size, o->phantom_size};
     rc = xt_phantom_head_model(dim, o->phantom_spacing, o->phantom == 1 ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, msg);
@@ -535,6 +538,12 @@ static int load_models(render_cmd *R) {
 #else
     return say(XT_EXIT_RUNTIME, "--add: model loading not built into this xtwin");
 #endif
+  }
+  if (!o->volume && !o->ellipsoids && o->phantom == 2) { /* the thorax's guidewire, placed with it */
+    if (R->nadded == MAX_ADDED) return say(XT_EXIT_USAGE, "--phantom thorax: at most %d --add models beside its guidewire", MAX_ADDED - 1);
+    if (xt_phantom_thorax_wire_model(4096, &R->added[R->nadded], msg)) return say(XT_EXIT_RUNTIME, "%s", msg->text);
+    R->added[R->nadded]->placement = model->placement;
+    R->added_paths[R->nadded++] = "built-in guidewire (thorax)";
   }
   return XT_EXIT_OK;
 }

@@ -130,6 +130,16 @@ static int session_line(replay *r, const json_t *o, const replay_opts *ro, xt_ms
       if ((rc = xt_phantom_head_model(dim, json_number_value(json_object_get(m, "spacing")), XT_VOXEL_F32, &hm, msg)) ||
           (rc = add_model(r, hm, msg)))
         return rc;
+    } else if (phantom && !strcmp(phantom, "thorax")) { /* issue 26: the built-in patient and its wire */
+      xt_model *tm = NULL;
+      if ((rc = xt_phantom_thorax_model(json_number_value(json_object_get(m, "spacing")), &tm, msg)) ||
+          (rc = add_model(r, tm, msg)))
+        return rc;
+    } else if (phantom && !strcmp(phantom, "thorax-guidewire")) {
+      xt_model *wm = NULL;
+      if ((rc = xt_phantom_thorax_wire_model((int)json_integer_value(json_object_get(m, "max_points")), &wm, msg)) ||
+          (rc = add_model(r, wm, msg)))
+        return rc;
     } else if (path) {
       if ((rc = load_path(r, path, json_string_value(json_object_get(m, "name")),
                           json_string_value(json_object_get(m, "convert")), msg)))

@@ -1,0 +1,454 @@
+/* Instruments (issue 26) on the CPU reference, against closed forms: a straight tube's chords, a
+ * catheter's wall and lumen, a bent tube (whose mitred joint is checked ray by ray against the
+ * leg each ray lies beside, and by the volume it encloses), tangent, grazing and axial rays, a
+ * wire far thinner than a voxel or a pixel; the pixel-area integral of a wire thinner than a
+ * pixel against its projected mass; a scene with instruments as the sum of its parts (line
+ * integrals and channels); shapes set on a projector's own copy; bad shapes refused. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xt_channels.h"
+#include "xt_instr.h"
+#include "xt_phantom.h"
+#include "xt_proj.h"
+#include "xt_test.h"
+
+/* A device of one section (wall, radii) in air; *mu gets the wall's mu less air's. */
+static void one_section(xt_instr_device *dev, const char *wall, double r_out, double r_in, const char *lumen,
+                        double *mu_wall, double *mu_lumen) {
+  int w = 0, l = 0;
+  XT_REQUIRE(xt_instr_device_init(dev, "air", 4096, NULL) == 0);
+  XT_REQUIRE(xt_instr_material(dev, wall, &w, NULL) == 0);
+  if (lumen) XT_REQUIRE(xt_instr_material(dev, lumen, &l, NULL) == 0);
+  dev->nsections = 1;
+  dev->sec[0] = (xt_instr_section){0.0, r_out, r_in, w, l};
+  *mu_wall = (double)dev->mt.mu[w] - (double)dev->mt.mu[dev->medium];
+  if (mu_lumen) *mu_lumen = (double)dev->mt.mu[l] - (double)dev->mt.mu[dev->medium];
+}
+
+static double seg(const xt_model *m, xt_vec3 a, xt_vec3 b) {
+  const xt_model *ms[1] = {m};
+  return xt_ref_segment(ms, 1, a, b);
+}
+
+XT_TEST(straight_segment_closed_form) {
+  xt_instr_device dev;
+  double mu;
+  one_section(&dev, "nitinol", 0.5, 0.0, NULL, &mu, NULL);
+  const double pts[] = {-10, 0, 0, 10, 0, 0};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&dev, pts, 2, "wire", &m, NULL) == 0);
+  /* across the axis at offset h: 2 sqrt(r^2 - h^2) */
+  for (int i = 0; i <= 20; i++) {
+    const double h = 0.5 * i / 20.0 * 0.999, x = -9.0 + 0.8 * i;
+    const double want = mu * 2.0 * sqrt(0.25 - h * h);
+    XT_CHECK_NEAR(seg(m, xt_v3(x, h, -30), xt_v3(x, h, 40)), want, 1e-14 * (1 + want));
+  }
+  /* oblique through the axis at angle t to it: 2 r / sin t */
+  for (int i = 1; i <= 8; i++) {
+    const double t = i * 0.17, dx = cos(t), dz = sin(t);
+    const double want = mu * 2.0 * 0.5 / sin(t);
+    XT_CHECK_NEAR(seg(m, xt_v3(2 - 40 * dx, 0, -40 * dz), xt_v3(2 + 40 * dx, 0, 40 * dz)), want, 1e-13 * want);
+  }
+  /* a segment that ends inside the tube counts only its own part */
+  XT_CHECK_NEAR(seg(m, xt_v3(1, 0, -30), xt_v3(1, 0, 0.2)), mu * 0.7, 1e-14);
+  /* past the ends: nothing */
+  XT_CHECK(seg(m, xt_v3(10.01, 0, -30), xt_v3(10.01, 0, 30)) == 0.0);
+  XT_CHECK(seg(m, xt_v3(-10.01, 0, -30), xt_v3(-10.01, 0, 30)) == 0.0);
+  xt_model_free(m);
+}
+
+XT_TEST(catheter_wall_and_lumen) {
+  xt_instr_device dev;
+  double mw, ml;
+  one_section(&dev, "catheter_polymer_w", 0.835, 0.55, "iodine_contrast", &mw, &ml);
+  const double pts[] = {0, -20, 0, 0, 20, 0};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&dev, pts, 2, "cath", &m, NULL) == 0);
+  for (int i = 0; i < 30; i++) {
+    const double h = 0.86 * i / 29.0;
+    const double co = h < 0.835 ? 2 * sqrt(0.835 * 0.835 - h * h) : 0, ci = h < 0.55 ? 2 * sqrt(0.55 * 0.55 - h * h) : 0;
+    const double want = mw * (co - ci) + ml * ci;
+    XT_CHECK_NEAR(seg(m, xt_v3(h, 3, -50), xt_v3(h, 3, 50)), want, 1e-14 * (1 + fabs(want)));
+  }
+  xt_model_free(m);
+}
+
+/* The distance from (x, y) to the line through p along unit d, in the plane z = 0. */
+static double dist_line(double x, double y, const double p[2], const double d[2]) {
+  const double qx = x - p[0], qy = y - p[1], t = qx * d[0] + qy * d[1];
+  return hypot(qx - t * d[0], qy - t * d[1]);
+}
+
+XT_TEST(bend_closed_form_and_volume) {
+  /* two legs in the plane z = 0 meeting at the origin with a 50-degree turn: rays along z see, on
+   * each side of the mitre plane, the chord of that leg's cylinder */
+  xt_instr_device dev;
+  double mu;
+  const double r = 0.6, L = 8.0, turn = 50.0 * XT_PI / 180.0;
+  one_section(&dev, "stainless_steel", r, 0.0, NULL, &mu, NULL);
+  const double d1[2] = {cos(turn), sin(turn)}, d0[2] = {1, 0};
+  const double pts[] = {-L, 0, 0, 0, 0, 0, L * d1[0], L * d1[1], 0};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&dev, pts, 3, "bent", &m, NULL) == 0);
+  const double nm[2] = {d0[0] + d1[0], d0[1] + d1[1]}; /* the mitre normal (unnormalised) */
+  const double o[2] = {0, 0};
+  double vol = 0, maxerr = 0;
+  const double step = 0.02;
+  int hits = 0;
+  for (double y = -1.5; y <= 2.5; y += step)
+    for (double x = -3.0; x <= 3.0; x += step) {
+      const int second = x * nm[0] + y * nm[1] > 0;
+      const double dd = dist_line(x, y, o, second ? d1 : d0);
+      /* within the legs' lengths (the legs' far ends are straight cuts well outside this window) */
+      const double want = dd < r ? mu * 2 * sqrt(r * r - dd * dd) : 0.0;
+      const double got = seg(m, xt_v3(x, y, -20), xt_v3(x, y, 20));
+      /* squares: the chord's slope is unbounded at the edge, its square's is not */
+      if (fabs(got * got - want * want) > maxerr) maxerr = fabs(got * got - want * want);
+      hits += got > 0;
+    }
+  XT_CHECK_MSG(maxerr <= 1e-13 * (mu * 2 * r) * (mu * 2 * r), "max err of squares %.3g", maxerr);
+  XT_CHECK(hits > 1000);
+  /* no gap, no overlap: the volume over a fine grid of z rays is pi r^2 (L + L) */
+  const double fine = 0.02;
+  for (double y = -1.0; y <= L * d1[1] + 1.0; y += fine)
+    for (double x = -L - 0.1; x <= L * d1[0] + 1.0; x += fine) vol += seg(m, xt_v3(x, y, -5), xt_v3(x, y, 5));
+  vol *= fine * fine / mu;
+  const double want = XT_PI * r * r * 2 * L;
+  XT_CHECK_MSG(fabs(vol - want) <= 2e-3 * want, "volume %.6f, want %.6f", vol, want);
+  xt_model_free(m);
+}
+
+XT_TEST(tangent_grazing_and_axial_rays) {
+  xt_instr_device dev;
+  double mu;
+  const double r = 0.25;
+  one_section(&dev, "platinum", r, 0.0, NULL, &mu, NULL);
+  const double pts[] = {0, 0, -5, 0, 0, 5};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&dev, pts, 2, "tube", &m, NULL) == 0);
+  /* tangent (offset r): a chord of length 0; just inside: 2 sqrt(2 r e) to first order */
+  XT_CHECK(seg(m, xt_v3(r, -10, 1), xt_v3(r, 10, 1)) == 0.0);
+  XT_CHECK(seg(m, xt_v3(r * (1 + 1e-9), -10, 1), xt_v3(r * (1 + 1e-9), 10, 1)) == 0.0);
+  for (int k = 4; k <= 12; k += 2) {
+    const double e = r * pow(10.0, -k), h = r - e;
+    const double want = mu * 2 * sqrt((r - h) * (r + h)), got = seg(m, xt_v3(h, -10, 1), xt_v3(h, 10, 1));
+    XT_CHECK_NEAR(got * got, want * want, 1e-14 * (mu * 2 * r) * (mu * 2 * r));
+  }
+  /* grazing: parallel to the axis just inside and just outside the surface */
+  XT_CHECK_NEAR(seg(m, xt_v3(r - 1e-9, 0, -20), xt_v3(r - 1e-9, 0, 20)), mu * 10.0, 1e-12);
+  XT_CHECK(seg(m, xt_v3(r + 1e-9, 0, -20), xt_v3(r + 1e-9, 0, 20)) == 0.0);
+  /* along the axis, from outside and from inside */
+  XT_CHECK_NEAR(seg(m, xt_v3(0, 0, -20), xt_v3(0, 0, 20)), mu * 10.0, 1e-12);
+  XT_CHECK_NEAR(seg(m, xt_v3(0.1, 0, 2), xt_v3(0.1, 0, 20)), mu * 3.0, 1e-12);
+  /* nearly along the axis: a tilt of 1e-7 rad keeps the whole length */
+  XT_CHECK_NEAR(seg(m, xt_v3(0, -2e-6, -20), xt_v3(0, 2e-6, 20)), mu * 10.0 * sqrt(1 + 1e-14), 1e-11);
+  xt_model_free(m);
+}
+
+XT_TEST(thinner_than_a_voxel_and_a_pixel_per_ray) {
+  xt_instr_device dev;
+  double mu;
+  const double r = 0.005; /* 10 um: a hundredth of a voxel, a sixtieth of a pixel */
+  one_section(&dev, "platinum", r, 0.0, NULL, &mu, NULL);
+  const double pts[] = {-3, 1, 2, 3, 1, 2};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&dev, pts, 2, "fine", &m, NULL) == 0);
+  for (int i = 0; i < 11; i++) {
+    const double h = r * i / 10.5;
+    const double want = mu * 2 * sqrt(r * r - h * h);
+    XT_CHECK_NEAR(seg(m, xt_v3(0.3, 1 + h, -100), xt_v3(0.3, 1 + h, 100)), want, 1e-12 * want);
+  }
+  xt_model_free(m);
+}
+
+/* fd20-1024's pitch, the wire at the isocentre: the sum down a column of a wire along the rows is
+ * its projected mass mu pi r^2 M / pitch (M = SID / SOD), whatever its sub-pixel position, when the
+ * pixels are area integrals; centre rays alias. */
+static xt_geometry fd20_geom(int n) {
+  const xt_detector_mode mode = xt_mode_custom("t", n, n, 0.28875, 0.28875, 810, 1195);
+  xt_pose p = xt_pose_default(&mode);
+  xt_geometry g;
+  xt_geom_compute(&p, &mode, &g, NULL);
+  return g;
+}
+
+static void column_sums(double r, double *worst_area, double *worst_centre) {
+  xt_instr_device dev;
+  double mu;
+  one_section(&dev, "nitinol", r, 0.0, NULL, &mu, NULL);
+  const int n = 24;
+  xt_geometry g = fd20_geom(n);
+  const double M = g.mode.sid_mm / g.mode.sod_mm, pitch = g.mode.pitch_v_mm;
+  const double want = mu * XT_PI * r * r * M / pitch;
+  double *f = malloc(sizeof(double) * n * n);
+  XT_REQUIRE(f);
+  *worst_area = *worst_centre = 0;
+  for (int k = 0; k < 8; k++) {
+    const double shift = (k / 8.0 + 0.03) * pitch / M; /* sub-pixel steps at the isocentre */
+    double pts[6];
+    for (int a = 0; a < 3; a++) {
+      const double u = xt_v3_get(g.u, a), v = xt_v3_get(g.v, a);
+      pts[a] = -20 * u + shift * v;
+      pts[3 + a] = 20 * u + shift * v;
+    }
+    xt_model *m = NULL;
+    XT_REQUIRE(xt_model_from_instr(&dev, pts, 2, "w", &m, NULL) == 0);
+    const xt_model *ms[1] = {m};
+    XT_REQUIRE(xt_ref_render_f64(ms, 1, &g, f, 1, NULL) == 0);
+    double area = 0, centre = 0;
+    const int c = n / 2;
+    for (int row = 0; row < n; row++) {
+      area += f[row * n + c];
+      const xt_vec3 px = xt_geom_pixel_pos(&g, c, row);
+      centre += xt_ref_segment(ms, 1, g.source, px);
+    }
+    if (fabs(area - want) / want > *worst_area) *worst_area = fabs(area - want) / want;
+    if (fabs(centre - want) / want > *worst_centre) *worst_centre = fabs(centre - want) / want;
+    xt_model_free(m);
+  }
+  free(f);
+}
+
+XT_TEST(thinner_than_a_pixel_area_integral) {
+  double area, centre;
+  column_sums(0.178, &area, &centre); /* a 0.014-inch wire: 0.53 mm at the detector, 1.8 pixels */
+  fprintf(stderr, "  (0.36 mm wire: area %.4f, centre rays %.4f)\n", area, centre);
+  XT_CHECK_MSG(area <= 0.005, "0.36 mm wire: area integral off its projected mass by %.4f", area);
+  XT_CHECK_MSG(centre >= 0.2, "0.36 mm wire: centre rays alias by only %.4f", centre);
+  column_sums(0.05, &area, &centre); /* 0.1 mm: half a pixel at the detector */
+  XT_CHECK_MSG(area <= 0.015, "0.1 mm wire: area integral off its projected mass by %.4f", area);
+  XT_CHECK_MSG(centre >= 0.2, "0.1 mm wire: centre rays alias by only %.4f", centre);
+  fprintf(stderr, "  (0.1 mm wire: area %.4f, centre rays %.4f)\n", area, centre);
+}
+
+/* A guidewire and a catheter along arcs. */
+static void arc(double *pts, int n, double x0, double y0, double z0, double R, double t0, double t1) {
+  for (int i = 0; i < n; i++) {
+    const double t = t0 + (t1 - t0) * i / (n - 1);
+    pts[3 * i] = x0 + R * cos(t);
+    pts[3 * i + 1] = y0 + 0.3 * R * sin(2 * t);
+    pts[3 * i + 2] = z0 + R * sin(t);
+  }
+}
+
+static xt_geometry small_geom(double primary, double secondary) {
+  const xt_detector_mode mode = xt_mode_custom("t", 40, 36, 3.0, 3.0, 800, 1200);
+  xt_pose p = xt_pose_default(&mode);
+  p.primary_deg = primary;
+  p.secondary_deg = secondary;
+  xt_geometry g;
+  xt_geom_compute(&p, &mode, &g, NULL);
+  return g;
+}
+
+XT_TEST(scene_is_the_sum_of_its_parts) {
+  xt_instr_device gw, ct;
+  XT_REQUIRE(xt_instr_guidewire(&gw, "blood", 512, NULL) == 0);
+  XT_REQUIRE(xt_instr_catheter(&ct, "blood", 512, NULL) == 0);
+  static double p1[3 * 400], p2[3 * 300];
+  arc(p1, 400, 0, 0, 0, 40, 0.2, 2.8);
+  arc(p2, 300, 5, 2, -3, 38, 0.6, 2.5);
+  xt_model *w = NULL, *c = NULL, *h = NULL;
+  XT_REQUIRE(xt_model_from_instr(&gw, p1, 400, "wire", &w, NULL) == 0);
+  XT_REQUIRE(xt_model_from_instr(&ct, p2, 300, "cath", &c, NULL) == 0);
+  c->placement.t[1] = 4;
+  const double slab[3] = {160, 120, 140}; /* water: the instruments' channels leave room for one more */
+  XT_REQUIRE(xt_phantom_slab_model("water", 1.0, slab, 4.0, &h, NULL) == 0);
+  xt_geometry g = small_geom(30, -15);
+  const int np = g.mode.cols * g.mode.rows;
+  double *a = malloc(sizeof(double) * np), *b = malloc(sizeof(double) * np), *cc = malloc(sizeof(double) * np),
+         *all = malloc(sizeof(double) * np);
+  XT_REQUIRE(a && b && cc && all);
+  const xt_model *mh[1] = {h}, *mw[1] = {w}, *mc[1] = {c}, *mall[3] = {h, w, c};
+  XT_REQUIRE(xt_ref_render_f64(mh, 1, &g, a, 0, NULL) == 0);
+  XT_REQUIRE(xt_ref_render_f64(mw, 1, &g, b, 0, NULL) == 0);
+  XT_REQUIRE(xt_ref_render_f64(mc, 1, &g, cc, 0, NULL) == 0);
+  XT_REQUIRE(xt_ref_render_f64(mall, 3, &g, all, 0, NULL) == 0);
+  int nw = 0, nc = 0;
+  for (int i = 0; i < np; i++) {
+    XT_CHECK_NEAR(all[i], a[i] + b[i] + cc[i], 1e-13 * (1 + a[i]));
+    nw += b[i] != 0;
+    nc += cc[i] != 0;
+  }
+  XT_CHECK(nw > 20 && nc > 20);
+  /* channels: the same sum, and at the tables' energy they give the line integral back */
+  xt_chanset cs = {0};
+  XT_REQUIRE(xt_chanset_add_model(&cs, h, NULL) == 0 && xt_chanset_add_model(&cs, w, NULL) == 0 &&
+             xt_chanset_add_model(&cs, c, NULL) == 0);
+  double mr[XT_MAX_CHANNELS];
+  XT_REQUIRE(xt_chanset_mass_atten(&cs, XT_DEFAULT_ENERGY_KEV, mr, NULL) == 0);
+  double *ch = malloc(sizeof(double) * np * cs.n), *chw = malloc(sizeof(double) * np * cs.n);
+  XT_REQUIRE(ch && chw);
+  XT_REQUIRE(xt_ref_render_channels_f64(mall, 3, &cs, &g, ch, 0, NULL) == 0);
+  XT_REQUIRE(xt_ref_render_channels_f64(mw, 1, &cs, &g, chw, 0, NULL) == 0);
+  double maxrel = 0;
+  for (int i = 0; i < np; i++) {
+    double mono = 0, monow = 0;
+    for (int k = 0; k < cs.n; k++) {
+      mono += mr[k] * ch[(size_t)k * np + i];
+      monow += mr[k] * chw[(size_t)k * np + i];
+    }
+    const double e = fabs(mono - all[i]) / (1 + all[i]);
+    if (e > maxrel) maxrel = e;
+    XT_CHECK_NEAR(monow, b[i], 1e-5 * (1 + fabs(b[i])));
+  }
+  XT_CHECK_MSG(maxrel <= 1e-5, "channels vs line integral: %.3g", maxrel);
+  free(ch);
+  free(chw);
+  free(a);
+  free(b);
+  free(cc);
+  free(all);
+  xt_model_free(w);
+  xt_model_free(c);
+  xt_model_free(h);
+}
+
+XT_TEST(set_shape_changes_the_projectors_copy_only) {
+  xt_instr_device gw;
+  XT_REQUIRE(xt_instr_guidewire(&gw, "blood", 512, NULL) == 0);
+  static double p1[3 * 300], p2[3 * 500];
+  arc(p1, 300, 0, 0, 0, 40, 0.2, 2.8);
+  arc(p2, 500, 3, -2, 1, 30, -0.4, 2.9);
+  xt_model *w = NULL, *w2 = NULL;
+  XT_REQUIRE(xt_model_from_instr(&gw, p1, 300, "wire", &w, NULL) == 0);
+  XT_REQUIRE(xt_model_from_instr(&gw, p2, 500, "wire", &w2, NULL) == 0);
+  xt_geometry g = small_geom(-20, 10);
+  const int np = g.mode.cols * g.mode.rows;
+  float *f1 = malloc(sizeof(float) * np), *f2 = malloc(sizeof(float) * np), *ref = malloc(sizeof(float) * np);
+  XT_REQUIRE(f1 && f2 && ref);
+  xt_proj_options po = {XT_BACKEND_CPU, 2, 0};
+  xt_proj *p = NULL, *q = NULL;
+  XT_REQUIRE(xt_proj_create(&po, &p, NULL) == 0 && xt_proj_add_model(p, w, NULL) == 0);
+  XT_REQUIRE(xt_proj_create(&po, &q, NULL) == 0 && xt_proj_add_model(q, w2, NULL) == 0);
+  XT_REQUIRE(xt_proj_render(p, &g, f1, NULL) == 0);
+  XT_REQUIRE(xt_proj_set_shape(p, w, p2, 500, NULL) == 0);
+  XT_REQUIRE(xt_proj_render(p, &g, f2, NULL) == 0);
+  XT_REQUIRE(xt_proj_render(q, &g, ref, NULL) == 0);
+  XT_CHECK(memcmp(f2, ref, sizeof(float) * np) == 0);
+  XT_CHECK(memcmp(f1, f2, sizeof(float) * np) != 0);
+  XT_CHECK(xt_model_instr(w)->npoints == 300); /* the model as added keeps its shape */
+  /* a bad shape is refused with one line, and the last good one stays */
+  xt_msg msg;
+  p2[3 * 200] = NAN;
+  XT_CHECK(xt_proj_set_shape(p, w, p2, 500, &msg) == XT_EINVAL);
+  XT_CHECK(strstr(msg.text, "point 200") && !strchr(msg.text, '\n'));
+  XT_REQUIRE(xt_proj_render(p, &g, f1, NULL) == 0);
+  XT_CHECK(memcmp(f1, ref, sizeof(float) * np) == 0);
+  XT_CHECK(xt_proj_set_shape(p, w2, p1, 300, &msg) == XT_ENOTFOUND);
+  xt_proj_destroy(p);
+  xt_proj_destroy(q);
+  free(f1);
+  free(f2);
+  free(ref);
+  xt_model_free(w);
+  xt_model_free(w2);
+}
+
+XT_TEST(bad_shapes_are_refused) {
+  xt_instr_device dev;
+  double mu;
+  one_section(&dev, "nitinol", 0.2, 0.0, NULL, &mu, NULL);
+  dev.max_points = 4;
+  xt_model *m = NULL;
+  xt_msg msg;
+  const double one[] = {0, 0, 0};
+  XT_CHECK(xt_model_from_instr(&dev, one, 1, "w", &m, &msg) == XT_EINVAL && !m);
+  const double same[] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  XT_CHECK(xt_model_from_instr(&dev, same, 3, "w", &m, &msg) == XT_EINVAL && strstr(msg.text, "coincide"));
+  const double five[] = {0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0};
+  XT_CHECK(xt_model_from_instr(&dev, five, 5, "w", &m, &msg) == XT_ETOOLARGE && strstr(msg.text, "max_points"));
+  const double sharp[] = {0, 0, 0, 5, 0, 0, 5, 5, 0};
+  XT_CHECK(xt_model_from_instr(&dev, sharp, 3, "w", &m, &msg) == XT_EINVAL && strstr(msg.text, "turns by 90.0"));
+  const double shortseg[] = {0, 0, 0, 5, 0, 0, 5.05, 0.05, 0, 5.06, 0.09, 0};
+  XT_CHECK(xt_model_from_instr(&dev, shortseg, 4, "w", &m, &msg) == XT_EINVAL && strstr(msg.text, "mitres"));
+  /* duplicate points are skipped, not refused */
+  const double dup[] = {0, 0, 0, 0, 0, 0, 5, 0, 0};
+  XT_CHECK(xt_model_from_instr(&dev, dup, 3, "w", &m, &msg) == 0 && m);
+  xt_model_free(m);
+  xt_instr_device bad = dev;
+  bad.sec[0].r_in = 0.3;
+  XT_CHECK(xt_model_from_instr(&bad, dup, 3, "w", &m, &msg) == XT_EINVAL && strstr(msg.text, "section 0"));
+  XT_CHECK(xt_instr_material(&bad, "unobtainium", &(int){0}, &msg) == XT_ENOTFOUND);
+}
+
+XT_TEST(sections_follow_the_arc_length) {
+  /* the guidewire's 30 mm platinum tip on a 100 mm straight line: rays across at 10 and 50 mm */
+  xt_instr_device gw;
+  XT_REQUIRE(xt_instr_guidewire(&gw, "air", 64, NULL) == 0);
+  const double pts[] = {0, 0, 0, 25, 0, 0, 100, 0, 0};
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&gw, pts, 3, "gw", &m, NULL) == 0);
+  XT_CHECK(xt_model_instr(m)->geom.nseg == 3); /* split where the coil ends, at 30 mm */
+  const double air = gw.mt.mu[gw.medium];
+  const double coil = (gw.mt.mu[gw.sec[0].wall] - air) * 2 * gw.sec[0].r_out;
+  const double core = (gw.mt.mu[gw.sec[1].wall] - air) * 2 * gw.sec[1].r_out;
+  XT_CHECK_NEAR(seg(m, xt_v3(10, 0, -9), xt_v3(10, 0, 9)), coil, 1e-13);
+  XT_CHECK_NEAR(seg(m, xt_v3(29.99, 0, -9), xt_v3(29.99, 0, 9)), coil, 1e-13);
+  XT_CHECK_NEAR(seg(m, xt_v3(30.01, 0, -9), xt_v3(30.01, 0, 9)), core, 1e-13);
+  XT_CHECK_NEAR(seg(m, xt_v3(50, 0, -9), xt_v3(50, 0, 9)), core, 1e-13);
+  /* along the axis: 30 mm of coil, 70 of core */
+  XT_CHECK_NEAR(seg(m, xt_v3(-5, 0, 0), xt_v3(105, 0, 0)),
+                30 * (gw.mt.mu[gw.sec[0].wall] - air) + 70 * (gw.mt.mu[gw.sec[1].wall] - air), 1e-11);
+  xt_model_free(m);
+}
+
+/* The thorax's label at model point (x, y, z) (nearest voxel centre). */
+static int label_at(const xt_volume *v, double x, double y, double z) {
+  const double p[3] = {x, y, z};
+  int ijk[3];
+  for (int a = 0; a < 3; a++) {
+    ijk[a] = (int)lround((p[a] - v->index_to_model.t[a]) / v->spacing[a]);
+    if (ijk[a] < 0 || ijk[a] >= v->dim[a]) return -1;
+  }
+  return ((const uint8_t *)v->data)[ijk[0] + (size_t)v->dim[0] * (ijk[1] + (size_t)v->dim[1] * ijk[2])];
+}
+
+XT_TEST(thorax_wire_lies_in_its_aorta) {
+  xt_model *t = NULL, *w = NULL;
+  XT_REQUIRE(xt_phantom_thorax_model(2.0, &t, NULL) == 0);
+  XT_REQUIRE(xt_phantom_thorax_wire_model(4096, &w, NULL) == 0);
+  const xt_volume *v = xt_model_volume(t);
+  XT_REQUIRE(v && v->materials && v->materials->count == XT_THORAX_LABELS);
+  const xt_material_table *mt = v->materials;
+  XT_CHECK(mt->mu[XT_THORAX_LUNG] < mt->mu[XT_THORAX_SOFT] && mt->mu[XT_THORAX_SOFT] < mt->mu[XT_THORAX_SPONGY_BONE] &&
+           mt->mu[XT_THORAX_SPONGY_BONE] < mt->mu[XT_THORAX_BONE]);
+  for (int l = XT_THORAX_HEART; l <= XT_THORAX_CORONARY; l++) XT_CHECK(!strcmp(mt->name[l], "blood"));
+  /* every point of the wire is inside the aorta, its tip in the ascending part, below the arch */
+  const xt_instr *I = xt_model_instr(w);
+  XT_REQUIRE(I && I->npoints > 300);
+  int outside = 0;
+  for (int i = 0; i < I->npoints; i++)
+    outside += label_at(v, I->points[3 * i], I->points[3 * i + 1], I->points[3 * i + 2]) != XT_THORAX_AORTA;
+  XT_CHECK_MSG(outside == 0, "%d of %d wire points outside the aorta", outside, I->npoints);
+  XT_CHECK(I->points[2] > 0 && I->points[2] < 55 && I->points[1] < 0); /* ascending: anterior, below the arch */
+  /* anatomy where it was put */
+  XT_CHECK(label_at(v, 0, 72, 8) == XT_THORAX_SPONGY_BONE); /* a vertebral body */
+  XT_CHECK(label_at(v, -78, 18, 22) == XT_THORAX_LUNG);
+  XT_CHECK(label_at(v, 0, 6, 120) == XT_THORAX_AIR); /* the trachea */
+  XT_CHECK(label_at(v, 42, -32, -48) == XT_THORAX_HEART);
+  XT_CHECK(label_at(v, 170, 10, 0) == XT_THORAX_AIR); /* beside the body */
+  /* the thorax, its wire and a catheter fit the material channels together */
+  xt_instr_device ct;
+  xt_model *c = NULL;
+  XT_REQUIRE(xt_instr_catheter(&ct, "blood", 64, NULL) == 0);
+  XT_REQUIRE(xt_model_from_instr(&ct, I->points, 64, "cath", &c, NULL) == 0);
+  xt_chanset cs = {0};
+  xt_msg msg;
+  XT_CHECK_MSG(xt_chanset_add_model(&cs, t, &msg) == 0 && xt_chanset_add_model(&cs, w, &msg) == 0 &&
+                   xt_chanset_add_model(&cs, c, &msg) == 0,
+               "%s", msg.text);
+  XT_CHECK(cs.n <= XT_MAX_CHANNELS);
+  xt_model_free(c);
+  xt_model_free(t);
+  xt_model_free(w);
+}
+
+XT_TEST_MAIN(XT_ENTRY(thorax_wire_lies_in_its_aorta) XT_ENTRY(straight_segment_closed_form) XT_ENTRY(catheter_wall_and_lumen)
+                 XT_ENTRY(bend_closed_form_and_volume) XT_ENTRY(tangent_grazing_and_axial_rays)
+                     XT_ENTRY(thinner_than_a_voxel_and_a_pixel_per_ray) XT_ENTRY(thinner_than_a_pixel_area_integral)
+                         XT_ENTRY(scene_is_the_sum_of_its_parts) XT_ENTRY(set_shape_changes_the_projectors_copy_only)
+                             XT_ENTRY(bad_shapes_are_refused) XT_ENTRY(sections_follow_the_arc_length))

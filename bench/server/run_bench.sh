@@ -34,7 +34,11 @@ metrics() { # port file
 start() {
   name=$1; shift
   rm -f "$out/$name.ports"
-  "$server" --rest-port 0 --ws-port 0 --ports-file "$out/$name.ports" "$@" >"$out/$name.log" 2>&1 &
+  # The benchmarks' scene stays the Shepp-Logan head (256^3, 1 mm) that every number in
+  # docs/BENCHMARKS.md before issue 26 used; the server's default became the thorax with a guidewire.
+  # XT_BENCH_SCENE="" runs the server's default scene instead.
+  # shellcheck disable=SC2086
+  "$server" --rest-port 0 --ws-port 0 --ports-file "$out/$name.ports" ${XT_BENCH_SCENE---phantom head} "$@" >"$out/$name.log" 2>&1 &
   PID=$!
   i=0
   while [ ! -s "$out/$name.ports" ]; do

@@ -159,7 +159,7 @@ try:
             continue
         check(m["voxels"] == 96 ** 3 and 0 < m["active_fraction"] < 1 and m["device_bytes"] > 0,
               "nvdb report: %s" % m)
-        check(m["grid"]["type"] in ("fp8", "float"), "grid type reported: %s" % m["grid"])
+        check(m["grid"]["type"] in ("fp8", "index"), "grid type reported: %s" % m["grid"])
     st, body = http("POST", "/v1/render?format=npy", {"pixel_format": "float32", "mode": "fd20-128"})
     check(st == 200 and len(body) > 128 * 128 * 4, "render with dense + two nvdb models: %d" % st)
 finally:

@@ -273,9 +273,10 @@ nanovdb::GridHandle<> index_from_float(const nanovdb::GridHandle<> &fh, const xt
 
   auto *td = reinterpret_cast<TreeData<3> *>(b + o_tree);
   std::memcpy(td, &fg->tree(), sizeof(TreeData<3>));
-  td->mNodeOffset[0] = leaves.empty() ? 0 : o_leaf - o_tree;
-  td->mNodeOffset[1] = lows.empty() ? 0 : o_low - o_tree;
-  td->mNodeOffset[2] = ups.empty() ? 0 : o_up - o_tree;
+  // where each level starts, also when it is empty (as GridBuilder does: io::writeGrid needs them)
+  td->mNodeOffset[0] = o_leaf - o_tree;
+  td->mNodeOffset[1] = o_low - o_tree;
+  td->mNodeOffset[2] = o_up - o_tree;
   td->mNodeOffset[3] = o_root - o_tree;
 
   auto *rd = reinterpret_cast<IdxRoot::DataType *>(b + o_root);

@@ -393,6 +393,12 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
   }
   if (checksum && (rc = check_checksum(b, gsize, what, msg))) goto fail;
   uint64_t values = 0;
+  if (gt == XT_NVDB_INDEX && ((ver >> 10) & 2047u) != 4u) {
+    /* later 32.x minors changed what an Index leaf stores (a prefix sum where 32.4 has the offset) */
+    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: an Index grid of NanoVDB %u.%u (this build reads Index grids of 32.4)", what,
+                 ver >> 21, (ver >> 10) & 2047u);
+    goto fail;
+  }
   if (gt == XT_NVDB_INDEX) {
     if ((rc = find_channel(b, gsize, u32at(b, PNANOVDB_GRID_OFF_GRID_CLASS), what, &values, msg))) goto fail;
     if (u64at(b, root + c->root_off_background) >= values) {

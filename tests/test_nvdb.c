@@ -570,6 +570,7 @@ XT_TEST(bad_index_grids) {
       {"background index", "background index", 672 + 64 + 32, values, 0},
       {"grid class FogVolume", "class", 632, 2, 1},
       {"no blind data", "value channel", 648, 0, 1},
+      {"an Index grid of NanoVDB 32.6", "32.6", 16, (32u << 21) | (6u << 10), 1},
   };
   unsigned char *d = aligned_alloc(32, (size_t)((n + 31) & ~(uint64_t)31));
   XT_REQUIRE(d);

@@ -3,8 +3,8 @@
 # (the default) and the brick pool (XT_NVDB_TRAVERSAL=bricks, projectors/xt_nvdb_bricks.h).
 #   1. test_nvdb_cuda under each (the bricks one must pass the same bounds against the CPU reference;
 #      channel launches keep the tree kernel), and compute-sanitizer memcheck of the bricks run;
-#   2. xtwin-bench's NanoVDB scenes (g) CT-like torso, (h) whole-body torso, (r) the real head CT,
-#      under each: the SUMMARY rows give ms/frame per model, the tables the steps and the error
+#   2. xtwin-bench's NanoVDB scenes (g) CT-like torso, (h) whole-body torso, (r) the real head CT
+#      (a second (r) table: the index form, nvdb-convert's default for mu), under each: the SUMMARY rows give ms/frame per model, the tables the steps and the error
 #      against the double-precision CPU reference.
 # Uses the carried binaries of scripts/device-pack (which also packs the real CT when the
 # invesalius-examples package is installed here):

@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   xt_volume *v = xt_model_volume(dm);
-  uint64_t dense = 0, f32 = 0, f16 = 0, f8 = 0, gb = 0, br32 = 0, br8 = 0;
+  uint64_t dense = 0, f32 = 0, f16 = 0, f8 = 0, gb = 0, br32 = 0, br8 = 0, fix = 0, brix = 0;
   xt_model_device_bytes(dm, &dense);
   xt_ct_body_report br;
   memset(&br, 0, sizeof br);
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
       goto fail;
   }
   if ((rc = grid_bytes(v, XT_NVDB_Q_FLOAT, &f32, &br32, &msg)) || (rc = grid_bytes(v, XT_NVDB_Q_FP16, &f16, NULL, &msg)) ||
-      (rc = grid_bytes(v, XT_NVDB_Q_FP8, &f8, &br8, &msg)))
+      (rc = grid_bytes(v, XT_NVDB_Q_FP8, &f8, &br8, &msg)) || (rc = grid_bytes(v, XT_NVDB_Q_INDEX, &fix, &brix, &msg)))
     goto fail;
   char gnote[160];
   if (gmm) {
@@ -135,10 +135,13 @@ int main(int argc, char **argv) {
   printf(" note |\n|---|---|---|---|---|---|\n");
   row("dense float", dense, dense, "the linear copy (AUTO adds a texture copy above the L2 size: 2x)");
   row("NanoVDB Float", f32, dense, "exact to the classified CT");
+  row("NanoVDB index (nvdb-convert's default for mu)", fix, dense,
+      "exact to the classified CT: an IndexGrid and a float channel of the active voxels");
   row("NanoVDB Fp16", f16, dense, "per-leaf 16-bit");
   row("NanoVDB Fp8", f8, dense, "per-leaf 8-bit");
   row("NanoVDB Float + bricks", f32 + br32, dense, "XT_NVDB_TRAVERSAL=bricks: the grid and its brick pool (float bricks)");
   row("NanoVDB Fp8 + bricks", f8 + br8, dense, "the same for Fp8: the pool holds decoded floats");
+  row("NanoVDB index + bricks", fix + brix, dense, "the same for the index form");
   row("GMM", gb, dense, gnote);
   rc = 0;
   goto done;

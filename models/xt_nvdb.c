@@ -26,7 +26,8 @@
 
 _Static_assert(PNANOVDB_GRID_TYPE_FLOAT == XT_NVDB_FLOAT && PNANOVDB_GRID_TYPE_INT16 == XT_NVDB_INT16 &&
                    PNANOVDB_GRID_TYPE_FP4 == XT_NVDB_FP4 && PNANOVDB_GRID_TYPE_FP8 == XT_NVDB_FP8 &&
-                   PNANOVDB_GRID_TYPE_FP16 == XT_NVDB_FP16 && PNANOVDB_GRID_TYPE_FPN == XT_NVDB_FPN,
+                   PNANOVDB_GRID_TYPE_FP16 == XT_NVDB_FP16 && PNANOVDB_GRID_TYPE_FPN == XT_NVDB_FPN &&
+                   PNANOVDB_GRID_TYPE_INDEX == XT_NVDB_INDEX,
                "xt_nvdb.h grid types are PNanoVDB's");
 _Static_assert(PNANOVDB_GRID_SIZE == 672 && PNANOVDB_TREE_SIZE == 64 && PNANOVDB_GRIDBLINDMETADATA_SIZE == 288,
                "NanoVDB 32.4 layout");
@@ -74,13 +75,14 @@ const char *xt_nvdb_type_name(uint32_t t) {
   case XT_NVDB_FP8: return "fp8";
   case XT_NVDB_FP16: return "fp16";
   case XT_NVDB_FPN: return "fpN";
+  case XT_NVDB_INDEX: return "index";
   }
   return "unsupported";
 }
 
 static int supported(uint32_t t) {
   return t == XT_NVDB_FLOAT || t == XT_NVDB_INT16 || t == XT_NVDB_FP4 || t == XT_NVDB_FP8 || t == XT_NVDB_FP16 ||
-         t == XT_NVDB_FPN;
+         t == XT_NVDB_FPN || t == XT_NVDB_INDEX;
 }
 
 /* NanoVDB's names for the grid types it has (GridType in NanoVDB.h), for the error message. */
@@ -132,7 +134,55 @@ typedef struct walk {
   uint32_t seen[3]; /* leaves, lowers, uppers visited */
   uint32_t count[3];
   uint64_t lo_node; /* nodes lie after the grid, tree and root headers */
+  uint64_t values;  /* index form: the channel's length (every index read must be below it) */
 } walk;
+
+/* Index form: the stored index at `entry` (a tile, the background) is inside the channel. */
+static int index_ok(const walk *w, uint64_t entry, const char *where, xt_msg *msg) {
+  if (w->gt != XT_NVDB_INDEX || u64at(w->b, entry) < w->values) return 0;
+  return xt_fail(msg, XT_EFORMAT, "%s: %s index %llu outside the value channel (%llu values)", w->what, where,
+                 (unsigned long long)u64at(w->b, entry), (unsigned long long)w->values);
+}
+
+/* Index form: a leaf's values (from mValueOff: its active voxels when sparse, else all 512) are
+ * inside the channel. */
+static int leaf_index_ok(const walk *w, uint64_t leaf, xt_msg *msg) {
+  if (w->gt != XT_NVDB_INDEX) return 0;
+  const uint64_t off = u64at(w->b, leaf + pnanovdb_grid_type_constants[XT_NVDB_INDEX].leaf_off_table);
+  uint64_t n = 512;
+  if ((u32at(w->b, leaf + PNANOVDB_LEAF_OFF_BBOX_DIF_AND_FLAGS) >> 24) & 16u) {
+    n = 0;
+    for (int q = 0; q < 16; q++) n += (uint64_t)__builtin_popcount(u32at(w->b, leaf + PNANOVDB_LEAF_OFF_VALUE_MASK + 4u * (uint64_t)q));
+  }
+  if (off <= w->values && n <= w->values - off) return 0;
+  return xt_fail(msg, XT_EFORMAT, "%s: leaf at byte %llu indexes values %llu..%llu outside the value channel (%llu values)",
+                 w->what, (unsigned long long)leaf, (unsigned long long)off, (unsigned long long)(off + n),
+                 (unsigned long long)w->values);
+}
+
+/* Index form: blind data 0 is the float channel, inside the grid; its length in *values. */
+static int find_channel(const uint8_t *b, uint64_t size, uint32_t grid_class, const char *what, uint64_t *values,
+                        xt_msg *msg) {
+  if (grid_class != PNANOVDB_GRID_CLASS_INDEX_GRID)
+    return xt_fail(msg, XT_EFORMAT, "%s: an Index grid of class %u (IndexGrid expected)", what, grid_class);
+  const uint32_t count = u32at(b, PNANOVDB_GRID_OFF_BLIND_METADATA_COUNT);
+  const int64_t m = (int64_t)u64at(b, PNANOVDB_GRID_OFF_BLIND_METADATA_OFFSET);
+  if (count == 0 || m < PNANOVDB_GRID_SIZE || (uint64_t)m > size || size - (uint64_t)m < PNANOVDB_GRIDBLINDMETADATA_SIZE)
+    return xt_fail(msg, XT_EFORMAT, "%s: an Index grid without its value channel (blind data 0)", what);
+  const int64_t rel = (int64_t)u64at(b, (uint64_t)m + PNANOVDB_GRIDBLINDMETADATA_OFF_BYTE_OFFSET);
+  const uint64_t n = u64at(b, (uint64_t)m + PNANOVDB_GRIDBLINDMETADATA_OFF_ELEMENT_COUNT);
+  const uint32_t cls = u32at(b, (uint64_t)m + PNANOVDB_GRIDBLINDMETADATA_OFF_DATA_CLASS);
+  const uint32_t type = u32at(b, (uint64_t)m + PNANOVDB_GRIDBLINDMETADATA_OFF_DATA_TYPE);
+  const uint64_t at = (uint64_t)m + (uint64_t)rel;
+  if (cls != 4u || type != XT_NVDB_FLOAT)
+    return xt_fail(msg, XT_EFORMAT, "%s: blind data 0 of an Index grid is not a float channel (class %u, type %u)", what,
+                   cls, type);
+  if (rel < 0 || at > size || at % 4 != 0 || n == 0 || n > (size - at) / 4)
+    return xt_fail(msg, XT_EFORMAT, "%s: the value channel (%llu floats) lies outside the grid", what,
+                   (unsigned long long)n);
+  *values = n;
+  return 0;
+}
 
 static int node_ok(const walk *w, uint64_t addr, uint64_t bytes) {
   return addr >= w->lo_node && addr % 32 == 0 && bytes <= w->size && addr <= w->size - bytes;
@@ -156,6 +206,8 @@ static int walk_leaf(walk *w, uint64_t leaf, xt_msg *msg) {
                                                    (unsigned long long)leaf);
   if (++w->seen[0] > w->count[0])
     return xt_fail(msg, XT_EFORMAT, "%s: more leaf nodes than the tree's count %u", w->what, w->count[0]);
+  int irc = leaf_index_ok(w, leaf, msg);
+  if (irc) return irc;
   pnanovdb_buf_t buf = pnanovdb_make_buf((uint32_t *)(uintptr_t)w->b, w->size / 4);
   pnanovdb_leaf_handle_t lh = {addr(leaf)};
   const pnanovdb_coord_t base = pnanovdb_leaf_get_bbox_min(buf, lh);
@@ -197,7 +249,9 @@ static int walk_internal(walk *w, uint64_t node, int level, xt_msg *msg) {
       pnanovdb_buf_t buf = pnanovdb_make_buf((uint32_t *)(uintptr_t)w->b, w->size / 4);
       pnanovdb_coord_t z = {0, 0, 0};
       w->active += tile_voxels;
-      int rc = value_ok(w, xt_nvdb_read(w->gt, buf, addr(entry), &z, (pnanovdb_uint32_t)level), "tile", msg);
+      int rc = index_ok(w, entry, "tile", msg);
+      if (rc) return rc;
+      rc = value_ok(w, xt_nvdb_read(w->gt, buf, addr(entry), &z, (pnanovdb_uint32_t)level), "tile", msg);
       if (rc) return rc;
     }
   }
@@ -320,7 +374,7 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
   }
   const uint32_t gt = u32at(b, PNANOVDB_GRID_OFF_GRID_TYPE);
   if (!supported(gt)) {
-    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: grid type %s is not supported (Float, Fp4, Fp8, Fp16, FpN, Int16)", what,
+    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: grid type %s is not supported (Float, Fp4, Fp8, Fp16, FpN, Int16, Index)", what,
                  nanovdb_type_name(gt));
     goto fail;
   }
@@ -338,6 +392,20 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
     goto fail;
   }
   if (checksum && (rc = check_checksum(b, gsize, what, msg))) goto fail;
+  uint64_t values = 0;
+  if (gt == XT_NVDB_INDEX && ((ver >> 10) & 2047u) != 4u) {
+    /* later 32.x minors changed what an Index leaf stores (a prefix sum where 32.4 has the offset) */
+    rc = xt_fail(msg, XT_EUNSUPPORTED, "%s: an Index grid of NanoVDB %u.%u (this build reads Index grids of 32.4)", what,
+                 ver >> 21, (ver >> 10) & 2047u);
+    goto fail;
+  }
+  if (gt == XT_NVDB_INDEX) {
+    if ((rc = find_channel(b, gsize, u32at(b, PNANOVDB_GRID_OFF_GRID_CLASS), what, &values, msg))) goto fail;
+    if (u64at(b, root + c->root_off_background) >= values) {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: background index outside the value channel", what);
+      goto fail;
+    }
+  }
 
   g = calloc(1, sizeof *g);
   if (!g) {
@@ -438,6 +506,7 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
     w.count[1] = u32at(b, tree + PNANOVDB_TREE_OFF_NODE_COUNT_LOWER);
     w.count[2] = u32at(b, tree + PNANOVDB_TREE_OFF_NODE_COUNT_UPPER);
     w.lo_node = root_end;
+    w.values = values;
     if ((rc = value_ok(&w, g->background, "background", msg))) goto fail;
     for (uint32_t t = 0; t < tiles; t++) {
       const uint64_t tile = root + c->root_size + (uint64_t)t * c->root_tile_size;
@@ -448,6 +517,7 @@ static int build(uint32_t *words, uint64_t bytes, const xt_nvdb_load_options *op
         pnanovdb_buf_t buf = pnanovdb_make_buf(g->words, gsize / 4);
         pnanovdb_coord_t z = {0, 0, 0};
         w.active += (uint64_t)4096 * 4096 * 4096;
+        if ((rc = index_ok(&w, tile + c->root_tile_off_value, "root tile", msg))) goto fail;
         if ((rc = value_ok(&w, xt_nvdb_read(gt, buf, addr(tile + c->root_tile_off_value), &z, 3u), "root tile", msg)))
           goto fail;
       }

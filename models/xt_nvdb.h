@@ -32,8 +32,13 @@ enum {
   XT_NVDB_FP4 = 13,
   XT_NVDB_FP8 = 14,
   XT_NVDB_FP16 = 15,
-  XT_NVDB_FPN = 16
+  XT_NVDB_FPN = 16,
+  XT_NVDB_INDEX = 19 /* the sparse index form: an IndexGrid (class IndexGrid) whose leaves index
+                        their active voxels only, and a float channel (blind data 0, named
+                        XT_NVDB_CHANNEL_NAME, class ChannelArray, type Float) with the values:
+                        entry 0 the background, then active tiles, then active leaf voxels */
 };
+#define XT_NVDB_CHANNEL_NAME "xtwin.values"
 
 /* Limits a grid must respect (else "absurd bounds"): domain edge in voxels, and |coordinate|. */
 #define XT_NVDB_MAX_EXTENT 65536

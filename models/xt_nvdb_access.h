@@ -27,6 +27,30 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_level_dim(pnanovdb_uint32_t level) {
   return level == 0u ? 1 : (level == 1u ? 8 : (level == 2u ? 128 : 4096));
 }
 
+/* The index form's value (grid type Index, the converter's `--quant index`, xt_nvdb.h): the stored
+ * entry at a is a 64-bit index into the float channel that is blind data 0 (its offset, as NanoVDB's
+ * C++ writes it, counts from the metadata entry). At a leaf (a = the leaf's mValueOff, whatever the
+ * voxel) the index is mValueOff + the voxel's offset, or with the "sparse" flag (bit 4 of the leaf
+ * flags) mValueOff + the active voxels below it: callers read active voxels only (the loader checks
+ * every such index against the channel's length). PNanoVDB's own helper is not used because it
+ * reads the grid's first word as the index of an inactive voxel, and its blind-data address counts
+ * from the grid. */
+static XT_INLINE XT_HOSTDEV float xt_nvdb_index_read(pnanovdb_buf_t buf, pnanovdb_address_t a, const pnanovdb_coord_t *ijk,
+                                                     pnanovdb_uint32_t level) {
+  pnanovdb_uint64_t idx = pnanovdb_read_uint64(buf, a);
+  if (level == 0u) {
+    pnanovdb_leaf_handle_t leaf;
+    leaf.address = pnanovdb_address_offset_neg(a, PNANOVDB_GRID_TYPE_GET(PNANOVDB_GRID_TYPE_INDEX, leaf_off_table));
+    const pnanovdb_uint32_t n = pnanovdb_leaf_coord_to_offset(ijk);
+    const pnanovdb_uint32_t flags = pnanovdb_leaf_get_bbox_dif_and_flags(buf, leaf);
+    idx += (flags & 0x10000000u) ? pnanovdb_leaf_count_on_range(buf, leaf, n) : n;
+  }
+  pnanovdb_address_t m = pnanovdb_address_null();
+  m = pnanovdb_address_offset64(m, pnanovdb_read_uint64(buf, pnanovdb_address_offset(m, PNANOVDB_GRID_OFF_BLIND_METADATA_OFFSET)));
+  const pnanovdb_address_t c = pnanovdb_address_offset64(m, pnanovdb_read_uint64(buf, m));
+  return pnanovdb_read_float(buf, pnanovdb_address_offset64(c, idx * 4u));
+}
+
 /* The stored value at address a (of level `level`, at ijk) as float, for grid type gt. */
 static XT_INLINE XT_HOSTDEV float xt_nvdb_read(pnanovdb_uint32_t gt, pnanovdb_buf_t buf, pnanovdb_address_t a,
                                                const pnanovdb_coord_t *ijk, pnanovdb_uint32_t level) {
@@ -36,6 +60,7 @@ static XT_INLINE XT_HOSTDEV float xt_nvdb_read(pnanovdb_uint32_t gt, pnanovdb_bu
   case PNANOVDB_GRID_TYPE_FP8: return pnanovdb_root_fp8_read_float(buf, a, ijk, level);
   case PNANOVDB_GRID_TYPE_FP16: return pnanovdb_root_fp16_read_float(buf, a, ijk, level);
   case PNANOVDB_GRID_TYPE_FPN: return pnanovdb_root_fpn_read_float(buf, a, ijk, level);
+  case PNANOVDB_GRID_TYPE_INDEX: return xt_nvdb_index_read(buf, a, ijk, level);
   case PNANOVDB_GRID_TYPE_INT16: {
     const pnanovdb_uint32_t w = pnanovdb_read_uint32(buf, pnanovdb_address_mask_inv(a, 3u));
     return (float)(short)(unsigned short)((w >> (8u * pnanovdb_address_mask(a, 3u))) & 0xffffu);

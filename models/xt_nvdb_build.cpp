@@ -7,6 +7,7 @@
 // part only, which the entry is not in; it is recomputed anyway).
 #include <nanovdb/util/GridBuilder.h>
 #include <nanovdb/util/GridChecksum.h>
+#include <nanovdb/util/GridValidator.h>
 #include <nanovdb/util/IO.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 extern "C" {
 #include "xt_nvdb.h"
@@ -154,6 +156,242 @@ nanovdb::GridHandle<> build_grid(const xt_volume *v, ValueT bg, nanovdb::GridCla
   return h;
 }
 
+
+// The sparse index form (XT_NVDB_Q_INDEX): the Float grid's tree re-laid as a NanoVDB 32.4
+// IndexGrid (GridType::Index, GridClass::IndexGrid) whose leaves carry the "sparse" flag (bit 4 of
+// the leaf flags: only active voxels are indexed, LeafData<ValueIndex>::getValue), and one float
+// channel (blind data 0, class ChannelArray, read by NanoVDB's ChannelAccessor) holding the values:
+// index 0 the background, then one entry per active tile, then each leaf's active voxels in mask
+// order. A Float leaf is 2,144 B whatever its occupancy; here a leaf is 96 B plus 4 B per active
+// voxel, which is what a CT cut by its skin needs (docs/BENCHMARKS.md, issue 29). Debian's 32.4
+// has no IndexGridBuilder, so the layout is written here with NanoVDB's own node types (their
+// sizes and members) and then checked by NanoVDB itself: GridValidator (full checksum, every node
+// pointer) and, over every voxel of the domain, ChannelAccessor against the Float grid.
+using IdxGrid = nanovdb::NanoGrid<nanovdb::ValueIndex>;
+using IdxRoot = nanovdb::NanoRoot<nanovdb::ValueIndex>;
+using IdxUpper = nanovdb::NanoUpper<nanovdb::ValueIndex>;
+using IdxLower = nanovdb::NanoLower<nanovdb::ValueIndex>;
+using IdxLeaf = nanovdb::NanoLeaf<nanovdb::ValueIndex>;
+
+uint64_t align32(uint64_t n) { return (n + 31) & ~(uint64_t)31; }
+
+// Tiles of an internal node that are active: value bit on, child bit off (GridBuilder 32.4 can leave
+// the value bit on where the repair above put a child).
+template <typename NodeDataT> uint64_t active_tiles(const NodeDataT *d, uint32_t entries) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < entries; i++) n += d->mValueMask.isOn(i) && !d->mChildMask.isOn(i);
+  return n;
+}
+
+// The index form's size, known from the Float grid before it is made.
+uint64_t index_bytes(const nanovdb::GridHandle<> &fh, const xt_volume *v) {
+  using namespace nanovdb;
+  const NanoGrid<float> *fg = fh.grid<float>();
+  const auto &t = fg->tree();
+  const auto *rd = t.root().data();
+  uint64_t values = 1; // the background, active tiles, active leaf voxels
+  for (uint32_t i = 0; i < rd->mTableSize; i++) {
+    const auto *tile = rd->tile(i);
+    if (!tile->isChild()) {
+      values += tile->isActive() ? 1 : 0;
+      continue;
+    }
+    const auto *up = rd->getChild(tile);
+    values += active_tiles(up->data(), 32768);
+    for (uint32_t n = 0; n < 32768; n++) {
+      if (!up->data()->mChildMask.isOn(n)) continue;
+      const auto *lo = up->data()->getChild(n);
+      values += active_tiles(lo->data(), 4096);
+      for (uint32_t m = 0; m < 4096; m++)
+        if (lo->data()->mChildMask.isOn(m)) values += lo->data()->getChild(m)->data()->mValueMask.countOn();
+    }
+  }
+  return sizeof(GridData) + sizeof(TreeData<3>) + IdxRoot::memUsage(t.root().data()->mTableSize) +
+         t.nodeCount(2) * IdxUpper::memUsage() + t.nodeCount(1) * IdxLower::memUsage() +
+         t.nodeCount(0) * IdxLeaf::DataType::memUsage() + 2 * sizeof(GridBlindMetaData) +
+         align32(values * sizeof(float)) + align32(record_bytes(v));
+}
+
+nanovdb::GridHandle<> index_from_float(const nanovdb::GridHandle<> &fh, const xt_volume *v) {
+  using namespace nanovdb;
+  const NanoGrid<float> *fg = fh.grid<float>();
+  if (!fg) throw std::runtime_error("index form: no Float grid to re-lay");
+  const auto &froot = fg->tree().root();
+  // The nodes in depth-first order: the new grid lays each level out in this order.
+  std::vector<const NanoUpper<float> *> ups;
+  std::vector<const NanoLower<float> *> lows;
+  std::vector<const NanoLeaf<float> *> leaves;
+  for (uint32_t t = 0; t < froot.data()->mTableSize; t++) {
+    const auto *tile = froot.data()->tile(t);
+    if (!tile->isChild()) continue;
+    const auto *up = froot.data()->getChild(tile);
+    ups.push_back(up);
+    for (uint32_t n = 0; n < 32768; n++) {
+      if (!up->data()->mChildMask.isOn(n)) continue;
+      const auto *lo = up->data()->getChild(n);
+      lows.push_back(lo);
+      for (uint32_t m = 0; m < 4096; m++)
+        if (lo->data()->mChildMask.isOn(m)) leaves.push_back(lo->data()->getChild(m));
+    }
+  }
+  const uint32_t ntiles = froot.data()->mTableSize;
+  const uint64_t o_tree = sizeof(GridData);
+  const uint64_t o_root = o_tree + sizeof(TreeData<3>);
+  const uint64_t o_up = o_root + IdxRoot::memUsage(ntiles);
+  const uint64_t o_low = o_up + ups.size() * IdxUpper::memUsage();
+  const uint64_t o_leaf = o_low + lows.size() * IdxLower::memUsage();
+  const uint64_t o_meta = o_leaf + leaves.size() * IdxLeaf::DataType::memUsage();
+  // Values: background, active tiles, active leaf voxels.
+  uint64_t count = 1;
+  for (uint32_t t = 0; t < ntiles; t++) count += froot.data()->tile(t)->isActive() ? 1 : 0;
+  for (const auto *up : ups) count += active_tiles(up->data(), 32768);
+  for (const auto *lo : lows) count += active_tiles(lo->data(), 4096);
+  for (const auto *lf : leaves) count += lf->data()->mValueMask.countOn();
+  const uint64_t o_chan = o_meta + 2 * sizeof(GridBlindMetaData);
+  const uint64_t o_rec = o_chan + align32(count * sizeof(float));
+  const uint64_t total = o_rec + align32(record_bytes(v));
+
+  HostBuffer buf = HostBuffer::create(total);
+  uint8_t *b = buf.data();
+  std::memset(b, 0, total);
+  float *chan = reinterpret_cast<float *>(b + o_chan);
+  uint64_t next = 0;
+  auto add = [&](float x) { chan[next] = x; return next++; };
+  add(froot.background());
+
+  auto *gd = reinterpret_cast<GridData *>(b);
+  std::memcpy(gd, fg->data(), sizeof(GridData));
+  gd->mGridSize = total;
+  gd->mGridClass = GridClass::IndexGrid;
+  gd->mGridType = GridType::Index;
+  gd->mBlindMetadataOffset = (int64_t)o_meta;
+  gd->mBlindMetadataCount = 2;
+  gd->mData1 = count;
+  gd->setMinMaxOn(false);
+  gd->setAverageOn(false);
+  gd->setStdDeviationOn(false);
+
+  auto *td = reinterpret_cast<TreeData<3> *>(b + o_tree);
+  std::memcpy(td, &fg->tree(), sizeof(TreeData<3>));
+  // where each level starts, also when it is empty (as GridBuilder does: io::writeGrid needs them)
+  td->mNodeOffset[0] = o_leaf - o_tree;
+  td->mNodeOffset[1] = o_low - o_tree;
+  td->mNodeOffset[2] = o_up - o_tree;
+  td->mNodeOffset[3] = o_root - o_tree;
+
+  auto *rd = reinterpret_cast<IdxRoot::DataType *>(b + o_root);
+  rd->mBBox = froot.data()->mBBox;
+  rd->mTableSize = ntiles;
+  rd->mBackground = 0;
+  size_t iu = 0, il = 0, ilf = 0;
+  for (uint32_t t = 0; t < ntiles; t++) {
+    const auto *ft = froot.data()->tile(t);
+    auto *it = rd->tile(t);
+    it->key = ft->key;
+    it->state = ft->state;
+    if (ft->isChild()) {
+      const auto *up = froot.data()->getChild(ft);
+      auto *ud = reinterpret_cast<IdxUpper::DataType *>(b + o_up + iu * IdxUpper::memUsage());
+      iu++;
+      it->child = (int64_t)(reinterpret_cast<uint8_t *>(ud) - reinterpret_cast<uint8_t *>(rd));
+      it->value = 0;
+      ud->mBBox = up->data()->mBBox;
+      ud->mFlags = up->data()->mFlags;
+      ud->mValueMask = up->data()->mValueMask;
+      ud->mChildMask = up->data()->mChildMask;
+      for (uint32_t n = 0; n < 32768; n++) // an entry is a child or a tile
+        if (ud->mChildMask.isOn(n)) ud->mValueMask.setOff(n);
+      for (uint32_t n = 0; n < 32768; n++) {
+        if (!up->data()->mChildMask.isOn(n)) {
+          ud->mTable[n].value = up->data()->mValueMask.isOn(n) ? add(up->data()->mTable[n].value) : 0;
+          continue;
+        }
+        const auto *lo = up->data()->getChild(n);
+        auto *ld = reinterpret_cast<IdxLower::DataType *>(b + o_low + il * IdxLower::memUsage());
+        il++;
+        ud->mTable[n].child = (int64_t)(reinterpret_cast<uint8_t *>(ld) - reinterpret_cast<uint8_t *>(ud));
+        ld->mBBox = lo->data()->mBBox;
+        ld->mFlags = lo->data()->mFlags;
+        ld->mValueMask = lo->data()->mValueMask;
+        ld->mChildMask = lo->data()->mChildMask;
+        for (uint32_t m = 0; m < 4096; m++)
+          if (ld->mChildMask.isOn(m)) ld->mValueMask.setOff(m);
+        for (uint32_t m = 0; m < 4096; m++) {
+          if (!lo->data()->mChildMask.isOn(m)) {
+            ld->mTable[m].value = lo->data()->mValueMask.isOn(m) ? add(lo->data()->mTable[m].value) : 0;
+            continue;
+          }
+          const auto *lf = lo->data()->getChild(m);
+          auto *fd = reinterpret_cast<IdxLeaf::DataType *>(b + o_leaf + ilf * IdxLeaf::DataType::memUsage());
+          ilf++;
+          ld->mTable[m].child = (int64_t)(reinterpret_cast<uint8_t *>(fd) - reinterpret_cast<uint8_t *>(ld));
+          fd->mBBoxMin = lf->data()->mBBoxMin;
+          for (int a = 0; a < 3; a++) fd->mBBoxDif[a] = lf->data()->mBBoxDif[a];
+          fd->mFlags = (uint8_t)((lf->data()->mFlags & 3u) | 16u); // keep skip/bbox bits; sparse
+          fd->mValueMask = lf->data()->mValueMask;
+          fd->mStatsOff = 0;
+          fd->mValueOff = next;
+          for (uint32_t i = 0; i < 512; i++)
+            if (lf->data()->mValueMask.isOn(i)) add(lf->data()->getValue(i));
+        }
+      }
+    } else {
+      it->child = 0;
+      it->value = ft->isActive() ? add(ft->value) : 0;
+    }
+  }
+  if (next != count || iu != ups.size() || il != lows.size() || ilf != leaves.size() || total != index_bytes(fh, v))
+    throw std::runtime_error("index form: node or value count mismatch (" + std::to_string(next) + " " +
+                             std::to_string(count) + " " + std::to_string(total) + " " +
+                             std::to_string(index_bytes(fh, v)) + ")");
+
+  auto *meta = reinterpret_cast<GridBlindMetaData *>(b + o_meta);
+  meta[0].mByteOffset = (int64_t)(o_chan - o_meta);
+  meta[0].mElementCount = count;
+  meta[0].mFlags = 0;
+  meta[0].mSemantic = GridBlindDataSemantic::Unknown;
+  meta[0].mDataClass = GridBlindDataClass::ChannelArray;
+  meta[0].mDataType = GridType::Float;
+  std::strncpy(meta[0].mName, XT_NVDB_CHANNEL_NAME, sizeof meta[0].mName - 1);
+  meta[1].mByteOffset = (int64_t)(o_rec - o_meta - sizeof(GridBlindMetaData));
+  meta[1].mElementCount = record_bytes(v);
+  meta[1].mFlags = 0;
+  meta[1].mSemantic = GridBlindDataSemantic::Unknown;
+  meta[1].mDataClass = GridBlindDataClass::Unknown;
+  meta[1].mDataType = GridType::Unknown;
+  std::strncpy(meta[1].mName, XT_NVDB_RECORD_NAME, sizeof meta[1].mName - 1);
+  fill_record(v, b + o_rec);
+
+  GridHandle<> h(std::move(buf));
+  IdxGrid *ig = h.grid<ValueIndex>();
+  if (!ig) throw std::runtime_error("index form: NanoVDB does not take the grid as an IndexGrid");
+  updateChecksum(*ig, ChecksumMode::Full);
+  const std::string err = GridValidator<ValueIndex>::check(*ig, true);
+  if (!err.empty()) throw std::runtime_error("index form: NanoVDB's GridValidator: " + err);
+  // Through NanoVDB's own accessors: every voxel of every leaf, and the first voxel of every tile
+  // and of every empty 8^3 block of the domain - the channel's value (inactive: the background,
+  // index 0) equals the Float grid's, and the active states agree. (Readers check every voxel
+  // again against the source: test_nvdb, test_real_ct.)
+  ChannelAccessor<const float> ca(*ig, 0u);
+  auto fa = fg->getAccessor();
+  const float bg = froot.background();
+  auto same = [&](const Coord &c) {
+    float x = 0.f;
+    const bool on = ca.probeValue(c, x);
+    const bool fon = fa.isActive(c);
+    return on == fon && (on ? x == fa.getValue(c) : ca.getIndex(c) == 0 && x == bg);
+  };
+  for (const auto *lf : leaves)
+    for (uint32_t i = 0; i < 512; i++)
+      if (!same(lf->origin() + Coord(int(i >> 6), int((i >> 3) & 7), int(i & 7))))
+        throw std::runtime_error("index form: the index grid differs from the Float grid in a leaf");
+  for (int k = 0; k < v->dim[2]; k += 8)
+    for (int j = 0; j < v->dim[1]; j += 8)
+      for (int i = 0; i < v->dim[0]; i += 8)
+        if (!same(Coord(i, j, k))) throw std::runtime_error("index form: the index grid differs from the Float grid");
+  return h;
+}
+
 nanovdb::GridHandle<> build_any(const xt_volume *v, const xt_nvdb_build_options *o) {
   const size_t nx = (size_t)v->dim[0], ny = (size_t)v->dim[1];
   const std::string name = o->name && *o->name ? o->name : (v->type == XT_VOXEL_U8 ? "labels" : "density");
@@ -167,9 +405,11 @@ nanovdb::GridHandle<> build_any(const xt_volume *v, const xt_nvdb_build_options 
       return build_grid<int16_t, int16_t>(v, (int16_t)o->background, nanovdb::GridClass::Unknown, f, name, 0);
     }
     case XT_NVDB_Q_FLOAT: return build_grid<float, float>(v, bg, nanovdb::GridClass::Unknown, lab, name, 0);
+    case XT_NVDB_Q_INDEX:
+      return index_from_float(build_grid<float, float>(v, bg, nanovdb::GridClass::Unknown, lab, name, 0), v);
     case XT_NVDB_Q_FP16: return build_grid<float, nanovdb::Fp16>(v, bg, nanovdb::GridClass::Unknown, lab, name, 0);
     case XT_NVDB_Q_FP8: return build_grid<float, nanovdb::Fp8>(v, bg, nanovdb::GridClass::Unknown, lab, name, 0);
-    default: throw std::invalid_argument("label volumes need float, fp16, fp8 or int16 (fp4 and fpN lose ids)");
+    default: throw std::invalid_argument("label volumes need float, index, fp16, fp8 or int16 (fp4 and fpN lose ids)");
     }
   }
   const float *d = static_cast<const float *>(v->data);
@@ -181,11 +421,18 @@ nanovdb::GridHandle<> build_any(const xt_volume *v, const xt_nvdb_build_options 
   const auto fog = nanovdb::GridClass::FogVolume;
   switch (o->quant) {
   case XT_NVDB_Q_FLOAT: return build_grid<float, float>(v, bg, fog, mu, name, 0);
+  case XT_NVDB_Q_INDEX: return index_from_float(build_grid<float, float>(v, bg, fog, mu, name, 0), v);
+  case XT_NVDB_Q_AUTO: { // exact either way: the index form where it is smaller (any grid with a leaf
+                         // not fully active), else Float
+    nanovdb::GridHandle<> f = build_grid<float, float>(v, bg, fog, mu, name, 0);
+    if (index_bytes(f, v) >= f.size()) return f;
+    return index_from_float(f, v);
+  }
   case XT_NVDB_Q_FP16: return build_grid<float, nanovdb::Fp16>(v, bg, fog, mu, name, 0);
   case XT_NVDB_Q_FP8: return build_grid<float, nanovdb::Fp8>(v, bg, fog, mu, name, 0);
   case XT_NVDB_Q_FP4: return build_grid<float, nanovdb::Fp4>(v, bg, fog, mu, name, 0);
   case XT_NVDB_Q_FPN: return build_grid<float, nanovdb::FpN>(v, bg, fog, mu, name, o->fpn_tolerance);
-  default: throw std::invalid_argument("int16 grids hold labels only; dense mu needs float, fp16, fp8, fp4 or fpn");
+  default: throw std::invalid_argument("int16 grids hold labels only; dense mu needs float, index, fp16, fp8, fp4 or fpn");
   }
 }
 

@@ -25,9 +25,13 @@ typedef enum xt_nvdb_quant {
   XT_NVDB_Q_FP8 = 2,   /* 8-bit per-leaf quantisation (exact for labels 0..255: rounded on read) */
   XT_NVDB_Q_FP4 = 3,   /* 4-bit (mu only) */
   XT_NVDB_Q_FPN = 4,   /* variable bit width per leaf, error bounded by fpn_tolerance (mu only) */
-  XT_NVDB_Q_INT16 = 5  /* 16-bit integers (labels only) */
+  XT_NVDB_Q_INT16 = 5, /* 16-bit integers (labels only) */
+  XT_NVDB_Q_INDEX = 6, /* 32-bit float, exact, stored for active voxels only: a sparse IndexGrid and a
+                          float channel (xt_nvdb.h XT_NVDB_INDEX) */
+  XT_NVDB_Q_AUTO = 7   /* mu: index where it is smaller than float (a grid with any leaf not fully
+                          active), else float; both exact */
 } xt_nvdb_quant;
-#define XT_NVDB_QUANT_NAMES "float|fp16|fp8|fp4|fpn|int16"
+#define XT_NVDB_QUANT_NAMES "float|fp16|fp8|fp4|fpn|int16|index|auto"
 
 typedef struct xt_nvdb_build_options {
   int quant;            /* xt_nvdb_quant */

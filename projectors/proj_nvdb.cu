@@ -461,6 +461,7 @@ template <int OUT> static kernel_fn pick(uint32_t gt) {
   case XT_NVDB_FP8: return k_nvdb<XT_NVDB_FP8, OUT>;
   case XT_NVDB_FP16: return k_nvdb<XT_NVDB_FP16, OUT>;
   case XT_NVDB_FPN: return k_nvdb<XT_NVDB_FPN, OUT>;
+  case XT_NVDB_INDEX: return k_nvdb<XT_NVDB_INDEX, OUT>;
   }
   return NULL;
 }

@@ -556,8 +556,8 @@ XT_TEST(gaussian_mixtures) {
 
 /* NanoVDB (issue 9): files written by our converter (`xtwin nvdb-convert`; the seeds of the
  * fuzz corpus tests/fuzz/nvdb): a plain Float grid, ZIP-compressed Int16 and Fp8 labels with the
- * xtwin record's material table, a quantised FpN grid, and a file of two segments where the second
- * grid is picked by name. zlib's own allocations are not wrapped (a shared library). */
+ * xtwin record's material table, a quantised FpN grid, a file of two segments where the second
+ * grid is picked by name, and the index form (an IndexGrid and its value channel). zlib's own allocations are not wrapped (a shared library). */
 #ifdef XT_FUZZ_NVDB_CORPUS_DIR
 XT_TEST(nanovdb) {
   static const struct {
@@ -567,7 +567,8 @@ XT_TEST(nanovdb) {
            {"zip_fp8_labels.nvdb", NULL, XT_LOAD_LABELS},
            {"zip_int16_labels.nvdb", NULL, XT_LOAD_MU},
            {"zip_fpn_head.nvdb", "density", XT_LOAD_MU},
-           {"zip_two_segments.nvdb", "b", XT_LOAD_MU}};
+           {"zip_two_segments.nvdb", "b", XT_LOAD_MU},
+           {"zip_index_head40.nvdb", NULL, XT_LOAD_MU}};
   enum { N = (int)(sizeof f / sizeof f[0]) };
   static char paths[N][512];
   alloc_case cases[N];

@@ -88,9 +88,10 @@ static void apply_tolerance(xt_volume *v, float bg, float tol) {
 
 XT_TEST(voxels_roundtrip) {
   srand(11);
-  static const int qd[] = {XT_NVDB_Q_FLOAT}, ql[] = {XT_NVDB_Q_INT16, XT_NVDB_Q_FP8, XT_NVDB_Q_FP16, XT_NVDB_Q_FLOAT};
+  static const int qd[] = {XT_NVDB_Q_FLOAT, XT_NVDB_Q_INDEX, XT_NVDB_Q_AUTO},
+                   ql[] = {XT_NVDB_Q_INT16, XT_NVDB_Q_FP8, XT_NVDB_Q_FP16, XT_NVDB_Q_FLOAT, XT_NVDB_Q_INDEX};
   for (int labels = 0; labels < 2; labels++) {
-    const int nq = labels ? 4 : 1;
+    const int nq = labels ? 5 : 3;
     for (int qi = 0; qi < nq; qi++) {
       const double bg = labels ? 0.0 : (rand() % 2 ? 0.0 : 0.004);
       xt_model *vm = tn_sparse_model(labels, 9, 40, labels ? 0.003 : bg);
@@ -110,6 +111,8 @@ XT_TEST(voxels_roundtrip) {
                              : ((float *)v->data)[i + v->dim[0] * (j + v->dim[1] * k)] != (float)bg;
           }
       XT_CHECK_MSG(bad == 0, "%s %s: %zu voxels differ", labels ? "labels" : "dense", xt_nvdb_type_name(g->grid_type), bad);
+      /* the index form where asked, and auto's choice on a sparse grid (leaves not full) */
+      XT_CHECK(g->grid_type == (q == XT_NVDB_Q_INDEX || q == XT_NVDB_Q_AUTO ? (uint32_t)XT_NVDB_INDEX : g->grid_type));
       XT_CHECK_MSG(g->active_voxels == active, "active %llu, expected %zu", (unsigned long long)g->active_voxels, active);
       XT_CHECK(g->lo[0] == 0 && g->hi[0] == v->dim[0] - 1 && g->hi[2] == v->dim[2] - 1);
       XT_CHECK(g->labels == labels);
@@ -128,7 +131,8 @@ XT_TEST(voxels_roundtrip) {
  * xt_nvdb_build.cpp): a leaf with a different (7,7,7) voxel, a lower node whose last 8^3 block
  * differs, and both at once. The converter repairs them; every voxel must survive. */
 XT_TEST(builder_prune_repair) {
-  for (int labels = 0; labels < 2; labels++) {
+  for (int lq = 0; lq < 3; lq++) {
+    const int labels = lq == 1, index = lq == 2; /* 2: mu in the index form */
     xt_volume *v;
     const double sp[3] = {1, 1, 1};
     XT_REQUIRE(xt_volume_create(136, 130, 129, sp, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &v, NULL) == 0);
@@ -153,13 +157,14 @@ XT_TEST(builder_prune_repair) {
     xt_model *vm;
     XT_REQUIRE(xt_model_from_volume(v, "prune", &vm, NULL) == 0);
     xt_msg msg = {{0}};
-    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+    xt_model *nm = tn_nvdb_of(vm, index ? XT_NVDB_Q_INDEX : labels ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
     XT_REQUIRE_MSG_(nm, msg);
     size_t bad = 0;
     for (int k = 0; k < 129; k++)
       for (int j = 0; j < 130; j++)
         for (int i = 0; i < 136; i++) bad += xt_nvdb_mu(xt_model_nvdb(nm), i, j, k) != xt_volume_mu(v, i, j, k);
-    XT_CHECK_MSG(bad == 0, "%s: %zu voxels lost to the builder's prune", labels ? "labels" : "mu", bad);
+    XT_CHECK_MSG(bad == 0, "%s %s: %zu voxels lost to the builder's prune", labels ? "labels" : "mu",
+                 xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), bad);
     xt_model_free(nm);
     xt_model_free(vm);
   }
@@ -195,6 +200,13 @@ XT_TEST(render_equals_dense_float) {
   srand(21);
   render_equal(0, XT_NVDB_Q_FLOAT, 0.0, 12);
 }
+/* The index form (an IndexGrid and its float channel): dense mu, with a tolerance, and labels. */
+XT_TEST(render_equals_dense_index) {
+  srand(25);
+  render_equal(0, XT_NVDB_Q_INDEX, 0.0, 6);
+  render_equal(0, XT_NVDB_Q_INDEX, 0.01, 4);
+  render_equal(1, XT_NVDB_Q_INDEX, 0.0, 4);
+}
 XT_TEST(render_equals_dense_tolerance) {
   srand(22);
   render_equal(0, XT_NVDB_Q_FLOAT, 0.01, 8);
@@ -205,6 +217,7 @@ XT_TEST(render_equals_dense_long) {
   for (int a = 0; a < 3; a++) {
     tn_long_axis = a;
     render_equal(a == 1, a == 1 ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, 0.0, 4);
+    render_equal(a == 1, XT_NVDB_Q_INDEX, 0.0, 1);
   }
 }
 
@@ -518,6 +531,81 @@ XT_TEST(bad_files) {
   xt_model_free(a);
 }
 
+/* The index form's own structure: the value channel and every index into it are checked, so that
+ * no read leaves the channel (the checksum is disabled in each patch: the walk must catch it). */
+static uint64_t get_u64(const unsigned char *d, long off) {
+  uint64_t v;
+  memcpy(&v, d + off, 8);
+  return v;
+}
+static void put_u64(unsigned char *d, long off, uint64_t v) { memcpy(d + off, &v, 8); }
+
+XT_TEST(bad_index_grids) {
+  srand(52);
+  xt_model *a = tn_sparse_model(0, 20, 30, 0.0);
+  XT_REQUIRE(a);
+  xt_nvdb_build_options o = {XT_NVDB_Q_INDEX, 0.0, 0.0, 1e-3, NULL};
+  uint32_t *w = NULL;
+  uint64_t n = 0;
+  xt_msg msg = {{0}};
+  XT_REQUIRE_MSG_(xt_nvdb_build(xt_model_volume(a), &o, &w, &n, &msg) == 0, msg);
+  unsigned char *good = (unsigned char *)w;
+  XT_CHECK(get_u64(good, 632) == (8u | (uint64_t)19 << 32)); /* class IndexGrid (8), type Index (19) */
+  const long meta = (long)get_u64(good, 640), chan = meta + (long)get_u64(good, meta);
+  const uint64_t values = get_u64(good, meta + 8);
+  const long leaf = 672 + (long)get_u64(good, 672); /* the tree's first leaf */
+  XT_REQUIRE(values > 1 && get_u64(good, 656) == values && leaf > 672 && (uint64_t)leaf < n);
+  struct {
+    const char *what, *word;
+    long at;
+    uint64_t v;
+    int u32;
+  } bad[] = {
+      {"channel length 1", "outside the value channel", meta + 8, 1, 0},
+      {"channel beyond the grid", "outside the grid", meta + 8, n, 0},
+      {"channel of class IndexArray", "not a float channel", meta + 24, 1, 1},
+      {"channel of Int32", "not a float channel", meta + 28, 4, 1},
+      {"leaf values from the channel's end", "outside the value channel", leaf + 88, values, 0},
+      {"leaf values from 2^63", "outside the value channel", leaf + 88, (uint64_t)1 << 63, 0},
+      {"background index", "background index", 672 + 64 + 32, values, 0},
+      {"grid class FogVolume", "class", 632, 2, 1},
+      {"no blind data", "value channel", 648, 0, 1},
+      {"an Index grid of NanoVDB 32.6", "32.6", 16, (32u << 21) | (6u << 10), 1},
+  };
+  unsigned char *d = aligned_alloc(32, (size_t)((n + 31) & ~(uint64_t)31));
+  XT_REQUIRE(d);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memcpy(d, good, n);
+    put_u32(d, 8, 0xffffffffu);
+    if (bad[i].u32) put_u32(d, bad[i].at, (uint32_t)bad[i].v);
+    else put_u64(d, bad[i].at, bad[i].v);
+    uint32_t *copy = aligned_alloc(32, (size_t)((n + 31) & ~(uint64_t)31));
+    XT_REQUIRE(copy);
+    memcpy(copy, d, n);
+    xt_nvdb *g = NULL;
+    xt_msg m2 = {{0}};
+    const int rc = xt_nvdb_from_blob(copy, n, NULL, "bad index", &g, &m2);
+    XT_CHECK_MSG(rc != 0 && !g && strstr(m2.text, bad[i].word) && strncmp(m2.text, "bad index", 9) == 0,
+                 "%s: rc %d \"%s\"", bad[i].what, rc, m2.text);
+    xt_nvdb_free(g);
+  }
+  /* the unpatched grid loads, and the channel's first entry is the background */
+  {
+    uint32_t *copy = aligned_alloc(32, (size_t)((n + 31) & ~(uint64_t)31));
+    XT_REQUIRE(copy);
+    memcpy(copy, good, n);
+    xt_nvdb *g = NULL;
+    XT_REQUIRE_MSG_(xt_nvdb_from_blob(copy, n, NULL, "good index", &g, &msg) == 0, msg);
+    float bg0;
+    memcpy(&bg0, good + chan, 4);
+    XT_CHECK(g->grid_type == XT_NVDB_INDEX && bg0 == g->background && g->background == 0.f);
+    xt_nvdb_free(g);
+  }
+  free(d);
+  free(w);
+  xt_model_free(a);
+}
+
 /* ---- an independent writer -------------------------------------------------------------------- */
 
 /* pyopenvdb (Debian's python3-openvdb) writes a .vdb from a numpy array, Debian's nanovdb_convert
@@ -807,6 +895,13 @@ XT_TEST(bricks_equal_reference) {
     snprintf(what, sizeof what, "trial %d (%s %s)", t, labels ? "labels" : "mu", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type));
     bricks_check(nm, 600, what);
     xt_model_free(nm);
+    if (t < 4 || t == 7) { /* the index form of the same volume (mu, a tolerance, labels) */
+      nm = tn_nvdb_of(vm, XT_NVDB_Q_INDEX, bg, t == 3 ? 0.01 : 0.0, &msg);
+      XT_REQUIRE_MSG_(nm, msg);
+      snprintf(what, sizeof what, "trial %d (%s index)", t, labels ? "labels" : "mu");
+      bricks_check(nm, 400, what);
+      xt_model_free(nm);
+    }
     xt_model_free(vm);
   }
 }
@@ -826,13 +921,18 @@ XT_TEST(bricks_equal_reference_long) {
     snprintf(what, sizeof what, "long axis %d", a);
     bricks_check(nm, 400, what);
     xt_model_free(nm);
+    nm = tn_nvdb_of(vm, XT_NVDB_Q_INDEX, 0.0, 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    snprintf(what, sizeof what, "long axis %d (index)", a);
+    bricks_check(nm, 300, what);
+    xt_model_free(nm);
     xt_model_free(vm);
   }
   tn_long_axis = -1;
 }
 
-XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
+XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_index) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(mixed_scene_is_the_sum) XT_ENTRY(quantised_error)
-                     XT_ENTRY(file_roundtrip_and_grid_names) XT_ENTRY(bad_files) XT_ENTRY(independent_writer)
+                     XT_ENTRY(file_roundtrip_and_grid_names) XT_ENTRY(bad_files) XT_ENTRY(bad_index_grids) XT_ENTRY(independent_writer)
                          XT_ENTRY(channels_equal_the_source_volume) XT_ENTRY(mixed_scene_channels_reproduce_mono)
                              XT_ENTRY(bricks_equal_reference) XT_ENTRY(bricks_equal_reference_long))

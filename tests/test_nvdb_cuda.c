@@ -102,6 +102,13 @@ XT_TEST(random_float) {
   random_trials(0, XT_NVDB_Q_FLOAT, quick() ? 3 : 16, 8, 72);
 }
 
+/* The index form (an IndexGrid and its float channel, the converter's default for sparse mu). */
+XT_TEST(random_index) {
+  srand(105);
+  random_trials(0, XT_NVDB_Q_INDEX, quick() ? 2 : 8, 8, 72);
+  random_trials(1, XT_NVDB_Q_INDEX, quick() ? 1 : 4, 8, 64);
+}
+
 XT_TEST(random_quantised) {
   srand(102);
   static const int qs[] = {XT_NVDB_Q_FP8, XT_NVDB_Q_FP16, XT_NVDB_Q_FP4, XT_NVDB_Q_FPN};
@@ -120,6 +127,7 @@ XT_TEST(long_grids) {
   for (int a = 0; a < 3; a++) {
     tn_long_axis = a;
     random_trials(a == 2, a == 2 ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT, quick() ? 1 : 4, 8, 40);
+    random_trials(a == 2, XT_NVDB_Q_INDEX, quick() ? 1 : 2, 8, 40);
   }
   tn_long_axis = -1;
 }
@@ -131,11 +139,12 @@ XT_TEST(head_angles) {
   static const double ang[9] = {0, 30, 45, 60, 90, 120, 135, 150, 180};
   const xt_detector_mode *md = xt_mode_find(quick() ? "fd20-128" : "fd20-512");
   XT_REQUIRE(md);
-  for (int labels = 0; labels < 2; labels++) {
+  for (int lq = 0; lq < 3; lq++) {
+    const int labels = lq == 1; /* 2: dense mu in the index form */
     xt_model *vm;
     xt_msg msg = {{0}};
     XT_REQUIRE(xt_phantom_head_model(dim, 200.0 / n, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &vm, &msg) == 0);
-    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_FP8 : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
+    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_FP8 : lq == 2 ? XT_NVDB_Q_INDEX : XT_NVDB_Q_FLOAT, 0.0, 0.0, &msg);
     XT_REQUIRE(nm);
     for (int i = 0; i < (quick() ? 2 : 9); i++) {
       xt_pose p = xt_pose_default(md);
@@ -143,7 +152,7 @@ XT_TEST(head_angles) {
       xt_geometry g;
       XT_REQUIRE(xt_geom_compute(&p, md, &g, &msg) == 0);
       char what[64];
-      snprintf(what, sizeof what, "head %s %g deg", labels ? "labels fp8" : "float", ang[i]);
+      snprintf(what, sizeof what, "head %s %g deg", labels ? "labels fp8" : lq == 2 ? "index" : "float", ang[i]);
       XT_CHECK_MSG(check_scene(what, &nm, 1, &g) == 0, "%s", what);
     }
     xt_model_free(nm);
@@ -257,6 +266,6 @@ XT_TEST(batch_matches_single) {
   xt_model_free(vm);
 }
 
-XT_TEST_MAIN_CUDA(XT_ENTRY(random_float) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
+XT_TEST_MAIN_CUDA(XT_ENTRY(random_float) XT_ENTRY(random_index) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
                  XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(mixed_scene_with_gmm)
                      XT_ENTRY(batch_matches_single))

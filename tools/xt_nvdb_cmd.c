@@ -56,9 +56,11 @@ static const xt_opt tab[] = {
      "meaning of --volume's voxels: mu in 1/mm, HU -> mu, HU -> material labels, integer labels"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy),
      "effective energy of the HU conversion and of the material table stored with label grids"},
-    {"quant", XT_OPT_CHOICE, NULL, NULL, "float for mu, int16 for labels", 0, 0, XT_NVDB_QUANT_NAMES, OFF(quant),
-     "value type: float (exact), fp16/fp8/fp4 (per-leaf quantisation), fpn (variable width, error <= "
-     "--fpn-tolerance), int16 (labels); labels need float, fp16, fp8 (exact: ids rounded on read) or int16"},
+    {"quant", XT_OPT_CHOICE, NULL, NULL, "auto for mu, int16 for labels", 0, 0, XT_NVDB_QUANT_NAMES, OFF(quant),
+     "value type: float (exact), index (exact; floats for the active voxels only: an IndexGrid with a value "
+     "channel), auto (index where it is smaller than float, else float), fp16/fp8/fp4 (per-leaf quantisation), "
+     "fpn (variable width, error <= --fpn-tolerance), int16 (labels); labels need float, index, fp16, fp8 "
+     "(exact: ids rounded on read) or int16"},
     {"tolerance", XT_OPT_REAL, "MU", "0", NULL, 0, 10, NULL, OFF(tolerance),
      "activation tolerance, 1/mm: mu within this of the background is stored as the background and left "
      "inactive (dense only; e.g. 1e-4 makes air with noise inactive)"},
@@ -166,7 +168,11 @@ int xt_cmd_nvdb_convert(int argc, char **argv) {
     goto done;
   }
   const int labels = xt_model_volume(m)->type == XT_VOXEL_U8;
-  if (!seen_opt(seen, "quant")) o.quant = labels ? XT_NVDB_Q_INT16 : XT_NVDB_Q_FLOAT;
+  if (!seen_opt(seen, "quant")) o.quant = labels ? XT_NVDB_Q_INT16 : XT_NVDB_Q_AUTO;
+  if (labels && o.quant == XT_NVDB_Q_AUTO) {
+    code = say(XT_EXIT_USAGE, "--quant auto: for mu volumes; labels take float, index, fp16, fp8 or int16");
+    goto done;
+  }
   if (labels && seen_opt(seen, "tolerance")) {
     code = say(XT_EXIT_USAGE, "--tolerance: applies to dense mu, not to labels");
     goto done;

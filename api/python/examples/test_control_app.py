@@ -6,6 +6,8 @@ xtwin.testing's fixtures and assertions.
     PYTHONPATH=api/python python3 -m pytest -p xtwin.testing --xtwin-server build/server/xtwin-server \\
         api/python/examples/test_control_app.py
 """
+import time
+
 import pytest
 
 import xtwin
@@ -54,6 +56,12 @@ def test_the_pedal_exposes_after_prepare_and_holds_the_last_image(xtwin_server):
     srv = xtwin_server("--fps", "15", "--no-autostart")
     srv.client._json("POST", "/v1/device/fluoro", {})
     state_reached(srv.client, "exposing", timeout=10)
+    # X-ray is on from the press, its first pulse at the next slot: released before that pulse, no
+    # frame was exposed and there is rightly nothing to hold (docs/device.md) - so wait for one
+    deadline = time.monotonic() + 10
+    while srv.client._json("GET", "/v1/device")["frames"] < 1:
+        assert time.monotonic() < deadline, "no frame exposed within 10 s of the fluoroscopy pedal"
+        time.sleep(0.01)
     srv.client._json("POST", "/v1/device/release", {})
     d = state_reached(srv.client, "ready", timeout=10)
     assert d["lih"] is not None, d  # the last image held: the run's last frame

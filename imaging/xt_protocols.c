@@ -59,8 +59,7 @@ static int read_curves(xt_protocol_set *S, const char *text, const char *source,
   enum { NAME, NODE, KV, MA, MS, NCOL };
   static const char *names[NCOL] = {"curve", "node", "kv", "ma", "ms"};
   int c[NCOL];
-  for (int i = 0; i < NCOL; i++)
-    if ((c[i] = xt_table_col(t, names[i], msg)) < 0) return XT_EFORMAT;
+  if (xt_table_cols(t, names, NCOL, c, msg)) return XT_EFORMAT;
   for (int r = 0; r < t->nrows; r++) {
     const char *name = xt_table_str(t, r, c[NAME]);
     int k = 0;
@@ -139,8 +138,7 @@ static int read_protocols(xt_protocol_set *S, const char *text, const char *sour
                                     "patient",      "temporal_alpha", "phases", "prepare_ms", "first_frame_ms",
                                     "source"};
   int c[NCOL];
-  for (int i = 0; i < NCOL; i++)
-    if ((c[i] = xt_table_col(t, names[i], msg)) < 0) return XT_EFORMAT;
+  if (xt_table_cols(t, names, NCOL, c, msg)) return XT_EFORMAT;
   if (t->nrows > XT_PROTOCOL_MAX + 1) return xt_fail(msg, XT_EFORMAT, "%s: more than %d rows", source, XT_PROTOCOL_MAX + 1);
   S->p = calloc((size_t)t->nrows + 1, sizeof *S->p);
   if (!S->p) return xt_fail(msg, XT_ENOMEM, "%s: out of memory", source);

@@ -46,7 +46,7 @@ static __device__ __forceinline__ int pixel_ray(const adj_launch &L, const adj_f
   o[0] = oc.x, o[1] = oc.y, o[2] = oc.z;
   q[0] = qc.x, q[1] = qc.y, q[2] = qc.z;
   int ain, aout;
-  return xt_vwalk_clip(o, q, L.dim, len, s0, s1, &ain, &aout);
+  return xt_clip_box_axes_f64(o, q, L.dim, len, s0, s1, &ain, &aout);
 }
 
 /* Thread per pixel of the batch (frame-major): out[k] = sum over the ray's voxels of seg * mu. */

@@ -179,7 +179,7 @@ static void *adj_worker(void *p) {
       xt_vec3 oc = xt_aff_apply(w2c, g->source), qc = xt_aff_apply_dir(w2c, w);
       double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z}, s0, s1;
       int ain, aout;
-      if (!xt_vwalk_clip(o, q, job->grid->dim, len, &s0, &s1, &ain, &aout)) continue;
+      if (!xt_clip_box_axes_f64(o, q, job->grid->dim, len, &s0, &s1, &ain, &aout)) continue;
       if (job->op == OP_POSE) {
         xt_vec3 dS[XT_ADJ_NPARAM], dX[XT_ADJ_NPARAM];
         double dL[XT_ADJ_NPARAM];

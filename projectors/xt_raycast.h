@@ -35,10 +35,14 @@ static inline int xt_world_to_cell(const xt_model *m, const xt_pose *pose, xt_af
 }
 
 /* Clips the cell-space ray o + s q, s in [0, smax], against the box [0, n). Returns 0 on a miss,
- * else the entry and exit parameters. Axes with q = 0 need o inside [0, n) (half-open). */
-static XT_INLINE XT_HOSTDEV int xt_clip_box_f64(const double o[3], const double q[3], const int n[3], double smax,
-                                                double *s0, double *s1) {
+ * else the entry and exit parameters, and the axis whose face the ray enters through (*ain; -1:
+ * it starts inside, s0 = 0) and leaves through (*aout; -1: it ends inside, s1 = smax), which the
+ * voxel walk of the adjoint needs (xt_voxel_walk.h). Axes with q = 0 need o inside [0, n)
+ * (half-open). */
+static XT_INLINE XT_HOSTDEV int xt_clip_box_axes_f64(const double o[3], const double q[3], const int n[3], double smax,
+                                                     double *s0, double *s1, int *ain, int *aout) {
   double lo = 0.0, hi = smax;
+  int alo = -1, ahi = -1;
   for (int a = 0; a < 3; a++) {
     if (q[a] == 0.0) {
       if (!(o[a] >= 0.0 && o[a] < (double)n[a])) return 0;
@@ -51,13 +55,28 @@ static XT_INLINE XT_HOSTDEV int xt_clip_box_f64(const double o[3], const double 
       t0 = t1;
       t1 = t;
     }
-    if (t0 > lo) lo = t0;
-    if (t1 < hi) hi = t1;
+    if (t0 > lo) {
+      lo = t0;
+      alo = a;
+    }
+    if (t1 < hi) {
+      hi = t1;
+      ahi = a;
+    }
   }
   if (!(hi > lo)) return 0;
   *s0 = lo;
   *s1 = hi;
+  *ain = alo;
+  *aout = ahi;
   return 1;
+}
+
+/* The same clip where the axes are not needed (the projectors). */
+static XT_INLINE XT_HOSTDEV int xt_clip_box_f64(const double o[3], const double q[3], const int n[3], double smax,
+                                                double *s0, double *s1) {
+  int ain, aout;
+  return xt_clip_box_axes_f64(o, q, n, smax, s0, s1, &ain, &aout);
 }
 
 #endif /* XT_RAYCAST_H */

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "xt_raycast.h"
 #include "xt_vec.h"
 
 /* Per-axis state in scalars, never arrays indexed by the axis chosen at run time: on the GPU such an
@@ -25,42 +26,6 @@ typedef struct xt_vwalk {
   double s, s1;
   int done;
 } xt_vwalk;
-
-/* Clip of the cell-space ray o + s q, s in [0, smax], against [0, n): xt_clip_box_f64's arithmetic,
- * plus the axis whose face the ray enters through (-1: it starts inside, s0 = 0) and leaves
- * through (-1: it ends inside, s1 = smax). */
-static XT_INLINE XT_HOSTDEV int xt_vwalk_clip(const double o[3], const double q[3], const int n[3], double smax,
-                                              double *s0, double *s1, int *ain, int *aout) {
-  double lo = 0.0, hi = smax;
-  int alo = -1, ahi = -1;
-  for (int a = 0; a < 3; a++) {
-    if (q[a] == 0.0) {
-      if (!(o[a] >= 0.0 && o[a] < (double)n[a])) return 0;
-      continue;
-    }
-    double inv = 1.0 / q[a];
-    double t0 = (0.0 - o[a]) * inv, t1 = ((double)n[a] - o[a]) * inv;
-    if (t0 > t1) {
-      double t = t0;
-      t0 = t1;
-      t1 = t;
-    }
-    if (t0 > lo) {
-      lo = t0;
-      alo = a;
-    }
-    if (t1 < hi) {
-      hi = t1;
-      ahi = a;
-    }
-  }
-  if (!(hi > lo)) return 0;
-  *s0 = lo;
-  *s1 = hi;
-  *ain = alo;
-  *aout = ahi;
-  return 1;
-}
 
 /* One axis of the reference's set-up: entry cell clamped into [0, n), step, 1/q, next crossing. */
 static XT_INLINE XT_HOSTDEV void xt_vwalk_axis(double o, double q, double s0, int n, int *idx, int *step, double *inv,

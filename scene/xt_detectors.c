@@ -64,8 +64,7 @@ static int read_modes(xt_msg *msg) {
   static const char *names[NCOL] = {"name",     "detector", "field_cm",       "roi_cols",   "roi_rows",
                                     "out_cols", "out_rows", "dose_ratio_pct", "readout_ms", "description"};
   int c[NCOL];
-  for (int i = 0; i < NCOL; i++)
-    if ((c[i] = xt_table_col(t, names[i], msg)) < 0) return XT_EFORMAT;
+  if (xt_table_cols(t, names, NCOL, c, msg)) return XT_EFORMAT;
   modes = calloc((size_t)t->nrows, sizeof *modes);
   if (!modes) return xt_fail(msg, XT_ENOMEM, "scene/detector_modes.tsv: out of memory");
   for (int r = 0; r < t->nrows; r++) {

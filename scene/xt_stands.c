@@ -23,8 +23,7 @@ static int read_stands(xt_msg *msg) {
   static const char *names[NCOL] = {"name",          "plane",   "primary_min", "primary_max", "secondary_min",
                                     "secondary_max", "sid_min", "sid_max",     "primary",     "secondary"};
   int c[NCOL];
-  for (int i = 0; i < NCOL; i++)
-    if ((c[i] = xt_table_col(t, names[i], msg)) < 0) return XT_EFORMAT;
+  if (xt_table_cols(t, names, NCOL, c, msg)) return XT_EFORMAT;
   if (!(stands = calloc((size_t)t->nrows, sizeof *stands))) return xt_fail(msg, XT_ENOMEM, "scene/stands.tsv: out of memory");
   for (int r = 0; r < t->nrows; r++) {
     xt_stand *s = &stands[r];

@@ -127,6 +127,12 @@ int xt_table_col(const xt_table *t, const char *name, xt_msg *msg) {
   return xt_fail(msg, XT_EFORMAT, "%s: no column '%s'", t->source, name);
 }
 
+int xt_table_cols(const xt_table *t, const char *const *names, int n, int *col, xt_msg *msg) {
+  for (int i = 0; i < n; i++)
+    if ((col[i] = xt_table_col(t, names[i], msg)) < 0) return XT_EFORMAT;
+  return 0;
+}
+
 const char *xt_table_str(const xt_table *t, int row, int col) {
   return t->cell[(size_t)row * (size_t)t->ncols + (size_t)col];
 }

@@ -27,6 +27,8 @@ void xt_table_free(xt_table *t);
 
 /* The index of a named column; XT_EFORMAT naming the table when it is missing. */
 int xt_table_col(const xt_table *t, const char *name, xt_msg *msg);
+/* The indices of n named columns into col[]; XT_EFORMAT naming the first one missing. */
+int xt_table_cols(const xt_table *t, const char *const *names, int n, int *col, xt_msg *msg);
 const char *xt_table_str(const xt_table *t, int row, int col);
 /* A cell as a number in [lo, hi] (XT_EFORMAT / XT_ERANGE naming table:line and column). */
 int xt_table_num(const xt_table *t, int row, int col, double lo, double hi, double *out, xt_msg *msg);

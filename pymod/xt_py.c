@@ -25,6 +25,7 @@
 #include "xt_adjoint.h"
 #include "xt_gmm.h"
 #include "xt_hu.h"
+#include "xt_instr.h"
 #include "xt_load.h"
 #include "xt_phantom.h"
 #include "xt_py.h"
@@ -711,6 +712,79 @@ static PyObject *Scene_add_phantom(Scene *s, PyObject *args, PyObject *kw) {
   return scene_add(s, m, placement);
 }
 
+/* A centreline (n x 3, model mm, tip first) as a new C array of doubles; NULL with an exception. */
+static double *centreline(PyObject *o, int *n) {
+  PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(o, NPY_DOUBLE, 2, 2, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+  if (!a) return NULL;
+  const npy_intp k = PyArray_DIM(a, 0);
+  if (PyArray_DIM(a, 1) != 3 || k < 2 || k > XT_INSTR_MAX_POINTS) {
+    Py_DECREF(a);
+    xt_py_raise(XT_EINVAL, "points: an (n, 3) array of model mm, tip first, 2 <= n <= 65536");
+    return NULL;
+  }
+  double *pts = malloc(sizeof(double) * 3 * (size_t)k);
+  if (pts) memcpy(pts, PyArray_DATA(a), sizeof(double) * 3 * (size_t)k);
+  else PyErr_NoMemory();
+  Py_DECREF(a);
+  *n = (int)k;
+  return pts;
+}
+
+/* Scene.add_instrument(points, *, device="guidewire", medium="blood", max_points=0, placement=None,
+ *                      name=None) -> index: a ready-made device (docs/instruments.md) along points. */
+static PyObject *Scene_add_instrument(Scene *s, PyObject *args, PyObject *kw) {
+  static char *kwl[] = {"points", "device", "medium", "max_points", "placement", "name", NULL};
+  PyObject *points, *placement = NULL;
+  const char *device = "guidewire", *medium = "blood", *name = NULL;
+  int maxp = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$ssiOz", kwl, &points, &device, &medium, &maxp, &placement, &name))
+    return NULL;
+  if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
+  if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
+  int n;
+  double *pts = centreline(points, &n);
+  if (!pts) return NULL;
+  /* the capacity every later shape must fit: room to advance the wire unless the caller says */
+  if (maxp <= 0) maxp = n > 2048 ? n : 2048;
+  xt_msg msg = {{0}};
+  xt_instr_device dev;
+  int rc;
+  if (!strcmp(device, "guidewire")) rc = xt_instr_guidewire(&dev, medium, maxp, &msg);
+  else if (!strcmp(device, "catheter")) rc = xt_instr_catheter(&dev, medium, maxp, &msg);
+  else rc = xt_fail(&msg, XT_EINVAL, "device: unknown '%s'; guidewire or catheter", device);
+  xt_model *m = NULL;
+  if (!rc) rc = xt_model_from_instr(&dev, pts, n, name ? name : device, &m, &msg);
+  free(pts);
+  if (rc) return raise_msg(rc, &msg);
+  return scene_add(s, m, placement);
+}
+
+/* Scene.set_shape(index, points): the instrument's new centreline, rendered from the next call on. */
+static PyObject *Scene_set_shape(Scene *s, PyObject *args, PyObject *kw) {
+  static char *kwl[] = {"index", "points", NULL};
+  int i;
+  PyObject *points;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "iO", kwl, &i, &points)) return NULL;
+  if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
+  if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
+  xt_msg msg = {{0}};
+  int rc;
+  if (i < 0 || i >= s->nmodels) return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "set_shape: no model %d in the scene", i), &msg);
+  if (!xt_model_instr(s->models[i]))
+    return raise_msg(xt_fail(&msg, XT_EINVAL, "set_shape: model %d is not an instrument", i), &msg);
+  int n;
+  double *pts = centreline(points, &n);
+  if (!pts) return NULL;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = xt_proj_set_shape(s->proj, s->models[i], pts, n, &msg);
+  Py_END_ALLOW_THREADS;
+  s->busy = 0;
+  free(pts);
+  if (rc) return raise_msg(rc, &msg);
+  Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Rendering through the acquisition layer                                                    */
 /* ------------------------------------------------------------------------------------------ */
@@ -1008,6 +1082,11 @@ static PyMethodDef Scene_methods[] = {
     {"add_phantom", (PyCFunction)(void (*)(void))Scene_add_phantom, METH_VARARGS | METH_KEYWORDS,
      "add_phantom(kind='head'|'bench-head', *, dims=(256,256,256), spacing_mm=1.0, labels=False, placement=None) -> index"
      " (bench-head: xtwin bench's scene (a) head, its own grid)"},
+    {"add_instrument", (PyCFunction)(void (*)(void))Scene_add_instrument, METH_VARARGS | METH_KEYWORDS,
+     "add_instrument(points=(n,3) model mm tip first, *, device='guidewire'|'catheter', medium='blood', "
+     "max_points=0 (max(n, 2048)), placement=None, name=None) -> index"},
+    {"set_shape", (PyCFunction)(void (*)(void))Scene_set_shape, METH_VARARGS | METH_KEYWORDS,
+     "set_shape(index, points=(n,3)): an instrument's new centreline (at most its max_points)"},
     {"render", (PyCFunction)(void (*)(void))Scene_render, METH_VARARGS | METH_KEYWORDS,
      "render(*, poses=(n,3|6|8), mode='fd20-256' | P=(n,3,4), size=(cols,rows), sid_mm, convention='center'|'edge')"
      " -> float32 (n, rows, cols) line integrals"},

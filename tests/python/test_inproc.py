@@ -10,6 +10,7 @@ them), the DLPack consumers of PyTorch and numpy. Exit 77 (ctest: skipped) witho
 module.
 """
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -221,6 +222,73 @@ class Geometry(unittest.TestCase):
         src = (np.linalg.inv(E) @ [0, 0, 0, 1.0])[:3]
         P = inproc.P_from_deepdrr(K, E)
         self._check_camera(P, src, world, np.c_[uu.ravel(), vv.ravel()].astype(float))
+
+
+class Instruments(unittest.TestCase):
+    """Instruments from numpy centrelines (issue 26's kind, issue 30's "instruments when they exist")."""
+    MODE = "fd20-256"
+    POSE = inproc.poses(primary=20, secondary=-10)
+
+    @staticmethod
+    def wire(dx=0.0):
+        # a straight run, then a gentle bend (each joint well under the kind's 60 degrees)
+        t = np.linspace(0.0, 1.0, 41)
+        return np.stack([-60 + 120 * t + dx, 25 * t * t, -10 + 5 * t], axis=1)
+
+    def scene(self, pts):
+        s = inproc.Scene(threads=2)
+        s.add_instrument(pts, device="guidewire", medium="water", max_points=64)
+        return s
+
+    def test_the_wire_lies_where_P_puts_its_centreline(self):
+        pts = self.wire()
+        f = self.scene(pts).render(poses=self.POSE, mode=self.MODE)[0]
+        P = inproc.geometry(poses=self.POSE, mode=self.MODE)[0]
+        h = np.c_[pts, np.ones(len(pts))] @ P.T
+        uv = h[:, :2] / h[:, 2:]  # pixel centres: column, row
+        self.assertGreater(f.max(), 0.0)
+        for u, v in uv[2:-2]:  # each point's pixel neighbourhood holds the wire's shadow
+            c, r = int(round(u)), int(round(v))
+            self.assertGreater(f[r - 1:r + 2, c - 1:c + 2].max(), 0.02 * f.max(), (u, v))  # the coil tip is the max
+        far = np.ones_like(f, dtype=bool)  # and nothing more than 3 pixels from the projected polyline
+        for (u0, v0), (u1, v1) in zip(uv[:-1], uv[1:]):
+            for t in np.linspace(0, 1, 20):
+                c, r = int(round(u0 + t * (u1 - u0))), int(round(v0 + t * (v1 - v0)))
+                far[max(r - 3, 0):r + 4, max(c - 3, 0):c + 4] = False
+        self.assertEqual(float(f[far].max()), 0.0)
+
+    def test_the_same_instrument_from_a_file(self):
+        pts = self.wire()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "w.instr.json")
+            with open(path, "w") as fh:
+                json.dump({"device": "guidewire", "medium": "water", "max_points": 64, "points": pts.tolist()}, fh)
+            s = inproc.Scene(threads=2)
+            s.add_file(path, place="native")
+            want = s.render(poses=self.POSE, mode=self.MODE)
+        np.testing.assert_array_equal(self.scene(pts).render(poses=self.POSE, mode=self.MODE), want)
+
+    def test_set_shape_equals_a_fresh_instrument(self):
+        s = self.scene(self.wire())
+        s.add_phantom(dims=(32, 32, 32), spacing_mm=5.0)
+        s.set_shape(0, self.wire(dx=7.5))
+        fresh = self.scene(self.wire(dx=7.5))
+        fresh.add_phantom(dims=(32, 32, 32), spacing_mm=5.0)
+        np.testing.assert_array_equal(s.render(poses=self.POSE, mode=self.MODE),
+                                      fresh.render(poses=self.POSE, mode=self.MODE))
+
+    def test_bad_instruments_raise_one_line(self):
+        s = self.scene(self.wire())
+        s.add_phantom(dims=(16, 16, 16), spacing_mm=5.0)
+        for call, text in ((lambda: s.add_instrument(np.zeros((4, 2))), "points: an (n, 3) array"),
+                           (lambda: s.add_instrument(self.wire(), device="stent"), "device: unknown 'stent'"),
+                           (lambda: s.set_shape(1, self.wire()), "set_shape: model 1 is not an instrument"),
+                           (lambda: s.set_shape(5, self.wire()), "set_shape: no model 5"),
+                           (lambda: s.set_shape(0, np.zeros((100, 3)) + np.arange(100)[:, None]), "")):
+            with self.assertRaises(xtwin.XtwinError) as cm:
+                call()
+            self.assertIn(text, str(cm.exception))
+            self.assertNotIn("\n", str(cm.exception))
 
 
 class Process(unittest.TestCase):

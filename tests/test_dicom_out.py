@@ -507,9 +507,143 @@ def test_server_study_folder():
         check(int(pulses) == total, f"dose report: {pulses} pulses, the runs have {total} frames")
 
 
+# ---- xtwin dataset's DICOM output -----------------------------------------------------------------
+
+DS_SPEC = {
+    "seed": 7, "frames": 5, "backend": "cpu", "detector": {"modes": ["fd20-128"]},
+    "models": [{"name": "head", "phantom": "head-labels", "size": 32, "spacing_mm": 6}],
+    "poses": {"primary_deg": [-40, 40], "secondary_deg": [-20, 20], "detector_rot_deg": [-10, 10],
+              "sid_mm": [1000, 1200], "table_mm": [[-10, 10], [-20, 20], [-30, 30]]},
+    "plane_b": {"mode": "fd20-128", "pose": {"primary_offset_deg": 90, "secondary_deg": [-5, 5], "detector_rot_deg": 4}},
+    "chain": {"kv": [60, 90], "dose_ngy": [200, 800], "noise": False},
+    "write": {"lineint": False, "raw": False, "processed": True},
+    "output": {"format": "folder", "shard_frames": 3},
+    "dicom": {"classic": True, "identity": "id.json"},
+}
+
+
+def dataset_run(d, spec, *args, expect=0):
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    return run(["dataset", os.path.join(d, "spec.json")] + list(args), expect=expect)
+
+
+def render_dataset_frame(d, meta, name):
+    """`xtwin render --chain` of one dataset frame (one plane's metadata): its sidecar (dose)."""
+    ch = meta["imaging"]["chain"]
+    args = ["render", "--phantom", "head-labels", "--phantom-size", "32", "--phantom-spacing", "6", "--mode",
+            meta["detector"]["mode"], "--threads", "1", "--chain", "--frame", str(ch["frame"]), "--out", os.path.join(d, name),
+            "--table", ",".join(repr(v) for v in meta["pose"]["table_mm"])]
+    for k, opt in (("primary_deg", "--primary"), ("secondary_deg", "--secondary"), ("detector_rot_deg", "--detector-rot"),
+                   ("sod_mm", "--sod"), ("sid_mm", "--sid")):
+        args += [opt, repr(meta["pose"][k])]
+    for k, v in ch["parameters"].items():
+        args += ["--" + k.replace("_", "-"), repr(v)]
+    run(args)
+    with open(os.path.join(d, name + ".json")) as f:
+        return json.load(f)
+
+
+def test_dataset_dicom():
+    """`xtwin dataset` with "dicom": per shard an Enhanced XA (and classic XA) per plane and the shard's
+    dose SR; dciodvfy clean; pixels the shard's processed.npy; each frame's tags give its JSON's P
+    (both planes) within 0.5 px; the SR's events per plane with their dose as `xtwin render` of the
+    frames gives it; the same objects from a 2-task split; no UID shared; a bad identity refused."""
+    d = os.path.join(SCRATCH, "dataset")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    with open(os.path.join(d, "id.json"), "w") as f:
+        json.dump({"patient_name": "DOE^JOHN", "patient_id": "DS-1", "institution": "Lab"}, f)
+    out = os.path.join(d, "one")
+    dataset_run(d, DS_SPEC, "--out", out)
+    shards = os.path.join(out, "shards")
+    uids = {}
+    for shard, nframes in ((0, 3), (1, 2)):
+        line = json.load(open(os.path.join(shards, f"shard-{shard:06d}.json")))
+        names = [os.path.basename(p) for p in line.get("dicom", [])]
+        want = [f"shard-{shard:06d}_{pl}-fd20-128_xa{c}.dcm" for pl in "ab" for c in ("", "_classic")] + [f"shard-{shard:06d}_sr.dcm"]
+        check(sorted(names) == sorted(want), f"shard {shard}: manifest lists {names}")
+        for n in names:
+            path = os.path.join(shards, n)
+            errs = dciodvfy_errors(path)
+            check(not errs, f"dciodvfy {n}: {errs[:5]}")
+            ds = pydicom.dcmread(path)
+            check(ds.SOPInstanceUID not in uids, f"{n}: SOP Instance UID also in {uids.get(ds.SOPInstanceUID)}")
+            uids[ds.SOPInstanceUID] = n
+            check(str(ds.PatientName) == "DOE^JOHN" and ds.PatientID == "DS-1", f"{n}: the identity file's patient")
+        metas = [json.load(open(os.path.join(shards, f"shard-{shard:06d}", f"{shard * 3 + i:012d}.json"))) for i in range(nframes)]
+        xa = {}
+        for pl in "ab":
+            ds = pydicom.dcmread(os.path.join(shards, f"shard-{shard:06d}_{pl}-fd20-128_xa.dcm"))
+            xa[pl] = ds
+            check(int(ds.NumberOfFrames) == nframes, f"shard {shard} plane {pl}: {ds.NumberOfFrames} frames, {nframes} in the shard")
+            check(ds.PlaneIdentification == f"PLANE {pl.upper()}" and ds.PlanesInAcquisition == "BIPLANE",
+                  f"shard {shard} plane {pl}: plane {ds.PlaneIdentification}, {ds.PlanesInAcquisition}")
+            arr = ds.pixel_array.reshape(nframes, ds.Rows, ds.Columns)
+            for i, (f, meta) in enumerate(zip(ds.PerFrameFunctionalGroupsSequence, metas)):
+                m = meta if pl == "a" else meta["plane_b"]
+                npy = np.load(os.path.join(shards, f"shard-{shard:06d}", f"{meta['key']}.processed{'_b' if pl == 'b' else ''}.npy"))
+                check(np.array_equal(arr[i], npy), f"shard {shard} plane {pl} frame {i}: pixels differ from the shard's")
+                err = max_error(m, lambda p: enhanced_pixel(ds, f, p))
+                check(err < 0.5, f"shard {shard} plane {pl} frame {i}: Enhanced XA geometry {err:.3f} px off the JSON's P")
+                check(abs(float(f.FrameAcquisitionSequence[0].KVP) - m["imaging"]["chain"]["parameters"]["kv"]) < 1e-6,
+                      f"shard {shard} plane {pl} frame {i}: kVp")
+        for pl, other in (("a", "b"), ("b", "a")):
+            ref = xa[pl].ReferencedOtherPlaneSequence[0].ReferencedSOPInstanceUID
+            check(ref == xa[other].SOPInstanceUID, f"shard {shard} plane {pl}: the other plane's object referenced")
+        sr = pydicom.dcmread(os.path.join(shards, f"shard-{shard:06d}_sr.dcm"))
+        check(sr.StudyInstanceUID == xa["a"].StudyInstanceUID == xa["b"].StudyInstanceUID, f"shard {shard}: one study")
+        items = sr_items(sr)
+        events = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in e.ContentSequence}
+                  for m_, e in items if m_ == "Irradiation Event X-Ray Data"]
+        check(len(events) == 2, f"shard {shard}: {len(events)} irradiation events, one per plane")
+        for e in events:
+            pl = "a" if e["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning == "Plane A" else "b"
+            uid = xa[pl].PerFrameFunctionalGroupsSequence[0].IrradiationEventIdentificationSequence[0].IrradiationEventUID
+            check(e["Irradiation Event UID"].UID == uid, f"shard {shard}: plane {pl}'s event is its images'")
+            check(int(num(e["Number of Pulses"])) == nframes, f"shard {shard} plane {pl}: pulses")
+            if shard == 0:  # the dose, from `xtwin render` of each frame
+                kap = sum(render_dataset_frame(d, m if pl == "a" else m["plane_b"], f"r{pl}{i}")["chain"]["dose"]["kap_gycm2"]
+                          for i, m in enumerate(metas))
+                check(abs(num(e["Dose Area Product"]) - kap * 1e-4) <= 1e-6 * kap * 1e-4, f"plane {pl} DAP {num(e['Dose Area Product'])} vs renders' {kap * 1e-4}")
+        acc = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in a.ContentSequence}
+               for m_, a in items if m_ == "Accumulated X-Ray Dose Data"]
+        check(sorted(a["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning for a in acc) == ["Plane A", "Plane B"],
+              f"shard {shard}: accumulated dose per plane")
+        for a in acc:
+            pm = a["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning
+            dap = sum(num(e["Dose Area Product"]) for e in events if e["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning == pm)
+            check(abs(num(a["Dose Area Product Total"]) - dap) <= 1e-9 * dap, f"shard {shard} {pm}: DAP total = its events'")
+    # two tasks (as Slurm's array would run them) into one folder: the same files, byte for byte
+    split = os.path.join(d, "split")
+    for t in ("0/2", "1/2"):
+        dataset_run(d, DS_SPEC, "--out", split, "--shard", t)
+    for n in sorted(glob.glob(os.path.join(shards, "*.dcm"))):
+        other = os.path.join(split, "shards", os.path.basename(n))
+        check(os.path.exists(other) and open(n, "rb").read() == open(other, "rb").read(),
+              f"{os.path.basename(n)}: differs between one task and a 2-task split")
+    # bad input: one line naming the field and the key; nothing written
+    with open(os.path.join(d, "bad.json"), "w") as f:
+        json.dump({"patient_sex": "X"}, f)
+    bad = os.path.join(d, "bad_out")
+    p = dataset_run(d, dict(DS_SPEC, dicom={"identity": "bad.json"}), "--out", bad, expect=2)
+    check("dicom.identity" in p.stderr and "patient_sex" in p.stderr and p.stderr.count("\n") == 1,
+          f"bad identity: {p.stderr!r}")
+    check(not os.path.exists(bad), "bad identity: nothing written")
+    with open(os.path.join(d, "uid.json"), "w") as f:
+        json.dump({"study_instance_uid": "1.2.3"}, f)
+    p = dataset_run(d, dict(DS_SPEC, dicom={"identity": "uid.json"}), "--out", bad, expect=2)
+    check("study_instance_uid" in p.stderr, f"identity with a study UID: {p.stderr!r}")
+    p = dataset_run(d, {k: v for k, v in DS_SPEC.items() if k not in ("chain", "write")}, "--out", bad, expect=2)
+    check("dicom" in p.stderr and "chain" in p.stderr, f"dicom without a chain: {p.stderr!r}")
+    p = dataset_run(d, dict(DS_SPEC, dicom={"pixels": "log"}), "--out", bad, expect=2)
+    check("dicom.pixels" in p.stderr, f"dicom.pixels: {p.stderr!r}")
+
+
 TESTS = [test_objects_valid, test_pixels_read_back, test_enhanced_geometry_reproduces_P,
          test_classic_geometry_and_its_approximations, test_dose_report, test_identity, test_orthanc_store,
-         test_server_study_folder]
+         test_server_study_folder, test_dataset_dicom]
 
 
 def main():

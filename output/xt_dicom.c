@@ -76,6 +76,7 @@ int xt_dicom_identity_load(const char *path, xt_dicom_identity *id, xt_msg *msg)
   if (!path) return 0;
   json_error_t je;
   json_t *j = json_load_file(path, 0, &je);
+  if (!j && je.line < 1) return xt_fail(msg, XT_EFORMAT, "%s", je.text); /* cannot be read: the text names the file */
   if (!j) return xt_fail(msg, XT_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
   int rc = 0;
   if (!json_is_object(j)) {

@@ -86,6 +86,9 @@ static const cfg_entry cfg_table[] = {
     {"study_dir", CT_STRING, S(study_dir), "", 0, 0, NULL, 0,
      "write every chain run as DICOM here (Enhanced XA, classic XA, the study's dose SR) by a writer thread off the "
      "frame path (docs/dicom.md)"},
+    {"identity", CT_STRING, S(identity), "", 0, 0, NULL, 0,
+     "the study folder's patient, study and institution: a JSON file of identity keys, as xtwin render "
+     "--dicom-identity takes (docs/dicom.md); without it the objects say they are synthetic"},
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
      "write {\"rest\": port, \"ws\": port} here once listening"},
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},

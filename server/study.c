@@ -8,7 +8,9 @@
  * study's dose report DIR/<study UID>/dose_sr.dcm rewritten over every run so far; each file through
  * a temporary and a rename, so a reader never sees half a file. A run's frames stay until the next
  * run begins: a frame still in a worker when the run was written (a slow first frame, say) is added
- * and the run written again, under the same UIDs. The identity is synthetic (docs/dicom.md). */
+ * and the run written again, under the same UIDs. The identity is the operator's file (--identity),
+ * else synthetic (docs/dicom.md). With two planes each plane's runs are its own objects (PLANE A,
+ * PLANE B) and the one dose report carries both planes' events and accumulated doses. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,7 @@ typedef struct run_acc { /* the run being gathered, per plane */
   xt_acq_frame *fr;
   uint16_t **px;
   int64_t t0_us;
+  xt_dicom_run uids; /* made when the run begins, so that the other plane's objects can name it */
 } run_acc;
 
 typedef struct done_run { /* a written run: its records (no pixels) for the dose report */
@@ -60,14 +63,16 @@ struct xt_srv_study {
   pthread_cond_t cv;
   item *head, *tail;
   size_t bytes;
+  uint64_t queued; /* frames in the queue */
   int quit;
   /* the writer's own */
   run_acc acc[XT_SRV_PLANES];
+  char last_sop[XT_SRV_PLANES][XT_DCW_UID], last_classic_sop[XT_SRV_PLANES][XT_DCW_UID]; /* each plane's latest run */
   done_run *done;
   int ndone, series;
   uint64_t last_frame_ns;
   /* counters (atomic: workers and the writer) */
-  atomic_ullong dropped, written_runs, errors;
+  atomic_ullong dropped, written_runs, errors, objects, object_bytes;
 };
 
 static int64_t wall_now_us(void) {
@@ -108,6 +113,7 @@ void xt_srv_study_frame(xt_srv_study *st, const xt_acq_frame *fr) {
   if (st->tail) st->tail->next = it;
   else st->head = it;
   st->tail = it;
+  st->queued++;
   pthread_cond_signal(&st->cv);
   pthread_mutex_unlock(&st->mu);
 }
@@ -131,6 +137,16 @@ static int write_file(const char *path, const unsigned char *b, size_t n, xt_msg
   return 0;
 }
 
+/* write_file, counted for /metrics */
+static int put_object(xt_srv_study *st, const char *path, const unsigned char *b, size_t n, xt_msg *msg) {
+  const int rc = write_file(path, b, n, msg);
+  if (!rc) {
+    atomic_fetch_add(&st->objects, 1);
+    atomic_fetch_add(&st->object_bytes, n);
+  }
+  return rc;
+}
+
 static void study_log(xt_srv_study *st, const xt_msg *msg) {
   atomic_fetch_add(&st->errors, 1);
   fprintf(stderr, "xtwin-server: study folder: %s\n", msg->text);
@@ -145,7 +161,7 @@ static int write_sr(xt_srv_study *st, xt_msg *msg) {
   int rc = xt_dicom_dose_sr(runs, st->ndone, &st->id, &b, &n, msg);
   char path[1200];
   snprintf(path, sizeof path, "%s/%s/dose_sr.dcm", st->dir, st->id.study_uid);
-  if (!rc) rc = write_file(path, b, n, msg);
+  if (!rc) rc = put_object(st, path, b, n, msg);
   free(b);
   free(runs);
   return rc;
@@ -179,7 +195,13 @@ static void write_run(xt_srv_study *st, int plane) {
     d->r.t0_unix_us = a->t0_us;
     d->r.series_number = ++st->series;
     d->r.software = "xtwin-server " XT_SERVER_VERSION;
-    xt_dicom_run_uids(&d->r);
+    d->r.biplane = st->srv->cfg.planes == 2;
+    memcpy(d->r.series_uid, a->uids.series_uid, sizeof d->r.series_uid);
+    memcpy(d->r.sop_uid, a->uids.sop_uid, sizeof d->r.sop_uid);
+    memcpy(d->r.classic_series_uid, a->uids.classic_series_uid, sizeof d->r.classic_series_uid);
+    memcpy(d->r.classic_sop_uid, a->uids.classic_sop_uid, sizeof d->r.classic_sop_uid);
+    memcpy(d->r.event_uid, a->uids.event_uid, sizeof d->r.event_uid);
+    memcpy(d->r.frame_of_reference_uid, a->uids.frame_of_reference_uid, sizeof d->r.frame_of_reference_uid);
     a->done_index = st->ndone++;
     a->written = 1;
   }
@@ -194,6 +216,10 @@ static void write_run(xt_srv_study *st, int plane) {
     rc = xt_fail(&msg, XT_EIO, "%s: %s", dir, strerror(errno));
     goto out;
   }
+  if (d->r.biplane) { /* the other plane's latest run: the one exposed beside this one */
+    memcpy(d->r.other_plane_sop_uid, st->last_sop[!plane], XT_DCW_UID);
+    memcpy(d->r.other_plane_classic_sop_uid, st->last_classic_sop[!plane], XT_DCW_UID);
+  }
   xt_dicom_run r = d->r;
   r.pixels = (const uint16_t *const *)a->px;
   for (int k = 0; k < 2 && !rc; k++) {
@@ -202,7 +228,7 @@ static void write_run(xt_srv_study *st, int plane) {
     rc = k == 0 ? xt_dicom_enhanced_xa(&r, &st->id, &b, &n, &msg) : xt_dicom_classic_xa(&r, &st->id, &b, &n, &msg);
     snprintf(path, sizeof path, "%s/run-%c-%llu%s", dir, plane ? 'b' : 'a', (unsigned long long)a->run,
              k == 0 ? "_xa.dcm" : "_xa_classic.dcm");
-    if (!rc) rc = write_file(path, b, n, &msg);
+    if (!rc) rc = put_object(st, path, b, n, &msg);
     free(b);
   }
   if (!rc) rc = write_sr(st, &msg);
@@ -230,6 +256,9 @@ static void take(xt_srv_study *st, item *it) {
     a->live = 1;
     a->run = it->fr.run;
     a->t0_us = it->wall_us;
+    xt_dicom_run_uids(&a->uids);
+    memcpy(st->last_sop[plane], a->uids.sop_uid, XT_DCW_UID);
+    memcpy(st->last_classic_sop[plane], a->uids.classic_sop_uid, XT_DCW_UID);
   }
   if (a->n == a->cap) {
     int cap = a->cap ? a->cap * 2 : 64;
@@ -282,6 +311,7 @@ static void *writer_main(void *arg) {
     st->head = it->next;
     if (!st->head) st->tail = NULL;
     st->bytes -= it->bytes;
+    st->queued--;
     pthread_mutex_unlock(&st->mu);
     st->last_frame_ns = xt_acq_now_ns();
     take(st, it);
@@ -295,7 +325,16 @@ static void *writer_main(void *arg) {
 int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   *out = NULL;
   const char *dir = s->cfg.study_dir;
-  if (!dir[0]) return 0;
+  if (!dir[0]) {
+    if (s->cfg.identity[0])
+      return xt_fail(msg, XT_EINVAL, "identity: \"%s\" is for the study folder, and study_dir is not set",
+                     s->cfg.identity);
+    return 0;
+  }
+  xt_dicom_identity id;
+  xt_msg im = {0};
+  if (xt_dicom_identity_load(s->cfg.identity[0] ? s->cfg.identity : NULL, &id, &im))
+    return xt_fail(msg, XT_EINVAL, "identity: %s", im.text); /* the file and the key, as the CLI says them */
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return xt_fail(msg, XT_EINVAL, "study_dir: \"%s\" is not a folder", dir);
@@ -304,7 +343,7 @@ int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   if (!st) return xt_fail(msg, XT_ENOMEM, "out of memory");
   st->srv = s;
   snprintf(st->dir, sizeof st->dir, "%s", dir);
-  xt_dicom_identity_load(NULL, &st->id, msg); /* the defaults cannot fail */
+  st->id = id;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
   if (pthread_create(&st->thread, NULL, writer_main, st) != 0) {
@@ -341,6 +380,21 @@ void xt_srv_study_close(xt_srv_study *st) {
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
   free(st);
+}
+
+int xt_srv_study_stats(xt_srv_study *st, xt_metrics_study *o) {
+  memset(o, 0, sizeof *o);
+  if (!st) return 0;
+  o->objects = atomic_load(&st->objects);
+  o->bytes = atomic_load(&st->object_bytes);
+  o->runs = atomic_load(&st->written_runs);
+  o->dropped = atomic_load(&st->dropped);
+  o->errors = atomic_load(&st->errors);
+  pthread_mutex_lock(&st->mu);
+  o->queue_frames = st->queued;
+  o->queue_bytes = st->bytes;
+  pthread_mutex_unlock(&st->mu);
+  return 1;
 }
 
 void xt_srv_study_counts(xt_srv_study *st, uint64_t *runs, uint64_t *dropped, uint64_t *errors) {

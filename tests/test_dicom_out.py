@@ -641,9 +641,158 @@ def test_dataset_dicom():
     check("dicom.pixels" in p.stderr, f"dicom.pixels: {p.stderr!r}")
 
 
+def start_server(d, args, log_name):
+    ports = os.path.join(d, "ports.json")
+    log = open(os.path.join(SCRATCH, log_name), "w")
+    proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--backend", "cpu"] + args,
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while not os.path.exists(ports):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            log.close()
+            raise AssertionError(f"xtwin-server did not start (see {log_name})")
+        time.sleep(0.05)
+    time.sleep(0.1)
+    return proc, log, json.load(open(ports))["rest"]
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        out = {}
+        for line in r.read().decode().splitlines():
+            if line and not line.startswith("#") and " " in line:
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+
+def test_server_biplane_study():
+    """xtwin-server --planes 2 --study-dir --identity: plane B's runs are in the study folder beside
+    plane A's (PLANE A / PLANE B, each naming the other), plane B's tags give the P of its frames'
+    pose (from the session log, through `xtwin render`) within 0.5 px, the dose report carries both
+    planes' events and per-plane totals equal to the server's own dose accounting; the folder's
+    counters are in /metrics; a bad identity file stops the server with one line."""
+    if SERVER == "-":
+        print("  (no xtwin-server in this build: skipped)")
+        return
+    d = os.path.join(SCRATCH, "study_bp")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    with open(os.path.join(d, "id.json"), "w") as f:
+        json.dump({"patient_name": "ROE^RICHARD", "patient_id": "BP-7", "accession_number": "A7"}, f)
+    slog = os.path.join(d, "session.jsonl")
+    proc, log, rest = start_server(d, ["--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--mode-b",
+                                       "fd20-128", "--fps", "15", "--chain", "--run-mode", "lockstep", "--planes", "2",
+                                       "--study-dir", d, "--identity", os.path.join(d, "id.json"), "--session-log", slog],
+                                   "server-study-bp.log")
+    n = 3
+    try:
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        http_json(rest, "PUT", "/v1/pose", {"primary_deg": -25, "secondary_deg": 12, "table_mm": [6, -15, 20]})
+        http_json(rest, "PUT", "/v1/planes/b/pose", {"primary_deg": 84, "secondary_deg": 7, "detector_rot_deg": 4, "sid_mm": 1150})
+        http_json(rest, "POST", "/v1/acquisition/start")
+        for _ in range(n):
+            http_json(rest, "POST", "/v1/acquisition/trigger")
+        t_run = time.time() + 120
+        while time.time() < t_run:
+            planes = http_json(rest, "GET", "/v1/acquisition")["dose"]["planes"]
+            if planes["A"]["run_frames"] == n and planes["B"]["run_frames"] == n:
+                break
+            time.sleep(0.1)
+        dose = http_json(rest, "GET", "/v1/acquisition")["dose"]["planes"]
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        deadline = time.time() + 30
+        while time.time() < deadline and (len(glob.glob(os.path.join(d, "*", "run-*_xa.dcm"))) < 2 or
+                                          metrics(rest).get("xtwin_study_runs_written_total", 0) < 2):
+            time.sleep(0.2)
+        m = metrics(rest)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
+    files = sorted(glob.glob(os.path.join(d, "*", "*.dcm")))
+    names = sorted(os.path.basename(f) for f in files)
+    check(names == ["dose_sr.dcm", "run-a-1_xa.dcm", "run-a-1_xa_classic.dcm", "run-b-1_xa.dcm", "run-b-1_xa_classic.dcm"],
+          f"study folder: {names}")
+    if len(files) != 5:
+        return
+    for f in files:
+        errs = dciodvfy_errors(f)
+        check(not errs, f"dciodvfy {os.path.basename(f)}: {errs[:5]}")
+        ds = pydicom.dcmread(f)
+        check(str(ds.PatientName) == "ROE^RICHARD" and ds.PatientID == "BP-7" and ds.AccessionNumber == "A7",
+              f"{os.path.basename(f)}: the --identity file's patient")
+    # /metrics: the folder's counters, read before the shutdown wrote anything more
+    check(m.get("xtwin_study_runs_written_total") == 2 and m.get("xtwin_study_objects_written_total", 0) >= 5 and
+          m.get("xtwin_study_frames_dropped_total") == 0 and m.get("xtwin_study_write_errors_total") == 0 and
+          m.get("xtwin_study_queue_frames") == 0 and "xtwin_study_queue_bytes" in m,
+          f"/metrics study counters: { {k: v for k, v in m.items() if 'study' in k} }")
+    sizes = sum(os.path.getsize(f) for f in files)
+    check(m.get("xtwin_study_bytes_written_total", 0) >= sizes, f"/metrics bytes {m.get('xtwin_study_bytes_written_total')} < files' {sizes}")
+    xa = {pl: pydicom.dcmread(os.path.join(os.path.dirname(files[0]), f"run-{pl}-1_xa.dcm")) for pl in "ab"}
+    for pl, other in (("a", "b"), ("b", "a")):
+        ds = xa[pl]
+        check(int(ds.NumberOfFrames) == n, f"plane {pl}: {ds.NumberOfFrames} frames")
+        check(ds.PlaneIdentification == f"PLANE {pl.upper()}" and ds.PlanesInAcquisition == "BIPLANE",
+              f"plane {pl}: {ds.PlaneIdentification} {ds.PlanesInAcquisition}")
+        check(ds.ReferencedOtherPlaneSequence[0].ReferencedSOPInstanceUID == xa[other].SOPInstanceUID,
+              f"plane {pl}: references plane {other}'s object")
+    # plane B's geometry: each frame's tags against P of the pose the server logged for it
+    logged = [json.loads(l) for l in open(slog)]
+    frames_b = [j for j in logged if j.get("type") == "frame" and j.get("plane") == 1 and j.get("run") == 1]
+    check(len(frames_b) == n, f"session log: {len(frames_b)} plane B frames")
+    sidecars = {}
+    for i, (f, fl) in enumerate(zip(xa["b"].PerFrameFunctionalGroupsSequence, frames_b)):
+        pose = tuple(fl["pose"])
+        if pose not in sidecars:
+            out = os.path.join(d, f"render_b{len(sidecars)}")
+            run(["render", "--phantom-size", "16", "--phantom-spacing", "8", "--mode", fl["mode"], "--primary", repr(pose[0]),
+                 "--secondary", repr(pose[1]), "--detector-rot", repr(pose[2]), "--sod", repr(pose[3]), "--sid", repr(pose[4]),
+                 "--table", ",".join(repr(v) for v in pose[5:8]), "--out", out])
+            sidecars[pose] = json.load(open(out + ".json"))
+        sc = sidecars[pose]
+        check(sc["detector"]["readout"]["matrix"] == [xa["b"].Columns, xa["b"].Rows], "plane B: the render's matrix is the run's")
+        err = max_error(sc, lambda p: enhanced_pixel(xa["b"], f, p))
+        check(err < 0.5, f"plane B frame {i}: Enhanced XA geometry {err:.3f} px off P")
+        check(abs(float(f.PositionerPositionSequence[0].PositionerPrimaryAngle) - 84) < 1e-9, f"plane B frame {i}: its own angle")
+    # the dose report: both planes' events, per-plane totals as the server counted them
+    sr = pydicom.dcmread(os.path.join(os.path.dirname(files[0]), "dose_sr.dcm"))
+    items = sr_items(sr)
+    plane_of = lambda c: {"Plane A": "A", "Plane B": "B"}.get(c["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning)  # noqa: E731
+    events = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in e.ContentSequence} for m_, e in items
+              if m_ == "Irradiation Event X-Ray Data"]
+    check(sorted(plane_of(e) or "?" for e in events) == ["A", "B"], "dose report: one event of plane A, one of plane B")
+    for e in events:
+        pl = plane_of(e)
+        uid = xa[pl.lower()].PerFrameFunctionalGroupsSequence[0].IrradiationEventIdentificationSequence[0].IrradiationEventUID
+        check(e["Irradiation Event UID"].UID == uid, f"plane {pl}'s event is its run's")
+        check(abs(num(e["Positioner Primary Angle"]) - (-25 if pl == "A" else 84)) < 1e-9, f"plane {pl}'s event: its angle")
+    acc = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in a.ContentSequence} for m_, a in items
+           if m_ == "Accumulated X-Ray Dose Data"]
+    check(sorted(plane_of(a) or "?" for a in acc) == ["A", "B"], "dose report: accumulated dose per plane")
+    for a in acc:
+        pl = plane_of(a)
+        kap, k = dose[pl]["kap_total_gycm2"], dose[pl]["k_irp_total_mgy"]
+        check(abs(num(a["Dose Area Product Total"]) - kap * 1e-4) <= 1e-9 * kap, f"plane {pl}: DAP total vs the server's {kap}")
+        check(abs(num(a["Dose (RP) Total"]) - k * 1e-3) <= 1e-9 * k, f"plane {pl}: Dose (RP) total vs the server's {k}")
+        check(int(num(a["Total Number of Radiographic Frames"])) == n, f"plane {pl}: frames")
+    # a bad identity file: one line naming the file and the key, exit 1, no folder made
+    bad = os.path.join(d, "bad_id.json")
+    with open(bad, "w") as f:
+        json.dump({"patient_birth_date": "7/4/1970"}, f)
+    for args, words in ((["--study-dir", d, "--identity", bad], ("bad_id.json", "patient_birth_date")),
+                        (["--identity", os.path.join(d, "id.json")], ("identity", "study_dir"))):
+        p = subprocess.run([SERVER, "--rest-port", "0", "--ws-port", "0", "--backend", "cpu", "--phantom-dim", "16",
+                            "--chain"] + args, capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and all(w in p.stderr for w in words) and p.stderr.strip().count("\n") == 0,
+              f"xtwin-server {' '.join(args[-2:])}: exit {p.returncode}: {p.stderr!r}")
+
+
 TESTS = [test_objects_valid, test_pixels_read_back, test_enhanced_geometry_reproduces_P,
          test_classic_geometry_and_its_approximations, test_dose_report, test_identity, test_orthanc_store,
-         test_server_study_folder, test_dataset_dicom]
+         test_server_study_folder, test_server_biplane_study, test_dataset_dicom]
 
 
 def main():

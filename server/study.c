@@ -195,7 +195,6 @@ static void write_run(xt_srv_study *st, int plane) {
     d->r.t0_unix_us = a->t0_us;
     d->r.series_number = ++st->series;
     d->r.software = "xtwin-server " XT_SERVER_VERSION;
-    d->r.biplane = st->srv->cfg.planes == 2;
     memcpy(d->r.series_uid, a->uids.series_uid, sizeof d->r.series_uid);
     memcpy(d->r.sop_uid, a->uids.sop_uid, sizeof d->r.sop_uid);
     memcpy(d->r.classic_series_uid, a->uids.classic_series_uid, sizeof d->r.classic_series_uid);
@@ -216,7 +215,10 @@ static void write_run(xt_srv_study *st, int plane) {
     rc = xt_fail(&msg, XT_EIO, "%s: %s", dir, strerror(errno));
     goto out;
   }
-  if (d->r.biplane) { /* the other plane's latest run: the one exposed beside this one */
+  /* Biplane once the other plane has a run: its latest, the one exposed beside this one. A plane
+   * that has run alone so far is written as a single plane's (nothing to name). */
+  d->r.biplane = st->srv->cfg.planes == 2 && st->last_sop[!plane][0];
+  if (d->r.biplane) {
     memcpy(d->r.other_plane_sop_uid, st->last_sop[!plane], XT_DCW_UID);
     memcpy(d->r.other_plane_classic_sop_uid, st->last_classic_sop[!plane], XT_DCW_UID);
   }

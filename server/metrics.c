@@ -174,6 +174,12 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, const xt_m
     counter(&b, "xtwin_study_frames_dropped_total",
             "Chain frames left out of the study folder (its queue or the run full, out of memory).", study->dropped);
     counter(&b, "xtwin_study_write_errors_total", "Study folder writes that failed (encoding or the disk).", study->errors);
+    if (study->storing) {
+      counter(&b, "xtwin_study_stored_total", "DICOM objects the PACS (study_store) accepted by C-STORE.", study->stored);
+      counter(&b, "xtwin_study_store_failures_total",
+              "C-STORE sends to the PACS that failed (no association, a refused context or a failure status).",
+              study->store_failures);
+    }
     gauge(&b, "xtwin_study_queue_frames", "Frames waiting for the study folder's writer.", study->queue_frames);
     gauge(&b, "xtwin_study_queue_bytes", "Bytes waiting for the study folder's writer (its budget: 512 MiB).",
           study->queue_bytes);

@@ -52,6 +52,8 @@ typedef struct xt_metrics_study {
   uint64_t objects, bytes, runs; /* DICOM files written (a run written again counts again), their bytes, run writes */
   uint64_t dropped, errors;      /* frames left out of the study; write or encode errors */
   uint64_t queue_frames, queue_bytes; /* waiting for the writer now */
+  int storing;                   /* study_store set: the C-STORE counters below mean something */
+  uint64_t stored, store_failures; /* objects the PACS accepted; sends that failed (one association each) */
 } xt_metrics_study;
 
 /* Appends the Prometheus text exposition to a malloc'd string; plane: the run's dose and loop

@@ -21,6 +21,7 @@
 
 #include "srv_study.h"
 #include "xt_dicom.h"
+#include "xt_pacs.h"
 #include "xt_server.h"
 
 #define STUDY_QUEUE_BYTES ((size_t)512 << 20) /* frames waiting for the writer */
@@ -73,6 +74,10 @@ struct xt_srv_study {
   uint64_t last_frame_ns;
   /* counters (atomic: workers and the writer) */
   atomic_ullong dropped, written_runs, errors, objects, object_bytes;
+  /* study_store: the PACS the writer sends to (port 0: none) */
+  char store_host[256];
+  int store_port;
+  atomic_ullong stored, store_failures;
 };
 
 static int64_t wall_now_us(void) {
@@ -135,6 +140,20 @@ static int write_file(const char *path, const unsigned char *b, size_t n, xt_msg
     return xt_fail(msg, XT_EIO, "%s: %s", path, strerror(e));
   }
   return 0;
+}
+
+/* C-STORE of files to study_store, from the writer thread (a slow PACS holds up the writer, whose
+ * queue then fills and drops frames from the study, never the stream). */
+static void send_files(xt_srv_study *st, const char *const *files, int n) {
+  if (!st->store_port) return;
+  const xt_pacs_peer peer = {st->store_host, st->store_port, st->srv->cfg.study_called, NULL, 10};
+  xt_msg msg = {0};
+  if (xt_pacs_store(&peer, files, n, &msg) == 0) {
+    atomic_fetch_add(&st->stored, (unsigned long long)n);
+    return;
+  }
+  atomic_fetch_add(&st->store_failures, 1);
+  fprintf(stderr, "xtwin-server: study folder: C-STORE: %s\n", msg.text);
 }
 
 /* write_file, counted for /metrics */
@@ -224,6 +243,7 @@ static void write_run(xt_srv_study *st, int plane) {
   }
   xt_dicom_run r = d->r;
   r.pixels = (const uint16_t *const *)a->px;
+  char paths[2][1200];
   for (int k = 0; k < 2 && !rc; k++) {
     unsigned char *b = NULL;
     size_t n = 0;
@@ -231,7 +251,12 @@ static void write_run(xt_srv_study *st, int plane) {
     snprintf(path, sizeof path, "%s/run-%c-%llu%s", dir, plane ? 'b' : 'a', (unsigned long long)a->run,
              k == 0 ? "_xa.dcm" : "_xa_classic.dcm");
     if (!rc) rc = put_object(st, path, b, n, &msg);
+    snprintf(paths[k], sizeof paths[k], "%s", path);
     free(b);
+  }
+  if (!rc) {
+    const char *files[2] = {paths[0], paths[1]};
+    send_files(st, files, 2);
   }
   if (!rc) rc = write_sr(st, &msg);
   if (!rc) atomic_fetch_add(&st->written_runs, 1);
@@ -321,6 +346,12 @@ static void *writer_main(void *arg) {
   }
   pthread_mutex_unlock(&st->mu);
   for (int p = 0; p < XT_SRV_PLANES; p++) end_run(st, p);
+  if (st->ndone) { /* the study is over: its dose report, once, as a modality sends it at the end */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s/dose_sr.dcm", st->dir, st->id.study_uid);
+    const char *files[1] = {path};
+    send_files(st, files, 1);
+  }
   return NULL;
 }
 
@@ -328,10 +359,26 @@ int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   *out = NULL;
   const char *dir = s->cfg.study_dir;
   if (!dir[0]) {
+    if (s->cfg.study_store[0])
+      return xt_fail(msg, XT_EINVAL, "study_store: \"%s\" sends the study folder's objects, and study_dir is not set",
+                     s->cfg.study_store);
     if (s->cfg.identity[0])
       return xt_fail(msg, XT_EINVAL, "identity: \"%s\" is for the study folder, and study_dir is not set",
                      s->cfg.identity);
     return 0;
+  }
+  char host[256] = "";
+  long port = 0;
+  const char *to = s->cfg.study_store;
+  if (to[0]) {
+    const char *colon = strrchr(to, ':');
+    char *end = NULL;
+    port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == to || (size_t)(colon - to) >= sizeof host || !end || *end || port < 1 || port > 65535)
+      return xt_fail(msg, XT_EINVAL, "study_store: expected HOST:PORT, got \"%s\"", to);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - to), to);
+    const size_t al = strlen(s->cfg.study_called);
+    if (al < 1 || al > 16) return xt_fail(msg, XT_EINVAL, "study_called: AE title \"%s\": 1 to 16 characters", s->cfg.study_called);
   }
   xt_dicom_identity id;
   xt_msg im = {0};
@@ -346,6 +393,8 @@ int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   st->srv = s;
   snprintf(st->dir, sizeof st->dir, "%s", dir);
   st->id = id;
+  snprintf(st->store_host, sizeof st->store_host, "%s", host);
+  st->store_port = (int)port;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
   if (pthread_create(&st->thread, NULL, writer_main, st) != 0) {
@@ -368,9 +417,12 @@ void xt_srv_study_close(xt_srv_study *st) {
   if (st->started) pthread_join(st->thread, NULL);
   uint64_t runs, dropped, errors;
   xt_srv_study_counts(st, &runs, &dropped, &errors);
-  if (dropped || errors)
-    fprintf(stderr, "xtwin-server: study folder %s: %llu frames not written (queue or run full), %llu write errors\n",
-            st->dir, (unsigned long long)dropped, (unsigned long long)errors);
+  const unsigned long long failed = atomic_load(&st->store_failures);
+  if (dropped || errors || failed)
+    fprintf(stderr,
+            "xtwin-server: study folder %s: %llu frames not written (queue or run full), %llu write errors, %llu failed "
+            "C-STOREs\n",
+            st->dir, (unsigned long long)dropped, (unsigned long long)errors, failed);
   for (item *it = st->head; it;) { /* nothing is left: the writer drains before it quits */
     item *n = it->next;
     free(it->px);
@@ -392,6 +444,9 @@ int xt_srv_study_stats(xt_srv_study *st, xt_metrics_study *o) {
   o->runs = atomic_load(&st->written_runs);
   o->dropped = atomic_load(&st->dropped);
   o->errors = atomic_load(&st->errors);
+  o->storing = st->store_port != 0;
+  o->stored = atomic_load(&st->stored);
+  o->store_failures = atomic_load(&st->store_failures);
   pthread_mutex_lock(&st->mu);
   o->queue_frames = st->queued;
   o->queue_bytes = st->bytes;

@@ -13,11 +13,18 @@ real PACS: Debian's Orthanc on loopback with its own configuration in a temporar
 store` sends the run and its dose report by C-STORE and the test reads them back through Orthanc's
 REST API, byte for byte.
 
-Last, the server's study folder: `xtwin-server --chain --run-mode lockstep --study-dir DIR` runs two
+Then the server's study folder: `xtwin-server --chain --run-mode lockstep --study-dir DIR` runs two
 acquisitions of 3 and 4 triggers; each run appears in DIR as Enhanced and classic XA with exactly its
 frames, with the study's dose report over both (dciodvfy, frame counts and times, angles, the
-report's events and pulses). That the frame path never waits for the writer is the design's
-(server/study.c), not a timing assert.
+report's events and pulses); its C-STOREs to a port where nothing listens fail, counted in /metrics.
+A biplane server (`--planes 2 --identity --study-store` to Orthanc) writes plane B's runs too: plane
+B's tags against P of the pose its session log states, the report's per-plane events and totals
+against the server's dose, the objects in Orthanc, the /metrics counters, bad operator input. That
+the frame path never waits for the writer is the design's (server/study.c), not a timing assert.
+
+Last, `xtwin dataset` with a "dicom" section (biplane, two shards): every object valid, the shard's
+pixels, each frame JSON's P from the tags of both planes, the report's dose against `xtwin render`
+of the frames, a 2-task split byte for byte the same, no UID twice, the spec's errors.
 
   /usr/bin/python3 tests/test_dicom_out.py XTWIN XTWIN_SERVER|- SCRATCH [test ...]
 
@@ -368,10 +375,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_orthanc_store():
-    """A real PACS: Orthanc on loopback; the run and its dose report by C-STORE; read back by REST."""
-    prefix, _, _ = render("full")
-    files = [prefix + s for s in ("_xa.dcm", "_xa_classic.dcm", "_sr.dcm")]
+def start_orthanc():
+    """Debian's Orthanc on loopback, its own configuration and storage in a temporary folder, AE title
+    XTPACS (checked). Returns (proc, log, tmp, base URL, DICOM port)."""
     tmp = tempfile.mkdtemp(prefix="xt-orthanc-", dir=SCRATCH)
     http, dicom = free_port(), free_port()
     cfg = {"Name": "xtwin-test", "StorageDirectory": os.path.join(tmp, "db"), "IndexDirectory": os.path.join(tmp, "db"),
@@ -383,16 +389,41 @@ def test_orthanc_store():
     log = open(os.path.join(tmp, "orthanc.log"), "w")
     proc = subprocess.Popen([ORTHANC, os.path.join(tmp, "orthanc.json")], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{http}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(base + "/system", timeout=2).read()
+            return proc, log, tmp, base, dicom
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                stop_orthanc(proc, log)
+                raise AssertionError(f"Orthanc did not start (see {tmp}/orthanc.log)")
+            time.sleep(0.2)
+
+
+def stop_orthanc(proc, log):
+    """Orthanc takes seconds to stop on SIGTERM; its folder is a throwaway, so it is killed after 0.5 s."""
+    proc.terminate()
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/system", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise AssertionError(f"Orthanc did not start (see {tmp}/orthanc.log)")
-                time.sleep(0.2)
+        proc.wait(timeout=0.5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=20)
+    log.close()
+
+
+def orthanc_datasets(base):
+    """Every instance Orthanc holds, as pydicom data sets."""
+    ids = json.load(urllib.request.urlopen(base + "/instances", timeout=10))
+    return [pydicom.dcmread(io.BytesIO(urllib.request.urlopen(f"{base}/instances/{i}/file", timeout=30).read())) for i in ids]
+
+
+def test_orthanc_store():
+    """A real PACS: Orthanc on loopback; the run and its dose report by C-STORE; read back by REST."""
+    prefix, _, _ = render("full")
+    files = [prefix + s for s in ("_xa.dcm", "_xa_classic.dcm", "_sr.dcm")]
+    proc, log, tmp, base, dicom = start_orthanc()
+    try:
         # a wrong AE title is refused (Orthanc checks the called AET), one line, exit 1
         p = run(["store", "--to", f"127.0.0.1:{dicom}", "--called", "NOTPACS"] + files, expect=1)
         check(p.stderr.count("\n") == 1, f"refused store: one line: {p.stderr!r}")
@@ -416,12 +447,7 @@ def test_orthanc_store():
         studies = json.load(urllib.request.urlopen(base + "/studies", timeout=10))
         check(len(studies) == 1, f"one study in Orthanc, not {len(studies)}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_orthanc(proc, log)
     # nothing there: one line, exit 1
     p = run(["store", "--to", f"127.0.0.1:{free_port()}", prefix + "_sr.dcm"], expect=1)
     check("no association" in p.stderr and p.stderr.count("\n") == 1, f"no PACS: {p.stderr!r}")
@@ -450,7 +476,8 @@ def test_server_study_folder():
     log = open(os.path.join(SCRATCH, "server-study.log"), "w")
     proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--backend", "cpu",
                              "--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--fps", "15",
-                             "--chain", "--run-mode", "lockstep", "--study-dir", d], stdout=log, stderr=subprocess.STDOUT)
+                             "--chain", "--run-mode", "lockstep", "--study-dir", d, "--study-store", f"127.0.0.1:{free_port()}"],
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 60
         while not os.path.exists(ports):
@@ -474,11 +501,20 @@ def test_server_study_folder():
         deadline = time.time() + 30
         while len(glob.glob(os.path.join(d, "*", "run-a-*_xa.dcm"))) < 2 and time.time() < deadline:
             time.sleep(0.2)
+        while metrics(rest).get("xtwin_study_store_failures_total", 0) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        m = metrics(rest)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
     check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
+    # a PACS that is not there: every send counted as failed, the files written all the same
+    check(m.get("xtwin_study_store_failures_total", 0) >= 2 and m.get("xtwin_study_stored_total") == 0,
+          f"C-STORE to nothing: {m.get('xtwin_study_stored_total')} stored, {m.get('xtwin_study_store_failures_total')} failed")
+    with open(os.path.join(SCRATCH, "server-study.log")) as f:
+        slog_text = f.read()
+    check("C-STORE" in slog_text and "failed C-STOREs" in slog_text, "C-STORE failures: one line each, and the count at the stop")
     runs = sorted(glob.glob(os.path.join(d, "*", "run-a-*_xa.dcm")), key=lambda f: int(f.split("-")[-1].split("_")[0]))
     check(len(runs) == 2, f"{len(runs)} runs written, 2 expected: {os.listdir(d)}")
     srs = glob.glob(os.path.join(d, "*", "dose_sr.dcm"))
@@ -682,10 +718,16 @@ def test_server_biplane_study():
     with open(os.path.join(d, "id.json"), "w") as f:
         json.dump({"patient_name": "ROE^RICHARD", "patient_id": "BP-7", "accession_number": "A7"}, f)
     slog = os.path.join(d, "session.jsonl")
-    proc, log, rest = start_server(d, ["--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--mode-b",
-                                       "fd20-128", "--fps", "15", "--chain", "--run-mode", "lockstep", "--planes", "2",
-                                       "--study-dir", d, "--identity", os.path.join(d, "id.json"), "--session-log", slog],
-                                   "server-study-bp.log")
+    oproc, olog, _, obase, odicom = start_orthanc()
+    try:
+        proc, log, rest = start_server(d, ["--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--mode-b",
+                                           "fd20-128", "--fps", "15", "--chain", "--run-mode", "lockstep", "--planes", "2",
+                                           "--study-dir", d, "--identity", os.path.join(d, "id.json"), "--session-log", slog,
+                                           "--study-store", f"127.0.0.1:{odicom}", "--study-called", "XTPACS"],
+                                       "server-study-bp.log")
+    except BaseException:
+        stop_orthanc(oproc, olog)
+        raise
     n = 3
     try:
         http_json(rest, "POST", "/v1/acquisition/stop")
@@ -704,13 +746,19 @@ def test_server_biplane_study():
         http_json(rest, "POST", "/v1/acquisition/stop")
         deadline = time.time() + 30
         while time.time() < deadline and (len(glob.glob(os.path.join(d, "*", "run-*_xa.dcm"))) < 2 or
-                                          metrics(rest).get("xtwin_study_runs_written_total", 0) < 2):
+                                          metrics(rest).get("xtwin_study_runs_written_total", 0) < 2 or
+                                          metrics(rest).get("xtwin_study_stored_total", 0) < 4):
             time.sleep(0.2)
         m = metrics(rest)
+        in_pacs_before_stop = len(orthanc_datasets(obase))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+        try:
+            in_pacs = orthanc_datasets(obase)
+        finally:
+            stop_orthanc(oproc, olog)
     check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
     files = sorted(glob.glob(os.path.join(d, "*", "*.dcm")))
     names = sorted(os.path.basename(f) for f in files)
@@ -729,6 +777,16 @@ def test_server_biplane_study():
           m.get("xtwin_study_frames_dropped_total") == 0 and m.get("xtwin_study_write_errors_total") == 0 and
           m.get("xtwin_study_queue_frames") == 0 and "xtwin_study_queue_bytes" in m,
           f"/metrics study counters: { {k: v for k, v in m.items() if 'study' in k} }")
+    # the PACS: each run's two objects as the writer wrote them, the dose report when the server stopped
+    check(m.get("xtwin_study_stored_total") == 4 and m.get("xtwin_study_store_failures_total") == 0 and
+          in_pacs_before_stop == 4, f"C-STORE before the stop: {in_pacs_before_stop} in Orthanc, metrics "
+                                    f"{m.get('xtwin_study_stored_total')} stored, {m.get('xtwin_study_store_failures_total')} failed")
+    sent = {}
+    for f in files:
+        ds = pydicom.dcmread(f)
+        sent[ds.SOPInstanceUID] = ds
+    check(len(in_pacs) == 5 and all(g.SOPInstanceUID in sent and g == sent[g.SOPInstanceUID] for g in in_pacs),
+          f"Orthanc holds {len(in_pacs)} objects, 5 expected, each the file written element for element")
     sizes = sum(os.path.getsize(f) for f in files)
     check(m.get("xtwin_study_bytes_written_total", 0) >= sizes, f"/metrics bytes {m.get('xtwin_study_bytes_written_total')} < files' {sizes}")
     xa = {pl: pydicom.dcmread(os.path.join(os.path.dirname(files[0]), f"run-{pl}-1_xa.dcm")) for pl in "ab"}
@@ -778,12 +836,14 @@ def test_server_biplane_study():
         check(abs(num(a["Dose Area Product Total"]) - kap * 1e-4) <= 1e-9 * kap, f"plane {pl}: DAP total vs the server's {kap}")
         check(abs(num(a["Dose (RP) Total"]) - k * 1e-3) <= 1e-9 * k, f"plane {pl}: Dose (RP) total vs the server's {k}")
         check(int(num(a["Total Number of Radiographic Frames"])) == n, f"plane {pl}: frames")
-    # a bad identity file: one line naming the file and the key, exit 1, no folder made
+    # bad operator input (identity file, PACS address): one line naming the file and key or option, exit 1
     bad = os.path.join(d, "bad_id.json")
     with open(bad, "w") as f:
         json.dump({"patient_birth_date": "7/4/1970"}, f)
     for args, words in ((["--study-dir", d, "--identity", bad], ("bad_id.json", "patient_birth_date")),
-                        (["--identity", os.path.join(d, "id.json")], ("identity", "study_dir"))):
+                        (["--identity", os.path.join(d, "id.json")], ("identity", "study_dir")),
+                        (["--study-dir", d, "--study-store", "nowhere"], ("study_store", "HOST:PORT")),
+                        (["--study-store", "127.0.0.1:104"], ("study_store", "study_dir"))):
         p = subprocess.run([SERVER, "--rest-port", "0", "--ws-port", "0", "--backend", "cpu", "--phantom-dim", "16",
                             "--chain"] + args, capture_output=True, text=True, timeout=60)
         check(p.returncode != 0 and all(w in p.stderr for w in words) and p.stderr.strip().count("\n") == 0,

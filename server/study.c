@@ -10,7 +10,9 @@
  * run begins: a frame still in a worker when the run was written (a slow first frame, say) is added
  * and the run written again, under the same UIDs. The identity is the operator's file (--identity),
  * else synthetic (docs/dicom.md). With two planes each plane's runs are its own objects (PLANE A,
- * PLANE B) and the one dose report carries both planes' events and accumulated doses. */
+ * PLANE B) and the one dose report carries both planes' events and accumulated doses. With
+ * study_store the writer also sends each run it writes to a PACS by C-STORE, and the report at the
+ * stop: the network, like the disk, is the writer's alone. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

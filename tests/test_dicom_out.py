@@ -773,12 +773,12 @@ def test_server_biplane_study():
         check(str(ds.PatientName) == "ROE^RICHARD" and ds.PatientID == "BP-7" and ds.AccessionNumber == "A7",
               f"{os.path.basename(f)}: the --identity file's patient")
     # /metrics: the folder's counters, read before the shutdown wrote anything more
-    check(m.get("xtwin_study_runs_written_total") == 2 and m.get("xtwin_study_objects_written_total", 0) >= 5 and
+    check(m.get("xtwin_study_runs_written_total", 0) >= 2 and m.get("xtwin_study_objects_written_total", 0) >= 5 and
           m.get("xtwin_study_frames_dropped_total") == 0 and m.get("xtwin_study_write_errors_total") == 0 and
           m.get("xtwin_study_queue_frames") == 0 and "xtwin_study_queue_bytes" in m,
           f"/metrics study counters: { {k: v for k, v in m.items() if 'study' in k} }")
     # the PACS: each run's two objects as the writer wrote them, the dose report when the server stopped
-    check(m.get("xtwin_study_stored_total") == 4 and m.get("xtwin_study_store_failures_total") == 0 and
+    check(m.get("xtwin_study_stored_total", 0) >= 4 and m.get("xtwin_study_store_failures_total") == 0 and
           in_pacs_before_stop == 4, f"C-STORE before the stop: {in_pacs_before_stop} in Orthanc, metrics "
                                     f"{m.get('xtwin_study_stored_total')} stored, {m.get('xtwin_study_store_failures_total')} failed")
     sent = {}

@@ -639,7 +639,7 @@ def test_dataset_dicom():
             uid = xa[pl].PerFrameFunctionalGroupsSequence[0].IrradiationEventIdentificationSequence[0].IrradiationEventUID
             check(e["Irradiation Event UID"].UID == uid, f"shard {shard}: plane {pl}'s event is its images'")
             check(int(num(e["Number of Pulses"])) == nframes, f"shard {shard} plane {pl}: pulses")
-            if shard == 0:  # the dose, from `xtwin render` of each frame
+            if shard == 1:  # the dose, from `xtwin render` of each frame (the 2-frame shard: CI time)
                 kap = sum(render_dataset_frame(d, m if pl == "a" else m["plane_b"], f"r{pl}{i}")["chain"]["dose"]["kap_gycm2"]
                           for i, m in enumerate(metas))
                 check(abs(num(e["Dose Area Product"]) - kap * 1e-4) <= 1e-6 * kap * 1e-4, f"plane {pl} DAP {num(e['Dose Area Product'])} vs renders' {kap * 1e-4}")

@@ -93,6 +93,8 @@ static const cfg_entry cfg_table[] = {
      "HOST:PORT of a PACS: the writer thread sends each run it writes by C-STORE, and the dose report when the "
      "server stops (docs/dicom.md)"},
     {"study_called", CT_STRING, S(study_called), "ANY-SCP", 0, 0, NULL, 0, "the PACS's AE title for study_store"},
+    {"study_store_timeout", CT_INT, N(study_store_timeout), "10", 1, 600, NULL, 0,
+     "seconds study_store waits for the PACS (connect, association, each answer) before a send fails"},
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
      "write {\"rest\": port, \"ws\": port} here once listening"},
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},

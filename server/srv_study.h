@@ -1,7 +1,8 @@
 /* The study folder (--study-dir, docs/server.md "Study folder", docs/dicom.md): the session's chain
  * runs written as DICOM (Enhanced XA, classic XA, the study's dose SR) by a writer thread of its
  * own. xt_srv_study_frame is all the frame path does: copy and queue, or drop when the queue holds
- * its budget; it never waits for the writer. */
+ * its budget; it never waits for the writer. With study_store a sender thread sends what the writer
+ * wrote to a PACS; the writer never waits for it either. */
 #ifndef XT_SRV_STUDY_H
 #define XT_SRV_STUDY_H
 

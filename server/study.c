@@ -11,8 +11,9 @@
  * and the run written again, under the same UIDs. The identity is the operator's file (--identity),
  * else synthetic (docs/dicom.md). With two planes each plane's runs are its own objects (PLANE A,
  * PLANE B) and the one dose report carries both planes' events and accumulated doses. With
- * study_store the writer also sends each run it writes to a PACS by C-STORE, and the report at the
- * stop: the network, like the disk, is the writer's alone. */
+ * study_store a sender thread sends each run the writer wrote to a PACS by C-STORE, and the report
+ * at the stop: the network is the sender's alone, so a silent PACS holds up neither the frames nor
+ * the folder. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,12 @@ typedef struct done_run { /* a written run: its records (no pixels) for the dose
   xt_acq_frame *fr;
 } done_run;
 
+typedef struct send_item { /* files for the sender, sent in one association */
+  struct send_item *next;
+  int n;
+  char path[2][1200];
+} send_item;
+
 struct xt_srv_study {
   xt_server *srv;
   char dir[1024];
@@ -76,9 +83,16 @@ struct xt_srv_study {
   uint64_t last_frame_ns;
   /* counters (atomic: workers and the writer) */
   atomic_ullong dropped, written_runs, errors, objects, object_bytes;
-  /* study_store: the PACS the writer sends to (port 0: none) */
+  /* study_store: the PACS (port 0: none) and the sender thread, which alone talks to it, so that
+   * a slow or silent PACS holds up neither the stream nor the folder */
   char store_host[256];
   int store_port;
+  pthread_t sender;
+  int sender_started;
+  pthread_mutex_t smu; /* guards shead, stail, squit */
+  pthread_cond_t scv;
+  send_item *shead, *stail;
+  int squit;
   atomic_ullong stored, store_failures;
 };
 
@@ -146,16 +160,70 @@ static int write_file(const char *path, const unsigned char *b, size_t n, xt_msg
 
 /* C-STORE of files to study_store, from the writer thread (a slow PACS holds up the writer, whose
  * queue then fills and drops frames from the study, never the stream). */
-static void send_files(xt_srv_study *st, const char *const *files, int n) {
-  if (!st->store_port) return;
-  const xt_pacs_peer peer = {st->store_host, st->store_port, st->srv->cfg.study_called, NULL, 10};
+static int send_files(xt_srv_study *st, const char *const *files, int n) {
+  if (!n) return 0;
+  const xt_pacs_peer peer = {st->store_host, st->store_port, st->srv->cfg.study_called, NULL,
+                             st->srv->cfg.study_store_timeout};
   xt_msg msg = {0};
   if (xt_pacs_store(&peer, files, n, &msg) == 0) {
     atomic_fetch_add(&st->stored, (unsigned long long)n);
-    return;
+    return 0;
   }
   atomic_fetch_add(&st->store_failures, 1);
   fprintf(stderr, "xtwin-server: study folder: C-STORE: %s\n", msg.text);
+  return -1;
+}
+
+/* Hands files (just written) to the sender; never waits for it. */
+static void send_later(xt_srv_study *st, const char *a, const char *b) {
+  if (!st->store_port) return;
+  send_item *it = calloc(1, sizeof *it);
+  if (!it) {
+    atomic_fetch_add(&st->store_failures, 1);
+    fprintf(stderr, "xtwin-server: study folder: C-STORE: out of memory\n");
+    return;
+  }
+  snprintf(it->path[it->n++], sizeof it->path[0], "%s", a);
+  if (b) snprintf(it->path[it->n++], sizeof it->path[0], "%s", b);
+  pthread_mutex_lock(&st->smu);
+  if (st->stail) st->stail->next = it;
+  else st->shead = it;
+  st->stail = it;
+  pthread_cond_signal(&st->scv);
+  pthread_mutex_unlock(&st->smu);
+}
+
+/* The sender: whatever is waiting, in one association (a failure is counted, not retried), until
+ * told to quit with nothing left. */
+static void *sender_main(void *arg) {
+  xt_srv_study *st = arg;
+  for (;;) {
+    pthread_mutex_lock(&st->smu);
+    while (!st->shead && !st->squit) pthread_cond_wait(&st->scv, &st->smu);
+    send_item *batch = st->shead;
+    st->shead = st->stail = NULL;
+    const int quit = st->squit;
+    pthread_mutex_unlock(&st->smu);
+    if (!batch && quit) break;
+    int n = 0;
+    for (send_item *it = batch; it; it = it->next) n += it->n;
+    const char **files = malloc((size_t)n * sizeof *files);
+    if (files) {
+      int k = 0;
+      for (send_item *it = batch; it; it = it->next)
+        for (int i = 0; i < it->n; i++) files[k++] = it->path[i];
+      send_files(st, files, n);
+    } else {
+      atomic_fetch_add(&st->store_failures, 1);
+    }
+    free(files);
+    while (batch) {
+      send_item *next = batch->next;
+      free(batch);
+      batch = next;
+    }
+  }
+  return NULL;
 }
 
 /* write_file, counted for /metrics */
@@ -256,10 +324,7 @@ static void write_run(xt_srv_study *st, int plane) {
     snprintf(paths[k], sizeof paths[k], "%s", path);
     free(b);
   }
-  if (!rc) {
-    const char *files[2] = {paths[0], paths[1]};
-    send_files(st, files, 2);
-  }
+  if (!rc) send_later(st, paths[0], paths[1]);
   if (!rc) rc = write_sr(st, &msg);
   if (!rc) atomic_fetch_add(&st->written_runs, 1);
 out:
@@ -351,8 +416,7 @@ static void *writer_main(void *arg) {
   if (st->ndone) { /* the study is over: its dose report, once, as a modality sends it at the end */
     char path[1200];
     snprintf(path, sizeof path, "%s/%s/dose_sr.dcm", st->dir, st->id.study_uid);
-    const char *files[1] = {path};
-    send_files(st, files, 1);
+    send_later(st, path, NULL);
   }
   return NULL;
 }
@@ -399,10 +463,15 @@ int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   st->store_port = (int)port;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
+  pthread_mutex_init(&st->smu, NULL);
+  pthread_cond_init(&st->scv, NULL);
+  if (st->store_port && pthread_create(&st->sender, NULL, sender_main, st) != 0) {
+    xt_srv_study_close(st);
+    return xt_fail(msg, XT_ENOMEM, "study_store: cannot start the sender thread");
+  }
+  st->sender_started = st->store_port != 0;
   if (pthread_create(&st->thread, NULL, writer_main, st) != 0) {
-    pthread_mutex_destroy(&st->mu);
-    pthread_cond_destroy(&st->cv);
-    free(st);
+    xt_srv_study_close(st);
     return xt_fail(msg, XT_ENOMEM, "study_dir: cannot start the writer thread");
   }
   st->started = 1;
@@ -417,6 +486,18 @@ void xt_srv_study_close(xt_srv_study *st) {
   pthread_cond_signal(&st->cv);
   pthread_mutex_unlock(&st->mu);
   if (st->started) pthread_join(st->thread, NULL);
+  /* then the sender, with what the writer handed it last (the dose report): it may be held by a
+   * slow PACS up to its timeout; the server's shutdown deadline applies as to any other thread */
+  pthread_mutex_lock(&st->smu);
+  st->squit = 1;
+  pthread_cond_signal(&st->scv);
+  pthread_mutex_unlock(&st->smu);
+  if (st->sender_started) pthread_join(st->sender, NULL);
+  for (send_item *it = st->shead; it;) {
+    send_item *n = it->next;
+    free(it);
+    it = n;
+  }
   uint64_t runs, dropped, errors;
   xt_srv_study_counts(st, &runs, &dropped, &errors);
   const unsigned long long failed = atomic_load(&st->store_failures);
@@ -435,6 +516,8 @@ void xt_srv_study_close(xt_srv_study *st) {
   free(st->done);
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
+  pthread_mutex_destroy(&st->smu);
+  pthread_cond_destroy(&st->scv);
   free(st);
 }
 

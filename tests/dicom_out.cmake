@@ -6,7 +6,8 @@
 #                   Skipped (exit 77, naming the package) only when a tool scripts/install-deps
 #                   installs is missing.
 #                   Then xtwin-server --study-dir (the writer thread's folder; single plane, and biplane with
-#                   --identity and --study-store to Orthanc), when the server is built; last, xtwin dataset's
+#                   --identity and --study-store to Orthanc; a silent PACS holds up neither stream nor folder),
+#                   when the server is built; last, xtwin dataset's
 #                   "dicom" output (dciodvfy, pydicom, both planes' P, a 2-task split).
 if(TARGET xtwin AND EXISTS /usr/bin/python3)
   if(TARGET xtwin-server)

@@ -158,8 +158,7 @@ static int write_file(const char *path, const unsigned char *b, size_t n, xt_msg
   return 0;
 }
 
-/* C-STORE of files to study_store, from the writer thread (a slow PACS holds up the writer, whose
- * queue then fills and drops frames from the study, never the stream). */
+/* C-STORE of files to study_store, on the sender thread: a slow PACS holds up only the sender. */
 static int send_files(xt_srv_study *st, const char *const *files, int n) {
   if (!n) return 0;
   const xt_pacs_peer peer = {st->store_host, st->store_port, st->srv->cfg.study_called, NULL,

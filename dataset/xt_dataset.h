@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "xt_chain.h"
+#include "xt_dicom.h"
 #include "xt_err.h"
 #include "xt_geom.h"
 #include "xt_model.h"
@@ -134,6 +135,17 @@ typedef struct xt_ds_plane_b_spec {
   uint64_t noise_seed; /* the chain's `seed` of plane B: its own noise, never plane A's */
 } xt_ds_plane_b_spec;
 
+/* "dicom": the chain frames also as DICOM (docs/dataset.md, "DICOM"): per shard, an Enhanced XA
+ * per plane and detector mode (and a classic XA beside each, if asked) and the shard's dose report,
+ * UIDs derived from the spec's SHA-256 and the shard. */
+typedef struct xt_ds_dicom_spec {
+  int present;
+  int raw;     /* 1: the raw frames; 0: the processed ones (the default) */
+  int classic; /* a classic XA beside each Enhanced XA */
+  char identity_path[4096]; /* "" = the synthetic defaults */
+  xt_dicom_identity identity;
+} xt_ds_dicom_spec;
+
 typedef struct xt_ds_write_spec {
   int lineint, intensity, raw, processed, labels, segmentation, landmarks;
 } xt_ds_write_spec;
@@ -157,6 +169,7 @@ typedef struct xt_ds_spec {
   xt_ds_chain_spec chain;
   xt_ds_plane_b_spec plane_b;
   xt_ds_write_spec write;
+  xt_ds_dicom_spec dicom;
   int format;            /* XT_DS_FMT_* */
   long long shard_frames;
   char *canonical;       /* the spec as one canonical JSON text (sorted keys, compact): spec.json */
@@ -195,6 +208,10 @@ typedef struct xt_ds_frame {
   xt_affine model_to_patient[XT_DS_MAX_MODELS]; /* placement, then the perturbation */
   double dose_ngy;      /* chain: the drawn dose (when the spec gives dose_ngy), else 0 */
   xt_chain_params chain; /* chain: every parameter of the frame (kv and mas drawn); its frame number is index */
+  /* chain: what the exposure gave (xt_ds_render_chain fills them): the spectrum's figures and the
+   * frame's dose, for the DICOM objects (the JSON states the parameters only) */
+  xt_chain_info chain_info;
+  xt_dose dose;
 } xt_ds_frame;
 
 /* The frame's draws and geometry. placement[m] is model m's fixed placement and center[m] its
@@ -250,7 +267,7 @@ int xt_ds_render_labels(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *c
  * (xt_ds_chain_size). Each frame is a first exposure (lag and temporal filter reset) with frame
  * number f->index and seed f->chain.seed, so it depends on nothing rendered before it. Uses the
  * image's projectors: call it on the thread that calls xt_ds_render_image. */
-int xt_ds_render_chain(xt_ds_renderer *r, const xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg);
+int xt_ds_render_chain(xt_ds_renderer *r, xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Shards                                                                                     */

@@ -490,7 +490,7 @@ static int chain_buffers(void *ctx, xt_acq_frame *fr, xt_msg *msg) {
   return 0;
 }
 
-int xt_ds_render_chain(xt_ds_renderer *r, const xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg) {
+int xt_ds_render_chain(xt_ds_renderer *r, xt_ds_frame *f, int n, uint16_t *raw, uint16_t *proc, xt_msg *msg) {
   const int mode = r->nmodes > 1 ? f[0].mode : 0;
   xt_acq_renderer *ar = &r->img[mode][0];
   if (!ar->chain) return xt_fail(msg, XT_EINVAL, "chain: the spec has none");
@@ -518,6 +518,8 @@ int xt_ds_render_chain(xt_ds_renderer *r, const xt_ds_frame *f, int n, uint16_t 
     o.raw = raw + (size_t)i * opx;
     o.proc = proc + (size_t)i * opx;
     if ((rc = xt_acq_expose(NULL, ar, &q, &rec, msg))) return rc;
+    f[i].chain_info = rec.info;
+    f[i].dose = rec.dose; /* of the render geometry: a rigid motion keeps distances and the field */
   }
   return 0;
 }

@@ -71,6 +71,7 @@ static void remove_leftovers(const xt_ds_spec *s, const xt_ds_out *o, long long 
   char data[64], json[64];
   xt__ds_shard_names(s, shard, data, json, sizeof data);
   xt__ds_shard_format(s)->remove(o->shardsfd, data);
+  xt__ds_dicom_remove(o->shardsfd, shard); /* whether or not this spec has "dicom": names of shard N are ours */
 }
 
 int xt_ds_shard_done(const xt_ds_spec *s, const xt_ds_out *o, long long shard, int verify, int cleanup) {
@@ -104,6 +105,7 @@ int xt_ds_shard_done(const xt_ds_spec *s, const xt_ds_out *o, long long shard, i
 
 static void writer_free(xt_ds_shard_writer *w) {
   if (!w) return;
+  xt__ds_dicom_free(w->dcm);
   w->ops->free(w);
   free(w);
 }
@@ -111,6 +113,7 @@ static void writer_free(xt_ds_shard_writer *w) {
 void xt_ds_shard_abort(xt_ds_shard_writer *w) {
   if (!w) return;
   w->ops->abort(w);
+  if (w->dcm) xt__ds_dicom_remove(w->o->shardsfd, w->shard);
   writer_free(w);
 }
 
@@ -124,8 +127,13 @@ int xt_ds_shard_open(const xt_ds_spec *s, const xt_ds_out *o, long long shard, x
   w->shard = shard;
   xt__ds_shard_names(s, shard, w->data_name, w->json_name, sizeof w->data_name);
   snprintf(w->data, sizeof w->data, "%s/%s", o->shards, w->data_name);
+  if (s->dicom.present && !(w->dcm = xt__ds_dicom_new())) {
+    free(w);
+    return xt_fail(msg, XT_ENOMEM, "out of memory");
+  }
   int rc = w->ops->open(w, msg);
   if (rc) {
+    xt__ds_dicom_free(w->dcm);
     free(w); /* open freed its own state */
     return rc;
   }
@@ -141,6 +149,11 @@ int xt_ds_shard_add(xt_ds_shard_writer *w, xt_ds_encoder *e, const xt_ds_frame_d
   if ((rc = xt__ds_encode_frame(e, fd, mem, &nm, msg))) return rc;
   st->encode_s += xt__ds_now_s() - t0;
   if ((rc = w->ops->add(w, mem, nm, st, disk, dctx, msg))) return rc;
+  if (w->dcm) { /* a copy of the chain frame: the render buffers go back to the pool */
+    t0 = xt__ds_now_s();
+    if ((rc = xt__ds_dicom_add(w, fd, msg))) return rc;
+    st->encode_s += xt__ds_now_s() - t0;
+  }
   w->frames++;
   st->frames++;
   return 0;
@@ -162,6 +175,7 @@ static int manifest_line(xt_ds_shard_writer *w, const char *sha, xt_msg *msg) {
   xt_jb_put(&b, r, "sha256", json_string(sha));
   xt_jb_put(&b, r, "sha256_of", json_string(w->ops->sha256_of));
   xt_jb_put(&b, r, "spec_sha256", json_string(s->sha256));
+  if (w->dcm) xt_jb_put(&b, r, "dicom", xt__ds_dicom_manifest(w, &b));
   char *text = b.bad ? NULL : json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(r);
   if (!text) return xt_fail(msg, XT_ENOMEM, "out of memory");
@@ -188,8 +202,24 @@ int xt_ds_shard_commit(xt_ds_shard_writer *w, xt_ds_wstats *st, xt_ds_disk_fn di
     rc = xt_fail(msg, XT_EIO, "shard %lld: cannot sync \"%s\": %s", w->shard, w->o->shards, strerror(errno));
     goto fail;
   }
+  /* The DICOM objects before the line: a shard that counts as done has them. */
+  if (w->dcm) {
+    unsigned long long dbytes = 0;
+    if ((rc = xt__ds_dicom_write(w, &dbytes, msg))) {
+      w->ops->remove(w->o->shardsfd, w->data_name);
+      xt__ds_dicom_remove(w->o->shardsfd, w->shard);
+      if (disk) disk(dctx, 0);
+      st->write_s += xt__ds_now_s() - t0;
+      writer_free(w);
+      return rc;
+    }
+    (void)dbytes; /* the run's byte counts stay the shards' (the manifest's) */
+  }
   /* No line, no shard: do not leave a shard that looks finished. */
-  if ((rc = manifest_line(w, sha, msg))) w->ops->remove(w->o->shardsfd, w->data_name);
+  if ((rc = manifest_line(w, sha, msg))) {
+    w->ops->remove(w->o->shardsfd, w->data_name);
+    if (w->dcm) xt__ds_dicom_remove(w->o->shardsfd, w->shard);
+  }
   if (disk) disk(dctx, 0);
   st->write_s += xt__ds_now_s() - t0;
   writer_free(w);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "xt_dataset.h"
+#include "xt_json_build.h"
 #include "xt_output.h"
 
 /* A member's bytes in pieces, written in order without a copy: the NPY header (none for the JSON),
@@ -47,6 +48,7 @@ struct xt_ds_shard_writer {
   char tmp_name[64];                 /* in shards/: the named temporary, "" while there is none */
   char data[4400], tmp[4400];        /* their paths, for messages */
   void *impl;
+  struct xt_ds_dicom_acc *dcm;       /* spec "dicom": the shard's chain frames gathered, else NULL */
 };
 
 typedef struct xt_ds_shard_ops {
@@ -84,5 +86,19 @@ extern const int xt_ds_shard_nformats;
 const xt_ds_shard_ops *xt__ds_shard_format(const xt_ds_spec *s);
 /* Shard i's data and manifest-line names in shards/. */
 void xt__ds_shard_names(const xt_ds_spec *s, long long shard, char *data, char *json, size_t cap);
+
+/* The DICOM output beside a shard (xt_dataset_dicom.c), for every format alike: the frames
+ * gathered as they are added, the objects written once the shard's data is in place and before
+ * its manifest line (which lists them), removed with a shard that is not done. */
+typedef struct xt_ds_dicom_acc xt_ds_dicom_acc;
+xt_ds_dicom_acc *xt__ds_dicom_new(void);
+void xt__ds_dicom_free(xt_ds_dicom_acc *a);
+int xt__ds_dicom_add(xt_ds_shard_writer *w, const xt_ds_frame_data *fd, xt_msg *msg);
+/* Writes the shard's objects into shards/ (each atomically); bytes gets their sizes added. */
+int xt__ds_dicom_write(xt_ds_shard_writer *w, unsigned long long *bytes, xt_msg *msg);
+/* The names written ("shards/shard-000012_sr.dcm", ...), for the manifest line. */
+json_t *xt__ds_dicom_manifest(const xt_ds_shard_writer *w, xt_jb *b);
+/* Removes shard's objects and their temporaries from shards/. */
+void xt__ds_dicom_remove(int shardsfd, long long shard);
 
 #endif /* XT_DATASET_SHARD_H */

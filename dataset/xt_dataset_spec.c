@@ -1050,6 +1050,57 @@ static int parse_output(ctx *c, xt_ds_spec *s, json_t *root) {
   return rc;
 }
 
+/* "dicom": the chain frames also as DICOM objects, per shard (xt_dataset_dicom.c). The identity
+ * file is read here, so that a bad one stops the run before anything is rendered. A shard is a
+ * study of its own (its UID from the spec and the shard: Slurm tasks never share one), so the
+ * file may not name one. An object's pixels must fit DICOM's 32-bit value length. */
+static int parse_dicom(ctx *c, xt_ds_spec *s, json_t *root) {
+  static const char *const keys[] = {"pixels", "classic", "identity", NULL};
+  json_t *dj;
+  int rc;
+  xt_ds_dicom_spec *d = &s->dicom;
+  if ((rc = get_object(c, root, "dicom", &dj)) || !dj) return rc;
+  size_t n = push_key(c, "dicom");
+  const char *idp = NULL;
+  if ((rc = check_keys(c, dj, keys)) || (rc = get_choice(c, dj, "pixels", "processed|raw", 0, &d->raw)) ||
+      (rc = get_bool(c, dj, "classic", 0, &d->classic)) || (rc = get_string(c, dj, "identity", &idp)))
+    goto done;
+  if (!s->chain.present) {
+    rc = fail(c, XT_EINVAL, "needs a \"chain\" section: an XA image is an exposure");
+    goto done;
+  }
+  if (idp) resolve_path(s->path, idp, d->identity_path, sizeof d->identity_path);
+  xt_msg m = {0};
+  if (xt_dicom_identity_load(idp ? d->identity_path : NULL, &d->identity, &m)) {
+    size_t k = push_key(c, "identity");
+    rc = fail(c, XT_EINVAL, "%s", m.text);
+    pop(c, k);
+    goto done;
+  }
+  if (d->identity.study_uid_given) {
+    size_t k = push_key(c, "identity");
+    rc = fail(c, XT_EINVAL, "%s: \"study_instance_uid\": a dataset's shard is a study of its own, its UID made "
+                            "from the spec and the shard; leave it out", d->identity_path);
+    pop(c, k);
+    goto done;
+  }
+  for (int i = 0; i < s->nmodes_all; i++) {
+    int rows, cols;
+    xt_ds_chain_size(s, i, &rows, &cols);
+    if ((double)rows * cols * 2.0 * (double)s->shard_frames > 4294967294.0) {
+      size_t k = push_key(c, "pixels");
+      rc = fail(c, XT_EINVAL, "a shard of %lld %d x %d frames (%s) is more pixel data than one DICOM object holds "
+                              "(4 GiB): lower output.shard_frames", s->shard_frames, cols, rows, s->modes[i]->name);
+      pop(c, k);
+      goto done;
+    }
+  }
+  d->present = 1;
+done:
+  pop(c, n);
+  return rc;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The whole spec                                                                             */
 /* ------------------------------------------------------------------------------------------ */
@@ -1074,7 +1125,7 @@ void xt_ds_spec_free(xt_ds_spec *s) {
 int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
   static const char *const keys[] = {"format", "version", "description", "seed", "frames", "backend", "detector",
                                      "models", "poses", "plane_b", "labels", "landmarks", "chain", "write", "output",
-                                     NULL};
+                                     "dicom", NULL};
   memset(s, 0, sizeof *s);
   const char *base = strrchr(path, '/');
   ctx c = {base ? base + 1 : path, "", msg};
@@ -1162,7 +1213,7 @@ int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
   if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg))) goto done;
   if ((rc = parse_plane_b(&c, s, root)) || (rc = parse_labels(&c, s, root, &mt)) || (rc = parse_landmarks(&c, s, root)) ||
       (rc = parse_chain(&c, s, root)) ||
-      (rc = parse_write(&c, s, root)) || (rc = parse_output(&c, s, root)))
+      (rc = parse_write(&c, s, root)) || (rc = parse_output(&c, s, root)) || (rc = parse_dicom(&c, s, root)))
     goto done;
 
   s->canonical = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));

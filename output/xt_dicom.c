@@ -76,6 +76,7 @@ int xt_dicom_identity_load(const char *path, xt_dicom_identity *id, xt_msg *msg)
   if (!path) return 0;
   json_error_t je;
   json_t *j = json_load_file(path, 0, &je);
+  if (!j && je.line < 1) return xt_fail(msg, XT_EFORMAT, "%s", je.text); /* cannot be read: the text names the file */
   if (!j) return xt_fail(msg, XT_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
   int rc = 0;
   if (!json_is_object(j)) {
@@ -107,6 +108,7 @@ int xt_dicom_identity_load(const char *path, xt_dicom_identity *id, xt_msg *msg)
       goto done;
     }
     snprintf((char *)id + k->off, k->cap, "%s", s);
+    if (!strcmp(key, "study_instance_uid")) id->study_uid_given = 1;
   }
   id->synthetic = 0;
 done:
@@ -196,6 +198,20 @@ static void code_seq(xt_dcw *d, uint32_t tag, const char *value, const char *sch
   code(d, value, scheme, meaning);
   xt_dcw_end_item(d);
   xt_dcw_end_seq(d);
+}
+
+static int biplane(const xt_dicom_run *r) { return r->biplane || r->frames[0].plane; }
+
+/* Image Type (and the Enhanced XA's Frame Type): value 3 names the plane (PS3.3 C.8.7.1.1.1), the
+ * Enhanced XA's value 4 is NONE (no derived pixel content). */
+static const char *image_type(const xt_dicom_run *r, int enhanced) {
+  const char *t = r->frames[0].plane ? "ORIGINAL\\PRIMARY\\BIPLANE B"
+                  : biplane(r)       ? "ORIGINAL\\PRIMARY\\BIPLANE A"
+                                     : "ORIGINAL\\PRIMARY\\SINGLE PLANE";
+  static const char *const en[3] = {"ORIGINAL\\PRIMARY\\SINGLE PLANE\\NONE", "ORIGINAL\\PRIMARY\\BIPLANE A\\NONE",
+                                    "ORIGINAL\\PRIMARY\\BIPLANE B\\NONE"};
+  if (!enhanced) return t;
+  return en[r->frames[0].plane ? 2 : biplane(r) ? 1 : 0];
 }
 
 /* Checks common to both image objects; fills ff[n]. */
@@ -356,7 +372,7 @@ static void exa_frame(xt_dcw *d, const xt_dicom_run *r, const xt_frame_fields *f
   /* XA/XRF Frame Pixel Data Properties */
   xt_dcw_seq(d, T(0028, 9443));
   xt_dcw_item(d);
-  xt_dcw_str(d, T(0008, 9007), "CS", "ORIGINAL\\PRIMARY\\SINGLE PLANE\\NONE"); /* Frame Type */
+  xt_dcw_str(d, T(0008, 9007), "CS", image_type(r, 1)); /* Frame Type */
   xt_dcw_str(d, T(0028, 1040), "CS", r->which == XT_DICOM_RAW ? "LIN" : "LOG");
   xt_dcw_num1(d, T(0028, 1041), "SS", 1);
   xt_dcw_str(d, T(0028, 9444), "CS", "UNIFORM");                 /* Geometrical Properties */
@@ -499,7 +515,7 @@ int xt_dicom_enhanced_xa(const xt_dicom_run *r, const xt_dicom_identity *id, uns
   char da[9], tm[14], dt[27];
   wall(r->t0_unix_us, da, tm, dt);
   /* SOP Common, General Series, Enhanced XA/XRF Image, equipment */
-  xt_dcw_str(d, T(0008, 0008), "CS", "ORIGINAL\\PRIMARY\\SINGLE PLANE\\NONE");
+  xt_dcw_str(d, T(0008, 0008), "CS", image_type(r, 1));
   xt_dcw_str(d, T(0008, 0012), "DA", da); /* Instance Creation Date */
   xt_dcw_str(d, T(0008, 0013), "TM", tm);
   xt_dcw_str(d, T(0008, 0016), "UI", SOP_EXA);
@@ -532,8 +548,16 @@ int xt_dicom_enhanced_xa(const xt_dicom_run *r, const xt_dicom_identity *id, uns
     for (int i = 0; i < r->n; i++) kap += ff[i].kap_gycm2;
     xt_dcw_num1(d, T(0018, 9473), "FL", kap * 10); /* Acquired Image Area Dose Product, dGy cm2 */
   }
-  xt_dcw_str(d, T(0018, 9410), "CS", r->frames[0].plane ? "BIPLANE" : "SINGLE PLANE"); /* Planes in Acquisition */
-  xt_dcw_str(d, T(0018, 9457), "CS", r->frames[0].plane ? "PLANE B" : "MONOPLANE");    /* Plane Identification */
+  if (biplane(r) && r->other_plane_sop_uid[0]) { /* Referenced Other Plane Sequence */
+    xt_dcw_seq(d, T(0008, 9410));
+    xt_dcw_item(d);
+    xt_dcw_str(d, T(0008, 1150), "UI", SOP_EXA);
+    xt_dcw_str(d, T(0008, 1155), "UI", r->other_plane_sop_uid);
+    xt_dcw_end_item(d);
+    xt_dcw_end_seq(d);
+  }
+  xt_dcw_str(d, T(0018, 9410), "CS", biplane(r) ? "BIPLANE" : "SINGLE PLANE"); /* Planes in Acquisition */
+  xt_dcw_str(d, T(0018, 9457), "CS", r->frames[0].plane ? "PLANE B" : biplane(r) ? "PLANE A" : "MONOPLANE"); /* Plane Identification */
   xt_dcw_seq(d, T(0054, 0410));
   xt_dcw_item(d);
   code(d, "F-10450", "SRT", "recumbent");
@@ -681,7 +705,15 @@ int xt_dicom_classic_xa(const xt_dicom_run *r, const xt_dicom_identity *id, unsi
     pw += ff[i].prm->pulse_ms / r->n;
     kap += ff[i].kap_gycm2;
   }
-  xt_dcw_str(d, T(0008, 0008), "CS", r->frames[0].plane ? "ORIGINAL\\PRIMARY\\BIPLANE B" : "ORIGINAL\\PRIMARY\\SINGLE PLANE");
+  xt_dcw_str(d, T(0008, 0008), "CS", image_type(r, 0));
+  if (biplane(r) && r->other_plane_classic_sop_uid[0]) { /* Referenced Image Sequence: the other plane's */
+    xt_dcw_seq(d, T(0008, 1140));
+    xt_dcw_item(d);
+    xt_dcw_str(d, T(0008, 1150), "UI", SOP_XA);
+    xt_dcw_str(d, T(0008, 1155), "UI", r->other_plane_classic_sop_uid);
+    xt_dcw_end_item(d);
+    xt_dcw_end_seq(d);
+  }
   xt_dcw_str(d, T(0008, 0012), "DA", da);
   xt_dcw_str(d, T(0008, 0013), "TM", tm);
   xt_dcw_str(d, T(0008, 0016), "UI", SOP_XA);

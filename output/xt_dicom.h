@@ -21,6 +21,7 @@ typedef struct xt_dicom_identity {
   char study_uid[XT_DCW_UID], study_id[17], accession_number[17], study_description[65];
   char referring_physician[65], institution[65], station[17], operator_name[65];
   int synthetic; /* the defaults: names say so, Content Qualification RESEARCH */
+  int study_uid_given; /* the file named study_instance_uid (else study_uid is a new one) */
 } xt_dicom_identity;
 
 /* Defaults (synthetic) with a new study UID; then the file's keys over them (path NULL: none).
@@ -41,10 +42,14 @@ typedef struct xt_dicom_run {
   int64_t t0_unix_us;     /* wall-clock time of the first frame's exposure */
   int series_number;
   int fluoro;             /* 1: stored fluoroscopy, 0: an exposure run (the SR's event type) */
+  int biplane;            /* the system has two planes: plane A's runs say PLANE A, not MONOPLANE */
   const char *software;   /* Software Versions */
   /* UIDs, made by the caller once (xt_dcw_uid) so that the images and the SR agree */
   char series_uid[XT_DCW_UID], sop_uid[XT_DCW_UID], classic_series_uid[XT_DCW_UID], classic_sop_uid[XT_DCW_UID];
   char event_uid[XT_DCW_UID], frame_of_reference_uid[XT_DCW_UID];
+  /* biplane: the other plane's objects of the same acquisition (Referenced Other Plane Sequence of
+   * the Enhanced XA, Referenced Image Sequence of the classic XA); "" where there is none yet */
+  char other_plane_sop_uid[XT_DCW_UID], other_plane_classic_sop_uid[XT_DCW_UID];
 } xt_dicom_run;
 
 /* Fills r's UIDs with new ones. */
@@ -58,6 +63,10 @@ int xt_dicom_classic_xa(const xt_dicom_run *r, const xt_dicom_identity *id, unsi
 /* The study's dose report over nrun runs (one irradiation event each, accumulated per plane). */
 int xt_dicom_dose_sr(const xt_dicom_run *runs, int nrun, const xt_dicom_identity *id, unsigned char **out, size_t *len,
                      xt_msg *msg);
+/* The same with the report's own series and SOP instance UIDs given (NULL: new ones), for callers
+ * whose UIDs must follow from their input (a dataset's shard). */
+int xt_dicom_dose_sr_uids(const xt_dicom_run *runs, int nrun, const xt_dicom_identity *id, const char *series_uid,
+                          const char *sop_uid, unsigned char **out, size_t *len, xt_msg *msg);
 
 /* internal: DA, TM and DT of a wall-clock time in microseconds since 1970 (UTC) */
 void xt__dicom_wall(int64_t us, char da[9], char tm[14], char dt[27]);

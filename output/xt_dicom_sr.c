@@ -220,6 +220,11 @@ static void accumulated(xt_dcw *d, const run_sum *s, int nrun, int plane, int np
 
 int xt_dicom_dose_sr(const xt_dicom_run *runs, int nrun, const xt_dicom_identity *id, unsigned char **out, size_t *len,
                      xt_msg *msg) {
+  return xt_dicom_dose_sr_uids(runs, nrun, id, NULL, NULL, out, len, msg);
+}
+
+int xt_dicom_dose_sr_uids(const xt_dicom_run *runs, int nrun, const xt_dicom_identity *id, const char *series_uid,
+                          const char *sop_uid, unsigned char **out, size_t *len, xt_msg *msg) {
   *out = NULL;
   *len = 0;
   if (nrun < 1) return xt_fail(msg, XT_EINVAL, "dose SR: no runs");
@@ -233,12 +238,14 @@ int xt_dicom_dose_sr(const xt_dicom_run *runs, int nrun, const xt_dicom_identity
   int nplanes = 1;
   for (int i = 0; i < nrun; i++) {
     if ((rc = summarise(&runs[i], &s[i], msg))) goto done;
-    if (s[i].plane) nplanes = 2;
+    if (s[i].plane || runs[i].biplane) nplanes = 2; /* a biplane system reports Plane A and Plane B */
   }
   char da[9], tm[14], dt[27], sop[XT_DCW_UID], series[XT_DCW_UID], device[XT_DCW_UID];
   wall_dt(runs[nrun - 1].t0_unix_us, da, tm, dt);
-  xt_dcw_uid(sop);
-  xt_dcw_uid(series);
+  if (sop_uid) snprintf(sop, sizeof sop, "%s", sop_uid);
+  else xt_dcw_uid(sop);
+  if (series_uid) snprintf(series, sizeof series, "%s", series_uid);
+  else xt_dcw_uid(series);
   snprintf(device, sizeof device, "1.2.826.0.1.3680043.2.1143.28"); /* the twin as a device: fixed */
   /* SOP Common, SR Document Series, General Study, Patient, equipment */
   xt_dcw_str(d, T(0008, 0012), "DA", da);

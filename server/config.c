@@ -86,6 +86,15 @@ static const cfg_entry cfg_table[] = {
     {"study_dir", CT_STRING, S(study_dir), "", 0, 0, NULL, 0,
      "write every chain run as DICOM here (Enhanced XA, classic XA, the study's dose SR) by a writer thread off the "
      "frame path (docs/dicom.md)"},
+    {"identity", CT_STRING, S(identity), "", 0, 0, NULL, 0,
+     "the study folder's patient, study and institution: a JSON file of identity keys, as xtwin render "
+     "--dicom-identity takes (docs/dicom.md); without it the objects say they are synthetic"},
+    {"study_store", CT_STRING, S(study_store), "", 0, 0, NULL, 0,
+     "HOST:PORT of a PACS: the writer thread sends each run it writes by C-STORE, and the dose report when the "
+     "server stops (docs/dicom.md)"},
+    {"study_called", CT_STRING, S(study_called), "ANY-SCP", 0, 0, NULL, 0, "the PACS's AE title for study_store"},
+    {"study_store_timeout", CT_INT, N(study_store_timeout), "10", 1, 600, NULL, 0,
+     "seconds study_store waits for the PACS (connect, association, each answer) before a send fails"},
     {"ports_file", CT_STRING, S(ports_file), "", 0, 0, NULL, 0,
      "write {\"rest\": port, \"ws\": port} here once listening"},
     {"verbose", CT_INT, N(verbose), "0", 0, 3, NULL, 0, "log level (libwebsockets and requests)"},

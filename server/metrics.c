@@ -101,7 +101,11 @@ static void hist(sbuf *b, const xt_hist *h) {
             h->sum, h->name, (unsigned long long)h->n);
 }
 
-char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *len) {
+static void gauge(sbuf *b, const char *name, const char *help, uint64_t v) {
+  sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, const xt_metrics_study *study, size_t *len) {
   sbuf b = {malloc(8192), 0, 8192, 0};
   if (!b.p) return NULL;
   b.p[0] = 0;
@@ -161,6 +165,25 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *le
                 "# TYPE xtwin_run_kap_gycm2 gauge\nxtwin_run_kap_gycm2 %.9g\n", plane->dose.kap_gycm2);
   sb_printf(&b, "# HELP xtwin_drc_measured_ngy Dose-rate control: detector dose measured in the last frame.\n"
                 "# TYPE xtwin_drc_measured_ngy gauge\nxtwin_drc_measured_ngy %.9g\n", plane->drc.measured_ngy);
+  if (study) { /* --study-dir only (docs/server.md, Metrics) */
+    counter(&b, "xtwin_study_objects_written_total", "DICOM objects written to the study folder (a run written again counts again).",
+            study->objects);
+    counter(&b, "xtwin_study_bytes_written_total", "Bytes of the DICOM objects written to the study folder.", study->bytes);
+    counter(&b, "xtwin_study_runs_written_total", "Runs written to the study folder (a run written again counts again).",
+            study->runs);
+    counter(&b, "xtwin_study_frames_dropped_total",
+            "Chain frames left out of the study folder (its queue or the run full, out of memory).", study->dropped);
+    counter(&b, "xtwin_study_write_errors_total", "Study folder writes that failed (encoding or the disk).", study->errors);
+    if (study->storing) {
+      counter(&b, "xtwin_study_stored_total", "DICOM objects the PACS (study_store) accepted by C-STORE.", study->stored);
+      counter(&b, "xtwin_study_store_failures_total",
+              "C-STORE sends to the PACS that failed (no association, a refused context or a failure status).",
+              study->store_failures);
+    }
+    gauge(&b, "xtwin_study_queue_frames", "Frames waiting for the study folder's writer.", study->queue_frames);
+    gauge(&b, "xtwin_study_queue_bytes", "Bytes waiting for the study folder's writer (its budget: 512 MiB).",
+          study->queue_bytes);
+  }
   hist(&b, &m->render);
   hist(&b, &m->convert);
   hist(&b, &m->period);

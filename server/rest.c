@@ -35,6 +35,7 @@
 #include "srv_guard.h"
 #include "srv_instr.h"
 #include "srv_metrics.h"
+#include "srv_study.h"
 #include "srv_rest.h"
 #include "srv_state.h"
 #include "xt_console.h"
@@ -456,7 +457,9 @@ static void h_metrics(xt_server *s, struct MHD_Connection *con, req *r, reply *o
   size_t n = 0;
   xt_acq_plane_state plane;
   xt_acq_plane_snapshot(&s->planes[0], &plane); /* before metrics.mu: the two locks never nest */
-  char *t = xt_metrics_text(&s->metrics, &plane, &n);
+  xt_metrics_study study;
+  const int have_study = xt_srv_study_stats(s->study, &study);
+  char *t = xt_metrics_text(&s->metrics, &plane, have_study ? &study : NULL, &n);
   if (!t) return reply_error(out, XT_ENOMEM, 0, "metrics: out of memory");
   out->status = 200;
   out->text = t;

@@ -63,6 +63,10 @@ typedef struct xt_srv_config {
   char clock[16];               /* real | virtual: the device's clock (srv_clock.h) */
   char session_log[XT_SRV_STR]; /* JSON lines of the session for `xtwin replay` (docs/session-log.md) */
   char study_dir[XT_SRV_STR];   /* the chain runs as DICOM (srv_study.h, docs/dicom.md) */
+  char identity[XT_SRV_STR];    /* the study's patient/study identity JSON (xt_dicom_identity_load) */
+  char study_store[XT_SRV_STR]; /* HOST:PORT of a PACS the study folder's objects are sent to ("": none) */
+  char study_called[XT_SRV_STR]; /* its AE title */
+  int study_store_timeout;       /* s: connect, association and each C-STORE's answer */
   int verbose;
   int synthetic;       /* benchmarks/tests: skip the projector, send a constant frame */
   int convert_threads; /* threads of the uint16 conversion per worker, 0 = auto */

@@ -47,8 +47,17 @@ typedef struct xt_metrics {
 void xt_metrics_init(xt_metrics *m);
 void xt_metrics_destroy(xt_metrics *m);
 void xt_hist_add(xt_hist *h, double v); /* caller holds m->mu */
+/* The study folder's counters (srv_study.h), read when /metrics is asked for. */
+typedef struct xt_metrics_study {
+  uint64_t objects, bytes, runs; /* DICOM files written (a run written again counts again), their bytes, run writes */
+  uint64_t dropped, errors;      /* frames left out of the study; write or encode errors */
+  uint64_t queue_frames, queue_bytes; /* waiting for the writer now */
+  int storing;                   /* study_store set: the C-STORE counters below mean something */
+  uint64_t stored, store_failures; /* objects the PACS accepted; sends that failed (one association each) */
+} xt_metrics_study;
+
 /* Appends the Prometheus text exposition to a malloc'd string; plane: the run's dose and loop
- * (a snapshot of xt_server.plane). */
-char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, size_t *len);
+ * (a snapshot of xt_server.plane); study: the study folder's counters, NULL without one. */
+char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, const xt_metrics_study *study, size_t *len);
 
 #endif /* XT_SRV_METRICS_H */

@@ -8,7 +8,12 @@
  * study's dose report DIR/<study UID>/dose_sr.dcm rewritten over every run so far; each file through
  * a temporary and a rename, so a reader never sees half a file. A run's frames stay until the next
  * run begins: a frame still in a worker when the run was written (a slow first frame, say) is added
- * and the run written again, under the same UIDs. The identity is synthetic (docs/dicom.md). */
+ * and the run written again, under the same UIDs. The identity is the operator's file (--identity),
+ * else synthetic (docs/dicom.md). With two planes each plane's runs are its own objects (PLANE A,
+ * PLANE B) and the one dose report carries both planes' events and accumulated doses. With
+ * study_store a sender thread sends each run the writer wrote to a PACS by C-STORE, and the report
+ * at the stop: the network is the sender's alone, so a silent PACS holds up neither the frames nor
+ * the folder. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,7 @@
 
 #include "srv_study.h"
 #include "xt_dicom.h"
+#include "xt_pacs.h"
 #include "xt_server.h"
 
 #define STUDY_QUEUE_BYTES ((size_t)512 << 20) /* frames waiting for the writer */
@@ -43,12 +49,19 @@ typedef struct run_acc { /* the run being gathered, per plane */
   xt_acq_frame *fr;
   uint16_t **px;
   int64_t t0_us;
+  xt_dicom_run uids; /* made when the run begins, so that the other plane's objects can name it */
 } run_acc;
 
 typedef struct done_run { /* a written run: its records (no pixels) for the dose report */
   xt_dicom_run r;
   xt_acq_frame *fr;
 } done_run;
+
+typedef struct send_item { /* files for the sender, sent in one association */
+  struct send_item *next;
+  int n;
+  char path[2][1200];
+} send_item;
 
 struct xt_srv_study {
   xt_server *srv;
@@ -60,14 +73,27 @@ struct xt_srv_study {
   pthread_cond_t cv;
   item *head, *tail;
   size_t bytes;
+  uint64_t queued; /* frames in the queue */
   int quit;
   /* the writer's own */
   run_acc acc[XT_SRV_PLANES];
+  char last_sop[XT_SRV_PLANES][XT_DCW_UID], last_classic_sop[XT_SRV_PLANES][XT_DCW_UID]; /* each plane's latest run */
   done_run *done;
   int ndone, series;
   uint64_t last_frame_ns;
   /* counters (atomic: workers and the writer) */
-  atomic_ullong dropped, written_runs, errors;
+  atomic_ullong dropped, written_runs, errors, objects, object_bytes;
+  /* study_store: the PACS (port 0: none) and the sender thread, which alone talks to it, so that
+   * a slow or silent PACS holds up neither the stream nor the folder */
+  char store_host[256];
+  int store_port;
+  pthread_t sender;
+  int sender_started;
+  pthread_mutex_t smu; /* guards shead, stail, squit */
+  pthread_cond_t scv;
+  send_item *shead, *stail;
+  int squit;
+  atomic_ullong stored, store_failures;
 };
 
 static int64_t wall_now_us(void) {
@@ -108,6 +134,7 @@ void xt_srv_study_frame(xt_srv_study *st, const xt_acq_frame *fr) {
   if (st->tail) st->tail->next = it;
   else st->head = it;
   st->tail = it;
+  st->queued++;
   pthread_cond_signal(&st->cv);
   pthread_mutex_unlock(&st->mu);
 }
@@ -131,6 +158,83 @@ static int write_file(const char *path, const unsigned char *b, size_t n, xt_msg
   return 0;
 }
 
+/* C-STORE of files to study_store, on the sender thread: a slow PACS holds up only the sender. */
+static int send_files(xt_srv_study *st, const char *const *files, int n) {
+  if (!n) return 0;
+  const xt_pacs_peer peer = {st->store_host, st->store_port, st->srv->cfg.study_called, NULL,
+                             st->srv->cfg.study_store_timeout};
+  xt_msg msg = {0};
+  if (xt_pacs_store(&peer, files, n, &msg) == 0) {
+    atomic_fetch_add(&st->stored, (unsigned long long)n);
+    return 0;
+  }
+  atomic_fetch_add(&st->store_failures, 1);
+  fprintf(stderr, "xtwin-server: study folder: C-STORE: %s\n", msg.text);
+  return -1;
+}
+
+/* Hands files (just written) to the sender; never waits for it. */
+static void send_later(xt_srv_study *st, const char *a, const char *b) {
+  if (!st->store_port) return;
+  send_item *it = calloc(1, sizeof *it);
+  if (!it) {
+    atomic_fetch_add(&st->store_failures, 1);
+    fprintf(stderr, "xtwin-server: study folder: C-STORE: out of memory\n");
+    return;
+  }
+  snprintf(it->path[it->n++], sizeof it->path[0], "%s", a);
+  if (b) snprintf(it->path[it->n++], sizeof it->path[0], "%s", b);
+  pthread_mutex_lock(&st->smu);
+  if (st->stail) st->stail->next = it;
+  else st->shead = it;
+  st->stail = it;
+  pthread_cond_signal(&st->scv);
+  pthread_mutex_unlock(&st->smu);
+}
+
+/* The sender: whatever is waiting, in one association (a failure is counted, not retried), until
+ * told to quit with nothing left. */
+static void *sender_main(void *arg) {
+  xt_srv_study *st = arg;
+  for (;;) {
+    pthread_mutex_lock(&st->smu);
+    while (!st->shead && !st->squit) pthread_cond_wait(&st->scv, &st->smu);
+    send_item *batch = st->shead;
+    st->shead = st->stail = NULL;
+    const int quit = st->squit;
+    pthread_mutex_unlock(&st->smu);
+    if (!batch && quit) break;
+    int n = 0;
+    for (send_item *it = batch; it; it = it->next) n += it->n;
+    const char **files = malloc((size_t)n * sizeof *files);
+    if (files) {
+      int k = 0;
+      for (send_item *it = batch; it; it = it->next)
+        for (int i = 0; i < it->n; i++) files[k++] = it->path[i];
+      send_files(st, files, n);
+    } else {
+      atomic_fetch_add(&st->store_failures, 1);
+    }
+    free(files);
+    while (batch) {
+      send_item *next = batch->next;
+      free(batch);
+      batch = next;
+    }
+  }
+  return NULL;
+}
+
+/* write_file, counted for /metrics */
+static int put_object(xt_srv_study *st, const char *path, const unsigned char *b, size_t n, xt_msg *msg) {
+  const int rc = write_file(path, b, n, msg);
+  if (!rc) {
+    atomic_fetch_add(&st->objects, 1);
+    atomic_fetch_add(&st->object_bytes, n);
+  }
+  return rc;
+}
+
 static void study_log(xt_srv_study *st, const xt_msg *msg) {
   atomic_fetch_add(&st->errors, 1);
   fprintf(stderr, "xtwin-server: study folder: %s\n", msg->text);
@@ -145,7 +249,7 @@ static int write_sr(xt_srv_study *st, xt_msg *msg) {
   int rc = xt_dicom_dose_sr(runs, st->ndone, &st->id, &b, &n, msg);
   char path[1200];
   snprintf(path, sizeof path, "%s/%s/dose_sr.dcm", st->dir, st->id.study_uid);
-  if (!rc) rc = write_file(path, b, n, msg);
+  if (!rc) rc = put_object(st, path, b, n, msg);
   free(b);
   free(runs);
   return rc;
@@ -179,7 +283,12 @@ static void write_run(xt_srv_study *st, int plane) {
     d->r.t0_unix_us = a->t0_us;
     d->r.series_number = ++st->series;
     d->r.software = "xtwin-server " XT_SERVER_VERSION;
-    xt_dicom_run_uids(&d->r);
+    memcpy(d->r.series_uid, a->uids.series_uid, sizeof d->r.series_uid);
+    memcpy(d->r.sop_uid, a->uids.sop_uid, sizeof d->r.sop_uid);
+    memcpy(d->r.classic_series_uid, a->uids.classic_series_uid, sizeof d->r.classic_series_uid);
+    memcpy(d->r.classic_sop_uid, a->uids.classic_sop_uid, sizeof d->r.classic_sop_uid);
+    memcpy(d->r.event_uid, a->uids.event_uid, sizeof d->r.event_uid);
+    memcpy(d->r.frame_of_reference_uid, a->uids.frame_of_reference_uid, sizeof d->r.frame_of_reference_uid);
     a->done_index = st->ndone++;
     a->written = 1;
   }
@@ -194,17 +303,27 @@ static void write_run(xt_srv_study *st, int plane) {
     rc = xt_fail(&msg, XT_EIO, "%s: %s", dir, strerror(errno));
     goto out;
   }
+  /* Biplane once the other plane has a run: its latest, the one exposed beside this one. A plane
+   * that has run alone so far is written as a single plane's (nothing to name). */
+  d->r.biplane = st->srv->cfg.planes == 2 && st->last_sop[!plane][0];
+  if (d->r.biplane) {
+    memcpy(d->r.other_plane_sop_uid, st->last_sop[!plane], XT_DCW_UID);
+    memcpy(d->r.other_plane_classic_sop_uid, st->last_classic_sop[!plane], XT_DCW_UID);
+  }
   xt_dicom_run r = d->r;
   r.pixels = (const uint16_t *const *)a->px;
+  char paths[2][1200];
   for (int k = 0; k < 2 && !rc; k++) {
     unsigned char *b = NULL;
     size_t n = 0;
     rc = k == 0 ? xt_dicom_enhanced_xa(&r, &st->id, &b, &n, &msg) : xt_dicom_classic_xa(&r, &st->id, &b, &n, &msg);
     snprintf(path, sizeof path, "%s/run-%c-%llu%s", dir, plane ? 'b' : 'a', (unsigned long long)a->run,
              k == 0 ? "_xa.dcm" : "_xa_classic.dcm");
-    if (!rc) rc = write_file(path, b, n, &msg);
+    if (!rc) rc = put_object(st, path, b, n, &msg);
+    snprintf(paths[k], sizeof paths[k], "%s", path);
     free(b);
   }
+  if (!rc) send_later(st, paths[0], paths[1]);
   if (!rc) rc = write_sr(st, &msg);
   if (!rc) atomic_fetch_add(&st->written_runs, 1);
 out:
@@ -230,6 +349,9 @@ static void take(xt_srv_study *st, item *it) {
     a->live = 1;
     a->run = it->fr.run;
     a->t0_us = it->wall_us;
+    xt_dicom_run_uids(&a->uids);
+    memcpy(st->last_sop[plane], a->uids.sop_uid, XT_DCW_UID);
+    memcpy(st->last_classic_sop[plane], a->uids.classic_sop_uid, XT_DCW_UID);
   }
   if (a->n == a->cap) {
     int cap = a->cap ? a->cap * 2 : 64;
@@ -282,6 +404,7 @@ static void *writer_main(void *arg) {
     st->head = it->next;
     if (!st->head) st->tail = NULL;
     st->bytes -= it->bytes;
+    st->queued--;
     pthread_mutex_unlock(&st->mu);
     st->last_frame_ns = xt_acq_now_ns();
     take(st, it);
@@ -289,13 +412,43 @@ static void *writer_main(void *arg) {
   }
   pthread_mutex_unlock(&st->mu);
   for (int p = 0; p < XT_SRV_PLANES; p++) end_run(st, p);
+  if (st->ndone) { /* the study is over: its dose report, once, as a modality sends it at the end */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s/dose_sr.dcm", st->dir, st->id.study_uid);
+    send_later(st, path, NULL);
+  }
   return NULL;
 }
 
 int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   *out = NULL;
   const char *dir = s->cfg.study_dir;
-  if (!dir[0]) return 0;
+  if (!dir[0]) {
+    if (s->cfg.study_store[0])
+      return xt_fail(msg, XT_EINVAL, "study_store: \"%s\" sends the study folder's objects, and study_dir is not set",
+                     s->cfg.study_store);
+    if (s->cfg.identity[0])
+      return xt_fail(msg, XT_EINVAL, "identity: \"%s\" is for the study folder, and study_dir is not set",
+                     s->cfg.identity);
+    return 0;
+  }
+  char host[256] = "";
+  long port = 0;
+  const char *to = s->cfg.study_store;
+  if (to[0]) {
+    const char *colon = strrchr(to, ':');
+    char *end = NULL;
+    port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == to || (size_t)(colon - to) >= sizeof host || !end || *end || port < 1 || port > 65535)
+      return xt_fail(msg, XT_EINVAL, "study_store: expected HOST:PORT, got \"%s\"", to);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - to), to);
+    const size_t al = strlen(s->cfg.study_called);
+    if (al < 1 || al > 16) return xt_fail(msg, XT_EINVAL, "study_called: AE title \"%s\": 1 to 16 characters", s->cfg.study_called);
+  }
+  xt_dicom_identity id;
+  xt_msg im = {0};
+  if (xt_dicom_identity_load(s->cfg.identity[0] ? s->cfg.identity : NULL, &id, &im))
+    return xt_fail(msg, XT_EINVAL, "identity: %s", im.text); /* the file and the key, as the CLI says them */
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return xt_fail(msg, XT_EINVAL, "study_dir: \"%s\" is not a folder", dir);
@@ -304,13 +457,20 @@ int xt_srv_study_open(xt_server *s, xt_srv_study **out, xt_msg *msg) {
   if (!st) return xt_fail(msg, XT_ENOMEM, "out of memory");
   st->srv = s;
   snprintf(st->dir, sizeof st->dir, "%s", dir);
-  xt_dicom_identity_load(NULL, &st->id, msg); /* the defaults cannot fail */
+  st->id = id;
+  snprintf(st->store_host, sizeof st->store_host, "%s", host);
+  st->store_port = (int)port;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
+  pthread_mutex_init(&st->smu, NULL);
+  pthread_cond_init(&st->scv, NULL);
+  if (st->store_port && pthread_create(&st->sender, NULL, sender_main, st) != 0) {
+    xt_srv_study_close(st);
+    return xt_fail(msg, XT_ENOMEM, "study_store: cannot start the sender thread");
+  }
+  st->sender_started = st->store_port != 0;
   if (pthread_create(&st->thread, NULL, writer_main, st) != 0) {
-    pthread_mutex_destroy(&st->mu);
-    pthread_cond_destroy(&st->cv);
-    free(st);
+    xt_srv_study_close(st);
     return xt_fail(msg, XT_ENOMEM, "study_dir: cannot start the writer thread");
   }
   st->started = 1;
@@ -325,11 +485,26 @@ void xt_srv_study_close(xt_srv_study *st) {
   pthread_cond_signal(&st->cv);
   pthread_mutex_unlock(&st->mu);
   if (st->started) pthread_join(st->thread, NULL);
+  /* then the sender, with what the writer handed it last (the dose report): it may be held by a
+   * slow PACS up to its timeout; the server's shutdown deadline applies as to any other thread */
+  pthread_mutex_lock(&st->smu);
+  st->squit = 1;
+  pthread_cond_signal(&st->scv);
+  pthread_mutex_unlock(&st->smu);
+  if (st->sender_started) pthread_join(st->sender, NULL);
+  for (send_item *it = st->shead; it;) {
+    send_item *n = it->next;
+    free(it);
+    it = n;
+  }
   uint64_t runs, dropped, errors;
   xt_srv_study_counts(st, &runs, &dropped, &errors);
-  if (dropped || errors)
-    fprintf(stderr, "xtwin-server: study folder %s: %llu frames not written (queue or run full), %llu write errors\n",
-            st->dir, (unsigned long long)dropped, (unsigned long long)errors);
+  const unsigned long long failed = atomic_load(&st->store_failures);
+  if (dropped || errors || failed)
+    fprintf(stderr,
+            "xtwin-server: study folder %s: %llu frames not written (queue or run full), %llu write errors, %llu failed "
+            "C-STOREs\n",
+            st->dir, (unsigned long long)dropped, (unsigned long long)errors, failed);
   for (item *it = st->head; it;) { /* nothing is left: the writer drains before it quits */
     item *n = it->next;
     free(it->px);
@@ -340,7 +515,27 @@ void xt_srv_study_close(xt_srv_study *st) {
   free(st->done);
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
+  pthread_mutex_destroy(&st->smu);
+  pthread_cond_destroy(&st->scv);
   free(st);
+}
+
+int xt_srv_study_stats(xt_srv_study *st, xt_metrics_study *o) {
+  memset(o, 0, sizeof *o);
+  if (!st) return 0;
+  o->objects = atomic_load(&st->objects);
+  o->bytes = atomic_load(&st->object_bytes);
+  o->runs = atomic_load(&st->written_runs);
+  o->dropped = atomic_load(&st->dropped);
+  o->errors = atomic_load(&st->errors);
+  o->storing = st->store_port != 0;
+  o->stored = atomic_load(&st->stored);
+  o->store_failures = atomic_load(&st->store_failures);
+  pthread_mutex_lock(&st->mu);
+  o->queue_frames = st->queued;
+  o->queue_bytes = st->bytes;
+  pthread_mutex_unlock(&st->mu);
+  return 1;
 }
 
 void xt_srv_study_counts(xt_srv_study *st, uint64_t *runs, uint64_t *dropped, uint64_t *errors) {

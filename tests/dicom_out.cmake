@@ -5,7 +5,10 @@
 #                   loopback, its own configuration in a temporary folder) read back over REST.
 #                   Skipped (exit 77, naming the package) only when a tool scripts/install-deps
 #                   installs is missing.
-#                   Last, xtwin-server --study-dir (the writer thread's folder), when the server is built.
+#                   Then xtwin-server --study-dir (the writer thread's folder; single plane, and biplane with
+#                   --identity and --study-store to Orthanc; a silent PACS holds up neither stream nor folder),
+#                   when the server is built; last, xtwin dataset's
+#                   "dicom" output (dciodvfy, pydicom, both planes' P, a 2-task split).
 if(TARGET xtwin AND EXISTS /usr/bin/python3)
   if(TARGET xtwin-server)
     set(XT_DICOM_OUT_SERVER $<TARGET_FILE:xtwin-server>)

@@ -13,11 +13,20 @@ real PACS: Debian's Orthanc on loopback with its own configuration in a temporar
 store` sends the run and its dose report by C-STORE and the test reads them back through Orthanc's
 REST API, byte for byte.
 
-Last, the server's study folder: `xtwin-server --chain --run-mode lockstep --study-dir DIR` runs two
+Then the server's study folder: `xtwin-server --chain --run-mode lockstep --study-dir DIR` runs two
 acquisitions of 3 and 4 triggers; each run appears in DIR as Enhanced and classic XA with exactly its
 frames, with the study's dose report over both (dciodvfy, frame counts and times, angles, the
-report's events and pulses). That the frame path never waits for the writer is the design's
-(server/study.c), not a timing assert.
+report's events and pulses); its C-STOREs to a port where nothing listens fail, counted in /metrics.
+A biplane server (`--planes 2 --identity --study-store` to Orthanc) writes plane B's runs too: plane
+B's tags against P of the pose its session log states, the report's per-plane events and totals
+against the server's dose, the objects in Orthanc, the /metrics counters, bad operator input. With
+a PACS that accepts and never answers, a second biplane run is exposed and written while the send
+is held (the server's own counters, no timing assert). That the frame path never waits for the
+writer itself is the design's (server/study.c).
+
+Last, `xtwin dataset` with a "dicom" section (biplane, two shards): every object valid, the shard's
+pixels, each frame JSON's P from the tags of both planes, the report's dose against `xtwin render`
+of the frames, a 2-task split byte for byte the same, no UID twice, the spec's errors.
 
   /usr/bin/python3 tests/test_dicom_out.py XTWIN XTWIN_SERVER|- SCRATCH [test ...]
 
@@ -368,10 +377,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_orthanc_store():
-    """A real PACS: Orthanc on loopback; the run and its dose report by C-STORE; read back by REST."""
-    prefix, _, _ = render("full")
-    files = [prefix + s for s in ("_xa.dcm", "_xa_classic.dcm", "_sr.dcm")]
+def start_orthanc():
+    """Debian's Orthanc on loopback, its own configuration and storage in a temporary folder, AE title
+    XTPACS (checked). Returns (proc, log, tmp, base URL, DICOM port)."""
     tmp = tempfile.mkdtemp(prefix="xt-orthanc-", dir=SCRATCH)
     http, dicom = free_port(), free_port()
     cfg = {"Name": "xtwin-test", "StorageDirectory": os.path.join(tmp, "db"), "IndexDirectory": os.path.join(tmp, "db"),
@@ -383,16 +391,41 @@ def test_orthanc_store():
     log = open(os.path.join(tmp, "orthanc.log"), "w")
     proc = subprocess.Popen([ORTHANC, os.path.join(tmp, "orthanc.json")], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{http}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(base + "/system", timeout=2).read()
+            return proc, log, tmp, base, dicom
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                stop_orthanc(proc, log)
+                raise AssertionError(f"Orthanc did not start (see {tmp}/orthanc.log)")
+            time.sleep(0.2)
+
+
+def stop_orthanc(proc, log):
+    """Orthanc takes seconds to stop on SIGTERM; its folder is a throwaway, so it is killed after 0.5 s."""
+    proc.terminate()
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/system", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise AssertionError(f"Orthanc did not start (see {tmp}/orthanc.log)")
-                time.sleep(0.2)
+        proc.wait(timeout=0.5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=20)
+    log.close()
+
+
+def orthanc_datasets(base):
+    """Every instance Orthanc holds, as pydicom data sets."""
+    ids = json.load(urllib.request.urlopen(base + "/instances", timeout=10))
+    return [pydicom.dcmread(io.BytesIO(urllib.request.urlopen(f"{base}/instances/{i}/file", timeout=30).read())) for i in ids]
+
+
+def test_orthanc_store():
+    """A real PACS: Orthanc on loopback; the run and its dose report by C-STORE; read back by REST."""
+    prefix, _, _ = render("full")
+    files = [prefix + s for s in ("_xa.dcm", "_xa_classic.dcm", "_sr.dcm")]
+    proc, log, tmp, base, dicom = start_orthanc()
+    try:
         # a wrong AE title is refused (Orthanc checks the called AET), one line, exit 1
         p = run(["store", "--to", f"127.0.0.1:{dicom}", "--called", "NOTPACS"] + files, expect=1)
         check(p.stderr.count("\n") == 1, f"refused store: one line: {p.stderr!r}")
@@ -416,12 +449,7 @@ def test_orthanc_store():
         studies = json.load(urllib.request.urlopen(base + "/studies", timeout=10))
         check(len(studies) == 1, f"one study in Orthanc, not {len(studies)}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_orthanc(proc, log)
     # nothing there: one line, exit 1
     p = run(["store", "--to", f"127.0.0.1:{free_port()}", prefix + "_sr.dcm"], expect=1)
     check("no association" in p.stderr and p.stderr.count("\n") == 1, f"no PACS: {p.stderr!r}")
@@ -450,7 +478,8 @@ def test_server_study_folder():
     log = open(os.path.join(SCRATCH, "server-study.log"), "w")
     proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--backend", "cpu",
                              "--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--fps", "15",
-                             "--chain", "--run-mode", "lockstep", "--study-dir", d], stdout=log, stderr=subprocess.STDOUT)
+                             "--chain", "--run-mode", "lockstep", "--study-dir", d, "--study-store", f"127.0.0.1:{free_port()}"],
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 60
         while not os.path.exists(ports):
@@ -474,11 +503,20 @@ def test_server_study_folder():
         deadline = time.time() + 30
         while len(glob.glob(os.path.join(d, "*", "run-a-*_xa.dcm"))) < 2 and time.time() < deadline:
             time.sleep(0.2)
+        while metrics(rest).get("xtwin_study_store_failures_total", 0) < 1 and time.time() < deadline:
+            time.sleep(0.2)
+        m = metrics(rest)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
     check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
+    # a PACS that is not there: every send counted as failed, the files written all the same
+    check(m.get("xtwin_study_store_failures_total", 0) >= 1 and m.get("xtwin_study_stored_total") == 0,
+          f"C-STORE to nothing: {m.get('xtwin_study_stored_total')} stored, {m.get('xtwin_study_store_failures_total')} failed")
+    with open(os.path.join(SCRATCH, "server-study.log")) as f:
+        slog_text = f.read()
+    check("C-STORE" in slog_text and "failed C-STOREs" in slog_text, "C-STORE failures: one line each, and the count at the stop")
     runs = sorted(glob.glob(os.path.join(d, "*", "run-a-*_xa.dcm")), key=lambda f: int(f.split("-")[-1].split("_")[0]))
     check(len(runs) == 2, f"{len(runs)} runs written, 2 expected: {os.listdir(d)}")
     srs = glob.glob(os.path.join(d, "*", "dose_sr.dcm"))
@@ -507,9 +545,400 @@ def test_server_study_folder():
         check(int(pulses) == total, f"dose report: {pulses} pulses, the runs have {total} frames")
 
 
+# ---- xtwin dataset's DICOM output -----------------------------------------------------------------
+
+DS_SPEC = {
+    "seed": 7, "frames": 5, "backend": "cpu", "detector": {"modes": ["fd20-128"]},
+    "models": [{"name": "head", "phantom": "head-labels", "size": 32, "spacing_mm": 6}],
+    "poses": {"primary_deg": [-40, 40], "secondary_deg": [-20, 20], "detector_rot_deg": [-10, 10],
+              "sid_mm": [1000, 1200], "table_mm": [[-10, 10], [-20, 20], [-30, 30]]},
+    "plane_b": {"mode": "fd20-128", "pose": {"primary_offset_deg": 90, "secondary_deg": [-5, 5], "detector_rot_deg": 4}},
+    "chain": {"kv": [60, 90], "dose_ngy": [200, 800], "noise": False},
+    "write": {"lineint": False, "raw": False, "processed": True},
+    "output": {"format": "folder", "shard_frames": 3},
+    "dicom": {"classic": True, "identity": "id.json"},
+}
+
+
+def dataset_run(d, spec, *args, expect=0):
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    return run(["dataset", os.path.join(d, "spec.json")] + list(args), expect=expect)
+
+
+def render_dataset_frame(d, meta, name):
+    """`xtwin render --chain` of one dataset frame (one plane's metadata): its sidecar (dose)."""
+    ch = meta["imaging"]["chain"]
+    args = ["render", "--phantom", "head-labels", "--phantom-size", "32", "--phantom-spacing", "6", "--mode",
+            meta["detector"]["mode"], "--threads", "1", "--chain", "--frame", str(ch["frame"]), "--out", os.path.join(d, name),
+            "--table", ",".join(repr(v) for v in meta["pose"]["table_mm"])]
+    for k, opt in (("primary_deg", "--primary"), ("secondary_deg", "--secondary"), ("detector_rot_deg", "--detector-rot"),
+                   ("sod_mm", "--sod"), ("sid_mm", "--sid")):
+        args += [opt, repr(meta["pose"][k])]
+    for k, v in ch["parameters"].items():
+        args += ["--" + k.replace("_", "-"), repr(v)]
+    run(args)
+    with open(os.path.join(d, name + ".json")) as f:
+        return json.load(f)
+
+
+def test_dataset_dicom():
+    """`xtwin dataset` with "dicom": per shard an Enhanced XA (and classic XA) per plane and the shard's
+    dose SR; dciodvfy clean; pixels the shard's processed.npy; each frame's tags give its JSON's P
+    (both planes) within 0.5 px; the SR's events per plane with their dose as `xtwin render` of the
+    frames gives it; the same objects from a 2-task split; no UID shared; a bad identity refused."""
+    d = os.path.join(SCRATCH, "dataset")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    with open(os.path.join(d, "id.json"), "w") as f:
+        json.dump({"patient_name": "DOE^JOHN", "patient_id": "DS-1", "institution": "Lab"}, f)
+    out = os.path.join(d, "one")
+    dataset_run(d, DS_SPEC, "--out", out)
+    shards = os.path.join(out, "shards")
+    uids = {}
+    for shard, nframes in ((0, 3), (1, 2)):
+        line = json.load(open(os.path.join(shards, f"shard-{shard:06d}.json")))
+        names = [os.path.basename(p) for p in line.get("dicom", [])]
+        want = [f"shard-{shard:06d}_{pl}-fd20-128_xa{c}.dcm" for pl in "ab" for c in ("", "_classic")] + [f"shard-{shard:06d}_sr.dcm"]
+        check(sorted(names) == sorted(want), f"shard {shard}: manifest lists {names}")
+        for n in names:
+            path = os.path.join(shards, n)
+            errs = dciodvfy_errors(path)
+            check(not errs, f"dciodvfy {n}: {errs[:5]}")
+            ds = pydicom.dcmread(path)
+            check(ds.SOPInstanceUID not in uids, f"{n}: SOP Instance UID also in {uids.get(ds.SOPInstanceUID)}")
+            uids[ds.SOPInstanceUID] = n
+            check(str(ds.PatientName) == "DOE^JOHN" and ds.PatientID == "DS-1", f"{n}: the identity file's patient")
+        metas = [json.load(open(os.path.join(shards, f"shard-{shard:06d}", f"{shard * 3 + i:012d}.json"))) for i in range(nframes)]
+        xa = {}
+        for pl in "ab":
+            ds = pydicom.dcmread(os.path.join(shards, f"shard-{shard:06d}_{pl}-fd20-128_xa.dcm"))
+            xa[pl] = ds
+            check(int(ds.NumberOfFrames) == nframes, f"shard {shard} plane {pl}: {ds.NumberOfFrames} frames, {nframes} in the shard")
+            check(ds.PlaneIdentification == f"PLANE {pl.upper()}" and ds.PlanesInAcquisition == "BIPLANE",
+                  f"shard {shard} plane {pl}: plane {ds.PlaneIdentification}, {ds.PlanesInAcquisition}")
+            arr = ds.pixel_array.reshape(nframes, ds.Rows, ds.Columns)
+            for i, (f, meta) in enumerate(zip(ds.PerFrameFunctionalGroupsSequence, metas)):
+                m = meta if pl == "a" else meta["plane_b"]
+                npy = np.load(os.path.join(shards, f"shard-{shard:06d}", f"{meta['key']}.processed{'_b' if pl == 'b' else ''}.npy"))
+                check(np.array_equal(arr[i], npy), f"shard {shard} plane {pl} frame {i}: pixels differ from the shard's")
+                err = max_error(m, lambda p: enhanced_pixel(ds, f, p))
+                check(err < 0.5, f"shard {shard} plane {pl} frame {i}: Enhanced XA geometry {err:.3f} px off the JSON's P")
+                check(abs(float(f.FrameAcquisitionSequence[0].KVP) - m["imaging"]["chain"]["parameters"]["kv"]) < 1e-6,
+                      f"shard {shard} plane {pl} frame {i}: kVp")
+        for pl, other in (("a", "b"), ("b", "a")):
+            ref = xa[pl].ReferencedOtherPlaneSequence[0].ReferencedSOPInstanceUID
+            check(ref == xa[other].SOPInstanceUID, f"shard {shard} plane {pl}: the other plane's object referenced")
+        sr = pydicom.dcmread(os.path.join(shards, f"shard-{shard:06d}_sr.dcm"))
+        check(sr.StudyInstanceUID == xa["a"].StudyInstanceUID == xa["b"].StudyInstanceUID, f"shard {shard}: one study")
+        items = sr_items(sr)
+        events = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in e.ContentSequence}
+                  for m_, e in items if m_ == "Irradiation Event X-Ray Data"]
+        check(len(events) == 2, f"shard {shard}: {len(events)} irradiation events, one per plane")
+        for e in events:
+            pl = "a" if e["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning == "Plane A" else "b"
+            uid = xa[pl].PerFrameFunctionalGroupsSequence[0].IrradiationEventIdentificationSequence[0].IrradiationEventUID
+            check(e["Irradiation Event UID"].UID == uid, f"shard {shard}: plane {pl}'s event is its images'")
+            check(int(num(e["Number of Pulses"])) == nframes, f"shard {shard} plane {pl}: pulses")
+            if shard == 1:  # the dose, from `xtwin render` of each frame (the 2-frame shard: CI time)
+                kap = sum(render_dataset_frame(d, m if pl == "a" else m["plane_b"], f"r{pl}{i}")["chain"]["dose"]["kap_gycm2"]
+                          for i, m in enumerate(metas))
+                check(abs(num(e["Dose Area Product"]) - kap * 1e-4) <= 1e-6 * kap * 1e-4, f"plane {pl} DAP {num(e['Dose Area Product'])} vs renders' {kap * 1e-4}")
+        acc = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in a.ContentSequence}
+               for m_, a in items if m_ == "Accumulated X-Ray Dose Data"]
+        check(sorted(a["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning for a in acc) == ["Plane A", "Plane B"],
+              f"shard {shard}: accumulated dose per plane")
+        for a in acc:
+            pm = a["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning
+            dap = sum(num(e["Dose Area Product"]) for e in events if e["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning == pm)
+            check(abs(num(a["Dose Area Product Total"]) - dap) <= 1e-9 * dap, f"shard {shard} {pm}: DAP total = its events'")
+    # two tasks (as Slurm's array would run them) into one folder: the same files, byte for byte
+    split = os.path.join(d, "split")
+    for t in ("0/2", "1/2"):
+        dataset_run(d, DS_SPEC, "--out", split, "--shard", t)
+    for n in sorted(glob.glob(os.path.join(shards, "*.dcm"))):
+        other = os.path.join(split, "shards", os.path.basename(n))
+        check(os.path.exists(other) and open(n, "rb").read() == open(other, "rb").read(),
+              f"{os.path.basename(n)}: differs between one task and a 2-task split")
+    # bad input: one line naming the field and the key; nothing written
+    with open(os.path.join(d, "bad.json"), "w") as f:
+        json.dump({"patient_sex": "X"}, f)
+    bad = os.path.join(d, "bad_out")
+    p = dataset_run(d, dict(DS_SPEC, dicom={"identity": "bad.json"}), "--out", bad, expect=2)
+    check("dicom.identity" in p.stderr and "patient_sex" in p.stderr and p.stderr.count("\n") == 1,
+          f"bad identity: {p.stderr!r}")
+    check(not os.path.exists(bad), "bad identity: nothing written")
+    with open(os.path.join(d, "uid.json"), "w") as f:
+        json.dump({"study_instance_uid": "1.2.3"}, f)
+    p = dataset_run(d, dict(DS_SPEC, dicom={"identity": "uid.json"}), "--out", bad, expect=2)
+    check("study_instance_uid" in p.stderr, f"identity with a study UID: {p.stderr!r}")
+    p = dataset_run(d, {k: v for k, v in DS_SPEC.items() if k not in ("chain", "write")}, "--out", bad, expect=2)
+    check("dicom" in p.stderr and "chain" in p.stderr, f"dicom without a chain: {p.stderr!r}")
+    p = dataset_run(d, dict(DS_SPEC, dicom={"pixels": "log"}), "--out", bad, expect=2)
+    check("dicom.pixels" in p.stderr, f"dicom.pixels: {p.stderr!r}")
+
+
+def start_server(d, args, log_name):
+    ports = os.path.join(d, "ports.json")
+    log = open(os.path.join(SCRATCH, log_name), "w")
+    proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports, "--backend", "cpu"] + args,
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while not os.path.exists(ports):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            log.close()
+            raise AssertionError(f"xtwin-server did not start (see {log_name})")
+        time.sleep(0.05)
+    time.sleep(0.1)
+    return proc, log, json.load(open(ports))["rest"]
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        out = {}
+        for line in r.read().decode().splitlines():
+            if line and not line.startswith("#") and " " in line:
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+
+def test_server_biplane_study():
+    """xtwin-server --planes 2 --study-dir --identity: plane B's runs are in the study folder beside
+    plane A's (PLANE A / PLANE B, each naming the other), plane B's tags give the P of its frames'
+    pose (from the session log, through `xtwin render`) within 0.5 px, the dose report carries both
+    planes' events and per-plane totals equal to the server's own dose accounting; the folder's
+    counters are in /metrics; a bad identity file stops the server with one line."""
+    if SERVER == "-":
+        print("  (no xtwin-server in this build: skipped)")
+        return
+    d = os.path.join(SCRATCH, "study_bp")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    with open(os.path.join(d, "id.json"), "w") as f:
+        json.dump({"patient_name": "ROE^RICHARD", "patient_id": "BP-7", "accession_number": "A7"}, f)
+    slog = os.path.join(d, "session.jsonl")
+    oproc, olog, _, obase, odicom = start_orthanc()
+    try:
+        proc, log, rest = start_server(d, ["--phantom-dim", "48", "--phantom-spacing", "4", "--mode", "fd20-128", "--mode-b",
+                                           "fd20-128", "--fps", "15", "--chain", "--run-mode", "lockstep", "--planes", "2",
+                                           "--study-dir", d, "--identity", os.path.join(d, "id.json"), "--session-log", slog,
+                                           "--study-store", f"127.0.0.1:{odicom}", "--study-called", "XTPACS"],
+                                       "server-study-bp.log")
+    except BaseException:
+        stop_orthanc(oproc, olog)
+        raise
+    n = 3
+    try:
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        http_json(rest, "PUT", "/v1/pose", {"primary_deg": -25, "secondary_deg": 12, "table_mm": [6, -15, 20]})
+        http_json(rest, "PUT", "/v1/planes/b/pose", {"primary_deg": 84, "secondary_deg": 7, "detector_rot_deg": 4, "sid_mm": 1150})
+        http_json(rest, "POST", "/v1/acquisition/start")
+        for _ in range(n):
+            http_json(rest, "POST", "/v1/acquisition/trigger")
+        t_run = time.time() + 120
+        while time.time() < t_run:
+            planes = http_json(rest, "GET", "/v1/acquisition")["dose"]["planes"]
+            if planes["A"]["run_frames"] == n and planes["B"]["run_frames"] == n:
+                break
+            time.sleep(0.1)
+        dose = http_json(rest, "GET", "/v1/acquisition")["dose"]["planes"]
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        deadline = time.time() + 30
+        while time.time() < deadline and (len(glob.glob(os.path.join(d, "*", "run-*_xa.dcm"))) < 2 or
+                                          metrics(rest).get("xtwin_study_runs_written_total", 0) < 2 or
+                                          metrics(rest).get("xtwin_study_stored_total", 0) < 4):
+            time.sleep(0.2)
+        m = metrics(rest)
+        in_pacs_before_stop = len(orthanc_datasets(obase))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        try:
+            in_pacs = orthanc_datasets(obase)
+        finally:
+            stop_orthanc(oproc, olog)
+    check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
+    files = sorted(glob.glob(os.path.join(d, "*", "*.dcm")))
+    names = sorted(os.path.basename(f) for f in files)
+    check(names == ["dose_sr.dcm", "run-a-1_xa.dcm", "run-a-1_xa_classic.dcm", "run-b-1_xa.dcm", "run-b-1_xa_classic.dcm"],
+          f"study folder: {names}")
+    if len(files) != 5:
+        return
+    for f in files:
+        errs = dciodvfy_errors(f)
+        check(not errs, f"dciodvfy {os.path.basename(f)}: {errs[:5]}")
+        ds = pydicom.dcmread(f)
+        check(str(ds.PatientName) == "ROE^RICHARD" and ds.PatientID == "BP-7" and ds.AccessionNumber == "A7",
+              f"{os.path.basename(f)}: the --identity file's patient")
+    # /metrics: the folder's counters, read before the shutdown wrote anything more
+    check(m.get("xtwin_study_runs_written_total", 0) >= 2 and m.get("xtwin_study_objects_written_total", 0) >= 5 and
+          m.get("xtwin_study_frames_dropped_total") == 0 and m.get("xtwin_study_write_errors_total") == 0 and
+          m.get("xtwin_study_queue_frames") == 0 and "xtwin_study_queue_bytes" in m,
+          f"/metrics study counters: { {k: v for k, v in m.items() if 'study' in k} }")
+    # the PACS: each run's two objects as the writer wrote them, the dose report when the server stopped
+    check(m.get("xtwin_study_stored_total", 0) >= 4 and m.get("xtwin_study_store_failures_total") == 0 and
+          in_pacs_before_stop == 4, f"C-STORE before the stop: {in_pacs_before_stop} in Orthanc, metrics "
+                                    f"{m.get('xtwin_study_stored_total')} stored, {m.get('xtwin_study_store_failures_total')} failed")
+    sent = {}
+    for f in files:
+        ds = pydicom.dcmread(f)
+        sent[ds.SOPInstanceUID] = ds
+    check(len(in_pacs) == 5 and all(g.SOPInstanceUID in sent and g == sent[g.SOPInstanceUID] for g in in_pacs),
+          f"Orthanc holds {len(in_pacs)} objects, 5 expected, each the file written element for element")
+    sizes = sum(os.path.getsize(f) for f in files)
+    check(m.get("xtwin_study_bytes_written_total", 0) >= sizes, f"/metrics bytes {m.get('xtwin_study_bytes_written_total')} < files' {sizes}")
+    xa = {pl: pydicom.dcmread(os.path.join(os.path.dirname(files[0]), f"run-{pl}-1_xa.dcm")) for pl in "ab"}
+    for pl, other in (("a", "b"), ("b", "a")):
+        ds = xa[pl]
+        check(int(ds.NumberOfFrames) == n, f"plane {pl}: {ds.NumberOfFrames} frames")
+        check(ds.PlaneIdentification == f"PLANE {pl.upper()}" and ds.PlanesInAcquisition == "BIPLANE",
+              f"plane {pl}: {ds.PlaneIdentification} {ds.PlanesInAcquisition}")
+        check(ds.ReferencedOtherPlaneSequence[0].ReferencedSOPInstanceUID == xa[other].SOPInstanceUID,
+              f"plane {pl}: references plane {other}'s object")
+    # plane B's geometry: each frame's tags against P of the pose the server logged for it
+    logged = [json.loads(l) for l in open(slog)]
+    frames_b = [j for j in logged if j.get("type") == "frame" and j.get("plane") == 1 and j.get("run") == 1]
+    check(len(frames_b) == n, f"session log: {len(frames_b)} plane B frames")
+    sidecars = {}
+    for i, (f, fl) in enumerate(zip(xa["b"].PerFrameFunctionalGroupsSequence, frames_b)):
+        pose = tuple(fl["pose"])
+        if pose not in sidecars:
+            out = os.path.join(d, f"render_b{len(sidecars)}")
+            run(["render", "--phantom-size", "16", "--phantom-spacing", "8", "--mode", fl["mode"], "--primary", repr(pose[0]),
+                 "--secondary", repr(pose[1]), "--detector-rot", repr(pose[2]), "--sod", repr(pose[3]), "--sid", repr(pose[4]),
+                 "--table", ",".join(repr(v) for v in pose[5:8]), "--out", out])
+            sidecars[pose] = json.load(open(out + ".json"))
+        sc = sidecars[pose]
+        check(sc["detector"]["readout"]["matrix"] == [xa["b"].Columns, xa["b"].Rows], "plane B: the render's matrix is the run's")
+        err = max_error(sc, lambda p: enhanced_pixel(xa["b"], f, p))
+        check(err < 0.5, f"plane B frame {i}: Enhanced XA geometry {err:.3f} px off P")
+        check(abs(float(f.PositionerPositionSequence[0].PositionerPrimaryAngle) - 84) < 1e-9, f"plane B frame {i}: its own angle")
+    # the dose report: both planes' events, per-plane totals as the server counted them
+    sr = pydicom.dcmread(os.path.join(os.path.dirname(files[0]), "dose_sr.dcm"))
+    items = sr_items(sr)
+    plane_of = lambda c: {"Plane A": "A", "Plane B": "B"}.get(c["Acquisition Plane"].ConceptCodeSequence[0].CodeMeaning)  # noqa: E731
+    events = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in e.ContentSequence} for m_, e in items
+              if m_ == "Irradiation Event X-Ray Data"]
+    check(sorted(plane_of(e) or "?" for e in events) == ["A", "B"], "dose report: one event of plane A, one of plane B")
+    for e in events:
+        pl = plane_of(e)
+        uid = xa[pl.lower()].PerFrameFunctionalGroupsSequence[0].IrradiationEventIdentificationSequence[0].IrradiationEventUID
+        check(e["Irradiation Event UID"].UID == uid, f"plane {pl}'s event is its run's")
+        check(abs(num(e["Positioner Primary Angle"]) - (-25 if pl == "A" else 84)) < 1e-9, f"plane {pl}'s event: its angle")
+    acc = [{it.ConceptNameCodeSequence[0].CodeMeaning: it for it in a.ContentSequence} for m_, a in items
+           if m_ == "Accumulated X-Ray Dose Data"]
+    check(sorted(plane_of(a) or "?" for a in acc) == ["A", "B"], "dose report: accumulated dose per plane")
+    for a in acc:
+        pl = plane_of(a)
+        kap, k = dose[pl]["kap_total_gycm2"], dose[pl]["k_irp_total_mgy"]
+        check(abs(num(a["Dose Area Product Total"]) - kap * 1e-4) <= 1e-9 * kap, f"plane {pl}: DAP total vs the server's {kap}")
+        check(abs(num(a["Dose (RP) Total"]) - k * 1e-3) <= 1e-9 * k, f"plane {pl}: Dose (RP) total vs the server's {k}")
+        check(int(num(a["Total Number of Radiographic Frames"])) == n, f"plane {pl}: frames")
+    # bad operator input (identity file, PACS address): one line naming the file and key or option, exit 1
+    bad = os.path.join(d, "bad_id.json")
+    with open(bad, "w") as f:
+        json.dump({"patient_birth_date": "7/4/1970"}, f)
+    for args, words in ((["--study-dir", d, "--identity", bad], ("bad_id.json", "patient_birth_date")),
+                        (["--identity", os.path.join(d, "id.json")], ("identity", "study_dir")),
+                        (["--study-dir", d, "--study-store", "nowhere"], ("study_store", "HOST:PORT")),
+                        (["--study-store", "127.0.0.1:104"], ("study_store", "study_dir"))):
+        p = subprocess.run([SERVER, "--rest-port", "0", "--ws-port", "0", "--backend", "cpu", "--phantom-dim", "16",
+                            "--chain"] + args, capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and all(w in p.stderr for w in words) and p.stderr.strip().count("\n") == 0,
+              f"xtwin-server {' '.join(args[-2:])}: exit {p.returncode}: {p.stderr!r}")
+
+
+def test_server_study_never_waits():
+    """Storing never holds up the stream or the folder, on both planes: with the sender held in a
+    C-STORE to a peer that accepts and never answers, a second biplane run's frames are all exposed
+    and both planes' runs written while the send is still held (the server's own counters: no send
+    finished). Then the peer goes away: the sends fail, counted, and every run is in the folder."""
+    if SERVER == "-":
+        print("  (no xtwin-server in this build: skipped)")
+        return
+    import threading
+    d = os.path.join(SCRATCH, "study_wait")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(8)
+    held = []
+
+    def accept_and_hold():
+        while True:
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            held.append(c)
+    threading.Thread(target=accept_and_hold, daemon=True).start()
+    proc, log, rest = start_server(d, ["--phantom-dim", "32", "--phantom-spacing", "6", "--mode", "fd20-128", "--mode-b",
+                                       "fd20-128", "--fps", "15", "--chain", "--run-mode", "lockstep", "--planes", "2",
+                                       "--study-dir", d, "--study-store", f"127.0.0.1:{lsock.getsockname()[1]}",
+                                       "--study-store-timeout", "300"], "server-study-wait.log")
+    n = 2
+
+    def one_run():  # n triggers, each a frame of both planes, published (the server's own count)
+        before = metrics(rest).get("xtwin_frames_rendered_total", 0)
+        http_json(rest, "POST", "/v1/acquisition/start")
+        for _ in range(n):
+            http_json(rest, "POST", "/v1/acquisition/trigger")
+        t_run = time.time() + 120
+        while time.time() < t_run and metrics(rest).get("xtwin_frames_rendered_total", 0) < before + 2 * n:
+            time.sleep(0.05)
+        http_json(rest, "POST", "/v1/acquisition/stop")
+    try:
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        one_run()
+        # the first run written, the sender now in its C-STORE, which the peer never answers
+        deadline = time.time() + 60
+        while time.time() < deadline and not (metrics(rest).get("xtwin_study_objects_written_total", 0) >= 2 and held):
+            time.sleep(0.1)
+        check(held and metrics(rest).get("xtwin_study_stored_total", 0) + metrics(rest).get("xtwin_study_store_failures_total", 0) == 0,
+              "the sender is held in its C-STORE")
+        one_run()
+        deadline = time.time() + 60
+        while time.time() < deadline and metrics(rest).get("xtwin_study_runs_written_total", 0) < 4:
+            time.sleep(0.1)
+        m = metrics(rest)
+        check(m.get("xtwin_study_store_failures_total", 0) + m.get("xtwin_study_stored_total", 0) == 0 and
+              m.get("xtwin_study_runs_written_total", 0) >= 4 and m.get("xtwin_frames_rendered_total", 0) >= 4 * n,
+              f"while the send was held, the second run's frames were exposed and both planes' runs written: "
+              f"{ {k: v for k, v in m.items() if 'study' in k or 'rendered' in k} }")
+        # the peer goes away: the send fails, and the writer catches up (shutdown wakes the thread in
+        # accept(); a close alone would leave the socket listening until accept returns)
+        try:
+            lsock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        lsock.close()
+        time.sleep(0.1)
+        for c in list(held):
+            c.close()
+        deadline = time.time() + 60
+        while time.time() < deadline and len(glob.glob(os.path.join(d, "*", "run-*_xa.dcm"))) < 4:
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+        lsock.close()
+    check(proc.returncode == 0, f"xtwin-server exit {proc.returncode}")
+    runs = sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*", "run-*_xa.dcm")))
+    check(len(runs) == 4 and {r[4] for r in runs} == {"a", "b"}, f"every run of both planes written: {runs}")
+    for r in glob.glob(os.path.join(d, "*", "run-*_xa.dcm")):
+        check(int(pydicom.dcmread(r).NumberOfFrames) == n, f"{os.path.basename(r)}: {n} frames")
+
+
 TESTS = [test_objects_valid, test_pixels_read_back, test_enhanced_geometry_reproduces_P,
          test_classic_geometry_and_its_approximations, test_dose_report, test_identity, test_orthanc_store,
-         test_server_study_folder]
+         test_server_study_folder, test_server_biplane_study,
+         test_server_study_never_waits, test_dataset_dicom]
 
 
 def main():

@@ -140,8 +140,11 @@ static void derived_uid(const xt_ds_spec *s, long long shard, const char *what, 
 
 static int put(xt_ds_shard_writer *w, const char *name, const unsigned char *b, size_t n, xt_msg *msg) {
   int rc = xt__ds_write_atomic(w->o->shardsfd, w->o->shards, name, b, n, msg);
-  if (!rc) snprintf(w->dcm->files[w->dcm->nfiles++], sizeof w->dcm->files[0], "shards/%s", name);
-  return rc;
+  if (rc) return rc;
+  char *f = w->dcm->files[w->dcm->nfiles++];
+  if (snprintf(f, sizeof w->dcm->files[0], "shards/%s", name) >= (int)sizeof w->dcm->files[0])
+    return xt_fail(msg, XT_EINVAL, "%s: file name too long for the manifest", name);
+  return 0;
 }
 
 int xt__ds_dicom_write(xt_ds_shard_writer *w, unsigned long long *bytes, xt_msg *msg) {

@@ -9,10 +9,15 @@
  * Lockstep frames (answers to triggers) go out in order while they are in the ring.
  *
  * Transport (api/stream.md, "Transport"). Every client's message is sent from the ring frame's own
- * buffer, never a copy: one WebSocket message in fragments, each as large as the socket takes
- * right now, so that libwebsockets never has to keep an unsent remainder (which it copies);
+ * buffer, never a copy. With sender threads (send.c, --stream-senders; the default without TLS)
+ * the service thread picks the client's frame and hands it over as one WebSocket frame whose first
+ * bytes (the framing and the client's header fields) are in the client's own slot: the shared frame
+ * is only read, by any number of threads at once. While they have it, libwebsockets is kept off
+ * the socket (hand_to_senders says how); their completion wakes the loop (on_wake). Without them
+ * (--stream-senders 0, TLS) one WebSocket message goes out in fragments, each as large as the socket
+ * takes right now, so that libwebsockets never has to keep an unsent remainder (which it copies);
  * the fragments go out over as many writable callbacks as the socket needs. The client's own
- * header fields (t_sent_ns, frames_dropped) are written into the frame's header just before its
+ * header fields (t_sent_ns, frames_dropped) are then written into the frame's header just before its
  * first fragment, which takes the header with it: the service thread is the only writer, and the
  * kernel has the bytes before the next client's turn. A client that asked for a codec gets the
  * frame's compressed message, made once per frame and codec by the first such client and kept on

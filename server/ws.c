@@ -711,8 +711,9 @@ static int hand_to_senders(client *c) {
 
 /* The sender threads finished this client's message (on the service thread, woken by them): the
  * frame's reference goes, the latencies are counted, reading resumes and the next writable
- * callback sends a queued text or the next frame. -1: the socket broke (close it). */
-static int sent_by_senders(client *c, const xt_send_result *r) {
+ * callback sends a queued text or the next frame. A socket that broke (r->err) is closed by that
+ * callback instead, without reading again. */
+static void sent_by_senders(client *c, const xt_send_result *r) {
   c->tx_raw = 0;
   c->send_calls += r->calls;
   c->send_partial += r->partial;
@@ -731,7 +732,6 @@ static int sent_by_senders(client *c, const xt_send_result *r) {
   } else
     lws_rx_flow_control(c->wsi, 1);
   lws_callback_on_writable(c->wsi);
-  return 0;
 }
 
 /* ---- the connection's steps, one per libwebsockets reason ---------------------------------- */

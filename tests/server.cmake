@@ -61,7 +61,7 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_transport
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_transport.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_transport PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
-    # The parallel senders (--stream-senders auto, 2, and 0: the service thread): FD20 full frames to
+    # The parallel senders (--stream-senders auto, 1, and 0: the service thread): FD20 full frames to
     # five raw-socket clients while three of them ping and send commands, one reads slowly and one not
     # at all; fails on any corrupt or interleaved frame, a lost pong or ack, a stalled fast client.
     add_test(NAME test_server_senders

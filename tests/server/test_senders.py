@@ -21,13 +21,16 @@ them) and without (0: the service thread writes, the path TLS uses), with the sa
 
 Exit 0: passed; 1: a failure; 77: python3-websockets missing (the shared runner needs it).
 """
+import asyncio
 import base64
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
 
@@ -263,14 +266,30 @@ async def test_parallel_senders_keep_frames_whole(srv):
     stall.close()
 
 
+async def test_tls_refuses_a_sender_count(srv):
+    """Sender threads write the plain socket: with TLS an explicit count is refused at start, naming
+    the option, and auto (the default) serves with the service thread (test_server_stream's wss
+    test streams through it)."""
+    tmp = tempfile.mkdtemp(prefix="xtwin-senders-tls-")
+    try:
+        started = None
+        try:
+            started = Server(*(ts.tls_args(tmp) + ["--stream-senders", "2", "--phantom-dim", "32"]))
+        except Failure as e:  # "server exited at start: " and its output
+            check("stream_senders" in str(e) and "TLS" in str(e), "the refusal does not name the option: %s" % e)
+        if started:
+            started.kill()
+            raise Failure("a TLS server started with --stream-senders 2")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_one(fn, extra, timeout):
     srv = None
     try:
-        srv = Server(*extra)
-        fn_sync = fn(srv)
-        import asyncio
-        asyncio.run(asyncio.wait_for(fn_sync, timeout))
-        if srv.proc.poll() is None:
+        srv = Server(*extra) if extra is not None else None
+        asyncio.run(asyncio.wait_for(fn(srv), timeout))
+        if srv and srv.proc.poll() is None:
             srv.stop()
         return None
     except Exception as e:  # noqa: BLE001 - a test's failure, reported and counted
@@ -290,6 +309,7 @@ TESTS = [
     (senders("auto"), ARGS),
     (senders("1"), ARGS + ["--stream-senders", "1"]),
     (senders("0"), ARGS + ["--stream-senders", "0"]),
+    (test_tls_refuses_a_sender_count, None),
 ]
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "srv_config.h"
+#include "srv_send.h"
 
 typedef enum { CT_INT, CT_DOUBLE, CT_BOOL, CT_STRING, CT_LIST } cfg_type;
 
@@ -75,6 +76,9 @@ static const cfg_entry cfg_table[] = {
     {"rest_threads", CT_INT, N(rest_threads), "4", 1, 64, NULL, 0, "REST worker threads"},
     {"max_clients", CT_INT, N(max_clients), "32", 1, XT_SRV_MAX_CLIENT_STATS, NULL, 0,
      "stream clients at once"},
+    {"stream_senders", CT_INT, N(stream_senders), "-1", -1, XT_SEND_MAX_THREADS, NULL, 0,
+     "threads writing frames to stream clients in parallel, each frame's pixels straight from the shared ring "
+     "frame (-1: auto, one per client up to 4; 0: the stream's service thread writes every frame, as with TLS)"},
     {"scenario", CT_STRING, S(scenario), "", 0, 0, NULL, 0,
      "a scenario file (JSON timeline of commands and faults at frame numbers or times) played from the start "
      "(docs/device.md, Scenarios)"},

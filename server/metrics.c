@@ -47,6 +47,10 @@ void xt_metrics_init(xt_metrics *m) {
   hist_init(&m->pose_latency, "xtwin_pose_latency_seconds",
             "Pose update received to the first frame carrying it handed to a client's socket.", lat,
             (int)(sizeof lat / sizeof *lat));
+  static const double snd[] = {0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.033, 0.05, 0.1, 0.2};
+  hist_init(&m->send, "xtwin_frame_send_seconds",
+            "Frame rendered to its last byte handed to a client's socket (render done to sent, per client).", snd,
+            (int)(sizeof snd / sizeof *snd));
 }
 
 void xt_metrics_destroy(xt_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -190,6 +194,7 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, const xt_m
   hist(&b, &m->jitter);
   hist(&b, &m->latency);
   hist(&b, &m->pose_latency);
+  hist(&b, &m->send);
   pthread_mutex_unlock(&m->mu);
   if (b.oom) {
     free(b.p);

@@ -58,6 +58,7 @@ typedef struct xt_srv_config {
   int max_ws_message; /* bytes of a WebSocket text message */
   int rest_threads;
   int max_clients;
+  int stream_senders; /* threads writing stream frames: -1 auto (min(4, max_clients)), 0 the service thread */
   char ports_file[XT_SRV_STR];
   char scenario[XT_SRV_STR];     /* a scenario file played from the start (srv_scenario.h) */
   char clock[16];               /* real | virtual: the device's clock (srv_clock.h) */

@@ -9,10 +9,15 @@
  * Lockstep frames (answers to triggers) go out in order while they are in the ring.
  *
  * Transport (api/stream.md, "Transport"). Every client's message is sent from the ring frame's own
- * buffer, never a copy: one WebSocket message in fragments, each as large as the socket takes
- * right now, so that libwebsockets never has to keep an unsent remainder (which it copies);
+ * buffer, never a copy. With sender threads (send.c, --stream-senders; the default without TLS)
+ * the service thread picks the client's frame and hands it over as one WebSocket frame whose first
+ * bytes (the framing and the client's header fields) are in the client's own slot: the shared frame
+ * is only read, by any number of threads at once. While they have it, libwebsockets is kept off
+ * the socket (hand_to_senders says how); their completion wakes the loop (on_wake). Without them
+ * (--stream-senders 0, TLS) one WebSocket message goes out in fragments, each as large as the socket
+ * takes right now, so that libwebsockets never has to keep an unsent remainder (which it copies);
  * the fragments go out over as many writable callbacks as the socket needs. The client's own
- * header fields (t_sent_ns, frames_dropped) are written into the frame's header just before its
+ * header fields (t_sent_ns, frames_dropped) are then written into the frame's header just before its
  * first fragment, which takes the header with it: the service thread is the only writer, and the
  * kernel has the bytes before the next client's turn. A client that asked for a codec gets the
  * frame's compressed message, made once per frame and codec by the first such client and kept on
@@ -43,6 +48,7 @@
 #include "srv_guard.h"
 #include "srv_instr.h"
 #include "srv_metrics.h"
+#include "srv_send.h"
 #include "srv_state.h"
 #include "srv_wire.h"
 #include "srv_ws.h"
@@ -78,6 +84,11 @@ typedef struct client {
   xt_frame *tx_f;
   unsigned char *tx_msg;
   size_t tx_len, tx_off;
+  /* with sender threads: its slot in the pool (-1 none), whether the message is with them (the
+   * service thread then neither reads nor writes on the socket), and whether its frame carried a
+   * new pose (for the pose latency, counted when its first byte is out) */
+  int sslot, tx_raw, tx_pose_changed;
+  uint64_t send_calls, send_partial;
   /* the socket: send buffer asked for (0: none yet) and what the kernel granted */
   size_t sndbuf_asked;
   int sndbuf_granted;
@@ -99,6 +110,9 @@ typedef struct client {
 /* Owned by the service thread. */
 static client *clients;
 static int nclients;
+/* The sender threads (srv_send.h), NULL when the service thread writes every frame itself
+ * (--stream-senders 0, or TLS: the threads write plain sockets). */
+static xt_send_pool *senders;
 static unsigned next_id = 1;
 static struct lws_protocols protocols[2];
 
@@ -529,6 +543,22 @@ static xt_frame_wire *wire_of(xt_frame *f, int m, int codec) {
   return w;
 }
 
+/* The client's message went out: its latencies into /metrics. t_first: its first byte handed to the
+ * kernel (the header's t_sent_ns); t_last: its last (0: not known yet). */
+static void count_sent(client *c, uint64_t t_first, uint64_t t_last) {
+  const xt_stream_header *h = (const xt_stream_header *)(const void *)c->tx_msg;
+  xt_metrics *mt = &c->srv->metrics;
+  pthread_mutex_lock(&mt->mu);
+  if (t_first) {
+    if (h->t_exposure_ns && t_first >= h->t_exposure_ns) xt_hist_add(&mt->latency, (double)(t_first - h->t_exposure_ns) * 1e-9);
+    if (c->tx_pose_changed && h->t_pose_ns && t_first >= h->t_pose_ns)
+      xt_hist_add(&mt->pose_latency, (double)(t_first - h->t_pose_ns) * 1e-9);
+  }
+  if (t_last && h->t_render_done_ns && t_last >= h->t_render_done_ns)
+    xt_hist_add(&mt->send, (double)(t_last - h->t_render_done_ns) * 1e-9);
+  pthread_mutex_unlock(&mt->mu);
+}
+
 /* Writes the client's message from where it stands, fragment by fragment while the socket takes
  * them whole; returns -1 to close. libwebsockets writes each fragment's framing into the LWS_PRE
  * bytes before it, which inside a message are pixels other clients still need: kept and put back
@@ -551,6 +581,7 @@ static int send_fragments(client *c) {
     const int buffered = lws_partial_buffered(c->wsi);
     c->lws_buffered += buffered != 0;
     if (c->tx_off == c->tx_len) {
+      count_sent(c, 0, xt_dev_now_ns());
       xt_frame_unref(&c->srv->ring, c->tx_f);
       c->tx_f = NULL;
       c->tx_msg = NULL;
@@ -605,16 +636,11 @@ static int begin_frame(client *c) {
       flen = w->len;
     }
   }
-  const uint64_t t = xt_dev_now_ns();
-  xt_stream_header *wh = (xt_stream_header *)(void *)fm; /* the header this client's message carries */
-  wh->t_sent_ns = t;
-  wh->frames_dropped = c->dropped;
-  size_sndbuf(c, flen);
   c->tx_f = f;
   c->tx_msg = fm;
   c->tx_len = flen;
   c->tx_off = 0;
-  const int pose_changed = c->have_pose && h->pose_seq != c->last_pose_seq;
+  c->tx_pose_changed = c->have_pose && h->pose_seq != c->last_pose_seq;
   c->last_counter[p] = h->frame_counter;
   c->have_sent[p] = 1;
   c->last_pose_seq = h->pose_seq;
@@ -628,10 +654,84 @@ static int begin_frame(client *c) {
     mt->clients[c->slot].sent = c->sent;
     mt->clients[c->slot].dropped = c->dropped;
   }
-  if (h->t_exposure_ns && t >= h->t_exposure_ns) xt_hist_add(&mt->latency, (double)(t - h->t_exposure_ns) * 1e-9);
-  if (pose_changed && h->t_pose_ns && t >= h->t_pose_ns) xt_hist_add(&mt->pose_latency, (double)(t - h->t_pose_ns) * 1e-9);
   pthread_mutex_unlock(&mt->mu);
   return 1;
+}
+
+/* The service thread's own send: this client's fields written into the shared frame's header just
+ * before its first fragment (nothing else writes the frame meanwhile). */
+static void stamp_shared(client *c) {
+  const uint64_t t = xt_dev_now_ns();
+  xt_stream_header *wh = (xt_stream_header *)(void *)c->tx_msg;
+  wh->t_sent_ns = t;
+  wh->frames_dropped = c->dropped;
+  size_sndbuf(c, c->tx_len);
+  count_sent(c, t, 0);
+}
+
+/* Hands the client's message to the sender threads: one WebSocket frame (FIN, binary, unmasked),
+ * its header and the stream header's first bytes with this client's fields in the slot's own
+ * buffer, the rest from the shared frame. t_sent_ns is stamped by the thread as the first byte goes
+ * (srv_send.h). libwebsockets is kept off the socket until it is done: no reading (a ping's pong
+ * or a close's answer would be written into the middle of the frame), no writes of ours (on_writable
+ * waits), nothing of its own left buffered (checked before this is called). 0, or -1 to close. */
+static int hand_to_senders(client *c) {
+  const int fd = (int)lws_get_socket_fd(c->wsi);
+  const size_t own = offsetof(xt_stream_header, frames_dropped) + sizeof(uint64_t);
+  const size_t ncopy = c->tx_len < own ? c->tx_len : own;
+  unsigned char *b = xt_send_head(senders, c->sslot);
+  size_t k = 0;
+  b[k++] = 0x82; /* FIN, binary */
+  if (c->tx_len < 126) b[k++] = (unsigned char)c->tx_len;
+  else if (c->tx_len <= 0xffff) {
+    b[k++] = 126;
+    for (int i = 1; i >= 0; i--) b[k++] = (unsigned char)(c->tx_len >> (8 * i));
+  } else {
+    b[k++] = 127;
+    for (int i = 7; i >= 0; i--) b[k++] = (unsigned char)((uint64_t)c->tx_len >> (8 * i));
+  }
+  memcpy(b + k, c->tx_msg, ncopy);
+  int stamp_at = -1;
+  if (ncopy == own) {
+    xt_stream_header hh; /* this client's fields, at their offsets in the copy */
+    memcpy(&hh, c->tx_msg, own);
+    hh.frames_dropped = c->dropped;
+    memcpy(b + k, &hh, own);
+    stamp_at = (int)(k + offsetof(xt_stream_header, t_sent_ns));
+  }
+  size_sndbuf(c, c->tx_len);
+  lws_rx_flow_control(c->wsi, 0);
+  c->tx_raw = 1;
+  if (fd < 0 || xt_send_begin(senders, c->sslot, fd, k + ncopy, c->tx_msg + ncopy, c->tx_len - ncopy, stamp_at)) {
+    c->tx_raw = 0;
+    return -1;
+  }
+  return 0;
+}
+
+/* The sender threads finished this client's message (on the service thread, woken by them): the
+ * frame's reference goes, the latencies are counted, reading resumes and the next writable
+ * callback sends a queued text or the next frame. A socket that broke (r->err) is closed by that
+ * callback instead, without reading again. */
+static void sent_by_senders(client *c, const xt_send_result *r) {
+  c->tx_raw = 0;
+  c->send_calls += r->calls;
+  c->send_partial += r->partial;
+  if (!r->err) {
+    count_sent(c, r->t_first_ns, r->t_last_ns);
+    c->fragments++;
+    c->bytes += c->tx_len;
+  }
+  xt_frame_unref(&c->srv->ring, c->tx_f);
+  c->tx_f = NULL;
+  c->tx_msg = NULL;
+  if (r->err) {
+    if (c->srv->cfg.verbose)
+      fprintf(stderr, "xtwin-server: stream client %u: send failed (%s)\n", c->id, strerror(r->err));
+    c->closing = 1;
+  } else
+    lws_rx_flow_control(c->wsi, 1);
+  lws_callback_on_writable(c->wsi);
 }
 
 /* ---- the connection's steps, one per libwebsockets reason ---------------------------------- */
@@ -684,9 +784,15 @@ static int on_established(xt_server *s, client *c, struct lws *wsi) {
   c->wsi = wsi;
   c->srv = s;
   c->id = next_id++;
+  c->slot = -1;
+  c->sslot = -1;
   /* its planes and codec from the upgrade's query (checked by on_confirm_upgrade) */
   xt_msg m;
   if (query_opts(wsi, &c->planes, &c->codec, &m)) return -1;
+  /* every client of a server with sender threads is theirs: the service thread's own sends write
+   * into the shared frame, which the threads may be reading for another client (a slot per
+   * max_clients: none free cannot happen) */
+  if (senders && (c->sslot = xt_send_slot_get(senders)) < 0) return -1;
   uint64_t latest, ppubs[XT_RING_PLANES];
   xt_ring_mark(&s->ring, &latest, ppubs);
   for (int p = 0; p < XT_RING_PLANES; p++) {
@@ -771,6 +877,9 @@ static int send_text(client *c) {
  * cannot come between a message's fragments); else a queued reply before any new frame (acks are
  * not held behind pixels); else the next frame begins. */
 static int on_writable(xt_server *s, client *c, struct lws *wsi) {
+  /* the sender threads have its message: nothing may go onto the socket until they are done (their
+   * completion asks for this callback again) */
+  if (c->tx_raw) return 0;
   if (c->closing || atomic_load(&s->quit)) {
     lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)"server shutting down", 20);
     return -1;
@@ -778,10 +887,18 @@ static int on_writable(xt_server *s, client *c, struct lws *wsi) {
   int rc = 0;
   if (c->tx_f) rc = send_fragments(c);
   else if (c->tn) return send_text(c);
-  else {
+  else if (senders && lws_partial_buffered(wsi)) {
+    /* a text libwebsockets still holds part of goes out first (it flushes before this callback) */
+    lws_callback_on_writable(wsi);
+    return 0;
+  } else {
     int b;
     while ((b = begin_frame(c)) < 0) {}
-    if (b > 0) rc = send_fragments(c);
+    if (b > 0 && senders) rc = hand_to_senders(c);
+    else if (b > 0) {
+      stamp_shared(c);
+      rc = send_fragments(c);
+    }
   }
   publish_caught_up(s);
   return rc;
@@ -799,8 +916,13 @@ static int on_closed(xt_server *s, client *c) {
   publish_caught_up(s); /* a client gone no longer holds the virtual clock back */
   if (s->cfg.verbose)
     fprintf(stderr, "xtwin-server: stream client %u closed: %llu frames, %llu bytes in %llu fragments, "
-            "libwebsockets kept a remainder %llu times\n", c->id, (unsigned long long)c->sent,
-            (unsigned long long)c->bytes, (unsigned long long)c->fragments, (unsigned long long)c->lws_buffered);
+            "libwebsockets kept a remainder %llu times; sender threads: %llu sendmsg calls, %llu partial\n", c->id,
+            (unsigned long long)c->sent, (unsigned long long)c->bytes, (unsigned long long)c->fragments,
+            (unsigned long long)c->lws_buffered, (unsigned long long)c->send_calls, (unsigned long long)c->send_partial);
+  /* the sender threads let go of its socket before libwebsockets closes it */
+  if (senders && c->sslot >= 0) xt_send_slot_put(senders, c->sslot);
+  c->sslot = -1;
+  c->tx_raw = 0;
   xt_frame_unref(&s->ring, c->tx_f);
   c->tx_f = NULL;
   for (int i = 0; i < c->tn; i++) free(c->texts[(c->th + i) % XT_WS_MAX_TEXTS]);
@@ -819,6 +941,13 @@ static int on_closed(xt_server *s, client *c) {
 /* The loop was woken from another thread (xt_ws_wake: a new frame, or shutdown): every client
  * is asked for a writable callback, the only place it may send from. */
 static int on_wake(xt_server *s, struct lws_context *ctx) {
+  if (s && clients && senders) {
+    /* messages the sender threads finished */
+    xt_send_result r;
+    for (client *k = clients; k; k = k->next)
+      if (k->tx_raw && xt_send_poll(senders, k->sslot, &r)) sent_by_senders(k, &r);
+    publish_caught_up(s);
+  }
   if (s && clients) {
     /* A client still busy with an older frame will skip to the newest: what it has missed so far
      * is already lost, so /metrics shows it now rather than at its next send. */
@@ -861,6 +990,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   }
 }
 
+/* The sender threads this server runs (--stream-senders; api/stream.md, "Transport"): auto is one
+ * per client up to four. None with TLS: they write the plain socket, and the TLS record layer is
+ * libwebsockets' (an explicit count with TLS is refused at start, config.c). No WebSocket extension
+ * is offered (the vhost has none), so permessage-deflate never applies to a frame. */
+static int senders_wanted(const xt_server *s) {
+  if (s->cfg.tls_cert[0]) return 0;
+  if (s->cfg.stream_senders >= 0) return s->cfg.stream_senders;
+  return s->cfg.max_clients < 4 ? s->cfg.max_clients : 4;
+}
+
 int xt_ws_start(xt_server *s, xt_msg *msg) {
   memset(protocols, 0, sizeof protocols);
   protocols[0].name = "xtwin-stream";
@@ -896,6 +1035,12 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
   info.timeout_secs = (unsigned)s->cfg.head_timeout + 1; /* an upgrade request must complete in time too */
   info.protocols = protocols;
   info.vhost_name = "xtwin";
+  /* No PING of libwebsockets' own on an idle connection (its default: after 300 s without a PONG or
+   * other proof of life): with sender threads it would be written on POLLOUT, possibly into the
+   * middle of a frame they are writing. Dead peers are found by TCP keepalive and TCP_USER_TIMEOUT
+   * (on_established). */
+  static const lws_retry_bo_t no_idle_ping = {.secs_since_valid_ping = 0, .secs_since_valid_hangup = 0};
+  info.retry_and_idle_policy = &no_idle_ping;
   if (s->cfg.tls_cert[0]) {
     info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     info.ssl_cert_filepath = s->cfg.tls_cert;
@@ -909,6 +1054,22 @@ int xt_ws_start(xt_server *s, xt_msg *msg) {
                    s->cfg.ws_port);
   }
   s->ws_port = lws_get_vhost_listen_port(vh);
+  if (s->cfg.tls_cert[0] && s->cfg.stream_senders > 0) {
+    xt_ws_destroy(s);
+    return xt_fail(msg, XT_EINVAL, "stream_senders: sender threads write plain sockets; with TLS (tls_cert) the "
+                   "service thread writes every frame: leave it at -1 (auto) or 0");
+  }
+  const int n = senders_wanted(s);
+  if (n > 0) {
+    /* the threads only ever wake the service loop (ring_pushed), which exists from here on */
+    int rc = (senders = xt_send_pool_new(s->cfg.max_clients, ring_pushed, s, msg)) ? xt_send_pool_start(senders, n, msg)
+                                                                                    : XT_ENOMEM;
+    if (rc) {
+      xt_ws_destroy(s);
+      return rc;
+    }
+    if (s->cfg.verbose) fprintf(stderr, "xtwin-server: stream: %d sender threads (--stream-senders)\n", n);
+  }
   return 0;
 }
 
@@ -926,10 +1087,16 @@ void xt_ws_run(xt_server *s) {
   }
   uint64_t until = xt_now_ns() + 400000000ull; /* within the 1 s a SIGTERM may take (main.c) */
   while (clients && xt_now_ns() < until) lws_service(s->lws, 0);
+  /* a message still with the threads (a client that stopped reading) is abandoned: its socket is
+   * closed with the context */
+  xt_send_pool_stop(senders);
   xt_ring_set_notify(&s->ring, NULL, NULL); /* nothing serves the loop from here on */
 }
 
 void xt_ws_destroy(xt_server *s) {
+  xt_send_pool_stop(senders); /* no thread may wake a context being destroyed */
   if (s->lws) lws_context_destroy(s->lws);
   s->lws = NULL;
+  xt_send_pool_free(senders); /* after the clients' close callbacks gave their slots back */
+  senders = NULL;
 }

@@ -61,6 +61,13 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_transport
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_transport.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_transport PROPERTIES TIMEOUT 600 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # The parallel senders (--stream-senders auto, 1, and 0: the service thread): FD20 full frames to
+    # five raw-socket clients while three of them ping and send commands, one reads slowly and one not
+    # at all; fails on any corrupt or interleaved frame, a lost pong or ack, a stalled fast client; and
+    # an explicit sender count refused with TLS.
+    add_test(NAME test_server_senders
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_senders.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_senders PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Abuse: model paths, cross-site requests, slowloris, early errors to uploading clients.
     add_test(NAME test_server_security
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_security.py --server $<TARGET_FILE:xtwin-server>)

@@ -11,13 +11,18 @@
 #   run_bench.sh biplane SERVER CLIENT OUTDIR [SECONDS] issue 25: FD20 full (plane A) + FD15 full (plane B) at
 #                                                    30 fps interleaved with the chain, two clients per plane;
 #                                                    then FD20 full single-plane at 30 fps, four clients
+#   run_bench.sh transport SERVER CLIENT OUTDIR [SECONDS] the transport alone: --synthetic frames (no render) of
+#                                                    BENCH_MODE (fd20: 9.5 MB) at BENCH_FPS (30) on BENCH_BACKEND
+#                                                    (cpu), four clients, 20 s; prints render done -> last byte
+#                                                    per client (xtwin_frame_send_seconds) besides the clients' JSON
 #   run_bench.sh virtual SERVER CLIENT OUTDIR [SECONDS] --clock virtual (issue 24): fd20-1024 fluoroscopy
 #                                                    (fluoro_normal: 15 fps, the chain, dose-rate control) for
 #                                                    SECONDS of real time with no stream client, then one; prints
 #                                                    virtual seconds per real second (frames / 15 / SECONDS)
 # Writes OUTDIR/*.json (client summaries), OUTDIR/*.metrics (the server's /metrics at the end),
 # OUTDIR/*.log (server output), OUTDIR/gpu60.csv (one row per frame and client: bench_client.c's
-# dump_csv). GPU_AB=SECONDS adds two short runs that each undo one fix: the libwebsockets client
+# dump_csv). XT_BENCH_SERVER_ARGS adds server options to every run (e.g. "--stream-senders 0": the
+# service thread writes every frame, as before the sender threads). GPU_AB=SECONDS adds two short runs that each undo one fix: the libwebsockets client
 # (--lws, its 4 KiB default reads) and a one-thread uint16 conversion (--convert-threads 1).
 set -u
 kind=$1 server=$2 client=$3 out=$4 secs=${5:-}
@@ -38,7 +43,8 @@ start() {
   # docs/BENCHMARKS.md before issue 26 used; the server's default became the thorax with a guidewire.
   # XT_BENCH_SCENE="" runs the server's default scene instead.
   # shellcheck disable=SC2086
-  "$server" --rest-port 0 --ws-port 0 --ports-file "$out/$name.ports" ${XT_BENCH_SCENE---phantom head} "$@" >"$out/$name.log" 2>&1 &
+  "$server" --rest-port 0 --ws-port 0 --ports-file "$out/$name.ports" ${XT_BENCH_SCENE---phantom head} "$@" \
+    ${XT_BENCH_SERVER_ARGS:-} >"$out/$name.log" 2>&1 &
   PID=$!
   i=0
   while [ ! -s "$out/$name.ports" ]; do
@@ -50,6 +56,28 @@ start() {
 }
 
 stop() { kill -TERM $PID; wait $PID; echo "server exit status $?"; }
+
+# send_p METRICS_FILE: p50 and p99 of xtwin_frame_send_seconds (render done -> a client's last byte
+# handed to the kernel), interpolated within the histogram's buckets (so only as fine as they are)
+send_p() {
+  python3 - "$1" <<'PY'
+import re, sys
+b = [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
+    r'^xtwin_frame_send_seconds_bucket\{le="([^"]+)"\} (\S+)', open(sys.argv[1]).read(), re.M) if m.group(1) != "+Inf"]
+m = re.search(r'^xtwin_frame_send_seconds_count (\S+)', open(sys.argv[1]).read(), re.M)
+if not m:
+    sys.exit(print("no xtwin_frame_send_seconds in /metrics (a server from before the sender threads)"))
+n = float(m.group(1))
+def q(p):
+    lo_le, lo_c = 0.0, 0.0
+    for le, c in b:
+        if c >= p * n:
+            return (lo_le + (le - lo_le) * (p * n - lo_c) / max(c - lo_c, 1e-9)) * 1e3
+        lo_le, lo_c = le, c
+    return float("inf")
+print("render done -> last byte sent (xtwin_frame_send_seconds, %d sends): p50 %.2f ms, p99 %.2f ms" % (n, q(0.5), q(0.99)))
+PY
+}
 
 request() { # METHOD PATH BODY: one REST request to the running server
   python3 -c "import urllib.request as u,sys
@@ -144,6 +172,7 @@ biplane)
   stop
   for f in biplane30_a biplane30_b; do echo "== $f"; cat "$out/$f.json"; done
   grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(render|convert|jitter|period)_seconds' "$out/biplane30.metrics" | grep -v bucket
+  send_p "$out/biplane30.metrics"
   start full30 --backend cuda --mode fd20 --fps 30 --chain --verbose 1 || exit 1
   sleep 3
   "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/full30.json"
@@ -151,6 +180,19 @@ biplane)
   stop
   echo "== full30"; cat "$out/full30.json"
   grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(jitter|period)_seconds' "$out/full30.metrics" | grep -v bucket
+  send_p "$out/full30.metrics"
+  ;;
+transport)
+  secs=${secs:-20}
+  start transport --backend "${BENCH_BACKEND:-cpu}" --synthetic --mode "${BENCH_MODE:-fd20}" --fps "${BENCH_FPS:-30}" \
+    --phantom-dim 32 --verbose 1 || exit 1
+  sleep 2
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/transport.json"
+  metrics "$REST" "$out/transport.metrics"
+  stop
+  cat "$out/transport.json"
+  grep -E '^xtwin_(frames|client_frames)|^xtwin_frame_send_seconds' "$out/transport.metrics"
+  send_p "$out/transport.metrics"
   ;;
 virtual)
   secs=${secs:-20}
@@ -171,5 +213,5 @@ virtual)
     python3 -c "import sys; f=float(sys.argv[1]); s=float(sys.argv[2]); print('virtual clock, %s stream client(s): %d frames in %g s real = %.1f s virtual at 15 fps: %.1fx real time' % (sys.argv[3], f, s, f/15, f/15/s))" "$frames" "$secs" "$nc"
   done
   ;;
-*) echo "usage: $0 gpu|chain|chain-dose|cpu|virtual|biplane SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
+*) echo "usage: $0 gpu|chain|chain-dose|cpu|virtual|biplane|transport SERVER CLIENT OUTDIR [SECONDS]"; exit 2 ;;
 esac

@@ -218,6 +218,12 @@ static int in_vert_arch(const double x[3], const void *arg) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+const char *xt_phantom_thorax_region(int label) {
+  static const char *const names[T_NLABELS] = {[T_HEART] = "heart", [T_AORTA] = "aorta", [T_PULMONARY] = "pulmonary",
+                                               [T_VEINS] = "veins", [T_CORONARY] = "coronary"};
+  return label >= 0 && label < T_NLABELS ? names[label] : NULL;
+}
+
 int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg) {
   *out = NULL;
   if (!(voxel_mm >= 0.5 && voxel_mm <= 10.0)) return xt_fail(msg, XT_ERANGE, "thorax: voxel %g mm outside [0.5, 10]", voxel_mm);
@@ -254,6 +260,7 @@ int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg) {
     t->mu[l] = (float)(mu / 10.0);
     t->density[l] = rho;
     snprintf(t->name[l], XT_MATERIAL_NAME_MAX, "%s", t_names[l]);
+    t->contrast[l] = xt_phantom_thorax_region(l) != NULL;
   }
   if (rc) {
     xt_volume_free(v);

@@ -70,13 +70,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True)
     a = ap.parse_args()
+    # the virtual clock samples the whole bolus however slow the render (CI, ASan, a busy core); the
+    # real clock judges whatever frames a loaded machine makes
+    return run(a.server, "virtual", 4) or run(a.server, "real", 0)
+
+
+def run(server, clock, min_during):
     tmp = tempfile.mkdtemp(prefix="xtwin-contrast-")
     ok = False
     proc = out = ws = None
     try:
-        proc, p, out = launch(a.server, tmp, "contrast", [
+        proc, p, out = launch(server, tmp, "contrast", [
             "--backend", "cpu", "--threads", "2", "--mode", "fd20-128", "--fps", "10", "--pixel-format", "float32",
-            "--no-autostart", "--contrast-max-rate", "25"])
+            "--no-autostart", "--contrast-max-rate", "25", "--clock", clock])
         st, j = rest(p["rest"], "GET", "/v1/contrast")
         names = [r["name"] for r in j["regions"]]
         if st != 200 or names != ["heart", "aorta", "pulmonary", "veins", "coronary"] or j["seq"] != 0:
@@ -134,16 +140,24 @@ def main():
         pump(0.5)
 
         base = pixels(frames[0])
-        ratios, before, during, after = [], 0, 0, 0
+        ratios, before, during, after, latched = [], 0, 0, 0, 0
         for fr in frames:
             t = u64(fr, OFF_T_EXPOSURE)
             seq, mg = struct.unpack_from("<If", fr, OFF_SEQ)
             px = pixels(fr)
+            if t == t_acc:  # latched at the injection's own instant (the virtual clock): either state, no iodine yet
+                if seq not in (0, 1) or mg != 0.0 or px != base:
+                    raise Failed("frame %d exposed at the injection's instant: seq %d, %g mg/mL" % (u64(fr, 8), seq, mg))
+                continue
             if t < t_acc:
                 if seq != 0 or mg != 0.0 or px != base:
                     raise Failed("frame %d exposed before the injection: seq %d, %g mg/mL, pixels %s" %
                                  (u64(fr, 8), seq, mg, "as the first" if px == base else "differ"))
                 before += 1
+                continue
+            if t == rs["t_ns"] and seq == 2:  # latched at the reset's own instant (the virtual clock)
+                if mg != 0.0 or px != base:
+                    raise Failed("frame %d at the reset's instant: %g mg/mL" % (u64(fr, 8), mg))
                 continue
             if t > rs["t_ns"]:
                 if seq != 2 or mg != 0.0 or px != base:
@@ -152,6 +166,7 @@ def main():
                 continue
             if t < t_acc or seq != 1:
                 raise Failed("frame %d exposed %d ns after the injection: seq %d" % (u64(fr, 8), t - t_acc, seq))
+            latched += 1
             want = conc(t, t0)
             if abs(mg - want) > 2e-6 * want + 1e-5:
                 raise Failed("frame %d at %.3f s after the start: %.7g mg/mL, the bolus model %.7g" %
@@ -162,14 +177,14 @@ def main():
                 during += 1
             elif want == 0.0 and px != base:
                 raise Failed("frame %d: no iodine yet, pixels differ" % u64(fr, 8))
-        if before < 1 or during < 4 or after < 1:
-            raise Failed("too few frames to judge: %d before, %d with iodine, %d after the reset" %
-                         (before, during, after))
-        r0 = sorted(ratios)[len(ratios) // 2]
-        if not r0 > 0 or any(abs(r - r0) > 1e-3 * r0 for r in ratios):
+        if before < 1 or latched < 1 or during < min_during or after < 1:
+            raise Failed("%s clock: too few frames to judge: %d before, %d after the injection (%d with iodine), %d "
+                         "after the reset" % (clock, before, latched, during, after))
+        r0 = sorted(ratios)[len(ratios) // 2] if ratios else 0
+        if ratios and not r0 > 0 or any(abs(r - r0) > 1e-3 * r0 for r in ratios):
             raise Failed("line integrals per mg/mL not constant: %r" % ratios)
-        print("ok: %d frames before, %d with iodine (up to %.1f mg/mL), %d after the reset" %
-              (before, during, max(conc(u64(f, OFF_T_EXPOSURE), t0) for f in frames), after))
+        print("ok (%s clock): %d frames before, %d with iodine (up to %.1f mg/mL), %d after the reset" %
+              (clock, before, during, max(conc(u64(f, OFF_T_EXPOSURE), t0) for f in frames), after))
         ws.close()
         ws = None
         proc.send_signal(signal.SIGTERM)
@@ -181,7 +196,7 @@ def main():
         if out:
             out.seek(0)
             log = out.read()[-3000:]
-        print("FAIL: %s: %s\nserver log:\n%s" % (type(e).__name__, e, log))
+        print("FAIL (%s clock): %s: %s\nserver log:\n%s" % (clock, type(e).__name__, e, log))
     finally:
         if ws:
             ws.close()

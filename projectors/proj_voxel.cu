@@ -1068,6 +1068,16 @@ static int voxel_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io
   if (i == p->nmodels) return XT_ENOTFOUND;
   dev_model *d = &p->dm[i];
   if (!d->labels) return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s is no label volume", m->name);
+  const size_t rowsz = XT_MAX_CHANNELS;
+  const int ci = p->chw_iodine, patch = p->chan_models == p->nmodels && p->h_chw && ci >= 0;
+  float *const t = patch ? p->h_chw + rowsz * d->ch_off : NULL;
+  for (int l = 0; patch && l < d->ch_nlab; l++) { /* the parts march takes two channels a label: checked first */
+    int np = 0;
+    for (int c = 0; c < (int)rowsz; c++) np += (c == ci ? io->col[l] : t[rowsz * l + c]) != 0.f;
+    if (np > 2)
+      return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: label %d of model %s would feed more than two channels", l,
+                     m->name);
+  }
   if (!p->io[i] && !(p->io[i] = (xt_iodine_tab *)malloc(sizeof *p->io[i])))
     return xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
   *p->io[i] = *io;
@@ -1076,22 +1086,16 @@ static int voxel_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io
   XT_CK(cudaMemcpy(p->d_luts + d->lut * 256, io->mu, 256 * sizeof(float), cudaMemcpyHostToDevice));
   if (p->opt.lut == XT_CUDA_LUT_CONST)
     XT_CK(cudaMemcpyToSymbol(c_lut, io->mu, 256 * sizeof(float), (size_t)d->lut * 256 * sizeof(float)));
-  const int ci = p->chw_iodine;
-  if (p->chan_models != p->nmodels || !p->h_chw || ci < 0) return 0; /* set_channels applies it */
-  const size_t rowsz = XT_MAX_CHANNELS;
+  if (!patch) return 0; /* set_channels applies it */
   const int nlab = d->ch_nlab;
-  float *t = p->h_chw + rowsz * d->ch_off;
   for (int l = 0; l < nlab; l++) t[rowsz * l + ci] = io->col[l];
   if (d->mu_bg_label < nlab) t[rowsz * (nlab + 3) + ci] = io->col[d->mu_bg_label];
   float *e = t + rowsz * (nlab + XT_CHW_EXTRA);
   for (int l = 0; l < nlab; l++, e += 4) {
     int np = 0;
     e[0] = e[1] = e[2] = e[3] = 0.f;
-    for (int c = 0; c < (int)rowsz; c++) {
+    for (int c = 0; c < (int)rowsz && np < 2; c++) {
       if (t[rowsz * l + c] == 0.f) continue;
-      if (np == 2)
-        return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: label %d of model %s would feed more than two channels", l,
-                       m->name);
       memcpy(&e[2 * np], &c, sizeof c);
       e[2 * np + 1] = t[rowsz * l + c];
       np++;

@@ -6,6 +6,10 @@
 #   test_server_contrast    injections over REST, every frame judged by the server's timestamps (cpu;server)
 if(TARGET xt_acq)
   xt_add_test(test_contrast SOURCES test_contrast.c LIBS xt_acq ${M_LIB} LABELS cpu)
+  if(TARGET xt_loaders) # the contrast mask read from a file
+    target_link_libraries(test_contrast PRIVATE xt_loaders)
+    target_compile_definitions(test_contrast PRIVATE XT_TEST_HAVE_LOADERS)
+  endif()
   if(XT_HAVE_CUDA)
     xt_add_test(test_contrast_cuda SOURCES test_contrast_cuda.c LIBS xt_acq ${M_LIB} LABELS gpu)
   endif()

@@ -4,6 +4,8 @@
  * material is blood with that iodine (the default table's iodine_contrast: 10 mg I/mL), through the
  * line integrals, the material channels and the imaging chain (raw, processed, DSA). */
 #include <float.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +14,9 @@
 #include "xt_acq.h"
 #include "xt_basis.h"
 #include "xt_contrast.h"
+#ifdef XT_TEST_HAVE_LOADERS
+#include "xt_load.h"
+#endif
 #include "xt_phantom.h"
 #include "xt_test.h"
 
@@ -386,6 +391,87 @@ XT_TEST(chain_and_dsa_show_the_region) {
   xt_model_free(ref);
 }
 
+#ifdef XT_TEST_HAVE_LOADERS
+/* A contrast mask loaded from a file (--convert contrast-mask): its labels present above 0 are
+ * regions of iodine only. Its iodine channel with 10 mg/mL equals that of the same voxels labelled
+ * iodine_contrast in the default table, and its line integral is iodine's alone. */
+XT_TEST(contrast_mask_volume) {
+  enum { N = 16 };
+  char dir[] = "/tmp/xt_contrast_XXXXXX", path[64];
+  XT_REQUIRE(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/mask.mha", dir);
+  unsigned char vox[N * N * N] = {0};
+  for (int k = 4; k < 12; k++)
+    for (int j = 5; j < 11; j++)
+      for (int i = 3; i < 13; i++) vox[i + N * (j + N * k)] = 1;
+  vox[0] = 3; /* a second region, one voxel */
+  FILE *f = fopen(path, "wb");
+  XT_REQUIRE(f);
+  fprintf(f, "ObjectType = Image\nNDims = 3\nBinaryData = True\nBinaryDataByteOrderMSB = False\n"
+             "DimSize = %d %d %d\nElementSpacing = 6 6 6\nElementType = MET_UCHAR\nElementDataFile = LOCAL\n",
+          N, N, N);
+  XT_REQUIRE(fwrite(vox, 1, sizeof vox, f) == sizeof vox);
+  fclose(f);
+  xt_msg msg;
+  xt_load_options lo;
+  memset(&lo, 0, sizeof lo);
+  XT_REQUIRE(xt_load_options_named("contrast-mask", NULL, 0, NULL, NULL, &lo, &msg) == 0);
+  xt_volume *v = NULL, *w = NULL;
+  XT_REQUIRE_MSG(xt_volume_load(path, &lo, &v, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE(v->type == XT_VOXEL_U8 && v->materials);
+  XT_CHECK(v->materials->contrast[0] == 0 && v->materials->contrast[1] == 1 && v->materials->contrast[2] == 0 &&
+           v->materials->contrast[3] == 1);
+  XT_CHECK(v->materials->mu[1] == 0.f && !v->materials->name[1][0]);
+  lo.convert = XT_LOAD_LABELS; /* the oracle: label 1 = blood, relabelled iodine_contrast below */
+  XT_REQUIRE_MSG(xt_volume_load(path, &lo, &w, &msg) == 0, "%s", msg.text);
+  unlink(path);
+  rmdir(dir);
+  uint8_t *d = w->data;
+  for (size_t k = 0; k < (size_t)N * N * N; k++) d[k] = d[k] == 1 ? XT_MAT_IODINE : XT_MAT_AIR;
+  xt_model *mm = NULL, *mw = NULL;
+  XT_REQUIRE(xt_model_from_volume(v, "mask", &mm, &msg) == 0 && xt_model_from_volume(w, "ref", &mw, &msg) == 0);
+  xt_proj *pm = NULL, *pw = NULL;
+  XT_REQUIRE(cpu_proj(mm, &pm, &msg) == 0 && cpu_proj(mw, &pw, &msg) == 0);
+  xt_chanset cm, cw;
+  XT_REQUIRE(xt_proj_channels(pm, &cm, &msg) == 0 && xt_proj_channels(pw, &cw, &msg) == 0);
+  XT_REQUIRE(cm.n == 1 && cm.basis[0] == XT_BASIS_IODINE); /* iodine only */
+  const int ci = xt_chanset_find(&cw, XT_BASIS_IODINE);
+  XT_REQUIRE(ci >= 0);
+  const xt_detector_mode *md = xt_mode_find("fd20-128");
+  xt_geometry g;
+  xt_pose pose = xt_pose_default(md);
+  pose.primary_deg = 25;
+  pose.secondary_deg = -10;
+  XT_REQUIRE(xt_geom_compute(&pose, md, &g, &msg) == 0);
+  const size_t px = (size_t)md->rows * md->cols;
+  float *a = malloc(sizeof *a * px * XT_MAX_CHANNELS), *b = malloc(sizeof *b * px * XT_MAX_CHANNELS);
+  XT_REQUIRE(a && b);
+  XT_REQUIRE(xt_proj_render(pm, &g, a, &msg) == 0);
+  for (size_t k = 0; k < px; k++) XT_CHECK(a[k] == 0.f); /* nothing before an injection */
+  double rho[256] = {0};
+  rho[1] = 0.010;
+  XT_REQUIRE_MSG(xt_proj_set_iodine(pm, mm, rho, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE(xt_proj_render_channels(pm, &g, a, &msg) == 0);
+  XT_REQUIRE(xt_proj_render_channels(pw, &g, b, &msg) == 0);
+  XT_CHECK(memcmp(a, b + (size_t)ci * px, sizeof *a * px) == 0);
+  size_t hit = 0;
+  for (size_t k = 0; k < px; k++) hit += a[k] > 0.f;
+  XT_CHECK(hit > 100);
+  double mr = 0;
+  XT_REQUIRE(xt_basis_mass_atten(XT_BASIS_IODINE, XT_DEFAULT_ENERGY_KEV, &mr, &msg) == 0);
+  XT_REQUIRE(xt_proj_render(pm, &g, b, &msg) == 0);
+  for (size_t k = 0; k < px; k++) XT_CHECK_NEAR(b[k], mr * a[k], 1e-6 * mr * a[k] + 1e-9);
+  free(a);
+  free(b);
+  xt_proj_destroy(pm);
+  xt_proj_destroy(pw);
+  xt_model_free(mm);
+  xt_model_free(mw);
+}
+#else
+XT_TEST(contrast_mask_volume) { printf("  (no loaders in this build: skipped)\n"); }
+#endif
+
 XT_TEST_MAIN(XT_ENTRY(iodine_k_edge_against_nist) XT_ENTRY(gamma_variate_closed_forms)
                  XT_ENTRY(bolus_curve_against_convolution_and_mass) XT_ENTRY(region_at_c_equals_static_render)
-                 XT_ENTRY(chain_and_dsa_show_the_region))
+                 XT_ENTRY(chain_and_dsa_show_the_region) XT_ENTRY(contrast_mask_volume))

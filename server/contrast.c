@@ -64,7 +64,7 @@ static int finished(const xt_injection *in, const xt_bolus *b, int64_t now) {
   return t > 0.0 && 1.0 - xt_gv_cdf(t, b->alpha, b->beta_s) < 1e-12;
 }
 
-/* A number of the body, or `def` when it is absent: -1 when present but no number. */
+/* Field `key` of the body into *v when present (*given): -1 when present but no finite number. */
 static int num(const json_t *body, const char *key, double *v, int *given) {
   const json_t *x = json_object_get(body, key);
   *given = x != NULL;

@@ -232,6 +232,33 @@ static int apply_shapes(xt_acq_renderer *r, const xt_acq_request *q, xt_msg *msg
   return 0;
 }
 
+/* The exposure's iodine, per label volume, where the projector holds other values. */
+static int apply_iodine(xt_acq_renderer *r, const xt_acq_request *q, xt_msg *msg) {
+  xt_acq_shape_cache *c = r->shapes ? r->shapes : &r->own_shapes;
+  for (int i = 0; i < q->niodine; i++) {
+    const xt_model *m = q->iodine[i].model;
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = q->iodine[j].model == m;
+    if (seen) continue; /* that model's regions went with its first */
+    double rho[256] = {0};
+    for (int j = i; j < q->niodine; j++) {
+      const xt_acq_iodine *io = &q->iodine[j];
+      if (io->model != m) continue;
+      if (io->label < 0 || io->label > 255)
+        return xt_fail(msg, XT_EINVAL, "acquisition: contrast region label %d of model %s", io->label, m->name);
+      rho[io->label] = io->rho_g_cm3;
+    }
+    int k = 0;
+    while (k < c->niodine && c->iodine_model[k] != m) k++;
+    if (k < c->niodine && memcmp(c->iodine_rho[k], rho, sizeof rho) == 0) continue;
+    int rc = xt_proj_set_iodine(r->proj, m, rho, msg);
+    if (rc) return rc;
+    if (k == c->niodine && k < XT_ACQ_MAX_IODINE_MODELS) c->iodine_model[c->niodine++] = m;
+    if (k < c->niodine) memcpy(c->iodine_rho[k], rho, sizeof rho);
+  }
+  return 0;
+}
+
 int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
   record_start(q, f);
   const int chain = q->chain && !(q->flags & XT_ACQ_NO_RENDER);
@@ -275,6 +302,7 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   /* the instruments' shapes of this exposure, into the projector's own buffers */
   f->step = XT_ACQ_STEP_RENDER;
   if ((rc = apply_shapes(r, q, msg))) return rc;
+  if ((rc = apply_iodine(r, q, msg))) return rc;
 
   /* the planes' sizes, then the caller's buffers */
   f->step = XT_ACQ_STEP_BUFFERS;

@@ -91,11 +91,25 @@ typedef struct xt_acq_shape {
 /* The shape versions a projector holds, one entry per instrument. Renderers on one projector share
  * one (the server's worker: plane A's and plane B's), so that a version is set once. */
 #define XT_ACQ_MAX_SHAPES 32
+#define XT_ACQ_MAX_IODINE_MODELS 4
 typedef struct xt_acq_shape_cache {
   int n;
   const xt_model *model[XT_ACQ_MAX_SHAPES];
   uint64_t version[XT_ACQ_MAX_SHAPES];
+  /* contrast (issue 26): the iodine (g/cm^3 per label) each label volume holds on the projector, so
+   * that an unchanged one is not set again */
+  int niodine;
+  const xt_model *iodine_model[XT_ACQ_MAX_IODINE_MODELS];
+  double iodine_rho[XT_ACQ_MAX_IODINE_MODELS][256];
 } xt_acq_shape_cache;
+
+/* Contrast (issue 26, docs/contrast.md): the iodine in one region (a label of a label volume) as an
+ * exposure renders it, latched with it. */
+typedef struct xt_acq_iodine {
+  const xt_model *model; /* the label volume as added to the projector */
+  int label;
+  double rho_g_cm3;      /* iodine's partial density: mg I/mL / 1000 */
+} xt_acq_iodine;
 
 typedef struct xt_acq_renderer {
   xt_proj *proj;
@@ -214,6 +228,11 @@ typedef struct xt_acq_request {
    * version it does not hold (xt_proj_set_shape, before the render). nshapes 0: as they are. */
   const xt_acq_shape *shapes;
   int nshapes;
+  /* Contrast (issue 26): every region's iodine at the exposure's time; the projector takes each
+   * label volume's that differs from what it holds (xt_proj_set_iodine). A label volume named by
+   * none of them keeps what it holds. niodine 0: as they are. */
+  const xt_acq_iodine *iodine;
+  int niodine;
   /* Called with the geometry before any render work (the server's work budgets); NULL: none. */
   int (*admit)(void *ctx, const xt_geometry *g, xt_msg *msg);
   /* Called once the planes' sizes are in the record: points each wanted plane's data at a buffer

@@ -169,7 +169,10 @@ typedef struct xt_stream_header {
   uint32_t codec;               /* 776  XT_STREAM_CODEC_*: how the pixels after the header are encoded */
   uint32_t saturated_px;        /* 780  chain frames: raw pixels of this exposure at the ADC's full scale (was reserved5) */
   uint64_t wire_bytes;          /* 784  bytes after the header in this message (payload_bytes when codec 0) */
-  uint64_t reserved6;           /* 792  0 */
+  uint32_t contrast_seq;        /* 792  contrast (issue 26): the injection state this exposure was
+                                        rendered with (GET /v1/contrast's seq; 0: never an injection) */
+  float iodine_mg_ml_max;       /* 796  the largest iodine concentration of any region at the exposure
+                                        (mg I/mL; each region's: GET /v1/contrast?t_ns=t_exposure_ns) */
 } xt_stream_header;             /* 800 */
 
 #define XT_STREAM_HEADER_SIZE 800
@@ -248,7 +251,8 @@ _Static_assert(offsetof(xt_stream_header, cycle) == 760, "cycle");
 _Static_assert(offsetof(xt_stream_header, t_cycle_ns) == 768, "t_cycle_ns");
 _Static_assert(offsetof(xt_stream_header, codec) == 776, "codec");
 _Static_assert(offsetof(xt_stream_header, wire_bytes) == 784, "wire_bytes");
-_Static_assert(offsetof(xt_stream_header, reserved6) == 792, "reserved6");
+_Static_assert(offsetof(xt_stream_header, contrast_seq) == 792, "contrast_seq");
+_Static_assert(offsetof(xt_stream_header, iodine_mg_ml_max) == 796, "iodine_mg_ml_max");
 _Static_assert(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE, "header size");
 
 #endif /* XT_STREAM_H */

@@ -83,7 +83,8 @@ int xt_load_options_named(const char *convert, const char *hu_model, double ct_e
   else if (!strcmp(c, "hu")) opt->convert = XT_LOAD_HU_TO_MU;
   else if (!strcmp(c, "hu-labels")) opt->convert = XT_LOAD_HU_TO_LABELS;
   else if (!strcmp(c, "labels")) opt->convert = XT_LOAD_LABELS;
-  else return xt_fail(msg, XT_EINVAL, "convert: '%s' is not mu, hu, hu-labels or labels", c);
+  else if (!strcmp(c, "contrast-mask")) opt->convert = XT_LOAD_CONTRAST_MASK;
+  else return xt_fail(msg, XT_EINVAL, "convert: '%s' is not mu, hu, hu-labels, labels or contrast-mask", c);
   opt->hu_model = hu_model && !strcmp(hu_model, "linear") ? XT_HU_LINEAR : XT_HU_BILINEAR;
   opt->ct_energy_kev = ct_energy_kev;
   opt->nifti_xform = nifti_transform && !strcmp(nifti_transform, "qform") ? XT_NIFTI_QFORM : XT_NIFTI_SFORM;
@@ -422,7 +423,8 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
   }
   xt_load_convert conv = opt ? opt->convert : XT_LOAD_MU;
   double energy = opt && opt->energy_kev > 0 ? opt->energy_kev : XT_DEFAULT_ENERGY_KEV;
-  int labels = conv == XT_LOAD_HU_TO_LABELS || conv == XT_LOAD_LABELS;
+  const int mask = conv == XT_LOAD_CONTRAST_MASK;
+  int labels = conv == XT_LOAD_HU_TO_LABELS || conv == XT_LOAD_LABELS || mask;
   int hu = conv == XT_LOAD_HU_TO_MU || conv == XT_LOAD_HU_TO_LABELS;
   int fill = opt && opt->nan_fill;
   double fillv = fill ? opt->nan_value : 0;
@@ -439,6 +441,12 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
     }
     xt_msg m2;
     rc = xt_materials_default(energy, table, &m2);
+    if (!rc && mask) { /* every entry unused (no material, mu 0); the labels present become regions below */
+      memset(table, 0, sizeof *table);
+      table->count = XT_MAX_MATERIALS;
+      table->energy_kev = energy;
+      snprintf(table->source, sizeof table->source, "contrast mask: labels > 0 are regions of iodine only");
+    }
     if (!rc && conv == XT_LOAD_HU_TO_MU)
       rc = xt_hu_calib_make(opt->hu_model, energy, opt->ct_energy_kev, &cal, &m2);
     if (rc) {
@@ -495,11 +503,12 @@ int xt__finish(const char *path, const xt__grid *g, const xt_load_options *opt, 
         if (!(x >= 0 && x < table->count) || x != floor(x)) {
           int ijk[3];
           index_of(v, base + i, ijk);
-          rc = xt_fail(msg, XT_ERANGE, "%s: voxel (%d,%d,%d) has label %g, not an integer in 0..%d (default materials)",
-                       path, ijk[0], ijk[1], ijk[2], x, table->count - 1);
+          rc = xt_fail(msg, XT_ERANGE, "%s: voxel (%d,%d,%d) has label %g, not an integer in 0..%d (%s)",
+                       path, ijk[0], ijk[1], ijk[2], x, table->count - 1, mask ? "contrast mask" : "default materials");
           goto fail;
         }
         u[base + i] = (uint8_t)x;
+        if (mask && x > 0) table->contrast[(int)x] = 1;
       }
     }
   }
@@ -550,7 +559,7 @@ int xt_volume_load(const char *path, const xt_load_options *opt, xt_volume **out
   if (!path || !*path) return xt_fail(msg, XT_EINVAL, "load: no file name given");
   if (!out) return xt_fail(msg, XT_EINVAL, "%s: no output volume given", path);
   *out = NULL;
-  if (opt && (opt->convert < XT_LOAD_MU || opt->convert > XT_LOAD_LABELS))
+  if (opt && (opt->convert < XT_LOAD_MU || opt->convert > XT_LOAD_CONTRAST_MASK))
     return xt_fail(msg, XT_EINVAL, "%s: unknown conversion %d", path, (int)opt->convert);
   int (*reader)(const char *, const xt_load_options *, xt_volume **, xt_msg *) = NULL;
   if (opt && opt->roots) { /* confined first: nothing outside the folders is looked at, let alone

@@ -13,7 +13,11 @@ typedef enum xt_load_convert {
   XT_LOAD_MU = 0,        /* voxels already hold mu in 1/mm: keep as float32 */
   XT_LOAD_HU_TO_MU = 1,  /* voxels are Hounsfield units: mu = mu_water * (1 + HU/1000), clamped at 0 */
   XT_LOAD_HU_TO_LABELS = 2, /* Hounsfield units -> default material labels by HU ranges */
-  XT_LOAD_LABELS = 3     /* voxels are integer labels 0..255 into the default material table */
+  XT_LOAD_LABELS = 3,    /* voxels are integer labels 0..255 into the default material table */
+  /* voxels are integer labels 0..255 of a contrast mask (issue 26, docs/contrast.md): 0 nothing, every
+   * label present above 0 a contrast region of no material of its own (iodine only, when injected),
+   * to lie over a CT that holds the vessels' blood */
+  XT_LOAD_CONTRAST_MASK = 4
 } xt_load_convert;
 
 /* HU -> mu: the bilinear calibration (air-water and water-bone segments, xt_hu.h) is the

@@ -33,6 +33,9 @@ typedef struct xt_material_table {
   double density[XT_MAX_MATERIALS];                /* g/cm^3, informational */
   char name[XT_MAX_MATERIALS][XT_MATERIAL_NAME_MAX];
   char source[160];                                /* where the values come from */
+  /* Contrast regions (issue 26, docs/contrast.md): 1 where label l can take iodine, so the model's
+   * channel set holds iodine and a projector may add it (xt_proj_set_iodine); 0 elsewhere. */
+  unsigned char contrast[XT_MAX_MATERIALS];
 } xt_material_table;
 
 /* A regular voxel grid. Voxel (i,j,k) is stored at data[i + dim[0]*(j + dim[1]*k)] and its

@@ -78,6 +78,9 @@ enum {
   XT_THORAX_LABELS
 };
 int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg);
+/* The contrast region of thorax label l ("heart", "aorta", "pulmonary", "veins", "coronary"; the
+ * blood labels, flagged in the table's contrast[]), or NULL for a label that takes no contrast. */
+const char *xt_phantom_thorax_region(int label);
 /* The centreline of the thorax's guidewire (tip first, 1 mm steps, in the thorax's model frame):
  * up the descending aorta, over the arch, the tip in the ascending aorta. At most cap points;
  * returns the count. */

@@ -28,7 +28,7 @@ enum {
   T_CORONARY = XT_THORAX_CORONARY,
   T_NLABELS = XT_THORAX_LABELS
 };
-static const char *const t_names[T_NLABELS] = {"air",   "soft_tissue", "lung",  "trabecular_bone", "bone",
+static const char *const t_names[T_NLABELS] = {"air_as_tissue", "soft_tissue", "lung",  "trabecular_bone", "bone",
                                                "blood", "blood",       "blood", "blood",           "blood"};
 
 typedef struct painter {
@@ -218,6 +218,12 @@ static int in_vert_arch(const double x[3], const void *arg) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+const char *xt_phantom_thorax_region(int label) {
+  static const char *const names[T_NLABELS] = {[T_HEART] = "heart", [T_AORTA] = "aorta", [T_PULMONARY] = "pulmonary",
+                                               [T_VEINS] = "veins", [T_CORONARY] = "coronary"};
+  return label >= 0 && label < T_NLABELS ? names[label] : NULL;
+}
+
 int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg) {
   *out = NULL;
   if (!(voxel_mm >= 0.5 && voxel_mm <= 10.0)) return xt_fail(msg, XT_ERANGE, "thorax: voxel %g mm outside [0.5, 10]", voxel_mm);
@@ -239,7 +245,7 @@ int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg) {
   t->count = T_NLABELS;
   t->energy_kev = XT_DEFAULT_ENERGY_KEV;
   snprintf(t->source, sizeof t->source, "xraylib 4.0 at %.1f keV; lung = soft tissue at 0.26 g/cm^3, trabecular bone = "
-           "cortical bone at 1.18 g/cm^3 [U]", XT_DEFAULT_ENERGY_KEV);
+           "cortical bone at 1.18 g/cm^3, air = soft tissue at 0.0012 [U]", XT_DEFAULT_ENERGY_KEV);
   for (int l = 0; l < T_NLABELS && !rc; l++) {
     xt_basis_part parts[2];
     int np = 0;
@@ -254,6 +260,7 @@ int xt_phantom_thorax_model(double voxel_mm, xt_model **out, xt_msg *msg) {
     t->mu[l] = (float)(mu / 10.0);
     t->density[l] = rho;
     snprintf(t->name[l], XT_MATERIAL_NAME_MAX, "%s", t_names[l]);
+    t->contrast[l] = xt_phantom_thorax_region(l) != NULL;
   }
   if (rc) {
     xt_volume_free(v);

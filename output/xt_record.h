@@ -144,6 +144,10 @@ typedef struct xt_sidecar_info {
   const xt_model *const *added;
   const char *const *added_sources;
   int nadded;
+  /* contrast (issue 26): each region's iodine the frame was rendered with; 0: no "contrast" object */
+  int niodine;
+  const char *const *iodine_regions;
+  const double *iodine_mg_ml;
 } xt_sidecar_info;
 
 /* Writes the sidecar (pretty-printed JSON, doubles round-trippable) to f. */

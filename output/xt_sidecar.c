@@ -231,6 +231,13 @@ static json_t *build(const xt_sidecar_info *in, xt_jb *b) {
   }
   if (in->load) xt_jb_put(b, root, "load", json_incref(in->load));
   if (in->coverage) xt_jb_put(b, root, "coverage", coverage_json(b, in->coverage));
+  if (in->niodine > 0) { /* contrast (docs/contrast.md): what the frame's regions held */
+    json_t *ct = json_object(), *mg = json_object();
+    for (int i = 0; i < in->niodine; i++) xt_jb_put(b, mg, in->iodine_regions[i], num(in->iodine_mg_ml[i]));
+    xt_jb_put(b, ct, "iodine_mg_ml", mg);
+    xt_jb_put(b, ct, "note", str("each region's material plus iodine at this concentration (partial density mg/mL / 1000 g/cm^3)"));
+    xt_jb_put(b, root, "contrast", ct);
+  }
 
   json_t *be = json_object();
   xt_jb_put(b, be, "name", str(in->backend));

@@ -709,6 +709,17 @@ static int ops_set_shape(void *impl, const xt_model *m, const double *pts, int n
   }
   return xt_fail(msg, XT_ENOTFOUND, "cuda projector: model %s was not added as an instrument", m->name);
 }
+/* Contrast: the kind that holds label volume m takes its iodine (mono table and channel rows). */
+static int ops_set_iodine(void *impl, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
+  xt_cuda_proj *p = (xt_cuda_proj *)impl;
+  for (int k = 0; k < NKINDS; k++) {
+    if (!kinds[k]->set_iodine) continue;
+    CK(cudaSetDevice(p->opt.device));
+    const int rc = kinds[k]->set_iodine(p->kst[k], m, io, msg);
+    if (rc != XT_ENOTFOUND) return rc;
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "cuda projector: model %s was not added as a label volume", m->name);
+}
 /* Portable: pinned for every device's context, so one buffer serves whichever worker renders. */
 static int ops_host_alloc(size_t bytes, void **out, xt_msg *msg) {
   cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
@@ -736,5 +747,5 @@ static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_s
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
     "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
     ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral, ops_host_alloc,
-    ops_host_free, ops_render_batch_device, ops_set_shape,
+    ops_host_free, ops_render_batch_device, ops_set_shape, ops_set_iodine,
 };

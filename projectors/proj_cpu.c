@@ -37,13 +37,16 @@ typedef struct ray_model {
   _Alignas(16) unsigned char state[XT_CPU_KIND_STATE];
 } ray_model;
 
-static void setup_models(const xt_model *const *models, int n, const xt_pose *pose, void *const *chans, ray_model *rm) {
+/* ios: NULL, or per model the projector's iodine (NULL: none) */
+static void setup_models(const xt_model *const *models, int n, const xt_pose *pose, void *const *chans,
+                         xt_iodine_tab *const *ios, ray_model *rm) {
   for (int i = 0; i < n; i++) {
     rm[i].m = models[i];
     rm[i].k = kind_of(models[i]);
     rm[i].chan = chans ? chans[i] : NULL;
     rm[i].ok = rm[i].k && rm[i].k->frame(models[i], pose, rm[i].state);
     rm[i].area = rm[i].k && rm[i].k->pixel;
+    if (rm[i].ok && ios && ios[i] && rm[i].k->iodine) rm[i].k->iodine(ios[i], rm[i].state, NULL);
   }
 }
 
@@ -84,7 +87,7 @@ double xt_ref_segment(const xt_model *const *models, int n, xt_vec3 a, xt_vec3 b
   if (!rm) return NAN;
   xt_pose id;
   memset(&id, 0, sizeof id); /* a, b are world points: the table is already applied by the caller */
-  setup_models(models, n, &id, NULL, rm);
+  setup_models(models, n, &id, NULL, NULL, rm);
   for (int i = 0; i < n; i++) rm[i].area = 0; /* one ray, whatever the kind */
   double r = integrate(rm, n, a, xt_v3_scale(d, 1.0 / len), len);
   if (rm != rm_stack) free(rm);
@@ -145,12 +148,13 @@ static int default_threads(void) {
 
 /* chans: NULL for line integrals, else each model's channel map and nch planes out (fast: by the
  * kinds' fast march). */
-static int render_frame(const xt_model *const *models, int n, const xt_geometry *g, void *const *chans, int nch,
-                        int fast, double *out64, float *out32, int threads, xt_msg *msg) {
+static int render_frame(const xt_model *const *models, int n, const xt_geometry *g, void *const *chans,
+                        xt_iodine_tab *const *ios, int nch, int fast, double *out64, float *out32, int threads,
+                        xt_msg *msg) {
   if (n < 0 || n > 1024) return xt_fail(msg, XT_EINVAL, "render: %d models", n);
   ray_model *rm = calloc((size_t)(n > 0 ? n : 1), sizeof *rm);
   if (!rm) return xt_fail(msg, XT_ENOMEM, "render: out of memory");
-  setup_models(models, n, &g->pose, chans, rm);
+  setup_models(models, n, &g->pose, chans, ios, rm);
   frame_job job = {.rm = rm, .nmodels = n, .g = g, .nch = chans ? nch : 0, .fast = fast, .out64 = out64, .out32 = out32};
   atomic_init(&job.next_row, 0);
   if (threads <= 0) threads = default_threads();
@@ -169,7 +173,7 @@ static int render_frame(const xt_model *const *models, int n, const xt_geometry 
 
 int xt_ref_render_f64(const xt_model *const *models, int n, const xt_geometry *g, double *out, int threads,
                       xt_msg *msg) {
-  return render_frame(models, n, g, NULL, 0, 0, out, NULL, threads, msg);
+  return render_frame(models, n, g, NULL, NULL, 0, 0, out, NULL, threads, msg);
 }
 
 /* Each model's channel map onto cs; chans[i] NULL-initialised by the caller, freed with free_chans. */
@@ -195,7 +199,7 @@ int xt_ref_render_channels_f64(const xt_model *const *models, int n, const xt_ch
   void **chans = calloc((size_t)(n > 0 ? n : 1), sizeof *chans);
   if (!chans) return xt_fail(msg, XT_ENOMEM, "channels: out of memory");
   int rc = build_chans(models, n, cs, chans, msg);
-  if (!rc) rc = render_frame(models, n, g, chans, cs->n, 0, out, NULL, threads, msg);
+  if (!rc) rc = render_frame(models, n, g, chans, NULL, cs->n, 0, out, NULL, threads, msg);
   free_chans(chans, n);
   return rc;
 }
@@ -212,6 +216,7 @@ typedef struct cpu_proj {
   xt_model **own;          /* the own copies (kinds with `own`), else NULL */
   xt_chanset cs;   /* the models' channel set */
   void **chans;    /* each model's map onto cs; rebuilt when cs grows (at add_model) */
+  xt_iodine_tab **io; /* contrast: each label volume's iodine (made at its first xt_proj_set_iodine), else NULL */
 } cpu_proj;
 
 static int cpu_available(xt_msg *msg) { return 0; }
@@ -246,6 +251,9 @@ static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
     xt_model **no = realloc(p->own, sizeof *no * (size_t)cap);
     if (!no) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
     p->own = no;
+    xt_iodine_tab **ni = realloc(p->io, sizeof *ni * (size_t)cap);
+    if (!ni) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    p->io = ni;
     p->cap = cap;
   }
   xt_model *own = NULL;
@@ -257,6 +265,7 @@ static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
   p->chans[p->nmodels] = NULL;
   p->added[p->nmodels] = m;
   p->own[p->nmodels] = own;
+  p->io[p->nmodels] = NULL;
   p->models[p->nmodels++] = own ? own : m;
   for (int i = 0; i < p->nmodels; i++) {
     free(p->chans[i]);
@@ -282,7 +291,9 @@ static int channels_frame(cpu_proj *p, const xt_geometry *g, int fast, float *ou
     if (rc) return rc;
   }
   if (!p->cs.n) return 0;
-  return render_frame(p->models, p->nmodels, g, p->chans, p->cs.n, fast, NULL, out, p->threads, msg);
+  for (int i = 0; i < p->nmodels; i++) /* the iodine of this frame (set since, or a map rebuilt) */
+    if (p->io[i]) kind_of(p->models[i])->iodine(p->io[i], NULL, p->chans[i]);
+  return render_frame(p->models, p->nmodels, g, p->chans, p->io, p->cs.n, fast, NULL, out, p->threads, msg);
 }
 
 static int cpu_render_channels(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
@@ -295,7 +306,7 @@ int xt_proj_cpu_render_channels_fast(void *impl, const xt_geometry *g, float *ou
 
 static int cpu_render(void *impl, const xt_geometry *g, float *out, xt_msg *msg) {
   cpu_proj *p = impl;
-  return render_frame(p->models, p->nmodels, g, NULL, 0, 0, NULL, out, p->threads, msg);
+  return render_frame(p->models, p->nmodels, g, NULL, p->io, 0, 0, NULL, out, p->threads, msg);
 }
 
 static int cpu_render_batch(void *impl, const xt_geometry *g, int n, float *out, xt_msg *msg) {
@@ -312,8 +323,10 @@ static void cpu_destroy(void *impl) {
   if (!p) return;
   for (int i = 0; i < p->nmodels; i++) {
     free(p->chans[i]);
+    free(p->io[i]);
     xt_model_free(p->own[i]);
   }
+  free(p->io);
   free(p->chans);
   free(p->added);
   free(p->own);
@@ -334,6 +347,28 @@ static int cpu_set_shape(void *impl, const xt_model *m, const double *pts, int n
   return xt_fail(msg, XT_ENOTFOUND, "cpu projector: model %s was not added", m->name);
 }
 
+static int cpu_set_iodine(void *impl, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
+  cpu_proj *p = impl;
+  for (int i = 0; i < p->nmodels; i++) {
+    if (p->added[i] != m) continue;
+    if (!kind_of(m)->iodine)
+      return xt_fail(msg, XT_EUNSUPPORTED, "cpu projector: model %s (%s) takes no contrast", m->name,
+                     xt_model_kind_name(m->kind));
+    if (!io) { /* none: the model's own tables again */
+      free(p->io[i]);
+      p->io[i] = NULL;
+      free(p->chans[i]); /* rebuilt from the model at the next channels frame */
+      p->chans[i] = NULL;
+      return 0;
+    }
+    if (!p->io[i] && !(p->io[i] = malloc(sizeof *p->io[i]))) /* once per model: later sets copy into it */
+      return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    *p->io[i] = *io;
+    return 0;
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "cpu projector: model %s was not added", m->name);
+}
+
 const xt_proj_ops xt_proj_cpu_ops = {
     .name = "cpu",
     .available = cpu_available,
@@ -347,4 +382,5 @@ const xt_proj_ops xt_proj_cpu_ops = {
     .render_device = NULL,
     .render_spectral = NULL,
     .set_shape = cpu_set_shape,
+    .set_iodine = cpu_set_iodine,
 };

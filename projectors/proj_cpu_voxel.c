@@ -16,12 +16,11 @@
 /* The traversal of the cell-space ray o + s q, s in [s0, s1], through volume v. Without a channel
  * map it adds the integral of mu into acc[0]; with one, each voxel's segment feeds the channels
  * (xt_channels.h): labels by their weights, dense voxels by their HU class. */
-static inline void traverse(const xt_volume *v, const double o[3], const double q[3], double s0, double s1,
-                            const xt_voxel_chan *ch, double *acc) {
+static inline void traverse(const xt_volume *v, const float *lut, const double o[3], const double q[3], double s0,
+                            double s1, const xt_voxel_chan *ch, double *acc) {
   const int *n = v->dim;
   const float *fdata = v->type == XT_VOXEL_F32 ? (const float *)v->data : NULL;
   const uint8_t *ldata = v->type == XT_VOXEL_U8 ? (const uint8_t *)v->data : NULL;
-  const float *lut = v->materials ? v->materials->mu : NULL;
   const ptrdiff_t stride[3] = {1, (ptrdiff_t)n[0], (ptrdiff_t)n[0] * n[1]};
   int idx[3], step[3];
   double inv[3], snext[3];
@@ -88,6 +87,8 @@ static int voxel_check(const xt_model *m, xt_msg *msg) {
 
 static int voxel_frame(const xt_model *m, const xt_pose *pose, void *state) {
   voxel_state *st = state;
+  const xt_volume *v = xt_model_volume(m);
+  st->lut = v && v->materials ? v->materials->mu : NULL;
   return xt_world_to_cell(m, pose, &st->w2c);
 }
 
@@ -98,7 +99,7 @@ static void voxel_walk(const xt_model *m, const void *state, const xt_voxel_chan
   double o[3] = {oc.x, oc.y, oc.z}, q[3] = {qc.x, qc.y, qc.z}, s0, s1;
   const xt_volume *v = xt_model_volume(m);
   if (!xt_clip_box_f64(o, q, v->dim, len, &s0, &s1)) return;
-  traverse(v, o, q, s0, s1, ch, acc);
+  traverse(v, st->lut, o, q, s0, s1, ch, acc);
 }
 
 static double voxel_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w, double len) {
@@ -124,7 +125,14 @@ static void voxel_ray_channels(const xt_model *m, const void *state, const void 
   voxel_walk(m, state, chan, a, w, len, acc);
 }
 
+static void labels_iodine(const xt_iodine_tab *io, void *state, void *chan) {
+  if (state) ((voxel_state *)state)->lut = io->mu;
+  xt_voxel_chan *ch = chan;
+  if (ch && io->ci >= 0)
+    for (int l = 0; l < 256; l++) ch->w[l][io->ci] = io->col[l];
+}
+
 const xt_cpu_kind xt_cpu_kind_dense = {XT_MODEL_DENSE, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
-                                       voxel_ray_channels, xt_voxel_ray_channels_fast, NULL, NULL, NULL};
+                                       voxel_ray_channels, xt_voxel_ray_channels_fast, NULL, NULL, NULL, NULL};
 const xt_cpu_kind xt_cpu_kind_labels = {XT_MODEL_LABELS, voxel_check, voxel_frame, voxel_ray, voxel_chan_build,
-                                        voxel_ray_channels, xt_voxel_ray_channels_fast, NULL, NULL, NULL};
+                                        voxel_ray_channels, xt_voxel_ray_channels_fast, NULL, NULL, NULL, labels_iodine};

@@ -633,7 +633,7 @@ static int gmm_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
 
 const xt_cuda_kind_ops xt_cuda_kind_gmm = {
     "gmm", gmm_accepts, gmm_create, gmm_add_model, gmm_nmodels, gmm_frame_bytes, gmm_fill_frame, gmm_prepare,
-    gmm_render, gmm_destroy, gmm_set_channels, NULL,
+    gmm_render, gmm_destroy, gmm_set_channels, NULL, NULL,
 };
 
 /* ------------------------------------------------------------------------------------------ */

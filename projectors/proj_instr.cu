@@ -408,5 +408,5 @@ static int instr_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
 
 const xt_cuda_kind_ops xt_cuda_kind_instr = {
     "instrument", instr_accepts, instr_create, instr_add_model, instr_nmodels, instr_frame_bytes, instr_fill_frame,
-    NULL,         instr_render,  instr_destroy, instr_set_channels, instr_set_shape,
+    NULL,         instr_render,  instr_destroy, instr_set_channels, instr_set_shape, NULL,
 };

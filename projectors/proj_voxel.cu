@@ -682,6 +682,11 @@ typedef struct voxel_kind {
   int chw_rows;
   int label_rows[XT_CUDA_MAX_MODELS]; /* labels: rows its table needs, 1 + the largest label present */
   int chan_models; /* models the table covers */
+  /* contrast (issue 26): the packed table as uploaded (host copy, made once), each label volume's
+   * iodine (made at its first set_iodine), the iodine channel of the last set_channels */
+  float *h_chw;
+  xt_iodine_tab *io[XT_CUDA_MAX_MODELS];
+  int chw_iodine;
 } voxel_kind;
 
 /* Constant memory holds one projector's tables; claimed and released atomically. */
@@ -702,6 +707,8 @@ static void voxel_destroy(void *st) {
   }
   cudaFree(p->d_luts);
   cudaFree(p->d_chw);
+  free(p->h_chw);
+  for (int i = 0; i < XT_CUDA_MAX_MODELS; i++) free(p->io[i]);
   if (p->opt.lut == XT_CUDA_LUT_CONST) __atomic_store_n(&g_const_owner, (voxel_kind *)NULL, __ATOMIC_RELEASE);
   free(p);
 }
@@ -984,8 +991,11 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   xt_voxel_chan *vc = (xt_voxel_chan *)malloc(sizeof *vc);
   int rc = 0, rows = 0;
   if (!h || !vc) rc = xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
+  const int ci = xt_chanset_find(cs, XT_BASIS_IODINE);
   for (int i = 0; i < p->nmodels && !rc; i++) {
     if ((rc = xt_voxel_chan_build(cs, p->models[i], vc, msg))) break;
+    if (p->io[i] && ci >= 0) /* the contrast this volume holds now */
+      for (int l = 0; l < 256; l++) vc->w[l][ci] = p->io[i]->col[l];
     dev_model *d = &p->dm[i];
     const int count = d->labels ? xt_model_volume(p->models[i])->materials->count : 0;
     const int nlab = d->labels ? (p->label_rows[i] > count ? p->label_rows[i] : count) : 0;
@@ -1037,10 +1047,63 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   if (!rc) {
     p->chan_models = p->nmodels;
     p->chw_rows = rows;
+    p->chw_iodine = ci;
+    free(p->h_chw);
+    p->h_chw = h; /* kept: set_iodine patches its rows */
+    h = NULL;
   }
   free(h);
   free(vc);
   return rc;
+}
+
+/* Contrast (issue 26): the volume's mono table and, once the channel table exists, its iodine
+ * column, its parts (a label's at most two channels) and its background row, patched in the host
+ * copy and uploaded for that model's rows only. Synchronous copies: the caller (xt_acq_expose, before
+ * the render) has no frame of this projector in flight. */
+static int voxel_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
+  voxel_kind *p = (voxel_kind *)st;
+  int i = 0;
+  while (i < p->nmodels && p->models[i] != m) i++;
+  if (i == p->nmodels) return XT_ENOTFOUND;
+  dev_model *d = &p->dm[i];
+  if (!d->labels) return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s is no label volume", m->name);
+  const size_t rowsz = XT_MAX_CHANNELS;
+  const int ci = p->chw_iodine, patch = p->chan_models == p->nmodels && p->h_chw && ci >= 0;
+  float *const t = patch ? p->h_chw + rowsz * d->ch_off : NULL;
+  for (int l = 0; patch && l < d->ch_nlab; l++) { /* the parts march takes two channels a label: checked first */
+    int np = 0;
+    for (int c = 0; c < (int)rowsz; c++) np += (c == ci ? io->col[l] : t[rowsz * l + c]) != 0.f;
+    if (np > 2)
+      return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: label %d of model %s would feed more than two channels", l,
+                     m->name);
+  }
+  if (!p->io[i] && !(p->io[i] = (xt_iodine_tab *)malloc(sizeof *p->io[i])))
+    return xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
+  *p->io[i] = *io;
+  memcpy(&p->h_luts[d->lut * 256], io->mu, 256 * sizeof(float));
+  if (d->mu_bg_label >= 0 && d->mu_bg_label < 256) d->mu_bg = io->mu[d->mu_bg_label]; /* outside the hull */
+  XT_CK(cudaMemcpy(p->d_luts + d->lut * 256, io->mu, 256 * sizeof(float), cudaMemcpyHostToDevice));
+  if (p->opt.lut == XT_CUDA_LUT_CONST)
+    XT_CK(cudaMemcpyToSymbol(c_lut, io->mu, 256 * sizeof(float), (size_t)d->lut * 256 * sizeof(float)));
+  if (!patch) return 0; /* set_channels applies it */
+  const int nlab = d->ch_nlab;
+  for (int l = 0; l < nlab; l++) t[rowsz * l + ci] = io->col[l];
+  if (d->mu_bg_label < nlab) t[rowsz * (nlab + 3) + ci] = io->col[d->mu_bg_label];
+  float *e = t + rowsz * (nlab + XT_CHW_EXTRA);
+  for (int l = 0; l < nlab; l++, e += 4) {
+    int np = 0;
+    e[0] = e[1] = e[2] = e[3] = 0.f;
+    for (int c = 0; c < (int)rowsz && np < 2; c++) {
+      if (t[rowsz * l + c] == 0.f) continue;
+      memcpy(&e[2 * np], &c, sizeof c);
+      e[2 * np + 1] = t[rowsz * l + c];
+      np++;
+    }
+  }
+  const size_t nrows = (size_t)nlab + XT_CHW_EXTRA + (size_t)(nlab + 1) / 2;
+  XT_CK(cudaMemcpy(p->d_chw + rowsz * d->ch_off, t, sizeof(float) * rowsz * nrows, cudaMemcpyHostToDevice));
+  return 0;
 }
 
 static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
@@ -1092,4 +1155,5 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
 const xt_cuda_kind_ops xt_cuda_kind_voxel = {
     "voxel",           voxel_accepts,    voxel_create, voxel_add_model, voxel_nmodels,      voxel_frame_bytes,
     voxel_fill_frame,  NULL,             voxel_render, voxel_destroy,   voxel_set_channels, NULL,
+    voxel_set_iodine,
 };

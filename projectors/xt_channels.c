@@ -69,6 +69,8 @@ int xt_chanset_add_model(xt_chanset *cs, const xt_model *m, xt_msg *msg) {
       int np = 0;
       if ((rc = label_parts(m, t, l, parts, &np, msg))) return rc;
       for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
+      /* a contrast region takes iodine during a run: its channel is there from the start */
+      if (!rc && t->contrast[l]) rc = add_basis(&next, XT_BASIS_IODINE, m->name, msg);
     }
     break;
   }
@@ -193,6 +195,33 @@ int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_C
   for (int c = 0; c < cs->n; c++) {
     int rc = xt_basis_mass_atten(cs->basis[c], e_kev, &mr[c], msg);
     if (rc) return rc;
+  }
+  return 0;
+}
+
+int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *rho, xt_iodine_tab *out, xt_msg *msg) {
+  const xt_volume *v = xt_model_volume(m);
+  const xt_material_table *t = v ? v->materials : NULL;
+  if (m->kind != XT_MODEL_LABELS || !t)
+    return xt_fail(msg, XT_EUNSUPPORTED, "contrast: model %s is no label volume: it has no regions to fill", m->name);
+  out->ci = cs ? xt_chanset_find(cs, XT_BASIS_IODINE) : -1;
+  double mr = 0;
+  int rc = xt_basis_mass_atten(XT_BASIS_IODINE, t->energy_kev > 0 ? t->energy_kev : XT_DEFAULT_ENERGY_KEV, &mr, msg);
+  if (rc) return rc;
+  for (int l = 0; l < 256; l++) {
+    const double r = rho ? rho[l] : 0.0;
+    if (!(r >= 0.0 && r < 1e3))
+      return xt_fail(msg, XT_EINVAL, "contrast: model %s label %d: iodine %g g/cm^3 is not a density", m->name, l, r);
+    if (r > 0.0 && (l >= t->count || !t->contrast[l]))
+      return xt_fail(msg, XT_EINVAL, "contrast: model %s label %d is no contrast region", m->name, l);
+    out->mu[l] = r > 0.0 ? (float)((double)t->mu[l] + mr * r * 0.1) : t->mu[l];
+    double own = 0.0;
+    xt_basis_part parts[2];
+    int np = 0;
+    if (l < t->count && xt_material_basis(t, l, parts, &np, NULL) == 0)
+      for (int k = 0; k < np; k++)
+        if (parts[k].basis == XT_BASIS_IODINE) own += parts[k].density;
+    out->col[l] = (float)((own + r) * 0.1);
   }
   return 0;
 }

@@ -70,6 +70,23 @@ typedef struct xt_gmm_chan {
 
 int xt_gmm_chan_build(const xt_chanset *cs, const xt_model *m, xt_gmm_chan *out, xt_msg *msg);
 
+/* Contrast (issue 26, docs/contrast.md): a label volume's labels with iodine added, as a projector
+ * renders them. Label l's composition is its own parts plus iodine at the partial density rho[l]
+ * (g/cm^3; 10 mg/mL = 0.010): the mono table mu[l] = table mu[l] + (mu/rho)_I(E) rho[l] / 10 (1/mm,
+ * E the table's energy), and the iodine channel's weight col[l] = (own iodine + rho[l]) / 10 (g/cm^2
+ * per mm; ci the iodine channel, -1 without a channel set). With rho = 0 both equal the model's own
+ * (xt_voxel_chan_build's column) bit for bit. Built once per change on the host, for every backend. */
+typedef struct xt_iodine_tab {
+  int ci;
+  float mu[256];
+  float col[256];
+} xt_iodine_tab;
+
+/* XT_EINVAL naming the model and label for a negative or non-finite rho, or iodine on a label whose
+ * table entry has contrast[l] == 0 (its channel set need not hold iodine); XT_EUNSUPPORTED for a
+ * model that is no label volume. cs may be NULL (mono only). */
+int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *rho, xt_iodine_tab *out, xt_msg *msg);
+
 /* mu/rho (cm^2/g) of every channel of cs at energy e_kev: the line integral is sum_c mr[c] A[c]. */
 int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_CHANNELS], xt_msg *msg);
 

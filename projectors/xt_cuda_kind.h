@@ -61,6 +61,10 @@ typedef struct xt_cuda_kind_ops {
   /* Instruments: a new centreline for model m (xt_proj_set_shape) into buffers sized at add_model;
    * XT_ENOTFOUND when m is not one of the kind's. NULL: the kind has no shapes. */
   int (*set_shape)(void *st, const xt_model *m, const double *pts, int n, xt_msg *msg);
+  /* Contrast (issue 26): label volume m's labels with iodine (xt_proj_set_iodine): its mono table
+   * and channel rows, uploaded before the next frame; XT_ENOTFOUND when m is not one of the kind's.
+   * NULL: the kind takes no contrast. */
+  int (*set_iodine)(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg);
 } xt_cuda_kind_ops;
 
 extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */

@@ -81,6 +81,15 @@ int xt_proj_set_shape(xt_proj *p, const xt_model *m, const double *pts, int n, x
   return p->ops->set_shape(p->impl, m, pts, n, msg);
 }
 
+int xt_proj_set_iodine(xt_proj *p, const xt_model *m, const double *rho, xt_msg *msg) {
+  if (!p->ops->set_iodine) return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: no contrast agent", p->ops->name);
+  xt_chanset cs;
+  xt_iodine_tab io;
+  int rc = p->ops->channels(p->impl, &cs, msg);
+  if (!rc) rc = xt_iodine_tab_build(&cs, m, rho, &io, msg);
+  return rc ? rc : p->ops->set_iodine(p->impl, m, &io, msg);
+}
+
 int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
   if (n <= 0) return xt_fail(msg, XT_EINVAL, "render batch: %d frames", n);
   for (int i = 1; i < n; i++)

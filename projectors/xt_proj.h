@@ -58,6 +58,9 @@ typedef struct xt_proj_ops {
   /* A new centreline (n x 3 model mm, tip first) for instrument m, as added: copied into the
    * projector's own buffers of the instrument's capacity (no allocation); the next render shows it. */
   int (*set_shape)(void *impl, const xt_model *m, const double *pts, int n, xt_msg *msg);
+  /* Contrast (issue 26): label volume m's labels with iodine added (xt_proj_set_iodine); io NULL:
+   * none. NULL: the backend has no contrast. */
+  int (*set_iodine)(void *impl, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -74,6 +77,13 @@ int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg
  * allocating; m is the model as added. XT_ENOTFOUND when m was not added; the shape's own checks
  * (xt_instr_geom_build) otherwise, the projector's shape unchanged on failure. */
 int xt_proj_set_shape(xt_proj *p, const xt_model *m, const double *pts, int n, xt_msg *msg);
+/* Contrast (issue 26, docs/contrast.md): from the next render on, label l of label volume m (as
+ * added) holds iodine at the partial density rho[l] (g/cm^3; rho 256 values, NULL: none) on top of
+ * its own material, in the line integrals and the material channels alike (xt_iodine_tab). No
+ * allocation; a small upload on a device backend, queued ahead of the next frame. XT_ENOTFOUND when
+ * m was not added; xt_iodine_tab_build's errors (a label that is no contrast region), the
+ * projector's iodine unchanged on failure. */
+int xt_proj_set_iodine(xt_proj *p, const xt_model *m, const double *rho, xt_msg *msg);
 /* n frames of one detector size into out (n * rows * cols floats). Into memory from xt_host_alloc
  * (or any page-locked memory) of a device backend, the frames land where the DMA puts them, in
  * small chunks whose copies overlap the next chunk's kernels; into other memory they go through

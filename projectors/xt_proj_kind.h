@@ -41,11 +41,15 @@ typedef struct xt_cpu_kind {
    * acc[0..XT_MAX_CHANNELS). xt_ref_segment and `ray` stay one ray. */
   void (*pixel)(const xt_model *m, const void *state, const void *chan, const xt_geometry *g, int col, int row,
                 double *acc);
+  /* Optional (label volumes; issue 26, contrast): the projector's iodine for this model: its mono
+   * table into a frame's state (chan NULL), or its iodine column into the channel map (state NULL). */
+  void (*iodine)(const xt_iodine_tab *io, void *state, void *chan);
 } xt_cpu_kind;
 
 /* The voxel kinds' per-frame state: the world -> cell map (proj_cpu_voxel.c, proj_cpu_fast.c). */
 typedef struct xt_voxel_state {
   xt_affine w2c;
+  const float *lut; /* labels: the mono table (the model's, or the projector's with iodine) */
 } xt_voxel_state;
 
 /* The fast channel march of voxel models (proj_cpu_fast.c): same arguments as ray_channels. */

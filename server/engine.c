@@ -35,6 +35,7 @@
 #include "srv_clock.h"
 #include "srv_device.h"
 #include "srv_engine.h"
+#include "srv_contrast.h"
 #include "srv_instr.h"
 #include "srv_scenario.h"
 #include "srv_session.h"
@@ -164,6 +165,8 @@ static void frame_header(const xt_job *j, const xt_frame_fields *ff, int kind, i
   if (xt_dev_clock_is_virtual()) t_done = xt_dev_now_ns();
   const xt_stream_delivery d = {kind, rows, cols, pixfmt, payload, j->lockstep ? XT_STREAM_FLAG_LOCKSTEP : 0u, t_done};
   xt_stream_header_encode(ff, &d, h);
+  h->contrast_seq = j->contrast_seq;
+  h->iodine_mg_ml_max = j->iodine_max;
 }
 
 /* The acquisition layer's hooks: the work budgets before any render work, and the frame's pixels
@@ -221,10 +224,13 @@ static int render_call(xt_worker *w, xt_call *c) {
   memset(&now, 0, sizeof now);
   pthread_mutex_lock(&w->srv->st_mu);
   xt_srv_instr_latch_locked(w->srv, &now);
+  xt_srv_contrast_latch_locked(w->srv, &now, xt_dev_now_ns());
   pthread_mutex_unlock(&w->srv->st_mu);
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];
   xt_srv_instr_shapes(w->srv, w, &now, shapes, &q.nshapes);
   q.shapes = shapes;
+  q.iodine = now.iodine;
+  q.niodine = now.niodine;
   q.geom = &c->geom;
   q.want = XT_ACQ_WANT_LINEINT;
   q.admit = frame_admit;
@@ -250,6 +256,8 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];
   xt_srv_instr_shapes(s, w, j, shapes, &q.nshapes);
   q.shapes = shapes;
+  q.iodine = j->iodine;
+  q.niodine = j->niodine;
   q.want = XT_ACQ_WANT_CHAIN;
   q.admit = frame_admit;
   q.buffers = chain_buffers;
@@ -295,6 +303,8 @@ static void render_frame(xt_worker *w, const xt_job *j) {
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];
   xt_srv_instr_shapes(s, w, j, shapes, &q.nshapes);
   q.shapes = shapes;
+  q.iodine = j->iodine;
+  q.niodine = j->niodine;
   q.chain = 0; /* mono line integrals (a synthetic frame of a chain acquisition too) */
   if (s->cfg.synthetic) q.flags = XT_ACQ_NO_RENDER; /* transport benchmarks: no render, no budget */
   else {
@@ -586,6 +596,7 @@ static int expose_locked(xt_server *s, int pl, uint64_t t_sched, uint64_t t_exp,
   }
   xt_srv_fault_latch_locked(s, &j, t_exp); /* the faults of this exposure's moment (fault.c) */
   xt_srv_instr_latch_locked(s, &j);        /* the instruments' shapes of this moment (instr.c) */
+  xt_srv_contrast_latch_locked(s, &j, t_exp); /* every region's iodine at the exposure (contrast.c) */
   xt_worker *w = pick_worker_locked(s, pl, j.req.chain, lockstep);
   int replaced = 0;
   int rc = worker_push(s, w, &j, &replaced);

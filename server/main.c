@@ -16,6 +16,7 @@
 #include "srv_clock.h"
 #include "srv_config.h"
 #include "srv_engine.h"
+#include "srv_contrast.h"
 #include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_rest.h"
@@ -235,7 +236,8 @@ static int setup(xt_server *s, xt_msg *msg) {
              s->cfg.phantom_spacing);
     s->nmodels++;
   }
-  return xt_srv_instr_register(s, msg);
+  if ((rc = xt_srv_instr_register(s, msg))) return rc;
+  return xt_srv_contrast_register(s, msg); /* the label volumes' contrast regions */
 }
 
 static void write_ports(xt_server *s) {
@@ -352,6 +354,7 @@ done:
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
   xt_srv_instr_free(s);
+  free(s->contrast);
   for (int i = 0; i < s->nmodel_roots; i++) free(s->model_roots[i]);
   xt_metrics_destroy(&s->metrics);
   for (int p = 0; p < XT_SRV_PLANES; p++) xt_acq_plane_destroy(&s->planes[p]);

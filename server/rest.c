@@ -33,6 +33,7 @@
 #include "srv_clock.h"
 #include "srv_engine.h"
 #include "srv_guard.h"
+#include "srv_contrast.h"
 #include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_study.h"
@@ -436,6 +437,39 @@ static void h_instr_shape_put(xt_server *s, struct MHD_Connection *con, req *r, 
   reply_json(out, 200, json_pack("{s:s,s:I,s:I}", "name", name, "version", (json_int_t)version, "t_ns", (json_int_t)t));
 }
 
+/* ---- contrast (issue 26; contrast.c) ------------------------------------------------------- */
+
+static void h_contrast_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  const char *t = MHD_lookup_connection_value(con, MHD_GET_ARGUMENT_KIND, "t_ns");
+  long long tn = -1;
+  if (t) {
+    char *end = NULL;
+    tn = strtoll(t, &end, 10);
+    if (!*t || *end || tn < 0) return reply_error(out, XT_EINVAL, 0, "contrast: t_ns must be a device-clock time in ns");
+  }
+  json_t *j = xt_srv_contrast_json(s, (int64_t)tn);
+  if (!j) return reply_error(out, XT_ENOMEM, 0, "contrast: out of memory");
+  reply_json(out, 200, j);
+}
+
+static void h_contrast_inject(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j, *res = NULL;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_contrast_inject(s, j, &res, &m);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, 0, m.text);
+  reply_json(out, 200, res);
+}
+
+static void h_contrast_delete(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  const char *v = MHD_lookup_connection_value(con, MHD_GET_ARGUMENT_KIND, "reset");
+  if (v && strcmp(v, "0") && strcmp(v, "1")) return reply_error(out, XT_EINVAL, 0, "contrast: reset must be 0 or 1");
+  json_t *j = xt_srv_contrast_stop(s, v && !strcmp(v, "1"));
+  if (!j) return reply_error(out, XT_ENOMEM, 0, "contrast: out of memory");
+  reply_json(out, 200, j);
+}
+
 static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
   json_t *j;
   if (body_json(r, out, 0, &j)) return;
@@ -550,6 +584,12 @@ static const xt_route routes[] = {
     {"GET", "/v1/instruments", "Instruments: each one's shape version, when it came, capacity", (void *)h_instr_get},
     {"PUT", "/v1/instruments/{name}/shape", "A new centreline for an instrument; the next exposure shows it",
      (void *)h_instr_shape_put},
+    {"GET", "/v1/contrast", "Contrast: regions, their iodine now (or at ?t_ns=), injections, limits, seq",
+     (void *)h_contrast_get},
+    {"POST", "/v1/contrast/inject", "Inject contrast agent into a region (rate, volume, duration, delay)",
+     (void *)h_contrast_inject},
+    {"DELETE", "/v1/contrast", "Stop every running injection (?reset=1: forget them all, regions clear)",
+     (void *)h_contrast_delete},
     {"GET", "/metrics", "Prometheus metrics: frames, per-client sent/dropped, histograms", (void *)h_metrics},
     {"GET", "/", "The browser console (compiled-in page; no token needed)", (void *)h_console},
     {"GET", "/console.js", "The browser console's script", (void *)h_console},

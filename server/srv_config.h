@@ -95,6 +95,9 @@ typedef struct xt_srv_config {
   int gmm_pair_budget;     /* (Gaussian, tile) pairs of one frame */
   int render_pixel_budget; /* pixels of one POST /v1/render */
   int render_threads;      /* CPU threads of the REST render worker's projector, 0 = auto */
+  /* contrast (issue 26, docs/contrast.md): the operator's limits on one injection */
+  double contrast_max_rate;   /* mL/s */
+  double contrast_max_volume; /* mL */
 } xt_srv_config;
 
 void xt_srv_config_defaults(xt_srv_config *c);

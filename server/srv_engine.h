@@ -40,6 +40,7 @@ typedef struct xt_call {
 } xt_call;
 
 #define XT_SRV_MAX_INSTR XT_SRV_MAX_MODELS /* instruments (instr.c) */
+#define XT_SRV_MAX_REGIONS 8 /* contrast regions (contrast.c) */
 
 enum { XT_JOB_FRAME = 1, XT_JOB_RENDER = 2, XT_JOB_ADD_MODEL = 3, XT_JOB_WARMUP = 4 };
 
@@ -56,6 +57,12 @@ typedef struct xt_job {
   /* instruments (instr.c): each one's shape version latched with the exposure */
   int nshape;
   uint64_t shape_v[XT_SRV_MAX_INSTR];
+  /* contrast (contrast.c): every region's iodine at the exposure's time, the state's number, the
+   * largest concentration (mg I/mL) */
+  int niodine;
+  xt_acq_iodine iodine[XT_SRV_MAX_REGIONS];
+  uint32_t contrast_seq;
+  float iodine_max;
   /* render / add model */
   xt_call *call;
 } xt_job;

@@ -11,6 +11,7 @@
 #include "srv_config.h"
 #include "srv_device.h"
 #include "srv_engine.h"
+#include "srv_contrast.h"
 #include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_scenario.h"
@@ -893,6 +894,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
     s->nmodels++;
     xt_session_model(s, path, m->name, convert);
     rc = xt_srv_instr_register(s, msg); /* an instrument (.instr.json) takes shapes from now on */
+    if (!rc) rc = xt_srv_contrast_register(s, msg); /* a contrast mask's regions take injections */
   }
   pthread_mutex_unlock(&s->models_mu);
   return rc;

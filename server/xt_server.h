@@ -125,6 +125,8 @@ typedef struct xt_server {
   struct xt_srv_instr *instr[XT_SRV_MAX_INSTR];
   int ninstr;
   pthread_mutex_t shape_mu;
+  /* Contrast (contrast.c, srv_contrast.h): under st_mu; NULL until the first registration */
+  struct xt_srv_contrast *contrast;
 
   /* set by main */
   struct lws_context *lws;

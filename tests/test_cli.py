@@ -492,11 +492,42 @@ def test_chain():
     check(not os.path.exists(os.path.join(d, "x")), "no output after a usage error")
 
 
+def test_contrast():
+    """--iodine (docs/contrast.md): the thorax's aorta with iodine adds to the line integrals where the
+    aorta projects and nowhere else, in proportion to the concentration; the sidecar says what each
+    region held; bad entries are refused by name, leaving nothing."""
+    d = fresh("contrast")
+    base = ["render", "--phantom", "thorax", "--phantom-spacing", "4", "--mode", "fd20-128", "--primary", "20"]
+    outs = {}
+    for mg in (0, 20, 40):
+        args = base + ["--out", f"{d}/c{mg}"] + (["--iodine", f"aorta={mg},heart=0"] if mg else [])
+        rc, out, err = run(*args)
+        if not check(rc == 0, f"--iodine aorta={mg}: exit {rc}: {err}"):
+            return
+        outs[mg] = read_npy(f"{d}/c{mg}.npy").astype(np.float64)
+        with open(f"{d}/c{mg}.json") as f:
+            side = json.load(f)
+        if mg:
+            check(side.get("contrast", {}).get("iodine_mg_ml") == {"aorta": float(mg), "heart": 0.0},
+                  f"sidecar contrast {side.get('contrast')}")
+        else:
+            check("contrast" not in side, "no contrast object without --iodine")
+    d20, d40 = outs[20] - outs[0], outs[40] - outs[0]
+    check(d20.min() >= 0 and (d20 > 1e-3).sum() > 100, f"iodine adds where the aorta is ({(d20 > 1e-3).sum()} px)")
+    check(np.all(d20[outs[0] == outs[0].min()] == 0) if outs[0].min() == 0 else True, "nothing outside the body")
+    m = d20 > 1e-2
+    check(np.allclose(d40[m], 2 * d20[m], rtol=1e-4), "twice the iodine, twice the line integral")
+    check(np.array_equal(d40 == 0, d20 == 0), "the same pixels at any concentration")
+    expect_error("iodine_region", base[1:] + ["--iodine", "bone=20"], 2, ["--iodine", "'bone'", "no contrast region"])
+    expect_error("iodine_value", base[1:] + ["--iodine", "aorta=999"], 2, ["--iodine", "aorta", "0..400"])
+    expect_error("iodine_form", base[1:] + ["--iodine", "aorta"], 2, ["--iodine", "REGION=MG"])
+
+
 def main():
     os.makedirs(SCRATCH, exist_ok=True)
     tests = [test_render_outputs, test_pose_options, test_angles, test_labels, test_volume, test_ellipsoids,
              test_ellipsoid_errors, test_errors, test_cuda, test_chain,
-             test_help_and_commands, test_no_temporaries]
+             test_help_and_commands, test_no_temporaries, test_contrast]
     for t in tests:
         before = len(failures)
         try:

@@ -46,6 +46,7 @@ typedef struct render_opts {
   double phantom_spacing;
   const char *volume;
   const char *add;
+  const char *iodine; /* --iodine REGION=MG,... (contrast, docs/contrast.md) */
   const char *grid;
   const char *ellipsoids;
   int labels;
@@ -107,6 +108,9 @@ static const xt_opt fixed_tab[] = {
     {"add", XT_OPT_STRING, "FILE[,FILE...]", NULL, "none", 0, 0, NULL, OFF(add),
      "further model files rendered in the same scene (line integrals add), placed like the main model: "
      "volumes, .nvdb, .xgmm, .gmm, .gmm.json (at most 7)"},
+    {"iodine", XT_OPT_STRING, "REGION=MG[,...]", NULL, "none", 0, 0, NULL, OFF(iodine),
+     "contrast agent (docs/contrast.md): iodine in mg I/mL in contrast regions of the main model - the thorax's "
+     "heart, aorta, pulmonary, veins, coronary, or a label number of a label volume that flags it - e.g. aorta=20"},
     {"grid-name", XT_OPT_STRING, "NAME", NULL, "the file's first", 0, 0, NULL, OFF(grid),
      "--volume .nvdb: the grid to render, by name"},
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, CONVERT_CHOICES, OFF(convert),
@@ -362,6 +366,12 @@ typedef struct render_cmd {
   const char *added_paths[MAX_ADDED];
   char added_buf[4096];
   int nadded;
+  /* --iodine: each region's iodine, latched with every frame */
+  int niodine;
+  xt_acq_iodine iodine[8];
+  char iodine_name[8][64];
+  const char *iodine_names[8];
+  double iodine_mg[8];
   xt_proj *proj;
   xt_acq_plane plane;   /* the command's frames are one run: the loop and the dose totals carry over */
   xt_acq_renderer rnd;  /* the projector and the chain made on the first --chain frame */
@@ -601,6 +611,8 @@ static int expose_frame(render_cmd *R, int i, xt_acq_frame *fr) {
   q.model = R->model;
   q.want = XT_ACQ_WANT_LINEINT | (R->o.chain ? XT_ACQ_WANT_CHAIN : 0);
   q.flags = XT_ACQ_DOSE_STRICT;
+  q.iodine = R->iodine;
+  q.niodine = R->niodine;
   q.buffers = frame_buffers;
   q.ctx = R;
   if (xt_acq_expose(&R->plane, &R->rnd, &q, fr, &R->msg)) {
@@ -697,7 +709,10 @@ static int write_frame(render_cmd *R, int i, const xt_acq_frame *fr, const xt_si
                         .coverage = cov,
                         .added = (const xt_model *const *)R->added,
                         .added_sources = R->added_paths,
-                        .nadded = R->nadded};
+                        .nadded = R->nadded,
+                        .niodine = R->niodine,
+                        .iodine_regions = R->iodine_names,
+                        .iodine_mg_ml = R->iodine_mg};
   const char *paths[5] = {npy_path, png_path, json_path, raw_path, proc_path};
   for (int k = 0; k < (chain ? 5 : 3); k++) {
     FILE *fp = NULL;
@@ -780,6 +795,45 @@ static int write_dicom(render_cmd *R) {
   return XT_EXIT_OK;
 }
 
+/* --iodine REGION=MG,...: each region of the main model (the thorax's names, or a flagged label's
+ * number) with its iodine; one line naming a bad entry. */
+static int parse_iodine(render_cmd *R) {
+  const char *spec = R->o.iodine;
+  if (!spec) return XT_EXIT_OK;
+  const xt_volume *v = R->model->kind == XT_MODEL_LABELS ? xt_model_volume(R->model) : NULL;
+  const int thorax = !R->o.volume && !R->o.ellipsoids && R->o.phantom == 2;
+  while (*spec) {
+    const size_t n = strcspn(spec, ",");
+    char item[64];
+    if (n >= sizeof item) return say(XT_EXIT_USAGE, "--iodine: entry '%.40s...' too long", spec);
+    memcpy(item, spec, n);
+    item[n] = 0;
+    spec += n + (spec[n] == ',');
+    char *eq = strchr(item, '='), *end = NULL;
+    if (!eq) return say(XT_EXIT_USAGE, "--iodine: '%s' is not REGION=MG", item);
+    *eq = 0;
+    const double mg = strtod(eq + 1, &end);
+    if (end == eq + 1 || *end || !(mg >= 0 && mg <= 400))
+      return say(XT_EXIT_USAGE, "--iodine: %s: '%s' is not a concentration in mg I/mL within 0..400", item, eq + 1);
+    int label = -1;
+    for (int l = 0; thorax && l < 256 && label < 0; l++)
+      if (xt_phantom_thorax_region(l) && !strcmp(xt_phantom_thorax_region(l), item)) label = l;
+    if (label < 0 && !thorax) {
+      long x = strtol(item, &end, 10);
+      if (*item && !*end && x > 0 && x < 256) label = (int)x;
+    }
+    if (label < 0 || !v || !v->materials || label >= v->materials->count || !v->materials->contrast[label])
+      return say(XT_EXIT_USAGE, "--iodine: '%s' is no contrast region of %s", item, R->model->name);
+    if (R->niodine == 8) return say(XT_EXIT_USAGE, "--iodine: at most 8 regions");
+    const int k = R->niodine++;
+    snprintf(R->iodine_name[k], sizeof R->iodine_name[k], "%s", item);
+    R->iodine_names[k] = R->iodine_name[k];
+    R->iodine_mg[k] = mg;
+    R->iodine[k] = (xt_acq_iodine){R->model, label, mg * 1e-3};
+  }
+  return XT_EXIT_OK;
+}
+
 /* Every frame: exposed, summarised, written. */
 static int render_frames(render_cmd *R) {
   for (int i = 0; i < R->nframes; i++) {
@@ -815,7 +869,7 @@ int xt_cmd_render(int argc, char **argv) {
   xt_acq_renderer_init(&R->rnd, NULL, 0);
   int help = 0, code = parse_options(R, argc, argv, &help);
   if (!code && !help && !(code = plan_frames(R)) && !(code = check_inputs(R)) && !(code = load_models(R)) &&
-      !(code = make_projector(R)) && !(code = render_frames(R)))
+      !(code = make_projector(R)) && !(code = parse_iodine(R)) && !(code = render_frames(R)))
     code = commit_outputs(R);
   if (R->set_live && code != XT_EXIT_OK) xt_outset_abort(&R->set);
   xt_outset_free(&R->set);

@@ -35,8 +35,9 @@ HEADER_FIELDS = ("magic", "version", "header_size", "frame_counter", "pose_seq",
                  "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
                  "frames_dropped", "rows", "cols", "pixel_format", "flags", "payload_bytes")
 # version 5 appends at 752: plane, timing, cycle, t_cycle_ns (biplane), codec, wire_bytes (48 bytes)
-V5 = struct.Struct("<IIQQIIQQ")
-V5_FIELDS = ("plane", "timing", "cycle", "t_cycle_ns", "codec", "saturated_px", "wire_bytes", "reserved6")
+V5 = struct.Struct("<IIQQIIQIf")
+V5_FIELDS = ("plane", "timing", "cycle", "t_cycle_ns", "codec", "saturated_px", "wire_bytes", "contrast_seq",
+             "iodine_mg_ml_max")
 CODECS = {0: "none", 1: "zstd", 2: "lz4"}
 MAGIC = 0x46575458  # "XTWF"
 PIX_U16, PIX_F32 = 1, 2

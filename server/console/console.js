@@ -193,6 +193,7 @@
       showAcq(acq);
       showPose(pose.pose);
       S.seq = pose.seq;
+      loadContrast();
     } catch (e) {
       toast(String(e), 'err');
     }
@@ -978,6 +979,40 @@
       toast('triggered frame ' + r.frame, 'ok');
     } catch (e) { toast(String(e), 'err'); }
   }
+
+  /* Contrast (issue 26, docs/contrast.md): a region, a rate and a volume; the box shows when the
+   * scene has regions, and the frames' iodine_mg_ml_max is what they were rendered with. */
+  async function loadContrast() {
+    try {
+      const c = await api('GET', '/v1/contrast');
+      const sel = $('in-region'), keep = sel.value;
+      sel.textContent = '';
+      for (const r of c.regions) {
+        const o = document.createElement('option');
+        o.value = o.textContent = r.name;
+        sel.appendChild(o);
+      }
+      if (keep) sel.value = keep;
+      $('box-contrast').hidden = !c.regions.length;
+      $('in-inj-rate').max = c.limits.max_rate_ml_s;
+      $('in-inj-vol').max = c.limits.max_volume_ml;
+      const top = c.regions.reduce((a, r) => (r.iodine_mg_ml > a.iodine_mg_ml ? r : a), { iodine_mg_ml: 0 });
+      $('contrast-text').textContent = top.name ? top.name + ' ' + top.iodine_mg_ml.toFixed(1) + ' mg I/mL' : 'no iodine';
+    } catch (e) { /* a server without the route: no box */ }
+  }
+  async function inject() {
+    try {
+      const r = await api('POST', '/v1/contrast/inject', { region: $('in-region').value,
+        rate_ml_s: parseFloat($('in-inj-rate').value), volume_ml: parseFloat($('in-inj-vol').value) });
+      toast('injecting ' + r.volume_ml + ' mL into the ' + r.region + ' over ' + r.duration_s.toFixed(1) + ' s', 'ok');
+      for (let i = 1; i <= 16; i++) setTimeout(loadContrast, 500 * i);
+    } catch (e) { errorAt($('btn-inject'), String(e)); }
+  }
+  $('btn-inject').addEventListener('click', inject);
+  $('btn-inj-stop').addEventListener('click', async () => {
+    try { await api('DELETE', '/v1/contrast'); loadContrast(); } catch (e) { toast(String(e), 'err'); }
+  });
+  loadContrast();
 
   $('btn-run').addEventListener('click', () => runStop(true));
   $('btn-stop').addEventListener('click', () => runStop(false));

@@ -60,7 +60,8 @@ HEADER_FIELDS = [
     (576, 16, "detector"), (592, 16, "roi[4]"), (608, 8, "panel[2]"), (616, 8, "panel_pitch_mm"),
     (624, 8, "readout_binning"), (632, 8, "field_cm"), (640, 8, "dose_ratio"), (648, 8, "readout_ms"),
     (656, 96, "P_out[12]"), (752, 4, "plane"), (756, 4, "timing"), (760, 8, "cycle"), (768, 8, "t_cycle_ns"),
-    (776, 4, "codec"), (780, 4, "saturated_px"), (784, 8, "wire_bytes"), (792, 8, "reserved6")]
+    (776, 4, "codec"), (780, 4, "saturated_px"), (784, 8, "wire_bytes"), (792, 4, "contrast_seq"),
+    (796, 4, "iodine_mg_ml_max")]
 
 
 def mask_json_text(b):

@@ -397,6 +397,9 @@ XT_TEST(test_stream_doc_offsets) {
       {"drc_curve_s", offsetof(xt_stream_header, drc_curve_s)},
       {"drc_flags", offsetof(xt_stream_header, drc_flags)},
       {"fault_flags", offsetof(xt_stream_header, fault_flags)},
+      /* the contrast agent (issue 26), in version 5's reserved6 */
+      {"contrast_seq", offsetof(xt_stream_header, contrast_seq)},
+      {"iodine_mg_ml_max", offsetof(xt_stream_header, iodine_mg_ml_max)},
   };
   int seen[64] = {0};
   char line[512];

@@ -13,12 +13,19 @@
 #include <stdint.h>
 
 #define XT_STREAM_MAGIC 0x46575458u /* bytes "XTWF" */
-#define XT_STREAM_VERSION 5
+#define XT_STREAM_VERSION 6
 
 enum {
   XT_STREAM_PIX_U16 = 1, /* uint16: intensity round(65535 * exp(-line integral)), or (frame_kind
                             raw / processed) the imaging chain's detector codes */
   XT_STREAM_PIX_F32 = 2  /* float32 line integral of mu (dimensionless) */
+};
+
+/* motion_flags (version 6, offset 840) */
+enum {
+  XT_STREAM_MOTION_XFORM = 1,   /* a model transform given over the API is applied */
+  XT_STREAM_MOTION_CARDIAC = 2, /* cardiac motion on */
+  XT_STREAM_MOTION_RESP = 4     /* respiratory motion on */
 };
 
 /* What the pixels are (version 2, offset 304). */
@@ -170,9 +177,19 @@ typedef struct xt_stream_header {
   uint32_t saturated_px;        /* 780  chain frames: raw pixels of this exposure at the ADC's full scale (was reserved5) */
   uint64_t wire_bytes;          /* 784  bytes after the header in this message (payload_bytes when codec 0) */
   uint64_t reserved6;           /* 792  0 */
-} xt_stream_header;             /* 800 */
+  /* version 6: motion (issue 26): the time and phases the frame's models were moved to */
+  double motion_t_s;            /* 800  the transforms' time: the pulse's centre, s since the motion's start */
+  double cardiac_phase;         /* 808  0..1 from the R wave; -1: no cardiac motion */
+  double resp_phase;            /* 816  0..1 from end-expiration; -1: no breathing */
+  double cardiac_scale;         /* 824  the beating models' scale about the heart's centre (1: still) */
+  double resp_mm;               /* 832  the breathing models' displacement along the axis, mm */
+  uint32_t motion_flags;        /* 840  XT_STREAM_MOTION_*: what moved */
+  uint32_t blur_samples;        /* 844  renders averaged across the pulse (0 or 1: none) */
+  uint64_t xform_version;       /* 848  the version of the models' transforms (PUT /v1/models/{name}/transform; 0 none) */
+  uint64_t reserved7;           /* 856  0 */
+} xt_stream_header;             /* 864 */
 
-#define XT_STREAM_HEADER_SIZE 800
+#define XT_STREAM_HEADER_SIZE 864
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "xt_stream.h describes a little-endian wire format; this host is big-endian"
@@ -249,6 +266,14 @@ _Static_assert(offsetof(xt_stream_header, t_cycle_ns) == 768, "t_cycle_ns");
 _Static_assert(offsetof(xt_stream_header, codec) == 776, "codec");
 _Static_assert(offsetof(xt_stream_header, wire_bytes) == 784, "wire_bytes");
 _Static_assert(offsetof(xt_stream_header, reserved6) == 792, "reserved6");
+_Static_assert(offsetof(xt_stream_header, motion_t_s) == 800, "motion_t_s");
+_Static_assert(offsetof(xt_stream_header, cardiac_phase) == 808, "cardiac_phase");
+_Static_assert(offsetof(xt_stream_header, resp_phase) == 816, "resp_phase");
+_Static_assert(offsetof(xt_stream_header, cardiac_scale) == 824, "cardiac_scale");
+_Static_assert(offsetof(xt_stream_header, resp_mm) == 832, "resp_mm");
+_Static_assert(offsetof(xt_stream_header, motion_flags) == 840, "motion_flags");
+_Static_assert(offsetof(xt_stream_header, blur_samples) == 844, "blur_samples");
+_Static_assert(offsetof(xt_stream_header, xform_version) == 848, "xform_version");
 _Static_assert(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE, "header size");
 
 #endif /* XT_STREAM_H */

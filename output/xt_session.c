@@ -49,6 +49,30 @@ json_t *xt_session_frame_json(const xt_acq_request *q, int lockstep) {
   xt_jb_put(&b, o, "timing", json_integer(q->timing));
   xt_jb_put(&b, o, "cycle", u64(q->cycle));
   xt_jb_put(&b, o, "t_cycle_ns", u64(q->t_cycle_ns));
+  /* motion (issue 26): the time and phases the models were moved to, and each model's map of the
+   * patient frame (sample 0: the pulse's centre without blur), row-major 3 x 4 */
+  if (q->motion.on) {
+    const xt_acq_motion *m = &q->motion;
+    json_t *mo = json_object(), *tr = json_array();
+    xt_jb_put(&b, mo, "t_s", json_real(m->t_s));
+    xt_jb_put(&b, mo, "cardiac_phase", json_real(m->cardiac_phase));
+    xt_jb_put(&b, mo, "resp_phase", json_real(m->resp_phase));
+    xt_jb_put(&b, mo, "cardiac_scale", json_real(m->cardiac_scale));
+    xt_jb_put(&b, mo, "resp_mm", json_real(m->resp_mm));
+    xt_jb_put(&b, mo, "blur_samples", json_integer(m->blur_samples));
+    xt_jb_put(&b, mo, "xform_version", u64(m->xform_version));
+    for (int i = 0; i < q->nxforms; i++) {
+      const xt_affine *T = &q->xforms[i].T;
+      const double v[12] = {T->m[0][0], T->m[0][1], T->m[0][2], T->t[0], T->m[1][0], T->m[1][1],
+                            T->m[1][2], T->t[1],    T->m[2][0], T->m[2][1], T->m[2][2], T->t[2]};
+      json_t *x = json_object();
+      xt_jb_put(&b, x, "model", json_string(q->xforms[i].model->name));
+      xt_jb_put(&b, x, "T", xt_jb_vec(&b, v, 12));
+      json_array_append_new(tr, x);
+    }
+    xt_jb_put(&b, mo, "transforms", tr);
+    xt_jb_put(&b, o, "motion", mo);
+  }
   if (b.bad) {
     json_decref(o);
     return NULL;

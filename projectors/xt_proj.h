@@ -58,6 +58,9 @@ typedef struct xt_proj_ops {
   /* A new centreline (n x 3 model mm, tip first) for instrument m, as added: copied into the
    * projector's own buffers of the instrument's capacity (no allocation); the next render shows it. */
   int (*set_shape)(void *impl, const xt_model *m, const double *pts, int n, xt_msg *msg);
+  /* Model m (as added) renders with placement T * (its placement as added) from the next render on
+   * (xt_proj_set_transform); T already checked invertible. */
+  int (*set_transform)(void *impl, const xt_model *m, const xt_affine *T, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -74,6 +77,14 @@ int xt_proj_render(xt_proj *p, const xt_geometry *g, float *lineint, xt_msg *msg
  * allocating; m is the model as added. XT_ENOTFOUND when m was not added; the shape's own checks
  * (xt_instr_geom_build) otherwise, the projector's shape unchanged on failure. */
 int xt_proj_set_shape(xt_proj *p, const xt_model *m, const double *pts, int n, xt_msg *msg);
+/* Motion (issue 26; docs/geometry.md, "Model motion"): model m (as added) renders from the next
+ * render on as if its placement were T * P, P its placement when it was added and T a map of the
+ * patient frame (rigid for a table pan or a patient shift; a scaling about a point for a beating
+ * heart). Every kind and backend applies it where it applies the placement: the rays are taken into
+ * the model's frame by the inverse of patient -> world * T * P, so the integrals stay exact. T is
+ * kept until the next call (identity: as added); it does not allocate. XT_ENOTFOUND when m was not
+ * added, XT_EINVAL for a singular or non-finite T (nothing changed). */
+int xt_proj_set_transform(xt_proj *p, const xt_model *m, const xt_affine *T, xt_msg *msg);
 /* n frames of one detector size into out (n * rows * cols floats). Into memory from xt_host_alloc
  * (or any page-locked memory) of a device backend, the frames land where the DMA puts them, in
  * small chunks whose copies overlap the next chunk's kernels; into other memory they go through

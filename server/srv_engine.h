@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "srv_config.h"
+#include "srv_motion.h"
 #include "srv_ring.h"
 #include "xt_acq.h"
 #include "xt_chain.h"
@@ -56,6 +57,8 @@ typedef struct xt_job {
   /* instruments (instr.c): each one's shape version latched with the exposure */
   int nshape;
   uint64_t shape_v[XT_SRV_MAX_INSTR];
+  /* motion (motion.c): the transforms and periodic motions latched with the exposure */
+  xt_srv_motion mot;
   /* render / add model */
   xt_call *call;
 } xt_job;
@@ -106,6 +109,8 @@ typedef struct xt_worker {
   int shape_n[XT_SRV_MAX_INSTR];
   uint64_t shape_have[XT_SRV_MAX_INSTR];
   xt_acq_shape_cache shape_cache;
+  /* Motion (motion.c): the exposure's model transforms, sample-major (blur) */
+  xt_acq_xform xf[XT_SRV_MAX_BLUR * XT_SRV_WORKER_MODELS];
 } xt_worker;
 
 /* Threads of each stream worker's CPU projector and chain stages: --threads, split between the

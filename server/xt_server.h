@@ -125,6 +125,8 @@ typedef struct xt_server {
   struct xt_srv_instr *instr[XT_SRV_MAX_INSTR];
   int ninstr;
   pthread_mutex_t shape_mu;
+  /* Motion (motion.c, srv_motion.h): model transforms and periodic motions, under st_mu */
+  xt_srv_motion motion;
 
   /* set by main */
   struct lws_context *lws;

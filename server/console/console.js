@@ -982,6 +982,20 @@
   $('btn-run').addEventListener('click', () => runStop(true));
   $('btn-stop').addEventListener('click', () => runStop(false));
   $('btn-trigger').addEventListener('click', trigger);
+
+  // Motion (issue 26): each button turns its motion on or off, as GET /v1/motion says it is now.
+  function showMotion(m) {
+    $('btn-heart').setAttribute('aria-pressed', String(!!m.cardiac.on));
+    $('btn-breath').setAttribute('aria-pressed', String(!!m.respiratory.on));
+  }
+  async function toggleMotion(which, btn) {
+    try {
+      const cur = await api('GET', '/v1/motion');
+      showMotion(await api('PUT', '/v1/motion', { [which]: { on: !cur[which].on } }));
+    } catch (e) { errorAt(btn, String(e)); }
+  }
+  $('btn-heart').addEventListener('click', () => toggleMotion('cardiac', $('btn-heart')));
+  $('btn-breath').addEventListener('click', () => toggleMotion('respiratory', $('btn-breath')));
   for (const b of $('seg-runmode').children) b.addEventListener('click', () => setAcq({ run_mode: b.dataset.v }, b));
   $('in-mode').addEventListener('change', () => setAcq({ mode: $('in-mode').value }, $('in-mode')));
   $('in-pixfmt').addEventListener('change', () => setAcq({ pixel_format: $('in-pixfmt').value }, $('in-pixfmt')));

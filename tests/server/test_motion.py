@@ -16,7 +16,8 @@ caudal axis) and cardiac (70 bpm) motion are started; each frame's header carrie
 and phases: consecutive frames' times differ by exactly the frame period, the pulse's offset from
 t_exposure is the same for all, and the phases and the displacement are the formulas of
 docs/geometry.md at that time. The tube's peak row is where the header's P projects the tube moved
-by resp_mm (an independent oracle of the transformed scene). Bad requests get one-line 4xx.
+by resp_mm (an independent oracle of the transformed scene). Stopped, the frames are still; with
+blur_samples 4 they say so. Bad requests get one-line 4xx.
 Exit 0 passed, 1 failed.
 """
 import argparse
@@ -246,6 +247,15 @@ def part_phases(server, tmp):
         mo = motion(still)
         if mo["flags"] or mo["cp"] != -1 or mo["rp"] != -1 or mo["scale"] != 1 or mo["resp_mm"] != 0:
             raise Failed("after stop: %r" % mo)
+        # blur within the pulse: the frames say how many renders they average
+        st, j = rest(p["rest"], "PUT", "/v1/motion", {"respiratory": {"on": True}, "blur_samples": 4})
+        if st != 200 or j["blur_samples"] != 4 or not j["respiratory"]["on"] or j["cardiac"]["on"]:
+            raise Failed("blur: %d %r" % (st, j))
+        c.frames = []
+        blurred = c.take(3)[-1]
+        mo = motion(blurred)
+        if mo["blur"] != 4 or mo["flags"] != 4 or mo["cp"] != -1 or not 0 <= mo["rp"] < 1:
+            raise Failed("blurred frame: %r" % mo)
         print("ok: phases: %d frames on the virtual clock (offset %d ns), tube rows checked %d" %
               (len(got), offs.pop(), rows_checked))
         c.ws.close()

@@ -80,11 +80,37 @@ def project_row(frame, x, y, z):
     return (P[4] * x + P[5] * y + P[6] * z + P[7]) / w
 
 
-def shown(frame):
-    r = peak_row(frame)
+def which_row(r):
     if r is None:
         return None
     return "A" if r < 0.4 * N else ("B" if r > 0.6 * N else "C")
+
+
+def shown(frame):
+    return which_row(peak_row(frame))
+
+
+def rest_render_shows(port):
+    """POST /v1/render (.npy) at the current pose: which position the tube is at."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    c.request("POST", "/v1/render", json.dumps({}), {"Content-Type": "application/json", "Accept": "application/x-npy"})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    if r.status != 200 or body[:6] != b"\x93NUMPY":
+        raise Failed("POST /v1/render: %d %r" % (r.status, body[:200]))
+    hl = struct.unpack_from("<H", body, 8)[0]
+    hdr = body[10:10 + hl].decode()
+    data = body[10 + hl:]
+    if "'<f4'" in hdr:
+        px = struct.unpack_from("<%df" % (N * N), data)
+    elif "'<u2'" in hdr:
+        px = [-math.log(max(v, 1) / 65535.0) for v in struct.unpack_from("<%dH" % (N * N), data)]
+    else:
+        raise Failed("POST /v1/render: npy header %s" % hdr)
+    rows = [sum(abs(px[r * N + c]) for c in range(N // 4, 3 * N // 4)) for r in range(N)]
+    best = max(range(N), key=lambda k: rows[k])
+    return which_row(best if rows[best] > 1e-6 else None)
 
 
 def write_model(tmp):
@@ -168,7 +194,13 @@ def part_latch(server, tmp):
             seen[got] += 1
         if seen["A"] < 3 or seen["B"] < 3:
             raise Failed("too few frames to judge: %r of %d frames, %d updates" % (seen, len(frames), len(updates)))
-        print("ok: latch: %d frames (%r), %d transform updates" % (len(frames), seen, len(updates)))
+        # POST /v1/render renders the models where the last transform put them
+        for which in ("A", "B"):
+            st, j = rest(p["rest"], "PUT", "/v1/models/cath.instr.json/transform", {"translation_mm": [0, 0, Z[which]]})
+            got = rest_render_shows(p["rest"])
+            if st != 200 or got != which:
+                raise Failed("POST /v1/render after the transform to %s shows %s" % (which, got))
+        print("ok: latch: %d frames (%r), %d transform updates; REST renders follow" % (len(frames), seen, len(updates)))
         ws.close()
         ws = None
         proc.send_signal(signal.SIGTERM)

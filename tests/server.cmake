@@ -110,7 +110,8 @@ if(TARGET xtwin-server)
     # Motion (issue 26, point 3): model transforms given at 60 Hz show in the first exposure after
     # them (server timestamps); periodic phases against the virtual clock and the header's P.
     add_test(NAME test_server_motion
-      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_motion.py --server $<TARGET_FILE:xtwin-server>)
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_motion.py --server $<TARGET_FILE:xtwin-server>
+        --xtwin $<TARGET_FILE:xtwin>)
     set_tests_properties(test_server_motion PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Biplane (issue 25): both planes' geometry against the closed form, the interleaved and
     # simultaneous pulse schedules from the server's deadlines, per-plane and total dose, plane B's

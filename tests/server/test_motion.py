@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Motion over the API (issue 26, point 3): model transforms latched per exposure, periodic phases.
 
-    python3 tests/server/test_motion.py --server PATH
+    python3 tests/server/test_motion.py --server PATH [--xtwin PATH]
 
 Part 1, the real clock: a CPU server at fd20-128, 30 fps, float32 line integrals, no phantom, one
 model: "cath", a 6 mm tube lying across the field at z = 0 (an instrument: any model kind takes a
@@ -17,10 +17,12 @@ and phases: consecutive frames' times differ by exactly the frame period, the pu
 t_exposure is the same for all, and the phases and the displacement are the formulas of
 docs/geometry.md at that time. The tube's peak row is where the header's P projects the tube moved
 by resp_mm (an independent oracle of the transformed scene). Stopped, the frames are still; with
-blur_samples 4 they say so. Bad requests get one-line 4xx.
+blur_samples 4 they say so. With --xtwin, `xtwin replay` of the session log gives every one of
+these frames back bit for bit (times of the delivery masked). Bad requests get one-line 4xx.
 Exit 0 passed, 1 failed.
 """
 import argparse
+import glob
 import http.client
 import json
 import math
@@ -29,6 +31,7 @@ import select
 import shutil
 import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -218,9 +221,34 @@ def part_latch(server, tmp):
         out.close()
 
 
-def part_phases(server, tmp):
+def masked(m):
+    # t_render_done_ns, t_sent_ns, frames_dropped (48-71) and t_cycle_ns (768): times of the delivery
+    m = bytes(m[:48]) + bytes(24) + bytes(m[72:])
+    return m[:768] + bytes(8) + m[776:]
+
+
+def check_replay(xtwin, tmp, log_path, frames):
+    """xtwin replay of the session log gives every frame back, motion and blur included."""
+    out = os.path.join(tmp, "replay")
+    r = subprocess.run([xtwin, "replay", log_path, "--out", out], capture_output=True, text=True, timeout=TIMEOUT * 4)
+    if r.returncode != 0:
+        raise Failed("xtwin replay exited %d: %s" % (r.returncode, r.stderr))
+    for m in frames:
+        c = u64(m, 8)
+        files = glob.glob(os.path.join(out, "*-%06d-mono.bin" % c))
+        if len(files) != 1:
+            raise Failed("replay: no single file for frame %d: %s" % (c, files))
+        mine = open(files[0], "rb").read()
+        if masked(mine) != masked(m):
+            i = next((i for i in range(min(len(m), len(mine))) if masked(m)[i] != masked(mine)[i]), None)
+            raise Failed("frame %d: the replay differs (lengths %d, %d; first differing byte %s)" % (c, len(m), len(mine), i))
+    return len(frames)
+
+
+def part_phases(server, xtwin, tmp):
+    log_path = os.path.join(tmp, "session.jsonl")
     proc, p, out = launch(server, tmp, "phases", [
-        "--clock", "virtual", "--backend", "cpu", "--threads", "2", "--phantom", "none", "--mode", "fd20-128",
+        "--session-log", log_path, "--clock", "virtual", "--backend", "cpu", "--threads", "2", "--phantom", "none", "--mode", "fd20-128",
         "--fps", "5", "--pixel-format", "float32", "--no-autostart", "--model-root", tmp,
         "--model", os.path.join(tmp, "cath.instr.json")])
     c = None
@@ -288,13 +316,16 @@ def part_phases(server, tmp):
         mo = motion(blurred)
         if mo["blur"] != 4 or mo["flags"] != 4 or mo["cp"] != -1 or not 0 <= mo["rp"] < 1:
             raise Failed("blurred frame: %r" % mo)
-        print("ok: phases: %d frames on the virtual clock (offset %d ns), tube rows checked %d" %
-              (len(got), offs.pop(), rows_checked))
+        c.ws.send({"type": "stop", "id": "x2"})
+        c.until("x2")
         c.ws.close()
         c = None
         proc.send_signal(signal.SIGTERM)
         if proc.wait(TIMEOUT) != 0:
             raise Failed("xtwin-server exited %d" % proc.returncode)
+        nrep = check_replay(xtwin, tmp, log_path, got + [still, blurred]) if xtwin else 0
+        print("ok: phases: %d frames on the virtual clock (offset %d ns), tube rows checked %d; %d replayed bit for bit"
+              % (len(got), offs.pop(), rows_checked, nrep))
     except (Failed, OSError, TimeoutError, ValueError, KeyError) as e:
         out.seek(0)
         raise Failed("phases: %s: %s\nserver log:\n%s" % (type(e).__name__, e, out.read()[-3000:]))
@@ -310,12 +341,14 @@ def part_phases(server, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True)
+    ap.add_argument("--xtwin", help="also check that xtwin replay gives the frames back from the session log")
     a = ap.parse_args()
     server = os.path.abspath(a.server)
+    xtwin = os.path.abspath(a.xtwin) if a.xtwin else None
     tmp = tempfile.mkdtemp(prefix="xtwin-motion-")
     try:
         write_model(tmp)
-        part_phases(server, tmp)
+        part_phases(server, xtwin, tmp)
         part_latch(server, tmp)
     except Failed as e:
         print("FAIL: %s" % e)

@@ -23,7 +23,7 @@ enum {
 
 /* motion_flags (version 6, offset 840) */
 enum {
-  XT_STREAM_MOTION_XFORM = 1,   /* a model transform given over the API is applied */
+  XT_STREAM_MOTION_XFORM = 1,   /* model transforms were given over the API (xform_version > 0) */
   XT_STREAM_MOTION_CARDIAC = 2, /* cardiac motion on */
   XT_STREAM_MOTION_RESP = 4     /* respiratory motion on */
 };

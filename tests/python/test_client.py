@@ -284,6 +284,31 @@ class StreamTests(ServerTest):
                 s.acquisition(run_mode="sometimes")
             s.next_frame(timeout=20)  # still streaming
 
+    def test_transform_and_motion_reach_the_frames(self):
+        """set_transform's version and motion()'s phases come back in the frames' motion fields."""
+        name = self.c.models()[0]["name"]
+        r = self.c.set_transform(name, translation_mm=(0, 0, 5))
+        try:
+            with self.c.stream() as s:
+                f = s.next_frame(timeout=20)
+                while f.motion["xform_version"] < r["version"]:
+                    f = s.next_frame(timeout=20)
+                self.assertEqual(f.motion["xform_version"], r["version"])
+                self.assertGreater(f.t_exposure_ns, r["t_ns"])
+                self.assertEqual(f.motion["motion_flags"], 1)
+                m = self.c.motion(respiratory={"period_s": 4, "amplitude_mm": 10})
+                self.assertTrue(m["respiratory"]["on"])
+                self.assertFalse(m["cardiac"]["on"])
+                f = s.next_frame(timeout=20)
+                while not f.motion["motion_flags"] & 4:
+                    f = s.next_frame(timeout=20)
+                self.assertTrue(0 <= f.motion["resp_phase"] < 1)
+                self.assertEqual(f.motion["cardiac_phase"], -1.0)
+        finally:
+            self.c.motion(respiratory=False)
+            self.c.set_transform(name)
+        self.assertFalse(self.c.motion()["respiratory"]["on"])
+
     def test_appended_header_fields_are_skipped(self):
         """A later header version may append fields: pixels are found at header_size."""
         with self.c.stream() as s:

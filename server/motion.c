@@ -9,6 +9,8 @@
 #include "xt_instr.h"
 #include "xt_server.h"
 
+_Static_assert(XT_SRV_MAX_MODELS <= 31, "the models' masks hold one bit per model and XT_SRV_MOTION_LISTED");
+
 void xt_srv_motion_init(xt_srv_motion *m) {
   memset(m, 0, sizeof *m);
   xt_motion_defaults(&m->mo);
@@ -88,7 +90,7 @@ static int models_mask(xt_server *s, const json_t *o, const char *what, uint32_t
   const json_t *a = json_object_get(o, "models");
   if (!a) return 0;
   if (!json_is_array(a)) return xt_fail(msg, XT_EINVAL, "%s.models: an array of model names expected", what);
-  uint32_t m = 0;
+  uint32_t m = XT_SRV_MOTION_LISTED; /* [] moves none */
   for (size_t k = 0; k < json_array_size(a); k++) {
     const char *n = json_string_value(json_array_get(a, k));
     if (!n) return xt_fail(msg, XT_EINVAL, "%s.models[%zu]: a model name expected", what, k);
@@ -162,11 +164,11 @@ int xt_srv_motion_put(xt_server *s, const json_t *body, xt_msg *msg) {
 
 static json_t *vec_json(const double v[3]) { return json_pack("[f,f,f]", v[0], v[1], v[2]); }
 
-static json_t *names_json(xt_server *s, uint32_t mask, int all_if_zero) {
+static json_t *names_json(xt_server *s, uint32_t mask) {
   json_t *a = json_array();
   pthread_mutex_lock(&s->models_mu);
   for (int i = 0; i < s->nmodels; i++)
-    if ((mask >> i) & 1u || (all_if_zero && !mask)) json_array_append_new(a, json_string(s->models[i]->name));
+    if ((mask >> i) & 1u || !(mask & XT_SRV_MOTION_LISTED)) json_array_append_new(a, json_string(s->models[i]->name));
   pthread_mutex_unlock(&s->models_mu);
   return a;
 }
@@ -189,9 +191,9 @@ json_t *xt_srv_motion_json(xt_server *s) {
   return json_pack(
       "{s:{s:b,s:f,s:f,s:o,s:o},s:{s:b,s:f,s:f,s:o,s:o},s:i,s:I,s:{s:I,s:f,s:f,s:f,s:f,s:f},s:o,s:I}", "cardiac", "on",
       m.mo.cardiac.on, "bpm", m.mo.cardiac.bpm, "amplitude", m.mo.cardiac.amplitude, "centre_mm",
-      vec_json(m.mo.cardiac.centre_mm), "models", names_json(s, m.cardiac_models, 1), "respiratory", "on",
+      vec_json(m.mo.cardiac.centre_mm), "models", names_json(s, m.cardiac_models), "respiratory", "on",
       m.mo.resp.on, "period_s", m.mo.resp.period_s, "amplitude_mm", m.mo.resp.amplitude_mm, "axis",
-      vec_json(m.mo.resp.axis), "models", names_json(s, m.resp_models, 1), "blur_samples", m.blur_samples, "t0_ns",
+      vec_json(m.mo.resp.axis), "models", names_json(s, m.resp_models), "blur_samples", m.blur_samples, "t0_ns",
       (json_int_t)m.mo.t0_ns, "now", "t_ns", (json_int_t)now, "t_s", st.t_s, "cardiac_phase", st.cardiac_phase,
       "resp_phase", st.resp_phase, "cardiac_scale", st.cardiac_scale, "resp_mm", st.resp_mm, "transforms", tr,
       "xform_version", (json_int_t)m.xform_version);
@@ -224,8 +226,9 @@ void xt_srv_motion_apply(xt_server *s, xt_worker *w, xt_job *j) {
       const int x = index[i];
       const uint32_t bit = 1u << x;
       /* instruments follow the breathing, not the heart's scaling (their tubes are rigid) */
-      const int beats = (m->cardiac_models ? (m->cardiac_models & bit) != 0 : 1) && !xt_model_instr(models[i]);
-      const int breathes = m->resp_models ? (m->resp_models & bit) != 0 : 1;
+      const uint32_t cm = m->cardiac_models, rm = m->resp_models;
+      const int beats = (cm & XT_SRV_MOTION_LISTED ? (cm & bit) != 0 : 1) && !xt_model_instr(models[i]);
+      const int breathes = rm & XT_SRV_MOTION_LISTED ? (rm & bit) != 0 : 1;
       w->xf[k * nm + i].model = models[i];
       w->xf[k * nm + i].T = xt_motion_transform(&m->mo, &st, (m->user_models & bit) ? &m->user[x] : NULL, beats, breathes);
     }

@@ -15,10 +15,12 @@
 #include "xt_motion.h"
 
 #define XT_SRV_MAX_BLUR 16 /* renders averaged across a pulse, at most */
+#define XT_SRV_MOTION_LISTED 0x80000000u
 
 typedef struct xt_srv_motion {
   xt_motion mo;                       /* parameters; t0 when a motion was turned on */
-  uint32_t cardiac_models, resp_models; /* bit i: s->models[i] beats / breathes */
+  uint32_t cardiac_models, resp_models; /* bit i: s->models[i] beats / breathes; XT_SRV_MOTION_LISTED
+                                         set: a list was given, else every model moves */
   uint32_t user_models;               /* bit i: user[i] was given */
   xt_rigid user[XT_SRV_MAX_MODELS];
   uint64_t xform_version;             /* transforms accepted */

@@ -141,6 +141,12 @@ def check_errors(port):
     st, j = rest(port, "GET", "/v1/motion")
     if st != 200 or j["cardiac"]["on"] or j["respiratory"]["on"] or j["xform_version"] != 0:
         raise Failed("refused requests changed the motion: %r" % j)
+    if j["respiratory"]["models"] != ["cath.instr.json"]:
+        raise Failed("by default every model moves: %r" % j)
+    for names in ([], ["cath.instr.json"]):  # [] moves none
+        st, j = rest(port, "PUT", "/v1/motion", {"respiratory": {"on": False, "models": names}})
+        if st != 200 or j["respiratory"]["models"] != names or j["respiratory"]["on"]:
+            raise Failed("respiratory.models %r: %d %r" % (names, st, j))
 
 
 def part_latch(server, tmp):

@@ -369,6 +369,11 @@
       h.plane = 0;
       h.codec = 0;
     }
+    // Version 6: the motion the frame's models were moved by (-1: that motion is off).
+    const moving = h.version >= 6 && h.header_size >= 864;
+    h.cardiac_phase = moving ? f64(808) : -1;
+    h.resp_phase = moving ? f64(816) : -1;
+    h.resp_mm = moving ? f64(832) : 0;
     return h;
   }
 
@@ -741,7 +746,7 @@
       $('ov-secondary').textContent = angleText(h.pose.secondary_deg, 'CRAN', 'CAUD');
       $('ov-rot').textContent = h.pose.detector_rot_deg ? 'rot ' + fmtNum(h.pose.detector_rot_deg, 1) + '°' : '';
       $('ov-counter').textContent = 'frame ' + h.frame_counter;
-      $('ov-kind').textContent = kindText(h);
+      $('ov-kind').textContent = kindText(h) + motionText(h);
       $('ov-mode').textContent = h.mode + '  ' + h.cols + '×' + h.rows;
       // The header counts every pixel at the ADC's full scale, a panel's few hot pixels too: the
       // warning is for more than 0.1 % of the panel (hot pixels are ~0.01 % by default).
@@ -781,6 +786,14 @@
     if (h.frame_kind === 2) return 'PROCESSED · ' + h.bits_stored + '-bit';
     if (h.frame_kind === 1) return 'RAW · ' + h.bits_stored + '-bit ADC';
     return 'IDEAL · uint16 (chain off)';
+  }
+
+  /* The frame's cardiac phase and breathing displacement, when they move it. */
+  function motionText(h) {
+    let t = '';
+    if (h.cardiac_phase >= 0) t += '  ♥ ' + h.cardiac_phase.toFixed(2);
+    if (h.resp_phase >= 0) t += '  resp ' + fmtNum(h.resp_mm, 1) + ' mm';
+    return t;
   }
 
   /* The frame's exposure, from its header: kV, mA, pulse width. */

@@ -97,7 +97,7 @@ enum {
 typedef struct xt_stream_header {
   uint32_t magic;               /*   0  XT_STREAM_MAGIC */
   uint16_t version;             /*   4  XT_STREAM_VERSION */
-  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4, 800 in v5) */
+  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4, 800 in v5, 864 in v6) */
   uint64_t frame_counter;       /*   8  exposure number since start, strictly increasing */
   uint64_t pose_seq;            /*  16  sequence number of the last pose update applied */
   uint64_t t_pose_ns;           /*  24  when that pose update reached the server */

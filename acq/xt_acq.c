@@ -5,6 +5,7 @@
  * frame whose run ended while it was rendered leaves the new run's totals alone. */
 #include "xt_acq.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -126,6 +127,9 @@ void xt_acq_renderer_free(xt_acq_renderer *r) {
   free(r->batch_g);
   r->batch_g = NULL;
   r->batch_cap = 0;
+  free(r->blur_acc);
+  r->blur_acc = NULL;
+  r->blur_cap = 0;
 }
 
 int xt_acq_renderer_add_model(xt_acq_renderer *r, const xt_model *m, xt_msg *msg) {
@@ -207,6 +211,7 @@ static void record_start(const xt_acq_request *q, xt_acq_frame *f) {
     f->has_placement = 1;
     f->placement = q->model->placement;
   }
+  f->motion = q->motion;
 }
 
 /* The exposure's instrument shapes that the projector does not hold yet (by version). A shape that
@@ -259,6 +264,38 @@ static int apply_iodine(xt_acq_renderer *r, const xt_acq_request *q, xt_msg *msg
   return 0;
 }
 
+/* Sample k's model transforms onto the projector. */
+static int apply_xforms(xt_acq_renderer *r, const xt_acq_request *q, int k, xt_msg *msg) {
+  for (int i = 0; i < q->nxforms; i++) {
+    const xt_acq_xform *x = &q->xforms[(size_t)k * q->nxforms + i];
+    int rc = xt_proj_set_transform(r->proj, x->model, &x->T, msg);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Motion blur within the pulse: the mean intensity of the samples' renders, as a line integral. */
+static int render_blurred(xt_acq_renderer *r, const xt_acq_request *q, const xt_geometry *g, float *out, xt_msg *msg) {
+  const size_t n = (size_t)g->mode.rows * g->mode.cols;
+  if (n > r->blur_cap) { /* grows to the largest frame, once */
+    double *a = realloc(r->blur_acc, n * sizeof *a);
+    if (!a) return xt_fail(msg, XT_ENOMEM, "acquisition: motion blur: out of memory");
+    r->blur_acc = a;
+    r->blur_cap = n;
+  }
+  memset(r->blur_acc, 0, n * sizeof *r->blur_acc);
+  int rc = 0;
+  for (int k = 0; k < q->blur_samples && !rc; k++) {
+    if ((rc = apply_xforms(r, q, k, msg)) || (rc = xt_proj_render(r->proj, g, out, msg))) break;
+    for (size_t i = 0; i < n; i++) r->blur_acc[i] += exp(-(double)out[i]);
+  }
+  const double inv = 1.0 / q->blur_samples;
+  for (size_t i = 0; i < n && !rc; i++) out[i] = (float)-log(r->blur_acc[i] * inv);
+  /* sample 0's transforms stay set, as an exposure without blur leaves them */
+  if (!rc) rc = apply_xforms(r, q, 0, msg);
+  return rc;
+}
+
 int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request *q, xt_acq_frame *f, xt_msg *msg) {
   record_start(q, f);
   const int chain = q->chain && !(q->flags & XT_ACQ_NO_RENDER);
@@ -303,6 +340,7 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   f->step = XT_ACQ_STEP_RENDER;
   if ((rc = apply_shapes(r, q, msg))) return rc;
   if ((rc = apply_iodine(r, q, msg))) return rc;
+  if (q->nxforms && (rc = apply_xforms(r, q, 0, msg))) return rc;
 
   /* the planes' sizes, then the caller's buffers */
   f->step = XT_ACQ_STEP_BUFFERS;
@@ -329,9 +367,10 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   f->step = XT_ACQ_STEP_RENDER;
   if (want & XT_ACQ_WANT_LINEINT) {
     const uint64_t t = xt_acq_now_ns();
-    if ((rc = host_plane(&f->lineint, "line integrals", msg)) ||
-        (rc = xt_proj_render(r->proj, &f->geom, (float *)f->lineint.data, msg)))
-      return rc;
+    if ((rc = host_plane(&f->lineint, "line integrals", msg))) return rc;
+    if (q->nxforms && q->blur_samples > 1) rc = render_blurred(r, q, &f->geom, (float *)f->lineint.data, msg);
+    else rc = xt_proj_render(r->proj, &f->geom, (float *)f->lineint.data, msg);
+    if (rc) return rc;
     f->lineint_ms = (double)(xt_acq_now_ns() - t) * 1e-6;
   }
   if (want & XT_ACQ_WANT_CHANNELS) {

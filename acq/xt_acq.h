@@ -110,9 +110,30 @@ typedef struct xt_acq_iodine {
   int label;
   double rho_g_cm3;      /* iodine's partial density: mg I/mL / 1000 */
 } xt_acq_iodine;
+/* Motion (issue 26; acq/xt_motion.h): a model's map of the patient frame for one exposure. */
+/* What moved an exposure's models, as the front end evaluated it (copied into the record): every
+ * frame carries its motion time and phases. */
+typedef struct xt_acq_motion {
+  int on;                 /* 0: no motion and no model transform (the fields below are zeros) */
+  double t_s;             /* the time the transforms are of (the pulse's centre; with blur, the
+                             samples span the pulse around it), seconds on the motion clock */
+  double cardiac_phase;   /* 0..1 from the R wave; -1: the heart is still */
+  double resp_phase;      /* 0..1 from end-expiration; -1: no breathing */
+  double cardiac_scale;   /* the beating models' scale at t_s (1: still) */
+  double resp_mm;         /* the breathing models' displacement at t_s, mm along the axis */
+  int blur_samples;       /* renders averaged across the pulse (1: none) */
+  uint64_t xform_version; /* the version of the models' API transforms (0: none given) */
+} xt_acq_motion;
+
+typedef struct xt_acq_xform {
+  const xt_model *model; /* as added to the projector */
+  xt_affine T;           /* xt_proj_set_transform */
+} xt_acq_xform;
 
 typedef struct xt_acq_renderer {
   xt_proj *proj;
+  double *blur_acc; /* motion blur's sum of intensities, grown once to the largest frame */
+  size_t blur_cap;
   xt_acq_shape_cache *shapes; /* the projector's instruments' versions; NULL: the renderer's own */
   xt_acq_shape_cache own_shapes;
   xt_chain *chain;     /* NULL until a chain exposure */
@@ -182,6 +203,7 @@ typedef struct xt_acq_frame {
   xt_acq_image lineint;            /* float line integrals, the render grid */
   xt_acq_image channels;           /* float material channels, nch planes of the render grid */
   xt_acq_image raw, proc;          /* uint16 chain frames, the output grid (binned) */
+  xt_acq_motion motion;            /* the request's */
 } xt_acq_frame;
 
 enum { XT_ACQ_STEP_GEOMETRY = 1, XT_ACQ_STEP_ADMIT, XT_ACQ_STEP_BUFFERS, XT_ACQ_STEP_RENDER, XT_ACQ_STEP_CHAIN,
@@ -233,6 +255,16 @@ typedef struct xt_acq_request {
    * none of them keeps what it holds. niodine 0: as they are. */
   const xt_acq_iodine *iodine;
   int niodine;
+  /* Motion (issue 26; xt_motion.h): nxforms model transforms per time sample, blur_samples samples
+   * across the pulse (xforms[k * nxforms + i]: sample k, model i; 0 or 1: one sample). Sample 0's
+   * are set on the projector before any render (xt_proj_set_transform; they stay set after the
+   * exposure). With blur_samples > 1 the line integrals are those of the mean intensity over the
+   * samples, -ln(mean_k exp(-L_k)): a detector integrates photons across the pulse; channels and
+   * the chain render sample 0 only (a caller wanting the pulse's centre for those passes it there).
+   * nxforms 0: the transforms as they are. */
+  const xt_acq_xform *xforms;
+  int nxforms, blur_samples;
+  xt_acq_motion motion; /* into the record as it is */
   /* Called with the geometry before any render work (the server's work budgets); NULL: none. */
   int (*admit)(void *ctx, const xt_geometry *g, xt_msg *msg);
   /* Called once the planes' sizes are in the record: points each wanted plane's data at a buffer

@@ -13,12 +13,19 @@
 #include <stdint.h>
 
 #define XT_STREAM_MAGIC 0x46575458u /* bytes "XTWF" */
-#define XT_STREAM_VERSION 5
+#define XT_STREAM_VERSION 6
 
 enum {
   XT_STREAM_PIX_U16 = 1, /* uint16: intensity round(65535 * exp(-line integral)), or (frame_kind
                             raw / processed) the imaging chain's detector codes */
   XT_STREAM_PIX_F32 = 2  /* float32 line integral of mu (dimensionless) */
+};
+
+/* motion_flags (version 6, offset 840) */
+enum {
+  XT_STREAM_MOTION_XFORM = 1,   /* model transforms were given over the API (xform_version > 0) */
+  XT_STREAM_MOTION_CARDIAC = 2, /* cardiac motion on */
+  XT_STREAM_MOTION_RESP = 4     /* respiratory motion on */
 };
 
 /* What the pixels are (version 2, offset 304). */
@@ -90,7 +97,7 @@ enum {
 typedef struct xt_stream_header {
   uint32_t magic;               /*   0  XT_STREAM_MAGIC */
   uint16_t version;             /*   4  XT_STREAM_VERSION */
-  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4, 800 in v5) */
+  uint16_t header_size;         /*   6  bytes before the pixels (304 in v1, 400 in v2, 576 in v3, 752 in v4, 800 in v5, 864 in v6) */
   uint64_t frame_counter;       /*   8  exposure number since start, strictly increasing */
   uint64_t pose_seq;            /*  16  sequence number of the last pose update applied */
   uint64_t t_pose_ns;           /*  24  when that pose update reached the server */
@@ -173,9 +180,19 @@ typedef struct xt_stream_header {
                                         rendered with (GET /v1/contrast's seq; 0: never an injection) */
   float iodine_mg_ml_max;       /* 796  the largest iodine concentration of any region at the exposure
                                         (mg I/mL; each region's: GET /v1/contrast?t_ns=t_exposure_ns) */
-} xt_stream_header;             /* 800 */
+  /* version 6: motion (issue 26): the time and phases the frame's models were moved to */
+  double motion_t_s;            /* 800  the transforms' time: the pulse's centre, s since the motion's start */
+  double cardiac_phase;         /* 808  0..1 from the R wave; -1: no cardiac motion */
+  double resp_phase;            /* 816  0..1 from end-expiration; -1: no breathing */
+  double cardiac_scale;         /* 824  the beating models' scale about the heart's centre (1: still) */
+  double resp_mm;               /* 832  the breathing models' displacement along the axis, mm */
+  uint32_t motion_flags;        /* 840  XT_STREAM_MOTION_*: what moved */
+  uint32_t blur_samples;        /* 844  renders averaged across the pulse (0 or 1: none) */
+  uint64_t xform_version;       /* 848  the version of the models' transforms (PUT /v1/models/{name}/transform; 0 none) */
+  uint64_t reserved7;           /* 856  0 */
+} xt_stream_header;             /* 864 */
 
-#define XT_STREAM_HEADER_SIZE 800
+#define XT_STREAM_HEADER_SIZE 864
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "xt_stream.h describes a little-endian wire format; this host is big-endian"
@@ -253,6 +270,14 @@ _Static_assert(offsetof(xt_stream_header, codec) == 776, "codec");
 _Static_assert(offsetof(xt_stream_header, wire_bytes) == 784, "wire_bytes");
 _Static_assert(offsetof(xt_stream_header, contrast_seq) == 792, "contrast_seq");
 _Static_assert(offsetof(xt_stream_header, iodine_mg_ml_max) == 796, "iodine_mg_ml_max");
+_Static_assert(offsetof(xt_stream_header, motion_t_s) == 800, "motion_t_s");
+_Static_assert(offsetof(xt_stream_header, cardiac_phase) == 808, "cardiac_phase");
+_Static_assert(offsetof(xt_stream_header, resp_phase) == 816, "resp_phase");
+_Static_assert(offsetof(xt_stream_header, cardiac_scale) == 824, "cardiac_scale");
+_Static_assert(offsetof(xt_stream_header, resp_mm) == 832, "resp_mm");
+_Static_assert(offsetof(xt_stream_header, motion_flags) == 840, "motion_flags");
+_Static_assert(offsetof(xt_stream_header, blur_samples) == 844, "blur_samples");
+_Static_assert(offsetof(xt_stream_header, xform_version) == 848, "xform_version");
 _Static_assert(sizeof(xt_stream_header) == XT_STREAM_HEADER_SIZE, "header size");
 
 #endif /* XT_STREAM_H */

@@ -90,6 +90,11 @@ void xt_frame_fields_of(const xt_acq_frame *fr, xt_frame_fields *ff) {
   ff->timing = fr->timing;
   ff->cycle = fr->cycle;
   ff->t_cycle_ns = fr->t_cycle_ns;
+  ff->motion = fr->motion;
+  if (!fr->motion.on) ff->motion.cardiac_phase = ff->motion.resp_phase = -1, ff->motion.cardiac_scale = 1;
+  ff->motion_flags = (fr->motion.xform_version ? XT_STREAM_MOTION_XFORM : 0u) |
+                     (fr->motion.on && fr->motion.cardiac_phase >= 0 ? XT_STREAM_MOTION_CARDIAC : 0u) |
+                     (fr->motion.on && fr->motion.resp_phase >= 0 ? XT_STREAM_MOTION_RESP : 0u);
   const xt_pose *p = &g->pose;
   const double pose[8] = {p->primary_deg, p->secondary_deg, p->detector_rot_deg, p->sod_mm,
                           p->sid_mm,      p->table_mm.x,    p->table_mm.y,       p->table_mm.z};

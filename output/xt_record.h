@@ -81,6 +81,9 @@ typedef struct xt_frame_fields {
   int drc;
   double drc_measured_ngy, drc_target_ngy, drc_curve_s;
   uint32_t drc_flags;
+  /* motion (issue 26): the record's (xt_acq_motion); motion_flags XT_STREAM_MOTION_* */
+  xt_acq_motion motion;
+  uint32_t motion_flags;
 } xt_frame_fields;
 
 /* The fields of fr; pointers in ff point into fr (or static strings) and live as long as it. */

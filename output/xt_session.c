@@ -49,11 +49,100 @@ json_t *xt_session_frame_json(const xt_acq_request *q, int lockstep) {
   xt_jb_put(&b, o, "timing", json_integer(q->timing));
   xt_jb_put(&b, o, "cycle", u64(q->cycle));
   xt_jb_put(&b, o, "t_cycle_ns", u64(q->t_cycle_ns));
+  /* motion (issue 26): the time and phases the models were moved to, and each model's map of the
+   * patient frame, row-major 3 x 4, for every sample across the pulse (sample-major; one without
+   * blur: the pulse's centre) */
+  if (q->motion.on) {
+    const xt_acq_motion *m = &q->motion;
+    json_t *mo = json_object(), *tr = json_array();
+    xt_jb_put(&b, mo, "t_s", json_real(m->t_s));
+    xt_jb_put(&b, mo, "cardiac_phase", json_real(m->cardiac_phase));
+    xt_jb_put(&b, mo, "resp_phase", json_real(m->resp_phase));
+    xt_jb_put(&b, mo, "cardiac_scale", json_real(m->cardiac_scale));
+    xt_jb_put(&b, mo, "resp_mm", json_real(m->resp_mm));
+    xt_jb_put(&b, mo, "blur_samples", json_integer(m->blur_samples));
+    xt_jb_put(&b, mo, "xform_version", u64(m->xform_version));
+    const int nx = q->nxforms * (q->blur_samples > 1 ? q->blur_samples : 1);
+    for (int i = 0; i < nx; i++) {
+      const xt_affine *T = &q->xforms[i].T;
+      const double v[12] = {T->m[0][0], T->m[0][1], T->m[0][2], T->t[0], T->m[1][0], T->m[1][1],
+                            T->m[1][2], T->t[1],    T->m[2][0], T->m[2][1], T->m[2][2], T->t[2]};
+      json_t *x = json_object();
+      xt_jb_put(&b, x, "model", json_string(q->xforms[i].model->name));
+      xt_jb_put(&b, x, "T", xt_jb_vec(&b, v, 12));
+      json_array_append_new(tr, x);
+    }
+    xt_jb_put(&b, mo, "transforms", tr);
+    xt_jb_put(&b, o, "motion", mo);
+  }
   if (b.bad) {
     json_decref(o);
     return NULL;
   }
   return o;
+}
+
+static int get_u64(const json_t *o, const char *key, uint64_t *out, xt_msg *msg);
+
+static int get_num(const json_t *o, const char *key, double *out, xt_msg *msg) {
+  const json_t *v = json_object_get(o, key);
+  if (!json_is_number(v) || !isfinite(json_number_value(v)))
+    return xt_fail(msg, XT_EFORMAT, "frame.motion.%s: a number expected", key);
+  *out = json_number_value(v);
+  return 0;
+}
+
+int xt_session_frame_motion(const json_t *o, const xt_model *const *models, int nmodels, xt_acq_xform *out, int cap,
+                            xt_acq_request *q, xt_msg *msg) {
+  const json_t *mo = json_object_get(o, "motion");
+  q->xforms = NULL;
+  q->nxforms = 0;
+  q->blur_samples = 0;
+  memset(&q->motion, 0, sizeof q->motion);
+  if (!mo) return 0;
+  xt_acq_motion *m = &q->motion;
+  int rc;
+  double blur = 0;
+  if ((rc = get_num(mo, "t_s", &m->t_s, msg)) || (rc = get_num(mo, "cardiac_phase", &m->cardiac_phase, msg)) ||
+      (rc = get_num(mo, "resp_phase", &m->resp_phase, msg)) ||
+      (rc = get_num(mo, "cardiac_scale", &m->cardiac_scale, msg)) || (rc = get_num(mo, "resp_mm", &m->resp_mm, msg)) ||
+      (rc = get_num(mo, "blur_samples", &blur, msg)) || (rc = get_u64(mo, "xform_version", &m->xform_version, msg)))
+    return rc;
+  if (!(blur >= 1 && blur <= 64 && blur == floor(blur)))
+    return xt_fail(msg, XT_EFORMAT, "frame.motion.blur_samples: 1..64 expected");
+  m->on = 1;
+  m->blur_samples = (int)blur;
+  const json_t *tr = json_object_get(mo, "transforms");
+  if (!json_is_array(tr)) return xt_fail(msg, XT_EFORMAT, "frame.motion.transforms: an array expected");
+  const size_t n = json_array_size(tr);
+  if (n % (size_t)m->blur_samples || n > (size_t)cap)
+    return xt_fail(msg, XT_EFORMAT, "frame.motion.transforms: %zu entries for %d samples (at most %d)", n,
+                   m->blur_samples, cap);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *x = json_array_get(tr, i), *T = json_object_get(x, "T");
+    const char *name = json_string_value(json_object_get(x, "model"));
+    int k = 0;
+    while (name && k < nmodels && strcmp(models[k]->name, name)) k++;
+    if (!name || k == nmodels)
+      return xt_fail(msg, XT_EFORMAT, "frame.motion.transforms[%zu]: no model '%s'", i, name ? name : "");
+    if (!json_is_array(T) || json_array_size(T) != 12)
+      return xt_fail(msg, XT_EFORMAT, "frame.motion.transforms[%zu].T: 12 numbers expected", i);
+    double v[12];
+    for (int e = 0; e < 12; e++) {
+      const json_t *y = json_array_get(T, (size_t)e);
+      if (!json_is_number(y)) return xt_fail(msg, XT_EFORMAT, "frame.motion.transforms[%zu].T[%d]: a number expected", i, e);
+      v[e] = json_number_value(y);
+    }
+    out[i].model = models[k];
+    for (int r = 0; r < 3; r++) {
+      for (int c = 0; c < 3; c++) out[i].T.m[r][c] = v[4 * r + c];
+      out[i].T.t[r] = v[4 * r + 3];
+    }
+  }
+  q->xforms = out;
+  q->nxforms = (int)(n / (size_t)m->blur_samples);
+  q->blur_samples = m->blur_samples;
+  return 0;
 }
 
 static int get_u64(const json_t *o, const char *key, uint64_t *out, xt_msg *msg) {

@@ -20,5 +20,10 @@ json_t *xt_session_frame_json(const xt_acq_request *q, int lockstep);
 /* The request of a frame line: pose, mode (by name), chain, parameters, numbers and times (want,
  * flags and the hooks are the caller's); msg names the field that is wrong. */
 int xt_session_frame_parse(const json_t *o, xt_acq_request *q, int *lockstep, xt_msg *msg);
+/* A frame line's "motion" (issue 26), if any, into q: the record's motion fields, and each model's
+ * transforms for every sample into out (cap entries; models by name among models[0..nmodels)),
+ * q->xforms pointing there. Without "motion" q's motion is cleared (the models as added). */
+int xt_session_frame_motion(const json_t *o, const xt_model *const *models, int nmodels, xt_acq_xform *out, int cap,
+                            xt_acq_request *q, xt_msg *msg);
 
 #endif /* XT_SESSION_H */

@@ -82,5 +82,13 @@ void xt_stream_header_encode(const xt_frame_fields *ff, const xt_stream_delivery
   h->t_cycle_ns = ff->t_cycle_ns;
   h->codec = XT_STREAM_CODEC_NONE; /* the sender rewrites codec and wire_bytes for a client that asked */
   h->wire_bytes = d->payload;
+  h->motion_t_s = ff->motion.t_s;
+  h->cardiac_phase = ff->motion.cardiac_phase;
+  h->resp_phase = ff->motion.resp_phase;
+  h->cardiac_scale = ff->motion.cardiac_scale;
+  h->resp_mm = ff->motion.resp_mm;
+  h->motion_flags = ff->motion_flags;
+  h->blur_samples = (uint32_t)(ff->motion.blur_samples > 1 ? ff->motion.blur_samples : 1);
+  h->xform_version = ff->motion.xform_version;
   if (ff->chain && d->kind != XT_STREAM_KIND_MONO) exposure_part(ff, d->kind, h);
 }

@@ -59,6 +59,13 @@ struct xt_cuda_proj {
   cudaEvent_t ev_dslot[XT_DEV_SLOTS];
   size_t dslot_bytes;
   int dslot_next;
+  /* Motion (xt_proj_set_transform): the kinds hold a shallow copy of each model (view: the payload
+   * shared), whose placement is T * base; they read it on the host when they fill a frame's
+   * descriptor, so frames already queued keep theirs. */
+  int nviews, views_cap;
+  const xt_model **added;
+  xt_model **view;
+  xt_affine *base;
 };
 
 extern "C" xt_cuda_options xt_cuda_default_options(void) {
@@ -173,6 +180,10 @@ extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
     if (p->ev_dslot[i]) cudaEventDestroy(p->ev_dslot[i]);
   for (int k = 0; k < NKINDS; k++)
     if (p->kst[k]) kinds[k]->destroy(p->kst[k]);
+  for (int i = 0; i < p->nviews; i++) free(p->view[i]);
+  free(p->view);
+  free(p->added);
+  free(p->base);
   for (int i = 0; i < 2; i++) {
     if (p->ev_k[i]) cudaEventDestroy(p->ev_k[i]);
     if (p->ev_c[i]) cudaEventDestroy(p->ev_c[i]);
@@ -238,12 +249,40 @@ static void update_channels(xt_cuda_proj *p, const xt_model *m) {
   else p->cs = cs;
 }
 
+/* The copy the kinds hold of model m as added; NULL when m was not added. */
+static xt_model *view_of(const xt_cuda_proj *p, const xt_model *m) {
+  for (int i = 0; i < p->nviews; i++)
+    if (p->added[i] == m) return p->view[i];
+  return NULL;
+}
+
 extern "C" int xt_cuda_add_model(xt_cuda_proj *p, const xt_model *m, xt_msg *msg) {
   for (int k = 0; k < NKINDS; k++) {
     if (!kinds[k]->accepts(m)) continue;
     CK(cudaSetDevice(p->opt.device));
-    int rc = kinds[k]->add_model(p->kst[k], m, msg);
-    if (!rc) update_channels(p, m);
+    if (p->nviews == p->views_cap) {
+      const int cap = p->views_cap ? 2 * p->views_cap : 8;
+      const xt_model **na = (const xt_model **)realloc(p->added, sizeof *na * (size_t)cap);
+      if (na) p->added = na;
+      xt_model **nv = (xt_model **)realloc(p->view, sizeof *nv * (size_t)cap);
+      if (nv) p->view = nv;
+      xt_affine *nb = (xt_affine *)realloc(p->base, sizeof *nb * (size_t)cap);
+      if (nb) p->base = nb;
+      if (!na || !nv || !nb) return xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
+      p->views_cap = cap;
+    }
+    xt_model *v = (xt_model *)malloc(sizeof *v);
+    if (!v) return xt_fail(msg, XT_ENOMEM, "cuda projector: out of memory");
+    *v = *m;
+    int rc = kinds[k]->add_model(p->kst[k], v, msg);
+    if (rc) {
+      free(v);
+      return rc;
+    }
+    p->added[p->nviews] = m;
+    p->view[p->nviews] = v;
+    p->base[p->nviews++] = m->placement;
+    update_channels(p, v);
     return rc;
   }
   return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: model %s: kind %s not supported", m->name,
@@ -701,10 +740,11 @@ static void ops_destroy(void *impl) { xt_cuda_destroy((xt_cuda_proj *)impl); }
 /* The kind that holds m takes the shape (its own buffers; queued behind the frames already in flight). */
 static int ops_set_shape(void *impl, const xt_model *m, const double *pts, int n, xt_msg *msg) {
   xt_cuda_proj *p = (xt_cuda_proj *)impl;
-  for (int k = 0; k < NKINDS; k++) {
+  const xt_model *v = view_of(p, m);
+  for (int k = 0; k < NKINDS && v; k++) {
     if (!kinds[k]->set_shape) continue;
     CK(cudaSetDevice(p->opt.device));
-    const int rc = kinds[k]->set_shape(p->kst[k], m, pts, n, msg);
+    const int rc = kinds[k]->set_shape(p->kst[k], v, pts, n, msg);
     if (rc != XT_ENOTFOUND) return rc;
   }
   return xt_fail(msg, XT_ENOTFOUND, "cuda projector: model %s was not added as an instrument", m->name);
@@ -712,13 +752,23 @@ static int ops_set_shape(void *impl, const xt_model *m, const double *pts, int n
 /* Contrast: the kind that holds label volume m takes its iodine (mono table and channel rows). */
 static int ops_set_iodine(void *impl, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
   xt_cuda_proj *p = (xt_cuda_proj *)impl;
-  for (int k = 0; k < NKINDS; k++) {
+  const xt_model *v = view_of(p, m); /* the kinds hold the projector's views of the models (motion) */
+  for (int k = 0; k < NKINDS && v; k++) {
     if (!kinds[k]->set_iodine) continue;
     CK(cudaSetDevice(p->opt.device));
-    const int rc = kinds[k]->set_iodine(p->kst[k], m, io, msg);
+    const int rc = kinds[k]->set_iodine(p->kst[k], v, io, msg);
     if (rc != XT_ENOTFOUND) return rc;
   }
   return xt_fail(msg, XT_ENOTFOUND, "cuda projector: model %s was not added as a label volume", m->name);
+}
+static int ops_set_transform(void *impl, const xt_model *m, const xt_affine *T, xt_msg *msg) {
+  xt_cuda_proj *p = (xt_cuda_proj *)impl;
+  for (int i = 0; i < p->nviews; i++) {
+    if (p->added[i] != m) continue;
+    p->view[i]->placement = xt_aff_compose(T, &p->base[i]);
+    return 0;
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "cuda projector: model %s was not added", m->name);
 }
 /* Portable: pinned for every device's context, so one buffer serves whichever worker renders. */
 static int ops_host_alloc(size_t bytes, void **out, xt_msg *msg) {
@@ -747,5 +797,5 @@ static int ops_render_spectral(void *impl, const xt_geometry *g, const xt_chan_s
 extern "C" const xt_proj_ops xt_proj_cuda_ops = {
     "cuda",     xt_cuda_available, ops_create,   ops_add_model,       ops_render,        ops_render_batch,
     ops_destroy, ops_channels,     ops_render_channels, ops_render_device, ops_render_spectral, ops_host_alloc,
-    ops_host_free, ops_render_batch_device, ops_set_shape, ops_set_iodine,
+    ops_host_free, ops_render_batch_device, ops_set_shape, ops_set_iodine, ops_set_transform,
 };

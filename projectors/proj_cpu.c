@@ -211,9 +211,12 @@ int xt_ref_render_channels_f64(const xt_model *const *models, int n, const xt_ch
 typedef struct cpu_proj {
   int threads;
   int nmodels, cap;
-  const xt_model **models; /* what renders: the model as added, or the projector's own copy */
-  const xt_model **added;  /* the models as added (xt_proj_set_shape names them) */
+  const xt_model **models; /* what renders: own[i], else view[i] */
+  const xt_model **added;  /* the models as added (xt_proj_set_shape, xt_proj_set_transform name them) */
   xt_model **own;          /* the own copies (kinds with `own`), else NULL */
+  xt_model **view;         /* kinds without `own`: a shallow copy (the payload shared) whose placement
+                              xt_proj_set_transform moves; else NULL */
+  xt_affine *base;         /* each model's placement as added (xt_proj_set_transform composes onto it) */
   xt_chanset cs;   /* the models' channel set */
   void **chans;    /* each model's map onto cs; rebuilt when cs grows (at add_model) */
   xt_iodine_tab **io; /* contrast: each label volume's iodine (made at its first xt_proj_set_iodine), else NULL */
@@ -254,10 +257,20 @@ static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
     xt_iodine_tab **ni = realloc(p->io, sizeof *ni * (size_t)cap);
     if (!ni) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
     p->io = ni;
+    xt_model **nv = realloc(p->view, sizeof *nv * (size_t)cap);
+    if (!nv) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    p->view = nv;
+    xt_affine *nb = realloc(p->base, sizeof *nb * (size_t)cap);
+    if (!nb) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    p->base = nb;
     p->cap = cap;
   }
-  xt_model *own = NULL;
+  xt_model *own = NULL, *view = NULL;
   if (k->own && (rc = k->own(m, &own, msg))) return rc;
+  if (!own) { /* a shallow copy: the kinds read the placement through the model they render */
+    if (!(view = malloc(sizeof *view))) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
+    *view = *m;
+  }
   /* Channels are optional per kind: a model without them only makes render_channels fail. The maps
    * are rebuilt lazily (render_channels) since the set may grow with later models. */
   xt_chanset cs = p->cs;
@@ -266,7 +279,9 @@ static int cpu_add_model(void *impl, const xt_model *m, xt_msg *msg) {
   p->added[p->nmodels] = m;
   p->own[p->nmodels] = own;
   p->io[p->nmodels] = NULL;
-  p->models[p->nmodels++] = own ? own : m;
+  p->view[p->nmodels] = view;
+  p->base[p->nmodels] = m->placement;
+  p->models[p->nmodels++] = own ? own : view;
   for (int i = 0; i < p->nmodels; i++) {
     free(p->chans[i]);
     p->chans[i] = NULL;
@@ -325,9 +340,12 @@ static void cpu_destroy(void *impl) {
     free(p->chans[i]);
     free(p->io[i]);
     xt_model_free(p->own[i]);
+    free(p->view[i]); /* the payload is the caller's */
   }
   free(p->io);
   free(p->chans);
+  free(p->view);
+  free(p->base);
   free(p->added);
   free(p->own);
   free(p->models);
@@ -369,6 +387,17 @@ static int cpu_set_iodine(void *impl, const xt_model *m, const xt_iodine_tab *io
   return xt_fail(msg, XT_ENOTFOUND, "cpu projector: model %s was not added", m->name);
 }
 
+static int cpu_set_transform(void *impl, const xt_model *m, const xt_affine *T, xt_msg *msg) {
+  cpu_proj *p = impl;
+  for (int i = 0; i < p->nmodels; i++) {
+    if (p->added[i] != m) continue;
+    xt_model *r = p->own[i] ? p->own[i] : p->view[i];
+    r->placement = xt_aff_compose(T, &p->base[i]);
+    return 0;
+  }
+  return xt_fail(msg, XT_ENOTFOUND, "cpu projector: model %s was not added", m->name);
+}
+
 const xt_proj_ops xt_proj_cpu_ops = {
     .name = "cpu",
     .available = cpu_available,
@@ -383,4 +412,5 @@ const xt_proj_ops xt_proj_cpu_ops = {
     .render_spectral = NULL,
     .set_shape = cpu_set_shape,
     .set_iodine = cpu_set_iodine,
+    .set_transform = cpu_set_transform,
 };

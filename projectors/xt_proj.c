@@ -90,6 +90,20 @@ int xt_proj_set_iodine(xt_proj *p, const xt_model *m, const double *rho, xt_msg 
   return rc ? rc : p->ops->set_iodine(p->impl, m, &io, msg);
 }
 
+int xt_proj_set_transform(xt_proj *p, const xt_model *m, const xt_affine *T, xt_msg *msg) {
+  if (!m || !T) return xt_fail(msg, XT_EINVAL, "projector: set transform: NULL model or transform");
+  xt_affine inv;
+  for (int r = 0; r < 3; r++) {
+    if (!isfinite(T->t[r])) return xt_fail(msg, XT_EINVAL, "model %s: transform: non-finite translation", m->name);
+    for (int c = 0; c < 3; c++)
+      if (!isfinite(T->m[r][c])) return xt_fail(msg, XT_EINVAL, "model %s: transform: non-finite matrix", m->name);
+  }
+  if (!xt_aff_invert(T, &inv)) return xt_fail(msg, XT_EINVAL, "model %s: transform: singular matrix", m->name);
+  if (!p->ops->set_transform)
+    return xt_fail(msg, XT_EUNSUPPORTED, "backend %s: no model transforms", p->ops->name);
+  return p->ops->set_transform(p->impl, m, T, msg);
+}
+
 int xt_proj_render_batch(xt_proj *p, const xt_geometry *g, int n, float *out, xt_msg *msg) {
   if (n <= 0) return xt_fail(msg, XT_EINVAL, "render batch: %d frames", n);
   for (int i = 1; i < n; i++)

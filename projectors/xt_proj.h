@@ -61,6 +61,9 @@ typedef struct xt_proj_ops {
   /* Contrast (issue 26): label volume m's labels with iodine added (xt_proj_set_iodine); io NULL:
    * none. NULL: the backend has no contrast. */
   int (*set_iodine)(void *impl, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg);
+  /* Model m (as added) renders with placement T * (its placement as added) from the next render on
+   * (xt_proj_set_transform); T already checked invertible. */
+  int (*set_transform)(void *impl, const xt_model *m, const xt_affine *T, xt_msg *msg);
 } xt_proj_ops;
 
 const char *xt_backend_name(xt_backend b);
@@ -84,6 +87,14 @@ int xt_proj_set_shape(xt_proj *p, const xt_model *m, const double *pts, int n, x
  * m was not added; xt_iodine_tab_build's errors (a label that is no contrast region), the
  * projector's iodine unchanged on failure. */
 int xt_proj_set_iodine(xt_proj *p, const xt_model *m, const double *rho, xt_msg *msg);
+/* Motion (issue 26; docs/geometry.md, "Model motion"): model m (as added) renders from the next
+ * render on as if its placement were T * P, P its placement when it was added and T a map of the
+ * patient frame (rigid for a table pan or a patient shift; a scaling about a point for a beating
+ * heart). Every kind and backend applies it where it applies the placement: the rays are taken into
+ * the model's frame by the inverse of patient -> world * T * P, so the integrals stay exact. T is
+ * kept until the next call (identity: as added); it does not allocate. XT_ENOTFOUND when m was not
+ * added, XT_EINVAL for a singular or non-finite T (nothing changed). */
+int xt_proj_set_transform(xt_proj *p, const xt_model *m, const xt_affine *T, xt_msg *msg);
 /* n frames of one detector size into out (n * rows * cols floats). Into memory from xt_host_alloc
  * (or any page-locked memory) of a device backend, the frames land where the DMA puts them, in
  * small chunks whose copies overlap the next chunk's kernels; into other memory they go through

@@ -37,6 +37,7 @@
 #include "srv_engine.h"
 #include "srv_contrast.h"
 #include "srv_instr.h"
+#include "srv_motion.h"
 #include "srv_scenario.h"
 #include "srv_session.h"
 #include "srv_study.h"
@@ -225,7 +226,14 @@ static int render_call(xt_worker *w, xt_call *c) {
   pthread_mutex_lock(&w->srv->st_mu);
   xt_srv_instr_latch_locked(w->srv, &now);
   xt_srv_contrast_latch_locked(w->srv, &now, xt_dev_now_ns());
+  now.mot = w->srv->motion;
+  now.req.t_exposure_ns = xt_dev_now_ns();
   pthread_mutex_unlock(&w->srv->st_mu);
+  xt_srv_motion_apply(w->srv, w, &now); /* the models where they are now */
+  q.xforms = now.req.xforms;
+  q.nxforms = now.req.nxforms;
+  q.blur_samples = 1;
+  q.motion = now.req.motion;
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];
   xt_srv_instr_shapes(w->srv, w, &now, shapes, &q.nshapes);
   q.shapes = shapes;
@@ -432,6 +440,7 @@ static void *worker_main(void *arg) {
     if (j.kind == XT_JOB_FRAME) {
       /* logged as it is rendered, not as it was queued: a free-run frame replaced in the queue by a
        * newer one never reaches the dose-rate loop, and must not in the replay either */
+      xt_srv_motion_apply(w->srv, w, &j); /* the phases at this exposure's pulse (motion.c) */
       if (!stopping) xt_session_frame(w->srv, &j.req, j.lockstep);
       if (!stopping) render_frame(w, &j);
       frame_done(w->srv);
@@ -597,6 +606,7 @@ static int expose_locked(xt_server *s, int pl, uint64_t t_sched, uint64_t t_exp,
   xt_srv_fault_latch_locked(s, &j, t_exp); /* the faults of this exposure's moment (fault.c) */
   xt_srv_instr_latch_locked(s, &j);        /* the instruments' shapes of this moment (instr.c) */
   xt_srv_contrast_latch_locked(s, &j, t_exp); /* every region's iodine at the exposure (contrast.c) */
+  j.mot = s->motion;                       /* the models' transforms and motions (motion.c) */
   xt_worker *w = pick_worker_locked(s, pl, j.req.chain, lockstep);
   int replaced = 0;
   int rc = worker_push(s, w, &j, &replaced);

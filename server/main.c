@@ -288,6 +288,7 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&s->st_mu, NULL);
   pthread_mutex_init(&s->models_mu, NULL);
   pthread_mutex_init(&s->shape_mu, NULL);
+  xt_srv_motion_init(&s->motion);
   pthread_mutex_init(&s->log_mu, NULL);
   if (!strcmp(s->cfg.clock, "virtual")) xt_dev_clock_virtual(xt_now_ns());
   atomic_store(&s->ws_min_pub, UINT64_MAX); /* no stream client */

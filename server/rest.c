@@ -37,7 +37,9 @@
 #include "srv_instr.h"
 #include "srv_metrics.h"
 #include "srv_study.h"
+#include "srv_motion.h"
 #include "srv_rest.h"
+#include "srv_session.h"
 #include "srv_state.h"
 #include "xt_console.h"
 #include "xt_output.h"
@@ -468,6 +470,39 @@ static void h_contrast_delete(xt_server *s, struct MHD_Connection *con, req *r, 
   json_t *j = xt_srv_contrast_stop(s, v && !strcmp(v, "1"));
   if (!j) return reply_error(out, XT_ENOMEM, 0, "contrast: out of memory");
   reply_json(out, 200, j);
+/* ---- motion (issue 26; motion.c) ------------------------------------------------------------ */
+
+/* PUT /v1/models/{name}/transform: the name is the path's third part. */
+static void h_model_transform_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  static const char prefix[] = "/v1/models/";
+  char name[80] = "";
+  const char *a = r->url + sizeof prefix - 1;
+  const size_t n = strcspn(a, "/");
+  if (n < sizeof name) snprintf(name, sizeof name, "%.*s", (int)n, a);
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  uint64_t version = 0, t = 0;
+  int rc = xt_srv_motion_transform_put(s, name, j, &version, &t, &m);
+  xt_session_command(s, "transform", "rest", j, rc, rc ? m.text : NULL);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, rc == XT_ENOTFOUND ? 404 : 0, m.text);
+  reply_json(out, 200, json_pack("{s:s,s:I,s:I}", "model", name, "version", (json_int_t)version, "t_ns", (json_int_t)t));
+}
+
+static void h_motion_get(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  reply_json(out, 200, xt_srv_motion_json(s));
+}
+
+static void h_motion_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  json_t *j;
+  if (body_json(r, out, 0, &j)) return;
+  xt_msg m;
+  int rc = xt_srv_motion_put(s, j, &m);
+  xt_session_command(s, "motion", "rest", j, rc, rc ? m.text : NULL);
+  json_decref(j);
+  if (rc) return reply_error(out, rc, rc == XT_ENOTFOUND ? 404 : 0, m.text);
+  reply_json(out, 200, xt_srv_motion_json(s));
 }
 
 static void h_models_post(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
@@ -581,6 +616,12 @@ static const xt_route routes[] = {
     {"POST", "/v1/render", "Render one frame for a pose; 16-bit PNG or .npy by Accept, geometry in headers", (void *)h_render},
     {"GET", "/v1/models", "Loaded models", (void *)h_models_get},
     {"POST", "/v1/models", "Load a volume from a path on the server and keep it resident", (void *)h_models_post},
+    {"PUT", "/v1/models/{name}/transform", "A model's rigid transform (table pan, patient shift); the next exposure shows it",
+     (void *)h_model_transform_put},
+    {"GET", "/v1/motion", "Periodic motion (cardiac, respiratory), blur, the models' transforms and the phases now",
+     (void *)h_motion_get},
+    {"PUT", "/v1/motion", "Start/stop/change cardiac and respiratory motion and blur within the pulse; any subset",
+     (void *)h_motion_put},
     {"GET", "/v1/instruments", "Instruments: each one's shape version, when it came, capacity", (void *)h_instr_get},
     {"PUT", "/v1/instruments/{name}/shape", "A new centreline for an instrument; the next exposure shows it",
      (void *)h_instr_shape_put},

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "srv_config.h"
+#include "srv_motion.h"
 #include "srv_ring.h"
 #include "xt_acq.h"
 #include "xt_chain.h"
@@ -63,6 +64,8 @@ typedef struct xt_job {
   xt_acq_iodine iodine[XT_SRV_MAX_REGIONS];
   uint32_t contrast_seq;
   float iodine_max;
+  /* motion (motion.c): the transforms and periodic motions latched with the exposure */
+  xt_srv_motion mot;
   /* render / add model */
   xt_call *call;
 } xt_job;
@@ -113,6 +116,8 @@ typedef struct xt_worker {
   int shape_n[XT_SRV_MAX_INSTR];
   uint64_t shape_have[XT_SRV_MAX_INSTR];
   xt_acq_shape_cache shape_cache;
+  /* Motion (motion.c): the exposure's model transforms, sample-major (blur) */
+  xt_acq_xform xf[XT_SRV_MAX_BLUR * XT_SRV_WORKER_MODELS];
 } xt_worker;
 
 /* Threads of each stream worker's CPU projector and chain stages: --threads, split between the

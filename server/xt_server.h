@@ -127,6 +127,8 @@ typedef struct xt_server {
   pthread_mutex_t shape_mu;
   /* Contrast (contrast.c, srv_contrast.h): under st_mu; NULL until the first registration */
   struct xt_srv_contrast *contrast;
+  /* Motion (motion.c, srv_motion.h): model transforms and periodic motions, under st_mu */
+  xt_srv_motion motion;
 
   /* set by main */
   struct lws_context *lws;

@@ -114,6 +114,12 @@ if(TARGET xtwin-server)
     add_test(NAME test_server_instruments
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_instruments.py --server $<TARGET_FILE:xtwin-server>)
     set_tests_properties(test_server_instruments PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # Motion (issue 26, point 3): model transforms given at 60 Hz show in the first exposure after
+    # them (server timestamps); periodic phases against the virtual clock and the header's P.
+    add_test(NAME test_server_motion
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_motion.py --server $<TARGET_FILE:xtwin-server>
+        --xtwin $<TARGET_FILE:xtwin>)
+    set_tests_properties(test_server_motion PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
     # Biplane (issue 25): both planes' geometry against the closed form, the interleaved and
     # simultaneous pulse schedules from the server's deadlines, per-plane and total dose, plane B's
     # pedal, a biplane session log's replay, the lateral stand's ranges and a single-plane system's refusals.

@@ -29,6 +29,7 @@
 
 #define CMD "replay"
 #define MAX_MODELS 64
+#define XF_CAP (MAX_MODELS * 16) /* the server's samples across a pulse, at most 16 */
 
 typedef struct replay_opts {
   const char *out;
@@ -67,6 +68,8 @@ typedef struct replay {
   size_t cap;
   const char *out;
   long frames, images;
+  xt_acq_xform *xf;                 /* a frame's model transforms (motion), every sample: XF_CAP */
+  int moved;                        /* a frame moved the models: later ones set them all again */
 } replay;
 
 static int add_model(replay *r, xt_model *m, xt_msg *msg) {
@@ -202,6 +205,17 @@ static int frame_line(replay *r, const json_t *o, xt_msg *msg) {
   int rc = xt_session_frame_parse(o, &q, &lockstep, msg);
   if (rc) return rc;
   if (!r->proj) return xt_fail(msg, XT_EFORMAT, "a frame before the session line");
+  /* motion: the transforms the server set, every sample; a still frame after moved ones puts the
+   * models back where they were loaded (the server sends identities then) */
+  if ((rc = xt_session_frame_motion(o, (const xt_model *const *)r->models, r->nmodels, r->xf, XF_CAP, &q, msg)))
+    return rc;
+  if (q.nxforms) r->moved = 1;
+  else if (r->moved) {
+    for (int i = 0; i < r->nmodels; i++) r->xf[i] = (xt_acq_xform){r->models[i], xt_aff_identity()};
+    q.xforms = r->xf;
+    q.nxforms = r->nmodels;
+    q.blur_samples = 1;
+  }
   q.want = q.chain ? XT_ACQ_WANT_CHAIN : XT_ACQ_WANT_LINEINT;
   q.model = r->nmodels ? r->models[0] : NULL;
   q.buffers = give;
@@ -254,6 +268,10 @@ int xt_cmd_replay(int argc, char **argv) {
   replay r;
   memset(&r, 0, sizeof r);
   r.out = ro.out;
+  if (!(r.xf = calloc(XF_CAP, sizeof *r.xf))) {
+    fclose(f);
+    return xt_cli_say(CMD, XT_EXIT_RUNTIME, "out of memory");
+  }
   xt_acq_plane_init(&r.plane);
   xt_acq_plane_init(&r.plane_b);
   char *line = NULL;
@@ -288,6 +306,7 @@ int xt_cmd_replay(int argc, char **argv) {
   for (int i = 0; i < r.nmodels; i++) xt_model_free(r.models[i]);
   xt_acq_plane_destroy(&r.plane);
   xt_acq_plane_destroy(&r.plane_b);
+  free(r.xf);
   json_decref(r.config);
   free(r.f32);
   free(r.u16[0]);

@@ -370,6 +370,11 @@
       h.plane = 0;
       h.codec = 0;
     }
+    // Version 6: the motion the frame's models were moved by (-1: that motion is off).
+    const moving = h.version >= 6 && h.header_size >= 864;
+    h.cardiac_phase = moving ? f64(808) : -1;
+    h.resp_phase = moving ? f64(816) : -1;
+    h.resp_mm = moving ? f64(832) : 0;
     return h;
   }
 
@@ -742,7 +747,7 @@
       $('ov-secondary').textContent = angleText(h.pose.secondary_deg, 'CRAN', 'CAUD');
       $('ov-rot').textContent = h.pose.detector_rot_deg ? 'rot ' + fmtNum(h.pose.detector_rot_deg, 1) + '°' : '';
       $('ov-counter').textContent = 'frame ' + h.frame_counter;
-      $('ov-kind').textContent = kindText(h);
+      $('ov-kind').textContent = kindText(h) + motionText(h);
       $('ov-mode').textContent = h.mode + '  ' + h.cols + '×' + h.rows;
       // The header counts every pixel at the ADC's full scale, a panel's few hot pixels too: the
       // warning is for more than 0.1 % of the panel (hot pixels are ~0.01 % by default).
@@ -782,6 +787,14 @@
     if (h.frame_kind === 2) return 'PROCESSED · ' + h.bits_stored + '-bit';
     if (h.frame_kind === 1) return 'RAW · ' + h.bits_stored + '-bit ADC';
     return 'IDEAL · uint16 (chain off)';
+  }
+
+  /* The frame's cardiac phase and breathing displacement, when they move it. */
+  function motionText(h) {
+    let t = '';
+    if (h.cardiac_phase >= 0) t += '  ♥ ' + h.cardiac_phase.toFixed(2);
+    if (h.resp_phase >= 0) t += '  resp ' + fmtNum(h.resp_mm, 1) + ' mm';
+    return t;
   }
 
   /* The frame's exposure, from its header: kV, mA, pulse width. */
@@ -1017,6 +1030,20 @@
   $('btn-run').addEventListener('click', () => runStop(true));
   $('btn-stop').addEventListener('click', () => runStop(false));
   $('btn-trigger').addEventListener('click', trigger);
+
+  // Motion (issue 26): each button turns its motion on or off, as GET /v1/motion says it is now.
+  function showMotion(m) {
+    $('btn-heart').setAttribute('aria-pressed', String(!!m.cardiac.on));
+    $('btn-breath').setAttribute('aria-pressed', String(!!m.respiratory.on));
+  }
+  async function toggleMotion(which, btn) {
+    try {
+      const cur = await api('GET', '/v1/motion');
+      showMotion(await api('PUT', '/v1/motion', { [which]: { on: !cur[which].on } }));
+    } catch (e) { errorAt(btn, String(e)); }
+  }
+  $('btn-heart').addEventListener('click', () => toggleMotion('cardiac', $('btn-heart')));
+  $('btn-breath').addEventListener('click', () => toggleMotion('respiratory', $('btn-breath')));
   for (const b of $('seg-runmode').children) b.addEventListener('click', () => setAcq({ run_mode: b.dataset.v }, b));
   $('in-mode').addEventListener('change', () => setAcq({ mode: $('in-mode').value }, $('in-mode')));
   $('in-pixfmt').addEventListener('change', () => setAcq({ pixel_format: $('in-pixfmt').value }, $('in-pixfmt')));

@@ -280,6 +280,19 @@ async function scenarioToken(browser) {
   await page.click('#seg-runmode button[data-v="free"]');
   await waitFor(page, () => window.xtwin.state.acquisition.run_mode === 'free', null, 'free run again');
 
+  // Motion (issue 26): the heart button starts cardiac motion on the server, the frames carry their
+  // phase and the overlay shows it; pressed again it stops, and the frames are still again.
+  await page.click('#btn-heart');
+  await waitFor(page, () => { const h = window.xtwin.state.header; return h && h.cardiac_phase >= 0; }, null, 'a beating frame');
+  check((await rest(srv, 'GET', '/v1/motion', undefined, TOKEN)).json().cardiac.on === true,
+    'the heart button started cardiac motion on the server');
+  check((await page.locator('#btn-heart').getAttribute('aria-pressed')) === 'true', 'the heart button shows it pressed');
+  await waitFor(page, () => document.querySelector('#ov-kind').textContent.includes('♥'), null, 'the phase in the overlay');
+  await page.click('#btn-heart');
+  await waitFor(page, () => { const h = window.xtwin.state.header; return h && h.cardiac_phase === -1; }, null, 'a still frame');
+  check((await rest(srv, 'GET', '/v1/motion', undefined, TOKEN)).json().cardiac.on === false,
+    'pressed again, cardiac motion stopped');
+
   // float32 line integrals through the Pixels selector: drawn inverted (attenuation dark), the
   // same pixel check against a float32 render.
   await page.selectOption('#in-pixfmt', 'float32');

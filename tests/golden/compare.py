@@ -61,7 +61,9 @@ HEADER_FIELDS = [
     (624, 8, "readout_binning"), (632, 8, "field_cm"), (640, 8, "dose_ratio"), (648, 8, "readout_ms"),
     (656, 96, "P_out[12]"), (752, 4, "plane"), (756, 4, "timing"), (760, 8, "cycle"), (768, 8, "t_cycle_ns"),
     (776, 4, "codec"), (780, 4, "saturated_px"), (784, 8, "wire_bytes"), (792, 4, "contrast_seq"),
-    (796, 4, "iodine_mg_ml_max")]
+    (796, 4, "iodine_mg_ml_max"), (800, 8, "motion_t_s"), (808, 8, "cardiac_phase"), (816, 8, "resp_phase"),
+    (824, 8, "cardiac_scale"), (832, 8, "resp_mm"), (840, 4, "motion_flags"), (844, 4, "blur_samples"),
+    (848, 8, "xform_version"), (856, 8, "reserved7")]
 
 
 def mask_json_text(b):

@@ -225,7 +225,7 @@ class StreamTests(ServerTest):
     def test_frame_equals_render_of_its_pose(self):
         """A streamed frame is the REST render of the pose in its header: pixels and P."""
         with self.c.stream() as s:
-            self.assertEqual(s.hello["header_size"], 800)
+            self.assertEqual(s.hello["header_size"], 864)
             seq = s.set_pose(primary_deg=25, secondary_deg=-15, sid_mm=1100)
             f = s.wait_for_pose(seq, timeout=20)
             self.assertEqual(f.pose_seq, seq)
@@ -284,24 +284,50 @@ class StreamTests(ServerTest):
                 s.acquisition(run_mode="sometimes")
             s.next_frame(timeout=20)  # still streaming
 
+    def test_transform_and_motion_reach_the_frames(self):
+        """set_transform's version and motion()'s phases come back in the frames' motion fields."""
+        name = self.c.models()[0]["name"]
+        r = self.c.set_transform(name, translation_mm=(0, 0, 5))
+        try:
+            with self.c.stream() as s:
+                f = s.next_frame(timeout=20)
+                while f.motion["xform_version"] < r["version"]:
+                    f = s.next_frame(timeout=20)
+                self.assertEqual(f.motion["xform_version"], r["version"])
+                self.assertGreater(f.t_exposure_ns, r["t_ns"])
+                self.assertEqual(f.motion["motion_flags"], 1)
+                m = self.c.motion(respiratory={"period_s": 4, "amplitude_mm": 10})
+                self.assertTrue(m["respiratory"]["on"])
+                self.assertFalse(m["cardiac"]["on"])
+                f = s.next_frame(timeout=20)
+                while not f.motion["motion_flags"] & 4:
+                    f = s.next_frame(timeout=20)
+                self.assertTrue(0 <= f.motion["resp_phase"] < 1)
+                self.assertEqual(f.motion["cardiac_phase"], -1.0)
+        finally:
+            self.c.motion(respiratory=False)
+            self.c.set_transform(name)
+        self.assertFalse(self.c.motion()["respiratory"]["on"])
+
     def test_appended_header_fields_are_skipped(self):
         """A later header version may append fields: pixels are found at header_size."""
         with self.c.stream() as s:
             f = s.next_frame(timeout=20)
         raw = bytearray(f.raw_header) + bytes(np.ascontiguousarray(f.image).tobytes())
         extra = struct.pack("<dd", 12.5, -1.0)  # a future field or two
-        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (5, 800, "mono", 16, None))
+        self.assertEqual((f.version, f.header_size, f.frame_kind, f.bits_stored, f.chain), (6, 864, "mono", 16, None))
+        self.assertEqual((f.motion["cardiac_phase"], f.motion["motion_flags"], f.motion["blur_samples"]), (-1.0, 0, 1))
         self.assertEqual((f.plane, f.codec, f.wire_bytes), ("A", "none", 128 * 128 * 2))
         self.assertEqual((f.readout["detector"], f.readout["roi_size"], f.readout["binning"]), ("fd20", (1920, 1920), 15.0))
-        grown = bytearray(raw[:800]) + extra + raw[800:]
-        struct.pack_into("<HH", grown, 4, 6, 800 + len(extra))  # version 6, longer header
+        grown = bytearray(raw[:864]) + extra + raw[864:]
+        struct.pack_into("<HH", grown, 4, 7, 864 + len(extra))  # version 7, longer header
         g = xtwin.parse_frame(bytes(grown))
-        self.assertEqual((g.version, g.header_size), (6, 816))
+        self.assertEqual((g.version, g.header_size), (7, 880))
         self.assertTrue(np.array_equal(g.image, f.image))
         self.assertEqual((g.counter, g.pose, g.mode, g.frame_kind), (f.counter, f.pose, f.mode, f.frame_kind))
-        self.assertEqual(g.raw_header[800:], extra)
+        self.assertEqual(g.raw_header[864:], extra)
         # A version-1 server's 304-byte header: the chain's fields are absent, not misread.
-        old = bytearray(raw[:304]) + raw[800:]
+        old = bytearray(raw[:304]) + raw[864:]
         struct.pack_into("<HH", old, 4, 1, 304)
         h = xtwin.parse_frame(bytes(old))
         self.assertTrue(np.array_equal(h.image, f.image))

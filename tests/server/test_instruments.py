@@ -33,7 +33,7 @@ from test_multi_device import Failed, launch, u64, TIMEOUT  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "golden"))
 from record import WS  # noqa: E402
 
-HEADER = 800
+HEADER = 864
 OFF_T_EXPOSURE = 40
 N = 128
 Z = {"A": 40.0, "B": -40.0, "C": 0.0}

@@ -47,7 +47,7 @@ DEVICES = (1, 2, 3)
 TIMEOUT = 120  # seconds for any one message (ASan builds on a busy machine)
 
 # api/xt_stream.h
-HEADER_SIZE, OFF_COUNTER, OFF_DROPPED, OFF_KIND = 800, 8, 64, 304
+HEADER_SIZE, OFF_COUNTER, OFF_DROPPED, OFF_KIND = 864, 8, 64, 304
 MASK = (24, 64)  # t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns
 KIND_MONO, KIND_RAW, KIND_PROCESSED = 0, 1, 2
 

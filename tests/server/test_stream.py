@@ -166,11 +166,11 @@ def u16(px):
 async def test_frames_counters_size_shadow(srv):
     async with connect(srv) as ws:
         hello = await reply(ws)
-        check(hello["type"] == "hello" and hello["header_size"] == 800 and hello["header_version"] == 5, "hello: %r" % hello)
+        check(hello["type"] == "hello" and hello["header_size"] == 864 and hello["header_version"] == 6, "hello: %r" % hello)
         got = await frames(ws, 12)
     last = None
     for h, px, _ in got:
-        check(h["version"] == 5 and h["header_size"] == 800, "header version/size")
+        check(h["version"] == 6 and h["header_size"] == 864, "header version/size")
         check(h["rows"] == 128 and h["cols"] == 128 and h["mode"] == "fd20-128", "declared size")
         check(h["pixel_format"] == PIX_U16 and h["payload_bytes"] == 128 * 128 * 2 == len(px), "payload size")
         check(last is None or h["frame_counter"] > last, "counters strictly increasing")

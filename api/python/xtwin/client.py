@@ -209,6 +209,27 @@ class Client:
             body["name"] = name
         return self._json("POST", "/v1/models", body)["models"]
 
+    def set_transform(self, model, translation_mm=(0, 0, 0), rotation_deg=(0, 0, 0), centre_mm=(0, 0, 0)):
+        """A model's rigid transform (a table pan, a patient shift; docs/geometry.md "Model motion"):
+        {"model", "version", "t_ns"}; every exposure after t_ns renders it (frame.motion["xform_version"])."""
+        body = {"translation_mm": list(translation_mm), "rotation_deg": list(rotation_deg), "centre_mm": list(centre_mm)}
+        return self._json("PUT", "/v1/models/%s/transform" % urllib.parse.quote(model, safe=""), body)
+
+    def motion(self, cardiac=None, respiratory=None, blur_samples=None):
+        """GET /v1/motion with no arguments; else PUT /v1/motion: cardiac={"bpm": 70, ...} or False
+        (stop), respiratory={"period_s": 4, "amplitude_mm": 10, ...} or False, blur_samples=N."""
+        body = {}
+        for key, v in (("cardiac", cardiac), ("respiratory", respiratory)):
+            if v is False:
+                body[key] = {"on": False}
+            elif v is True:
+                body[key] = {"on": True}
+            elif v is not None:
+                body[key] = dict(v)
+        if blur_samples is not None:
+            body["blur_samples"] = int(blur_samples)
+        return self._json("PUT", "/v1/motion", body) if body else self._json("GET", "/v1/motion")
+
     def metrics(self):
         """The Prometheus text of GET /metrics."""
         return self.request("GET", "/metrics", accept="text/plain")[2].decode("utf-8")

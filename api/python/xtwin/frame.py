@@ -14,6 +14,7 @@ HEADER_SIZE_V2 = 400  # version 2 appended the imaging chain's fields (frame_kin
 HEADER_SIZE_V3 = 576  # version 3: exposure settings, dose, dose-rate control (ma .. drc_flags)
 HEADER_SIZE_V4 = 752  # version 4: the readout: panel, region, binning, zoom field, P_out (detector .. P_out)
 HEADER_SIZE_V5 = 800  # version 5: plane, timing, cycle, t_cycle_ns (biplane); codec, wire_bytes (transport)
+HEADER_SIZE_V6 = 864  # version 6: motion: its time, the phases, what moved (motion_t_s .. xform_version)
 PIX_U16, PIX_F32 = 1, 2
 FLAG_LOCKSTEP = 1
 PLANES = {0: "A", 1: "B"}
@@ -97,7 +98,19 @@ FIELDS = (
     ("codec", 776, "<I"),
     ("saturated_px", 780, "<I"),
     ("wire_bytes", 784, "<Q"),
+    ("contrast_seq", 792, "<I"),
+    ("iodine_mg_ml_max", 796, "<f"),
+    ("motion_t_s", 800, "<d"),
+    ("cardiac_phase", 808, "<d"),
+    ("resp_phase", 816, "<d"),
+    ("cardiac_scale", 824, "<d"),
+    ("resp_mm", 832, "<d"),
+    ("motion_flags", 840, "<I"),
+    ("blur_samples", 844, "<I"),
+    ("xform_version", 848, "<Q"),
 )
+MOTION_KEYS = ("motion_t_s", "cardiac_phase", "resp_phase", "cardiac_scale", "resp_mm", "motion_flags",
+               "blur_samples", "xform_version")
 FRAME_KINDS = {0: "mono", 1: "raw", 2: "processed"}
 CHAIN_KEYS = ("chain_seed", "chain_params_hash", "kv", "mas", "filter_al_mm", "filter_cu_mm", "mean_energy_kev",
               "kerma_ugy_per_mas", "window", "level", "binning", "chain_flags",
@@ -133,6 +146,12 @@ class Frame:
     codec           how the pixels came: "none", "zstd" or "lz4" (None before version 5);
                     wire_bytes the bytes they took on the wire (payload_bytes when "none"); image is
                     the decoded pixels either way
+    motion          dict (version 6; None before): motion_t_s (the time the models were moved to, s
+                    since the motion's start), cardiac_phase and resp_phase (0..1; -1 off),
+                    cardiac_scale, resp_mm, motion_flags (1 API transform, 2 cardiac, 4 respiratory),
+                    blur_samples, xform_version
+    contrast        dict (offset 792; None before version 5): seq (the contrast state the exposure was
+                    rendered with, GET /v1/contrast's seq; 0 no injection yet), iodine_mg_ml_max
     t_pose_ns, t_exposure_sched_ns, t_exposure_ns, t_render_done_ns, t_sent_ns: the server's
                     CLOCK_MONOTONIC; t_received_ns: time.monotonic_ns() when the client read it
     """
@@ -141,7 +160,7 @@ class Frame:
                  "pixel_format", "pitch_mm", "period_ns", "version", "header_size", "raw_header", "rows", "cols",
                  "t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns",
                  "t_received_ns", "frame_kind", "bits_stored", "chain", "readout", "plane", "timing", "cycle",
-                 "t_cycle_ns", "codec", "wire_bytes")
+                 "t_cycle_ns", "codec", "wire_bytes", "motion", "contrast")
 
     def __repr__(self):
         return "<Frame %d pose_seq %d %s %dx%d %s>" % (self.counter, self.pose_seq, self.mode, self.cols, self.rows,
@@ -273,6 +292,10 @@ def parse_frame(msg, t_received_ns=None):
     f.timing, f.cycle, f.t_cycle_ns = h["timing"], h["cycle"], h["t_cycle_ns"]
     f.codec = None if h["codec"] is None else CODECS.get(h["codec"], str(h["codec"]))
     f.wire_bytes = h["wire_bytes"]
+    f.motion = None if h["motion_t_s"] is None else {k: h[k] for k in MOTION_KEYS}
+    # offset 792 (version 5's reserved slot; 0 without contrast): the injection state and the peak iodine
+    f.contrast = None if h["contrast_seq"] is None else {"seq": h["contrast_seq"],
+                                                         "iodine_mg_ml_max": h["iodine_mg_ml_max"]}
     for k in ("t_pose_ns", "t_exposure_sched_ns", "t_exposure_ns", "t_render_done_ns", "t_sent_ns"):
         setattr(f, k, h[k])
     f.t_received_ns = time.monotonic_ns() if t_received_ns is None else t_received_ns

@@ -470,6 +470,8 @@ static void h_contrast_delete(xt_server *s, struct MHD_Connection *con, req *r, 
   json_t *j = xt_srv_contrast_stop(s, v && !strcmp(v, "1"));
   if (!j) return reply_error(out, XT_ENOMEM, 0, "contrast: out of memory");
   reply_json(out, 200, j);
+}
+
 /* ---- motion (issue 26; motion.c) ------------------------------------------------------------ */
 
 /* PUT /v1/models/{name}/transform: the name is the path's third part. */

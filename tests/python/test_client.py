@@ -105,7 +105,7 @@ class ServerTest(unittest.TestCase):
 class HeaderLayout(unittest.TestCase):
     def test_offsets_match_stream_md(self):
         """The decoder's offsets and sizes are api/stream.md's table, row for row."""
-        sizes = {"u16": 2, "u32": 4, "u64": 8, "f64": 8}
+        sizes = {"u16": 2, "u32": 4, "u64": 8, "f32": 4, "f64": 8}
         doc = {}
         for line in open(os.path.join(ROOT, "api", "stream.md"), encoding="utf-8"):
             m = re.match(r"\| (\d+) \| ([a-z0-9\[\]]+) \| `(\w+)` \|", line)

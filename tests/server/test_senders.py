@@ -40,7 +40,7 @@ import test_stream as ts  # noqa: E402 (exits 77 without python3-websockets)
 from test_stream import Failure, Server, check, parse_header, run_main  # noqa: E402
 
 ROWS, COLS = 1920, 2480
-HDR = 800
+HDR = 864  # header version 6 (api/stream.md)
 FRAME = HDR + ROWS * COLS * 2
 SECONDS = 2.5
 

@@ -37,7 +37,7 @@ except ImportError as e:
 import test_stream as ts  # noqa: E402 (the stream tests' server and runner)
 from test_stream import Failure, Server, check, run_main  # noqa: E402,F401
 
-HDR = xframe.HEADER_SIZE_V5
+HDR = xframe.HEADER_SIZE_V6
 PER_CLIENT = ((56, 8), (64, 8), (776, 4), (784, 8))  # t_sent_ns, frames_dropped, codec, wire_bytes
 
 

@@ -374,7 +374,7 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
       int c0, c1, r0, r1;
       xt_drc_field_box(fc.ocols, fc.orows, &c0, &c1, &r0, &r1);
       const xt_drc_law law = xt_drc_law_of(&c->prm);
-      const xt_drc_meter m = xt_drc_meter_of(&c->prm, g->mode.pitch_u_mm * g->mode.pitch_v_mm);
+      const xt_drc_meter m = xt_drc_meter_of(&c->prm, &g->mode);
       rc = xt_stage_drc_step_cuda(d->loop, d->bank, d->slots, d->live, d->fsum,
                                   (unsigned long long)(c1 - c0) * (unsigned long long)(r1 - r0), &law, &m, 1, d->rec,
                                   d->st, msg);

@@ -35,8 +35,9 @@ typedef struct xt_chain_params {
   double csi_mm;         /* CsI:Tl thickness */
   double csi_fill;       /* packing fraction of the columnar CsI */
   double psf_mm;         /* sigma of the Gaussian light-spread PSF at the detector plane */
-  double adu_per_kev;    /* conversion gain, ADU per keV absorbed */
-  double e_noise_adu;    /* electronic noise per read, rms ADU */
+  double adu_per_kev;    /* conversion gain of a native pixel, ADU per keV absorbed (a resampled mode's
+                          * pixel reads the mean of its native pixels' codes: xt_mode_native_mean) */
+  double e_noise_adu;    /* electronic noise per read of a native pixel, rms ADU */
   double offset_adu;     /* mean dark offset */
   double offset_fpn_adu; /* its pixel-to-pixel spread (fixed pattern), rms */
   double gain_fpn;       /* relative pixel-to-pixel gain spread, rms */

@@ -501,8 +501,8 @@ static XT_INLINE XT_HOSTDEV void xt_panel_fault_pixel(const xt_panel_fault *f, i
 
 typedef struct xt_readout_const {
   int bin;              /* 1, or 2: 2x2 charge binning */
-  float adu_per_kev;    /* conversion gain */
-  float e_noise_adu;    /* electronic noise, rms ADU per read (0: off) */
+  float adu_per_kev;    /* gain of a render pixel's charge: the native pixel's adu_per_kev / n (xt_mode_native_mean) */
+  float e_noise_adu;    /* electronic noise, rms ADU of an output code: a read's / sqrt(n) (0: off) */
   float adc_max;        /* 2^bits - 1 */
   float lag_b0;         /* the prompt fraction, 1 - sum of the terms' fractions */
   float lag_a[XT_LAG_TERMS], lag_b[XT_LAG_TERMS]; /* term k releases b_k a_k^j of a frame's charge j frames later */

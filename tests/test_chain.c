@@ -569,7 +569,8 @@ XT_TEST(lag_decays_as_configured) {
   xt_chain_frame_const fc;
   xt_chain_frame_const_make(c, &g, 0, &fc);
   const int i = 64 * 128 + 64;
-  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab->flat1 * prm.adu_per_kev;
+  /* fd20-128's code is the mean of its 15 x 15 native pixels': adu_per_kev / 225 of its charge */
+  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab->flat1 * prm.adu_per_kev / 225.0;
   prm.mas = 10000.0 / per_mas;
   const double on = prm.mas;
   XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
@@ -603,13 +604,14 @@ XT_TEST(lag_decays_as_configured) {
 }
 
 /* 2x2 binning sums the four pixels' charge before one read: raw = offset + gain x (sum of the
- * unbinned signals), to the ADC's rounding. */
+ * unbinned signals), to the ADC's rounding; the gain of fd20-128's render pixel is adu_per_kev / 225
+ * (its code the mean of 15 x 15 native pixels'). */
 XT_TEST(binning_sums_charge) {
   xt_proj *p = cpu_proj_with(NULL);
   XT_REQUIRE(p);
   xt_chain_params prm = quiet();
   prm.quantum_noise = 0;
-  prm.mas = 0.0002;
+  prm.mas = 0.04; /* ~1800 ADU a render pixel in air, ~7300 a bin */
   xt_chain *c1 = NULL, *c2 = NULL;
   XT_REQUIRE(xt_chain_create(&prm, p, &c1, NULL) == 0);
   prm.binning = 2;
@@ -629,10 +631,75 @@ XT_TEST(binning_sums_charge) {
       double s = 0;
       for (int dy = 0; dy < 2; dy++)
         for (int dx = 0; dx < 2; dx++) s += D[(2 * r + dy) * 128 + 2 * c + dx];
-      XT_CHECK_NEAR(raw2[r * 64 + c], floor(prm.offset_adu + s * prm.adu_per_kev + 0.5), 1.0);
+      XT_CHECK_NEAR(raw2[r * 64 + c], floor(prm.offset_adu + s * prm.adu_per_kev / 225.0 + 0.5), 1.0);
     }
   xt_chain_destroy(c1);
   xt_chain_destroy(c2);
+  xt_proj_destroy(p);
+}
+
+/* A resampled mode's pixel is the mean of the native pixels' codes it covers (docs/imaging.md §4).
+ * n typed from scene/detector_modes.tsv (1920 native pixels to 256: 7.5 x 7.5; native and 2x2 binned
+ * modes 1). On a flat field at fd20-256, no blur, over the central quarter: noise off, the code above
+ * the offset is the render pixel's absorbed energy S x adu_per_kev / n to the ADC's rounding;
+ * electronic noise alone, the codes' variance about that is sigma^2 / n (the mean of n reads) plus
+ * the rounding's 1/12; quanta alone, (adu_per_kev / n)^2 Q + 1/12 with Q = S flat2 / flat1 (the
+ * compound Poisson variance of the render pixel's own quanta) - each within 5 % (16384 pixels: a
+ * variance's standard error 1.1 %). */
+XT_TEST(resampled_mode_reads_the_mean_of_its_native_pixels) {
+  static const struct {
+    const char *mode;
+    double n;
+  } modes[] = {{"fd20", 1},      {"fd20-bin2", 1},           {"fd20-48", 1},  {"fd20-42", 1},  {"fd20-27", 1},
+               {"fd20-15", 1},   {"fd20-1024", 1.875 * 1.875}, {"fd20-512", 3.75 * 3.75}, {"fd20-256", 56.25},
+               {"fd20-128", 225}, {"fd15-256", 7 * 7},          {"fd15-39", 1},  {"thesis", 1}};
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    const xt_detector_mode *md = xt_mode_find(modes[k].mode);
+    XT_REQUIRE(md);
+    XT_CHECK_MSG(xt_mode_native_mean(md) == modes[k].n, "%s: %g native pixels, want %g", modes[k].mode,
+                 xt_mode_native_mean(md), modes[k].n);
+  }
+  const xt_detector_mode custom = xt_mode_custom("custom", 64, 64, 1.5, 1.5, 810, 1195);
+  XT_CHECK(xt_mode_native_mean(&custom) == 1);
+
+  xt_proj *p = cpu_proj_with(NULL);
+  XT_REQUIRE(p);
+  const xt_geometry g = geom("fd20-256", 0, 0);
+  const double n = 56.25;
+  enum { W = 256, N = W * W };
+  static float S[N];
+  static uint16_t raw[N];
+  for (int k = 0; k < 3; k++) {
+    xt_chain_params prm = quiet();
+    prm.psf_mm = 0;
+    prm.mas = 0.05;
+    prm.quantum_noise = k == 2;
+    prm.e_noise_adu = k == 1 ? 40 : 0;
+    xt_chain *c = NULL;
+    XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+    xt_chain_out out = {0};
+    out.raw = raw;
+    out.expected = S;
+    XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
+    const double gain = prm.adu_per_kev / n, q_per_s = (double)c->tab->flat2 / c->tab->flat1;
+    double worst = 0, lo = 1e30, sv = 0, sp = 0;
+    int cnt = 0;
+    for (int r = W / 4; r < 3 * W / 4; r++)
+      for (int col = W / 4; col < 3 * W / 4; col++) {
+        const size_t i = (size_t)r * W + col;
+        const double want = prm.offset_adu + S[i] * gain, d = raw[i] - want;
+        XT_REQUIRE(raw[i] < 16383);
+        lo = fmin(lo, S[i] * gain);
+        worst = fmax(worst, fabs(d));
+        sv += d * d;
+        sp += (k == 1 ? 40.0 * 40.0 / n : k == 2 ? gain * gain * S[i] * q_per_s : 0) + 1.0 / 12;
+        cnt++;
+      }
+    if (k == 0) XT_CHECK_MSG(worst <= 0.5 + 1e-3 && lo > 300, "noise off: |code - S adu / n| up to %g (codes from %g)", worst, lo);
+    else XT_CHECK_MSG(fabs(sv / sp - 1) <= 0.05, "%s: variance %g, the mean of n reads' %g", k == 1 ? "electronic" : "quanta",
+                      sv / cnt, sp / cnt);
+    xt_chain_destroy(c);
+  }
   xt_proj_destroy(p);
 }
 
@@ -646,7 +713,7 @@ XT_TEST(panel_faults_act_in_the_readout_only) {
   XT_REQUIRE(p);
   xt_chain_params prm = quiet();
   prm.quantum_noise = 0;
-  prm.mas = 0.001;
+  prm.mas = 0.2; /* ~9000 ADU above the offset in air */
   prm.level = 1.0;
   prm.window = 4.0;
   xt_chain *c = NULL;
@@ -750,7 +817,7 @@ XT_TEST(readout_defects_saturation_and_window) {
   prm.level = 1.0;
   prm.window = 4.0;
   prm.edge_gain = 0.7;
-  prm.mas = 0.001;
+  prm.mas = 0.2; /* ~9000 ADU above the offset */
   xt_chain *c = NULL;
   XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
   xt_geometry g = geom("fd20-128", 0, 0);
@@ -777,7 +844,7 @@ XT_TEST(readout_defects_saturation_and_window) {
   }
   XT_CHECK(dead > 20 && hot > 20 && lines == 2 * 128);
   /* saturation: 1000x the exposure clips at the 14-bit maximum */
-  prm.mas = 1.0;
+  prm.mas = 200.0;
   XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
   XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
   XT_CHECK(raw[64 * 128 + 64] == 16383);
@@ -895,7 +962,9 @@ XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_facto
                      XT_ENTRY(flat_field_variance_scales_as_one_over_dose)
                          XT_ENTRY(noise_power_spectrum_follows_mtf_squared)
                              XT_ENTRY(edge_phantom_mtf_matches_the_configured_one) XT_ENTRY(lag_decays_as_configured)
-                                 XT_ENTRY(binning_sums_charge) XT_ENTRY(readout_defects_saturation_and_window)
+                                 XT_ENTRY(binning_sums_charge)
+                                 XT_ENTRY(resampled_mode_reads_the_mean_of_its_native_pixels)
+                                 XT_ENTRY(readout_defects_saturation_and_window)
                                      XT_ENTRY(panel_faults_act_in_the_readout_only)
                                      XT_ENTRY(fast_chain_matches_the_exact_chain_noise_free)
                                      XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name))

@@ -180,6 +180,12 @@ static void free_both(both *o) {
   }
 }
 
+/* The noise-free tests' exposure at fd20-256: the head's thin paths near the ADC's full scale, its air
+ * beyond (a pixel reads the mean of its 56.25 native pixels' codes; until issue 27 it read their
+ * summed charge, and these tests ran at 0.01 mAs: the same codes), so that the processed frame's
+ * codes, which a rounding tie of a raw code moves by ~680 / code, stay within the bar. */
+#define FULL_SCALE_MAS 0.5625
+
 /* The noise-free chain on both backends: signals within 2e-5, raw within 1 ADU, processed 2. psf_mm
  * > 0: that PSF instead of the default (2 mm, the largest allowed: a blur radius of 6 pixels at
  * fd20-256, so the blur kernel's tiles and halos are exercised beyond the default's 1). binning: 1,
@@ -190,7 +196,7 @@ static void chain_matches_cpu(xt_model *const *ms, int nm, double psf_mm, int bi
   prm.binning = binning;
   prm.quantum_noise = 0;
   prm.e_noise_adu = 0;
-  prm.mas = 0.01;
+  prm.mas = FULL_SCALE_MAS;
   both o;
   memset(&o, 0, sizeof o);
   XT_REQUIRE(run_both_models(ms, nm, &prm, "fd20-256", 3, &o) == 0);
@@ -249,7 +255,7 @@ XT_TEST(cuda_panel_faults_match_cpu) {
   xt_chain_params prm = xt_chain_params_default();
   prm.quantum_noise = 0;
   prm.e_noise_adu = 0;
-  prm.mas = 0.01;
+  prm.mas = FULL_SCALE_MAS;
   both o;
   memset(&o, 0, sizeof o);
   XT_REQUIRE(run_both_models(&m, 1, &prm, "fd20-256", 1, &o) == 0);
@@ -282,7 +288,7 @@ XT_TEST(cuda_defect_interpolation_follows_the_defect_map) {
   xt_chain_params prm = xt_chain_params_default();
   prm.quantum_noise = 0;
   prm.e_noise_adu = 0;
-  prm.mas = 0.01;
+  prm.mas = FULL_SCALE_MAS;
   for (int b = 0; b < 2; b++) {
     p[b] = proj(b ? XT_BACKEND_CUDA : XT_BACKEND_CPU, &m, 1);
     XT_REQUIRE(p[b] && xt_chain_create(&prm, p[b], &c[b], NULL) == 0);

@@ -79,7 +79,6 @@ XT_TEST(header_and_sidecar_agree) {
   q.want = XT_ACQ_WANT_LINEINT | XT_ACQ_WANT_CHAIN;
   q.chain = 1;
   q.chain_prm = xt_chain_params_default();
-  q.chain_prm.adu_per_kev = 0.00045;
   q.chain_prm.binning = 2;
   q.chain_prm.drc = 1;
   q.chain_prm.grid = 1;

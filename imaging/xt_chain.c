@@ -425,6 +425,13 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   if (out->proc) {
     run_stage(c, tab, &fc, out, ST_PLOG, fc.orows);
     fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? c->M : NULL; /* DSA: the mask frame itself is unsubtracted */
+    if (fc.pc.window > 0.f) {
+      c->wl[0] = fc.pc.window;
+      c->wl[1] = fc.pc.level;
+    } else { /* the automatic window, from this frame's histogram */
+      xt_stage_process_auto_cpu(&fc, &c->maps, c->Y, c->whist, c->wl);
+      fc.pc.wl = c->wl;
+    }
     run_stage(c, tab, &fc, out, ST_POUT, fc.orows);
     if (c->prm.dsa && !c->dsa_valid) {
       memcpy(c->M, c->Y, sizeof(float) * fc.ocols * fc.orows);
@@ -433,6 +440,11 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
     c->first = 0;
   }
   return 0;
+}
+
+void xt_chain_window_last(const xt_chain *c, double *window, double *level) {
+  *window = c->wl[0];
+  *level = c->wl[1];
 }
 
 int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what,

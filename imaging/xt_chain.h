@@ -52,7 +52,7 @@ typedef struct xt_chain_params {
   uint64_t seed;         /* the run's seed: frame noise */
   uint64_t panel_seed;   /* the panel's fixed pattern: gain, offset, defects */
   /* processing */
-  double window, level;  /* attenuation units ln(flat / signal) */
+  double window, level;  /* attenuation units ln(flat / signal); window 0 (the default): automatic, per frame */
   double temporal_alpha; /* recursive filter weight of the new frame; 1 = off */
   double edge_gain;      /* unsharp-mask gain; 0 = off */
   /* exposure settings, dose and dose-rate control (issue 11: xt_exposure.h, xt_dose.h, xt_drc.h) */
@@ -168,6 +168,11 @@ typedef struct xt_chain_out {
 /* One exposure: frame is the run's frame number (it keys the noise). Frames must come in order
  * for lag and the temporal filter to mean anything; any order is reproducible. */
 int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
+
+/* The window and level (attenuation units) the last processed frame was displayed with: the
+ * parameters', or with `window` 0 the automatic window's from that frame's histogram (on a GPU
+ * they came back with the frame). Zeros before a processed frame. */
+void xt_chain_window_last(const xt_chain *c, double *window, double *level);
 
 /* Dose-rate control inside the chain (issue 11; xt_drc.h states the loop). Attached, with the
  * `drc` parameter on, each xt_chain_frame exposes the frame at the loop's point on its curve,

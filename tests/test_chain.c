@@ -4,6 +4,7 @@
  * configured MTF^2, a slanted edge's measured MTF against the configured one, the lag impulse
  * response, 2x2 binning, processing, and bit-identical replay. */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -852,6 +853,137 @@ XT_TEST(readout_defects_saturation_and_window) {
   xt_proj_destroy(p);
 }
 
+/* The automatic window (issue 27, the default: window 0) against the frame's own attenuation,
+ * computed here from the noise-free expected signal and the flat field (ln(F / S) per pixel, no
+ * blur, no noise, no edge enhancement or recursive filter, so the processed image is that
+ * attenuation to the ADC's rounding): its 0.5 % and 99.5 % points a, b by sorting, the window the
+ * chain reports [a - m, b + m] (m = 2 % of b - a) within 0.03 of them (the histogram's bins are
+ * 1/256 wide; the ADC's rounding), and the processed codes of the pixels at a and b at the
+ * window's ends less the margin (4095 x 1.02 / 1.04 and 4095 x 0.02 / 1.04), at most 0.5 % of the
+ * frame (+ 0.2 %) black or white. Fails with a fixed window (the parameters' level would be
+ * reported) or one from other quantiles. */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+XT_TEST(automatic_window_spans_the_frames_quantiles) {
+  const int dim[3] = {64, 64, 64};
+  xt_model *head = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_proj *p = cpu_proj_with(head);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  XT_CHECK(prm.window == 0); /* the default */
+  prm.quantum_noise = 0;
+  prm.psf_mm = 0;
+  prm.edge_gain = 0;
+  prm.temporal_alpha = 1;
+  prm.mas = 0.25; /* air ~11400 ADU above the offset at fd20-128 */
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-128", 30, 0);
+  const int n = 128 * 128;
+  static uint16_t raw[128 * 128], proc[128 * 128];
+  static float S[128 * 128];
+  static double A[128 * 128], As[128 * 128];
+  xt_chain_out out = {raw, proc, S, NULL};
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
+  xt_chain_frame_const fc;
+  xt_chain_frame_const_make(c, &g, 0, &fc);
+  for (int r = 0; r < 128; r++)
+    for (int col = 0; col < 128; col++) {
+      const int i = r * 128 + col;
+      A[i] = log(xt_flat_expect(&fc.cam, fc.mas, c->tab->flat1, fc.coll.grid_tp, col, r) / S[i]);
+      As[i] = A[i];
+    }
+  qsort(As, (size_t)n, sizeof *As, cmp_double);
+  const double a = As[(int)(0.005 * n)], b = As[(int)(0.995 * n)], m = 0.02;
+  XT_CHECK_MSG(b - a > 2, "the head's attenuation spans %g .. %g", a, b);
+  double w, l;
+  xt_chain_window_last(c, &w, &l);
+  const double wa = l - 0.5 * w / (1 + 2 * m), wb = l + 0.5 * w / (1 + 2 * m);
+  XT_CHECK_MSG(fabs(wa - a) < 0.03 && fabs(wb - b) < 0.03, "window %g level %g: quantiles %g %g, want %g %g", w, l, wa,
+               wb, a, b);
+  int black = 0, white = 0, na = 0, nb = 0;
+  double ca = 0, cb = 0;
+  for (int i = 0; i < n; i++) {
+    black += proc[i] == 0;
+    white += proc[i] == 4095;
+    if (fabs(A[i] - a) < 0.01) ca += proc[i], na++;
+    if (fabs(A[i] - b) < 0.01) cb += proc[i], nb++;
+  }
+  XT_REQUIRE(na > 0 && nb > 0);
+  ca /= na;
+  cb /= nb;
+  XT_CHECK_MSG(fabs(ca - 4095 * (1 + m) / (1 + 2 * m)) < 25 && fabs(cb - 4095 * m / (1 + 2 * m)) < 25,
+               "the 0.5 %% point at code %.1f (%d px), the 99.5 %% point at %.1f (%d px)", ca, na, cb, nb);
+  XT_CHECK_MSG(black <= 0.007 * n && white <= 0.007 * n, "%d black, %d white of %d", black, white, n);
+  /* an explicit window is honoured and reported */
+  prm.window = 6;
+  prm.level = 3;
+  XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+  XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
+  xt_chain_window_last(c, &w, &l);
+  XT_CHECK(w == 6 && l == 3);
+  for (int i = 0; i < n; i += 97) {
+    const double x = fmin(1, fmax(0, (3 + 3 - A[i]) / 6)) * 4095;
+    XT_CHECK_MSG(fabs(proc[i] - x) < 3, "fixed window: pixel %d code %d, want %.1f", i, proc[i], x);
+  }
+  prm.window = 0.005; /* neither automatic nor a window */
+  XT_CHECK(xt_chain_set_params(c, &prm, NULL) != 0);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  xt_model_free(head);
+}
+
+/* A thorax-like frame (the built-in thorax, issue 26: spine and heart attenuate beyond 6 at
+ * 80 kV, which the old fixed window 6 / level 3 clipped black: 17 % of the server's first frame),
+ * every other parameter the default (noise, defects, lag, recursive filter, edge enhancement), at
+ * fd20-256: under 1 % black and under 1 % white, and an image (> 500 grey levels); with the fixed
+ * window the same frame is > 5 % black (the test sees the difference). */
+XT_TEST(automatic_window_shows_a_thorax_neither_black_nor_white) {
+  xt_model *th = NULL;
+  XT_REQUIRE(xt_phantom_thorax_model(4.0, &th, NULL) == 0);
+  xt_proj *p = cpu_proj_with(th);
+  XT_REQUIRE(p);
+  xt_chain_params prm = xt_chain_params_default();
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-256", 0, 0);
+  const int n = 256 * 256;
+  static uint16_t raw[256 * 256], proc[256 * 256];
+  static int seen[4096];
+  xt_chain_out out = {raw, proc, NULL, NULL};
+  for (int fixed = 0; fixed < 2; fixed++) {
+    if (fixed) {
+      prm.window = 6;
+      prm.level = 3;
+      XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+    }
+    for (int f = 0; f < 3; f++) XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(10 * fixed + f), &out, NULL) == 0);
+    int black = 0, white = 0, levels = 0;
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < n; i++) {
+      black += proc[i] == 0;
+      white += proc[i] == 4095;
+      levels += !seen[proc[i]]++;
+    }
+    double w, l;
+    xt_chain_window_last(c, &w, &l);
+    printf("# thorax, %s window %.3f level %.3f: %.2f %% black, %.2f %% white, %d levels\n", fixed ? "fixed" : "automatic",
+           w, l, 100.0 * black / n, 100.0 * white / n, levels);
+    if (!fixed)
+      XT_CHECK_MSG(black < 0.01 * n && white < 0.01 * n && levels > 500, "%d black, %d white, %d levels", black, white,
+                   levels);
+    else
+      XT_CHECK_MSG(black > 0.05 * n, "the fixed window's black: %d of %d", black, n);
+  }
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  xt_model_free(th);
+}
+
 /* Replay: the same seed and poses give bit-identical raw and processed frames; another seed not. */
 /* The CPU chain's default projection (the fast march, cpu_exact 0) against the float64 reference
  * (cpu_exact 1), noise-free (no quanta, no electronic noise; lag and processing on), label and dense
@@ -967,4 +1099,6 @@ XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_facto
                                  XT_ENTRY(readout_defects_saturation_and_window)
                                      XT_ENTRY(panel_faults_act_in_the_readout_only)
                                      XT_ENTRY(fast_chain_matches_the_exact_chain_noise_free)
-                                     XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name))
+                                     XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name)
+                                         XT_ENTRY(automatic_window_spans_the_frames_quantiles)
+                                             XT_ENTRY(automatic_window_shows_a_thorax_neither_black_nor_white))

@@ -11,8 +11,8 @@
   - then, as the console does when it connects, the imaging chain on at these defaults (the thorax
     with its guidewire at the CPU's fd20-256): the raw frame's saturated_px, the pixels at the ADC's
     full scale, is below the console's SATURATED threshold (0.1 % of the panel; its hot pixels are
-    ~0.01 %), and the processed frame is neither saturated nor blank (over the pixels the patient
-    attenuates: > 60 grey levels, a 1-99 % spread > 1000 codes of the 4095, < 25 % black); at
+    ~0.01 %), and the processed frame is neither saturated nor blank (the chain's automatic window:
+    < 2 % black, < 2 % white, > 60 grey levels, a 1-99 % spread > 1000 codes of the 4095); at
     100 kV / 1 mAs the panel saturates (saturated_px above the threshold).
 
 The rate is measured by the server at its start under whatever else runs on the machine; the test
@@ -91,17 +91,19 @@ def check_chain_defaults(c):
     proc = chain_frame(c, "processed", kv, mas)
     if not check(proc is not None, "a processed chain frame at the defaults"):
         return
-    px = proc.image[proc.image < 4095]  # the patient's pixels: the direct beam is white by the window
-    black = float((px == 0).mean()) if px.size else 1.0
-    levels = len(np.unique(px))
-    spread = float(np.percentile(px, 99) - np.percentile(px, 1)) if px.size else 0.0
-    # Black is attenuation beyond the window's (level + window/2 = 6: under 1/400 of the open beam's
-    # signal); the default thorax's spine and heart at 80 kV / 0.1 mAs lie there (17 % of its pixels,
-    # the same before issue 27's gain: its raw codes are < 11 ADU above the offset).
-    check(px.size > 0.1 * proc.image.size and black < 0.25 and levels > 60 and spread > 1000,
-          "the processed frame is neither saturated nor blank: %d of %d pixels attenuated, %.2f %% of them beyond the "
-          "window (black), %d grey levels, 1-99 %% spread %.0f codes" % (px.size, proc.image.size, 100 * black, levels,
-                                                                        spread))
+    im = proc.image
+    black, white = float((im == 0).mean()), float((im == 4095).mean())
+    levels = len(np.unique(im))
+    spread = float(np.percentile(im, 99) - np.percentile(im, 1))
+    # The chain's automatic window (the default, window 0; issue 27) spans the frame's 0.5-99.5 %
+    # attenuation with a 2 % margin: the spine and heart, beyond the old fixed window's end
+    # (attenuation 6: 17 % of the thorax's pixels black), and the open beam both inside it. The
+    # header says so (chain_flags bit 4) and carries the window it chose.
+    auto = bool(proc.chain["chain_flags"] & 16)
+    check(auto and proc.chain["window"] >= 0.5 and black < 0.02 and white < 0.02 and levels > 60 and spread > 1000,
+          "the processed frame is neither saturated nor blank: automatic window %s (%.3f, level %.3f), %.2f %% black, "
+          "%.2f %% white, %d grey levels, 1-99 %% spread %.0f codes" % (auto, proc.chain["window"], proc.chain["level"],
+                                                                     100 * black, 100 * white, levels, spread))
     c.acquisition(chain={"kv": 100, "mas": 1})
     hot = chain_frame(c, "raw", 100, 1)
     if check(hot is not None, "a raw chain frame at 100 kV / 1 mAs"):

@@ -91,8 +91,7 @@ static int plane_account(xt_acq_plane *pl, const xt_acq_request *q, xt_acq_frame
   }
   /* the measuring field's sum came with the frame (on a GPU a device reduction: no pass over the
    * raw frame here) */
-  f->measured_ngy = p->drc ? xt_drc_measure_sum(f->field.field_sum, f->field.field_n, p, &f->info,
-                                                f->geom.mode.pitch_u_mm * f->geom.mode.pitch_v_mm)
+  f->measured_ngy = p->drc ? xt_drc_measure_sum(f->field.field_sum, f->field.field_n, p, &f->info, &f->geom.mode)
                            : 0;
   if (!pl) { /* no plane: the frame stands alone */
     xt_dose_add(&f->totals, &f->dose);
@@ -393,6 +392,7 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
     f->step = XT_ACQ_STEP_DOSE;
     xt_chain_get_info(r->chain, &f->info);
     xt_chain_drc_last(r->chain, &f->field);
+    xt_chain_window_last(r->chain, &f->window, &f->level);
     if ((rc = plane_account(plane, q, f, msg))) return rc;
   }
   f->step = XT_ACQ_STEP_DONE;

@@ -193,6 +193,8 @@ typedef struct xt_acq_frame {
   xt_chain_params prm;             /* every chain parameter as exposed: after the loop moved it */
   xt_chain_info info;
   xt_chain_drc_frame field;        /* the measuring field's sum and the exposure it had */
+  double window, level;            /* the processing's window and level for this frame (the automatic
+                                    * window's with `window` 0: xt_chain_window_last) */
   double measured_ngy;             /* the loop's measurement of this frame (0 with the loop off) */
   xt_dose dose;                    /* this frame's dose */
   xt_dose_totals totals;           /* the run's totals after it */

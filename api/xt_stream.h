@@ -40,7 +40,8 @@ enum {
   XT_STREAM_CHAIN_QUANTUM_NOISE = 1u,
   XT_STREAM_CHAIN_LAG = 2u,
   XT_STREAM_CHAIN_TEMPORAL = 4u,
-  XT_STREAM_CHAIN_EDGE = 8u
+  XT_STREAM_CHAIN_EDGE = 8u,
+  XT_STREAM_CHAIN_AUTO_WINDOW = 16u /* window and level are the frame's own, from its histogram (`window` 0) */
 };
 
 enum {

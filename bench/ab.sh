@@ -30,7 +30,7 @@ cat >"$W/chain.json" <<'J'
 {"seed": 2, "frames": 2000, "backend": "cuda", "detector": {"mode": "fd20-256"},
  "models": [{"name": "head", "phantom": "head-labels", "size": 128, "spacing_mm": 2}],
  "poses": {"primary_deg": [-180, 180], "secondary_deg": [-40, 40]},
- "chain": {"kv": [60, 90], "dose_ngy": [20, 80], "adu_per_kev": 0.0018},
+ "chain": {"kv": [60, 90], "dose_ngy": [20, 80]},
  "write": {"lineint": false, "raw": true, "processed": true},
  "output": {"shard_frames": 500}}
 J

@@ -11,12 +11,15 @@
  *   k_readout                 D -> raw; lag state; Y at      (stage_readout.cu; the flat field
  *                             non-defective pixels when       evaluated, xt_stage_flat_adu)
  *                             processed (pass 1 of processing)
+ *   k_auto_hist, k_auto_pick  Y -> histogram -> window/level (stage_process.cu; the automatic
+ *                                                             window, `window` 0: the default)
  *   k_process_out             raw -> Y at defects -> proc    (stage_process.cu; the defects' lists
  *                                                             by tile built when the maps are
  *                                                             uploaded)
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on; the step
  *                                                             rewrites the live tables last)
- *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record)
+ *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record,
+ *                             the automatic window's 8 bytes)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
  * copy. Scratch is allocated once per detector size (never per frame). The spectral tables live in
@@ -54,6 +57,10 @@ typedef struct chain_dev {
   xt_drc_dev *loop;
   unsigned long long *fsum; /* the measuring field's code sum */
   xt_chain_drc_frame *rec;  /* the step's record of the frame */
+  /* the automatic window: its histogram (kept zero between frames) and the frame's window, level */
+  uint32_t *whist;
+  float *wl;
+  float *h_wl;
   /* pinned host side of the copy-out */
   uint16_t *h_out;
   float *h_f;
@@ -107,6 +114,9 @@ extern "C" void xt_chain_cuda_destroy(xt_chain *c) {
   cudaFreeHost(d->h_rec);
   cudaFreeHost(d->h_fsum);
   cudaFreeHost(d->h_loop);
+  cudaFree(d->whist);
+  cudaFree(d->wl);
+  cudaFreeHost(d->h_wl);
   if (d->st) cudaStreamDestroy(d->st);
   free(d);
   c->dev = NULL;
@@ -233,6 +243,11 @@ extern "C" int xt_chain_cuda_create(xt_chain *c, xt_msg *msg) {
   CK(cudaHostAlloc((void **)&d->h_rec, sizeof(xt_chain_drc_frame), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_fsum, sizeof(unsigned long long), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_loop, sizeof(xt_drc_dev), cudaHostAllocDefault));
+  CK(cudaMalloc((void **)&d->whist, XT_AUTO_BINS * sizeof(uint32_t)));
+  CK(cudaMalloc((void **)&d->wl, 2 * sizeof(float)));
+  CK(cudaMemset(d->whist, 0, XT_AUTO_BINS * sizeof(uint32_t)));
+  CK(cudaMemset(d->wl, 0, 2 * sizeof(float)));
+  CK(cudaHostAlloc((void **)&d->h_wl, 2 * sizeof(float), cudaHostAllocDefault));
   return 0;
 }
 
@@ -359,8 +374,9 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   if (proc) {
     const int tiles = ((fc.ocols + XT_POUT_TW - 1) / XT_POUT_TW) * ((fc.orows + XT_POUT_TH - 1) / XT_POUT_TH);
     const uint32_t *boff = d->dlist_n ? d->dlist : NULL;
+    fc.pc.wl = fc.pc.window > 0.f ? NULL : d->wl; /* the automatic window */
     if ((rc = xt_stage_process_cuda(&fc, tab, d->gain, d->offset, d->defect, boff, boff ? boff + tiles + 1 : NULL, raw,
-                                    d->Yd, d->Y, d->out + no, d->st, msg)))
+                                    d->Yd, d->Y, d->out + no, d->whist, d->st, msg)))
       return rc;
   }
   if (proc && c->prm.dsa && !c->dsa_valid) {
@@ -374,7 +390,7 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
       int c0, c1, r0, r1;
       xt_drc_field_box(fc.ocols, fc.orows, &c0, &c1, &r0, &r1);
       const xt_drc_law law = xt_drc_law_of(&c->prm);
-      const xt_drc_meter m = xt_drc_meter_of(&c->prm, g->mode.pitch_u_mm * g->mode.pitch_v_mm);
+      const xt_drc_meter m = xt_drc_meter_of(&c->prm, &g->mode);
       rc = xt_stage_drc_step_cuda(d->loop, d->bank, d->slots, d->live, d->fsum,
                                   (unsigned long long)(c1 - c0) * (unsigned long long)(r1 - r0), &law, &m, 1, d->rec,
                                   d->st, msg);
@@ -405,11 +421,20 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
     const size_t off = raw_staged ? 0 : no, n = (raw_staged ? no : 0) + (proc_staged ? no : 0);
     CK(cudaMemcpyAsync(d->h_out + off, d->out + off, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, d->st));
   }
+  const int autowl = out->proc && !(c->prm.window > 0);
+  if (autowl) CK(cudaMemcpyAsync(d->h_wl, d->wl, 2 * sizeof(float), cudaMemcpyDeviceToHost, d->st));
   if (loop) CK(cudaMemcpyAsync(d->h_rec, d->rec, sizeof *d->h_rec, cudaMemcpyDeviceToHost, d->st));
   else if (c->prm.drc) CK(cudaMemcpyAsync(d->h_fsum, d->fsum, sizeof *d->h_fsum, cudaMemcpyDeviceToHost, d->st));
   CK(cudaStreamSynchronize(d->st));
   if (raw_staged) memcpy(out->raw, d->h_out, nb);
   if (proc_staged) memcpy(out->proc, d->h_out + no, nb);
+  if (autowl) {
+    c->wl[0] = d->h_wl[0];
+    c->wl[1] = d->h_wl[1];
+  } else if (out->proc) {
+    c->wl[0] = (float)c->prm.window;
+    c->wl[1] = (float)c->prm.level;
+  }
   if (loop) {
     c->rec = *d->h_rec;
     c->drc = c->rec.drc;

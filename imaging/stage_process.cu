@@ -1,7 +1,9 @@
 /* Stage "process" on the GPU (twin of stage_process_cpu.c): correction, defect interpolation, log
  * and the recursive filter (pass 1: k_readout at the non-defective pixels, stage_readout.cu;
  * k_process_out at the others, from the whole raw frame), edge enhancement and window/level
- * (pass 2, k_process_out). */
+ * (pass 2, k_process_out); with the automatic window (`window` 0) between them its histogram
+ * (k_auto_hist) and pick (k_auto_pick), which writes the frame's window and level to device memory
+ * for k_process_out (xt_chain_math.h states the rule; stage_process_cpu.c is the twin). */
 #include "xt_stage_cuda.h"
 
 /* Relaxed (morally strong) device-scope accesses of the temporal state Y in k_process_out: a
@@ -67,6 +69,78 @@ static __device__ __forceinline__ float defect_y(const xt_chain_frame_const &fc,
     }
   }
   return xt_process_temporal(&fc.pc, m ? s / (float)m : 0.f, yp);
+}
+
+/* The automatic window's histogram of Y (minus the DSA mask) over the counted pixels: a block's
+ * counts in shared memory (integer atomics: the counts, not their order, are the result), added
+ * to the global histogram's non-zero bins. The defect map is static (read before the wait); Y is
+ * k_readout's (after it). */
+#define AUTO_HIST_THREADS 256
+#define AUTO_HIST_MAX_BLOCKS 264 /* 2 per SM of a 132-SM Hopper: the shared histogram is 32 KB */
+__global__ void __launch_bounds__(AUTO_HIST_THREADS) k_auto_hist(const __grid_constant__ xt_chain_frame_const fc,
+                                                                 const unsigned char *defect, const float *Y,
+                                                                 uint32_t *hist) {
+  __shared__ uint32_t s_h[XT_AUTO_BINS];
+  for (int b = threadIdx.x; b < XT_AUTO_BINS; b += AUTO_HIST_THREADS) s_h[b] = 0;
+  __syncthreads();
+  const unsigned n = (unsigned)fc.ocols * (unsigned)fc.orows;
+  const float *M = fc.pc.dsa_mask;
+  xt_stage_wait_prior(); /* Y: k_readout's */
+  for (unsigned i = blockIdx.x * AUTO_HIST_THREADS + threadIdx.x; i < n; i += gridDim.x * AUTO_HIST_THREADS) {
+    int r, c;
+    xt_stage_rc(i, fc.ocols, &r, &c);
+    if (!xt_auto_counts(&fc.coll, fc.ro.bin, __ldg(defect + i), r, c)) continue;
+    atomicAdd(&s_h[xt_auto_bin(M ? Y[i] - M[i] : Y[i])], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < XT_AUTO_BINS; b += AUTO_HIST_THREADS)
+    if (s_h[b]) atomicAdd(hist + b, s_h[b]);
+}
+
+/* The pick: one block, AUTO_PICK_PER bins a thread; their counts' exclusive prefix by a scan in
+ * shared memory; the thread whose bins hold a quantile's rank walks them as the CPU twin's loop
+ * does (the same bin, the same arithmetic); thread 0 writes window and level. The histogram is
+ * zeroed for the next frame as it is read (allocated zeroed: no memset per frame). */
+#define AUTO_PICK_THREADS 1024
+#define AUTO_PICK_PER (XT_AUTO_BINS / AUTO_PICK_THREADS)
+__global__ void __launch_bounds__(AUTO_PICK_THREADS) k_auto_pick(uint32_t *hist, float *wl) {
+  __shared__ unsigned s_sum[AUTO_PICK_THREADS];
+  __shared__ float s_q[2];
+  const int t = threadIdx.x;
+  if (t < 2) s_q[t] = 0.f;
+  xt_stage_wait_prior(); /* hist: k_auto_hist's */
+  unsigned h[AUTO_PICK_PER], own = 0;
+#pragma unroll
+  for (int k = 0; k < AUTO_PICK_PER; k++) {
+    h[k] = hist[t * AUTO_PICK_PER + k];
+    own += h[k];
+  }
+#pragma unroll
+  for (int k = 0; k < AUTO_PICK_PER; k++) hist[t * AUTO_PICK_PER + k] = 0u;
+  s_sum[t] = own;
+  __syncthreads();
+  for (int off = 1; off < AUTO_PICK_THREADS; off <<= 1) { /* inclusive scan (Hillis-Steele) */
+    const unsigned v = t >= off ? s_sum[t - off] : 0u;
+    __syncthreads();
+    s_sum[t] += v;
+    __syncthreads();
+  }
+  const unsigned n = s_sum[AUTO_PICK_THREADS - 1], before = s_sum[t] - own;
+  const float rank[2] = {xt_auto_rank(n, XT_AUTO_Q), xt_auto_rank(n, 1.f - XT_AUTO_Q)};
+#pragma unroll
+  for (int q = 0; q < 2; q++) {
+    if (!xt_auto_in(before, own, rank[q])) continue;
+    unsigned below = before;
+    for (int k = 0; k < AUTO_PICK_PER; k++) {
+      if (xt_auto_in(below, h[k], rank[q])) {
+        s_q[q] = xt_auto_value(t * AUTO_PICK_PER + k, below, h[k], rank[q]);
+        break;
+      }
+      below += h[k];
+    }
+  }
+  __syncthreads();
+  if (t == 0) xt_auto_wl(s_q[0], s_q[1], &wl[0], &wl[1]);
 }
 
 #define POUT_TW XT_POUT_TW /* k_process_out's tile, columns x rows (xt_stage_cuda.h: the host lists by it) */
@@ -167,6 +241,8 @@ __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_const
   }
   const int c = c0 + threadIdx.x;
   if (c >= ocols) return;
+  const float *wl = fc.pc.wl; /* the automatic window: k_auto_pick's (after the wait) */
+  const float W = wl ? wl[0] : fc.pc.window, L = wl ? wl[1] : fc.pc.level;
 #pragma unroll
   for (int ry = 0; ry < POUT_TH / POUT_BY; ry++) {
     const int ly = threadIdx.y + ry * POUT_BY, r = r0 + ly;
@@ -179,14 +255,21 @@ __global__ void __launch_bounds__(POUT_THREADS) k_process_out(const __grid_const
         s += s_y[ly + dy][threadIdx.x + dx];
     const float y0 = s_y[ly + 1][threadIdx.x + 1];
     const float e = y0 + fc.pc.edge_gain * (y0 - s * (1.f / 9.f));
-    proc[(size_t)r * ocols + c] = xt_process_window(&fc.pc, e);
+    proc[(size_t)r * ocols + c] = xt_process_window_wl(W, L, fc.pc.out_max, e);
   }
 }
 
 int xt_stage_process_cuda(const xt_chain_frame_const *fc, const xt_chain_tables *d_tab, const float *gain,
                           const float *offset, const unsigned char *defect, const uint32_t *boff, const uint32_t *bl,
-                          const uint16_t *raw, const float *Yd, float *Y, uint16_t *proc, cudaStream_t st,
-                          xt_msg *msg) {
+                          const uint16_t *raw, const float *Yd, float *Y, uint16_t *proc, uint32_t *hist,
+                          cudaStream_t st, xt_msg *msg) {
+  if (fc->pc.wl) { /* the automatic window */
+    const unsigned n = (unsigned)fc->ocols * (unsigned)fc->orows;
+    unsigned blocks = (n + AUTO_HIST_THREADS * 8 - 1) / (AUTO_HIST_THREADS * 8);
+    blocks = blocks < 1 ? 1 : (blocks > AUTO_HIST_MAX_BLOCKS ? AUTO_HIST_MAX_BLOCKS : blocks);
+    XT_SCK(xt_stage_launch(k_auto_hist, dim3(blocks), dim3(AUTO_HIST_THREADS), st, *fc, defect, (const float *)Y, hist));
+    XT_SCK(xt_stage_launch(k_auto_pick, dim3(1), dim3(AUTO_PICK_THREADS), st, hist, (float *)fc->pc.wl));
+  }
   const dim3 grid((unsigned)((fc->ocols + POUT_TW - 1) / POUT_TW), (unsigned)((fc->orows + POUT_TH - 1) / POUT_TH));
   XT_SCK(xt_stage_launch(k_process_out, grid, dim3(POUT_TW, POUT_BY), st, *fc, d_tab, gain, offset, defect, boff, bl, raw,
                          Yd, Y, proc));

@@ -97,8 +97,11 @@ void xt_chain_frame_const_make(const xt_chain *c, const xt_geometry *g, uint64_t
   xt_blur_kernel_make(p->psf_mm / g->mode.pitch_v_mm, &fc->bv);
   xt_readout_const *r = &fc->ro;
   r->bin = p->binning;
-  r->adu_per_kev = (float)p->adu_per_kev;
-  r->e_noise_adu = (float)p->e_noise_adu;
+  /* adu_per_kev is a native pixel's gain; a resampled mode's pixel (the mean of n native pixels'
+   * codes) reads its render pixel's charge at 1/n of it and averages n reads' electronic noise */
+  const double n = xt_mode_native_mean(&g->mode);
+  r->adu_per_kev = (float)(p->adu_per_kev / n);
+  r->e_noise_adu = (float)(p->e_noise_adu / sqrt(n));
   r->adc_max = (float)((1u << p->adc_bits) - 1u);
   r->lag_on = p->lag;
   double sum = 0;
@@ -413,7 +416,7 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
     c->rec.mas = mas;
     xt_drc_field_sum(c->raw, fc.ocols, fc.orows, &c->rec.field_sum, &c->rec.field_n);
     if (loop) {
-      const xt_drc_meter m = xt_drc_meter_of(&c->prm, g->mode.pitch_u_mm * g->mode.pitch_v_mm);
+      const xt_drc_meter m = xt_drc_meter_of(&c->prm, &g->mode);
       const xt_drc_law law = xt_drc_law_of(&c->prm);
       xt_drc_step(&c->drc, &law, kv, mas, xt_drc_ngy(c->rec.field_sum, c->rec.field_n, &m, inf->flat_kev_per_mm2_ugy));
       c->rec.drc = c->drc;
@@ -422,6 +425,13 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   if (out->proc) {
     run_stage(c, tab, &fc, out, ST_PLOG, fc.orows);
     fc.pc.dsa_mask = c->prm.dsa && c->dsa_valid ? c->M : NULL; /* DSA: the mask frame itself is unsubtracted */
+    if (fc.pc.window > 0.f) {
+      c->wl[0] = fc.pc.window;
+      c->wl[1] = fc.pc.level;
+    } else { /* the automatic window, from this frame's histogram */
+      xt_stage_process_auto_cpu(&fc, &c->maps, c->Y, c->whist, c->wl);
+      fc.pc.wl = c->wl;
+    }
     run_stage(c, tab, &fc, out, ST_POUT, fc.orows);
     if (c->prm.dsa && !c->dsa_valid) {
       memcpy(c->M, c->Y, sizeof(float) * fc.ocols * fc.orows);
@@ -430,6 +440,11 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
     c->first = 0;
   }
   return 0;
+}
+
+void xt_chain_window_last(const xt_chain *c, double *window, double *level) {
+  *window = c->wl[0];
+  *level = c->wl[1];
 }
 
 int xt_chain_time_device(xt_chain *c, const xt_geometry *g, int n, int warmup, int reps, int what,

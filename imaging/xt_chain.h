@@ -35,8 +35,9 @@ typedef struct xt_chain_params {
   double csi_mm;         /* CsI:Tl thickness */
   double csi_fill;       /* packing fraction of the columnar CsI */
   double psf_mm;         /* sigma of the Gaussian light-spread PSF at the detector plane */
-  double adu_per_kev;    /* conversion gain, ADU per keV absorbed */
-  double e_noise_adu;    /* electronic noise per read, rms ADU */
+  double adu_per_kev;    /* conversion gain of a native pixel, ADU per keV absorbed (a resampled mode's
+                          * pixel reads the mean of its native pixels' codes: xt_mode_native_mean) */
+  double e_noise_adu;    /* electronic noise per read of a native pixel, rms ADU */
   double offset_adu;     /* mean dark offset */
   double offset_fpn_adu; /* its pixel-to-pixel spread (fixed pattern), rms */
   double gain_fpn;       /* relative pixel-to-pixel gain spread, rms */
@@ -51,7 +52,7 @@ typedef struct xt_chain_params {
   uint64_t seed;         /* the run's seed: frame noise */
   uint64_t panel_seed;   /* the panel's fixed pattern: gain, offset, defects */
   /* processing */
-  double window, level;  /* attenuation units ln(flat / signal) */
+  double window, level;  /* attenuation units ln(flat / signal); window 0 (the default): automatic, per frame */
   double temporal_alpha; /* recursive filter weight of the new frame; 1 = off */
   double edge_gain;      /* unsharp-mask gain; 0 = off */
   /* exposure settings, dose and dose-rate control (issue 11: xt_exposure.h, xt_dose.h, xt_drc.h) */
@@ -167,6 +168,11 @@ typedef struct xt_chain_out {
 /* One exposure: frame is the run's frame number (it keys the noise). Frames must come in order
  * for lag and the temporal filter to mean anything; any order is reproducible. */
 int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_chain_out *out, xt_msg *msg);
+
+/* The window and level (attenuation units) the last processed frame was displayed with: the
+ * parameters', or with `window` 0 the automatic window's from that frame's histogram (on a GPU
+ * they came back with the frame). Zeros before a processed frame. */
+void xt_chain_window_last(const xt_chain *c, double *window, double *level);
 
 /* Dose-rate control inside the chain (issue 11; xt_drc.h states the loop). Attached, with the
  * `drc` parameter on, each xt_chain_frame exposes the frame at the loop's point on its curve,

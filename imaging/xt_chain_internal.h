@@ -46,6 +46,13 @@ typedef struct xt_chain_frame_const {
   xt_scatter_plan sc; /* scatter (issue 11: xt_scatter.h); sc.field NULL: off */
 } xt_chain_frame_const;
 
+/* Whether output pixel (r, c) of a frame binned b counts: not a defect and within the open field
+ * (its render pixels' corners both open: the field is a rectangle). */
+static XT_INLINE XT_HOSTDEV int xt_auto_counts(const xt_collim *k, int bin, unsigned char defect, int r, int c) {
+  return defect == XT_DEFECT_NONE && xt_collim_t(k, c * bin, r * bin) > 0.f &&
+         xt_collim_t(k, c * bin + bin - 1, r * bin + bin - 1) > 0.f;
+}
+
 /* The spectral tables' cache (xt_chain_cache.c). */
 #define XT_TAB_SLOTS 96  /* every whole kV of the loop's curve (60..125: at most 66) and 30 more */
 #define XT_TAB_KEY_N 8
@@ -100,6 +107,8 @@ struct xt_chain {
   float *M;      /* DSA mask: the mask frame's log image (issue 11) */
   float sc_buf[3][XT_SCATTER_MAX_GRID * XT_SCATTER_MAX_GRID]; /* scatter: sources, one pass, the field */
   int dsa_valid; /* M holds this run's mask */
+  uint32_t whist[XT_AUTO_BINS]; /* the automatic window's histogram (CPU) */
+  float wl[2];                  /* the window and level the last processed frame had */
   uint16_t *raw;
   /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
   void *dev;
@@ -120,6 +129,8 @@ void xt_stage_readout_cpu(const xt_chain_tables *t, const xt_chain_frame_const *
                           const float *D, int r0, int r1, float *lag, uint16_t *raw, float *FA);
 void xt_stage_process_log_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const uint16_t *raw,
                               const float *FA, int r0, int r1, float *Y);
+void xt_stage_process_auto_cpu(const xt_chain_frame_const *fc, const xt_panel_maps *m, const float *Y,
+                               uint32_t *hist, float wl[2]);
 void xt_stage_process_out_cpu(const xt_chain_frame_const *fc, const float *Y, int r0, int r1, uint16_t *proc);
 /* Scatter (issue 11, xt_scatter.c, stage_scatter_cpu.c): the spectrum's water curve, a frame's plan, the coarse field. */
 int xt_scatter_water_fit(const xt_chain_tables *t, double *wa, double *wb, xt_msg *msg);

@@ -501,8 +501,8 @@ static XT_INLINE XT_HOSTDEV void xt_panel_fault_pixel(const xt_panel_fault *f, i
 
 typedef struct xt_readout_const {
   int bin;              /* 1, or 2: 2x2 charge binning */
-  float adu_per_kev;    /* conversion gain */
-  float e_noise_adu;    /* electronic noise, rms ADU per read (0: off) */
+  float adu_per_kev;    /* gain of a render pixel's charge: the native pixel's adu_per_kev / n (xt_mode_native_mean) */
+  float e_noise_adu;    /* electronic noise, rms ADU of an output code: a read's / sqrt(n) (0: off) */
   float adc_max;        /* 2^bits - 1 */
   float lag_b0;         /* the prompt fraction, 1 - sum of the terms' fractions */
   float lag_a[XT_LAG_TERMS], lag_b[XT_LAG_TERMS]; /* term k releases b_k a_k^j of a frame's charge j frames later */
@@ -539,12 +539,14 @@ static XT_INLINE XT_HOSTDEV uint16_t xt_readout_pixel(const xt_readout_const *r,
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct xt_process_const {
-  float window, level; /* in attenuation units (ln(flat / signal)) */
+  float window, level; /* in attenuation units (ln(flat / signal)); window 0: automatic (wl below) */
   float alpha;         /* recursive filter: y = alpha x + (1 - alpha) y_prev; 1 = off */
   float edge_gain;     /* unsharp mask: e = y + edge_gain (y - mean3x3(y)) */
   float out_max;       /* 4095: 12 bits stored */
   int first;           /* 1: the temporal state starts from this frame */
   const float *dsa_mask; /* DSA (issue 11): the mask frame's log image, subtracted before edge and window; NULL off */
+  const float *wl;       /* automatic window (window 0): the frame's window and level, which the histogram's pick
+                          * wrote (device memory on the GPU); NULL: window and level above */
 } xt_process_const;
 
 /* Offset/gain-corrected signal (ADU of an ideal panel) of a raw code. */
@@ -565,10 +567,60 @@ static XT_INLINE XT_HOSTDEV float xt_process_temporal(const xt_process_const *p,
 
 /* Window and level onto 0..out_max, high attenuation dark (as fluoroscopy displays: vessels and
  * bone dark on a bright field). */
-static XT_INLINE XT_HOSTDEV uint16_t xt_process_window(const xt_process_const *p, float e) {
-  float x = (p->level + 0.5f * p->window - e) / p->window;
+static XT_INLINE XT_HOSTDEV uint16_t xt_process_window_wl(float window, float level, float out_max, float e) {
+  float x = (level + 0.5f * window - e) / window;
   x = x < 0.f ? 0.f : (x > 1.f ? 1.f : x);
-  return (uint16_t)floorf(x * p->out_max + 0.5f);
+  return (uint16_t)floorf(x * out_max + 0.5f);
+}
+/* With the fixed window only (the automatic one's is read once per thread: xt_process_window_wl). */
+static XT_INLINE XT_HOSTDEV uint16_t xt_process_window(const xt_process_const *p, float e) {
+  return xt_process_window_wl(p->window, p->level, p->out_max, e);
+}
+
+/* The automatic window (issue 27; the default, `window` 0): fluoroscopy sets window and level per
+ * frame from the image's histogram, so that neither the patient's densest part nor the open beam
+ * beside it is clipped. A histogram of the frame's attenuation (Y, the log image after the
+ * recursive filter, minus the DSA mask when subtracting) over the pixels that are not in the defect
+ * map and lie in the collimator's open field (xt_auto_counts, xt_chain_internal.h), XT_AUTO_BINS bins of XT_AUTO_BIN_W from XT_AUTO_LO
+ * (the ends collect what lies beyond); its XT_AUTO_Q and 1 - XT_AUTO_Q quantiles, interpolated
+ * linearly within their bins, a and b; the window [a - m, b + m], m = XT_AUTO_MARGIN (b - a), and at
+ * least XT_AUTO_MIN_W wide about its centre (an empty or uniform field would otherwise stretch its
+ * noise over the 12 bits). Integer counts and the same float arithmetic on the CPU and the GPU,
+ * so both pick the same window from the same counts; a value on a bin's edge may fall either side
+ * on the two, moving a quantile by at most a bin's width over the bin's count. */
+#define XT_AUTO_BINS 8192
+#define XT_AUTO_LO (-12.f)
+#define XT_AUTO_BIN_W (1.f / 256.f) /* -12 .. 20 */
+#define XT_AUTO_Q 0.005f
+#define XT_AUTO_MARGIN 0.02f
+#define XT_AUTO_MIN_W 0.5f
+
+static XT_INLINE XT_HOSTDEV int xt_auto_bin(float y) {
+  const float t = (y - XT_AUTO_LO) * (1.f / XT_AUTO_BIN_W);
+  if (!(t >= 0.f)) return 0; /* below, or NaN */
+  return t >= (float)(XT_AUTO_BINS - 1) ? XT_AUTO_BINS - 1 : (int)t;
+}
+
+/* The rank of quantile q of n counted pixels (a count below it). */
+static XT_INLINE XT_HOSTDEV float xt_auto_rank(unsigned n, float q) { return q * (float)n; }
+
+/* Whether rank t lies in a bin holding nb counts with `below` before it (exactly one bin, for
+ * 0 <= t < n: the same integer's float ends one bin and starts the next). */
+static XT_INLINE XT_HOSTDEV int xt_auto_in(unsigned below, unsigned nb, float t) {
+  return (float)below <= t && t < (float)(below + nb);
+}
+
+/* The value at rank t, in bin b holding nb counts of which `below` lie in bins before it. */
+static XT_INLINE XT_HOSTDEV float xt_auto_value(int b, unsigned below, unsigned nb, float t) {
+  const float f = nb ? (t - (float)below) / (float)nb : 0.f;
+  return XT_AUTO_LO + ((float)b + (f < 0.f ? 0.f : (f > 1.f ? 1.f : f))) * XT_AUTO_BIN_W;
+}
+
+/* Window and level from the two quantiles a <= b (none counted: a = b = 0). */
+static XT_INLINE XT_HOSTDEV void xt_auto_wl(float a, float b, float *window, float *level) {
+  float w = (b - a) * (1.f + 2.f * XT_AUTO_MARGIN);
+  *level = 0.5f * (a + b);
+  *window = w > XT_AUTO_MIN_W ? w : XT_AUTO_MIN_W;
 }
 
 #endif /* XT_CHAIN_MATH_H */

@@ -27,8 +27,10 @@ static const xt_chain_param_info tab[] = {
     {"csi_fill", XT_PARAM_REAL, P(csi_fill), 0.8, 0.1, 1.0, "", "packing fraction of the columnar CsI"},
     {"psf_mm", XT_PARAM_REAL, P(psf_mm), 0.12, 0, 2.0, "mm",
      "sigma of the Gaussian light-spread PSF at the detector (0 = none)"},
-    {"adu_per_kev", XT_PARAM_REAL, P(adu_per_kev), 0.1, 1e-6, 1000, "ADU/keV", "conversion gain"},
-    {"e_noise_adu", XT_PARAM_REAL, P(e_noise_adu), 2.0, 0, 1000, "ADU", "electronic noise per read, rms (0 = off)"},
+    {"adu_per_kev", XT_PARAM_REAL, P(adu_per_kev), 0.1, 1e-6, 1000, "ADU/keV",
+     "conversion gain of a native pixel (a resampled mode's pixel reads the mean of its native pixels' codes)"},
+    {"e_noise_adu", XT_PARAM_REAL, P(e_noise_adu), 2.0, 0, 1000, "ADU",
+     "electronic noise per read of a native pixel, rms (0 = off)"},
     {"offset_adu", XT_PARAM_REAL, P(offset_adu), 1000, 0, 60000, "ADU", "mean dark offset"},
     {"offset_fpn_adu", XT_PARAM_REAL, P(offset_fpn_adu), 20, 0, 5000, "ADU", "pixel-to-pixel offset spread, rms"},
     {"gain_fpn", XT_PARAM_REAL, P(gain_fpn), 0.03, 0, 0.5, "", "pixel-to-pixel relative gain spread, rms"},
@@ -48,8 +50,8 @@ static const xt_chain_param_info tab[] = {
     {"panel_seed", XT_PARAM_U64, P(panel_seed), 20, 0, 9007199254740991.0, "",
      "seed of the panel's fixed pattern (gain, offset, defects)"},
     /* processing */
-    {"window", XT_PARAM_REAL, P(window), 6.0, 0.01, 100, "", "display window, attenuation units ln(flat/signal)"},
-    {"level", XT_PARAM_REAL, P(level), 3.0, -20, 100, "", "display level (window centre), attenuation units"},
+    {"window", XT_PARAM_REAL, P(window), 0.0, 0, 100, "", "display window, attenuation units ln(flat/signal); 0: automatic, from each frame's histogram (0.5-99.5 %)"},
+    {"level", XT_PARAM_REAL, P(level), 3.0, -20, 100, "", "display level (window centre), attenuation units; unused with the automatic window"},
     {"temporal_alpha", XT_PARAM_REAL, P(temporal_alpha), 0.5, 0.01, 1.0, "",
      "recursive filter: weight of the new frame (1 = off)"},
     {"edge_gain", XT_PARAM_REAL, P(edge_gain), 0.5, 0, 10, "", "edge enhancement: unsharp-mask gain (0 = off)"},
@@ -153,6 +155,8 @@ int xt_chain_params_validate(const xt_chain_params *p, xt_msg *msg) {
   if (p->protocol >= xt_protocol_count())
     return xt_fail(msg, XT_ERANGE, "chain.protocol: %d is not a protocol (0..%d)", p->protocol, xt_protocol_count() - 1);
   const double lag = p->lag_frac[0] + p->lag_frac[1] + p->lag_frac[2];
+  if (p->window > 0 && p->window < 0.01)
+    return xt_fail(msg, XT_ERANGE, "chain.window: %g: 0 (automatic) or 0.01 .. 100 attenuation units", p->window);
   if (lag >= 0.9) return xt_fail(msg, XT_ERANGE, "chain.lag_frac_*: fractions sum to %g; they must stay below 0.9", lag);
   xt_tube t = {p->kv, p->anode_deg, p->inherent_al_mm, p->filter_al_mm, p->filter_cu_mm};
   return xt_tube_validate(&t, msg);

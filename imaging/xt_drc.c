@@ -11,9 +11,10 @@ xt_drc_law xt_drc_law_of(const xt_chain_params *p) {
   return l;
 }
 
-xt_drc_meter xt_drc_meter_of(const xt_chain_params *p, double pixel_mm2) {
-  xt_drc_meter m = {p->offset_adu, p->adu_per_kev, (double)(p->binning * p->binning), pixel_mm2,
-                    p->grid ? p->grid_tp : 1.0};
+xt_drc_meter xt_drc_meter_of(const xt_chain_params *p, const xt_detector_mode *mode) {
+  /* the readout's gain of a render pixel's charge (xt_chain_frame_const_make) */
+  xt_drc_meter m = {p->offset_adu, p->adu_per_kev / xt_mode_native_mean(mode), (double)(p->binning * p->binning),
+                    mode->pitch_u_mm * mode->pitch_v_mm, p->grid ? p->grid_tp : 1.0};
   return m;
 }
 
@@ -39,16 +40,17 @@ void xt_drc_field_sum(const uint16_t *raw, int ocols, int orows, uint64_t *sum, 
   *n = (uint64_t)(c1 - c0) * (uint64_t)(r1 - r0);
 }
 
-double xt_drc_measure_sum(uint64_t sum, uint64_t n, const xt_chain_params *p, const xt_chain_info *ci, double pixel_mm2) {
-  const xt_drc_meter m = xt_drc_meter_of(p, pixel_mm2);
+double xt_drc_measure_sum(uint64_t sum, uint64_t n, const xt_chain_params *p, const xt_chain_info *ci,
+                          const xt_detector_mode *mode) {
+  const xt_drc_meter m = xt_drc_meter_of(p, mode);
   return xt_drc_ngy(sum, n, &m, ci->flat_kev_per_mm2_ugy);
 }
 
 double xt_drc_measure(const uint16_t *raw, int ocols, int orows, const xt_chain_params *p, const xt_chain_info *ci,
-                      double pixel_mm2) {
+                      const xt_detector_mode *mode) {
   uint64_t sum, n;
   xt_drc_field_sum(raw, ocols, orows, &sum, &n);
-  return xt_drc_measure_sum(sum, n, p, ci, pixel_mm2);
+  return xt_drc_measure_sum(sum, n, p, ci, mode);
 }
 
 void xt_drc_update(xt_drc *d, const xt_chain_params *p, double measured_ngy) {

@@ -33,18 +33,20 @@
 void xt_drc_reset(xt_drc *d, const xt_chain_params *p);
 /* The exposure of curve position s: kv (whole kV), pulse_ms and mas of p set (other fields kept). */
 void xt_drc_apply(const xt_drc *d, xt_chain_params *p);
-/* The loop's constants and the measurement's, from the parameters (pixel_mm2: a render pixel). */
+/* The loop's constants and the measurement's, from the parameters and the frame's detector mode (its
+ * render pixel's area, and the native pixels a resampled mode's code is the mean of). */
 xt_drc_law xt_drc_law_of(const xt_chain_params *p);
-xt_drc_meter xt_drc_meter_of(const xt_chain_params *p, double pixel_mm2);
+xt_drc_meter xt_drc_meter_of(const xt_chain_params *p, const xt_detector_mode *mode);
 /* The measuring field's exact code sum of a raw frame (ocols x orows) and its pixel count. */
 void xt_drc_field_sum(const uint16_t *raw, int ocols, int orows, uint64_t *sum, uint64_t *n);
 /* Detector air kerma (nGy, in front of the grid) of the measuring field of a raw frame, from the
  * mean offset-subtracted code and the spectrum's signal per air kerma
- * (xt_chain_info.flat_kev_per_mm2_ugy); pixel_mm2 the area of a render (native) pixel. */
+ * (xt_chain_info.flat_kev_per_mm2_ugy); mode the frame's detector mode (the render grid's). */
 double xt_drc_measure(const uint16_t *raw, int ocols, int orows, const xt_chain_params *p, const xt_chain_info *ci,
-                      double pixel_mm2);
+                      const xt_detector_mode *mode);
 /* The same from a field sum (xt_chain_drc_field: the device's reduction). */
-double xt_drc_measure_sum(uint64_t sum, uint64_t n, const xt_chain_params *p, const xt_chain_info *ci, double pixel_mm2);
+double xt_drc_measure_sum(uint64_t sum, uint64_t n, const xt_chain_params *p, const xt_chain_info *ci,
+                          const xt_detector_mode *mode);
 /* One step of the loop from a measurement of a frame exposed with p. */
 void xt_drc_update(xt_drc *d, const xt_chain_params *p, double measured_ngy);
 

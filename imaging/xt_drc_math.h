@@ -56,8 +56,10 @@ typedef struct xt_drc_law {
 /* What the measurement needs: the panel's conversion and the pixel (flat_per_ugy comes with the
  * frame's spectrum: xt_chain_info.flat_kev_per_mm2_ugy). */
 typedef struct xt_drc_meter {
-  double offset_adu, adu_per_kev, bin2; /* bin2: binning^2 render pixels per output pixel */
-  double pixel_mm2;                     /* a render (native) pixel's area */
+  double offset_adu;
+  double adu_per_kev; /* the readout's gain of a render pixel's charge: adu_per_kev / xt_mode_native_mean */
+  double bin2;        /* binning^2 render pixels per output pixel */
+  double pixel_mm2;   /* a render pixel's area */
   double tp;                            /* the grid's primary transmission (1 out) */
 } xt_drc_meter;
 

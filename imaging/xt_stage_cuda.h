@@ -105,7 +105,9 @@ static __device__ __forceinline__ float xt_stage_flat_adu(const xt_chain_frame_c
   return f * fc.ro.adu_per_kev;
 }
 
-/* process, after xt_stage_readout_cuda with Y and Yd: raw -> Y at the defective pixels -> proc. The
+/* process, after xt_stage_readout_cuda with Y and Yd: raw -> Y at the defective pixels -> proc; with
+ * fc->pc.wl (device memory, the automatic window) first the histogram into hist (XT_AUTO_BINS counts,
+ * zero on entry and left zero) and the pick into wl. The
  * defective pixels by tile of k_process_out (XT_POUT_TW x XT_POUT_TH output pixels, tile b =
  * row-major over the tile grid, with a 1-pixel halo): their output indices bl[boff[b] ..
  * boff[b + 1]); boff NULL when there are none. xt_chain_cuda_upload builds them from the defect map. */
@@ -113,7 +115,7 @@ static __device__ __forceinline__ float xt_stage_flat_adu(const xt_chain_frame_c
 #define XT_POUT_TH 32
 int xt_stage_process_cuda(const xt_chain_frame_const *fc, const xt_chain_tables *d_tab, const float *gain,
                           const float *offset, const unsigned char *defect, const uint32_t *boff, const uint32_t *bl,
-                          const uint16_t *raw, const float *Yd, float *Y, uint16_t *proc, cudaStream_t st,
-                          xt_msg *msg);
+                          const uint16_t *raw, const float *Yd, float *Y, uint16_t *proc, uint32_t *hist,
+                          cudaStream_t st, xt_msg *msg);
 
 #endif /* XT_STAGE_CUDA_H */

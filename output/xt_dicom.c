@@ -313,8 +313,9 @@ static void patient_orientation(const xt_acq_frame *f, char out[16]) {
 
 /* The Pixel Intensity Relationship LUT: raw (linear ADC codes) TO_LOG, ln of the signal above the
  * dark offset scaled to the ADC's range; processed (log, window/level) TO_LINEAR, the relative
- * intensity exp(-attenuation) the window maps to each value, scaled to 16 bits. */
-static void intensity_lut(xt_dcw *d, const xt_dicom_run *r, const xt_chain_params *p) {
+ * intensity exp(-attenuation) the window maps to each value, scaled to 16 bits (the window the frame
+ * was displayed with, the automatic window's included). */
+static void intensity_lut(xt_dcw *d, const xt_dicom_run *r, const xt_chain_params *p, double window, double level) {
   const int raw = r->which == XT_DICOM_RAW;
   const int bits = raw ? p->adc_bits : 12;
   const int n = 1 << bits;
@@ -331,7 +332,7 @@ static void intensity_lut(xt_dcw *d, const xt_dicom_run *r, const xt_chain_param
       lut[k] = sgl > 1 ? floor(top * log(sgl) / lmax + 0.5) : 0;
     } else {
       const double x = k / top; /* xt_process_window: x = (level + window/2 - e) / window */
-      const double e = p->level + 0.5 * p->window - x * p->window, e0 = p->level - 0.5 * p->window;
+      const double e = level + 0.5 * window - x * window, e0 = level - 0.5 * window;
       lut[k] = floor(65535.0 * exp(-(e - e0)) + 0.5);
     }
   }
@@ -641,7 +642,8 @@ int xt_dicom_enhanced_xa(const xt_dicom_run *r, const xt_dicom_identity *id, uns
   code_seq(d, T(0008, 2218), "T-D1100", "SRT", "Head");
   xt_dcw_end_item(d);
   xt_dcw_end_seq(d);
-  intensity_lut(d, r, p0);      /* Pixel Intensity Relationship LUT */
+  /* the first frame's window (the automatic window's is each frame's own: the LUT is shared) */
+  intensity_lut(d, r, p0, f0->window, f0->level); /* Pixel Intensity Relationship LUT */
   xt_dcw_seq(d, T(0028, 9132)); /* Frame VOI LUT */
   xt_dcw_item(d);
   {

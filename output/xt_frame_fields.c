@@ -28,7 +28,9 @@ static void exposure_fields(const xt_acq_frame *fr, xt_frame_fields *ff) {
   ff->protocol_name = xt_protocol_name(p->protocol);
   ff->chain_flags = (p->quantum_noise ? XT_STREAM_CHAIN_QUANTUM_NOISE : 0u) | (p->lag ? XT_STREAM_CHAIN_LAG : 0u) |
                     (p->temporal_alpha < 1 ? XT_STREAM_CHAIN_TEMPORAL : 0u) |
-                    (p->edge_gain > 0 ? XT_STREAM_CHAIN_EDGE : 0u);
+                    (p->edge_gain > 0 ? XT_STREAM_CHAIN_EDGE : 0u) | (p->window > 0 ? 0u : XT_STREAM_CHAIN_AUTO_WINDOW);
+  ff->window = fr->window;
+  ff->level = fr->level;
   ff->exposure_flags = (p->grid ? XT_STREAM_EXPOSURE_GRID : 0u) | (p->drc ? XT_STREAM_EXPOSURE_DRC : 0u);
   ff->grid_tp = p->grid ? p->grid_tp : 0;
   ff->chain_ms = fr->chain_ms;

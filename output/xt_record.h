@@ -64,6 +64,7 @@ typedef struct xt_frame_fields {
   double ma;                  /* tube current (xt_exposure_ma) */
   const char *protocol_name;
   uint32_t chain_flags;       /* XT_STREAM_CHAIN_* */
+  double window, level;       /* the window and level the processed frame had (automatic: this frame's) */
   uint32_t saturated_px;      /* raw pixels at the ADC's full scale (2^adc_bits - 1): the panel saturated */
   uint32_t exposure_flags;    /* XT_STREAM_EXPOSURE_* */
   double grid_tp;             /* the grid's primary transmission, 0 with the grid out */

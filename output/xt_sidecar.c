@@ -65,6 +65,14 @@ static json_t *chain_json(xt_jb *b, const xt_sidecar_info *in, const xt_frame_fi
   xt_jb_put(b, der, "ma", num(c->ma));
   xt_jb_put(b, der, "protocol_name", str(c->protocol_name ? c->protocol_name : "custom"));
   xt_jb_put(b, ch, "derived", der);
+  json_t *disp = json_object();
+  xt_jb_put(b, disp, "window", num(c->window));
+  xt_jb_put(b, disp, "level", num(c->level));
+  xt_jb_put(b, disp, "automatic", json_boolean(!(c->prm->window > 0)));
+  xt_jb_put(b, disp, "note", str("the window and level (attenuation units ln(flat/signal)) this processed frame was "
+                                 "displayed with: with parameter window 0, its own from its histogram's 0.5 and 99.5 % "
+                                 "points (docs/imaging.md)"));
+  xt_jb_put(b, ch, "processing", disp);
   json_t *d = json_object();
   xt_jb_put(b, d, "k_irp_mgy", num(c->k_irp_mgy));
   xt_jb_put(b, d, "kap_gycm2", num(c->kap_gycm2));

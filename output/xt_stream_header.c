@@ -18,8 +18,8 @@ static void exposure_part(const xt_frame_fields *ff, int kind, xt_stream_header 
   h->filter_cu_mm = p->filter_cu_mm;
   h->mean_energy_kev = ff->mean_energy_kev;
   h->kerma_ugy_per_mas = ff->kerma_ugy_per_mas;
-  h->window = p->window;
-  h->level = p->level;
+  h->window = ff->window; /* the frame's own: with the automatic window not the parameter (0) */
+  h->level = ff->level;
   h->binning = (uint32_t)p->binning;
   h->chain_flags = ff->chain_flags;
   h->saturated_px = ff->saturated_px;

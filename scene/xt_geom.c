@@ -51,6 +51,11 @@ xt_detector_mode xt_mode_custom(const char *name, int cols, int rows, double pit
   return m;
 }
 
+double xt_mode_native_mean(const xt_detector_mode *m) {
+  const double b = m->binning; /* 0 in a mode made by hand before xt_geom_compute completes it */
+  return b > 0 && b != 1.0 && b != 2.0 ? b * b : 1.0;
+}
+
 /* A mode made by hand reads a whole panel of its own size pixel for pixel. */
 static void complete_mode(xt_detector_mode *m) {
   if (m->roi_cols > 0) return;

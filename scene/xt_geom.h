@@ -74,6 +74,11 @@ const char *xt_detector_name_at(int i);
  * read pixel for pixel, no field. */
 xt_detector_mode xt_mode_custom(const char *name, int cols, int rows, double pitch_u_mm, double pitch_v_mm,
                                 double sod_mm, double sid_mm);
+/* How many native pixels' codes one pixel of the mode is the mean of (docs/imaging.md §4): 1 for a
+ * mode read pixel for pixel (binning 1) or 2x2 binned in the panel (binning 2: the four charges are
+ * summed before one read); (roi / out)^2 for a resampled output, whose pixel the detector delivers
+ * as the mean of the native pixels it covers (fd20-1024 3.52, fd20-256 56.25, fd20-128 225). */
+double xt_mode_native_mean(const xt_detector_mode *m);
 
 /* A C-arm stand (scene/stands.tsv): the plane it carries (0 A frontal, 1 B lateral), the ranges of
  * its axes and its default angles. Poses of both stands are in the same patient-based angles. */

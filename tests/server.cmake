@@ -45,7 +45,8 @@ if(TARGET xtwin-server)
     set_tests_properties(test_server_stream PROPERTIES TIMEOUT 600 LABELS "cpu;server;timing" SKIP_RETURN_CODE 77)
     # The CPU's start-up rate (issue 27): chosen at start, said, held with 0 skipped exposures for
     # 60 s (30 s with a 64^3 head on fd20-128 under ASan: tests/server/test_start_rate.py says why). Not
-    # serial: the rest of the suite keeps the other core busy, as on a user's shared machine.
+    # serial: the rest of the suite keeps the other core busy, as on a user's shared machine. Then the
+    # chain at the defaults, as the console switches it on: no saturation, an image; 100 kV / 1 mAs saturates.
     if(XT_SANITIZE)
       set(_xt_rate_args --seconds 30 --scene "--mode fd20-128 --phantom-dim 64 --phantom-spacing 4")
     else()

@@ -136,11 +136,9 @@ XT_TEST(batch_equals_single_exposures) {
   head_free(&r, m);
 }
 
-/* The chain with lag and the recursive filter on (the defaults), noise on, the gain scaled to the
- * coarse pixel so that the head is far from the ADC's ceiling. */
+/* The chain with lag and the recursive filter on (the defaults), noise on. */
 static xt_chain_params lag_params(void) {
   xt_chain_params p = xt_chain_params_default();
-  p.adu_per_kev = 0.00045;
   p.seed = 2323;
   return p;
 }

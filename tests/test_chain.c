@@ -4,6 +4,7 @@
  * configured MTF^2, a slanted edge's measured MTF against the configured one, the lag impulse
  * response, 2x2 binning, processing, and bit-identical replay. */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -569,7 +570,8 @@ XT_TEST(lag_decays_as_configured) {
   xt_chain_frame_const fc;
   xt_chain_frame_const_make(c, &g, 0, &fc);
   const int i = 64 * 128 + 64;
-  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab->flat1 * prm.adu_per_kev;
+  /* fd20-128's code is the mean of its 15 x 15 native pixels': adu_per_kev / 225 of its charge */
+  const double per_mas = xt_pixel_geometry(&fc.cam, 64, 64, 1.0f) * c->tab->flat1 * prm.adu_per_kev / 225.0;
   prm.mas = 10000.0 / per_mas;
   const double on = prm.mas;
   XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
@@ -603,13 +605,14 @@ XT_TEST(lag_decays_as_configured) {
 }
 
 /* 2x2 binning sums the four pixels' charge before one read: raw = offset + gain x (sum of the
- * unbinned signals), to the ADC's rounding. */
+ * unbinned signals), to the ADC's rounding; the gain of fd20-128's render pixel is adu_per_kev / 225
+ * (its code the mean of 15 x 15 native pixels'). */
 XT_TEST(binning_sums_charge) {
   xt_proj *p = cpu_proj_with(NULL);
   XT_REQUIRE(p);
   xt_chain_params prm = quiet();
   prm.quantum_noise = 0;
-  prm.mas = 0.0002;
+  prm.mas = 0.04; /* ~1800 ADU a render pixel in air, ~7300 a bin */
   xt_chain *c1 = NULL, *c2 = NULL;
   XT_REQUIRE(xt_chain_create(&prm, p, &c1, NULL) == 0);
   prm.binning = 2;
@@ -629,10 +632,75 @@ XT_TEST(binning_sums_charge) {
       double s = 0;
       for (int dy = 0; dy < 2; dy++)
         for (int dx = 0; dx < 2; dx++) s += D[(2 * r + dy) * 128 + 2 * c + dx];
-      XT_CHECK_NEAR(raw2[r * 64 + c], floor(prm.offset_adu + s * prm.adu_per_kev + 0.5), 1.0);
+      XT_CHECK_NEAR(raw2[r * 64 + c], floor(prm.offset_adu + s * prm.adu_per_kev / 225.0 + 0.5), 1.0);
     }
   xt_chain_destroy(c1);
   xt_chain_destroy(c2);
+  xt_proj_destroy(p);
+}
+
+/* A resampled mode's pixel is the mean of the native pixels' codes it covers (docs/imaging.md §4).
+ * n typed from scene/detector_modes.tsv (1920 native pixels to 256: 7.5 x 7.5; native and 2x2 binned
+ * modes 1). On a flat field at fd20-256, no blur, over the central quarter: noise off, the code above
+ * the offset is the render pixel's absorbed energy S x adu_per_kev / n to the ADC's rounding;
+ * electronic noise alone, the codes' variance about that is sigma^2 / n (the mean of n reads) plus
+ * the rounding's 1/12; quanta alone, (adu_per_kev / n)^2 Q + 1/12 with Q = S flat2 / flat1 (the
+ * compound Poisson variance of the render pixel's own quanta) - each within 5 % (16384 pixels: a
+ * variance's standard error 1.1 %). */
+XT_TEST(resampled_mode_reads_the_mean_of_its_native_pixels) {
+  static const struct {
+    const char *mode;
+    double n;
+  } modes[] = {{"fd20", 1},      {"fd20-bin2", 1},           {"fd20-48", 1},  {"fd20-42", 1},  {"fd20-27", 1},
+               {"fd20-15", 1},   {"fd20-1024", 1.875 * 1.875}, {"fd20-512", 3.75 * 3.75}, {"fd20-256", 56.25},
+               {"fd20-128", 225}, {"fd15-256", 7 * 7},          {"fd15-39", 1},  {"thesis", 1}};
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    const xt_detector_mode *md = xt_mode_find(modes[k].mode);
+    XT_REQUIRE(md);
+    XT_CHECK_MSG(xt_mode_native_mean(md) == modes[k].n, "%s: %g native pixels, want %g", modes[k].mode,
+                 xt_mode_native_mean(md), modes[k].n);
+  }
+  const xt_detector_mode custom = xt_mode_custom("custom", 64, 64, 1.5, 1.5, 810, 1195);
+  XT_CHECK(xt_mode_native_mean(&custom) == 1);
+
+  xt_proj *p = cpu_proj_with(NULL);
+  XT_REQUIRE(p);
+  const xt_geometry g = geom("fd20-256", 0, 0);
+  const double n = 56.25;
+  enum { W = 256, N = W * W };
+  static float S[N];
+  static uint16_t raw[N];
+  for (int k = 0; k < 3; k++) {
+    xt_chain_params prm = quiet();
+    prm.psf_mm = 0;
+    prm.mas = 0.05;
+    prm.quantum_noise = k == 2;
+    prm.e_noise_adu = k == 1 ? 40 : 0;
+    xt_chain *c = NULL;
+    XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+    xt_chain_out out = {0};
+    out.raw = raw;
+    out.expected = S;
+    XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
+    const double gain = prm.adu_per_kev / n, q_per_s = (double)c->tab->flat2 / c->tab->flat1;
+    double worst = 0, lo = 1e30, sv = 0, sp = 0;
+    int cnt = 0;
+    for (int r = W / 4; r < 3 * W / 4; r++)
+      for (int col = W / 4; col < 3 * W / 4; col++) {
+        const size_t i = (size_t)r * W + col;
+        const double want = prm.offset_adu + S[i] * gain, d = raw[i] - want;
+        XT_REQUIRE(raw[i] < 16383);
+        lo = fmin(lo, S[i] * gain);
+        worst = fmax(worst, fabs(d));
+        sv += d * d;
+        sp += (k == 1 ? 40.0 * 40.0 / n : k == 2 ? gain * gain * S[i] * q_per_s : 0) + 1.0 / 12;
+        cnt++;
+      }
+    if (k == 0) XT_CHECK_MSG(worst <= 0.5 + 1e-3 && lo > 300, "noise off: |code - S adu / n| up to %g (codes from %g)", worst, lo);
+    else XT_CHECK_MSG(fabs(sv / sp - 1) <= 0.05, "%s: variance %g, the mean of n reads' %g", k == 1 ? "electronic" : "quanta",
+                      sv / cnt, sp / cnt);
+    xt_chain_destroy(c);
+  }
   xt_proj_destroy(p);
 }
 
@@ -646,7 +714,7 @@ XT_TEST(panel_faults_act_in_the_readout_only) {
   XT_REQUIRE(p);
   xt_chain_params prm = quiet();
   prm.quantum_noise = 0;
-  prm.mas = 0.001;
+  prm.mas = 0.2; /* ~9000 ADU above the offset in air */
   prm.level = 1.0;
   prm.window = 4.0;
   xt_chain *c = NULL;
@@ -750,7 +818,7 @@ XT_TEST(readout_defects_saturation_and_window) {
   prm.level = 1.0;
   prm.window = 4.0;
   prm.edge_gain = 0.7;
-  prm.mas = 0.001;
+  prm.mas = 0.2; /* ~9000 ADU above the offset */
   xt_chain *c = NULL;
   XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
   xt_geometry g = geom("fd20-128", 0, 0);
@@ -777,12 +845,143 @@ XT_TEST(readout_defects_saturation_and_window) {
   }
   XT_CHECK(dead > 20 && hot > 20 && lines == 2 * 128);
   /* saturation: 1000x the exposure clips at the 14-bit maximum */
-  prm.mas = 1.0;
+  prm.mas = 200.0;
   XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
   XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
   XT_CHECK(raw[64 * 128 + 64] == 16383);
   xt_chain_destroy(c);
   xt_proj_destroy(p);
+}
+
+/* The automatic window (issue 27, the default: window 0) against the frame's own attenuation,
+ * computed here from the noise-free expected signal and the flat field (ln(F / S) per pixel, no
+ * blur, no noise, no edge enhancement or recursive filter, so the processed image is that
+ * attenuation to the ADC's rounding): its 0.5 % and 99.5 % points a, b by sorting, the window the
+ * chain reports [a - m, b + m] (m = 2 % of b - a) within 0.03 of them (the histogram's bins are
+ * 1/256 wide; the ADC's rounding), and the processed codes of the pixels at a and b at the
+ * window's ends less the margin (4095 x 1.02 / 1.04 and 4095 x 0.02 / 1.04), at most 0.5 % of the
+ * frame (+ 0.2 %) black or white. Fails with a fixed window (the parameters' level would be
+ * reported) or one from other quantiles. */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+XT_TEST(automatic_window_spans_the_frames_quantiles) {
+  const int dim[3] = {64, 64, 64};
+  xt_model *head = NULL;
+  XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_U8, &head, NULL) == 0);
+  xt_proj *p = cpu_proj_with(head);
+  XT_REQUIRE(p);
+  xt_chain_params prm = quiet();
+  XT_CHECK(prm.window == 0); /* the default */
+  prm.quantum_noise = 0;
+  prm.psf_mm = 0;
+  prm.edge_gain = 0;
+  prm.temporal_alpha = 1;
+  prm.mas = 0.25; /* air ~11400 ADU above the offset at fd20-128 */
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-128", 30, 0);
+  const int n = 128 * 128;
+  static uint16_t raw[128 * 128], proc[128 * 128];
+  static float S[128 * 128];
+  static double A[128 * 128], As[128 * 128];
+  xt_chain_out out = {raw, proc, S, NULL};
+  XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
+  xt_chain_frame_const fc;
+  xt_chain_frame_const_make(c, &g, 0, &fc);
+  for (int r = 0; r < 128; r++)
+    for (int col = 0; col < 128; col++) {
+      const int i = r * 128 + col;
+      A[i] = log(xt_flat_expect(&fc.cam, fc.mas, c->tab->flat1, fc.coll.grid_tp, col, r) / S[i]);
+      As[i] = A[i];
+    }
+  qsort(As, (size_t)n, sizeof *As, cmp_double);
+  const double a = As[(int)(0.005 * n)], b = As[(int)(0.995 * n)], m = 0.02;
+  XT_CHECK_MSG(b - a > 2, "the head's attenuation spans %g .. %g", a, b);
+  double w, l;
+  xt_chain_window_last(c, &w, &l);
+  const double wa = l - 0.5 * w / (1 + 2 * m), wb = l + 0.5 * w / (1 + 2 * m);
+  XT_CHECK_MSG(fabs(wa - a) < 0.03 && fabs(wb - b) < 0.03, "window %g level %g: quantiles %g %g, want %g %g", w, l, wa,
+               wb, a, b);
+  int black = 0, white = 0, na = 0, nb = 0;
+  double ca = 0, cb = 0;
+  for (int i = 0; i < n; i++) {
+    black += proc[i] == 0;
+    white += proc[i] == 4095;
+    if (fabs(A[i] - a) < 0.01) ca += proc[i], na++;
+    if (fabs(A[i] - b) < 0.01) cb += proc[i], nb++;
+  }
+  XT_REQUIRE(na > 0 && nb > 0);
+  ca /= na;
+  cb /= nb;
+  XT_CHECK_MSG(fabs(ca - 4095 * (1 + m) / (1 + 2 * m)) < 25 && fabs(cb - 4095 * m / (1 + 2 * m)) < 25,
+               "the 0.5 %% point at code %.1f (%d px), the 99.5 %% point at %.1f (%d px)", ca, na, cb, nb);
+  XT_CHECK_MSG(black <= 0.007 * n && white <= 0.007 * n, "%d black, %d white of %d", black, white, n);
+  /* an explicit window is honoured and reported */
+  prm.window = 6;
+  prm.level = 3;
+  XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+  XT_REQUIRE(xt_chain_frame(c, &g, 1, &out, NULL) == 0);
+  xt_chain_window_last(c, &w, &l);
+  XT_CHECK(w == 6 && l == 3);
+  for (int i = 0; i < n; i += 97) {
+    const double x = fmin(1, fmax(0, (3 + 3 - A[i]) / 6)) * 4095;
+    XT_CHECK_MSG(fabs(proc[i] - x) < 3, "fixed window: pixel %d code %d, want %.1f", i, proc[i], x);
+  }
+  prm.window = 0.005; /* neither automatic nor a window */
+  XT_CHECK(xt_chain_set_params(c, &prm, NULL) != 0);
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  xt_model_free(head);
+}
+
+/* A thorax-like frame (the built-in thorax, issue 26: spine and heart attenuate beyond 6 at
+ * 80 kV, which the old fixed window 6 / level 3 clipped black: 17 % of the server's first frame),
+ * every other parameter the default (noise, defects, lag, recursive filter, edge enhancement), at
+ * fd20-256: under 1 % black and under 1 % white, and an image (> 500 grey levels); with the fixed
+ * window the same frame is > 5 % black (the test sees the difference). */
+XT_TEST(automatic_window_shows_a_thorax_neither_black_nor_white) {
+  xt_model *th = NULL;
+  XT_REQUIRE(xt_phantom_thorax_model(4.0, &th, NULL) == 0);
+  xt_proj *p = cpu_proj_with(th);
+  XT_REQUIRE(p);
+  xt_chain_params prm = xt_chain_params_default();
+  xt_chain *c = NULL;
+  XT_REQUIRE(xt_chain_create(&prm, p, &c, NULL) == 0);
+  xt_geometry g = geom("fd20-256", 0, 0);
+  const int n = 256 * 256;
+  static uint16_t raw[256 * 256], proc[256 * 256];
+  static int seen[4096];
+  xt_chain_out out = {raw, proc, NULL, NULL};
+  for (int fixed = 0; fixed < 2; fixed++) {
+    if (fixed) {
+      prm.window = 6;
+      prm.level = 3;
+      XT_REQUIRE(xt_chain_set_params(c, &prm, NULL) == 0);
+    }
+    for (int f = 0; f < 3; f++) XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(10 * fixed + f), &out, NULL) == 0);
+    int black = 0, white = 0, levels = 0;
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < n; i++) {
+      black += proc[i] == 0;
+      white += proc[i] == 4095;
+      levels += !seen[proc[i]]++;
+    }
+    double w, l;
+    xt_chain_window_last(c, &w, &l);
+    printf("# thorax, %s window %.3f level %.3f: %.2f %% black, %.2f %% white, %d levels\n", fixed ? "fixed" : "automatic",
+           w, l, 100.0 * black / n, 100.0 * white / n, levels);
+    if (!fixed)
+      XT_CHECK_MSG(black < 0.01 * n && white < 0.01 * n && levels > 500, "%d black, %d white, %d levels", black, white,
+                   levels);
+    else
+      XT_CHECK_MSG(black > 0.05 * n, "the fixed window's black: %d of %d", black, n);
+  }
+  xt_chain_destroy(c);
+  xt_proj_destroy(p);
+  xt_model_free(th);
 }
 
 /* Replay: the same seed and poses give bit-identical raw and processed frames; another seed not. */
@@ -895,7 +1094,11 @@ XT_TEST_MAIN(XT_ENTRY(philox_matches_random123_known_answers) XT_ENTRY(log_facto
                      XT_ENTRY(flat_field_variance_scales_as_one_over_dose)
                          XT_ENTRY(noise_power_spectrum_follows_mtf_squared)
                              XT_ENTRY(edge_phantom_mtf_matches_the_configured_one) XT_ENTRY(lag_decays_as_configured)
-                                 XT_ENTRY(binning_sums_charge) XT_ENTRY(readout_defects_saturation_and_window)
+                                 XT_ENTRY(binning_sums_charge)
+                                 XT_ENTRY(resampled_mode_reads_the_mean_of_its_native_pixels)
+                                 XT_ENTRY(readout_defects_saturation_and_window)
                                      XT_ENTRY(panel_faults_act_in_the_readout_only)
                                      XT_ENTRY(fast_chain_matches_the_exact_chain_noise_free)
-                                     XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name))
+                                     XT_ENTRY(replay_is_bit_identical) XT_ENTRY(parameters_are_checked_by_name)
+                                         XT_ENTRY(automatic_window_spans_the_frames_quantiles)
+                                             XT_ENTRY(automatic_window_shows_a_thorax_neither_black_nor_white))

@@ -628,7 +628,9 @@ XT_TEST(chain_frames_match_a_chain_of_their_own) {
                      "\"models\": [{\"name\": \"h\", \"phantom\": \"head-labels\", \"size\": 32, \"spacing_mm\": 6, "
                      "\"perturb\": {\"translate_mm\": 15, \"rotate_deg\": [5, 5, 20]}}], "
                      "\"poses\": {\"primary_deg\": [-60, 60], \"table_mm\": [[-10, 10], 0, [-20, 20]]}, "
-                     "\"chain\": {\"kv\": [60, 90], \"mas\": 0.004, \"adu_per_kev\": 0.0005, \"noise\": false}}";
+                     "\"chain\": {\"kv\": [60, 90], \"mas\": 0.0045, \"noise\": false}}";
+  /* 0.0045 mAs: the codes this test had at 0.004 mAs with adu_per_kev 0.0005 before a fd20-128 pixel
+   * read the mean of its 225 native pixels' codes (issue 27), ~200 ADU above the offset in air */
   XT_REQUIRE(load_text(spec, &s, &msg) == 0);
   XT_REQUIRE(xt_ds_scene_load(&s, &sc, &msg) == 0);
   XT_REQUIRE_MSG(xt_ds_renderer_create(&sc, s.backend, 0, 2, &r, &msg) == 0, "%s", msg.text);

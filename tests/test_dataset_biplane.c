@@ -408,7 +408,7 @@ XT_TEST(same_pose_and_mode_give_identical_planes) {
   XT_REQUIRE(run_spec("{" PIPE_HEAD "\"poses\": {\"primary_deg\": 20, \"secondary_deg\": 10, "
                       "\"table_mm\": [[-20, 20], [-10, 10], [-30, 30]]}, "
                       "\"plane_b\": {\"mode\": \"fd20-128\", \"pose\": {\"primary_deg\": 20, \"secondary_deg\": 10}}, "
-                      "\"chain\": {\"kv\": 70, \"mas\": 0.004, \"adu_per_kev\": 0.0005, \"noise\": false}, "
+                      "\"chain\": {\"kv\": 70, \"mas\": 0.004, \"noise\": false}, "
                       "\"write\": {\"intensity\": true}}",
                       "same", 0, NULL, 0) == 0);
   static const char *const ext[] = {"lineint", "intensity", "raw", "processed", "labels", "seg"};
@@ -440,7 +440,7 @@ XT_TEST(same_pose_and_mode_give_identical_planes) {
   /* Noise on: the same instant, two panels' own noise. */
   XT_REQUIRE(run_spec("{" PIPE_HEAD "\"poses\": {\"primary_deg\": 20, \"secondary_deg\": 10}, "
                       "\"plane_b\": {\"mode\": \"fd20-128\", \"pose\": {\"primary_deg\": 20, \"secondary_deg\": 10}}, "
-                      "\"chain\": {\"kv\": 70, \"mas\": 0.004, \"adu_per_kev\": 0.0005}}",
+                      "\"chain\": {\"kv\": 70, \"mas\": 0.004}}",
                       "noisy", 0, NULL, 0) == 0);
   for (long long k = 0; k < 4; k++) {
     XT_CHECK(same_member("noisy", "lineint.npy", "noisy", "lineint_b.npy", k));

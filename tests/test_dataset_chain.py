@@ -85,11 +85,11 @@ def one_line_error(rc, err, want_rc, pattern, what):
 HEAD = {"name": "head", "phantom": "head-labels", "size": 32, "spacing_mm": 6}
 QUIET = {"seed": 4242, "frames": 6, "backend": "cpu", "detector": {"modes": ["fd20-128"]}, "models": [HEAD],
          "poses": {"primary_deg": [-90, 90], "secondary_deg": [-20, 20]},
-         "chain": {"kv": [60, 90], "mas": 0.004, "noise": False, "filter_cu_mm": 0.2, "lag": 0, "adu_per_kev": 0.0005},
+         "chain": {"kv": [60, 90], "mas": 0.004, "noise": False, "filter_cu_mm": 0.2, "lag": 0},
          "output": {"shard_frames": 3}}
 NOISY = {"seed": 9007199254741001, "frames": 12, "backend": "cpu", "detector": {"modes": ["fd20-128"]}, "models": [HEAD],
          "poses": {"primary_deg": [-90, 90], "secondary_deg": [-20, 20], "sid_mm": [1000, 1200]},
-         "chain": {"kv": [60, 90], "dose_ngy": [200, 800], "binning": 2, "panel_seed": 5, "adu_per_kev": 0.0005},
+         "chain": {"kv": [60, 90], "dose_ngy": [200, 800], "binning": 2, "panel_seed": 5},
          "write": {"lineint": False, "intensity": True},
          "output": {"shard_frames": 3}}
 

@@ -23,13 +23,11 @@ static xt_proj *cpu_proj_with(xt_model *m) { return xt_tc_proj(XT_BACKEND_CPU, 2
 
 static xt_geometry geom(const char *mode) { return xt_tc_geom(mode, 0, 0, 0); }
 
-/* A quiet panel (no fixed pattern, defects, lag, electronic noise, blur) whose conversion gain is
- * scaled to the coarse render pixel of `mode`, so that it saturates at the air kerma a native
- * 0.154 mm FD20 pixel does (~1 uGy) rather than 225 times lower. */
-static xt_chain_params quiet_for(const char *mode) {
-  const xt_detector_mode *md = xt_mode_find(mode);
+/* A quiet panel (no fixed pattern, defects, lag, electronic noise, blur). Its resampled modes'
+ * pixels read the mean of their native pixels' codes, so they saturate at the air kerma a native
+ * 0.154 mm FD20 pixel does, whatever the mode. */
+static xt_chain_params quiet(void) {
   xt_chain_params p = xt_tc_quiet();
-  p.adu_per_kev *= 0.154 * 0.154 / (md->pitch_u_mm * md->pitch_v_mm);
   p.psf_mm = 0;
   return p;
 }
@@ -154,7 +152,7 @@ XT_TEST(kerma_area_product_is_field_area_times_kerma) {
 /* Shutters block, wedges transmit wedge_t, the grid grid_tp (noise off: expected values). */
 XT_TEST(collimator_and_grid_shape_the_signal) {
   xt_proj *pr = cpu_proj_with(NULL);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   p.quantum_noise = 0;
   xt_chain *c = NULL;
   XT_REQUIRE(pr && xt_chain_create(&p, pr, &c, NULL) == 0);
@@ -189,7 +187,7 @@ XT_TEST(collimator_and_grid_shape_the_signal) {
 /* The loop's measurement of an open field is the detector air kerma mAs K_1m (1000/SID)^2. */
 XT_TEST(drc_measures_the_open_field_dose) {
   xt_proj *pr = cpu_proj_with(NULL);
-  xt_chain_params p = quiet_for("fd20-256");
+  xt_chain_params p = quiet();
   p.grid = 1;
   p.binning = 2;
   p.mas = 0.01;
@@ -203,7 +201,7 @@ XT_TEST(drc_measures_the_open_field_dose) {
   XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
   xt_chain_info ci;
   xt_chain_get_info(c, &ci);
-  const double got = xt_drc_measure(raw, 128, 128, &p, &ci, g.mode.pitch_u_mm * g.mode.pitch_v_mm);
+  const double got = xt_drc_measure(raw, 128, 128, &p, &ci, &g.mode);
   const double want = p.mas * ci.kerma_ugy_per_mas * pow(1000.0 / g.pose.sid_mm, 2) * 1e3;
   /* 2 %: obliquity and inverse square across the central third (cos^3 of <= 4.2 deg), ADC rounding */
   XT_CHECK_MSG(fabs(got / want - 1) < 0.02, "measured %g nGy, closed form %g nGy", got, want);
@@ -224,7 +222,7 @@ static double run_loop(xt_chain *c, xt_chain_params *p, xt_drc *d, const xt_geom
     out.raw = raw;
     if (xt_chain_frame(c, g, (*fr)++, &out, NULL)) return NAN;
     xt_chain_get_info(c, &ci);
-    m = xt_drc_measure(raw, g->mode.cols, g->mode.rows, p, &ci, g->mode.pitch_u_mm * g->mode.pitch_v_mm);
+    m = xt_drc_measure(raw, g->mode.cols, g->mode.rows, p, &ci, &g->mode);
     if (hist) hist[k] = m;
     xt_drc_update(d, p, m);
   }
@@ -239,7 +237,7 @@ XT_TEST(drc_settles_after_a_thickness_step) {
   xt_model *thin = slab(150), *thick = slab(250);
   XT_REQUIRE(thin && thick);
   xt_proj *p1 = cpu_proj_with(thin), *p2 = cpu_proj_with(thick);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL) == 0);
   p.temporal_alpha = 1;
   xt_chain *c1 = NULL, *c2 = NULL;
@@ -282,7 +280,7 @@ XT_TEST(drc_settles_after_a_thickness_step) {
  * every frame rendered without an error (the IFU's AEC user test, notes §1.5). */
 XT_TEST(drc_clamps_at_kv_max_with_closed_shutters) {
   xt_proj *pr = cpu_proj_with(NULL);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL) == 0);
   p.drc_kv_max = 110;
   p.shutter[0] = p.shutter[1] = 0.5;
@@ -325,7 +323,7 @@ XT_TEST(dsa_of_a_static_scene_is_zero_outside_the_iodine) {
       }
   XT_REQUIRE(xt_model_from_volume(v, "vessel", &m, NULL) == 0);
   xt_proj *pr = cpu_proj_with(m);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_DSA, NULL) == 0);
   p.drc = 0;
   p.mas = 0.05; /* the panel well below saturation behind the block (what the loop would set) */
@@ -418,7 +416,7 @@ static double inside(double hu, double hv, double sigma) { return erf(hu / (sigm
  * ratio is SPR x grid_ts / grid_tp to float rounding; closing the shutters to a central third
  * cuts it to the kernel's mass inside the smaller field, within 8 % (cells of 4.6 mm). */
 XT_TEST(scatter_to_primary_ratio_of_water_slabs) {
-  xt_chain_params p = quiet_for("fd20-256");
+  xt_chain_params p = quiet();
   const double mm[3] = {100, 200, 300};
   for (int k = 0; k < 3; k++) {
     double with_grid = 0;
@@ -444,7 +442,7 @@ XT_TEST(scatter_to_primary_ratio_of_water_slabs) {
 XT_TEST(table_cache_hits_give_the_frames_of_a_fresh_build) {
   xt_model *m = slab(150);
   xt_proj *pr = cpu_proj_with(m);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   p.scatter = 1;
   xt_chain *c = NULL, *f = NULL;
   XT_REQUIRE(m && pr && xt_chain_create(&p, pr, &c, NULL) == 0);
@@ -520,7 +518,7 @@ static int server_loop(xt_chain *c, xt_chain_params p, const xt_geometry *g, int
     if (xt_chain_set_params(c, &p, NULL) || xt_chain_frame(c, g, (uint64_t)k, &out, NULL)) return -1;
     xt_chain_info ci;
     xt_chain_get_info(c, &ci);
-    xt_drc_update(&d, &p, xt_drc_measure(out.raw, g->mode.cols, g->mode.rows, &p, &ci, g->mode.pitch_u_mm * g->mode.pitch_v_mm));
+    xt_drc_update(&d, &p, xt_drc_measure(out.raw, g->mode.cols, g->mode.rows, &p, &ci, &g->mode));
     hist[k] = d;
   }
   return 0;
@@ -533,7 +531,7 @@ XT_TEST(loop_with_the_cache_equals_the_loop_without) {
   enum { FR = 12 };
   xt_model *m = slab(250);
   xt_proj *pr = cpu_proj_with(m);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   XT_REQUIRE(xt_protocol_apply(&p, XT_PROTOCOL_FLUORO_NORMAL, NULL) == 0);
   p.temporal_alpha = 1;
   p.scatter = 1;
@@ -600,7 +598,7 @@ XT_TEST(loop_with_the_cache_equals_the_loop_without) {
  *    the field grows (the model's field-size dependence: the broad kernel's mass inside the field,
  *    Gaussian as Boone, Arnold & Seibert measured the scatter PSF, Med Phys 13:254, 1986). */
 XT_TEST(scatter_to_primary_ratio_against_published_figures) {
-  xt_chain_params p = quiet_for("fd20-256");
+  xt_chain_params p = quiet();
   xt_chain_params q = p;
   q.kv = 120;
   const double large = centre_spr(300, &q, NULL);
@@ -637,7 +635,7 @@ XT_TEST(scatter_to_primary_ratio_against_published_figures) {
  * slot) however many other table sets pass through it; the bank's slots hold their kVs. */
 XT_TEST(table_cache_keeps_the_loops_kvs) {
   xt_proj *pr = cpu_proj_with(NULL);
-  xt_chain_params p = quiet_for("fd20-128");
+  xt_chain_params p = quiet();
   p.drc = 1;
   xt_chain *c = NULL;
   XT_REQUIRE(pr && xt_chain_create(&p, pr, &c, NULL) == 0);
@@ -659,7 +657,7 @@ XT_TEST(table_cache_keeps_the_loops_kvs) {
  * a chain on 1 thread and of one on 8 hold the same tables, byte for byte, at the same kVs. */
 XT_TEST(loop_tables_built_on_threads_equal_one_thread) {
   xt_proj *pr = cpu_proj_with(NULL);
-  xt_chain_params p = quiet_for("fd20-128"), q;
+  xt_chain_params p = quiet(), q;
   xt_chain *c[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
     XT_REQUIRE(pr && xt_chain_create(&p, pr, &c[k], NULL) == 0);

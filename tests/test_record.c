@@ -79,7 +79,6 @@ XT_TEST(header_and_sidecar_agree) {
   q.want = XT_ACQ_WANT_LINEINT | XT_ACQ_WANT_CHAIN;
   q.chain = 1;
   q.chain_prm = xt_chain_params_default();
-  q.chain_prm.adu_per_kev = 0.00045;
   q.chain_prm.binning = 2;
   q.chain_prm.drc = 1;
   q.chain_prm.grid = 1;
@@ -166,7 +165,13 @@ XT_TEST(header_and_sidecar_agree) {
     XT_CHECK(x->kv == at(prm, "kv") && x->kv == p->kv);
     XT_CHECK(x->mas == at(prm, "mas") && x->pulse_ms == at(prm, "pulse_ms"));
     XT_CHECK(x->filter_al_mm == at(prm, "filter_al_mm") && x->filter_cu_mm == at(prm, "filter_cu_mm"));
-    XT_CHECK(x->window == at(prm, "window") && x->level == at(prm, "level"));
+    /* the automatic window (the default, window 0): the frame's own window and level in the header,
+     * the sidecar's processing block and the acquisition record alike, a real window (> 0.5) */
+    json_t *disp = json_object_get(ch, "processing");
+    XT_CHECK(at(prm, "window") == 0 && (x->chain_flags & XT_STREAM_CHAIN_AUTO_WINDOW) &&
+             json_is_true(json_object_get(disp, "automatic")));
+    XT_CHECK(x->window == at(disp, "window") && x->level == at(disp, "level") && x->window == fr.window &&
+             x->level == fr.level && x->window >= 0.5);
     XT_CHECK(x->binning == (uint32_t)at(prm, "binning") && x->binning == 2);
     XT_CHECK(x->focal_spot_mm == at(prm, "focal_spot_mm") && x->protocol == (uint32_t)at(prm, "protocol"));
     XT_CHECK(x->ma == at(der, "ma") && x->ma > 0);

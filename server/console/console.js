@@ -445,7 +445,7 @@
   function directValue(h) {
     if (h.pixel_format === 2) return 0;
     if (h.frame_kind === 1) return Math.pow(2, h.bits_stored) - 1;
-    if (h.frame_kind === 2) return 4095; // the chain's window clipped it white: no attenuation to show
+    if (h.frame_kind === 2) return 4095; // beyond the chain's (automatic) window: clipped white
     return 65535;
   }
 

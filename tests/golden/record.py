@@ -37,9 +37,9 @@ import time
 
 # ---- what is recorded ---------------------------------------------------------------------------
 # Small and fast: the head phantom at 64^3 x 3 mm, fd20-128 (one case at fd20-256), fixed seeds.
-# adu_per_kev is scaled to the coarse render pixel (0.1 x (0.154 / 2.31)^2 = 0.00044 at fd20-128,
-# 0.0018 at fd20-256) so that air does not saturate the 14-bit ADC; the first case keeps every
-# chain default on purpose (its air saturates: that is what the defaults give at 2.31 mm pixels).
+# The chain's gain is its default: a resampled mode's pixel reads the mean of its native pixels'
+# codes (docs/imaging.md §4), so the coarse pixels read on a native pixel's scale and air does not
+# saturate the 14-bit ADC; the first case keeps every chain default on purpose.
 HEAD = ["--phantom-size", "64", "--phantom-spacing", "3"]
 GOLDEN_SEED = "2323"
 
@@ -48,24 +48,24 @@ RENDERS = [
      ["--phantom", "head"] + HEAD + ["--mode", "fd20-128", "--chain"]),
     ("r02_labels_lao30_cran15_70kv",
      ["--phantom", "head-labels"] + HEAD + ["--mode", "fd20-128", "--primary", "30", "--secondary", "15",
-      "--chain", "--kv", "70", "--mas", "0.05", "--filter-cu-mm", "0.2", "--adu-per-kev", "0.00045",
+      "--chain", "--kv", "70", "--mas", "0.05", "--filter-cu-mm", "0.2",
       "--seed", GOLDEN_SEED, "--frame", "7"]),
     ("r03_labels_rao90_scatter_grid_bin2",
      ["--phantom", "head-labels"] + HEAD + ["--mode", "fd20-256", "--primary", "-90", "--detector-rot", "10",
       "--sod", "750", "--sid", "1100", "--table", "0,10,-20",
-      "--chain", "--scatter", "1", "--grid", "1", "--binning", "2", "--adu-per-kev", "0.0018",
+      "--chain", "--scatter", "1", "--grid", "1", "--binning", "2",
       "--seed", GOLDEN_SEED]),
     # three frames of one command: lag, the recursive filter, the dose-rate loop and the dose
     # totals carry from frame to frame
     ("r04_labels_sweep_drc",
      ["--phantom", "head-labels"] + HEAD + ["--mode", "fd20-128", "--angles", "-45,0,45", "--secondary", "-20",
-      "--chain", "--drc", "1", "--adu-per-kev", "0.00045", "--seed", GOLDEN_SEED, "--frame", "100"]),
+      "--chain", "--drc", "1", "--seed", GOLDEN_SEED, "--frame", "100"]),
     ("r05_gmm_lao30_cran15",
      ["--volume", "../inputs/blobs.gmm.json", "--mode", "fd20-128", "--primary", "30", "--secondary", "15",
-      "--chain", "--adu-per-kev", "0.00045", "--seed", GOLDEN_SEED]),
+      "--chain", "--seed", GOLDEN_SEED]),
     ("r06_nvdb_labels_rao90",
      ["--volume", "../inputs/head-labels.nvdb", "--mode", "fd20-128", "--primary", "-90",
-      "--chain", "--kv", "100", "--edge-gain", "0", "--adu-per-kev", "0.00045", "--seed", GOLDEN_SEED]),
+      "--chain", "--kv", "100", "--edge-gain", "0", "--seed", GOLDEN_SEED]),
     # the mono path (no chain): .npy, .png, .json only
     ("r07_head_mono_lao90_caud30",
      ["--phantom", "head"] + HEAD + ["--mode", "fd20-128", "--primary", "90", "--secondary", "-30"]),
@@ -99,7 +99,7 @@ def dataset_spec(backend):
                                 {"name": "soft", "model": "head", "labels": ["soft_tissue"]}]},
         "landmarks": [{"name": "centre", "model": "head", "position_mm": [0, 0, 0]},
                       {"name": "vertex", "model": "head", "position_mm": [0, 0, 80]}],
-        "chain": {"kv": [60, 90], "dose_ngy": [20, 80], "filter_cu_mm": 0.2, "adu_per_kev": 0.00045},
+        "chain": {"kv": [60, 90], "dose_ngy": [20, 80], "filter_cu_mm": 0.2},
         "write": {"lineint": True, "intensity": False, "raw": True, "processed": True, "labels": True,
                   "segmentation": True, "landmarks": True},
         "output": {"format": "tar", "shard_frames": 2},
@@ -119,7 +119,7 @@ SERVER_ARGS = ["--devices", "1", "--threads", "2", "--phantom-dim", "64", "--pha
 # its frames. ("acq", {...}) and ("pose", {...}) wait for their ack; ("trigger",) waits for the ack
 # and for one frame on each client.
 STREAM_STEPS = [
-    ("acq", {"chain": {"seed": int(GOLDEN_SEED), "adu_per_kev": 0.00045}}),
+    ("acq", {"chain": {"seed": int(GOLDEN_SEED)}}),
     ("pose", {"primary_deg": 0, "secondary_deg": 0}), ("trigger",),
     ("pose", {"primary_deg": 30, "secondary_deg": 15}), ("trigger",),
     ("pose", {"primary_deg": -90, "secondary_deg": 0}), ("trigger",),

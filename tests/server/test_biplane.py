@@ -199,8 +199,8 @@ def test_schedule(srv):
 def test_dose(srv):
     """With the chain on both planes: each plane's totals are its own frames', the total their sum;
     the two planes' noise seeds differ."""
-    ok(srv.rest, "PUT", "/v1/acquisition", {"chain": {"enabled": True, "seed": 77, "adu_per_kev": 0.00045}})
-    ok(srv.rest, "PUT", "/v1/planes/b/acquisition", {"chain": {"enabled": True, "adu_per_kev": 0.00045}})
+    ok(srv.rest, "PUT", "/v1/acquisition", {"chain": {"enabled": True, "seed": 77}})
+    ok(srv.rest, "PUT", "/v1/planes/b/acquisition", {"chain": {"enabled": True}})
     ok(srv.rest, "POST", "/v1/acquisition/stop")
     ok(srv.rest, "POST", "/v1/acquisition/start")  # a new run: the totals start afresh
     c = srv.client("dose")
@@ -266,7 +266,7 @@ def test_replay(server, xtwin, tmp):
     log_path = os.path.join(tmp, "biplane.jsonl")
     srv = Server(server, tmp, "replay", BASE + ["--run-mode", "lockstep", "--chain", "--session-log", log_path])
     try:
-        ok(srv.rest, "PUT", "/v1/acquisition", {"chain": {"seed": 5, "adu_per_kev": 0.00045, "lag": 1,
+        ok(srv.rest, "PUT", "/v1/acquisition", {"chain": {"seed": 5, "lag": 1,
                                                           "temporal_alpha": 0.5}})
         ok(srv.rest, "PUT", "/v1/planes/b/pose", {"primary_deg": 80, "secondary_deg": 10})
         c = srv.client("replay")

@@ -29,7 +29,7 @@ import test_device  # noqa: E402
 test_device.SERVER_ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3",
                            "--mode", "fd20-128", "--fps", "10", "--no-autostart", "--chain", "--run-mode", "lockstep",
                            "--clock", "virtual"]
-CHAIN = {"seed": 4711, "panel_seed": 20, "adu_per_kev": 0.00045, "quantum_noise": 0, "e_noise_adu": 0, "lag": 0, "temporal_alpha": 1,
+CHAIN = {"seed": 4711, "panel_seed": 20, "quantum_noise": 0, "e_noise_adu": 0, "lag": 0, "temporal_alpha": 1,
          "edge_gain": 0, "drc": 0}
 OFF_DONE, OFF_SENT, OFF_DROPPED, OFF_ROWS, OFF_COLS, OFF_KV, OFF_FAULTS = 48, 56, 64, 72, 76, 328, 572
 F_LATE, F_LINE, F_CLUSTER, F_GAIN, F_STALE, F_GEN, F_HEAT, F_AFTER_DROP = 1, 2, 4, 8, 16, 32, 64, 128

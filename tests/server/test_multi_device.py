@@ -37,7 +37,7 @@ from record import WS  # noqa: E402
 SERVER_ARGS = ["--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
                "--run-mode", "lockstep", "--chain"]
 # lag and the recursive filter on (their defaults, stated), dose-rate control on, fixed seeds
-CHAIN = {"seed": 2323, "panel_seed": 20, "adu_per_kev": 0.00045, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
+CHAIN = {"seed": 2323, "panel_seed": 20, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
 CHAIN_POSES = [{"primary_deg": a, "secondary_deg": b} for a, b in ((0, 0), (30, 15), (-90, 0), (-30, -20), (60, 10),
                                                                   (0, 25))]
 VOLLEY = 24  # triggers back to back, the last part

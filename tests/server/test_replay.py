@@ -31,7 +31,7 @@ from test_multi_device import Client, Failed, info, launch, u64, kind, TIMEOUT, 
 
 SERVER_ARGS = ["--devices", "2", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode",
                "fd20-128", "--run-mode", "lockstep", "--chain"]
-CHAIN = {"seed": 777, "panel_seed": 20, "adu_per_kev": 0.00045, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
+CHAIN = {"seed": 777, "panel_seed": 20, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
 KIND_NAMES = {0: "mono", 1: "raw", 2: "processed"}
 MASK = (48, 72)
 

@@ -35,7 +35,7 @@ SCENARIO = {
     "name": "two views", "seed": 9090,
     "events": [
         {"at_ms": 0, "command": "acquisition",
-         "body": {"chain": {"panel_seed": 20, "adu_per_kev": 0.00045, "lag": 1, "temporal_alpha": 0.5, "drc": 1}}},
+         "body": {"chain": {"panel_seed": 20, "lag": 1, "temporal_alpha": 0.5, "drc": 1}}},
         {"at_ms": 0, "command": "start"},
         {"at_frame": 3, "command": "pose", "body": {"primary_deg": 30}},
         {"at_ms": 1000, "command": "pose", "body": {"secondary_deg": 20}},

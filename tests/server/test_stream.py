@@ -530,12 +530,11 @@ async def test_exposure_dose_and_drc(srv):
     # closed form from that header's own mAs, kerma per mAs and SOD, mA x pulse = mAs; the run totals
     # grow by each frame's figures and restart with a new run; /v1/acquisition and /metrics carry
     # them. The dose-rate loop settles on the head to its target; closing the shutters (REST) drives
-    # kV to drc_kv_max with no render error. The panel's gain is scaled to the 2.31 mm render pixel
-    # (adu_per_kev) so that it saturates where a native FD20 pixel does.
+    # kV to drc_kv_max with no render error.
     async with connect(srv) as ws:
         await reply(ws)
         await ws.send(json.dumps({"type": "acquisition", "id": 7, "acquisition": {"chain": {
-            "protocol": "fluoro_normal", "adu_per_kev": 0.00045, "lag": 0, "temporal_alpha": 1}}}))
+            "protocol": "fluoro_normal", "lag": 0, "temporal_alpha": 1}}}))
         ack = await reply(ws)
         check(ack.get("ok") and ack.get("id") == 7, "acquisition ack: %r" % ack)
         code, body = srv.curl("GET", "/v1/acquisition")
@@ -569,7 +568,7 @@ async def test_exposure_dose_and_drc(srv):
         errors = metric(text, "xtwin_render_errors_total")
         # closed shutters: no signal, kV to the curve's maximum, flagged, no error. The meter reads the
         # raw field less the nominal offset, so the electronic noise leaves a reading near 0 (negative
-        # ones clamp to 0; at these settings 1 ADU of the field's mean is 0.43 nGy, and 400 frames on
+        # ones clamp to 0; at these settings 1 ADU of the field's mean is 0.44 nGy, and 400 frames on
         # the CPU backend read above 0 five times, at most 0.0089 nGy: a check for exactly 0 failed
         # about one run in 80). "No signal" is below 1 % of the target.
         code, body = srv.curl("PUT", "/v1/acquisition", {"chain": {"shutter_left": 0.5, "shutter_right": 0.5}})

@@ -27,7 +27,7 @@ from test_multi_device import Client, Failed, launch, u64, TIMEOUT, OFF_COUNTER,
 
 ARGS = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "64", "--phantom-spacing", "3", "--mode", "fd20-128",
         "--fps", "5", "--chain", "--no-autostart"]
-CHAIN = {"seed": 4711, "panel_seed": 20, "adu_per_kev": 0.00045, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
+CHAIN = {"seed": 4711, "panel_seed": 20, "lag": 1, "temporal_alpha": 0.5, "drc": 1}
 N = 12
 T_NS = 200000000
 MASK = (24, 72)

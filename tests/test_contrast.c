@@ -298,6 +298,11 @@ static int chain_frame(xt_acq_renderer *r, const xt_model *m, const xt_detector_
   q.chain_prm = xt_chain_params_default();
   q.chain_prm.seed = 2626;
   q.chain_prm.dsa = dsa;
+  if (dsa) { /* the dsa protocol's fixed window (zero difference mid-grey): the automatic one would
+              * stretch a frame without contrast's noise over the whole range */
+    q.chain_prm.window = 1.0;
+    q.chain_prm.level = 0.0;
+  }
   q.counter = counter;
   q.run = 1;
   q.iodine = &io;

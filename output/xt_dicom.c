@@ -202,16 +202,23 @@ static void code_seq(xt_dcw *d, uint32_t tag, const char *value, const char *sch
 
 static int biplane(const xt_dicom_run *r) { return r->biplane || r->frames[0].plane; }
 
+/* A biplane run whose other plane has an object of this type to point to. One plane exposing alone
+ * on a biplane system (plane B's fluoroscopy before plane A ever exposed) has none: its objects say
+ * SINGLE PLANE (Image Type, Planes in Acquisition) and keep the Plane Identification, since BIPLANE
+ * A/B makes the other plane's reference required (dciodvfy: Referenced Other Plane Sequence, 1C). */
+static int paired(const xt_dicom_run *r, int enhanced) {
+  return biplane(r) && (enhanced ? r->other_plane_sop_uid[0] : r->other_plane_classic_sop_uid[0]);
+}
+
 /* Image Type (and the Enhanced XA's Frame Type): value 3 names the plane (PS3.3 C.8.7.1.1.1), the
  * Enhanced XA's value 4 is NONE (no derived pixel content). */
 static const char *image_type(const xt_dicom_run *r, int enhanced) {
-  const char *t = r->frames[0].plane ? "ORIGINAL\\PRIMARY\\BIPLANE B"
-                  : biplane(r)       ? "ORIGINAL\\PRIMARY\\BIPLANE A"
-                                     : "ORIGINAL\\PRIMARY\\SINGLE PLANE";
+  const int k = !paired(r, enhanced) ? 0 : r->frames[0].plane ? 2 : 1;
+  static const char *const cl[3] = {"ORIGINAL\\PRIMARY\\SINGLE PLANE", "ORIGINAL\\PRIMARY\\BIPLANE A",
+                                    "ORIGINAL\\PRIMARY\\BIPLANE B"};
   static const char *const en[3] = {"ORIGINAL\\PRIMARY\\SINGLE PLANE\\NONE", "ORIGINAL\\PRIMARY\\BIPLANE A\\NONE",
                                     "ORIGINAL\\PRIMARY\\BIPLANE B\\NONE"};
-  if (!enhanced) return t;
-  return en[r->frames[0].plane ? 2 : biplane(r) ? 1 : 0];
+  return enhanced ? en[k] : cl[k];
 }
 
 /* Checks common to both image objects; fills ff[n]. */
@@ -549,7 +556,7 @@ int xt_dicom_enhanced_xa(const xt_dicom_run *r, const xt_dicom_identity *id, uns
     for (int i = 0; i < r->n; i++) kap += ff[i].kap_gycm2;
     xt_dcw_num1(d, T(0018, 9473), "FL", kap * 10); /* Acquired Image Area Dose Product, dGy cm2 */
   }
-  if (biplane(r) && r->other_plane_sop_uid[0]) { /* Referenced Other Plane Sequence */
+  if (paired(r, 1)) { /* Referenced Other Plane Sequence */
     xt_dcw_seq(d, T(0008, 9410));
     xt_dcw_item(d);
     xt_dcw_str(d, T(0008, 1150), "UI", SOP_EXA);
@@ -557,7 +564,7 @@ int xt_dicom_enhanced_xa(const xt_dicom_run *r, const xt_dicom_identity *id, uns
     xt_dcw_end_item(d);
     xt_dcw_end_seq(d);
   }
-  xt_dcw_str(d, T(0018, 9410), "CS", biplane(r) ? "BIPLANE" : "SINGLE PLANE"); /* Planes in Acquisition */
+  xt_dcw_str(d, T(0018, 9410), "CS", paired(r, 1) ? "BIPLANE" : "SINGLE PLANE"); /* Planes in Acquisition */
   xt_dcw_str(d, T(0018, 9457), "CS", r->frames[0].plane ? "PLANE B" : biplane(r) ? "PLANE A" : "MONOPLANE"); /* Plane Identification */
   xt_dcw_seq(d, T(0054, 0410));
   xt_dcw_item(d);
@@ -708,7 +715,7 @@ int xt_dicom_classic_xa(const xt_dicom_run *r, const xt_dicom_identity *id, unsi
     kap += ff[i].kap_gycm2;
   }
   xt_dcw_str(d, T(0008, 0008), "CS", image_type(r, 0));
-  if (biplane(r) && r->other_plane_classic_sop_uid[0]) { /* Referenced Image Sequence: the other plane's */
+  if (paired(r, 0)) { /* Referenced Image Sequence: the other plane's */
     xt_dcw_seq(d, T(0008, 1140));
     xt_dcw_item(d);
     xt_dcw_str(d, T(0008, 1150), "UI", SOP_XA);

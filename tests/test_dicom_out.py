@@ -852,6 +852,48 @@ def test_server_biplane_study():
               f"xtwin-server {' '.join(args[-2:])}: exit {p.returncode}: {p.stderr!r}")
 
 
+def test_server_plane_b_alone_is_single_plane():
+    """One plane alone on a biplane system (plane B's runs, plane A never exposed): its objects have no
+    other plane to point to, so they say SINGLE PLANE (Image Type, Planes in Acquisition) and keep
+    PLANE B as the Plane Identification - BIPLANE B would need the reference (dciodvfy: an error)."""
+    if SERVER == "-":
+        print("  (no xtwin-server in this build: skipped)")
+        return
+    d = os.path.join(SCRATCH, "study_b_alone")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    proc, log, rest = start_server(d, ["--phantom-dim", "32", "--phantom-spacing", "6", "--mode", "fd20-128", "--mode-b",
+                                       "fd20-128", "--fps", "15", "--chain", "--run-mode", "lockstep", "--planes", "2",
+                                       "--study-dir", d], "server-study-b-alone.log")
+    try:
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        http_json(rest, "PUT", "/v1/acquisition", {"biplane": {"planes": ["B"]}})
+        http_json(rest, "POST", "/v1/acquisition/start")
+        for _ in range(2):
+            http_json(rest, "POST", "/v1/acquisition/trigger")
+        deadline = time.time() + 60
+        while time.time() < deadline and http_json(rest, "GET", "/v1/acquisition")["dose"]["planes"]["B"]["run_frames"] < 2:
+            time.sleep(0.1)
+        http_json(rest, "POST", "/v1/acquisition/stop")
+        deadline = time.time() + 30
+        while time.time() < deadline and metrics(rest).get("xtwin_study_runs_written_total", 0) < 1:
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*", "run-*.dcm")))
+    check(names == ["run-b-1_xa.dcm", "run-b-1_xa_classic.dcm"], f"study folder: {names}")
+    for f in glob.glob(os.path.join(d, "*", "run-*.dcm")):
+        errs = dciodvfy_errors(f)
+        check(not errs, f"{os.path.basename(f)}: dciodvfy: {errs[:3]}")
+        ds = pydicom.dcmread(f)
+        check(ds.ImageType[2] == "SINGLE PLANE", f"{os.path.basename(f)}: Image Type {list(ds.ImageType)}")
+        if "PlanesInAcquisition" in ds:
+            check(ds.PlanesInAcquisition == "SINGLE PLANE" and ds.PlaneIdentification == "PLANE B",
+                  f"{os.path.basename(f)}: {ds.PlanesInAcquisition} / {ds.PlaneIdentification}")
+
+
 def test_server_study_never_waits():
     """Storing never holds up the stream or the folder, on both planes: with the sender held in a
     C-STORE to a peer that accepts and never answers, a second biplane run's frames are all exposed
@@ -937,7 +979,7 @@ def test_server_study_never_waits():
 
 TESTS = [test_objects_valid, test_pixels_read_back, test_enhanced_geometry_reproduces_P,
          test_classic_geometry_and_its_approximations, test_dose_report, test_identity, test_orthanc_store,
-         test_server_study_folder, test_server_biplane_study,
+         test_server_study_folder, test_server_biplane_study, test_server_plane_b_alone_is_single_plane,
          test_server_study_never_waits, test_dataset_dicom]
 
 

@@ -287,6 +287,7 @@ int main(int argc, char **argv) {
 
   pthread_mutex_init(&s->st_mu, NULL);
   pthread_mutex_init(&s->models_mu, NULL);
+  pthread_mutex_init(&s->add_mu, NULL);
   pthread_mutex_init(&s->shape_mu, NULL);
   xt_srv_motion_init(&s->motion);
   pthread_mutex_init(&s->log_mu, NULL);

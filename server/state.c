@@ -861,17 +861,23 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
   if (n >= XT_SRV_MAX_MODELS) return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
   if ((rc = xt_model_load(path, &opt, name, &m, msg))) return rc;
   if ((rc = xt_budget_admit(s, &m, msg))) return rc; /* frees m when over a work budget */
+  /* One add at a time (add_mu), but models_mu is not held while the workers add it: a worker takes
+   * models_mu in its frame path (motion.c, every exposure), and this thread waits for the workers. */
+  pthread_mutex_lock(&s->add_mu);
   pthread_mutex_lock(&s->models_mu);
   if (s->nmodels >= XT_SRV_MAX_MODELS) {
     pthread_mutex_unlock(&s->models_mu);
+    pthread_mutex_unlock(&s->add_mu);
     xt_model_free(m);
     return xt_fail(msg, XT_ETOOLARGE, "at most %d models", XT_SRV_MAX_MODELS);
   }
-  if ((rc = claim_name(s, m, given, msg))) { /* under the lock: two requests cannot both claim it */
+  if ((rc = claim_name(s, m, given, msg))) { /* under add_mu: two requests cannot both claim it */
     pthread_mutex_unlock(&s->models_mu);
+    pthread_mutex_unlock(&s->add_mu);
     xt_model_free(m);
     return rc;
   }
+  pthread_mutex_unlock(&s->models_mu);
   /* Added to the projectors before it is listed; the projectors reference it until exit. */
   for (int w = 0; w < s->nworkers && !rc; w++) {
     if (!s->workers[w].started) {
@@ -884,6 +890,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
     rc = xt_engine_call(s, XT_JOB_ADD_MODEL, w, &c);
     if (rc) *msg = c.msg;
   }
+  pthread_mutex_lock(&s->models_mu);
   if (rc) {
     /* A projector may hold a partial upload; keep the model alive (unlisted) rather than free
      * memory a backend might still reference. */
@@ -897,6 +904,7 @@ int xt_srv_add_model_path(xt_server *s, const char *path, const char *name, cons
     if (!rc) rc = xt_srv_contrast_register(s, msg); /* a contrast mask's regions take injections */
   }
   pthread_mutex_unlock(&s->models_mu);
+  pthread_mutex_unlock(&s->add_mu);
   return rc;
 #else
   (void)s, (void)path, (void)name, (void)convert, (void)from_client;

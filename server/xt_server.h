@@ -56,8 +56,9 @@ typedef struct xt_server {
   int gpu_count;
   char gpu_names[XT_SRV_MAX_WORKERS][128];
 
-  /* models: written before the workers start, and by POST /v1/models under models_mu */
-  pthread_mutex_t models_mu;
+  /* models: written before the workers start, and by POST /v1/models under models_mu; add_mu makes
+   * one add at a time without holding models_mu while the workers add the model */
+  pthread_mutex_t models_mu, add_mu;
   xt_model *models[XT_SRV_MAX_MODELS];
   char model_src[XT_SRV_MAX_MODELS][XT_SRV_STR];
   int nmodels;

@@ -27,6 +27,7 @@ import http.client
 import json
 import math
 import os
+import random
 import select
 import shutil
 import signal
@@ -172,11 +173,14 @@ def part_latch(server, tmp):
         ws.send({"type": "start", "id": "start"})
         pump(0.3)
         k, t_next = 0, time.monotonic()
+        rng = random.Random(26)
         t_stop = t_next + 30.0
         while time.monotonic() < t_stop:
             t_end = t_next + 2.0
             while time.monotonic() < t_end:
-                which = "A" if k % 2 == 0 else "B"
+                # drawn, not alternated: at 60 Hz against 30 fps an alternation can phase-lock, every
+                # frame then latching the same one of the two (seen: 929 B, 0 A in 30 s)
+                which = "A" if rng.random() < 0.5 else "B"
                 st, j = rest(p["rest"], "PUT", "/v1/models/cath.instr.json/transform", {"translation_mm": [0, 0, Z[which]]})
                 if st != 200:
                     raise Failed("PUT transform: %d %r" % (st, j))

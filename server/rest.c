@@ -422,13 +422,19 @@ static void h_instr_get(xt_server *s, struct MHD_Connection *con, req *r, reply 
   reply_json(out, 200, json_pack("{s:o}", "instruments", xt_srv_instr_json(s)));
 }
 
-/* PUT /v1/instruments/{name}/shape: the name is the path's third part. */
-static void h_instr_shape_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
-  static const char prefix[] = "/v1/instruments/";
-  char name[80] = "";
-  const char *a = r->url + sizeof prefix - 1;
+/* The {name} of a route /v1/<collection>/{name}/<verb> (the path's third part; the route table
+ * matched the rest), "" when too long: the lookup then answers 404. */
+static void path_name(const req *r, size_t prefix_len, char name[80]) {
+  const char *a = r->url + prefix_len;
   const size_t n = strcspn(a, "/");
-  if (n < sizeof name) snprintf(name, sizeof name, "%.*s", (int)n, a);
+  name[0] = 0;
+  if (n < 80) snprintf(name, 80, "%.*s", (int)n, a);
+}
+
+/* PUT /v1/instruments/{name}/shape */
+static void h_instr_shape_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
+  char name[80];
+  path_name(r, strlen("/v1/instruments/"), name);
   json_t *j;
   if (body_json(r, out, 0, &j)) return;
   xt_msg m;
@@ -474,13 +480,10 @@ static void h_contrast_delete(xt_server *s, struct MHD_Connection *con, req *r, 
 
 /* ---- motion (issue 26; motion.c) ------------------------------------------------------------ */
 
-/* PUT /v1/models/{name}/transform: the name is the path's third part. */
+/* PUT /v1/models/{name}/transform */
 static void h_model_transform_put(xt_server *s, struct MHD_Connection *con, req *r, reply *out) {
-  static const char prefix[] = "/v1/models/";
-  char name[80] = "";
-  const char *a = r->url + sizeof prefix - 1;
-  const size_t n = strcspn(a, "/");
-  if (n < sizeof name) snprintf(name, sizeof name, "%.*s", (int)n, a);
+  char name[80];
+  path_name(r, strlen("/v1/models/"), name);
   json_t *j;
   if (body_json(r, out, 0, &j)) return;
   xt_msg m;

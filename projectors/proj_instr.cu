@@ -65,8 +65,9 @@ typedef struct instr_state {
   int device;
   int n;
   instr_one in[XT_CUDA_MAX_INSTR];
-  unsigned long long *d_acc;
-  size_t acc_n;
+  unsigned long long *d_acc; /* 64-bit fixed point, planes x pixels; zero between frames */
+  unsigned char *d_flag;     /* one per TILE x TILE tile: the splat touched it; zero between frames */
+  size_t acc_n, flag_n;
   int nch;
 } instr_state;
 
@@ -97,6 +98,7 @@ static void instr_destroy(void *st) {
     xt_instr_geom_free(&o->geom);
   }
   cudaFree(s->d_acc);
+  cudaFree(s->d_flag);
   free(s);
 }
 
@@ -199,9 +201,11 @@ static __device__ __forceinline__ void d_apply(const double *a, const double p[3
     out[r] = a[3 * r] * p[0] + a[3 * r + 1] * p[1] + a[3 * r + 2] * p[2] + (dir ? 0.0 : a[9 + r]);
 }
 
-/* The detector position (continuous pixel coordinates) of world point p; 0 when p is not in front
- * of the source. */
-static __device__ __forceinline__ int d_project(const instr_head *h, const double p[3], double *col, double *row) {
+/* The detector position (continuous pixel coordinates) of world point p, and its depth *f: where
+ * it lies on the rays from the source to the detector (0 at the source, 1 on the detector plane);
+ * 0 when p is not in front of the source. */
+static __device__ __forceinline__ int d_project(const instr_head *h, const double p[3], double *col, double *row,
+                                                double *f) {
   const xt_cuda_camera &c = h->cam;
   const double q[3] = {p[0] - c.src[0], p[1] - c.src[1], p[2] - c.src[2]};
   const double e[3] = {c.det0[0] - c.src[0], c.det0[1] - c.src[1], c.det0[2] - c.src[2]};
@@ -209,6 +213,7 @@ static __device__ __forceinline__ int d_project(const instr_head *h, const doubl
   const double en = e[0] * h->nrm[0] + e[1] * h->nrm[1] + e[2] * h->nrm[2];
   if (!(qn * en > 0.0)) return 0;
   const double t = en / qn;
+  *f = qn / en;
   const double x[3] = {c.src[0] + t * q[0] - c.det0[0], c.src[1] + t * q[1] - c.det0[1], c.src[2] + t * q[2] - c.det0[2]};
   *col = (x[0] * c.u[0] + x[1] * c.u[1] + x[2] * c.u[2]) / c.pu;
   *row = (x[0] * c.v[0] + x[1] * c.v[1] + x[2] * c.v[2]) / c.pv;
@@ -238,108 +243,181 @@ static __device__ __forceinline__ int d_hits_box(const double lo[3], const doubl
   return 1;
 }
 
-__global__ void k_instr_splat(const unsigned char *desc, int mi, const xt_tube_seg *__restrict__ segs, int nseg,
-                              const float *__restrict__ w, int nch, int cols, int rows,
-                              unsigned long long *__restrict__ acc) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= nseg) return;
+/* The splat's view of the instruments, passed by value as the kernel's parameter (__grid_constant__:
+ * read in place from the constant bank, never copied): segment k of the frame is segment
+ * k - first[i] of instrument i, first[i] <= k < first[i + 1]. Built on the host at each render from
+ * the counts it uploads, so no table lives on the device and nothing is uploaded for it. */
+typedef struct instr_tab {
+  int n, total;
+  int first[XT_CUDA_MAX_INSTR + 1];
+  const xt_tube_seg *seg[XT_CUDA_MAX_INSTR];
+  const float *w[XT_CUDA_MAX_INSTR];
+} instr_tab;
+
+#define SPLAT_WARPS 4 /* warps per block: one segment each */
+#define TILE 16       /* the finish's tiles: TILE x TILE pixels, one flag each */
+#define FULL 0xffffffffu
+
+static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
+
+/* One warp per segment. The footprint (the segment's box projected, as before): lanes 0-7 project
+ * one corner each, min/max by shuffles. The footprint's pixels, 32 at a time: each lane tests its
+ * pixel's centre ray against the box grown by a pixel diagonal (the CPU reference's candidates);
+ * then for each candidate pixel (a ballot's bits, in order) the 32 lanes split its S x S sub-rays,
+ * a butterfly sums them (every lane ends with the same bits: the tree is fixed, + commutes), and
+ * lane 0 (line integrals) or lane c (channel c) adds the pixel's mean into the fixed-point
+ * accumulator, and the pixel's tile is flagged for the finish. */
+__global__ void __launch_bounds__(32 * SPLAT_WARPS)
+    k_instr_splat(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
+                  int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
+  const int lane = threadIdx.x & 31;
+  const int k = blockIdx.x * SPLAT_WARPS + (threadIdx.x >> 5);
+  if (k >= tab.total) return; /* the whole warp */
+  int mi = 0;
+  while (k >= tab.first[mi + 1]) mi++;
   const instr_head *h = (const instr_head *)desc;
   const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
-  const xt_tube_seg *t = &segs[i];
+  const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
+  const float *w = tab.w[mi];
   /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
   const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
   const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
   double lo[3], hi[3];
-  for (int k = 0; k < 3; k++) {
-    const double a = t->p0[k], e = t->p0[k] + t->len * t->d[k];
-    lo[k] = fmin(a, e) - grow;
-    hi[k] = fmax(a, e) + grow;
+  for (int q = 0; q < 3; q++) {
+    const double a = t->p0[q], e = t->p0[q] + t->len * t->d[q];
+    lo[q] = fmin(a, e) - grow;
+    hi[q] = fmax(a, e) + grow;
   }
-  double cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30;
-  int whole = 0;
-  for (int k = 0; k < 8; k++) {
-    const double pm[3] = {k & 1 ? hi[0] : lo[0], k & 2 ? hi[1] : lo[1], k & 4 ? hi[2] : lo[2]};
+  double cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30, fmx = 0.0;
+  int behind = 0;
+  if (lane < 8) {
+    const double pm[3] = {lane & 1 ? hi[0] : lo[0], lane & 2 ? hi[1] : lo[1], lane & 4 ? hi[2] : lo[2]};
     double pw[3], cc, rr;
     d_apply(x->m2w, pm, pw, 0);
-    if (!d_project(h, pw, &cc, &rr)) {
-      whole = 1;
-      break;
-    }
-    cmin = fmin(cmin, cc);
-    cmax = fmax(cmax, cc);
-    rmin = fmin(rmin, rr);
-    rmax = fmax(rmax, rr);
+    if (d_project(h, pw, &cc, &rr, &fmx)) cmin = cmax = cc, rmin = rmax = rr;
+    else behind = 1;
   }
+  const int whole = __any_sync(FULL, behind);
+  for (int m = 1; m < 8; m <<= 1) { /* lanes 0-7 hold the corners; min and max are exact in any order */
+    cmin = fmin(cmin, d_shfl_xor(cmin, m));
+    cmax = fmax(cmax, d_shfl_xor(cmax, m));
+    rmin = fmin(rmin, d_shfl_xor(rmin, m));
+    rmax = fmax(rmax, d_shfl_xor(rmax, m));
+    fmx = fmax(fmx, d_shfl_xor(fmx, m));
+  }
+  cmin = __shfl_sync(FULL, cmin, 0);
+  cmax = __shfl_sync(FULL, cmax, 0);
+  rmin = __shfl_sync(FULL, rmin, 0);
+  rmax = __shfl_sync(FULL, rmax, 0);
+  fmx = __shfl_sync(FULL, fmx, 0);
   int ca = 0, cb = cols - 1, ra = 0, rb = rows - 1;
   if (!whole) {
-    if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) return;
+    if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) return; /* the whole warp */
     ca = max(0, (int)floor(cmin - 0.5));
     cb = min(cols - 1, (int)ceil(cmax + 0.5));
     ra = max(0, (int)floor(rmin - 0.5));
     rb = min(rows - 1, (int)ceil(rmax + 0.5));
   }
+  if (ca > cb || ra > rb) return;
   const xt_cuda_camera &c = h->cam;
   double o[3];
   d_apply(x->w2m, c.src, o, 0);
   const int S = XT_INSTR_AREA_SAMPLES;
   const double inv = 1.0 / ((double)S * S);
   const size_t plane = (size_t)rows * cols;
-  /* the pixels whose centre ray meets the segment's box grown by a pixel diagonal: the CPU
-   * reference's candidates (proj_cpu_instr.c), so both sum the same segments; the others are
-   * skipped without their sub-rays */
-  const double e = hypot(c.pu, c.pv) * x->scale;
-  for (int k = 0; k < 3; k++) {
-    lo[k] -= e;
-    hi[k] += e;
+  /* The candidates: the pixels whose centre ray meets the segment's box grown by e. A sub-ray and
+   * the centre ray start at the source and end on the detector plane at most half a pixel
+   * diagonal apart, so at depth f (d_project's) they are at most f x that apart (world mm; x scale
+   * in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fmx (its
+   * corners' largest; depth is affine): a sub-ray that meets the tube passes within e of the centre
+   * ray's point at the same depth, and its pixel is a candidate. The CPU reference grows by a whole
+   * diagonal at any depth (proj_cpu_instr.c), a superset: the pixels it adds here have sub-rays
+   * that all miss (chords exactly 0), so both sum the same non-zero terms. fmx <= 1 on the rays'
+   * span; the margins cover rounding. */
+  const double fe = whole ? 1.0 : fmin(1.0, fmx);
+  const double e = 0.5 * hypot(c.pu, c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
+  for (int q = 0; q < 3; q++) {
+    lo[q] -= e;
+    hi[q] += e;
   }
-  for (int r = ra; r <= rb; r++)
-    for (int cl = ca; cl <= cb; cl++) {
-      {
-        const double a = cl * c.pu, b = r * c.pv;
+  const int fw = cb - ca + 1;
+  const long long np = (long long)fw * (rb - ra + 1);
+  for (long long base = 0; base < np; base += 32) {
+    int cand = 0;
+    if (base + lane < np) {
+      const int cl = ca + (int)((base + lane) % fw), r = ra + (int)((base + lane) / fw);
+      const double a = cl * c.pu, b = r * c.pv;
+      const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
+                           c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
+                           c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
+      const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
+      const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
+      double wm[3];
+      d_apply(x->w2m, ww, wm, 1);
+      cand = d_hits_box(lo, hi, o, wm, len);
+    }
+    for (unsigned bits = __ballot_sync(FULL, cand); bits; bits &= bits - 1) {
+      const long long p = base + __ffs(bits) - 1;
+      const int cl = ca + (int)(p % fw), r = ra + (int)(p / fw);
+      double sw = 0.0, sl = 0.0;
+      for (int q = lane; q < S * S; q += 32) {
+        const int si = q % S, sj = q / S;
+        const double a = (cl + (si + 0.5) / S - 0.5) * c.pu, b = (r + (sj + 0.5) / S - 0.5) * c.pv;
         const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
                              c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
                              c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
         const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
         const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
-        double wm[3];
+        double wm[3], co, ci;
         d_apply(x->w2m, ww, wm, 1);
-        if (!d_hits_box(lo, hi, o, wm, len)) continue;
+        xt_tube_chords(t, o, wm, len, &co, &ci);
+        sw += co - ci;
+        sl += ci;
       }
-      double sw = 0.0, sl = 0.0;
-      for (int sj = 0; sj < S; sj++)
-        for (int si = 0; si < S; si++) {
-          const double a = (cl + (si + 0.5) / S - 0.5) * c.pu, b = (r + (sj + 0.5) / S - 0.5) * c.pv;
-          const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
-                               c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
-                               c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
-          const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
-          const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
-          double wm[3], co, ci;
-          d_apply(x->w2m, ww, wm, 1);
-          xt_tube_chords(t, o, wm, len, &co, &ci);
-          sw += co - ci;
-          sl += ci;
-        }
-      if (sw == 0.0 && sl == 0.0) continue;
+      for (int m = 16; m; m >>= 1) {
+        sw += d_shfl_xor(sw, m);
+        sl += d_shfl_xor(sl, m);
+      }
+      if (sw == 0.0 && sl == 0.0) continue; /* the same bits in every lane: the whole warp */
       const size_t px = (size_t)r * cols + cl;
+      if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
       if (!nch) {
-        const double v = (t->mu_wall * sw + t->mu_lumen * sl) * inv;
-        atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
-        continue;
-      }
-      for (int ch = 0; ch < nch; ch++) {
-        const double v = (sw * (double)w[t->wall * XT_MAX_CHANNELS + ch] + sl * (double)w[t->lumen * XT_MAX_CHANNELS + ch]) * inv;
-        if (v != 0.0) atomicAdd(&acc[ch * plane + px], (unsigned long long)llrint(v * FIX_SCALE));
+        if (lane == 0) {
+          const double v = (t->mu_wall * sw + t->mu_lumen * sl) * inv;
+          atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
+        }
+      } else if (lane < nch) {
+        const double v = (sw * (double)w[t->wall * XT_MAX_CHANNELS + lane] + sl * (double)w[t->lumen * XT_MAX_CHANNELS + lane]) * inv;
+        if (v != 0.0) atomicAdd(&acc[lane * plane + px], (unsigned long long)llrint(v * FIX_SCALE));
       }
     }
+  }
 }
 
-__global__ void k_instr_finish(unsigned long long *__restrict__ acc, float *__restrict__ out, size_t n, int accumulate) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float v = (float)((double)(long long)acc[i] * (1.0 / FIX_SCALE));
-  out[i] = accumulate ? out[i] + v : v;
-  acc[i] = 0ull;
+/* One block per TILE x TILE tile of every plane. A flagged tile: the accumulator into the float
+ * output (written or added, as the pipeline says), then back to zero with its flag for the next
+ * frame. An unflagged tile's accumulator is zero already: added, nothing to do; written, zeros. */
+__global__ void __launch_bounds__(TILE * TILE)
+    k_instr_finish(unsigned long long *__restrict__ acc, float *__restrict__ out, unsigned char *__restrict__ flag,
+                   int cols, int rows, int tcols, int planes, int accumulate) {
+  const int tile = blockIdx.x;
+  const int on = flag[tile];
+  if (!on && accumulate) return; /* the whole block */
+  __syncthreads();               /* every thread has read the flag before it is cleared */
+  if (on && threadIdx.x == 0) flag[tile] = 0;
+  const int cl = (tile % tcols) * TILE + (threadIdx.x % TILE), r = (tile / tcols) * TILE + threadIdx.x / TILE;
+  if (cl >= cols || r >= rows) return;
+  const size_t plane = (size_t)rows * cols, px = (size_t)r * cols + cl;
+  for (int p = 0; p < planes; p++) {
+    const size_t i = p * plane + px;
+    if (!on) {
+      out[i] = 0.0f;
+      continue;
+    }
+    const float v = (float)((double)(long long)acc[i] * (1.0 / FIX_SCALE));
+    out[i] = accumulate ? out[i] + v : v;
+    acc[i] = 0ull;
+  }
 }
 
 static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
@@ -351,36 +429,50 @@ static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
     return 0;
   }
   if (L->nch && L->nch != s->nch) return xt_fail(msg, XT_EINVAL, "cuda instruments: channels not set for %d planes", L->nch);
-  if (s->acc_n < plane * planes) { /* grows with the detector or the channel set, never per frame */
+  const int tcols = (L->cols + TILE - 1) / TILE, ntiles = tcols * ((L->rows + TILE - 1) / TILE);
+  /* grow with the detector or the channel set, never per frame; zero, as every finish leaves them */
+  if (s->acc_n < plane * planes || s->flag_n < (size_t)ntiles) {
+    const size_t an = plane * planes > s->acc_n ? plane * planes : s->acc_n;
     CK(cudaStreamSynchronize(L->stream));
     cudaFree(s->d_acc);
+    cudaFree(s->d_flag);
     s->d_acc = NULL;
-    s->acc_n = 0;
-    CK(cudaMalloc((void **)&s->d_acc, sizeof(unsigned long long) * plane * planes));
-    CK(cudaMemsetAsync(s->d_acc, 0, sizeof(unsigned long long) * plane * planes, L->stream));
-    s->acc_n = plane * planes;
+    s->d_flag = NULL;
+    s->acc_n = s->flag_n = 0;
+    CK(cudaMalloc((void **)&s->d_acc, sizeof(unsigned long long) * an));
+    CK(cudaMemsetAsync(s->d_acc, 0, sizeof(unsigned long long) * an, L->stream));
+    CK(cudaMalloc((void **)&s->d_flag, (size_t)ntiles));
+    CK(cudaMemsetAsync(s->d_flag, 0, (size_t)ntiles, L->stream));
+    s->acc_n = an;
+    s->flag_n = (size_t)ntiles;
   }
+  instr_tab tab;
+  memset(&tab, 0, sizeof tab);
+  tab.n = s->n;
   for (int i = 0; i < s->n; i++) { /* staged shapes go up ahead of this launch's kernels */
     instr_one *o = &s->in[i];
-    if (o->pending < 0) continue;
-    CK(cudaMemcpyAsync(o->d_seg, o->h_seg, sizeof(xt_tube_seg) * (size_t)o->pending, cudaMemcpyHostToDevice, L->stream));
-    CK(cudaEventRecord(o->ev, L->stream));
-    o->nseg = o->pending;
-    o->pending = -1;
+    if (o->pending >= 0) {
+      CK(cudaMemcpyAsync(o->d_seg, o->h_seg, sizeof(xt_tube_seg) * (size_t)o->pending, cudaMemcpyHostToDevice, L->stream));
+      CK(cudaEventRecord(o->ev, L->stream));
+      o->nseg = o->pending;
+      o->pending = -1;
+    }
+    tab.seg[i] = o->d_seg;
+    tab.w[i] = o->d_w;
+    tab.first[i + 1] = tab.first[i] + (o->nseg > 0 ? o->nseg : 0);
   }
+  for (int i = s->n; i < XT_CUDA_MAX_INSTR; i++) tab.first[i + 1] = tab.first[s->n]; /* the scan stops at n */
+  tab.total = tab.first[s->n];
   const size_t fb = frame_bytes_n(s->n);
   for (int j = 0; j < L->nf; j++) {
     const unsigned char *desc = (const unsigned char *)L->d_desc + fb * (size_t)j;
-    for (int i = 0; i < s->n; i++) {
-      const instr_one *o = &s->in[i];
-      if (o->nseg < 1) continue;
-      k_instr_splat<<<(o->nseg + 127) / 128, 128, 0, L->stream>>>(desc, i, o->d_seg, o->nseg, o->d_w, L->nch, L->cols,
-                                                                  L->rows, s->d_acc);
+    if (tab.total > 0) {
+      k_instr_splat<<<(tab.total + SPLAT_WARPS - 1) / SPLAT_WARPS, 32 * SPLAT_WARPS, 0, L->stream>>>(
+          desc, tab, L->nch, L->cols, L->rows, tcols, s->d_acc, s->d_flag);
       CK(cudaGetLastError());
     }
-    const size_t n = plane * planes;
-    k_instr_finish<<<(unsigned)((n + 255) / 256), 256, 0, L->stream>>>(s->d_acc, L->d_out + n * (size_t)j, n,
-                                                                       L->accumulate);
+    k_instr_finish<<<ntiles, TILE * TILE, 0, L->stream>>>(s->d_acc, L->d_out + plane * planes * (size_t)j, s->d_flag,
+                                                         L->cols, L->rows, tcols, (int)planes, L->accumulate);
     CK(cudaGetLastError());
   }
   return 0;

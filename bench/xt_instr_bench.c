@@ -9,7 +9,9 @@
  *             the host layout and the upload into the preallocated buffers).
  * The target: ten instruments of 2000 segments add at most 10 % to the e2e frame (issue 26).
  * With --backend cpu the same scenes run on the CPU backend (e2e and reshape only), e.g. at fd20-256.
- * Usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] [--backend cuda|cpu] */
+ * With --count nothing is timed: the splat's work per frame, counted on the host (count_work).
+ * Usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] [--backend cuda|cpu]
+ *                          [--count] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "xt_chain.h"
 #include "xt_instr.h"
 #include "xt_phantom.h"
+#include "xt_proj.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -108,8 +111,166 @@ done:
   return rc;
 }
 
+/* --count: the splat's work for one frame of the scene, on the host (no GPU needed), mirroring
+ * proj_instr.cu step by step in double: per segment (one warp each) the footprint of its box, the
+ * candidate pixels (centre ray within e of the tube, xt_tube_near, e the sub-rays' spread at the
+ * segment's depth; for comparison the CPU reference's box grown by a whole pixel diagonal), each
+ * candidate's S x S sub-rays, the pixels whose sums are non-zero (one atomic per plane), and the
+ * 16 x 16 tiles the finish converts. Averaged over the bench's 9 poses. Every footprint pixel's
+ * sub-rays are summed, so it also checks that no pixel with a non-zero sum is refused. */
+typedef struct work {
+  double segs, seen, foot, cand, cand_ref, hit, lost, refused, tiles;
+} work;
+
+static int hits_box(const double lo[3], const double hi[3], const double o[3], const double d[3], double len) {
+  double a = 0.0, b = len;
+  for (int k = 0; k < 3; k++) {
+    if (d[k] == 0.0) {
+      if (o[k] < lo[k] || o[k] > hi[k]) return 0;
+      continue;
+    }
+    double t0 = (lo[k] - o[k]) / d[k], t1 = (hi[k] - o[k]) / d[k];
+    if (t0 > t1) {
+      const double t = t0;
+      t0 = t1;
+      t1 = t;
+    }
+    if (t0 > a) a = t0;
+    if (t1 < b) b = t1;
+    if (a > b) return 0;
+  }
+  return 1;
+}
+
+static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, work *wk, unsigned char *tile) {
+  const int cols = g->mode.cols, rows = g->mode.rows, tcols = (cols + 15) / 16, S = XT_INSTR_AREA_SAMPLES;
+  const double pu = g->mode.pitch_u_mm, pv = g->mode.pitch_v_mm;
+  const xt_vec3 nrm = xt_v3_cross(g->u, g->v), e0 = xt_v3_sub(g->det_origin, g->source);
+  const double en = xt_v3_dot(e0, nrm);
+  memset(tile, 0, (size_t)tcols * ((rows + 15) / 16));
+  const xt_affine p2w = xt_geom_patient_to_world(&g->pose);
+  for (int k = 0; k < ni; k++) {
+    const xt_instr_geom *G = &xt_model_instr(instr[k])->geom;
+    const xt_affine m2w = xt_aff_compose(&p2w, &instr[k]->placement);
+    xt_affine w2m;
+    if (!xt_aff_invert(&m2w, &w2m)) continue;
+    double f2 = 0;
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 3; c++) f2 += w2m.m[r][c] * w2m.m[r][c];
+    const double scale = sqrt(f2);
+    const xt_vec3 om = xt_aff_apply(&w2m, g->source);
+    const double o[3] = {om.x, om.y, om.z};
+    for (int i = 0; i < G->nseg; i++) {
+      const xt_tube_seg *t = &G->seg[i];
+      wk->segs++;
+      const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
+      const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
+      double lo[3], hi[3], cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30, fmx = 0;
+      for (int q = 0; q < 3; q++) {
+        lo[q] = fmin(t->p0[q], t->p0[q] + t->len * t->d[q]) - grow;
+        hi[q] = fmax(t->p0[q], t->p0[q] + t->len * t->d[q]) + grow;
+      }
+      int whole = 0;
+      for (int q = 0; q < 8; q++) {
+        const xt_vec3 pw = xt_aff_apply(&m2w, xt_v3(q & 1 ? hi[0] : lo[0], q & 2 ? hi[1] : lo[1], q & 4 ? hi[2] : lo[2]));
+        const xt_vec3 d = xt_v3_sub(pw, g->source);
+        const double qn = xt_v3_dot(d, nrm);
+        if (!(qn * en > 0.0)) {
+          whole = 1;
+          continue;
+        }
+        const xt_vec3 x = xt_v3_sub(xt_v3_add(g->source, xt_v3_scale(d, en / qn)), g->det_origin);
+        const double cc = xt_v3_dot(x, g->u) / pu, rr = xt_v3_dot(x, g->v) / pv;
+        cmin = fmin(cmin, cc);
+        cmax = fmax(cmax, cc);
+        rmin = fmin(rmin, rr);
+        rmax = fmax(rmax, rr);
+        fmx = fmax(fmx, qn / en);
+      }
+      int ca = 0, cb = cols - 1, ra = 0, rb = rows - 1;
+      if (!whole) {
+        if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) continue;
+        ca = (int)fmax(0, floor(cmin - 0.5));
+        cb = (int)fmin(cols - 1, ceil(cmax + 0.5));
+        ra = (int)fmax(0, floor(rmin - 0.5));
+        rb = (int)fmin(rows - 1, ceil(rmax + 0.5));
+      }
+      if (ca > cb || ra > rb) continue;
+      wk->seen++;
+      const double e = 0.5 * hypot(pu, pv) * scale * (whole ? 1.0 : fmin(1.0, fmx)) * (1.0 + 1e-9) + 1e-9;
+      const double eref = hypot(pu, pv) * scale;
+      for (int r = ra; r <= rb; r++)
+        for (int cl = ca; cl <= cb; cl++) {
+          wk->foot++;
+          const xt_vec3 dc = xt_v3_sub(xt_geom_pixel_pos(g, cl, r), g->source);
+          const double len = xt_v3_norm(dc);
+          const xt_vec3 wm = xt_aff_apply_dir(&w2m, xt_v3_scale(dc, 1.0 / len));
+          const double d[3] = {wm.x, wm.y, wm.z};
+          double l3[3], h3[3];
+          for (int q = 0; q < 3; q++) l3[q] = lo[q] - eref, h3[q] = hi[q] + eref;
+          const int ref = hits_box(l3, h3, o, d, len);
+          wk->cand_ref += ref;
+          const int near = xt_tube_near(t, o, d, len, e);
+          wk->cand += near;
+          double sw = 0, sl = 0;
+          for (int sj = 0; sj < S; sj++)
+            for (int si = 0; si < S; si++) {
+              const xt_vec3 ds = xt_v3_sub(xt_geom_pixel_pos(g, cl + (si + 0.5) / S - 0.5, r + (sj + 0.5) / S - 0.5), g->source);
+              const double ls = xt_v3_norm(ds);
+              const xt_vec3 ws = xt_aff_apply_dir(&w2m, xt_v3_scale(ds, 1.0 / ls));
+              const double dd[3] = {ws.x, ws.y, ws.z};
+              double co, ci;
+              xt_tube_chords(t, o, dd, ls, &co, &ci);
+              sw += co - ci;
+              sl += ci;
+            }
+          if (sw == 0.0 && sl == 0.0) continue;
+          wk->lost += !ref; /* a non-zero sum outside the CPU reference's candidates: must stay 0 */
+          if (!near) { /* the kernel skips it: a check that xt_tube_near is conservative, must stay 0 */
+            wk->refused++;
+            continue;
+          }
+          wk->hit++;
+          unsigned char *tf = &tile[(r / 16) * tcols + cl / 16];
+          if (!*tf) *tf = 1, wk->tiles++;
+        }
+    }
+  }
+}
+
+static int count_work(const char *mode, xt_model *const *instr, int ni, int nch) {
+  xt_geometry g[9];
+  if (poses(mode, g, 9)) {
+    fprintf(stderr, "xtwin-instr-bench: unknown mode %s\n", mode);
+    return 2;
+  }
+  const int cols = g[0].mode.cols, rows = g[0].mode.rows, S = XT_INSTR_AREA_SAMPLES;
+  const int ntiles = ((cols + 15) / 16) * ((rows + 15) / 16);
+  unsigned char *tile = malloc((size_t)ntiles);
+  if (!tile) return 1;
+  work w = {0};
+  for (int i = 0; i < 9; i++) count_frame(&g[i], instr, ni, &w, tile);
+  free(tile);
+  const double n = 9.0, planes = nch > 0 ? nch : 1;
+  printf("xtwin-instr-bench --count: %s, %d instruments, %d sub-rays per pixel, %d channel planes; per frame "
+         "(mean of 9 poses), the splat of proj_instr.cu mirrored on the host:\n", mode, ni, S * S, nch);
+  printf("  segments (warps)              %12.0f  (%.0f threads, %.0f blocks of 128)\n", w.segs / n, 32 * w.segs / n,
+         ceil(w.segs / n / 4));
+  printf("  segments in the field         %12.0f\n", w.seen / n);
+  printf("  footprint pixels tested       %12.0f  (%.1f per segment in the field)\n", w.foot / n, w.foot / fmax(1, w.seen));
+  printf("  candidate pixels              %12.0f  (%.1f per segment; the CPU's whole-diagonal bound: %.0f)\n",
+         w.cand / n, w.cand / fmax(1, w.seen), w.cand_ref / n);
+  printf("  sub-rays (closed forms)       %12.0f\n", w.cand / n * S * S);
+  printf("  pixel sums non-zero           %12.0f  (atomics: %.0f)\n", w.hit / n, w.hit / n * planes);
+  printf("  non-zero sums refused         %12.0f  (the kernel's candidates; must be 0; the CPU's: %.0f)\n", w.refused,
+         w.lost);
+  printf("  tiles flagged                 %12.0f of %d  (finish: %.2f MB read+written of %.1f MB)\n", w.tiles / n,
+         ntiles, w.tiles / n * 256 * planes * (8 + 8 + 4 + 4) / 1e6, (double)cols * rows * planes * (8 + 8 + 4 + 4) / 1e6);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int frames = 200, ni = 10, npts = 2000;
+  int frames = 200, ni = 10, npts = 2000, count = 0;
   const char *mode = "fd20-1024";
   xt_backend b = XT_BACKEND_CUDA;
   for (int i = 1; i < argc; i++) {
@@ -117,10 +278,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--instruments") && i + 1 < argc) ni = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--points") && i + 1 < argc) npts = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
+    else if (!strcmp(argv[i], "--count")) count = 1;
     else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !xt_backend_parse(argv[i + 1], &b)) i++;
     else {
       fprintf(stderr, "usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] "
-                      "[--backend cuda|cpu]\n");
+                      "[--backend cuda|cpu] [--count]\n");
       return 2;
     }
   }
@@ -129,7 +291,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   xt_msg msg = {{0}};
-  int rc = xt_proj_available(b, &msg);
+  int rc = count ? 0 : xt_proj_available(b, &msg);
   if (rc) {
     fprintf(stderr, "xtwin-instr-bench: %s\n", msg.text);
     return 77;
@@ -146,6 +308,20 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "wire%d", k);
     arc(k, 0, npts, pts);
     rc = xt_model_from_instr(&gw, pts, npts, name, &models[nm++], &msg);
+  }
+  if (count && !rc) { /* the channel planes the chain renders: the set of all the scene's models */
+    xt_proj_options po = {XT_BACKEND_CPU, 0, 0};
+    xt_proj *p = NULL;
+    xt_chanset cs;
+    rc = xt_proj_create(&po, &p, &msg);
+    for (int i = 0; i < nm && !rc; i++) rc = xt_proj_add_model(p, models[i], &msg);
+    if (!rc) rc = xt_proj_channels(p, &cs, &msg);
+    xt_proj_destroy(p);
+    if (!rc) rc = count_work(mode, models + 1, ni, cs.n);
+    else fprintf(stderr, "xtwin-instr-bench: %s\n", msg.text);
+    for (int i = 0; i < nm; i++) xt_model_free(models[i]);
+    free(pts);
+    return rc ? 1 : 0;
   }
   result base, with;
   if (!rc) rc = scene(b, mode, models, 1, NULL, 0, npts, frames, &base, &msg);

@@ -95,6 +95,55 @@ static XT_INLINE XT_HOSTDEV void xt_tube_chords(const xt_tube_seg *t, const doub
   if (t->r_in > 0.0 && *c_out > 0.0) *c_in = xt_tube_cyl(qp, wp, A, t->r_in, lo, hi);
 }
 
+/* Whether the ray o + s w, s in [0, len], passes within e of the segment's solid: it meets the
+ * "fat" segment, the tube of radius r_out + e between the mitre planes each moved out by e. Any
+ * point within e of the solid is in it (a unit normal and the distance across the axis change by
+ * at most e), so a ray that misses it has no point within e of the solid. Conservative: ties and
+ * rays along the axis or a mitre plane count as near, the test is the chords' closed form with >=
+ * for >. The CUDA splat (proj_instr.cu) asks it of a pixel's centre ray with e the spread of the
+ * pixel's sub-rays at the segment's depth: the pixels it refuses have sub-rays whose chords are
+ * all exactly 0. */
+static XT_INLINE XT_HOSTDEV int xt_tube_near(const xt_tube_seg *t, const double o[3], const double w[3], double len,
+                                             double e) {
+  const double hl = 0.5 * t->len;
+  const double mid[3] = {t->p0[0] + hl * t->d[0] - o[0], t->p0[1] + hl * t->d[1] - o[1], t->p0[2] + hl * t->d[2] - o[2]};
+  const double ww = xt_tube_dot(w, w);
+  if (!(ww > 0.0)) return 1;
+  const double sc = xt_tube_dot(mid, w) / ww;
+  const double q[3] = {o[0] - t->p0[0] + sc * w[0], o[1] - t->p0[1] + sc * w[1], o[2] - t->p0[2] + sc * w[2]};
+  double lo = -sc, hi = len - sc;
+  const double a0 = xt_tube_dot(q, t->n0) + e, b0 = xt_tube_dot(w, t->n0);
+  const double a1 = xt_tube_dot(q, t->n1) - t->len * xt_tube_dot(t->d, t->n1) - e, b1 = xt_tube_dot(w, t->n1);
+  if (b0 > 0.0) {
+    const double s = -a0 / b0;
+    if (s > lo) lo = s;
+  } else if (b0 < 0.0) {
+    const double s = -a0 / b0;
+    if (s < hi) hi = s;
+  } else if (a0 < 0.0)
+    return 0;
+  if (b1 > 0.0) {
+    const double s = -a1 / b1;
+    if (s < hi) hi = s;
+  } else if (b1 < 0.0) {
+    const double s = -a1 / b1;
+    if (s > lo) lo = s;
+  } else if (a1 > 0.0)
+    return 0;
+  if (hi < lo) return 0;
+  const double qd = xt_tube_dot(q, t->d), wd = xt_tube_dot(w, t->d);
+  const double qp[3] = {q[0] - qd * t->d[0], q[1] - qd * t->d[1], q[2] - qd * t->d[2]};
+  const double wp[3] = {w[0] - wd * t->d[0], w[1] - wd * t->d[1], w[2] - wd * t->d[2]};
+  const double A = xt_tube_dot(wp, wp), r = t->r_out + e;
+  if (!(A > 0.0)) return xt_tube_dot(qp, qp) <= r * r;
+  const double sm = -xt_tube_dot(qp, wp) / A;
+  const double c[3] = {qp[0] + sm * wp[0], qp[1] + sm * wp[1], qp[2] + sm * wp[2]};
+  const double h2 = r * r - xt_tube_dot(c, c);
+  if (h2 < 0.0) return 0;
+  const double half = sqrt(h2 / A);
+  return sm - half <= hi && sm + half >= lo;
+}
+
 /* The segment's line integral of mu (its medium subtracted) along the ray. */
 static XT_INLINE XT_HOSTDEV double xt_tube_integral(const xt_tube_seg *t, const double o[3], const double w[3],
                                                     double len) {

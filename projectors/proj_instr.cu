@@ -220,29 +220,6 @@ static __device__ __forceinline__ int d_project(const instr_head *h, const doubl
   return 1;
 }
 
-/* Whether o + s d, s in [0, len], meets the box [lo, hi] (proj_cpu_instr.c's hits_box). */
-static __device__ __forceinline__ int d_hits_box(const double lo[3], const double hi[3], const double o[3],
-                                                 const double d[3], double len) {
-  double a = 0.0, b = len;
-  for (int k = 0; k < 3; k++) {
-    if (d[k] == 0.0) {
-      if (o[k] < lo[k] || o[k] > hi[k]) return 0;
-      continue;
-    }
-    const double inv = 1.0 / d[k];
-    double t0 = (lo[k] - o[k]) * inv, t1 = (hi[k] - o[k]) * inv;
-    if (t0 > t1) {
-      const double t = t0;
-      t0 = t1;
-      t1 = t;
-    }
-    if (t0 > a) a = t0;
-    if (t1 < b) b = t1;
-    if (a > b) return 0;
-  }
-  return 1;
-}
-
 /* The splat's view of the instruments, passed by value as the kernel's parameter (__grid_constant__:
  * read in place from the constant bank, never copied): segment k of the frame is segment
  * k - first[i] of instrument i, first[i] <= k < first[i + 1]. Built on the host at each render from
@@ -325,21 +302,17 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   const int S = XT_INSTR_AREA_SAMPLES;
   const double inv = 1.0 / ((double)S * S);
   const size_t plane = (size_t)rows * cols;
-  /* The candidates: the pixels whose centre ray meets the segment's box grown by e. A sub-ray and
-   * the centre ray start at the source and end on the detector plane at most half a pixel
-   * diagonal apart, so at depth f (d_project's) they are at most f x that apart (world mm; x scale
-   * in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fmx (its
-   * corners' largest; depth is affine): a sub-ray that meets the tube passes within e of the centre
-   * ray's point at the same depth, and its pixel is a candidate. The CPU reference grows by a whole
-   * diagonal at any depth (proj_cpu_instr.c), a superset: the pixels it adds here have sub-rays
-   * that all miss (chords exactly 0), so both sum the same non-zero terms. fmx <= 1 on the rays'
-   * span; the margins cover rounding. */
+  /* The candidates: the pixels whose centre ray passes within e of the segment's tube
+   * (xt_tube_near). A sub-ray and the centre ray start at the source and end on the detector plane
+   * at most half a pixel diagonal apart, so at depth f (d_project's) they are at most f x that apart
+   * (world mm; x scale in model mm). Every point of the segment's box, hence of its tube, lies at
+   * depth <= fmx (its corners' largest; depth is affine): a sub-ray that meets the tube passes
+   * within e of the centre ray's point at the same depth. The pixels refused have sub-rays whose
+   * chords are all exactly 0; the CPU reference's candidates (a box grown by a whole diagonal,
+   * proj_cpu_instr.c) are more, the extra ones adding the same zeros, so both sum the same non-zero
+   * terms. fmx <= 1 on the rays' span; the margins cover rounding. */
   const double fe = whole ? 1.0 : fmin(1.0, fmx);
   const double e = 0.5 * hypot(c.pu, c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
-  for (int q = 0; q < 3; q++) {
-    lo[q] -= e;
-    hi[q] += e;
-  }
   const int fw = cb - ca + 1;
   const long long np = (long long)fw * (rb - ra + 1);
   for (long long base = 0; base < np; base += 32) {
@@ -354,7 +327,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
       const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
       double wm[3];
       d_apply(x->w2m, ww, wm, 1);
-      cand = d_hits_box(lo, hi, o, wm, len);
+      cand = xt_tube_near(t, o, wm, len, e);
     }
     for (unsigned bits = __ballot_sync(FULL, cand); bits; bits &= bits - 1) {
       const long long p = base + __ffs(bits) - 1;

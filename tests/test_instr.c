@@ -3,7 +3,8 @@
  * leg each ray lies beside, and by the volume it encloses), tangent, grazing and axial rays, a
  * wire far thinner than a voxel or a pixel; the pixel-area integral of a wire thinner than a
  * pixel against its projected mass; a scene with instruments as the sum of its parts (line
- * integrals and channels); shapes set on a projector's own copy; bad shapes refused. */
+ * integrals and channels); shapes set on a projector's own copy; bad shapes refused; the CUDA
+ * splat's candidate test (xt_tube_near) conservative. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -447,8 +448,88 @@ XT_TEST(thorax_wire_lies_in_its_aorta) {
   xt_model_free(w);
 }
 
+static double urand(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
+}
+
+XT_TEST(near_is_conservative) {
+  /* xt_tube_near, the CUDA splat's candidate test: a ray whose end lies within e of the end of a
+   * ray that meets a segment (chord > 0, both from one source) is near it - at every depth the two
+   * are at most e apart. Segments of a sharply bent catheter (mitres far from square); sources
+   * 500-900 mm away; e from 1 um to 0.5 mm; ends moved by up to e, half the trials by e exactly.
+   * And it refuses: rays farther than r_out + e from the axis are not near. */
+  xt_instr_device dev;
+  double mu, mul;
+  one_section(&dev, "catheter_polymer_w", 0.8, 0.5, "iodine_contrast", &mu, &mul);
+  double pts[3 * 9];
+  for (int i = 0; i < 9; i++) { /* a zigzag: turns of about 55 degrees (60 at most) */
+    pts[3 * i] = 3.0 * i;
+    pts[3 * i + 1] = (i & 1) ? 1.6 : 0.0;
+    pts[3 * i + 2] = 0.4 * i;
+  }
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_instr(&dev, pts, 9, "zigzag", &m, NULL) == 0);
+  const xt_instr_geom *G = &xt_model_instr(m)->geom;
+  uint64_t rs = 12345;
+  int met = 0, missed = 0, refused = 0, far = 0, wrong_refusal = 0;
+  for (int trial = 0; trial < 200000; trial++) {
+    const xt_tube_seg *t = &G->seg[(int)(urand(&rs) * G->nseg)];
+    /* a point near the segment: along the axis (beyond its ends too), across it up to 1.5 r_out */
+    double a[3], b[3], pt[3];
+    const double along = (urand(&rs) * 1.6 - 0.3) * t->len;
+    for (int k = 0; k < 3; k++) a[k] = urand(&rs) - 0.5;
+    const double ad = xt_tube_dot(a, t->d);
+    for (int k = 0; k < 3; k++) a[k] -= ad * t->d[k];
+    const double an = sqrt(xt_tube_dot(a, a)), rad = urand(&rs) * 1.5 * t->r_out;
+    for (int k = 0; k < 3; k++) pt[k] = t->p0[k] + along * t->d[k] + a[k] / an * rad;
+    /* the source, and the first ray's end beyond the point */
+    for (int k = 0; k < 3; k++) b[k] = urand(&rs) - 0.5;
+    const double bn = sqrt(xt_tube_dot(b, b)), dist = 500.0 + 400.0 * urand(&rs), ext = 1.05 + 0.6 * urand(&rs);
+    double o[3], p1[3], p2[3], dl[3];
+    for (int k = 0; k < 3; k++) {
+      o[k] = pt[k] + b[k] / bn * dist;
+      p1[k] = o[k] + (pt[k] - o[k]) * ext;
+      dl[k] = urand(&rs) - 0.5;
+    }
+    const double e = pow(10.0, -3.0 + 2.7 * urand(&rs)), dn = sqrt(xt_tube_dot(dl, dl));
+    const double move = trial & 1 ? e : e * urand(&rs);
+    for (int k = 0; k < 3; k++) p2[k] = p1[k] + dl[k] / dn * move;
+    double w1[3], w2[3], l1 = 0, l2 = 0;
+    for (int k = 0; k < 3; k++) l1 += (p1[k] - o[k]) * (p1[k] - o[k]), l2 += (p2[k] - o[k]) * (p2[k] - o[k]);
+    l1 = sqrt(l1);
+    l2 = sqrt(l2);
+    for (int k = 0; k < 3; k++) w1[k] = (p1[k] - o[k]) / l1, w2[k] = (p2[k] - o[k]) / l2;
+    double co, ci;
+    xt_tube_chords(t, o, w1, l1, &co, &ci);
+    const int near = xt_tube_near(t, o, w2, l2, e);
+    if (co > 0.0) {
+      met++;
+      if (!near) missed++;
+    }
+    refused += !near;
+    /* the second ray's closest approach to the axis line, farther than r_out + e: never near */
+    double q[3], cr[3];
+    for (int k = 0; k < 3; k++) q[k] = o[k] - t->p0[k];
+    cr[0] = w2[1] * t->d[2] - w2[2] * t->d[1];
+    cr[1] = w2[2] * t->d[0] - w2[0] * t->d[2];
+    cr[2] = w2[0] * t->d[1] - w2[1] * t->d[0];
+    const double cn = sqrt(xt_tube_dot(cr, cr));
+    if (cn > 1e-3 && fabs(xt_tube_dot(q, cr)) / cn > 1.001 * (t->r_out + e) + 1e-9) {
+      far++;
+      wrong_refusal += near;
+    }
+  }
+  XT_CHECK_MSG(missed == 0, "%d of %d rays that meet a segment had a neighbour within e refused", missed, met);
+  XT_CHECK_MSG(wrong_refusal == 0, "%d of %d rays farther than r_out + e from the axis found near", wrong_refusal,
+               far);
+  XT_CHECK(met > 20000 && refused > 20000 && far > 10000);
+  xt_model_free(m);
+}
+
 XT_TEST_MAIN(XT_ENTRY(thorax_wire_lies_in_its_aorta) XT_ENTRY(straight_segment_closed_form) XT_ENTRY(catheter_wall_and_lumen)
                  XT_ENTRY(bend_closed_form_and_volume) XT_ENTRY(tangent_grazing_and_axial_rays)
                      XT_ENTRY(thinner_than_a_voxel_and_a_pixel_per_ray) XT_ENTRY(thinner_than_a_pixel_area_integral)
                          XT_ENTRY(scene_is_the_sum_of_its_parts) XT_ENTRY(set_shape_changes_the_projectors_copy_only)
-                             XT_ENTRY(bad_shapes_are_refused) XT_ENTRY(sections_follow_the_arc_length))
+                             XT_ENTRY(bad_shapes_are_refused) XT_ENTRY(sections_follow_the_arc_length)
+                                 XT_ENTRY(near_is_conservative))

@@ -1,14 +1,20 @@
 /* Instruments on the CUDA frame pipeline (xt_cuda_kind.h): a splat of tube segments.
  *
- *   splat   one thread per segment: in double, the segment's box (as the CPU reference bounds it)
- *           projected onto the detector gives the pixels any of whose sub-rays can meet it; for
- *           each, the XT_INSTR_AREA_SAMPLES^2 rays through its sub-pixel centres, each the closed
- *           form of xt_tube.h in double, summed into the wall's and the lumen's chord lengths; the
- *           pixel's mean - its line integral, or each channel's areal density - is added to a
- *           64-bit fixed-point accumulator (2^-32 units) by an integer atomic, so the sum does not
- *           depend on the order threads finish in: frames are reproducible bit for bit;
- *   finish  one thread per pixel: the accumulator into the float output (written or added, as the
- *           pipeline says) and back to zero for the next frame.
+ *   splat   one launch per frame for every instrument's segments, one warp per segment: in
+ *           double, the segment's box (as the CPU reference bounds it) projected onto the detector
+ *           gives the pixels any of whose sub-rays can meet it; the lanes test 32 of them at a time
+ *           (a pixel's centre ray passes within its sub-rays' spread of the tube: xt_tube_near),
+ *           then split each candidate's XT_INSTR_AREA_SAMPLES^2 rays through its sub-pixel centres,
+ *           each the closed form of xt_tube.h in double, summed into the wall's and the lumen's
+ *           chord lengths; the pixel's mean - its line integral, or each channel's areal density -
+ *           is added to a 64-bit fixed-point accumulator (2^-32 units) by an integer atomic, so the
+ *           sum does not depend on the order threads finish in: frames are reproducible bit for
+ *           bit; and the pixel's 16 x 16 tile is flagged;
+ *   finish  one block per tile: a flagged tile's accumulator into the float output (written or
+ *           added, as the pipeline says) and back to zero with its flag for the next frame; an
+ *           unflagged tile is skipped when adding and written 0 when writing, so a frame touches
+ *           the accumulator only where instruments are (about 13 % of fd20-1024's tiles with ten
+ *           wires, docs/BENCHMARKS.md).
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
  * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32.
@@ -16,7 +22,8 @@
  * Shapes: each instrument has device and pinned staging buffers of its capacity, made at add_model.
  * set_shape lays the centreline out on the host into the staging buffer (after the previous upload
  * from it has completed) and the next render queues the copy on its stream ahead of its kernels:
- * no allocation per frame or per shape. */
+ * no allocation per frame or per shape. The splat finds each instrument's segments through a table
+ * passed by value (instr_tab): nothing is uploaded for it. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -237,13 +244,16 @@ typedef struct instr_tab {
 
 static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
 
-/* One warp per segment. The footprint (the segment's box projected, as before): lanes 0-7 project
- * one corner each, min/max by shuffles. The footprint's pixels, 32 at a time: each lane tests its
- * pixel's centre ray against the box grown by a pixel diagonal (the CPU reference's candidates);
- * then for each candidate pixel (a ballot's bits, in order) the 32 lanes split its S x S sub-rays,
- * a butterfly sums them (every lane ends with the same bits: the tree is fixed, + commutes), and
- * lane 0 (line integrals) or lane c (channel c) adds the pixel's mean into the fixed-point
- * accumulator, and the pixel's tile is flagged for the finish. */
+/* One warp per segment, all instruments' segments in one launch (tab). The footprint (the
+ * segment's box projected, as the CPU reference bounds it): lanes 0-7 project one corner each,
+ * min/max by shuffles. The footprint's pixels, 32 at a time: each lane asks whether its pixel's
+ * centre ray passes near the segment (xt_tube_near, below); then for each candidate pixel (a
+ * ballot's bits, in order) the 32 lanes split its S x S sub-rays, a butterfly sums them (every lane
+ * ends with the same bits: the tree is fixed and + commutes), lane 0 (line integrals) or lane c
+ * (channel c) adds the pixel's mean into the fixed-point accumulator, and the pixel's tile is
+ * flagged for the finish. The per-pixel double sums group the sub-rays differently from the CPU
+ * reference (a tree here, in order there): the same terms, rounding apart by ~1e-16 relative, far
+ * below the 2^-32 of the accumulator. */
 __global__ void __launch_bounds__(32 * SPLAT_WARPS)
     k_instr_splat(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
                   int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {

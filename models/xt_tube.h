@@ -100,9 +100,9 @@ static XT_INLINE XT_HOSTDEV void xt_tube_chords(const xt_tube_seg *t, const doub
  * point within e of the solid is in it (a unit normal and the distance across the axis change by
  * at most e), so a ray that misses it has no point within e of the solid. Conservative: ties and
  * rays along the axis or a mitre plane count as near, the test is the chords' closed form with >=
- * for >. The CUDA splat (proj_instr.cu) asks it of a pixel's centre ray with e the spread of the
- * pixel's sub-rays at the segment's depth: the pixels it refuses have sub-rays whose chords are
- * all exactly 0. */
+ * for >. The CUDA splat (proj_instr.cu) asks it of the centre ray of each half of a pixel with e
+ * the spread of the half's sub-rays at the segment's depth: the halves it refuses have sub-rays
+ * whose chords are all exactly 0. */
 static XT_INLINE XT_HOSTDEV int xt_tube_near(const xt_tube_seg *t, const double o[3], const double w[3], double len,
                                              double e) {
   const double hl = 0.5 * t->len;

@@ -3,8 +3,9 @@
  *   splat   one launch per frame for every instrument's segments, one warp per segment: in
  *           double, the segment's box (as the CPU reference bounds it) projected onto the detector
  *           gives the pixels any of whose sub-rays can meet it; the lanes test 32 of them at a time
- *           (a pixel's centre ray passes within its sub-rays' spread of the tube: xt_tube_near),
- *           then split each candidate's XT_INSTR_AREA_SAMPLES^2 rays through its sub-pixel centres,
+ *           (whether the centre ray of each half of the pixel passes within its sub-rays' spread
+ *           of the tube: xt_tube_near), then split the XT_INSTR_AREA_SAMPLES^2 rays through the
+ *           sub-pixel centres of a candidate's halves that passed,
  *           each the closed form of xt_tube.h in double, summed into the wall's and the lumen's
  *           chord lengths; the pixel's mean - its line integral, or each channel's areal density -
  *           is added to a 64-bit fixed-point accumulator (2^-32 units) by an integer atomic, so the
@@ -238,7 +239,7 @@ typedef struct instr_tab {
   const float *w[XT_CUDA_MAX_INSTR];
 } instr_tab;
 
-#define SPLAT_WARPS 4 /* warps per block: one segment each */
+#define SPLAT_WARPS 3 /* warps per block, one segment each: 136 registers leave room for 15 warps an SM */
 #define TILE 16       /* the finish's tiles: TILE x TILE pixels, one flag each */
 #define FULL 0xffffffffu
 
@@ -247,8 +248,9 @@ static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __
 /* One warp per segment, all instruments' segments in one launch (tab). The footprint (the
  * segment's box projected, as the CPU reference bounds it): lanes 0-7 project one corner each,
  * min/max by shuffles. The footprint's pixels, 32 at a time: each lane asks whether its pixel's
- * centre ray passes near the segment (xt_tube_near, below); then for each candidate pixel (a
- * ballot's bits, in order) the 32 lanes split its S x S sub-rays, a butterfly sums them (every lane
+ * two halves' centre rays pass near the segment (xt_tube_near, below); then for each candidate
+ * pixel (two ballots' bits, in order) the 32 lanes split the S x S sub-rays of its halves that
+ * passed (S = 8: one half a pass, a refused half skipped by the warp), a butterfly sums them (every lane
  * ends with the same bits: the tree is fixed and + commutes), lane 0 (line integrals) or lane c
  * (channel c) adds the pixel's mean into the fixed-point accumulator, and the pixel's tile is
  * flagged for the finish. The per-pixel double sums group the sub-rays differently from the CPU
@@ -312,39 +314,48 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   const int S = XT_INSTR_AREA_SAMPLES;
   const double inv = 1.0 / ((double)S * S);
   const size_t plane = (size_t)rows * cols;
-  /* The candidates: the pixels whose centre ray passes within e of the segment's tube
-   * (xt_tube_near). A sub-ray and the centre ray start at the source and end on the detector plane
-   * at most half a pixel diagonal apart, so at depth f (d_project's) they are at most f x that apart
-   * (world mm; x scale in model mm). Every point of the segment's box, hence of its tube, lies at
-   * depth <= fmx (its corners' largest; depth is affine): a sub-ray that meets the tube passes
-   * within e of the centre ray's point at the same depth. The pixels refused have sub-rays whose
-   * chords are all exactly 0; the CPU reference's candidates (a box grown by a whole diagonal,
-   * proj_cpu_instr.c) are more, the extra ones adding the same zeros, so both sum the same non-zero
-   * terms. fmx <= 1 on the rays' span; the margins cover rounding. */
+  /* The candidates, by halves: the pixels one of whose halves (sub-pixel rows sj < S/2, then the
+   * rest) has a centre ray passing within e of the segment's tube (xt_tube_near). A sub-ray and
+   * its half's centre ray start at the source and end on the detector plane at most
+   * hypot(pu/2, pv/4) apart, so at depth f (d_project's) they are at most f x that apart (world mm;
+   * x scale in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fmx
+   * (its corners' largest; depth is affine): a sub-ray that meets the tube passes within e of its
+   * half's centre ray at the same depth. So a half refused has sub-rays whose chords are all
+   * exactly 0, and skipping it leaves every sum as it was; the CPU reference's candidates (a box
+   * grown by a whole diagonal, proj_cpu_instr.c) are more, the extra ones adding the same zeros:
+   * both sum the same non-zero terms. fmx <= 1 on the rays' span; the margins cover rounding. */
   const double fe = whole ? 1.0 : fmin(1.0, fmx);
-  const double e = 0.5 * hypot(c.pu, c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
+  const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   const int fw = cb - ca + 1;
   const long long np = (long long)fw * (rb - ra + 1);
   for (long long base = 0; base < np; base += 32) {
-    int cand = 0;
+    int near0 = 0, near1 = 0;
     if (base + lane < np) {
       const int cl = ca + (int)((base + lane) % fw), r = ra + (int)((base + lane) / fw);
-      const double a = cl * c.pu, b = r * c.pv;
-      const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
-                           c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
-                           c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
-      const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
-      const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
-      double wm[3];
-      d_apply(x->w2m, ww, wm, 1);
-      cand = xt_tube_near(t, o, wm, len, e);
+      for (int hh = 0; hh < 2; hh++) { /* the halves' centres: rows r - 1/4 and r + 1/4 */
+        const double a = cl * c.pu, b = (r - 0.25 + 0.5 * hh) * c.pv;
+        const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
+                             c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
+                             c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
+        const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
+        const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
+        double wm[3];
+        d_apply(x->w2m, ww, wm, 1);
+        const int nr = xt_tube_near(t, o, wm, len, e);
+        if (hh) near1 = nr;
+        else near0 = nr;
+      }
     }
-    for (unsigned bits = __ballot_sync(FULL, cand); bits; bits &= bits - 1) {
-      const long long p = base + __ffs(bits) - 1;
+    const unsigned h0 = __ballot_sync(FULL, near0), h1 = __ballot_sync(FULL, near1);
+    for (unsigned bits = h0 | h1; bits; bits &= bits - 1) {
+      const int bi = __ffs(bits) - 1;
+      const long long p = base + bi;
       const int cl = ca + (int)(p % fw), r = ra + (int)(p / fw);
+      const int on0 = (h0 >> bi) & 1, on1 = (h1 >> bi) & 1;
       double sw = 0.0, sl = 0.0;
-      for (int q = lane; q < S * S; q += 32) {
+      for (int q = lane; q < S * S; q += 32) { /* S = 8: a pass of 32 lanes is one half, skipped as one */
         const int si = q % S, sj = q / S;
+        if (!(sj < S / 2 ? on0 : on1)) continue;
         const double a = (cl + (si + 0.5) / S - 0.5) * c.pu, b = (r + (sj + 0.5) / S - 0.5) * c.pv;
         const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
                              c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],

@@ -71,6 +71,16 @@ double xt_injection_conc(const xt_injection *in, const xt_bolus *b, int64_t t_ns
   return k * (xt_gamma_p(a, x1) - xt_gamma_p(a, x0 > 0.0 ? x0 : 0.0));
 }
 
+double xt_region_conc(const xt_injection *inj, int n, int region, const xt_bolus *b, int64_t t_ns) {
+  double sum = 0.0, cap = 0.0;
+  for (int k = 0; k < n; k++) {
+    if (inj[k].region != region) continue;
+    sum += xt_injection_conc(&inj[k], b, t_ns);
+    if (inj[k].agent_mg_ml > cap) cap = inj[k].agent_mg_ml;
+  }
+  return sum < cap ? sum : cap;
+}
+
 int xt_bolus_check(const xt_bolus *b, const char *region, xt_msg *msg) {
   if (!(b->flow_ml_s > 0.0 && b->flow_ml_s <= 1e4))
     return xt_fail(msg, XT_EINVAL, "contrast: region %s: flow_ml_s %g outside (0, 10000]", region, b->flow_ml_s);

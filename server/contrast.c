@@ -7,6 +7,7 @@
 
 #include "srv_clock.h"
 #include "srv_contrast.h"
+#include "srv_session.h"
 #include "xt_phantom.h"
 #include "xt_server.h"
 
@@ -146,6 +147,7 @@ int xt_srv_contrast_inject(xt_server *s, const json_t *body, json_t **out, xt_ms
   c->inj_accepted_ns[n] = now;
   c->ninj++;
   c->seq++;
+  xt_session_contrast_locked(s, "inject", body); /* under st_mu: before any frame latches this seq */
   *out = json_pack("{s:I,s:I,s:s,s:f,s:f,s:f,s:f,s:I,s:I}", "id", (json_int_t)c->inj_id[n], "seq", (json_int_t)c->seq,
                    "region", c->region[r].name, "rate_ml_s", rate, "volume_ml", vol, "duration_s", vol / rate,
                    "agent_mg_ml", agent, "t_ns", (json_int_t)now, "t_start_ns", (json_int_t)in->t0_ns);
@@ -170,6 +172,7 @@ json_t *xt_srv_contrast_stop(xt_server *s, int reset) {
       c->ninj = 0;
     }
     c->seq++;
+    xt_session_contrast_locked(s, reset ? "reset" : "stop", NULL);
   }
   json_t *j = json_pack("{s:s,s:i,s:I,s:I}", "done", reset ? "reset" : "stopped", "injections", stopped, "seq",
                         (json_int_t)(c ? c->seq : 0), "t_ns", (json_int_t)now);
@@ -179,13 +182,7 @@ json_t *xt_srv_contrast_stop(xt_server *s, int reset) {
 
 /* Caller holds st_mu: region r's iodine (mg I/mL) at t_ns, capped at the strongest agent injected. */
 static double region_conc_locked(const xt_srv_contrast *c, int r, int64_t t_ns) {
-  double sum = 0.0, cap = 0.0;
-  for (int k = 0; k < c->ninj; k++) {
-    if (c->inj[k].region != r) continue;
-    sum += xt_injection_conc(&c->inj[k], &c->region[r].b, t_ns);
-    if (c->inj[k].agent_mg_ml > cap) cap = c->inj[k].agent_mg_ml;
-  }
-  return sum < cap ? sum : cap;
+  return xt_region_conc(c->inj, c->ninj, r, &c->region[r].b, t_ns);
 }
 
 json_t *xt_srv_contrast_json(xt_server *s, int64_t t_ns) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "xt_channels.h"
+#include "xt_instr.h"
 #include "xt_model_kind.h"
 
 int xt_chanset_find(const xt_chanset *cs, int b) {
@@ -200,10 +201,13 @@ int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_C
 }
 
 int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *rho, xt_iodine_tab *out, xt_msg *msg) {
-  const xt_volume *v = xt_model_volume(m);
-  const xt_material_table *t = v ? v->materials : NULL;
-  if (m->kind != XT_MODEL_LABELS || !t)
-    return xt_fail(msg, XT_EUNSUPPORTED, "contrast: model %s is no label volume: it has no regions to fill", m->name);
+  /* a label volume's table, or an instrument's (its lumen: xt_instr_lumen_region) */
+  xt_model_matter mm;
+  const xt_material_table *t = NULL;
+  if (xt_model_matter_of(m, &mm, NULL) == 0 && mm.kind == XT_MATTER_LABELS) t = mm.table;
+  if ((m->kind != XT_MODEL_LABELS && m->kind != XT_MODEL_INSTR) || !t)
+    return xt_fail(msg, XT_EUNSUPPORTED, "contrast: model %s is no label volume or instrument: it has no regions to fill",
+                   m->name);
   out->ci = cs ? xt_chanset_find(cs, XT_BASIS_IODINE) : -1;
   double mr = 0;
   int rc = xt_basis_mass_atten(XT_BASIS_IODINE, t->energy_kev > 0 ? t->energy_kev : XT_DEFAULT_ENERGY_KEV, &mr, msg);

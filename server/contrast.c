@@ -8,6 +8,7 @@
 #include "srv_clock.h"
 #include "srv_contrast.h"
 #include "srv_session.h"
+#include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_server.h"
 
@@ -19,6 +20,12 @@ static xt_bolus default_bolus(const char *region) {
   return b;
 }
 
+/* A catheter's lumen [U]: the injector fills it at once (no arrival time, an exponential transit of
+ * 0.1 s) and a flow of 1 mL/s below any injection's rate holds it at the agent's own concentration
+ * while the injector runs (the cap); it empties about 0.1 s after the injection ends, as if the
+ * saline behind the bolus flushed it. */
+static xt_bolus lumen_bolus(void) { return (xt_bolus){1.0, 0.0, 0.0, 0.1}; }
+
 int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
   pthread_mutex_lock(&s->st_mu);
   int rc = 0;
@@ -29,12 +36,14 @@ int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
   for (int i = 0; i < s->nmodels && !rc; i++) {
     const xt_model *m = s->models[i];
     const xt_volume *v = m && m->kind == XT_MODEL_LABELS ? xt_model_volume(m) : NULL;
-    if (!v || !v->materials) continue;
+    const xt_instr *I = m ? xt_model_instr(m) : NULL; /* an instrument's lumen (xt_instr_lumen_region) */
+    const xt_material_table *t = v ? v->materials : I ? &I->dev.mt : NULL;
+    if (!t) continue;
     int known = 0;
     for (int k = 0; k < c->nregions; k++) known |= c->region[k].m == m;
     if (known) continue;
-    for (int l = 0; l < v->materials->count && l < 256 && !rc; l++) {
-      if (!v->materials->contrast[l]) continue;
+    for (int l = 0; l < t->count && l < 256 && !rc; l++) {
+      if (!t->contrast[l]) continue;
       if (c->nregions == XT_SRV_MAX_REGIONS) {
         rc = xt_fail(msg, XT_ETOOLARGE, "contrast: model %s: at most %d regions", m->name, XT_SRV_MAX_REGIONS);
         break;
@@ -42,10 +51,11 @@ int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
       xt_srv_region *r = &c->region[c->nregions];
       const char *thorax = i == s->phantom_index ? xt_phantom_thorax_region(l) : NULL;
       if (thorax) snprintf(r->name, sizeof r->name, "%s", thorax);
+      else if (I) snprintf(r->name, sizeof r->name, "%.40s:lumen", m->name);
       else snprintf(r->name, sizeof r->name, "%.40s:%d", m->name, l);
       r->m = m;
       r->label = l;
-      r->b = default_bolus(r->name);
+      r->b = I ? lumen_bolus() : default_bolus(r->name);
       c->nregions++;
     }
   }

@@ -12,14 +12,6 @@
 #include "xt_phantom.h"
 #include "xt_server.h"
 
-/* The bolus model of a region [U]: the thorax's coronaries carry about 5 % of the cardiac output
- * (250 mL/min), every other region the whole of it. */
-static xt_bolus default_bolus(const char *region) {
-  xt_bolus b = {XT_CONTRAST_FLOW_ML_S, XT_CONTRAST_ARRIVAL_S, XT_CONTRAST_ALPHA, XT_CONTRAST_BETA_S};
-  if (!strcmp(region, "coronary")) b.flow_ml_s = 4.0;
-  return b;
-}
-
 /* A catheter's lumen [U]: the injector fills it at once (no arrival time, an exponential transit of
  * 0.1 s) and a flow of 1 mL/s below any injection's rate holds it at the agent's own concentration
  * while the injector runs (the cap); it empties about 0.1 s after the injection ends, as if the
@@ -55,7 +47,7 @@ int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
       else snprintf(r->name, sizeof r->name, "%.40s:%d", m->name, l);
       r->m = m;
       r->label = l;
-      r->b = I ? lumen_bolus() : default_bolus(r->name);
+      r->b = I ? lumen_bolus() : xt_bolus_default(r->name);
       c->nregions++;
     }
   }

@@ -80,6 +80,12 @@ typedef struct xt_iodine_tab {
   int ci;
   float mu[256];
   float col[256];
+  /* a labelled mixture's regions (its Gaussians carry their own mu): each label's optical depth is
+   * scaled by scale[l] = (mu_l + (mu/rho)_I rho[l] / 10) / mu_l (1 exactly without iodine), its
+   * channel rows divided by it and its iodine weight per unit of the scaled depth wio[l] =
+   * col[l] / (mu_l scale[l]); 1 and 0 for other kinds */
+  double scale[256];
+  float wio[256];
 } xt_iodine_tab;
 
 /* XT_EINVAL naming the model and label for a negative or non-finite rho, or iodine on a label whose

@@ -590,11 +590,12 @@ fail_py:
 /* Scene.add_mixture(centres (n,3), scales (n,3), quats (n,4, w x y z), rho (n), *, labels=None,
  *                   cutoff=4.8, placement=None, name="mixture") -> index */
 static PyObject *Scene_add_mixture(Scene *s, PyObject *args, PyObject *kw) {
-  static char *kwl[] = {"centres", "scales", "quats", "rho", "labels", "cutoff", "placement", "name", NULL};
-  PyObject *oc, *os, *oq, *orho, *olab = NULL, *placement = NULL;
+  static char *kwl[] = {"centres", "scales", "quats", "rho", "labels", "cutoff", "placement", "name", "contrast", NULL};
+  PyObject *oc, *os, *oq, *orho, *olab = NULL, *placement = NULL, *ocon = NULL;
   double cutoff = XT_GMM_CUTOFF_DEFAULT;
   const char *name = "mixture";
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$OdOs", kwl, &oc, &os, &oq, &orho, &olab, &cutoff, &placement, &name))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$OdOsO", kwl, &oc, &os, &oq, &orho, &olab, &cutoff, &placement, &name,
+                                   &ocon))
     return NULL;
   if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
   if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
@@ -631,6 +632,19 @@ static PyObject *Scene_add_mixture(Scene *s, PyObject *args, PyObject *kw) {
   if ((rc = xt_gmm_finish(g, name, &msg))) goto done;
   if ((rc = xt_model_from_gmm(g, name, &m, &msg))) goto done;
   g = NULL;
+  if (ocon && ocon != Py_None) { /* contrast=[label, ...]: those labels' Gaussians are regions */
+    PyObject *seq = PySequence_Fast(ocon, "contrast: a list of labels");
+    for (Py_ssize_t k = 0; seq && k < PySequence_Fast_GET_SIZE(seq) && !rc; k++) {
+      const long l = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, k));
+      if (l == -1 && PyErr_Occurred()) break;
+      rc = xt_gmm_contrast_label(m, (int)l, &msg);
+    }
+    Py_XDECREF(seq);
+    if (rc || PyErr_Occurred()) {
+      xt_model_free(m);
+      goto done;
+    }
+  }
   ret = scene_add(s, m, placement);
 done:
   if (rc) raise_msg(rc, &msg);
@@ -795,10 +809,13 @@ static PyObject *Scene_set_shape(Scene *s, PyObject *args, PyObject *kw) {
 
 /* The contrast regions of model m (docs/contrast.md): each flagged label of its table, named as the
  * server names it (a thorax region, "lumen" for an instrument, else the label's number). */
-static const xt_material_table *region_table(const xt_model *m) {
+static int region_flag(const xt_model *m, int l) {
   const xt_volume *v = m->kind == XT_MODEL_LABELS ? xt_model_volume(m) : NULL;
   const xt_instr *I = xt_model_instr(m);
-  return v ? v->materials : I ? &I->dev.mt : NULL;
+  const xt_gmm *G = m->kind == XT_MODEL_GMM ? xt_model_gmm(m) : NULL; /* a mixture's labels */
+  const xt_material_table *t = v ? v->materials : I ? &I->dev.mt : NULL;
+  if (t) return l < t->count && t->contrast[l];
+  return G ? G->contrast[l] : 0;
 }
 
 static void region_name(const xt_model *m, int l, char *out, size_t cap) {
@@ -814,10 +831,9 @@ static PyObject *Scene_contrast_regions(Scene *s, PyObject *args) {
   if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
   xt_msg msg = {{0}};
   if (i < 0 || i >= s->nmodels) return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "contrast_regions: no model %d", i), &msg);
-  const xt_material_table *t = region_table(s->models[i]);
   PyObject *d = PyDict_New();
-  for (int l = 0; d && t && l < t->count && l < 256; l++) {
-    if (!t->contrast[l]) continue;
+  for (int l = 0; d && l < 256; l++) {
+    if (!region_flag(s->models[i], l)) continue;
     char name[48];
     region_name(s->models[i], l, name, sizeof name);
     PyObject *v = PyLong_FromLong(l);
@@ -845,7 +861,6 @@ static PyObject *Scene_set_contrast(Scene *s, PyObject *args, PyObject *kw) {
   xt_msg msg = {{0}};
   if (i < 0 || i >= s->nmodels) return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "set_contrast: no model %d", i), &msg);
   const xt_model *m = s->models[i];
-  const xt_material_table *t = region_table(m);
   int l = -1;
   if (PyLong_Check(region)) {
     l = (int)PyLong_AsLong(region);
@@ -853,10 +868,10 @@ static PyObject *Scene_set_contrast(Scene *s, PyObject *args, PyObject *kw) {
   } else if (PyUnicode_Check(region)) {
     const char *want = PyUnicode_AsUTF8(region);
     if (!want) return NULL;
-    for (int k = 0; t && k < t->count && k < 256 && l < 0; k++) {
+    for (int k = 0; k < 256 && l < 0; k++) {
       char name[48];
       region_name(m, k, name, sizeof name);
-      if (t->contrast[k] && !strcmp(name, want)) l = k;
+      if (region_flag(m, k) && !strcmp(name, want)) l = k;
     }
     if (l < 0)
       return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "set_contrast: model %d has no contrast region '%.40s' "

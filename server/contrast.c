@@ -8,6 +8,7 @@
 #include "srv_clock.h"
 #include "srv_contrast.h"
 #include "srv_session.h"
+#include "xt_gmm.h"
 #include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_server.h"
@@ -29,13 +30,14 @@ int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
     const xt_model *m = s->models[i];
     const xt_volume *v = m && m->kind == XT_MODEL_LABELS ? xt_model_volume(m) : NULL;
     const xt_instr *I = m ? xt_model_instr(m) : NULL; /* an instrument's lumen (xt_instr_lumen_region) */
+    const xt_gmm *G = m && m->kind == XT_MODEL_GMM ? xt_model_gmm(m) : NULL; /* a mixture's labels */
     const xt_material_table *t = v ? v->materials : I ? &I->dev.mt : NULL;
-    if (!t) continue;
+    if (!t && !G) continue;
     int known = 0;
     for (int k = 0; k < c->nregions; k++) known |= c->region[k].m == m;
     if (known) continue;
-    for (int l = 0; l < t->count && l < 256 && !rc; l++) {
-      if (!t->contrast[l]) continue;
+    for (int l = 0; l < (t ? t->count : 256) && l < 256 && !rc; l++) {
+      if (!(t ? t->contrast[l] : G->contrast[l])) continue;
       if (c->nregions == XT_SRV_MAX_REGIONS) {
         rc = xt_fail(msg, XT_ETOOLARGE, "contrast: model %s: at most %d regions", m->name, XT_SRV_MAX_REGIONS);
         break;

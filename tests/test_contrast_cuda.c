@@ -11,6 +11,7 @@
 
 #include "xt_acq.h"
 #include "xt_basis.h"
+#include "xt_gmm.h"
 #include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_test_cuda.h"
@@ -219,5 +220,67 @@ XT_TEST(cuda_catheter_lumen_matches_cpu) {
   xt_model_free(m);
 }
 
+/* A labelled mixture whose blood label is a region (xt_gmm_contrast_label): the CUDA kind's scaled
+ * records and channel rows against the CPU reference at two levels and back to none. */
+XT_TEST(cuda_mixture_region_matches_cpu) {
+  xt_msg msg;
+  xt_gmm *g = NULL;
+  XT_REQUIRE(xt_gmm_create(64, &g, &msg) == 0);
+  for (int i = 0; i < 64; i++) { /* a chain of blood Gaussians, soft tissue around it */
+    const int blood = i % 2 == 0;
+    g->g[i].centre[0] = (float)(-80 + 2.5 * i);
+    g->g[i].centre[1] = blood ? 0.f : 12.f;
+    g->g[i].centre[2] = (float)(10 * sin(0.2 * i));
+    g->g[i].scale[0] = 4.f, g->g[i].scale[1] = 3.f, g->g[i].scale[2] = blood ? 3.f : 8.f;
+    g->g[i].quat[0] = 1.f;
+    g->g[i].label = blood ? XT_MAT_BLOOD : XT_MAT_SOFT;
+    g->g[i].rho = blood ? 0.02f : 0.019f;
+  }
+  g->has_labels = 1;
+  XT_REQUIRE_MSG(xt_gmm_finish(g, "mix", &msg) == 0, "%s", msg.text);
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_gmm(g, "mix", &m, &msg) == 0);
+  XT_REQUIRE(xt_gmm_contrast_label(m, XT_MAT_BLOOD, &msg) == 0);
+  xt_proj *pc = NULL, *pg = NULL;
+  XT_REQUIRE_MSG(make_proj(XT_BACKEND_CPU, m, &pc, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE_MSG(make_proj(XT_BACKEND_CUDA, m, &pg, &msg) == 0, "%s", msg.text);
+  xt_chanset cs;
+  XT_REQUIRE(xt_proj_channels(pc, &cs, &msg) == 0);
+  const int ci = xt_chanset_find(&cs, XT_BASIS_IODINE);
+  XT_REQUIRE(ci >= 0);
+  const xt_detector_mode *md = xt_mode_find("fd20-256");
+  XT_REQUIRE(md);
+  xt_pose pose = xt_pose_default(md);
+  pose.primary_deg = 15;
+  xt_geometry geo;
+  XT_REQUIRE(xt_geom_compute(&pose, md, &geo, &msg) == 0);
+  const size_t px = (size_t)md->rows * md->cols;
+  float *a = malloc(sizeof *a * px * XT_MAX_CHANNELS), *b = malloc(sizeof *b * px * XT_MAX_CHANNELS);
+  XT_REQUIRE(a && b);
+  const double levels[] = {0.010, 0.300, 0.0};
+  for (int li = 0; li < 3; li++) {
+    double rho[256] = {0};
+    rho[XT_MAT_BLOOD] = levels[li];
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE(xt_proj_render(pc, &geo, b, &msg) == 0);
+    XT_REQUIRE_MSG(xt_proj_render(pg, &geo, a, &msg) == 0, "%s", msg.text);
+    check_bars(a, b, px, "mixture line integrals");
+    XT_REQUIRE(xt_proj_render_channels(pc, &geo, b, &msg) == 0);
+    XT_REQUIRE_MSG(xt_proj_render_channels(pg, &geo, a, &msg) == 0, "%s", msg.text);
+    for (int c = 0; c < cs.n; c++) check_bars(a + (size_t)c * px, b + (size_t)c * px, px, xt_basis_name(cs.basis[c]));
+    double sum = 0;
+    for (size_t k = 0; k < px; k++) sum += a[(size_t)ci * px + k];
+    if (levels[li] > 0) XT_CHECK(sum > 0);
+    else XT_CHECK(sum == 0);
+  }
+  free(a);
+  free(b);
+  xt_proj_destroy(pc);
+  xt_proj_destroy(pg);
+  xt_model_free(m);
+}
+
 XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_iodine_matches_cpu) XT_ENTRY(cuda_chain_region_equals_static_scene)
-                      XT_ENTRY(cuda_catheter_lumen_matches_cpu))
+                      XT_ENTRY(cuda_catheter_lumen_matches_cpu)
+                      XT_ENTRY(cuda_mixture_region_matches_cpu))

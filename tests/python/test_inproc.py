@@ -346,6 +346,27 @@ class Contrast(unittest.TestCase):
         s.set_contrast(0, "lumen", 0.0)
         np.testing.assert_array_equal(s.render(poses=pose, mode=mode)[0], f0.astype(np.float32))
 
+    def test_mixture_label(self):
+        # a labelled mixture whose blood Gaussians (label 4) are a region: the increment is linear in
+        # the concentration and confined to their rays; 0 gives the frame back
+        n = 8
+        c = np.c_[np.linspace(-40, 40, n), np.zeros(n), np.zeros(n)]
+        s = inproc.Scene(threads=2)
+        s.add_mixture(c, np.full((n, 3), 5.0), np.tile([1.0, 0, 0, 0], (n, 1)), np.full(n, 0.02),
+                      labels=np.array([4, 2] * (n // 2)), contrast=[4])
+        self.assertEqual(s.contrast_regions(0), {"4": 4})
+        f0 = s.render(poses=self.POSE, mode="fd20-128")
+        s.set_contrast(0, 4, 10.0)
+        d10 = s.render(poses=self.POSE, mode="fd20-128").astype(np.float64) - f0
+        s.set_contrast(0, "4", 30.0)
+        d30 = s.render(poses=self.POSE, mode="fd20-128").astype(np.float64) - f0
+        self.assertGreater(d10.max(), 0.0)
+        np.testing.assert_allclose(d30, 3.0 * d10, rtol=0, atol=1e-5 * float(f0.max()))
+        s.set_contrast(0, 4, 0.0)
+        np.testing.assert_array_equal(s.render(poses=self.POSE, mode="fd20-128"), f0)
+        with self.assertRaises(xtwin.InvalidRequest):
+            s.set_contrast(0, 2, 5.0)  # soft tissue is no region
+
     def test_bolus_against_its_closed_form(self):
         def p4(x):
             return 0.0 if x <= 0 else 1.0 - math.exp(-x) * (1 + x + x * x / 2 + x ** 3 / 6)

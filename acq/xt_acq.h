@@ -297,7 +297,9 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
  * anything is rendered). Each record is xt_acq_expose's for that request (identity, geometry and
  * P_edge, lineint pointing into lineint); t_render_ns, t_done_ns and lineint_ms are the batch's,
  * as its frames are made together. On error the records up to the one that failed hold what was
- * known, later ones are not written. */
+ * known, later ones are not written. Contrast (q[i].iodine): each run of consecutive requests with
+ * the same iodine is one projector call, after its iodine is set (as xt_acq_expose sets it), so a
+ * batch of frames with one concentration stays one call. */
 int xt_acq_expose_batch(xt_acq_renderer *r, const xt_acq_request *q, int n, float *lineint, xt_acq_frame *f,
                         xt_msg *msg);
 

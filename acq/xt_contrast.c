@@ -2,6 +2,7 @@
  * injection of constant rate gives its region. */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "xt_contrast.h"
 
@@ -69,6 +70,22 @@ double xt_injection_conc(const xt_injection *in, const xt_bolus *b, int64_t t_ns
   const double a = b->alpha + 1.0, x1 = t / b->beta_s, x0 = (t - T) / b->beta_s;
   if (x0 > 0.0 && x0 >= a + 1.0) return k * (gamma_q_cf(a, x0) - gamma_q_cf(a, x1));
   return k * (xt_gamma_p(a, x1) - xt_gamma_p(a, x0 > 0.0 ? x0 : 0.0));
+}
+
+xt_bolus xt_bolus_default(const char *region) {
+  xt_bolus b = {XT_CONTRAST_FLOW_ML_S, XT_CONTRAST_ARRIVAL_S, XT_CONTRAST_ALPHA, XT_CONTRAST_BETA_S};
+  if (region && !strcmp(region, "coronary")) b.flow_ml_s = 4.0;
+  return b;
+}
+
+double xt_region_conc(const xt_injection *inj, int n, int region, const xt_bolus *b, int64_t t_ns) {
+  double sum = 0.0, cap = 0.0;
+  for (int k = 0; k < n; k++) {
+    if (inj[k].region != region) continue;
+    sum += xt_injection_conc(&inj[k], b, t_ns);
+    if (inj[k].agent_mg_ml > cap) cap = inj[k].agent_mg_ml;
+  }
+  return sum < cap ? sum : cap;
 }
 
 int xt_bolus_check(const xt_bolus *b, const char *region, xt_msg *msg) {

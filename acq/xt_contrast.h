@@ -55,6 +55,13 @@ double xt_gamma_p(double a, double x);
 double xt_injection_duration_s(const xt_injection *in);
 /* mg I/mL the injection gives its region (bolus b) at time t_ns, uncapped. */
 double xt_injection_conc(const xt_injection *in, const xt_bolus *b, int64_t t_ns);
+/* mg I/mL region `region` holds at t_ns: the sum of the injections into it among inj[0..n), capped
+ * at the strongest agent among them. The server's latch and `xtwin replay` both take it from here,
+ * so a replayed frame holds the same double. */
+double xt_region_conc(const xt_injection *inj, int n, int region, const xt_bolus *b, int64_t t_ns);
+/* The bolus model of a region [U] (docs/contrast.md): the thorax's coronaries carry about 5 % of the
+ * cardiac output (4 mL/s), every other region the whole of it (83 mL/s). */
+xt_bolus xt_bolus_default(const char *region);
 /* Checks a bolus model's parameters: one line naming the bad one (XT_EINVAL). */
 int xt_bolus_check(const xt_bolus *b, const char *region, xt_msg *msg);
 

@@ -47,7 +47,7 @@ typedef struct xt_ds_model_spec {
   char name[XT_DS_NAME_MAX];
   int source;         /* XT_DS_SRC_* */
   char path[4096];    /* file or ellipsoid JSON, resolved against the spec's directory */
-  int phantom_labels; /* phantom "head-labels" (1) or "head" (0) */
+  int phantom_labels; /* phantom "head-labels" (1), "head" (0) or "thorax" (2: labels, contrast regions) */
   int voxels_labels;  /* ellipsoids: painted labels (1) or additive mu (0) */
   int size;           /* phantom / ellipsoids: voxels per side */
   double spacing_mm;
@@ -146,6 +146,23 @@ typedef struct xt_ds_dicom_spec {
   xt_dicom_identity identity;
 } xt_ds_dicom_spec;
 
+/* "contrast" (docs/dataset.md, "Contrast"): iodine in regions of label models (the thorax phantom's
+ * named regions, or MODEL:LABEL of a label model whose table flags the label, a contrast mask's),
+ * per frame either a concentration drawn from a range (every region the same) or the concentration
+ * of the bolus model (acq/xt_contrast.h) an injection into each region gives at a time after its
+ * start drawn from a range. */
+#define XT_DS_MAX_REGIONS 8
+typedef struct xt_ds_contrast_spec {
+  int present;
+  int nregions;
+  char region[XT_DS_MAX_REGIONS][XT_DS_NAME_MAX]; /* as the spec names it */
+  int model[XT_DS_MAX_REGIONS], label[XT_DS_MAX_REGIONS];
+  int bolus;           /* 0: mg_ml drawn; 1: an injection, t_s drawn */
+  xt_ds_range mg_ml;   /* mg I/mL */
+  double rate_ml_s, volume_ml, agent_mg_ml;
+  xt_ds_range t_s;     /* s after the injection starts */
+} xt_ds_contrast_spec;
+
 typedef struct xt_ds_write_spec {
   int lineint, intensity, raw, processed, labels, segmentation, landmarks;
 } xt_ds_write_spec;
@@ -170,6 +187,7 @@ typedef struct xt_ds_spec {
   xt_ds_plane_b_spec plane_b;
   xt_ds_write_spec write;
   xt_ds_dicom_spec dicom;
+  xt_ds_contrast_spec contrast;
   int format;            /* XT_DS_FMT_* */
   long long shard_frames;
   char *canonical;       /* the spec as one canonical JSON text (sorted keys, compact): spec.json */
@@ -212,6 +230,10 @@ typedef struct xt_ds_frame {
    * frame's dose, for the DICOM objects (the JSON states the parameters only) */
   xt_chain_info chain_info;
   xt_dose dose;
+  /* contrast: each region's iodine (mg I/mL; spec->contrast.region order) and, with a bolus, the
+   * drawn time after the injection's start */
+  double iodine_mg_ml[XT_DS_MAX_REGIONS];
+  double contrast_t_s;
 } xt_ds_frame;
 
 /* The frame's draws and geometry. placement[m] is model m's fixed placement and center[m] its

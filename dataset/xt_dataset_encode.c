@@ -307,6 +307,23 @@ static json_t *frame_json(const xt_ds_scene *sc, const xt_ds_frame *f, const xt_
     xt_jb_put(b, root, "labels", lab);
   }
 
+  if (s->contrast.present) { /* the iodine this frame's regions were rendered with (both planes': one instant) */
+    const xt_ds_contrast_spec *ct = &s->contrast;
+    json_t *co = json_object(), *mg = json_object();
+    for (int k = 0; k < ct->nregions; k++) xt_jb_put(b, mg, ct->region[k], json_real(f->iodine_mg_ml[k]));
+    xt_jb_put(b, co, "iodine_mg_ml", mg);
+    if (ct->bolus) {
+      json_t *in = json_object();
+      xt_jb_put(b, in, "rate_ml_s", json_real(ct->rate_ml_s));
+      xt_jb_put(b, in, "volume_ml", json_real(ct->volume_ml));
+      xt_jb_put(b, in, "agent_mg_ml", json_real(ct->agent_mg_ml));
+      xt_jb_put(b, co, "injection", in);
+      xt_jb_put(b, co, "t_s", json_real(f->contrast_t_s));
+    }
+    xt_jb_put(b, co, "note", json_string("each region's material plus iodine at this concentration (partial density "
+                                         "mg/mL / 1000 g/cm^3); t_s: after the injection's start (docs/contrast.md)"));
+    xt_jb_put(b, root, "contrast", co);
+  }
   if (s->write.landmarks) xt_jb_put(b, root, "landmarks", landmarks_json(s, f, b));
   if (fb) xt_jb_put(b, root, "plane_b", plane_b_json(s, fb, ffb, b));
   return root;

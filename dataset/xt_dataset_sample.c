@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "xt_contrast.h"
 #include "xt_dataset.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
@@ -144,6 +145,23 @@ int xt_ds_sample_frame(const xt_ds_spec *s, const xt_affine *placement, const do
   /* 4. the imaging chain: kV, then dose (after every other draw, so a chain never moves them) */
   const xt_ds_chain_spec *ch = &s->chain;
   double kv = draw(&r, ch->kv), dose = draw(&r, ch->dose_ngy);
+  /* 5. contrast, last (a spec without it draws as before): the concentration, or the time after the
+   * injection's start (arcs: per run, as every draw) */
+  const xt_ds_contrast_spec *ct = &s->contrast;
+  if (ct->present) {
+    const double cu = draw(&r, ct->bolus ? ct->t_s : ct->mg_ml);
+    f->contrast_t_s = ct->bolus ? cu : 0.0;
+    for (int k = 0; k < ct->nregions; k++) {
+      if (!ct->bolus) {
+        f->iodine_mg_ml[k] = cu;
+        continue;
+      }
+      /* an injection into the region at time 0, its bolus model the server's (xt_bolus_default) */
+      const xt_injection in = {0, ct->rate_ml_s, ct->volume_ml, ct->agent_mg_ml, 0, INT64_MAX};
+      const xt_bolus b = xt_bolus_default(ct->region[k]);
+      f->iodine_mg_ml[k] = xt_region_conc(&in, 1, 0, &b, (int64_t)llround(cu * 1e9));
+    }
+  }
   int rc = xt_geom_compute(&pose, mode, &f->geom, msg);
   if (rc || !ch->present) return rc;
   f->chain = ch->base;

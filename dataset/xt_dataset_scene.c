@@ -44,13 +44,16 @@
 static int load_model(const xt_ds_model_spec *ms, xt_model **out, xt_msg *msg) {
   int rc;
   *out = NULL;
+  if (ms->source == XT_DS_SRC_PHANTOM && ms->phantom_labels == 2) /* the thorax: contrast regions */
+    return xt_phantom_thorax_model(ms->spacing_mm, out, msg);
   if (ms->source == XT_DS_SRC_PHANTOM) {
     int dim[3] = {ms->size, ms->size, ms->size};
     return xt_phantom_head_model(dim, ms->spacing_mm, ms->phantom_labels ? XT_VOXEL_U8 : XT_VOXEL_F32, out, msg);
   }
 #ifdef XT_HAVE_LOADERS
   if (ms->source == XT_DS_SRC_FILE) {
-    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS};
+    static const xt_load_convert conv[] = {XT_LOAD_MU, XT_LOAD_HU_TO_MU, XT_LOAD_HU_TO_LABELS, XT_LOAD_LABELS,
+                                           XT_LOAD_CONTRAST_MASK};
     xt_load_options lo;
     memset(&lo, 0, sizeof lo);
     lo.convert = conv[ms->convert];
@@ -225,6 +228,17 @@ int xt_ds_scene_load(const xt_ds_spec *s, xt_ds_scene *sc, xt_msg *msg) {
     sc->center[i][1] = c.y;
     sc->center[i][2] = c.z;
   }
+  /* Contrast: each region a label its model's table flags (a contrast mask's come from its file). */
+  for (int k = 0; k < s->contrast.nregions; k++) {
+    const xt_volume *v = xt_model_volume(sc->models[s->contrast.model[k]]);
+    const int l = s->contrast.label[k];
+    if (!v || !v->materials || l >= v->materials->count || !v->materials->contrast[l]) {
+      rc = xt_fail(msg, XT_EINVAL, "%s: contrast.regions[%d]: \"%s\": label %d of model \"%s\" is no contrast region "
+                                   "(a \"thorax\" phantom's regions, or a file read with \"convert\": \"contrast-mask\")",
+                   base, k, s->contrast.region[k], l, s->models[s->contrast.model[k]].name);
+      goto fail;
+    }
+  }
   /* The chain sees a model only through its material channels: a kind without them would be
    * missing from the raw frame without a word (the chain renders no channel of it), so it is
    * refused here, by asking a CPU projector which channels the model brings. */
@@ -294,7 +308,8 @@ struct xt_ds_renderer {
   xt_acq_request *q, *ql; /* n requests (their geometries those above) */
   xt_acq_frame *rec, *recl; /* n records */
   float *tmp;          /* a second group's frames, summed into the image (xt_host_alloc: no staging) */
-  size_t gcap, glcap, tcap;
+  xt_acq_iodine *io;   /* contrast: n x XT_DS_MAX_REGIONS, each frame's regions of the group rendered */
+  size_t gcap, glcap, tcap, iocap;
   xt_backend backend;
 };
 
@@ -317,6 +332,7 @@ void xt_ds_renderer_free(xt_ds_renderer *r) {
   free(r->rec);
   free(r->recl);
   xt_host_free(r->backend, r->tmp);
+  free(r->io);
   free(r);
 }
 
@@ -434,6 +450,29 @@ static int ensure(xt_ds_renderer *r, int n, size_t px, xt_msg *msg) {
   return 0;
 }
 
+/* Contrast: frame f's regions whose model is in the group following src, into io (q's iodine). */
+static void frame_iodine(const xt_ds_renderer *r, const xt_ds_frame *f, int src, xt_acq_iodine *io,
+                         xt_acq_request *q) {
+  const xt_ds_spec *s = r->sc->spec;
+  int n = 0;
+  for (int k = 0; k < s->contrast.nregions; k++) {
+    const int m = s->contrast.model[k];
+    if ((s->models[m].follows >= 0 ? s->models[m].follows : m) != src) continue;
+    io[n++] = (xt_acq_iodine){r->sc->models[m], s->contrast.label[k], f->iodine_mg_ml[k] * 1e-3}; /* g/cm^3 */
+  }
+  q->iodine = n ? io : NULL;
+  q->niodine = n;
+}
+
+static int ensure_iodine(xt_ds_renderer *r, int n, xt_msg *msg) {
+  if (!r->sc->spec->contrast.present || (size_t)n <= r->iocap) return 0;
+  xt_acq_iodine *io = realloc(r->io, sizeof *io * (size_t)n * XT_DS_MAX_REGIONS);
+  if (!io) return xt_fail(msg, XT_ENOMEM, "out of memory");
+  r->io = io;
+  r->iocap = (size_t)n;
+  return 0;
+}
+
 /* The mono exposures of n frames: line integrals of the render geometries g[i] (filled per group
  * or channel before each batch), numbered by the frames' indices. */
 static void mono_requests(const xt_ds_frame *f, int n, const xt_geometry *g, xt_acq_request *q) {
@@ -449,10 +488,14 @@ int xt_ds_render_image(xt_ds_renderer *r, const xt_ds_frame *f, int n, float *im
   const size_t px = (size_t)f[0].geom.mode.rows * f[0].geom.mode.cols;
   int rc = ensure(r, n, px, msg);
   if (rc) return rc;
+  if ((rc = ensure_iodine(r, n, msg))) return rc;
   const int mode = r->nmodes > 1 ? f[0].mode : 0;
   mono_requests(f, n, r->g, r->q);
   for (int gi = 0; gi < r->ngroups; gi++) {
     for (int i = 0; i < n; i++) render_geometry(&f[i], r->group_src[gi], &r->g[i]);
+    /* contrast: runs of frames with equal iodine go to the projector together (xt_acq_expose_batch) */
+    for (int i = 0; i < n && r->io; i++)
+      frame_iodine(r, &f[i], r->group_src[gi], r->io + (size_t)i * XT_DS_MAX_REGIONS, &r->q[i]);
     float *dst = gi == 0 ? img : r->tmp;
     if ((rc = xt_acq_expose_batch(&r->img[mode][gi], r->q, n, dst, r->rec, msg))) return rc;
     if (gi > 0)
@@ -507,7 +550,9 @@ int xt_ds_render_chain(xt_ds_renderer *r, xt_ds_frame *f, int n, uint16_t *raw, 
   q.flags = XT_ACQ_FIRST_EXPOSURE;
   q.buffers = chain_buffers;
   q.ctx = &o;
+  xt_acq_iodine io[XT_DS_MAX_REGIONS];
   for (int i = 0; i < n; i++) {
+    if (r->sc->spec->contrast.present) frame_iodine(r, &f[i], r->group_src[0], io, &q); /* the one image group */
     xt_geometry g;
     xt_acq_frame rec;
     int rc;

@@ -12,7 +12,9 @@
 
 #include <openssl/evp.h>
 
+#include "xt_contrast.h"
 #include "xt_dataset.h"
+#include "xt_phantom.h"
 #ifdef XT_HAVE_LOADERS
 #include "xt_load.h"
 #endif
@@ -340,10 +342,10 @@ static int check_name(ctx *c, const char *s) {
 /* ------------------------------------------------------------------------------------------ */
 
 static int model_is_labels(const xt_ds_model_spec *m) {
-  if (m->source == XT_DS_SRC_PHANTOM) return m->phantom_labels;
+  if (m->source == XT_DS_SRC_PHANTOM) return m->phantom_labels != 0;
   if (m->source == XT_DS_SRC_ELLIPSOIDS) return m->voxels_labels;
 #ifdef XT_HAVE_LOADERS
-  return m->convert == XT_LOAD_HU_TO_LABELS || m->convert == XT_LOAD_LABELS;
+  return m->convert == XT_LOAD_HU_TO_LABELS || m->convert == XT_LOAD_LABELS || m->convert == XT_LOAD_CONTRAST_MASK;
 #else
   return 0;
 #endif
@@ -424,12 +426,12 @@ static int parse_model(ctx *c, xt_ds_spec *s, json_t *mj, int idx) {
   }
   if (phantom) {
     m->source = XT_DS_SRC_PHANTOM;
-    if ((rc = get_choice(c, mj, "phantom", "head|head-labels", 0, &m->phantom_labels))) return rc;
+    if ((rc = get_choice(c, mj, "phantom", "head|head-labels|thorax", 0, &m->phantom_labels))) return rc;
   } else if (file) {
     m->source = XT_DS_SRC_FILE;
     resolve_path(s->path, file, m->path, sizeof m->path);
     const char *series;
-    if ((rc = get_choice(c, mj, "convert", "mu|hu|hu-labels|labels", 1, &m->convert)) ||
+    if ((rc = get_choice(c, mj, "convert", "mu|hu|hu-labels|labels|contrast-mask", 1, &m->convert)) ||
         (rc = get_number(c, mj, "energy_kev", 20, 150, XT_DEFAULT_ENERGY_KEV, &m->energy_kev)) ||
         (rc = get_choice(c, mj, "hu_model", "bilinear|linear", 0, &m->hu_linear)) ||
         (rc = get_number(c, mj, "ct_energy_kev", 20, 150, 70, &m->ct_energy_kev)) ||
@@ -817,6 +819,90 @@ done:
   return rc;
 }
 
+/* "contrast": {"regions": [...], "mg_ml": [lo, hi]} or {"regions": [...], "bolus": {"rate_ml_s",
+ * "volume_ml", "agent_mg_ml"?, "t_s": [lo, hi]}}. A region is a thorax phantom's region name (the
+ * first thorax model's) or MODEL:LABEL of a label model; that the label is flagged as a region in
+ * the model's table is checked when the scene is loaded (a contrast mask's flags come from its
+ * file). */
+static int parse_contrast(ctx *c, xt_ds_spec *s, json_t *root) {
+  static const char *const keys[] = {"regions", "mg_ml", "bolus", NULL};
+  static const char *const bkeys[] = {"rate_ml_s", "volume_ml", "agent_mg_ml", "t_s", NULL};
+  json_t *cj, *rj, *bj;
+  int rc;
+  if ((rc = get_object(c, root, "contrast", &cj)) || !cj) return rc;
+  xt_ds_contrast_spec *ct = &s->contrast;
+  size_t n = push_key(c, "contrast");
+  if ((rc = check_keys(c, cj, keys)) || (rc = get_array(c, cj, "regions", &rj)) || (rc = get_object(c, cj, "bolus", &bj)))
+    goto done;
+  if (!rj || json_array_size(rj) < 1 || json_array_size(rj) > XT_DS_MAX_REGIONS) {
+    rc = fail_key(c, "regions", XT_EINVAL, "1 to %d regions", XT_DS_MAX_REGIONS);
+    goto done;
+  }
+  if (!bj == !json_object_get(cj, "mg_ml")) {
+    rc = fail(c, XT_EINVAL, "give one of \"mg_ml\" (a concentration per frame) and \"bolus\" (an injection)");
+    goto done;
+  }
+  for (size_t i = 0; i < json_array_size(rj) && !rc; i++) {
+    const char *name = json_string_value(json_array_get(rj, i));
+    size_t k = push_key(c, "regions");
+    size_t q = push_index(c, i);
+    int m = -1, l = -1;
+    const char *colon = name ? strrchr(name, ':') : NULL;
+    if (!name || strlen(name) >= XT_DS_NAME_MAX) rc = fail(c, XT_EINVAL, "a region's name (a string) expected");
+    else if (colon) { /* MODEL:LABEL */
+      char model[XT_DS_NAME_MAX];
+      char *end = NULL;
+      snprintf(model, sizeof model, "%.*s", (int)(colon - name), name);
+      const long v = strtol(colon + 1, &end, 10);
+      m = find_model(s, model);
+      if (m < 0) rc = fail(c, XT_EINVAL, "\"%s\": no model \"%s\"", name, model);
+      else if (!colon[1] || *end || v < 1 || v > 255) rc = fail(c, XT_EINVAL, "\"%s\": a label 1..255 after the ':'", name);
+      else if (!model_is_labels(&s->models[m]))
+        rc = fail(c, XT_EINVAL, "\"%s\": model \"%s\" has no labels", name, model);
+      l = (int)v;
+    } else {
+      for (int j = 0; j < s->nmodels && m < 0; j++)
+        if (s->models[j].source == XT_DS_SRC_PHANTOM && s->models[j].phantom_labels == 2) m = j;
+      for (int lab = 0; lab < XT_THORAX_LABELS && m >= 0 && l < 0; lab++)
+        if (xt_phantom_thorax_region(lab) && !strcmp(xt_phantom_thorax_region(lab), name)) l = lab;
+      if (m < 0 || l < 0)
+        rc = fail(c, XT_EINVAL, "\"%s\": not a region of a \"thorax\" phantom (heart, aorta, pulmonary, veins, "
+                                "coronary) nor MODEL:LABEL", name);
+    }
+    for (int j = 0; j < ct->nregions && !rc; j++)
+      if (ct->model[j] == m && ct->label[j] == l) rc = fail(c, XT_EINVAL, "\"%s\" is named twice", name);
+    if (!rc && !s->models[m].in_image) rc = fail(c, XT_EINVAL, "\"%s\": its model is not in the image", name);
+    if (!rc) {
+      snprintf(ct->region[ct->nregions], XT_DS_NAME_MAX, "%s", name);
+      ct->model[ct->nregions] = m;
+      ct->label[ct->nregions++] = l;
+    }
+    pop(c, k);
+    (void)q;
+  }
+  if (rc) goto done;
+  if (!bj) {
+    rc = get_range(c, cj, "mg_ml", 0, 400, 0, 0, &ct->mg_ml, NULL);
+  } else {
+    size_t k = push_key(c, "bolus");
+    if (!(rc = check_keys(c, bj, bkeys)) && !(rc = get_number(c, bj, "rate_ml_s", 0.01, 100, 0, &ct->rate_ml_s)) &&
+        !(rc = get_number(c, bj, "volume_ml", 0.01, 1000, 0, &ct->volume_ml)) &&
+        !(rc = get_number(c, bj, "agent_mg_ml", 50, 400, XT_CONTRAST_AGENT_MG_ML, &ct->agent_mg_ml)) &&
+        !(rc = get_range(c, bj, "t_s", 0, 600, 0, 0, &ct->t_s, NULL))) {
+      const char *miss = !json_object_get(bj, "rate_ml_s") ? "rate_ml_s" : !json_object_get(bj, "volume_ml") ? "volume_ml"
+                         : !json_object_get(bj, "t_s") ? "t_s" : NULL;
+      if (miss) rc = fail_key(c, miss, XT_EINVAL, "required");
+    }
+    pop(c, k);
+    ct->bolus = 1;
+  }
+  if (!rc && !ct->bolus && !json_object_get(cj, "mg_ml")) rc = fail_key(c, "mg_ml", XT_EINVAL, "required");
+  ct->present = !rc;
+done:
+  pop(c, n);
+  return rc;
+}
+
 static int parse_landmarks(ctx *c, xt_ds_spec *s, json_t *root) {
   static const char *const keys[] = {"name", "model", "position_mm", NULL};
   json_t *lj;
@@ -1125,7 +1211,7 @@ void xt_ds_spec_free(xt_ds_spec *s) {
 int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
   static const char *const keys[] = {"format", "version", "description", "seed", "frames", "backend", "detector",
                                      "models", "poses", "plane_b", "labels", "landmarks", "chain", "write", "output",
-                                     "dicom", NULL};
+                                     "dicom", "contrast", NULL};
   memset(s, 0, sizeof *s);
   const char *base = strrchr(path, '/');
   ctx c = {base ? base + 1 : path, "", msg};
@@ -1212,7 +1298,7 @@ int xt_ds_spec_load(const char *path, xt_ds_spec *s, xt_msg *msg) {
   xt_material_table mt;
   if ((rc = xt_materials_default(XT_DEFAULT_ENERGY_KEV, &mt, msg))) goto done;
   if ((rc = parse_plane_b(&c, s, root)) || (rc = parse_labels(&c, s, root, &mt)) || (rc = parse_landmarks(&c, s, root)) ||
-      (rc = parse_chain(&c, s, root)) ||
+      (rc = parse_contrast(&c, s, root)) || (rc = parse_chain(&c, s, root)) ||
       (rc = parse_write(&c, s, root)) || (rc = parse_output(&c, s, root)) || (rc = parse_dicom(&c, s, root)))
     goto done;
 

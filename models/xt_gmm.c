@@ -311,10 +311,23 @@ static int gmm_matter(const xt_model *m, xt_model_matter *out, xt_msg *msg) {
   out->energy_kev = XT_DEFAULT_ENERGY_KEV;
   out->kind = g->has_labels ? XT_MATTER_USED_LABELS : XT_MATTER_SOFT;
   memset(out->used, 0, sizeof out->used);
+  out->contrast = g->has_labels ? g->contrast : NULL;
   for (size_t i = 0; g->has_labels && i < g->count; i++) {
     const uint32_t l = g->g[i].label & 255u; /* validated 0..255 when has_labels */
     out->used[l >> 6] |= (uint64_t)1 << (l & 63);
   }
+  return 0;
+}
+
+int xt_gmm_contrast_label(xt_model *m, int label, xt_msg *msg) {
+  xt_gmm *g = m ? xt_model_gmm(m) : NULL;
+  if (!g || !g->g) return xt_fail(msg, XT_EINVAL, "contrast: model %s has no mixture", m ? m->name : "?");
+  if (!g->has_labels)
+    return xt_fail(msg, XT_EINVAL, "contrast: mixture %s has no labels: a region is the Gaussians of one label", m->name);
+  size_t n = 0;
+  for (size_t i = 0; label >= 0 && label < 256 && i < g->count; i++) n += (g->g[i].label & 255u) == (uint32_t)label;
+  if (!n) return xt_fail(msg, XT_EINVAL, "contrast: mixture %s has no Gaussian of label %d", m->name, label);
+  g->contrast[label] = 1;
   return 0;
 }
 

@@ -68,7 +68,16 @@ typedef struct xt_gmm {
   xt_gmm_node *nodes;    /* owned; nodes[0] is the root */
   uint32_t nnodes;
   uint32_t *index;       /* owned, count entries: Gaussian indices in leaf order */
+  /* Contrast regions (issue 26, docs/contrast.md "A mixture's label"): 1 where the Gaussians of
+   * label l can take iodine (xt_gmm_contrast_label); labelled mixtures only. */
+  unsigned char contrast[256];
 } xt_gmm;
+
+/* Makes the Gaussians of `label` a contrast region: iodine put into it scales each one's optical
+ * depth by (mu_l + (mu/rho)_I rho_I) / mu_l, mu_l its material's (the default table's composition at
+ * the mixture's energy), and feeds the iodine channel. XT_EINVAL naming the model when the mixture
+ * has no labels or no Gaussian of that label. */
+int xt_gmm_contrast_label(xt_model *m, int label, xt_msg *msg);
 
 /* A mixture of `count` zeroed Gaussians (identity rotations, no labels, default cut-off). The
  * caller fills g[] and calls xt_gmm_finish. count must be 1..XT_GMM_MAX_COUNT. */

@@ -113,8 +113,8 @@ int xt_gmm_read_json(const char *path, xt_gmm **out, char *name, size_t name_cap
   const char *k;
   json_t *val;
   json_object_foreach(root, k, val) {
-    if (strcmp(k, "name") && strcmp(k, "gaussians") && strcmp(k, "cutoff_sigma")) {
-      rc = xt_fail(msg, XT_EFORMAT, "%s: unknown key \"%s\" (expected name, cutoff_sigma, gaussians)", path, k);
+    if (strcmp(k, "name") && strcmp(k, "gaussians") && strcmp(k, "cutoff_sigma") && strcmp(k, "contrast")) {
+      rc = xt_fail(msg, XT_EFORMAT, "%s: unknown key \"%s\" (expected name, cutoff_sigma, gaussians, contrast)", path, k);
       goto done;
     }
   }
@@ -156,6 +156,26 @@ int xt_gmm_read_json(const char *path, xt_gmm **out, char *name, size_t name_cap
   if (rc) goto done;
   g->has_labels = labelled;
   if ((rc = xt_gmm_finish(g, path, msg))) goto done;
+  /* "contrast": [material, ...]: the Gaussians of each are a contrast region (docs/contrast.md) */
+  const json_t *ct = json_object_get(root, "contrast");
+  if (ct && (!json_is_array(ct) || !labelled)) {
+    rc = xt_fail(msg, XT_EFORMAT, "%s: contrast: %s", path,
+                 labelled ? "expected an array of material names" : "a mixture without materials has no regions");
+    goto done;
+  }
+  for (size_t i = 0; ct && i < json_array_size(ct) && !rc; i++) {
+    const char *mname = json_string_value(json_array_get(ct, i));
+    int l = -1;
+    for (int j = 0; mname && j < mt.count && l < 0; j++)
+      if (!strcmp(mt.name[j], mname)) l = j;
+    size_t n = 0;
+    for (size_t q = 0; l >= 0 && q < g->count; q++) n += (g->g[q].label & 255u) == (uint32_t)l;
+    if (l < 0 || !n)
+      rc = xt_fail(msg, XT_EFORMAT, "%s: contrast[%zu]: \"%.40s\" is no material of a Gaussian here", path, i,
+                   mname ? mname : "");
+    else g->contrast[l] = 1;
+  }
+  if (rc) goto done;
   if (name && name_cap) snprintf(name, name_cap, "%s", nm ? json_string_value(nm) : "");
   *out = g;
   g = NULL;

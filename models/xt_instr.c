@@ -377,6 +377,31 @@ const xt_model_kind_ops xt_model_kind_instr = {.name = "instrument",
                                                .matter = instr_matter,
                                                .device_bytes = instr_device_bytes};
 
+int xt_instr_lumen_id(const xt_instr_device *dev) {
+  for (int i = 0; i < dev->mt.count; i++)
+    if (dev->mt.contrast[i]) return i;
+  return -1;
+}
+
+int xt_instr_lumen_region(xt_instr_device *dev, int *id, xt_msg *msg) {
+  int l = xt_instr_lumen_id(dev), any = 0;
+  for (int i = 0; i < dev->nsections; i++) any |= dev->sec[i].r_in > 0 && (dev->sec[i].lumen == dev->medium || dev->sec[i].lumen == l);
+  if (!any) return xt_fail(msg, XT_EINVAL, "instrument: no section has a lumen of its medium to take contrast");
+  xt_material_table *t = &dev->mt;
+  if (l < 0) {
+    if (t->count >= XT_MAX_MATERIALS) return xt_fail(msg, XT_ETOOLARGE, "instrument: more than %d materials", XT_MAX_MATERIALS);
+    l = t->count++;
+    t->mu[l] = t->mu[dev->medium]; /* the same float: mu_lumen - mu_medium is 0 exactly without iodine */
+    t->density[l] = t->density[dev->medium];
+    memcpy(t->name[l], t->name[dev->medium], XT_MATERIAL_NAME_MAX); /* its composition is the medium's */
+    t->contrast[l] = 1;
+  }
+  for (int i = 0; i < dev->nsections; i++)
+    if (dev->sec[i].r_in > 0 && dev->sec[i].lumen == dev->medium) dev->sec[i].lumen = l;
+  if (id) *id = l;
+  return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Ready-made devices                                                                         */
 /* ------------------------------------------------------------------------------------------ */

@@ -108,6 +108,17 @@ int xt_model_from_instr(const xt_instr_device *dev, const double *pts, int n, co
 /* Replaces the model's own shape (what a projector copies at add_model). */
 int xt_instr_set_shape(xt_model *m, const double *pts, int n, xt_msg *msg);
 
+/* Makes the instrument's lumen a contrast region (issue 26, docs/contrast.md "An instrument's
+ * lumen"): every hollow section whose lumen holds the medium (the channel a catheter injects
+ * through) gets a table entry of its own - the medium's material under the medium's name, same mu,
+ * flagged contrast[] - so iodine can be put into the lumen and not into the medium it displaces (the
+ * medium's entry stays unflagged). Without iodine the lumen still equals the medium bit for bit.
+ * *id (may be NULL) gets the entry. XT_EINVAL when no hollow section has such a lumen; a second call
+ * finds the entry it made. */
+int xt_instr_lumen_region(xt_instr_device *dev, int *id, xt_msg *msg);
+/* The device's lumen region's table entry, -1 when it has none. */
+int xt_instr_lumen_id(const xt_instr_device *dev);
+
 /* Two ready-made devices, for the phantom, tests and benchmarks: a 0.014-inch guidewire (0.36 mm,
  * nitinol core, a 30 mm platinum coil tip) and a 5 F catheter (1.67 mm outside, 1.1 mm lumen of
  * the medium, tungsten-loaded polymer shaft, a 1 mm platinum marker band 2 mm from its tip). */

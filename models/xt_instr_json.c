@@ -60,6 +60,7 @@ int xt_instr_read_json(const char *path, xt_model **out, xt_msg *msg) {
   }
   const char *device = NULL, *medium = "blood";
   json_int_t maxp = 4096;
+  int lumen_contrast = 0;
   json_t *sections = NULL, *points = NULL;
   double *pts = NULL;
   xt_instr_device *dev = malloc(sizeof *dev);
@@ -67,9 +68,11 @@ int xt_instr_read_json(const char *path, xt_model **out, xt_msg *msg) {
     json_decref(root);
     return xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);
   }
-  if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s?s,s?s,s?I,s?o,s:o}", "device", &device, "medium",
-                     &medium, "max_points", &maxp, "sections", &sections, "points", &points)) {
-    rc = xt_fail(msg, XT_EFORMAT, "%s: %s (keys: device or sections, medium, max_points, points)", path, jerr.text);
+  if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s?s,s?s,s?I,s?o,s?b,s:o}", "device", &device, "medium",
+                     &medium, "max_points", &maxp, "sections", &sections, "contrast_lumen", &lumen_contrast, "points",
+                     &points)) {
+    rc = xt_fail(msg, XT_EFORMAT, "%s: %s (keys: device or sections, medium, max_points, contrast_lumen, points)", path,
+                 jerr.text);
     goto done;
   }
   if (maxp < 2 || maxp > XT_INSTR_MAX_POINTS) {
@@ -93,6 +96,13 @@ int xt_instr_read_json(const char *path, xt_model **out, xt_msg *msg) {
     dev->nsections = (int)ns;
   }
   if (rc) goto done;
+  if (lumen_contrast) { /* the lumen takes injections (docs/contrast.md) */
+    xt_msg why;
+    if ((rc = xt_instr_lumen_region(dev, NULL, &why))) {
+      rc = xt_fail(msg, rc, "%s: contrast_lumen: %s", path, why.text);
+      goto done;
+    }
+  }
   if ((rc = xt_instr_device_check(dev, path, msg))) goto done;
   if (!(pts = malloc(sizeof(double) * 3 * (size_t)maxp))) {
     rc = xt_fail(msg, XT_ENOMEM, "%s: out of memory", path);

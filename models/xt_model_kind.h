@@ -57,6 +57,7 @@ typedef struct xt_model_matter {
   double energy_kev;              /* the energy the values (or the default table) are taken at */
   const xt_material_table *table; /* XT_MATTER_LABELS: the model's own table (NULL: it has none) */
   uint64_t used[4];               /* XT_MATTER_USED_LABELS: label l is used when bit l % 64 of used[l / 64] */
+  const unsigned char *contrast;  /* XT_MATTER_USED_LABELS: 256 flags of contrast regions, or NULL */
 } xt_model_matter;
 
 typedef struct xt_model_kind_ops {

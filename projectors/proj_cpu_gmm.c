@@ -10,7 +10,9 @@
  * within the cut-off: skipping it changes nothing.
  *
  * Material channels (xt_channels.h): each Gaussian's integral, an optical depth, goes to the
- * channels of its material by the mixture's xt_gmm_chan row (its label's, or row 0 without labels). */
+ * channels of its material by the mixture's xt_gmm_chan row (its label's, or row 0 without labels).
+ * Contrast (a label flagged by xt_gmm_contrast_label): the region's optical depths are scaled by the
+ * projector's iodine table (gmm_iodine). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +24,15 @@
 typedef struct gmm_state {
   xt_affine w2m; /* world -> model frame */
   double k2;     /* cut-off radius squared */
+  const xt_iodine_tab *io; /* contrast (docs/contrast.md): the labels' optical-depth scales; NULL: none */
 } gmm_state;
+
+/* The channel map: the rows in use (the mixture's, with the projector's iodine: gmm_iodine), then
+ * the mixture's own (xt_gmm_chan_build's), which the iodine's rows are made from each time. */
+typedef struct gmm_chan {
+  xt_gmm_chan cur; /* first: gmm_walk reads it as an xt_gmm_chan */
+  xt_gmm_chan base;
+} gmm_chan;
 
 _Static_assert(sizeof(gmm_state) <= XT_CPU_KIND_STATE, "gmm state fits the kind state");
 
@@ -39,6 +49,7 @@ static int gmm_frame(const xt_model *m, const xt_pose *pose, void *state) {
   xt_affine m2w = xt_aff_compose(&p2w, &m->placement);
   const double k = xt_model_gmm(m)->cutoff;
   st->k2 = k * k;
+  st->io = NULL; /* the projector's iodine, if any, comes after (gmm_iodine) */
   return xt_aff_invert(&m2w, &st->w2m);
 }
 
@@ -88,7 +99,8 @@ static void gmm_walk(const xt_model *m, const void *state, const xt_gmm_chan *ch
     if (n->count) {
       for (uint32_t i = 0; i < n->count; i++) {
         const xt_gaussian *g = &gm->g[gm->index[n->first + i]];
-        const double v = gaussian_on_ray(g, o, d, len, st->k2);
+        double v = gaussian_on_ray(g, o, d, len, st->k2);
+        if (st->io) v *= st->io->scale[g->label & 255u]; /* a region's iodine: 1 exactly elsewhere */
         if (!ch) {
           acc[0] += v;
           continue;
@@ -111,15 +123,29 @@ static double gmm_ray(const xt_model *m, const void *state, xt_vec3 a, xt_vec3 w
 }
 
 static int gmm_chan_build(const xt_model *m, const xt_chanset *cs, void **chan, xt_msg *msg) {
-  xt_gmm_chan *ch = malloc(sizeof *ch);
+  gmm_chan *ch = malloc(sizeof *ch);
   if (!ch) return xt_fail(msg, XT_ENOMEM, "cpu projector: out of memory");
-  int rc = xt_gmm_chan_build(cs, m, ch, msg);
+  int rc = xt_gmm_chan_build(cs, m, &ch->base, msg);
   if (rc) {
     free(ch);
     return rc;
   }
+  ch->cur = ch->base;
   *chan = ch;
   return 0;
+}
+
+/* Contrast in a labelled mixture: the frame's state scales each region's optical depth, and the
+ * channel rows of the scaled depth are the mixture's divided by the scale, the iodine's its weight
+ * (made from the base rows each time: the hook runs every channels frame). */
+static void gmm_iodine(const xt_iodine_tab *io, void *state, void *chan) {
+  if (state) ((gmm_state *)state)->io = io;
+  gmm_chan *ch = chan;
+  if (!ch || !ch->base.labels) return;
+  for (int l = 0; l < 256; l++) {
+    for (int c = 0; c < XT_MAX_CHANNELS; c++) ch->cur.w[l][c] = (float)(ch->base.w[l][c] / io->scale[l]);
+    if (io->ci >= 0 && io->scale[l] != 1.0) ch->cur.w[l][io->ci] = io->wio[l];
+  }
 }
 
 static void gmm_ray_channels(const xt_model *m, const void *state, const void *chan, xt_vec3 a, xt_vec3 w, double len,
@@ -132,4 +158,5 @@ const xt_cpu_kind xt_cpu_kind_gmm = {.kind = XT_MODEL_GMM,
                                      .frame = gmm_frame,
                                      .ray = gmm_ray,
                                      .chan_build = gmm_chan_build,
-                                     .ray_channels = gmm_ray_channels};
+                                     .ray_channels = gmm_ray_channels,
+                                     .iodine = gmm_iodine};

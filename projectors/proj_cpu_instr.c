@@ -21,6 +21,10 @@
 typedef struct instr_state {
   xt_affine w2m;
   double scale; /* a bound on how far w2m stretches a length (its linear part's Frobenius norm) */
+  /* contrast in the lumen (docs/contrast.md): the projector's table with iodine (NULL: the
+   * segments' own mu), and the medium's mu it displaces */
+  const xt_iodine_tab *io;
+  double mu_med;
 } instr_state;
 
 _Static_assert(sizeof(instr_state) <= XT_CPU_KIND_STATE, "instrument state fits the kind state");
@@ -28,7 +32,19 @@ _Static_assert(sizeof(instr_state) <= XT_CPU_KIND_STATE, "instrument state fits 
 /* g/cm^2 of each channel per mm of path through material l, the medium's row subtracted. */
 typedef struct instr_chan {
   float w[XT_MAX_MATERIALS][XT_MAX_CHANNELS];
+  int med; /* the medium's table id (its row is what every row had subtracted) */
 } instr_chan;
+
+/* The segment's line integral: its own mu, or with iodine the lumen's entry of the projector's table
+ * less the medium's (as xt_instr_geom_build forms mu_lumen; every entry without iodine is the
+ * model's own float, so a lumen without iodine gives xt_tube_integral's value bit for bit). */
+static double seg_integral(const instr_state *st, const xt_tube_seg *t, const double o[3], const double d[3],
+                           double len) {
+  if (!st->io || !(t->r_in > 0.0)) return xt_tube_integral(t, o, d, len);
+  double co, ci;
+  xt_tube_chords(t, o, d, len, &co, &ci);
+  return t->mu_wall * (co - ci) + ((double)st->io->mu[t->lumen] - st->mu_med) * ci;
+}
 
 static int instr_check(const xt_model *m, xt_msg *msg) {
   const xt_instr *I = xt_model_instr(m);
@@ -46,7 +62,19 @@ static int instr_frame(const xt_model *m, const xt_pose *pose, void *state) {
   for (int r = 0; r < 3; r++)
     for (int c = 0; c < 3; c++) f += st->w2m.m[r][c] * st->w2m.m[r][c];
   st->scale = sqrt(f);
+  st->io = NULL; /* the projector's iodine, if any, comes after (instr_iodine) */
+  const xt_instr *I = xt_model_instr(m);
+  st->mu_med = (double)I->dev.mt.mu[I->dev.medium];
   return 1;
+}
+
+/* Contrast in the lumen: the frame's state reads the table (mono), the channel map gets each row's
+ * iodine column, the medium's subtracted as chan_build subtracts it. */
+static void instr_iodine(const xt_iodine_tab *io, void *state, void *chan) {
+  if (state) ((instr_state *)state)->io = io;
+  instr_chan *ch = chan;
+  if (ch && io->ci >= 0)
+    for (int l = 0; l < XT_MAX_MATERIALS; l++) ch->w[l][io->ci] = io->col[l] - io->col[ch->med];
 }
 
 /* Whether o + s d, s in [0, len], meets the box grown by e on every side. */
@@ -90,7 +118,7 @@ static void instr_walk(const xt_model *m, const void *state, const instr_chan *c
       for (int s = i * XT_INSTR_FANOUT; s < g->nseg && s < (i + 1) * XT_INSTR_FANOUT; s++) {
         const xt_tube_seg *t = &g->seg[s];
         if (!ch) {
-          acc[0] += xt_tube_integral(t, o, d, len);
+          acc[0] += seg_integral(st, t, o, d, len);
           continue;
         }
         double co, ci;
@@ -126,6 +154,7 @@ static int instr_chan_build(const xt_model *m, const xt_chanset *cs, void **chan
     const int med = xt_model_instr(m)->dev.medium;
     for (int l = 0; l < XT_MAX_MATERIALS; l++)
       for (int c = 0; c < XT_MAX_CHANNELS; c++) ch->w[l][c] = vc->w[l][c] - vc->w[med][c];
+    ch->med = med;
     *chan = ch;
     ch = NULL;
   }
@@ -208,7 +237,7 @@ static void instr_pixel(const xt_model *m, const void *state, const void *chan, 
       for (int k = 0; k < nc; k++) {
         const xt_tube_seg *t = &G->seg[cand[k]];
         if (!ch) {
-          sum += xt_tube_integral(t, o, dm, len);
+          sum += seg_integral(st, t, o, dm, len);
           continue;
         }
         double co, ci;
@@ -242,4 +271,5 @@ const xt_cpu_kind xt_cpu_kind_instr = {.kind = XT_MODEL_INSTR,
                                        .ray_channels = instr_ray_channels,
                                        .own = instr_own,
                                        .reshape = instr_reshape,
-                                       .pixel = instr_pixel};
+                                       .pixel = instr_pixel,
+                                       .iodine = instr_iodine};

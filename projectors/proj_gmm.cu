@@ -97,6 +97,13 @@ typedef struct gmm_state {
   float *d_tab;
   uint32_t feeds;
   int chan_models; /* models the table covers */
+  /* contrast (docs/contrast.md, a mixture's label): per model the projector's iodine (NULL: none)
+   * and a host copy of its records with each region's rho scaled; the table's rows as the mixtures
+   * give them (h_tab) and the iodine channel of the last set_channels (ci, -1: none) */
+  xt_iodine_tab *io[XT_CUDA_MAX_MODELS];
+  xt_gaussian *h_g[XT_CUDA_MAX_MODELS];
+  float *h_tab;
+  int ci;
 } gmm_state;
 
 static_assert(XT_CUDA_MAX_MODELS * 256 <= 65536, "weight rows fit uint16");
@@ -143,6 +150,8 @@ static void gmm_destroy(void *st) {
   cudaFree(s->d_g);
   cudaFree(s->d_row);
   cudaFree(s->d_tab);
+  for (int i = 0; i < XT_CUDA_MAX_MODELS; i++) free(s->io[i]), free(s->h_g[i]);
+  free(s->h_tab);
   free(s);
 }
 
@@ -586,6 +595,20 @@ static int gmm_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   return 0;
 }
 
+/* Model slot m's 256 weight rows with its iodine (gmm_set_iodine), uploaded. */
+static int gmm_upload_rows(gmm_state *s, int m, xt_msg *msg) {
+  const xt_iodine_tab *io = s->io[m];
+  float rows[256 * XT_MAX_CHANNELS];
+  const float *base = s->h_tab + (size_t)m * 256 * XT_MAX_CHANNELS;
+  for (int l = 0; l < 256; l++) {
+    for (int c = 0; c < XT_MAX_CHANNELS; c++)
+      rows[l * XT_MAX_CHANNELS + c] = (float)(base[l * XT_MAX_CHANNELS + c] / io->scale[l]);
+    if (s->ci >= 0 && io->scale[l] != 1.0) rows[l * XT_MAX_CHANNELS + s->ci] = io->wio[l];
+  }
+  CK(cudaMemcpy(s->d_tab + (size_t)m * 256 * XT_MAX_CHANNELS, rows, sizeof rows, cudaMemcpyHostToDevice));
+  return 0;
+}
+
 /* Each Gaussian's weight row and the models' weight tables for the set cs (xt_gmm_chan), uploaded;
  * only when the set or the models change, never per frame. */
 static int gmm_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
@@ -624,6 +647,16 @@ static int gmm_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   if (!rc) {
     s->feeds = feeds;
     s->chan_models = s->nmodels;
+    s->ci = xt_chanset_find(cs, XT_BASIS_IODINE);
+    int regions = 0; /* a region's iodine may come later (gmm_set_iodine): its channel is fed */
+    for (int m = 0; m < s->nmodels; m++)
+      for (int l = 0; l < 256; l++) regions |= xt_model_gmm(s->models[m])->contrast[l];
+    if (s->ci >= 0 && regions) s->feeds |= 1u << s->ci;
+    free(s->h_tab);
+    s->h_tab = tab; /* kept: set_iodine makes a region's rows from it */
+    tab = NULL;
+    for (int m = 0; m < s->nmodels && !rc; m++)
+      if (s->io[m]) rc = gmm_upload_rows(s, m, msg);
   }
   free(tab);
   free(row);
@@ -631,9 +664,34 @@ static int gmm_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   return rc;
 }
 
+/* Contrast: model slot m's records with each region's rho scaled (io->scale, 1 elsewhere) and its
+ * channel rows (the mixture's divided by the scale, the iodine's its weight per unit of the scaled
+ * depth), as the CPU reference forms them (proj_cpu_gmm.c); synchronous copies: xt_acq_expose sets
+ * iodine before the render, with no frame of this projector in flight. XT_ENOTFOUND when m is not
+ * one of the kind's. */
+static int gmm_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
+  gmm_state *s = (gmm_state *)st;
+  int i = 0;
+  while (i < s->nmodels && s->models[i] != m) i++;
+  if (i == s->nmodels) return XT_ENOTFOUND;
+  const xt_gmm *g = xt_model_gmm(m);
+  if (!s->io[i] && !(s->io[i] = (xt_iodine_tab *)malloc(sizeof *s->io[i])))
+    return xt_fail(msg, XT_ENOMEM, "cuda gmm: out of memory");
+  if (!s->h_g[i] && !(s->h_g[i] = (xt_gaussian *)malloc(sizeof(xt_gaussian) * g->count)))
+    return xt_fail(msg, XT_ENOMEM, "cuda gmm: out of memory");
+  *s->io[i] = *io;
+  memcpy(s->h_g[i], g->g, sizeof(xt_gaussian) * g->count);
+  for (size_t k = 0; g->has_labels && k < g->count; k++) {
+    const double sc = io->scale[s->h_g[i][k].label & 255u];
+    if (sc != 1.0) s->h_g[i][k].rho = (float)((double)s->h_g[i][k].rho * sc);
+  }
+  CK(cudaMemcpy(s->d_g + s->first[i], s->h_g[i], sizeof(xt_gaussian) * g->count, cudaMemcpyHostToDevice));
+  return s->h_tab && s->chan_models == s->nmodels ? gmm_upload_rows(s, i, msg) : 0; /* else set_channels applies it */
+}
+
 const xt_cuda_kind_ops xt_cuda_kind_gmm = {
     "gmm", gmm_accepts, gmm_create, gmm_add_model, gmm_nmodels, gmm_frame_bytes, gmm_fill_frame, gmm_prepare,
-    gmm_render, gmm_destroy, gmm_set_channels, NULL, NULL,
+    gmm_render, gmm_destroy, gmm_set_channels, NULL, gmm_set_iodine,
 };
 
 /* ------------------------------------------------------------------------------------------ */

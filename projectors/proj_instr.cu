@@ -67,6 +67,8 @@ typedef struct instr_one {
   int nseg;            /* segments on the device */
   int pending;         /* staged segments not yet uploaded, -1: none */
   cudaEvent_t ev;      /* the last upload from h_seg */
+  xt_iodine_tab io;    /* contrast in the lumen (instr_set_iodine), when has_io */
+  int has_io;
 } instr_one;
 
 typedef struct instr_state {
@@ -77,6 +79,7 @@ typedef struct instr_state {
   unsigned char *d_flag;     /* one per TILE x TILE tile: the splat touched it; zero between frames */
   size_t acc_n, flag_n;
   int nch;
+  int ci; /* the iodine channel of the last set_channels, -1: none */
 } instr_state;
 
 static size_t frame_bytes_n(int n) {
@@ -480,19 +483,57 @@ static int instr_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   int rc = vc && rows ? 0 : xt_fail(msg, XT_ENOMEM, "cuda instruments: out of memory");
   for (int i = 0; i < s->n && !rc; i++) {
     if ((rc = xt_voxel_chan_build(cs, s->in[i].m, vc, msg))) break;
-    const int med = s->in[i].dev.medium;
+    const int med = s->in[i].dev.medium, ci = xt_chanset_find(cs, XT_BASIS_IODINE);
     for (int l = 0; l < 256; l++)
       for (int c = 0; c < XT_MAX_CHANNELS; c++) rows[l * XT_MAX_CHANNELS + c] = vc->w[l][c] - vc->w[med][c];
+    if (s->in[i].has_io && ci >= 0) /* the lumen's iodine (instr_set_iodine) */
+      for (int l = 0; l < 256; l++) rows[l * XT_MAX_CHANNELS + ci] = s->in[i].io.col[l] - s->in[i].io.col[med];
     const cudaError_t e = cudaMemcpy(s->in[i].d_w, rows, sizeof(float) * 256 * XT_MAX_CHANNELS, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda instruments: channel rows: %s", cudaGetErrorString(e));
   }
-  if (!rc) s->nch = cs->n;
+  if (!rc) {
+    s->nch = cs->n;
+    s->ci = xt_chanset_find(cs, XT_BASIS_IODINE);
+  }
   free(vc);
   free(rows);
   return rc;
 }
 
+/* Contrast in the lumen (docs/contrast.md): data the splat already reads. The kind's copy of the
+ * device table takes the iodine's mono mu, the latest shape's segments their mu_lumen from it (as
+ * xt_instr_geom_build forms it; later shapes are laid out from the same table) and go up through the
+ * staging buffer before the next frame, as a shape does; the channel rows' iodine column is copied
+ * up (synchronous: xt_acq_expose sets iodine before the render, with no frame of this projector in
+ * flight). XT_ENOTFOUND when m is not one of the kind's. */
+static int instr_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
+  instr_state *s = (instr_state *)st;
+  int i = 0;
+  while (i < s->n && s->in[i].m != m) i++;
+  if (i == s->n) return XT_ENOTFOUND;
+  instr_one *o = &s->in[i];
+  o->io = *io;
+  o->has_io = 1;
+  xt_instr_device *dev = &o->dev;
+  for (int l = 0; l < dev->mt.count; l++) dev->mt.mu[l] = io->mu[l];
+  const double mu_med = (double)dev->mt.mu[dev->medium];
+  for (int k = 0; k < o->geom.nseg; k++) {
+    xt_tube_seg *t = &o->geom.seg[k];
+    if (t->r_in > 0.0) t->mu_lumen = (double)dev->mt.mu[t->lumen] - mu_med;
+  }
+  CK(cudaEventSynchronize(o->ev)); /* the staging buffer's last upload is done */
+  memcpy(o->h_seg, o->geom.seg, sizeof(xt_tube_seg) * (size_t)o->geom.nseg);
+  o->pending = o->geom.nseg;
+  if (s->nch > 0 && s->ci >= 0) { /* the rows exist: their iodine column, medium subtracted */
+    float col[256];
+    for (int l = 0; l < 256; l++) col[l] = io->col[l] - io->col[dev->medium];
+    CK(cudaMemcpy2D(o->d_w + s->ci, sizeof(float) * XT_MAX_CHANNELS, col, sizeof(float), sizeof(float), 256,
+                    cudaMemcpyHostToDevice));
+  }
+  return 0;
+}
+
 const xt_cuda_kind_ops xt_cuda_kind_instr = {
     "instrument", instr_accepts, instr_create, instr_add_model, instr_nmodels, instr_frame_bytes, instr_fill_frame,
-    NULL,         instr_render,  instr_destroy, instr_set_channels, instr_set_shape, NULL,
+    NULL,         instr_render,  instr_destroy, instr_set_channels, instr_set_shape, instr_set_iodine,
 };

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include "xt_channels.h"
+#include "xt_gmm.h"
+#include "xt_instr.h"
 #include "xt_model_kind.h"
 
 int xt_chanset_find(const xt_chanset *cs, int b) {
@@ -85,6 +87,7 @@ int xt_chanset_add_model(xt_chanset *cs, const xt_model *m, xt_msg *msg) {
       if ((rc = label_parts(m, t, l, parts, &np, msg))) break;
       if (np == 0) rc = xt_fail(msg, XT_EINVAL, "channels: model %s: label %d is no default material", m->name, l);
       for (int k = 0; k < np && !rc; k++) rc = add_basis(&next, parts[k].basis, m->name, msg);
+      if (!rc && mm.contrast && mm.contrast[l]) rc = add_basis(&next, XT_BASIS_IODINE, m->name, msg); /* a region */
     }
     free(t);
     break;
@@ -199,11 +202,64 @@ int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_C
   return 0;
 }
 
+/* A labelled mixture's regions: each label's optical-depth scale and iodine weight (the channels'
+ * rows of xt_gmm_chan_build, with iodine). */
+static int gmm_iodine_tab(const xt_chanset *cs, const xt_model *m, const xt_model_matter *mm, const double *rho,
+                          xt_iodine_tab *out, xt_msg *msg) {
+  out->ci = cs ? xt_chanset_find(cs, XT_BASIS_IODINE) : -1;
+  double mr_i = 0;
+  int rc = xt_basis_mass_atten(XT_BASIS_IODINE, mm->energy_kev, &mr_i, msg);
+  xt_material_table *t = rc ? NULL : malloc(sizeof *t); /* the default table is 11 KB: not on the stack */
+  if (!rc && !t) rc = xt_fail(msg, XT_ENOMEM, "contrast: out of memory");
+  if (!rc) rc = xt_materials_default(mm->energy_kev, t, msg);
+  for (int l = 0; l < 256 && !rc; l++) {
+    const double r = rho ? rho[l] : 0.0;
+    out->scale[l] = 1.0;
+    out->wio[l] = 0.f;
+    out->mu[l] = 0.f;
+    out->col[l] = 0.f;
+    if (!(r >= 0.0 && r < 1e3)) {
+      rc = xt_fail(msg, XT_EINVAL, "contrast: model %s label %d: iodine %g g/cm^3 is not a density", m->name, l, r);
+      break;
+    }
+    if (r > 0.0 && !(mm->contrast && mm->contrast[l])) {
+      rc = xt_fail(msg, XT_EINVAL, "contrast: model %s label %d is no contrast region", m->name, l);
+      break;
+    }
+    if (!label_used(mm, l)) continue;
+    xt_basis_part parts[2];
+    int np = 0;
+    double mu = 0, own = 0; /* mu_l in 1/mm from the parts, in double (as xt_gmm_chan_build) */
+    if ((rc = label_parts(m, t, l, parts, &np, msg))) break;
+    for (int k = 0; k < np && !rc; k++) {
+      double mr = 0;
+      rc = xt_basis_mass_atten(parts[k].basis, mm->energy_kev, &mr, msg);
+      mu += mr * parts[k].density * 0.1;
+      if (parts[k].basis == XT_BASIS_IODINE) own += parts[k].density;
+    }
+    if (rc || !(mu > 0)) continue;
+    const double mu_i = mu + mr_i * r * 0.1;
+    out->scale[l] = r > 0.0 ? mu_i / mu : 1.0; /* 1 exactly without iodine: the optical depth bit for bit */
+    out->mu[l] = (float)mu_i;
+    out->col[l] = (float)((own + r) * 0.1);
+    out->wio[l] = (float)((own + r) * 0.1 / mu_i); /* g/cm^2 per unit of the scaled optical depth */
+  }
+  free(t);
+  return rc;
+}
+
 int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *rho, xt_iodine_tab *out, xt_msg *msg) {
-  const xt_volume *v = xt_model_volume(m);
-  const xt_material_table *t = v ? v->materials : NULL;
-  if (m->kind != XT_MODEL_LABELS || !t)
-    return xt_fail(msg, XT_EUNSUPPORTED, "contrast: model %s is no label volume: it has no regions to fill", m->name);
+  /* a label volume's table, or an instrument's (its lumen: xt_instr_lumen_region), or a labelled
+   * mixture's regions (xt_gmm_contrast_label) */
+  xt_model_matter mm;
+  const xt_material_table *t = NULL;
+  if (xt_model_matter_of(m, &mm, NULL) == 0 && mm.kind == XT_MATTER_LABELS) t = mm.table;
+  if (m->kind == XT_MODEL_GMM && mm.kind == XT_MATTER_USED_LABELS) return gmm_iodine_tab(cs, m, &mm, rho, out, msg);
+  for (int l = 0; l < 256; l++) out->scale[l] = 1.0, out->wio[l] = 0.f;
+  if ((m->kind != XT_MODEL_LABELS && m->kind != XT_MODEL_INSTR) || !t)
+    return xt_fail(msg, XT_EUNSUPPORTED,
+                   "contrast: model %s is no label volume, instrument or labelled mixture: it has no regions to fill",
+                   m->name);
   out->ci = cs ? xt_chanset_find(cs, XT_BASIS_IODINE) : -1;
   double mr = 0;
   int rc = xt_basis_mass_atten(XT_BASIS_IODINE, t->energy_kev > 0 ? t->energy_kev : XT_DEFAULT_ENERGY_KEV, &mr, msg);

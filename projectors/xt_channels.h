@@ -80,11 +80,18 @@ typedef struct xt_iodine_tab {
   int ci;
   float mu[256];
   float col[256];
+  /* a labelled mixture's regions (its Gaussians carry their own mu): each label's optical depth is
+   * scaled by scale[l] = (mu_l + (mu/rho)_I rho[l] / 10) / mu_l (1 exactly without iodine), its
+   * channel rows divided by it and its iodine weight per unit of the scaled depth wio[l] =
+   * col[l] / (mu_l scale[l]); 1 and 0 for other kinds */
+  double scale[256];
+  float wio[256];
 } xt_iodine_tab;
 
 /* XT_EINVAL naming the model and label for a negative or non-finite rho, or iodine on a label whose
  * table entry has contrast[l] == 0 (its channel set need not hold iodine); XT_EUNSUPPORTED for a
- * model that is no label volume. cs may be NULL (mono only). */
+ * model that is no label volume. An instrument's table is read the same way: its lumen region's
+ * entry (xt_instr_lumen_region) takes the iodine. cs may be NULL (mono only). */
 int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *rho, xt_iodine_tab *out, xt_msg *msg);
 
 /* mu/rho (cm^2/g) of every channel of cs at energy e_kev: the line integral is sum_c mr[c] A[c]. */

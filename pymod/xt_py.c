@@ -23,6 +23,7 @@
 
 #include "xt_acq.h"
 #include "xt_adjoint.h"
+#include "xt_contrast.h"
 #include "xt_gmm.h"
 #include "xt_hu.h"
 #include "xt_instr.h"
@@ -300,6 +301,8 @@ typedef struct {
   int nmodels, cap;
   int busy; /* a call is running with the GIL released */
   uint64_t last_ns; /* the last render's time inside the C call (the benchmark's "C call") */
+  double **rho;     /* contrast: per model its labels' iodine (g/cm^3; set_contrast), NULL until set */
+  int rho_n;
 } Scene;
 
 static void Scene_dealloc(Scene *s) {
@@ -309,6 +312,8 @@ static void Scene_dealloc(Scene *s) {
   }
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);
   free(s->models);
+  for (int i = 0; i < s->rho_n; i++) free(s->rho[i]);
+  free(s->rho);
   Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -585,11 +590,12 @@ fail_py:
 /* Scene.add_mixture(centres (n,3), scales (n,3), quats (n,4, w x y z), rho (n), *, labels=None,
  *                   cutoff=4.8, placement=None, name="mixture") -> index */
 static PyObject *Scene_add_mixture(Scene *s, PyObject *args, PyObject *kw) {
-  static char *kwl[] = {"centres", "scales", "quats", "rho", "labels", "cutoff", "placement", "name", NULL};
-  PyObject *oc, *os, *oq, *orho, *olab = NULL, *placement = NULL;
+  static char *kwl[] = {"centres", "scales", "quats", "rho", "labels", "cutoff", "placement", "name", "contrast", NULL};
+  PyObject *oc, *os, *oq, *orho, *olab = NULL, *placement = NULL, *ocon = NULL;
   double cutoff = XT_GMM_CUTOFF_DEFAULT;
   const char *name = "mixture";
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$OdOs", kwl, &oc, &os, &oq, &orho, &olab, &cutoff, &placement, &name))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$OdOsO", kwl, &oc, &os, &oq, &orho, &olab, &cutoff, &placement, &name,
+                                   &ocon))
     return NULL;
   if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
   if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
@@ -626,6 +632,19 @@ static PyObject *Scene_add_mixture(Scene *s, PyObject *args, PyObject *kw) {
   if ((rc = xt_gmm_finish(g, name, &msg))) goto done;
   if ((rc = xt_model_from_gmm(g, name, &m, &msg))) goto done;
   g = NULL;
+  if (ocon && ocon != Py_None) { /* contrast=[label, ...]: those labels' Gaussians are regions */
+    PyObject *seq = PySequence_Fast(ocon, "contrast: a list of labels");
+    for (Py_ssize_t k = 0; seq && k < PySequence_Fast_GET_SIZE(seq) && !rc; k++) {
+      const long l = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, k));
+      if (l == -1 && PyErr_Occurred()) break;
+      rc = xt_gmm_contrast_label(m, (int)l, &msg);
+    }
+    Py_XDECREF(seq);
+    if (rc || PyErr_Occurred()) {
+      xt_model_free(m);
+      goto done;
+    }
+  }
   ret = scene_add(s, m, placement);
 done:
   if (rc) raise_msg(rc, &msg);
@@ -687,9 +706,9 @@ static PyObject *Scene_add_phantom(Scene *s, PyObject *args, PyObject *kw) {
   if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
   if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
   xt_msg msg = {{0}};
-  const int bench = !strcmp(kind, "bench-head");
-  if (strcmp(kind, "head") && !bench) {
-    xt_fail(&msg, XT_ENOTFOUND, "phantom: unknown kind '%s'; head or bench-head", kind);
+  const int bench = !strcmp(kind, "bench-head"), thorax = !strcmp(kind, "thorax");
+  if (strcmp(kind, "head") && !bench && !thorax) {
+    xt_fail(&msg, XT_ENOTFOUND, "phantom: unknown kind '%s'; head, thorax or bench-head", kind);
     return raise_msg(XT_ENOTFOUND, &msg);
   }
 #ifndef XT_PY_BENCH_PHANTOMS
@@ -705,7 +724,8 @@ static PyObject *Scene_add_phantom(Scene *s, PyObject *args, PyObject *kw) {
   if (bench) rc = xt_bench_head(labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, &msg);
   else
 #endif
-    rc = xt_phantom_head_model(d, spacing, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, &msg);
+  if (thorax) rc = xt_phantom_thorax_model(spacing, &m, &msg); /* labels; its blood labels contrast regions */
+  else rc = xt_phantom_head_model(d, spacing, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &m, &msg);
   Py_END_ALLOW_THREADS;
   s->busy = 0;
   if (rc) return raise_msg(rc, &msg);
@@ -733,11 +753,12 @@ static double *centreline(PyObject *o, int *n) {
 /* Scene.add_instrument(points, *, device="guidewire", medium="blood", max_points=0, placement=None,
  *                      name=None) -> index: a ready-made device (docs/instruments.md) along points. */
 static PyObject *Scene_add_instrument(Scene *s, PyObject *args, PyObject *kw) {
-  static char *kwl[] = {"points", "device", "medium", "max_points", "placement", "name", NULL};
+  static char *kwl[] = {"points", "device", "medium", "max_points", "placement", "name", "contrast_lumen", NULL};
   PyObject *points, *placement = NULL;
   const char *device = "guidewire", *medium = "blood", *name = NULL;
-  int maxp = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$ssiOz", kwl, &points, &device, &medium, &maxp, &placement, &name))
+  int maxp = 0, lumen = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$ssiOzp", kwl, &points, &device, &medium, &maxp, &placement, &name,
+                                   &lumen))
     return NULL;
   if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
   if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
@@ -752,6 +773,7 @@ static PyObject *Scene_add_instrument(Scene *s, PyObject *args, PyObject *kw) {
   if (!strcmp(device, "guidewire")) rc = xt_instr_guidewire(&dev, medium, maxp, &msg);
   else if (!strcmp(device, "catheter")) rc = xt_instr_catheter(&dev, medium, maxp, &msg);
   else rc = xt_fail(&msg, XT_EINVAL, "device: unknown '%s'; guidewire or catheter", device);
+  if (!rc && lumen) rc = xt_instr_lumen_region(&dev, NULL, &msg); /* its lumen takes set_contrast */
   xt_model *m = NULL;
   if (!rc) rc = xt_model_from_instr(&dev, pts, n, name ? name : device, &m, &msg);
   free(pts);
@@ -782,6 +804,101 @@ static PyObject *Scene_set_shape(Scene *s, PyObject *args, PyObject *kw) {
   s->busy = 0;
   free(pts);
   if (rc) return raise_msg(rc, &msg);
+  Py_RETURN_NONE;
+}
+
+/* The contrast regions of model m (docs/contrast.md): each flagged label of its table, named as the
+ * server names it (a thorax region, "lumen" for an instrument, else the label's number). */
+static int region_flag(const xt_model *m, int l) {
+  const xt_volume *v = m->kind == XT_MODEL_LABELS ? xt_model_volume(m) : NULL;
+  const xt_instr *I = xt_model_instr(m);
+  const xt_gmm *G = m->kind == XT_MODEL_GMM ? xt_model_gmm(m) : NULL; /* a mixture's labels */
+  const xt_material_table *t = v ? v->materials : I ? &I->dev.mt : NULL;
+  if (t) return l < t->count && t->contrast[l];
+  return G ? G->contrast[l] : 0;
+}
+
+static void region_name(const xt_model *m, int l, char *out, size_t cap) {
+  const char *thorax = xt_phantom_thorax_region(l);
+  if (xt_model_instr(m)) snprintf(out, cap, "lumen");
+  else if (thorax && !strcmp(m->name, "thorax")) snprintf(out, cap, "%s", thorax);
+  else snprintf(out, cap, "%d", l);
+}
+
+/* Scene.contrast_regions(index) -> {name: label}: the model's regions (empty: none). */
+static PyObject *Scene_contrast_regions(Scene *s, PyObject *args) {
+  int i;
+  if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
+  xt_msg msg = {{0}};
+  if (i < 0 || i >= s->nmodels) return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "contrast_regions: no model %d", i), &msg);
+  PyObject *d = PyDict_New();
+  for (int l = 0; d && l < 256; l++) {
+    if (!region_flag(s->models[i], l)) continue;
+    char name[48];
+    region_name(s->models[i], l, name, sizeof name);
+    PyObject *v = PyLong_FromLong(l);
+    if (!v || PyDict_SetItemString(d, name, v)) {
+      Py_XDECREF(v);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+/* Scene.set_contrast(index, region, mg_ml): region (a name of contrast_regions(index), or its label)
+ * holds iodine at mg_ml from the next render on, in every render call (the projector keeps it:
+ * xt_proj_set_iodine); 0 clears it. */
+static PyObject *Scene_set_contrast(Scene *s, PyObject *args, PyObject *kw) {
+  static char *kwl[] = {"index", "region", "mg_ml", NULL};
+  int i;
+  PyObject *region;
+  double mg;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "iOd", kwl, &i, &region, &mg)) return NULL;
+  if (!s->proj) return PyErr_Format(PyExc_RuntimeError, "Scene is not initialised");
+  if (s->busy) return xt_py_raise(XT_EBUSY, "scene: in use by another thread (one call at a time per Scene)");
+  xt_msg msg = {{0}};
+  if (i < 0 || i >= s->nmodels) return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "set_contrast: no model %d", i), &msg);
+  const xt_model *m = s->models[i];
+  int l = -1;
+  if (PyLong_Check(region)) {
+    l = (int)PyLong_AsLong(region);
+    if (l < 0 || l > 255) return raise_msg(xt_fail(&msg, XT_ERANGE, "set_contrast: region: label %d outside 0..255", l), &msg);
+  } else if (PyUnicode_Check(region)) {
+    const char *want = PyUnicode_AsUTF8(region);
+    if (!want) return NULL;
+    for (int k = 0; k < 256 && l < 0; k++) {
+      char name[48];
+      region_name(m, k, name, sizeof name);
+      if (region_flag(m, k) && !strcmp(name, want)) l = k;
+    }
+    if (l < 0)
+      return raise_msg(xt_fail(&msg, XT_ENOTFOUND, "set_contrast: model %d has no contrast region '%.40s' "
+                                                   "(contrast_regions lists them)", i, want), &msg);
+  } else return xt_py_raise(XT_EINVAL, "set_contrast: region: a name or a label number");
+  if (!(isfinite(mg) && mg >= 0.0 && mg <= 1000.0))
+    return raise_msg(xt_fail(&msg, XT_ERANGE, "set_contrast: mg_ml %g outside [0, 1000]", mg), &msg);
+  if (s->rho_n < s->nmodels) { /* a row per model, made at its first set */
+    double **r = realloc(s->rho, sizeof *r * (size_t)s->nmodels);
+    if (!r) return PyErr_NoMemory();
+    for (int k = s->rho_n; k < s->nmodels; k++) r[k] = NULL;
+    s->rho = r;
+    s->rho_n = s->nmodels;
+  }
+  if (!s->rho[i] && !(s->rho[i] = calloc(256, sizeof(double)))) return PyErr_NoMemory();
+  const double was = s->rho[i][l];
+  s->rho[i][l] = mg * 1e-3; /* mg/mL -> g/cm^3 */
+  int rc;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = xt_proj_set_iodine(s->proj, m, s->rho[i], &msg);
+  Py_END_ALLOW_THREADS;
+  s->busy = 0;
+  if (rc) {
+    s->rho[i][l] = was; /* the projector's unchanged on failure, and so is the scene's record */
+    return raise_msg(rc, &msg);
+  }
   Py_RETURN_NONE;
 }
 
@@ -1080,11 +1197,16 @@ static PyMethodDef Scene_methods[] = {
     {"add_file", (PyCFunction)(void (*)(void))Scene_add_file, METH_VARARGS | METH_KEYWORDS,
      "add_file(path, *, convert='mu', hu_model='bilinear', energy_kev=0, place='center', placement=None, name=None)"},
     {"add_phantom", (PyCFunction)(void (*)(void))Scene_add_phantom, METH_VARARGS | METH_KEYWORDS,
-     "add_phantom(kind='head'|'bench-head', *, dims=(256,256,256), spacing_mm=1.0, labels=False, placement=None) -> index"
+     "add_phantom(kind='head'|'thorax'|'bench-head', *, dims=(256,256,256), spacing_mm=1.0, labels=False, placement=None) -> index"
      " (bench-head: xtwin bench's scene (a) head, its own grid)"},
     {"add_instrument", (PyCFunction)(void (*)(void))Scene_add_instrument, METH_VARARGS | METH_KEYWORDS,
      "add_instrument(points=(n,3) model mm tip first, *, device='guidewire'|'catheter', medium='blood', "
      "max_points=0 (max(n, 2048)), placement=None, name=None) -> index"},
+    {"set_contrast", (PyCFunction)(void (*)(void))Scene_set_contrast, METH_VARARGS | METH_KEYWORDS,
+     "set_contrast(index, region, mg_ml): iodine in a contrast region (a name of contrast_regions(index) or a label) "
+     "from the next render on; 0 clears it"},
+    {"contrast_regions", (PyCFunction)Scene_contrast_regions, METH_VARARGS,
+     "contrast_regions(index) -> {name: label}: the model's contrast regions"},
     {"set_shape", (PyCFunction)(void (*)(void))Scene_set_shape, METH_VARARGS | METH_KEYWORDS,
      "set_shape(index, points=(n,3)): an instrument's new centreline (at most its max_points)"},
     {"render", (PyCFunction)(void (*)(void))Scene_render, METH_VARARGS | METH_KEYWORDS,
@@ -1318,7 +1440,39 @@ static PyObject *py_modes(PyObject *self, PyObject *unused) {
   return list;
 }
 
+/* bolus_mg_ml(t_s, *, rate_ml_s, volume_ml, agent_mg_ml=350, region=None, flow_ml_s=, arrival_s=,
+ * alpha=, beta_s=) -> mg I/mL an injection of constant rate gives its region t_s after the injector
+ * starts: the server's bolus model (acq/xt_contrast.h; the region's defaults as the server's,
+ * xt_bolus_default, each overridable), capped at the agent's concentration. */
+static PyObject *py_bolus(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwl[] = {"t_s", "rate_ml_s", "volume_ml", "agent_mg_ml", "region", "flow_ml_s", "arrival_s", "alpha",
+                        "beta_s", NULL};
+  double t, rate = -1, vol = -1, agent = XT_CONTRAST_AGENT_MG_ML, flow = NAN, arrival = NAN, alpha = NAN, beta = NAN;
+  const char *region = NULL;
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "d|$dddzdddd", kwl, &t, &rate, &vol, &agent, &region, &flow, &arrival,
+                                   &alpha, &beta))
+    return NULL;
+  xt_msg msg = {{0}};
+  if (!(rate > 0 && isfinite(rate)) || !(vol > 0 && isfinite(vol)))
+    return raise_msg(xt_fail(&msg, XT_EINVAL, "bolus: rate_ml_s and volume_ml (> 0) are required"), &msg);
+  if (!(agent >= 50 && agent <= 400)) return raise_msg(xt_fail(&msg, XT_ERANGE, "bolus: agent_mg_ml %g outside [50, 400]", agent), &msg);
+  if (!isfinite(t)) return raise_msg(xt_fail(&msg, XT_EINVAL, "bolus: t_s is not a number"), &msg);
+  xt_bolus b = xt_bolus_default(region);
+  if (!isnan(flow)) b.flow_ml_s = flow;
+  if (!isnan(arrival)) b.arrival_s = arrival;
+  if (!isnan(alpha)) b.alpha = alpha;
+  if (!isnan(beta)) b.beta_s = beta;
+  int rc = xt_bolus_check(&b, region ? region : "bolus", &msg);
+  if (rc) return raise_msg(rc, &msg);
+  const xt_injection in = {0, rate, vol, agent, 0, INT64_MAX};
+  return PyFloat_FromDouble(xt_region_conc(&in, 1, 0, &b, (int64_t)llround(t * 1e9)));
+}
+
 static PyMethodDef module_methods[] = {
+    {"bolus_mg_ml", (PyCFunction)(void (*)(void))py_bolus, METH_VARARGS | METH_KEYWORDS,
+     "bolus_mg_ml(t_s, *, rate_ml_s, volume_ml, agent_mg_ml=350, region=None, flow_ml_s=, arrival_s=, alpha=, beta_s=)"
+     " -> mg I/mL: the bolus model's concentration t_s after the injection starts"},
     {"project", (PyCFunction)(void (*)(void))py_project, METH_VARARGS | METH_KEYWORDS,
      "project(mu, affine, <geometry>, threads=0, backend='cpu'|'cuda', device=0) -> float64 (n, rows, cols): A mu"},
     {"back_project", (PyCFunction)(void (*)(void))py_back_project, METH_VARARGS | METH_KEYWORDS,

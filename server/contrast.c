@@ -7,16 +7,17 @@
 
 #include "srv_clock.h"
 #include "srv_contrast.h"
+#include "srv_session.h"
+#include "xt_gmm.h"
+#include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_server.h"
 
-/* The bolus model of a region [U]: the thorax's coronaries carry about 5 % of the cardiac output
- * (250 mL/min), every other region the whole of it. */
-static xt_bolus default_bolus(const char *region) {
-  xt_bolus b = {XT_CONTRAST_FLOW_ML_S, XT_CONTRAST_ARRIVAL_S, XT_CONTRAST_ALPHA, XT_CONTRAST_BETA_S};
-  if (!strcmp(region, "coronary")) b.flow_ml_s = 4.0;
-  return b;
-}
+/* A catheter's lumen [U]: the injector fills it at once (no arrival time, an exponential transit of
+ * 0.1 s) and a flow of 1 mL/s below any injection's rate holds it at the agent's own concentration
+ * while the injector runs (the cap); it empties about 0.1 s after the injection ends, as if the
+ * saline behind the bolus flushed it. */
+static xt_bolus lumen_bolus(void) { return (xt_bolus){1.0, 0.0, 0.0, 0.1}; }
 
 int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
   pthread_mutex_lock(&s->st_mu);
@@ -28,12 +29,15 @@ int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
   for (int i = 0; i < s->nmodels && !rc; i++) {
     const xt_model *m = s->models[i];
     const xt_volume *v = m && m->kind == XT_MODEL_LABELS ? xt_model_volume(m) : NULL;
-    if (!v || !v->materials) continue;
+    const xt_instr *I = m ? xt_model_instr(m) : NULL; /* an instrument's lumen (xt_instr_lumen_region) */
+    const xt_gmm *G = m && m->kind == XT_MODEL_GMM ? xt_model_gmm(m) : NULL; /* a mixture's labels */
+    const xt_material_table *t = v ? v->materials : I ? &I->dev.mt : NULL;
+    if (!t && !G) continue;
     int known = 0;
     for (int k = 0; k < c->nregions; k++) known |= c->region[k].m == m;
     if (known) continue;
-    for (int l = 0; l < v->materials->count && l < 256 && !rc; l++) {
-      if (!v->materials->contrast[l]) continue;
+    for (int l = 0; l < (t ? t->count : 256) && l < 256 && !rc; l++) {
+      if (!(t ? t->contrast[l] : G->contrast[l])) continue;
       if (c->nregions == XT_SRV_MAX_REGIONS) {
         rc = xt_fail(msg, XT_ETOOLARGE, "contrast: model %s: at most %d regions", m->name, XT_SRV_MAX_REGIONS);
         break;
@@ -41,10 +45,11 @@ int xt_srv_contrast_register(xt_server *s, xt_msg *msg) {
       xt_srv_region *r = &c->region[c->nregions];
       const char *thorax = i == s->phantom_index ? xt_phantom_thorax_region(l) : NULL;
       if (thorax) snprintf(r->name, sizeof r->name, "%s", thorax);
+      else if (I) snprintf(r->name, sizeof r->name, "%.40s:lumen", m->name);
       else snprintf(r->name, sizeof r->name, "%.40s:%d", m->name, l);
       r->m = m;
       r->label = l;
-      r->b = default_bolus(r->name);
+      r->b = I ? lumen_bolus() : xt_bolus_default(r->name);
       c->nregions++;
     }
   }
@@ -146,6 +151,7 @@ int xt_srv_contrast_inject(xt_server *s, const json_t *body, json_t **out, xt_ms
   c->inj_accepted_ns[n] = now;
   c->ninj++;
   c->seq++;
+  xt_session_contrast_locked(s, "inject", body); /* under st_mu: before any frame latches this seq */
   *out = json_pack("{s:I,s:I,s:s,s:f,s:f,s:f,s:f,s:I,s:I}", "id", (json_int_t)c->inj_id[n], "seq", (json_int_t)c->seq,
                    "region", c->region[r].name, "rate_ml_s", rate, "volume_ml", vol, "duration_s", vol / rate,
                    "agent_mg_ml", agent, "t_ns", (json_int_t)now, "t_start_ns", (json_int_t)in->t0_ns);
@@ -170,6 +176,7 @@ json_t *xt_srv_contrast_stop(xt_server *s, int reset) {
       c->ninj = 0;
     }
     c->seq++;
+    xt_session_contrast_locked(s, reset ? "reset" : "stop", NULL);
   }
   json_t *j = json_pack("{s:s,s:i,s:I,s:I}", "done", reset ? "reset" : "stopped", "injections", stopped, "seq",
                         (json_int_t)(c ? c->seq : 0), "t_ns", (json_int_t)now);
@@ -179,13 +186,7 @@ json_t *xt_srv_contrast_stop(xt_server *s, int reset) {
 
 /* Caller holds st_mu: region r's iodine (mg I/mL) at t_ns, capped at the strongest agent injected. */
 static double region_conc_locked(const xt_srv_contrast *c, int r, int64_t t_ns) {
-  double sum = 0.0, cap = 0.0;
-  for (int k = 0; k < c->ninj; k++) {
-    if (c->inj[k].region != r) continue;
-    sum += xt_injection_conc(&c->inj[k], &c->region[r].b, t_ns);
-    if (c->inj[k].agent_mg_ml > cap) cap = c->inj[k].agent_mg_ml;
-  }
-  return sum < cap ? sum : cap;
+  return xt_region_conc(c->inj, c->ninj, r, &c->region[r].b, t_ns);
 }
 
 json_t *xt_srv_contrast_json(xt_server *s, int64_t t_ns) {

@@ -441,7 +441,7 @@ static void *worker_main(void *arg) {
       /* logged as it is rendered, not as it was queued: a free-run frame replaced in the queue by a
        * newer one never reaches the dose-rate loop, and must not in the replay either */
       xt_srv_motion_apply(w->srv, w, &j); /* the phases at this exposure's pulse (motion.c) */
-      if (!stopping) xt_session_frame(w->srv, &j.req, j.lockstep);
+      if (!stopping) xt_session_frame(w->srv, &j.req, j.lockstep, j.contrast_seq);
       if (!stopping) render_frame(w, &j);
       frame_done(w->srv);
     } else if (j.kind == XT_JOB_RENDER) {

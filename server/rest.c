@@ -465,6 +465,8 @@ static void h_contrast_inject(xt_server *s, struct MHD_Connection *con, req *r, 
   if (body_json(r, out, 0, &j)) return;
   xt_msg m;
   int rc = xt_srv_contrast_inject(s, j, &res, &m);
+  /* an accepted one is the log's "contrast" line (contrast.c); a refused one changed nothing */
+  if (rc) xt_session_command(s, "contrast_inject", "rest", j, rc, m.text);
   json_decref(j);
   if (rc) return reply_error(out, rc, 0, m.text);
   reply_json(out, 200, res);

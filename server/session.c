@@ -6,6 +6,7 @@
 
 #include "srv_clock.h"
 #include "srv_config.h"
+#include "srv_contrast.h"
 #include "srv_engine.h"
 #include "srv_session.h"
 #include "xt_server.h"
@@ -89,9 +90,35 @@ void xt_session_event(xt_server *s, json_t *event) {
   put_line(s, event);
 }
 
-void xt_session_frame(xt_server *s, const xt_acq_request *q, int lockstep) {
+void xt_session_frame(xt_server *s, const xt_acq_request *q, int lockstep, uint32_t contrast_seq) {
   if (!s->log) return;
-  put_line(s, xt_session_frame_json(q, lockstep));
+  json_t *line = xt_session_frame_json(q, lockstep);
+  /* the contrast state the exposure latched (a line of that seq precedes it); absent: none */
+  if (line && contrast_seq) json_object_set_new(line, "contrast_seq", json_integer((json_int_t)contrast_seq));
+  put_line(s, line);
+}
+
+void xt_session_contrast_locked(xt_server *s, const char *action, const json_t *body) {
+  const xt_srv_contrast *c = s->contrast;
+  if (!s->log || !c) return;
+  json_t *regions = json_array(), *inj = json_array();
+  for (int k = 0; k < c->nregions; k++) {
+    const xt_srv_region *r = &c->region[k];
+    json_array_append_new(regions, json_pack("{s:s,s:s,s:i,s:f,s:f,s:f,s:f}", "name", r->name, "model", r->m->name,
+                                             "label", r->label, "flow_ml_s", r->b.flow_ml_s, "arrival_s",
+                                             r->b.arrival_s, "alpha", r->b.alpha, "beta_s", r->b.beta_s));
+  }
+  for (int k = 0; k < c->ninj; k++) {
+    const xt_injection *in = &c->inj[k];
+    json_t *o = json_pack("{s:I,s:s,s:f,s:f,s:f,s:I,s:I}", "id", (json_int_t)c->inj_id[k], "region",
+                          c->region[in->region].name, "rate_ml_s", in->rate_ml_s, "volume_ml", in->volume_ml,
+                          "agent_mg_ml", in->agent_mg_ml, "t_accepted_ns", (json_int_t)c->inj_accepted_ns[k],
+                          "t_start_ns", (json_int_t)in->t0_ns);
+    if (o && in->stop_ns != INT64_MAX) json_object_set_new(o, "t_stop_ns", json_integer((json_int_t)in->stop_ns));
+    json_array_append_new(inj, o);
+  }
+  put_line(s, json_pack("{s:s,s:s,s:I,s:O*,s:o,s:o}", "type", "contrast", "action", action, "seq", (json_int_t)c->seq,
+                        "body", body, "regions", regions, "injections", inj));
 }
 
 void xt_session_model(xt_server *s, const char *path, const char *name, const char *convert) {

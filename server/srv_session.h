@@ -22,8 +22,14 @@ void xt_session_command(xt_server *s, const char *name, const char *via, const j
                         const char *message);
 /* An event (stolen): "type": "event" and the time are added. */
 void xt_session_event(xt_server *s, json_t *event);
-/* An exposure queued: the latched request. */
-void xt_session_frame(xt_server *s, const xt_acq_request *q, int lockstep);
+/* An exposure as it is rendered: the latched request, and the contrast state's number it latched
+ * (0: none; written as "contrast_seq" otherwise). */
+void xt_session_frame(xt_server *s, const xt_acq_request *q, int lockstep, uint32_t contrast_seq);
+/* The contrast state after an accepted injection, stop or reset (action "inject", "stop", "reset";
+ * body: the injection's request, borrowed, or NULL), whole: every region with its bolus model and
+ * every injection with its times, and the state's seq. Caller holds st_mu, so that the line of a
+ * seq precedes every frame that latched it. */
+void xt_session_contrast_locked(xt_server *s, const char *action, const json_t *body);
 /* A model added at run time (POST /v1/models): what the replay loads at this point. */
 void xt_session_model(xt_server *s, const char *path, const char *name, const char *convert);
 

@@ -1,8 +1,9 @@
 /* The contrast agent on the GPU (issue 26, docs/contrast.md): the CUDA projector's iodine against
  * the CPU reference (line integrals and material channels, after changes and back to none), and a
  * chain frame (the fused spectral path of a voxel-only scene) whose aorta holds iodine against the
- * same device's frame of the static scene whose aorta is iodine_contrast. Label gpu: exits 77
- * without a usable device. */
+ * same device's frame of the static scene whose aorta is iodine_contrast; a catheter whose lumen is
+ * a contrast region against the CPU reference, through iodine changes and a shape set after one.
+ * Label gpu: exits 77 without a usable device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,8 @@
 
 #include "xt_acq.h"
 #include "xt_basis.h"
+#include "xt_gmm.h"
+#include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_test_cuda.h"
 
@@ -155,4 +158,129 @@ XT_TEST(cuda_chain_region_equals_static_scene) {
   xt_model_free(ref);
 }
 
-XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_iodine_matches_cpu) XT_ENTRY(cuda_chain_region_equals_static_scene))
+/* A catheter's lumen as a contrast region (docs/contrast.md): the CUDA splat takes the lumen's iodine
+ * as the segments' mu_lumen and the channel rows' iodine column; against the CPU reference at three
+ * levels (the last the agent's own 350 mg/mL), after a new shape (laid out from the iodine's table),
+ * and back to none (nothing left in the iodine channel). */
+XT_TEST(cuda_catheter_lumen_matches_cpu) {
+  xt_msg msg;
+  xt_instr_device dev;
+  int lum = -1;
+  XT_REQUIRE(xt_instr_catheter(&dev, "blood", 64, &msg) == 0);
+  XT_REQUIRE_MSG(xt_instr_lumen_region(&dev, &lum, &msg) == 0, "%s", msg.text);
+  double pts[3 * 40], bent[3 * 40];
+  for (int i = 0; i < 40; i++) { /* tip first: straight along x, then an arc of 60 mm radius */
+    pts[3 * i] = -60.0 + 3.0 * i, pts[3 * i + 1] = 5.0, pts[3 * i + 2] = -2.0;
+    const double t = 0.4 + 1.6 * i / 39.0;
+    bent[3 * i] = 60.0 * cos(t) - 20, bent[3 * i + 1] = 0.2 * 60.0 * sin(t), bent[3 * i + 2] = 60.0 * sin(t) - 50;
+  }
+  xt_model *m = NULL;
+  XT_REQUIRE_MSG(xt_model_from_instr(&dev, pts, 40, "cath", &m, &msg) == 0, "%s", msg.text);
+  xt_proj *pc = NULL, *pg = NULL;
+  XT_REQUIRE_MSG(make_proj(XT_BACKEND_CPU, m, &pc, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE_MSG(make_proj(XT_BACKEND_CUDA, m, &pg, &msg) == 0, "%s", msg.text);
+  xt_chanset cs;
+  XT_REQUIRE(xt_proj_channels(pc, &cs, &msg) == 0);
+  const int ci = xt_chanset_find(&cs, XT_BASIS_IODINE);
+  XT_REQUIRE(ci >= 0);
+  const xt_detector_mode md = xt_mode_custom("lumen", 160, 128, 0.6, 0.6, 800, 1200);
+  xt_pose pose = xt_pose_default(&md);
+  pose.primary_deg = 25;
+  pose.secondary_deg = -10;
+  xt_geometry g;
+  XT_REQUIRE(xt_geom_compute(&pose, &md, &g, &msg) == 0);
+  const size_t px = (size_t)md.rows * md.cols;
+  float *a = malloc(sizeof *a * px * XT_MAX_CHANNELS), *b = malloc(sizeof *b * px * XT_MAX_CHANNELS);
+  XT_REQUIRE(a && b);
+  const double levels[] = {0.010, 0.350, 0.350, 0.0}; /* g/cm^3; the third after the new shape */
+  for (int li = 0; li < 4; li++) {
+    double rho[256] = {0};
+    rho[lum] = levels[li];
+    if (li == 2) {
+      XT_REQUIRE_MSG(xt_proj_set_shape(pc, m, bent, 40, &msg) == 0, "%s", msg.text);
+      XT_REQUIRE_MSG(xt_proj_set_shape(pg, m, bent, 40, &msg) == 0, "%s", msg.text);
+    }
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE(xt_proj_render(pc, &g, b, &msg) == 0);
+    XT_REQUIRE_MSG(xt_proj_render(pg, &g, a, &msg) == 0, "%s", msg.text);
+    check_bars(a, b, px, "catheter line integrals");
+    XT_REQUIRE(xt_proj_render_channels(pc, &g, b, &msg) == 0);
+    XT_REQUIRE_MSG(xt_proj_render_channels(pg, &g, a, &msg) == 0, "%s", msg.text);
+    for (int c = 0; c < cs.n; c++) check_bars(a + (size_t)c * px, b + (size_t)c * px, px, xt_basis_name(cs.basis[c]));
+    double sum = 0;
+    for (size_t k = 0; k < px; k++) sum += a[(size_t)ci * px + k];
+    if (levels[li] > 0) XT_CHECK(sum > 0);
+    else XT_CHECK(sum == 0);
+  }
+  free(a);
+  free(b);
+  xt_proj_destroy(pc);
+  xt_proj_destroy(pg);
+  xt_model_free(m);
+}
+
+/* A labelled mixture whose blood label is a region (xt_gmm_contrast_label): the CUDA kind's scaled
+ * records and channel rows against the CPU reference at two levels and back to none. */
+XT_TEST(cuda_mixture_region_matches_cpu) {
+  xt_msg msg;
+  xt_gmm *g = NULL;
+  XT_REQUIRE(xt_gmm_create(64, &g, &msg) == 0);
+  for (int i = 0; i < 64; i++) { /* a chain of blood Gaussians, soft tissue around it */
+    const int blood = i % 2 == 0;
+    g->g[i].centre[0] = (float)(-80 + 2.5 * i);
+    g->g[i].centre[1] = blood ? 0.f : 12.f;
+    g->g[i].centre[2] = (float)(10 * sin(0.2 * i));
+    g->g[i].scale[0] = 4.f, g->g[i].scale[1] = 3.f, g->g[i].scale[2] = blood ? 3.f : 8.f;
+    g->g[i].quat[0] = 1.f;
+    g->g[i].label = blood ? XT_MAT_BLOOD : XT_MAT_SOFT;
+    g->g[i].rho = blood ? 0.02f : 0.019f;
+  }
+  g->has_labels = 1;
+  XT_REQUIRE_MSG(xt_gmm_finish(g, "mix", &msg) == 0, "%s", msg.text);
+  xt_model *m = NULL;
+  XT_REQUIRE(xt_model_from_gmm(g, "mix", &m, &msg) == 0);
+  XT_REQUIRE(xt_gmm_contrast_label(m, XT_MAT_BLOOD, &msg) == 0);
+  xt_proj *pc = NULL, *pg = NULL;
+  XT_REQUIRE_MSG(make_proj(XT_BACKEND_CPU, m, &pc, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE_MSG(make_proj(XT_BACKEND_CUDA, m, &pg, &msg) == 0, "%s", msg.text);
+  xt_chanset cs;
+  XT_REQUIRE(xt_proj_channels(pc, &cs, &msg) == 0);
+  const int ci = xt_chanset_find(&cs, XT_BASIS_IODINE);
+  XT_REQUIRE(ci >= 0);
+  const xt_detector_mode *md = xt_mode_find("fd20-256");
+  XT_REQUIRE(md);
+  xt_pose pose = xt_pose_default(md);
+  pose.primary_deg = 15;
+  xt_geometry geo;
+  XT_REQUIRE(xt_geom_compute(&pose, md, &geo, &msg) == 0);
+  const size_t px = (size_t)md->rows * md->cols;
+  float *a = malloc(sizeof *a * px * XT_MAX_CHANNELS), *b = malloc(sizeof *b * px * XT_MAX_CHANNELS);
+  XT_REQUIRE(a && b);
+  const double levels[] = {0.010, 0.300, 0.0};
+  for (int li = 0; li < 3; li++) {
+    double rho[256] = {0};
+    rho[XT_MAT_BLOOD] = levels[li];
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE(xt_proj_render(pc, &geo, b, &msg) == 0);
+    XT_REQUIRE_MSG(xt_proj_render(pg, &geo, a, &msg) == 0, "%s", msg.text);
+    check_bars(a, b, px, "mixture line integrals");
+    XT_REQUIRE(xt_proj_render_channels(pc, &geo, b, &msg) == 0);
+    XT_REQUIRE_MSG(xt_proj_render_channels(pg, &geo, a, &msg) == 0, "%s", msg.text);
+    for (int c = 0; c < cs.n; c++) check_bars(a + (size_t)c * px, b + (size_t)c * px, px, xt_basis_name(cs.basis[c]));
+    double sum = 0;
+    for (size_t k = 0; k < px; k++) sum += a[(size_t)ci * px + k];
+    if (levels[li] > 0) XT_CHECK(sum > 0);
+    else XT_CHECK(sum == 0);
+  }
+  free(a);
+  free(b);
+  xt_proj_destroy(pc);
+  xt_proj_destroy(pg);
+  xt_model_free(m);
+}
+
+XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_iodine_matches_cpu) XT_ENTRY(cuda_chain_region_equals_static_scene)
+                      XT_ENTRY(cuda_catheter_lumen_matches_cpu)
+                      XT_ENTRY(cuda_mixture_region_matches_cpu))

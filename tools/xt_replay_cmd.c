@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "xt_acq.h"
 #include "xt_cli.h"
+#include "xt_contrast.h"
 #include "xt_opt.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
@@ -30,6 +32,20 @@
 #define CMD "replay"
 #define MAX_MODELS 64
 #define XF_CAP (MAX_MODELS * 16) /* the server's samples across a pulse, at most 16 */
+#define MAX_REGIONS 16           /* the server keeps 8 */
+#define MAX_INJ 64               /* the server keeps 32 acting at once */
+
+/* The contrast state of one "contrast" line (its seq): the regions and their injections as the
+ * server held them, so that a frame latched at that seq gets its regions' iodine at its exposure
+ * time from the same function (xt_region_conc) with the same numbers. */
+typedef struct contrast_state {
+  uint32_t seq;
+  int nregions, ninj;
+  const xt_model *model[MAX_REGIONS];
+  int label[MAX_REGIONS];
+  xt_bolus b[MAX_REGIONS];
+  xt_injection inj[MAX_INJ];
+} contrast_state;
 
 typedef struct replay_opts {
   const char *out;
@@ -70,6 +86,10 @@ typedef struct replay {
   long frames, images;
   xt_acq_xform *xf;                 /* a frame's model transforms (motion), every sample: XF_CAP */
   int moved;                        /* a frame moved the models: later ones set them all again */
+  contrast_state *cs;               /* every contrast line's state, in the log's order */
+  size_t ncs, cscap;
+  uint32_t contrast_seq;            /* the frame's, and its largest region's iodine: its header's */
+  float iodine_max;
 } replay;
 
 static int add_model(replay *r, xt_model *m, xt_msg *msg) {
@@ -182,6 +202,8 @@ static int write_image(replay *r, const xt_frame_fields *ff, const xt_acq_frame 
                                 fr->t_done_ns};
   xt_stream_header h;
   xt_stream_header_encode(ff, &d, &h);
+  h.contrast_seq = r->contrast_seq; /* as the server's worker sets them from its job */
+  h.iodine_mg_ml_max = r->iodine_max;
   char path[4096], tmp[4200];
   /* plane B's frames (a biplane log) have runs and counters of their own: a name of their own too */
   snprintf(path, sizeof path, "%s/%06" PRIu64 "-%06" PRIu64 "-%s%s.bin", r->out, fr->run, fr->counter, kinds[kind],
@@ -199,6 +221,112 @@ static int write_image(replay *r, const xt_frame_fields *ff, const xt_acq_frame 
   return 0;
 }
 
+static int get_num(const json_t *o, const char *what, size_t i, const char *key, double *v, xt_msg *msg) {
+  const json_t *x = json_object_get(o, key);
+  if (!json_is_number(x) || !isfinite(json_number_value(x)))
+    return xt_fail(msg, XT_EFORMAT, "contrast.%s[%zu].%s: a number expected", what, i, key);
+  *v = json_number_value(x);
+  return 0;
+}
+
+static int get_ns(const json_t *o, size_t i, const char *key, int64_t *v, xt_msg *msg) {
+  const json_t *x = json_object_get(o, key);
+  if (!json_is_integer(x)) return xt_fail(msg, XT_EFORMAT, "contrast.injections[%zu].%s: an integer expected", i, key);
+  *v = (int64_t)json_integer_value(x);
+  return 0;
+}
+
+/* A "contrast" line: the state after an injection, stop or reset, kept under its seq. */
+static int contrast_line(replay *r, const json_t *o, xt_msg *msg) {
+  if (!r->proj) return xt_fail(msg, XT_EFORMAT, "a contrast line before the session line");
+  const json_t *seq = json_object_get(o, "seq"), *regs = json_object_get(o, "regions"),
+               *inj = json_object_get(o, "injections");
+  if (!json_is_integer(seq) || json_integer_value(seq) <= 0 || json_integer_value(seq) > UINT32_MAX)
+    return xt_fail(msg, XT_EFORMAT, "contrast.seq: a whole number > 0 expected");
+  if (!json_is_array(regs) || json_array_size(regs) > MAX_REGIONS)
+    return xt_fail(msg, XT_EFORMAT, "contrast.regions: an array of at most %d expected", MAX_REGIONS);
+  if (!json_is_array(inj) || json_array_size(inj) > MAX_INJ)
+    return xt_fail(msg, XT_EFORMAT, "contrast.injections: an array of at most %d expected", MAX_INJ);
+  if (r->ncs == r->cscap) {
+    const size_t cap = r->cscap ? 2 * r->cscap : 16;
+    contrast_state *p = realloc(r->cs, cap * sizeof *p);
+    if (!p) return xt_fail(msg, XT_ENOMEM, "out of memory");
+    r->cs = p;
+    r->cscap = cap;
+  }
+  contrast_state *c = &r->cs[r->ncs];
+  memset(c, 0, sizeof *c);
+  c->seq = (uint32_t)json_integer_value(seq);
+  const json_t *x;
+  size_t i;
+  int rc;
+  json_array_foreach(regs, i, x) {
+    const char *model = json_string_value(json_object_get(x, "model")), *name = json_string_value(json_object_get(x, "name"));
+    const json_t *lab = json_object_get(x, "label");
+    int k = 0;
+    while (model && k < r->nmodels && strcmp(r->models[k]->name, model)) k++;
+    if (!model || k == r->nmodels)
+      return xt_fail(msg, XT_EFORMAT, "contrast.regions[%zu].model: no model '%s'", i, model ? model : "");
+    if (!name || !json_is_integer(lab) || json_integer_value(lab) < 0 || json_integer_value(lab) > 255)
+      return xt_fail(msg, XT_EFORMAT, "contrast.regions[%zu]: a name and a label 0-255 expected", i);
+    xt_bolus *b = &c->b[i];
+    if ((rc = get_num(x, "regions", i, "flow_ml_s", &b->flow_ml_s, msg)) ||
+        (rc = get_num(x, "regions", i, "arrival_s", &b->arrival_s, msg)) ||
+        (rc = get_num(x, "regions", i, "alpha", &b->alpha, msg)) ||
+        (rc = get_num(x, "regions", i, "beta_s", &b->beta_s, msg)) || (rc = xt_bolus_check(b, name, msg)))
+      return rc;
+    c->model[i] = r->models[k];
+    c->label[i] = (int)json_integer_value(lab);
+  }
+  c->nregions = (int)json_array_size(regs);
+  json_array_foreach(inj, i, x) {
+    xt_injection *in = &c->inj[i];
+    const char *region = json_string_value(json_object_get(x, "region"));
+    int k = 0;
+    while (region && k < c->nregions && strcmp(json_string_value(json_object_get(json_array_get(regs, (size_t)k), "name")), region)) k++;
+    if (!region || k == c->nregions)
+      return xt_fail(msg, XT_EFORMAT, "contrast.injections[%zu].region: no region '%s'", i, region ? region : "");
+    in->region = k;
+    in->stop_ns = INT64_MAX;
+    if ((rc = get_num(x, "injections", i, "rate_ml_s", &in->rate_ml_s, msg)) ||
+        (rc = get_num(x, "injections", i, "volume_ml", &in->volume_ml, msg)) ||
+        (rc = get_num(x, "injections", i, "agent_mg_ml", &in->agent_mg_ml, msg)) ||
+        (rc = get_ns(x, i, "t_start_ns", &in->t0_ns, msg)) ||
+        (json_object_get(x, "t_stop_ns") && (rc = get_ns(x, i, "t_stop_ns", &in->stop_ns, msg))))
+      return rc;
+    if (!(in->rate_ml_s > 0.0 && in->volume_ml > 0.0 && in->agent_mg_ml > 0.0))
+      return xt_fail(msg, XT_EFORMAT, "contrast.injections[%zu]: rate_ml_s, volume_ml and agent_mg_ml must be > 0", i);
+  }
+  c->ninj = (int)json_array_size(inj);
+  r->ncs++;
+  return 0;
+}
+
+/* The frame's regions' iodine at its exposure, from the state of its contrast_seq (none: 0, the
+ * regions as loaded), as the server's latch computed it (contrast.c). */
+static int frame_contrast(replay *r, const json_t *o, xt_acq_request *q, xt_acq_iodine *io, xt_msg *msg) {
+  const json_t *seq = json_object_get(o, "contrast_seq");
+  r->contrast_seq = 0;
+  r->iodine_max = 0.f;
+  if (!seq) return 0;
+  if (!json_is_integer(seq) || json_integer_value(seq) < 0 || json_integer_value(seq) > UINT32_MAX)
+    return xt_fail(msg, XT_EFORMAT, "frame.contrast_seq: a whole number >= 0 expected");
+  r->contrast_seq = (uint32_t)json_integer_value(seq);
+  if (!r->contrast_seq) return 0;
+  const contrast_state *c = NULL; /* the latest line of that seq (seqs only grow) */
+  for (size_t k = r->ncs; k-- > 0 && !c;)
+    if (r->cs[k].seq == r->contrast_seq) c = &r->cs[k];
+  if (!c) return xt_fail(msg, XT_EFORMAT, "frame.contrast_seq %u: no contrast line of that seq before it", r->contrast_seq);
+  for (int k = 0; k < c->nregions; k++) {
+    const double mg = xt_region_conc(c->inj, c->ninj, k, &c->b[k], (int64_t)q->t_exposure_ns);
+    io[k] = (xt_acq_iodine){c->model[k], c->label[k], mg * 1e-3}; /* mg/mL -> g/cm^3, as the server */
+    if (mg > r->iodine_max) r->iodine_max = (float)mg;
+  }
+  q->iodine = io;
+  q->niodine = c->nregions;
+  return 0;
+}
+
 static int frame_line(replay *r, const json_t *o, xt_msg *msg) {
   xt_acq_request q;
   int lockstep = 0;
@@ -209,6 +337,8 @@ static int frame_line(replay *r, const json_t *o, xt_msg *msg) {
    * models back where they were loaded (the server sends identities then) */
   if ((rc = xt_session_frame_motion(o, (const xt_model *const *)r->models, r->nmodels, r->xf, XF_CAP, &q, msg)))
     return rc;
+  xt_acq_iodine iodine[MAX_REGIONS];
+  if ((rc = frame_contrast(r, o, &q, iodine, msg))) return rc;
   if (q.nxforms) r->moved = 1;
   else if (r->moved) {
     for (int i = 0; i < r->nmodels; i++) r->xf[i] = (xt_acq_xform){r->models[i], xt_aff_identity()};
@@ -289,6 +419,7 @@ int xt_cmd_replay(int argc, char **argv) {
     else if (!strcmp(type, "session"))
       rc = lineno == 1 ? session_line(&r, o, &ro, &msg) : xt_fail(&msg, XT_EFORMAT, "a second session line");
     else if (!strcmp(type, "frame")) rc = frame_line(&r, o, &msg);
+    else if (!strcmp(type, "contrast")) rc = contrast_line(&r, o, &msg);
     else if (!strcmp(type, "model"))
       rc = load_path(&r, json_string_value(json_object_get(o, "path")), json_string_value(json_object_get(o, "name")),
                      json_string_value(json_object_get(o, "convert")), &msg);
@@ -307,6 +438,7 @@ int xt_cmd_replay(int argc, char **argv) {
   xt_acq_plane_destroy(&r.plane);
   xt_acq_plane_destroy(&r.plane_b);
   free(r.xf);
+  free(r.cs);
   json_decref(r.config);
   free(r.f32);
   free(r.u16[0]);

@@ -44,13 +44,13 @@ SCENE = ["--backend", "cpu", "--threads", "2", "--phantom-dim", "128", "--phanto
 class Server:
     """The real binary on ephemeral ports; stop() checks it exits 0 on SIGTERM."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, scene=None):
         self.dir = tempfile.mkdtemp(prefix="xtwin-pyclient-")
         ports = os.path.join(self.dir, "ports.json")
         self.logpath = os.path.join(self.dir, "server.log")
         self.log = open(self.logpath, "wb")
-        self.proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports] + SCENE
-                                     + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([SERVER, "--rest-port", "0", "--ws-port", "0", "--ports-file", ports]
+                                     + (SCENE if scene is None else scene) + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if os.path.exists(ports):
@@ -100,6 +100,40 @@ class ServerTest(unittest.TestCase):
 
     def setUp(self):
         self.c.acquisition(run_mode="free", mode="fd20-128", pixel_format="uint16", fps=20, running=True)
+
+
+class Contrast(unittest.TestCase):
+    """Contrast over the client (docs/contrast.md): an injection shows in the frames, each frame's
+    peak iodine is GET /v1/contrast's at its exposure time, a reset clears it, errors are typed."""
+
+    def test_inject_reaches_the_frames(self):
+        srv = Server("--phantom", "thorax", "--clock", "virtual", "--pixel-format", "float32",
+                     scene=["--backend", "cpu", "--threads", "2", "--mode", "fd20-128", "--fps", "10"])
+        try:
+            c = xtwin.Client(srv.url)
+            regions = {r["name"]: r for r in c.contrast()["regions"]}
+            self.assertIn("aorta", regions)
+            with self.assertRaises(xtwin.NotFound):
+                c.inject("liver", rate_ml_s=5, volume_ml=5)
+            with self.assertRaises(xtwin.OutOfRange):
+                c.inject("aorta", rate_ml_s=500, volume_ml=5)
+            inj = c.inject("aorta", rate_ml_s=20, volume_ml=20)
+            self.assertEqual(inj["seq"], 1)
+            with c.stream() as s:
+                seen = 0
+                for f in s.frames(timeout=60):
+                    if f.contrast["seq"] != 1 or f.t_exposure_ns < inj["t_start_ns"] + 1_500_000_000:
+                        continue
+                    at = {r["name"]: r["iodine_mg_ml"] for r in c.contrast(t_ns=f.t_exposure_ns)["regions"]}
+                    self.assertGreater(at["aorta"], 1.0)
+                    self.assertAlmostEqual(f.contrast["iodine_mg_ml_max"], max(at.values()), delta=1e-5 * at["aorta"])
+                    seen += 1
+                    if seen == 3:
+                        break
+            self.assertEqual(c.stop_contrast(reset=True)["seq"], 2)
+            self.assertEqual(c.contrast()["injections"], [])
+        finally:
+            self.assertEqual(srv.stop(), 0)
 
 
 class HeaderLayout(unittest.TestCase):

@@ -291,6 +291,109 @@ class Instruments(unittest.TestCase):
             self.assertNotIn("\n", str(cm.exception))
 
 
+class Contrast(unittest.TestCase):
+    """Iodine in contrast regions (issue 26; docs/contrast.md): the thorax's named regions and a
+    catheter's lumen through Scene.set_contrast, and the bolus model's concentration."""
+    POSE = inproc.poses(primary=10)
+
+    def test_thorax_region_is_linear_and_clears(self):
+        s = inproc.Scene(threads=2)
+        s.add_phantom("thorax", spacing_mm=4.0)
+        self.assertEqual(s.contrast_regions(0), {"heart": 5, "aorta": 6, "pulmonary": 7, "veins": 8, "coronary": 9})
+        f0 = s.render(poses=self.POSE, mode="fd20-128")
+        s.set_contrast(0, "aorta", 10.0)
+        f10 = s.render(poses=self.POSE, mode="fd20-128")
+        s.set_contrast(0, 6, 25.0)  # by label
+        f25 = s.render(poses=self.POSE, mode="fd20-128")
+        d10, d25 = (f10 - f0).astype(np.float64), (f25 - f0).astype(np.float64)
+        self.assertGreater(d10.max(), 0.01)  # the aorta darkens
+        self.assertGreaterEqual(d10.min(), -1e-6)
+        np.testing.assert_allclose(d25, 2.5 * d10, rtol=0, atol=2e-5 * float(f0.max()))
+        ch = s.render_channels(poses=self.POSE, mode="fd20-128")  # the iodine channel holds it
+        self.assertGreater(float(ch[0][s.channel_names().index("iodine")].max()), 0.0)
+        s.set_contrast(0, "aorta", 0.0)
+        np.testing.assert_array_equal(s.render(poses=self.POSE, mode="fd20-128"), f0)
+
+    def test_catheter_lumen_against_its_projected_area(self):
+        # a straight 5 F catheter across the beam through the isocentre, its lumen a region: the
+        # increment summed across the catheter, per pixel column along it, is
+        # (mu/rho)_I(60 keV) rho pi r_in^2 times the pixels per mm across it (NIST's mu/rho and the
+        # cone beam: within 1 %)
+        pts = np.stack([np.linspace(-60, 60, 13), np.zeros(13), np.zeros(13)], axis=1)
+        s = inproc.Scene(threads=2)
+        s.add_instrument(pts, device="catheter", contrast_lumen=True)
+        self.assertEqual(s.contrast_regions(0), {"lumen": s.contrast_regions(0)["lumen"]})
+        mode = "fd20-512"
+        pose = inproc.poses()
+        f0 = s.render(poses=pose, mode=mode)[0].astype(np.float64)
+        s.set_contrast(0, "lumen", 20.0)
+        d = s.render(poses=pose, mode=mode)[0].astype(np.float64) - f0
+        P = inproc.geometry(poses=pose, mode=mode)[0]
+
+        def uv(x):
+            h = P @ np.r_[x, 1.0]
+            return h[:2] / h[2]
+        along = uv([1.0, 0, 0]) - uv([0.0, 0, 0])
+        across = max((uv(e) - uv([0.0, 0, 0]) for e in ([0, 1.0, 0], [0, 0, 1.0])), key=lambda v: abs(v[1] if abs(along[0]) > abs(along[1]) else v[0]))
+        rows_along = abs(along[0]) > abs(along[1])  # the catheter runs along a row: sum each column
+        per_mm = abs(across[1] if rows_along else across[0])
+        mr_i = 7.579  # (mu/rho) of iodine at 60 keV, cm^2/g: NIST SRD 126, Z = 53 (xraylib's within 0.5 %)
+        want = mr_i * 0.020 * 0.1 * math.pi * 0.55 ** 2 * per_mm
+        sums = d.sum(axis=0 if rows_along else 1)
+        c = int(round(uv([0.0, 0, 0])[0 if rows_along else 1]))
+        got = sums[c - 20:c + 20]
+        np.testing.assert_allclose(got, want, rtol=0.01)
+        s.set_contrast(0, "lumen", 0.0)
+        np.testing.assert_array_equal(s.render(poses=pose, mode=mode)[0], f0.astype(np.float32))
+
+    def test_mixture_label(self):
+        # a labelled mixture whose blood Gaussians (label 4) are a region: the increment is linear in
+        # the concentration and confined to their rays; 0 gives the frame back
+        n = 8
+        c = np.c_[np.linspace(-40, 40, n), np.zeros(n), np.zeros(n)]
+        s = inproc.Scene(threads=2)
+        s.add_mixture(c, np.full((n, 3), 5.0), np.tile([1.0, 0, 0, 0], (n, 1)), np.full(n, 0.02),
+                      labels=np.array([4, 2] * (n // 2)), contrast=[4])
+        self.assertEqual(s.contrast_regions(0), {"4": 4})
+        f0 = s.render(poses=self.POSE, mode="fd20-128")
+        s.set_contrast(0, 4, 10.0)
+        d10 = s.render(poses=self.POSE, mode="fd20-128").astype(np.float64) - f0
+        s.set_contrast(0, "4", 30.0)
+        d30 = s.render(poses=self.POSE, mode="fd20-128").astype(np.float64) - f0
+        self.assertGreater(d10.max(), 0.0)
+        np.testing.assert_allclose(d30, 3.0 * d10, rtol=0, atol=1e-5 * float(f0.max()))
+        s.set_contrast(0, 4, 0.0)
+        np.testing.assert_array_equal(s.render(poses=self.POSE, mode="fd20-128"), f0)
+        with self.assertRaises(xtwin.InvalidRequest):
+            s.set_contrast(0, 2, 5.0)  # soft tissue is no region
+
+    def test_bolus_against_its_closed_form(self):
+        def p4(x):
+            return 0.0 if x <= 0 else 1.0 - math.exp(-x) * (1 + x + x * x / 2 + x ** 3 / 6)
+        for t in (0.3, 0.9, 1.7, 2.4, 4.0):
+            a = t - 0.5
+            want = 350.0 * 20 / 83 * (p4(a / 0.35) - p4((a - 1.0) / 0.35))
+            self.assertAlmostEqual(inproc.bolus_mg_ml(t, rate_ml_s=20, volume_ml=20), want, delta=1e-7 * want + 1e-12)
+        self.assertEqual(inproc.bolus_mg_ml(1.7, rate_ml_s=20, volume_ml=20, region="coronary"), 350.0)  # capped
+        self.assertAlmostEqual(inproc.bolus_mg_ml(1.7, rate_ml_s=20, volume_ml=20, flow_ml_s=166),
+                               0.5 * inproc.bolus_mg_ml(1.7, rate_ml_s=20, volume_ml=20), delta=1e-9)
+
+    def test_bad_contrast_raises_one_line(self):
+        s = inproc.Scene(threads=2)
+        s.add_phantom("thorax", spacing_mm=8.0)
+        s.add_phantom(dims=(16, 16, 16), spacing_mm=5.0)
+        for call, cls, text in ((lambda: s.set_contrast(0, "liver", 5), xtwin.NotFound, "no contrast region 'liver'"),
+                                (lambda: s.set_contrast(0, "aorta", -1), xtwin.OutOfRange, "mg_ml -1"),
+                                (lambda: s.set_contrast(0, 4, 5), xtwin.InvalidRequest, "label 4 is no contrast region"),
+                                (lambda: s.set_contrast(1, 1, 5), xtwin.XtwinError, "no label volume"),
+                                (lambda: s.set_contrast(7, "aorta", 5), xtwin.NotFound, "no model 7"),
+                                (lambda: inproc.bolus_mg_ml(1.0, rate_ml_s=5), xtwin.InvalidRequest, "volume_ml")):
+            with self.assertRaises(cls) as cm:
+                call()
+            self.assertIn(text, str(cm.exception))
+            self.assertNotIn("\n", str(cm.exception))
+
+
 class Process(unittest.TestCase):
     def test_gil_is_released_while_rendering(self):
         # While one thread renders, this one runs: it sees the scene busy, which it can only while

@@ -230,6 +230,28 @@ class Client:
             body["blur_samples"] = int(blur_samples)
         return self._json("PUT", "/v1/motion", body) if body else self._json("GET", "/v1/motion")
 
+    def contrast(self, t_ns=None):
+        """GET /v1/contrast (docs/contrast.md): the regions with their bolus models and their iodine
+        now, or at device-clock time t_ns (a frame's t_exposure_ns gives what it was rendered with),
+        the injections, the operator's limits and the state's seq (a frame's contrast["seq"])."""
+        return self._json("GET", "/v1/contrast" + ("?t_ns=%d" % int(t_ns) if t_ns is not None else ""))
+
+    def inject(self, region, rate_ml_s=None, volume_ml=None, duration_s=None, delay_s=None, agent_mg_ml=None):
+        """POST /v1/contrast/inject: two of rate_ml_s, volume_ml and duration_s (delay_s 0-60,
+        agent_mg_ml 50-400): {"id", "seq", "t_ns", "t_start_ns", ...}. An unknown region raises
+        NotFound, a value over the operator's limits OutOfRange."""
+        body = {"region": region}
+        for key, v in (("rate_ml_s", rate_ml_s), ("volume_ml", volume_ml), ("duration_s", duration_s),
+                       ("delay_s", delay_s), ("agent_mg_ml", agent_mg_ml)):
+            if v is not None:
+                body[key] = v
+        return self._json("POST", "/v1/contrast/inject", body)
+
+    def stop_contrast(self, reset=False):
+        """DELETE /v1/contrast: every running injection stops now (what is in washes out); reset=True
+        forgets them all, the regions clear from the next exposure on."""
+        return self._json("DELETE", "/v1/contrast" + ("?reset=1" if reset else ""))
+
     def metrics(self):
         """The Prometheus text of GET /metrics."""
         return self.request("GET", "/metrics", accept="text/plain")[2].decode("utf-8")

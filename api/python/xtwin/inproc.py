@@ -21,7 +21,7 @@ try:
 except ImportError as e:  # the client's sources alone (api/python), without the built module beside them
     raise ImportError("xtwin.inproc needs the extension xtwin._core, which CMake builds into <build>/python/xtwin/: "
                       "PYTHONPATH=<build>/python, or cmake --install (docs/python-inprocess.md); %s" % e) from e
-from ._core import Scene, back_project, geometry, modes, pose_grad, project  # noqa: F401,E402
+from ._core import Scene, back_project, bolus_mg_ml, geometry, modes, pose_grad, project  # noqa: F401,E402
 
 __all__ = ["Scene", "poses", "project", "back_project", "pose_grad", "geometry", "modes", "P_from_deepdrr",
            "P_from_diffdrr", "P_to_edge", "P_from_edge", "DLPackFrames", "render_dlpack", "project_torch",

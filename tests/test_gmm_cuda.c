@@ -273,7 +273,7 @@ XT_TEST(fit_engines_agree) {
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.6, XT_VOXEL_F32, &m, NULL) == 0);
   xt_fit_problem pb;
-  XT_REQUIRE(xt__fit_problem_init(xt_model_volume(m), &pb, NULL) == 0);
+  XT_REQUIRE(xt__fit_problem_init(xt_model_volume(m), 0, &pb, NULL) == 0);
   xt_fit_engine *ec = NULL, *eg = NULL;
   xt_msg msg;
   XT_REQUIRE(xt__fit_cpu_engine(&pb, 0, &ec, &msg) == 0);
@@ -302,7 +302,7 @@ XT_TEST(fit_engines_agree) {
   eg->destroy(eg);
   free(gc);
   free(gg);
-  free(pb.mu);
+  xt__fit_problem_free(&pb);
   /* whole fits: CUDA and CPU reach the same PSNR */
   xt_fit_options o = xt_fit_default_options();
   o.budget = 2000;

@@ -39,7 +39,7 @@ XT_TEST(gradient_matches_finite_differences) {
   xt_volume *v = blob_volume(24, 20, 22);
   XT_REQUIRE(v);
   xt_fit_problem pb;
-  XT_REQUIRE(xt__fit_problem_init(v, &pb, NULL) == 0);
+  XT_REQUIRE(xt__fit_problem_init(v, 0, &pb, NULL) == 0);
   xt_fit_engine *e = NULL;
   XT_REQUIRE(xt__fit_cpu_engine(&pb, 2, &e, NULL) == 0);
   enum { N = 4 };
@@ -72,7 +72,7 @@ XT_TEST(gradient_matches_finite_differences) {
                    an, fd);
     }
   e->destroy(e);
-  free(pb.mu);
+  xt__fit_problem_free(&pb);
   xt_volume_free(v);
 }
 

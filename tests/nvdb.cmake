@@ -45,7 +45,7 @@ endif()
 # scripts/real-ct extracts it into the build folder; without the package the binary runs its
 # synthetic test and exits 77 (skipped).
 if(TARGET xt_loaders AND TARGET xt_nvdb_build)
-  xt_add_test(test_real_ct SOURCES test_real_ct.c LIBS xt_proj xt_loaders xt_nvdb_build ${M_LIB} LABELS cpu)
+  xt_add_test(test_real_ct SOURCES test_real_ct.c LIBS xt_fit xt_proj xt_loaders xt_nvdb_build ${M_LIB} LABELS cpu)
   set_tests_properties(test_real_ct PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
     "XT_REAL_CT_SCRIPT=${PROJECT_SOURCE_DIR}/scripts/real-ct;XT_REAL_CT_DIR=${CMAKE_CURRENT_BINARY_DIR}/real_ct")
 endif()

@@ -309,11 +309,11 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
   const size_t dense = xt_volume_voxels(vol) * sizeof(float);
   printf("wrote %s: %zu Gaussians, %zu bytes (dense float volume %zu bytes: 1/%.1f)\n", o.out, g->count, fbytes, dense,
          (double)dense / fbytes);
-  printf("3D PSNR on the %d x %d x %d grid", res.grid[0], res.grid[1], res.grid[2]);
+  printf("3D PSNR on the %d x %d x %d grid (", res.grid[0], res.grid[1], res.grid[2]);
   if (res.grid[0] != vol->dim[0] || res.grid[1] != vol->dim[1] || res.grid[2] != vol->dim[2])
-    printf(" (the volume's %d x %d x %d and the margin beyond its faces with mass)", vol->dim[0], vol->dim[1],
-           vol->dim[2]);
-  printf(" (peak = largest mu): initialisation %.2f dB, fitted %.2f dB", res.psnr3d_init, res.psnr3d);
+    printf("the volume's %d x %d x %d and %d empty voxels beyond each face with mass; ", vol->dim[0], vol->dim[1],
+           vol->dim[2], o.margin);
+  printf("peak = largest mu): initialisation %.2f dB, fitted %.2f dB", res.psnr3d_init, res.psnr3d);
   if (o.proj_iters > 0) printf(", after the projection refinement %.2f dB", res.psnr3d_proj);
   printf("\nengine %s, %d iterations, %.1f s\n", res.engine, res.iters, res.seconds);
   if (o.report != 3) {

@@ -80,7 +80,8 @@ static const xt_opt fit_tab[] = {
      "--classify body: the HU at and above which a voxel can be part of the patient"},
     {"out", XT_OPT_STRING, "FILE", NULL, "required", 0, 0, NULL, OFF(out),
      "output mixture: FILE.xgmm (native) or FILE.gmm (the thesis's layout, no labels)"},
-    {"budget", XT_OPT_INT, "N", "30000", NULL, 1, 50000000, NULL, OFF(budget), "at most N Gaussians"},
+    {"budget", XT_OPT_INT, "N", NULL, "30000, or fewer to keep the file within 1/20 of the dense float bytes", 1,
+     50000000, NULL, OFF(budget), "at most N Gaussians"},
     {"target-psnr", XT_OPT_REAL, "DB", "0", NULL, 0, 200, NULL, OFF(target_psnr),
      "stop when the 3D PSNR reaches DB (0: run every iteration)"},
     {"iters", XT_OPT_INT, "N", "150", NULL, 0, 100000, NULL, OFF(iters), "gradient-descent iterations on the volume error"},
@@ -278,6 +279,13 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
 #endif
   }
   xt_fit_options fo = xt_fit_default_options();
+  if (!is_seen(seen, "budget")) {
+    /* a mixture is there to be small: by default its native file (a header and one record per
+     * Gaussian) stays within 1/20 of the dense float volume, the compactness issue 29 asks of it */
+    const size_t dense = xt_volume_voxels(xt_model_volume(vm)) * sizeof(float), head = sizeof(xt_gmm_header);
+    const size_t fit = dense / 20 > head ? (dense / 20 - head) / sizeof(xt_gaussian) : 0;
+    o.budget = fit < (size_t)fo.budget ? (fit > 0 ? (int)fit : 1) : fo.budget;
+  }
   fo.budget = o.budget;
   fo.target_psnr = o.target_psnr;
   fo.iters = o.iters;

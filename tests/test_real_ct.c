@@ -87,6 +87,16 @@ XT_TEST(ct_body_synthetic) {
   XT_CHECK_NEAR(r.mean_abs_dmu, sum / (double)xt_volume_voxels(v), 1e-12);
   XT_CHECK_NEAR(r.mass_dropped / r.mass, dropped / mass, 1e-9);
   XT_CHECK(r.mass_dropped > 0);
+  /* the line both front ends print (xt_ct_body_format), its figures from this test's recount */
+  char line[512], want[160];
+  XT_CHECK(xt_ct_body_format(&r, -500, line, sizeof line) < (int)sizeof line);
+  snprintf(want, sizeof want, ">= -500 HU = %.6g /mm), %.1f%% of the voxels, %.1f%% changed", thr,
+           100.0 * (double)outside / (double)xt_volume_voxels(v), 100.0 * (double)outside / (double)xt_volume_voxels(v));
+  static const char head[] = "background: outside the patient (body: largest part ";
+  XT_CHECK_MSG(strncmp(line, head, sizeof head - 1) == 0 && strstr(line, want),
+               "%s (want ...%s...)", line, want);
+  snprintf(want, sizeof want, "line-integral mass dropped %.3g%%", 100 * dropped / mass);
+  XT_CHECK_MSG(strstr(line, want) != NULL, "%s (want ...%s)", line, want);
   /* labels and a non-finite threshold are refused, the volume untouched */
   XT_CHECK(xt_ct_body_classify(v, NAN, 0.0, &r, &msg) == XT_EINVAL && strstr(msg.text, "finite"));
   free(before);

@@ -20,12 +20,12 @@
 
 #include "xt_bench.h"
 #include "xt_cli.h"
+#include "xt_ct_body.h"
 #include "xt_fit.h"
 #include "xt_gmm.h"
 #include "xt_opt.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
-#include "xt_ct_body.h"
 #ifdef XT_HAVE_LOADERS
 #include "xt_hu.h"
 #include "xt_load.h"
@@ -269,12 +269,9 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
       code = say(XT_EXIT_RUNTIME, "%s", msg.text);
       goto done;
     }
-    printf("background: outside the patient (body: largest part >= %g HU = %.6g /mm), %.1f%% of the voxels, "
-           "%.1f%% changed; error vs the loaded volume: max |dmu| %.4g /mm, mean %.3g /mm, line-integral mass "
-           "dropped %.3g%%\n",
-           o.body_hu, br.mu_threshold, 100.0 * (double)br.outside / (double)br.voxels,
-           100.0 * (double)br.changed / (double)br.voxels, br.max_abs_dmu, br.mean_abs_dmu,
-           br.mass > 0 ? 100.0 * br.mass_dropped / br.mass : 0.0);
+    char line[512];
+    xt_ct_body_format(&br, o.body_hu, line, sizeof line);
+    printf("%s\n", line);
     fflush(stdout);
 #endif
   }

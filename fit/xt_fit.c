@@ -37,6 +37,7 @@ xt_fit_options xt_fit_default_options(void) {
   o.inflate = 1.8;
   o.fit_cutoff = 4.0;
   o.cutoff = XT_GMM_CUTOFF_DEFAULT;
+  o.margin = XT_FIT_MARGIN_DEFAULT;
   o.engine = XT_FIT_AUTO;
   o.proj_poses = 9;
   o.proj_size = 128;
@@ -721,29 +722,82 @@ static double psnr_of(const xt_fit_problem *pb, double sse) {
   return mse > 0 ? 10.0 * log10(pb->peak * pb->peak / mse) : INFINITY;
 }
 
-int xt__fit_problem_init(const xt_volume *v, xt_fit_problem *pb, xt_msg *msg) {
+/* 1 when a face of the (air-zeroed) volume at index a = i (axis ax) holds any mass. */
+static int face_has_mass(const float *mu, const int n[3], int ax, int i) {
+  const int b = (ax + 1) % 3, c = (ax + 2) % 3;
+  const size_t st[3] = {1, (size_t)n[0], (size_t)n[0] * n[1]};
+  for (int j = 0; j < n[c]; j++)
+    for (int k = 0; k < n[b]; k++)
+      if (mu[st[ax] * (size_t)i + st[b] * (size_t)k + st[c] * (size_t)j] > 0) return 1;
+  return 0;
+}
+
+int xt__fit_problem_init(const xt_volume *v, int margin, xt_fit_problem *pb, xt_msg *msg) {
   memset(pb, 0, sizeof *pb);
   if (!v || !v->data) return xt_fail(msg, XT_EINVAL, "gmm-fit: no volume");
-  for (int a = 0; a < 3; a++) pb->n[a] = v->dim[a];
-  pb->nmax = v->dim[0] > v->dim[1] ? v->dim[0] : v->dim[1];
-  if (v->dim[2] > pb->nmax) pb->nmax = v->dim[2];
-  pb->nv = xt_volume_voxels(v);
-  pb->i2m = v->index_to_model;
-  pb->mu = malloc(sizeof(float) * pb->nv);
-  if (!pb->mu) return xt_fail(msg, XT_ENOMEM, "gmm-fit: out of memory for %zu voxels", pb->nv);
+  if (margin < 0 || margin > XT_FIT_MARGIN_MAX) return xt_fail(msg, XT_ERANGE, "gmm-fit: margin %d voxels", margin);
+  const size_t nvol = xt_volume_voxels(v);
+  float *mu = malloc(sizeof(float) * nvol);
+  if (!mu) return xt_fail(msg, XT_ENOMEM, "gmm-fit: out of memory for %zu voxels", nvol);
   if (v->type == XT_VOXEL_U8) {
-    pb->labels = v->data;
-    for (size_t i = 0; i < pb->nv; i++) pb->mu[i] = v->materials->mu[((const uint8_t *)v->data)[i]];
+    for (size_t i = 0; i < nvol; i++) mu[i] = v->materials->mu[((const uint8_t *)v->data)[i]];
   } else {
-    memcpy(pb->mu, v->data, sizeof(float) * pb->nv);
+    memcpy(mu, v->data, sizeof(float) * nvol);
   }
   /* air (and anything thinner, or negative) is left out: docs/models.md */
-  pb->peak = 0;
-  for (size_t i = 0; i < pb->nv; i++) {
-    if (!(pb->mu[i] > XT_FIT_AIR_MU)) pb->mu[i] = 0;
-    if (pb->mu[i] > pb->peak) pb->peak = pb->mu[i];
+  for (size_t i = 0; i < nvol; i++)
+    if (!(mu[i] > XT_FIT_AIR_MU)) mu[i] = 0;
+  for (int a = 0; a < 3; a++) {
+    pb->pad[a] = face_has_mass(mu, v->dim, a, 0) || face_has_mass(mu, v->dim, a, v->dim[a] - 1) ? margin : 0;
+    pb->n[a] = v->dim[a] + 2 * pb->pad[a];
   }
+  pb->nmax = pb->n[0] > pb->n[1] ? pb->n[0] : pb->n[1];
+  if (pb->n[2] > pb->nmax) pb->nmax = pb->n[2];
+  pb->nv = (size_t)pb->n[0] * pb->n[1] * pb->n[2];
+  /* fit index q = volume index + pad */
+  pb->i2m = v->index_to_model;
+  for (int r = 0; r < 3; r++)
+    pb->i2m.t[r] -= v->index_to_model.m[r][0] * pb->pad[0] + v->index_to_model.m[r][1] * pb->pad[1] +
+                    v->index_to_model.m[r][2] * pb->pad[2];
+  if (!pb->pad[0] && !pb->pad[1] && !pb->pad[2]) {
+    pb->mu = mu;
+    mu = NULL;
+  } else {
+    pb->mu = calloc(pb->nv, sizeof(float));
+    if (!pb->mu) {
+      free(mu);
+      return xt_fail(msg, XT_ENOMEM, "gmm-fit: out of memory for %zu voxels", pb->nv);
+    }
+    for (int z = 0; z < v->dim[2]; z++)
+      for (int y = 0; y < v->dim[1]; y++)
+        memcpy(pb->mu + pb->pad[0] + (size_t)pb->n[0] * ((size_t)(y + pb->pad[1]) + (size_t)pb->n[1] * (z + pb->pad[2])),
+               mu + (size_t)v->dim[0] * ((size_t)y + (size_t)v->dim[1] * z), sizeof(float) * v->dim[0]);
+  }
+  free(mu);
+  if (v->type == XT_VOXEL_U8) {
+    pb->labels = calloc(pb->nv, 1);
+    if (!pb->labels) {
+      xt__fit_problem_free(pb);
+      return xt_fail(msg, XT_ENOMEM, "gmm-fit: out of memory for %zu voxels", pb->nv);
+    }
+    const uint8_t *src = v->data;
+    for (int z = 0; z < v->dim[2]; z++)
+      for (int y = 0; y < v->dim[1]; y++)
+        memcpy(pb->labels + pb->pad[0] +
+                   (size_t)pb->n[0] * ((size_t)(y + pb->pad[1]) + (size_t)pb->n[1] * (z + pb->pad[2])),
+               src + (size_t)v->dim[0] * ((size_t)y + (size_t)v->dim[1] * z), v->dim[0]);
+  }
+  pb->peak = 0;
+  for (size_t i = 0; i < pb->nv; i++)
+    if (pb->mu[i] > pb->peak) pb->peak = pb->mu[i];
   return 0;
+}
+
+void xt__fit_problem_free(xt_fit_problem *pb) {
+  free(pb->mu);
+  free(pb->labels);
+  pb->mu = NULL;
+  pb->labels = NULL;
 }
 
 int xt_fit_volume(const xt_volume *v, const xt_fit_options *o, xt_gmm **out, xt_fit_result *res, xt_msg *msg) {
@@ -759,7 +813,8 @@ int xt_fit_volume(const xt_volume *v, const xt_fit_options *o, xt_gmm **out, xt_
   uint8_t *lab = NULL;
   double *grad = NULL, *m = NULL, *vv = NULL;
   int n = 0, rc;
-  if ((rc = xt__fit_problem_init(v, &pb, msg))) return rc;
+  if ((rc = xt__fit_problem_init(v, o->margin, &pb, msg))) return rc;
+  memcpy(res->grid, pb.n, sizeof res->grid);
   if (!(pb.peak > 0)) {
     rc = xt_fail(msg, XT_EINVAL, "gmm-fit: the volume holds nothing denser than air");
     goto done;
@@ -808,7 +863,7 @@ int xt_fit_volume(const xt_volume *v, const xt_fit_options *o, xt_gmm **out, xt_
   res->seconds = now_s() - t0;
 done:
   if (eng) eng->destroy(eng);
-  free(pb.mu);
+  xt__fit_problem_free(&pb);
   free(par);
   free(lab);
   free(grad);

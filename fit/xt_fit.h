@@ -21,6 +21,11 @@
 #include "xt_model.h"
 #include "xt_proj.h"
 
+/* The default and largest margin (xt_fit_options.margin), voxels: 8 holds the cut-off ellipsoid
+ * (K = 4) of a boundary Gaussian of sigma up to 2 voxels. */
+#define XT_FIT_MARGIN_DEFAULT 8
+#define XT_FIT_MARGIN_MAX 64
+
 typedef struct xt_fit_options {
   int budget;           /* at most this many Gaussians (>= 1) */
   double target_psnr;   /* stop when the 3D PSNR reaches this (dB); 0: run all iterations */
@@ -30,6 +35,12 @@ typedef struct xt_fit_options {
   double lattice;       /* largest block side, voxels (0: from the budget) */
   double fit_cutoff;    /* Mahalanobis radius the fit evaluates Gaussians to */
   double cutoff;        /* the fitted model's cut-off radius */
+  /* empty voxels the fit's grid adds beyond each face of the volume that carries mass (a CT cut
+   * through the patient: the neck, the top of a torso). The renderer sees nothing beyond the
+   * volume, but the Gaussians of a cut face spread their tails there, unseen by a volume error
+   * confined to the volume: on the real head CT that mass was the largest 2D error (docs/models.md,
+   * "Fitting"). The margin makes it part of the error. 0: none. */
+  int margin;
   int threads;          /* CPU threads, 0 = all cores */
   int engine;           /* XT_FIT_AUTO, XT_FIT_CPU, XT_FIT_CUDA */
   /* optional refinement on projections: proj_iters Adam steps on the squared error of the
@@ -54,6 +65,7 @@ typedef struct xt_fit_result {
   double psnr3d;       /* dB, the fitted model's, evaluated to its cut-off */
   double psnr3d_proj;  /* dB, after the projection refinement (0 when none ran) */
   int iters;           /* iterations run */
+  int grid[3];         /* the fit's grid (the volume and its margins), voxels */
   double seconds;
   char engine[32];     /* "cpu (N threads)" or "cuda" */
 } xt_fit_result;

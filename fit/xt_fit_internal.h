@@ -24,12 +24,15 @@ typedef struct xt_fit_param {
 /* The gradient's layout per Gaussian. */
 enum { XT_FIT_C = 0, XT_FIT_U = 3, XT_FIT_L = 6, XT_FIT_LR = 9, XT_FIT_NP = 10 };
 
+/* The fit's grid: the volume, with `margin` empty voxels (xt_fit_options) on both sides of each
+ * axis whose end faces carry mass (pad[a] voxels on each side of axis a; xt_fit.h says why). */
 typedef struct xt_fit_problem {
   int n[3], nmax;
+  int pad[3];            /* margin per axis and side, voxels */
   size_t nv;
-  xt_affine i2m;         /* voxel index -> model mm */
+  xt_affine i2m;         /* the fit grid's index -> model mm */
   float *mu;             /* target, air zeroed (owned) */
-  const uint8_t *labels; /* label volumes: the labels (the volume's), else NULL */
+  uint8_t *labels;       /* label volumes: the labels on the fit grid (owned), else NULL */
   double peak;           /* largest mu */
 } xt_fit_problem;
 
@@ -50,7 +53,8 @@ void xt__fit_sigma(const xt_fit_param *p, double S[3][3]);
 /* The gradient from the residual's moments over one Gaussian's ellipsoid (xt_fit.c). */
 void xt__fit_grad_from_moments(const xt_fit_param *p, double S0, const double S1[3], const double S2[6], double inv_n,
                                double *gr);
-int xt__fit_problem_init(const xt_volume *v, xt_fit_problem *pb, xt_msg *msg);
+int xt__fit_problem_init(const xt_volume *v, int margin, xt_fit_problem *pb, xt_msg *msg);
+void xt__fit_problem_free(xt_fit_problem *pb);
 int xt__fit_to_gmm(const xt_fit_problem *pb, const xt_fit_param *par, const uint8_t *lab, int n, double cutoff,
                    xt_gmm **out, xt_msg *msg);
 

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,4 +124,14 @@ int xt_ct_body_classify(xt_volume *v, double mu_threshold, double background, xt
   free(st);
   free(q);
   return 0;
+}
+
+int xt_ct_body_format(const xt_ct_body_report *r, double body_hu, char *buf, size_t n) {
+  return snprintf(buf, n,
+                  "background: outside the patient (body: largest part >= %g HU = %.6g /mm), %.1f%% of the voxels, "
+                  "%.1f%% changed; error vs the loaded volume: max |dmu| %.4g /mm, mean %.3g /mm, line-integral mass "
+                  "dropped %.3g%%",
+                  body_hu, r->mu_threshold, 100.0 * (double)r->outside / (double)r->voxels,
+                  100.0 * (double)r->changed / (double)r->voxels, r->max_abs_dmu, r->mean_abs_dmu,
+                  r->mass > 0 ? 100.0 * r->mass_dropped / r->mass : 0.0);
 }

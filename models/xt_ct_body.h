@@ -36,4 +36,8 @@ typedef struct xt_ct_body_report {
  * XT_EINVAL for a label volume or a non-finite threshold; XT_ENOMEM. On error v is unchanged. */
 int xt_ct_body_classify(xt_volume *v, double mu_threshold, double background, xt_ct_body_report *r, xt_msg *msg);
 
+/* The report as one line, as xtwin nvdb-convert and gmm-fit print it (body_hu: the HU the threshold
+ * came from), without a newline; snprintf's return. */
+int xt_ct_body_format(const xt_ct_body_report *r, double body_hu, char *buf, size_t n);
+
 #endif /* XT_CT_BODY_H */

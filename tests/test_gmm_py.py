@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pickle
+import random
 import shutil
 import struct
 import subprocess
@@ -270,7 +271,40 @@ def test_gmm_fit_cli():
         rc, so2, se = run(XTWIN, "render", "--volume", out, "--mode", "fd20-128", "--threads", "2", "--out",
                           os.path.join(d, "r"))
         check(rc == 0, "render of the fit")
+    # a CT in HU (MetaImage): a water cylinder cut by the first and last slices, a table slab apart
+    # from it, noisy air. By default the table and the air become the background (a "background:"
+    # line) and the cut faces get the margin; --classify off keeps them, --margin 0 drops the margin
+    rnd = random.Random(29)
+    hu = []
+    for z in range(12):
+        for y in range(24):
+            for x in range(24):
+                v = -1000 + rnd.gauss(0, 20)
+                if (x - 12) ** 2 + (y - 11) ** 2 <= 36:
+                    v = 40
+                if 20 <= y < 22:
+                    v = 300
+                hu.append(int(round(v)))
+    with open(os.path.join(d, "ct.raw"), "wb") as f:
+        f.write(struct.pack("<%dh" % len(hu), *hu))
+    with open(os.path.join(d, "ct.mhd"), "w") as f:
+        f.write("ObjectType = Image\nNDims = 3\nDimSize = 24 24 12\nElementSpacing = 2 2 3\n"
+                "ElementType = MET_SHORT\nElementByteOrderMSB = False\nElementDataFile = ct.raw\n")
+    ct = ["--volume", os.path.join(d, "ct.mhd"), "--convert", "hu", "--budget", "60", "--iters", "3", "--threads",
+          "2", "--report", "none", "--out", os.path.join(d, "ct.xgmm")]
+    rc, so, se = run(XTWIN, "gmm-fit", *ct)
+    if check(rc == 0, "gmm-fit of a CT: rc %d %s" % (rc, se)):
+        check(so.startswith("background: outside the patient") and "line-integral mass dropped" in so,
+              "the default classification and its report: %r" % so)
+        check("24 x 24 x 28 grid (the volume's 24 x 24 x 12 and 8 empty voxels beyond each face" in so,
+              "the 8-voxel margin beyond the cut faces: %r" % so)
+    rc, so, se = run(XTWIN, "gmm-fit", *ct, "--classify", "off", "--margin", "0")
+    if check(rc == 0, "gmm-fit --classify off --margin 0: rc %d %s" % (rc, se)):
+        check("background:" not in so and "24 x 24 x 12 grid (peak" in so, "no classification, no margin: %r" % so)
     for args, word, code in [
+        (["--out", out, "--classify", "body"], "--classify", 2),
+        (["--out", out, "--body-hu", "-300"], "--body-hu", 2),
+        (["--out", out, "--margin", "65"], "--margin", 2),
         (["--out", os.path.join(d, "x.txt")], "must end in", 2),
         (["--out", os.path.join(d, "none", "x.xgmm")], "no such directory", 1),
         (["--out", out, "--budget", "0"], "--budget", 2),

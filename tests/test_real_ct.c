@@ -9,7 +9,10 @@
  * scripts/real-ct (env XT_REAL_CT_SCRIPT, XT_REAL_CT_DIR); without the package they say so and the
  * binary exits 77 (ctest: skipped). Oracles: the classified dense volume itself (the grid must hold
  * it voxel for voxel), and its double-precision render (the grid's render must equal it to 1e-12
- * relative on every pixel, the bound test_nvdb uses for converted volumes). */
+ * relative on every pixel, the bound test_nvdb uses for converted volumes).
+ *
+ * real_ct_gmm_fit: the fitter's defaults on the classified CT at half resolution (CI time), within
+ * 1/20 of the dense float bytes; oracle: the voxel model's own CPU renders at nine angles. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +20,8 @@
 #include <string.h>
 
 #include "xt_ct_body.h"
+#include "xt_fit.h"
+#include "xt_gmm.h"
 #include "xt_hu.h"
 #include "xt_load.h"
 #include "xt_nvdb.h"
@@ -82,6 +87,16 @@ XT_TEST(ct_body_synthetic) {
   XT_CHECK_NEAR(r.mean_abs_dmu, sum / (double)xt_volume_voxels(v), 1e-12);
   XT_CHECK_NEAR(r.mass_dropped / r.mass, dropped / mass, 1e-9);
   XT_CHECK(r.mass_dropped > 0);
+  /* the line both front ends print (xt_ct_body_format), its figures from this test's recount */
+  char line[512], want[160];
+  XT_CHECK(xt_ct_body_format(&r, -500, line, sizeof line) < (int)sizeof line);
+  snprintf(want, sizeof want, ">= -500 HU = %.6g /mm), %.1f%% of the voxels, %.1f%% changed", thr,
+           100.0 * (double)outside / (double)xt_volume_voxels(v), 100.0 * (double)outside / (double)xt_volume_voxels(v));
+  static const char head[] = "background: outside the patient (body: largest part ";
+  XT_CHECK_MSG(strncmp(line, head, sizeof head - 1) == 0 && strstr(line, want),
+               "%s (want ...%s...)", line, want);
+  snprintf(want, sizeof want, "line-integral mass dropped %.3g%%", 100 * dropped / mass);
+  XT_CHECK_MSG(strstr(line, want) != NULL, "%s (want ...%s)", line, want);
   /* labels and a non-finite threshold are refused, the volume untouched */
   XT_CHECK(xt_ct_body_classify(v, NAN, 0.0, &r, &msg) == XT_EINVAL && strstr(msg.text, "finite"));
   free(before);
@@ -222,8 +237,91 @@ XT_TEST(real_ct_exact) {
   xt_model_free(dm);
 }
 
+/* The classified CT averaged over 2 x 2 x 2 blocks: 128 x 128 x 54 voxels of 1.91 x 1.91 x 3 mm,
+ * the same head and the same cut faces at an eighth of the fit's work. */
+static xt_volume *half_ct(const xt_volume *v) {
+  xt_volume *h = NULL;
+  const int n[3] = {v->dim[0] / 2, v->dim[1] / 2, v->dim[2] / 2};
+  const double sp[3] = {2 * v->spacing[0], 2 * v->spacing[1], 2 * v->spacing[2]};
+  if (xt_volume_create(n[0], n[1], n[2], sp, XT_VOXEL_F32, &h, NULL)) return NULL;
+  const float *a = v->data;
+  float *b = h->data;
+  for (int k = 0; k < n[2]; k++)
+    for (int j = 0; j < n[1]; j++)
+      for (int i = 0; i < n[0]; i++) {
+        double s = 0;
+        for (int d = 0; d < 8; d++)
+          s += a[(size_t)(2 * i + (d & 1)) +
+                 (size_t)v->dim[0] * ((size_t)(2 * j + ((d >> 1) & 1)) + (size_t)v->dim[1] * (2 * k + (d >> 2)))];
+        b[(size_t)i + (size_t)n[0] * ((size_t)j + (size_t)n[1] * k)] = (float)(s / 8);
+      }
+  /* voxel (i,j,k) of h is centred where (2i + 0.5, 2j + 0.5, 2k + 0.5) of v is */
+  for (int r = 0; r < 3; r++) {
+    h->index_to_model.t[r] = v->index_to_model.t[r];
+    for (int c = 0; c < 3; c++) {
+      h->index_to_model.m[r][c] = 2 * v->index_to_model.m[r][c];
+      h->index_to_model.t[r] += 0.5 * v->index_to_model.m[r][c];
+    }
+  }
+  return h;
+}
+
+/* Issue 29's GMM target is >= 40 dB at every one of the nine angles at <= 1/20 of the dense
+ * bytes (docs/BENCHMARKS.md, "Gaussian mixtures on a real patient"). The full CT's default fit is
+ * minutes of CPU; this runs the same defaults (classified, the 8-voxel margin) at half resolution
+ * with 40 iterations instead of 150 and a 128^2 report: measured 38.63 dB worst (2026-12-07); the
+ * same fit without the margin (--margin 0, the fitter before) 24.91 dB worst (the cut neck's spilled
+ * mass). */
+#define REAL_CT_GMM_BAR 37.5
+XT_TEST(real_ct_gmm_fit) {
+  xt_volume *full = load_ct();
+  XT_REQUIRE(full);
+  xt_hu_calib cal;
+  xt_ct_body_report br;
+  xt_msg msg = {{0}};
+  XT_REQUIRE(xt_hu_calib_make(XT_HU_BILINEAR, 60, 0, &cal, &msg) == 0);
+  XT_REQUIRE(xt_ct_body_classify(full, xt_hu_calib_mu(&cal, -500), 0.0, &br, &msg) == 0);
+  xt_volume *v = half_ct(full);
+  xt_volume_free(full);
+  XT_REQUIRE(v);
+  xt_fit_options o = xt_fit_default_options();
+  /* the most Gaussians whose native file (128-byte header, 48 bytes each) is 1/20 of the dense bytes */
+  o.budget = (int)((v->nbytes / 20 - 128) / 48);
+  o.iters = 40;
+  o.engine = XT_FIT_CPU;
+  xt_gmm *g = NULL;
+  xt_fit_result r;
+  XT_REQUIRE_MSG(xt_fit_volume(v, &o, &g, &r, &msg) == 0, "%s", msg.text);
+  const double ratio = (double)v->nbytes / (double)xt_gmm_file_bytes(g);
+  XT_CHECK_MSG(ratio >= 20, "%zu bytes against %zu dense", xt_gmm_file_bytes(g), v->nbytes);
+  XT_CHECK(r.grid[2] == v->dim[2] + 2 * XT_FIT_MARGIN_DEFAULT); /* the cut faces got their margin */
+  xt_model *vm = NULL, *gm = NULL;
+  XT_REQUIRE(xt_model_from_volume(v, "cranium", &vm, &msg) == 0); /* owns v */
+  XT_REQUIRE(xt_model_from_gmm(g, "fitted", &gm, &msg) == 0);    /* owns g */
+  xt_vec3 lo, hi;
+  XT_REQUIRE(xt_model_bounds(vm, &lo, &hi, &msg) == 0);
+  vm->placement.t[0] = -0.5 * (lo.x + hi.x);
+  vm->placement.t[1] = -0.5 * (lo.y + hi.y);
+  vm->placement.t[2] = -0.5 * (lo.z + hi.z);
+  gm->placement = vm->placement;
+  double ps[9], ss[9], worst = 1e9;
+  XT_REQUIRE_MSG(xt_fit_report(vm, gm, XT_BACKEND_CPU, "thesis", 128, ps, ss, &msg) == 0, "%s", msg.text);
+  printf("  real CT at half resolution: %zu Gaussians (1/%.1f of the dense bytes), 3D PSNR %.2f -> %.2f dB, "
+         "%.1f s; 2D PSNR at 128^2:",
+         r.count, ratio, r.psnr3d_init, r.psnr3d, r.seconds);
+  for (int i = 0; i < 9; i++) {
+    printf(" %.2f", ps[i]);
+    worst = fmin(worst, ps[i]);
+  }
+  printf("\n");
+  XT_CHECK_MSG(worst >= REAL_CT_GMM_BAR, "worst 2D PSNR %.2f dB, the bar %.1f dB", worst, REAL_CT_GMM_BAR);
+  xt_model_free(gm);
+  xt_model_free(vm);
+}
+
 int main(int argc, char **argv) {
-  static const xt_test_entry tests[] = {XT_ENTRY(ct_body_synthetic) XT_ENTRY(real_ct_bytes) XT_ENTRY(real_ct_exact)};
+  static const xt_test_entry tests[] = {XT_ENTRY(ct_body_synthetic) XT_ENTRY(real_ct_bytes) XT_ENTRY(real_ct_exact)
+                                                  XT_ENTRY(real_ct_gmm_fit)};
   const int n = (int)(sizeof tests / sizeof tests[0]);
   const char *script = getenv("XT_REAL_CT_SCRIPT"), *dir = getenv("XT_REAL_CT_DIR");
   int have = 0;

@@ -20,12 +20,14 @@
 
 #include "xt_bench.h"
 #include "xt_cli.h"
+#include "xt_ct_body.h"
 #include "xt_fit.h"
 #include "xt_gmm.h"
 #include "xt_opt.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #ifdef XT_HAVE_LOADERS
+#include "xt_hu.h"
 #include "xt_load.h"
 #endif
 
@@ -36,11 +38,14 @@ typedef struct fit_opts {
   const char *volume;
   int convert;
   double energy;
+  int classify;
+  double body_hu;
   const char *out;
   int budget;
   double target_psnr;
   int iters;
   double lr, inflate, fit_cutoff, cutoff;
+  int margin;
   int engine;
   int threads;
   int proj_iters, proj_poses, proj_size;
@@ -52,6 +57,8 @@ typedef struct fit_opts {
 } fit_opts;
 
 #define OFF(f) offsetof(fit_opts, f)
+#define XT_FIT_STR_(x) #x
+#define XT_FIT_STR(x) XT_FIT_STR_(x)
 #define PHANTOM_CHOICES "head|head-labels|bench-head|bench-head-mu"
 static const xt_opt fit_tab[] = {
     {"phantom", XT_OPT_CHOICE, NULL, "bench-head", NULL, 0, 0, PHANTOM_CHOICES, OFF(phantom),
@@ -66,9 +73,15 @@ static const xt_opt fit_tab[] = {
     {"convert", XT_OPT_CHOICE, NULL, "hu", NULL, 0, 0, "mu|hu|hu-labels|labels", OFF(convert),
      "meaning of --volume's voxels (as xtwin render)"},
     {"energy", XT_OPT_REAL, "KEV", "60", NULL, 20, 150, NULL, OFF(energy), "effective energy for HU conversion"},
+    {"classify", XT_OPT_CHOICE, NULL, "body", NULL, 0, 0, "body|off", OFF(classify),
+     "--convert hu: body makes everything outside the patient the background before the fit (as xtwin "
+     "nvdb-convert: docs/models.md, \"A CT's background\"), its error reported; off fits every voxel as loaded"},
+    {"body-hu", XT_OPT_REAL, "HU", "-500", NULL, -1000, 1000, NULL, OFF(body_hu),
+     "--classify body: the HU at and above which a voxel can be part of the patient"},
     {"out", XT_OPT_STRING, "FILE", NULL, "required", 0, 0, NULL, OFF(out),
      "output mixture: FILE.xgmm (native) or FILE.gmm (the thesis's layout, no labels)"},
-    {"budget", XT_OPT_INT, "N", "30000", NULL, 1, 50000000, NULL, OFF(budget), "at most N Gaussians"},
+    {"budget", XT_OPT_INT, "N", NULL, "30000, or fewer to keep the file within 1/20 of the dense float bytes", 1,
+     50000000, NULL, OFF(budget), "at most N Gaussians"},
     {"target-psnr", XT_OPT_REAL, "DB", "0", NULL, 0, 200, NULL, OFF(target_psnr),
      "stop when the 3D PSNR reaches DB (0: run every iteration)"},
     {"iters", XT_OPT_INT, "N", "150", NULL, 0, 100000, NULL, OFF(iters), "gradient-descent iterations on the volume error"},
@@ -79,6 +92,9 @@ static const xt_opt fit_tab[] = {
      "Mahalanobis radius the fit evaluates each Gaussian to"},
     {"cutoff", XT_OPT_REAL, "K", "4.8", NULL, XT_GMM_CUTOFF_MIN, XT_GMM_CUTOFF_MAX, NULL, OFF(cutoff),
      "the written model's cut-off radius (docs/projector.md)"},
+    {"margin", XT_OPT_INT, "N", XT_FIT_STR(XT_FIT_MARGIN_DEFAULT), NULL, 0, XT_FIT_MARGIN_MAX, NULL, OFF(margin),
+     "empty voxels the fit adds beyond each face of the volume that carries mass (a CT cut through the "
+     "patient), so that the Gaussians of a cut face do not spill mass past it; 0: none"},
     {"engine", XT_OPT_CHOICE, NULL, "auto", NULL, 0, 0, "auto|cpu|cuda", OFF(engine),
      "where the volume error is evaluated: the GPU when there is one (auto), or as named"},
     {"threads", XT_OPT_INT, "N", "0", NULL, 0, 1024, NULL, OFF(threads), "CPU threads, 0 = all cores"},
@@ -205,6 +221,11 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
   if (o.volume && is_seen(seen, "phantom")) return say(XT_EXIT_USAGE, "--phantom and --volume exclude each other");
   if (!o.volume && (is_seen(seen, "convert") || is_seen(seen, "energy")))
     return say(XT_EXIT_USAGE, "--%s: applies to --volume only", is_seen(seen, "convert") ? "convert" : "energy");
+  /* a CT's surroundings become the background by default, as xtwin nvdb-convert does (HU input
+   * only: the threshold is a HU); the noise of the air and the head rest would take Gaussians */
+  const int classify = o.volume && o.convert == 1 && o.classify == 0;
+  if ((is_seen(seen, "classify") || is_seen(seen, "body-hu")) && o.classify == 0 && !(o.volume && o.convert == 1))
+    return say(XT_EXIT_USAGE, "--classify body / --body-hu: apply to --volume with --convert hu only");
   if ((o.volume || o.phantom > 1) && (is_seen(seen, "phantom-size") || is_seen(seen, "phantom-spacing")))
     return say(XT_EXIT_USAGE, "--%s: applies to the Shepp-Logan head only",
                is_seen(seen, "phantom-size") ? "phantom-size" : "phantom-spacing");
@@ -239,7 +260,29 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
     code = say(XT_EXIT_RUNTIME, "%s%s", o.volume ? "--volume: " : "", msg.text);
     goto done;
   }
+  if (classify) {
+#ifdef XT_HAVE_LOADERS
+    xt_ct_body_report br;
+    xt_hu_calib cal;
+    if ((rc = xt_hu_calib_make(XT_HU_BILINEAR, o.energy, 0, &cal, &msg)) ||
+        (rc = xt_ct_body_classify(xt_model_volume(vm), xt_hu_calib_mu(&cal, o.body_hu), 0.0, &br, &msg))) {
+      code = say(XT_EXIT_RUNTIME, "%s", msg.text);
+      goto done;
+    }
+    char line[512];
+    xt_ct_body_format(&br, o.body_hu, line, sizeof line);
+    printf("%s\n", line);
+    fflush(stdout);
+#endif
+  }
   xt_fit_options fo = xt_fit_default_options();
+  if (!is_seen(seen, "budget")) {
+    /* a mixture is there to be small: by default its native file (a header and one record per
+     * Gaussian) stays within 1/20 of the dense float volume, the compactness issue 29 asks of it */
+    const size_t dense = xt_volume_voxels(xt_model_volume(vm)) * sizeof(float), head = sizeof(xt_gmm_header);
+    const size_t fit = dense / 20 > head ? (dense / 20 - head) / sizeof(xt_gaussian) : 0;
+    o.budget = fit < (size_t)fo.budget ? (fit > 0 ? (int)fit : 1) : fo.budget;
+  }
   fo.budget = o.budget;
   fo.target_psnr = o.target_psnr;
   fo.iters = o.iters;
@@ -247,6 +290,7 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
   fo.inflate = o.inflate;
   fo.fit_cutoff = o.fit_cutoff;
   fo.cutoff = o.cutoff;
+  fo.margin = o.margin;
   fo.threads = o.threads;
   fo.engine = o.engine == 0 ? XT_FIT_AUTO : (o.engine == 1 ? XT_FIT_CPU : XT_FIT_CUDA);
   fo.proj_iters = o.proj_iters;
@@ -270,8 +314,11 @@ int xt_cmd_gmm_fit(int argc, char **argv) {
   const size_t dense = xt_volume_voxels(vol) * sizeof(float);
   printf("wrote %s: %zu Gaussians, %zu bytes (dense float volume %zu bytes: 1/%.1f)\n", o.out, g->count, fbytes, dense,
          (double)dense / fbytes);
-  printf("3D PSNR on the %d x %d x %d grid (peak = largest mu): initialisation %.2f dB, fitted %.2f dB", vol->dim[0],
-         vol->dim[1], vol->dim[2], res.psnr3d_init, res.psnr3d);
+  printf("3D PSNR on the %d x %d x %d grid (", res.grid[0], res.grid[1], res.grid[2]);
+  if (res.grid[0] != vol->dim[0] || res.grid[1] != vol->dim[1] || res.grid[2] != vol->dim[2])
+    printf("the volume's %d x %d x %d and %d empty voxels beyond each face with mass; ", vol->dim[0], vol->dim[1],
+           vol->dim[2], o.margin);
+  printf("peak = largest mu): initialisation %.2f dB, fitted %.2f dB", res.psnr3d_init, res.psnr3d);
   if (o.proj_iters > 0) printf(", after the projection refinement %.2f dB", res.psnr3d_proj);
   printf("\nengine %s, %d iterations, %.1f s\n", res.engine, res.iters, res.seconds);
   if (o.report != 3) {

@@ -225,13 +225,11 @@ int xt_cmd_nvdb_convert(int argc, char **argv) {
     goto done;
   }
   live = 0;
-  if (classify)
-    printf("background: outside the patient (body: largest part >= %g HU = %.6g /mm), %.1f%% of the voxels, "
-           "%.1f%% changed; error vs the loaded volume: max |dmu| %.4g /mm, mean %.3g /mm, line-integral mass "
-           "dropped %.3g%%\n",
-           o.body_hu, br.mu_threshold, 100.0 * (double)br.outside / (double)br.voxels,
-           100.0 * (double)br.changed / (double)br.voxels, br.max_abs_dmu, br.mean_abs_dmu,
-           br.mass > 0 ? 100.0 * br.mass_dropped / br.mass : 0.0);
+  if (classify) {
+    char line[512];
+    xt_ct_body_format(&br, o.body_hu, line, sizeof line);
+    printf("%s\n", line);
+  }
   printf("wrote %s: grid \"%s\" %s (%s), domain %dx%dx%d, %.1f%% active, %llu bytes (%.1f%% of %s)\n", o.out,
          check->grid_name, xt_nvdb_type_name(check->grid_type), labels ? "labels" : "mu 1/mm",
          check->hi[0] - check->lo[0] + 1, check->hi[1] - check->lo[1] + 1, check->hi[2] - check->lo[2] + 1,

@@ -152,4 +152,169 @@ static XT_INLINE XT_HOSTDEV double xt_tube_integral(const xt_tube_seg *t, const 
   return t->mu_wall * (co - ci) + t->mu_lumen * ci;
 }
 
+/* ---- The factored closed form: one source, many rays (the CUDA splat's sub-rays) ----
+ *
+ * The same chords as xt_tube_chords for the ray o + s D, s in [0, 1] from the source to the end
+ * of the ray (a detector pixel), its world length dl: xt_tube_chords(t, o, D / dl, dl) in exact
+ * arithmetic. What depends on the segment and the source only is formed once (xt_tube_prep); what
+ * a ray needs of its direction are four numbers linear in D (xt_tube_lin: D across the axis in an
+ * orthonormal basis e1, e2, and D along the mitre normals), so for D = D0 + x U + y V they are
+ * l(D0) + x l(U) + y l(V) (xt_tube_lin_at: 8 FMAs). From them, per ray and in double:
+ *   A = |D_perp|^2, T = g_perp x D_perp (g: the source less a point of the axis), B = g_perp.D_perp;
+ *   the cylinder |g_perp + s D_perp| <= r holds on s_m -+ sqrt(r^2 A - T^2) / A, s_m = -B / A
+ *   (Lagrange's identity |g|^2 |D|^2 = (g.D)^2 + (g x D)^2 turns the textbook B^2 - A (|g|^2 - r^2)
+ *   into r^2 A - T^2, whose terms are of the ray's distance from the axis, not of the source's);
+ *   the mitre half-spaces a0 + s b0 >= 0 and a1 + s b1 <= 0 (a0, a1 per segment) clip it at
+ *   -a0 / b0 and -a1 / b1; one reciprocal, of A b0 b1, serves all three divisions.
+ * Rounding: both forms see the source ~1 m away, so each carries an absolute error of a few ulps of
+ * that distance in the ray's position at the segment (~1e-13 mm); they agree to that (docs/
+ * instruments.md, "The factored closed form"). Degenerate rays (along the axis, parallel to a
+ * mitre plane, A b0 b1 out of range) take xt_tube__fac_slow, which follows xt_tube_chords' cases. */
+typedef struct xt_tube_pre {
+  double e1[3], e2[3]; /* orthonormal, across the axis */
+  double g1, g2;       /* the source less p0, on e1 and e2 */
+  double gg;           /* g1^2 + g2^2: a ray along the axis is inside when gg <= r^2 */
+  double a0, a1;       /* the mitre planes at the source: (o - p0).n0, (o - p1).n1 */
+  double ro2, ri2;     /* r_out^2, r_in^2 */
+} xt_tube_pre;
+
+typedef struct xt_tube_lin {
+  double p1, p2; /* D.e1, D.e2 */
+  double b0, b1; /* D.n0, D.n1 */
+} xt_tube_lin;
+
+static XT_INLINE XT_HOSTDEV void xt_tube_prep(const xt_tube_seg *t, const double o[3], xt_tube_pre *p) {
+  const double *d = t->d;
+  /* e1 = d x (the unit axis d is least along), normalised; e2 = d x e1 */
+  const double ax = fabs(d[0]), ay = fabs(d[1]), az = fabs(d[2]);
+  double e1[3];
+  if (ax <= ay && ax <= az) e1[0] = 0.0, e1[1] = d[2], e1[2] = -d[1];
+  else if (ay <= az) e1[0] = -d[2], e1[1] = 0.0, e1[2] = d[0];
+  else e1[0] = d[1], e1[1] = -d[0], e1[2] = 0.0;
+  const double in = 1.0 / sqrt(xt_tube_dot(e1, e1));
+  for (int k = 0; k < 3; k++) p->e1[k] = e1[k] * in;
+  p->e2[0] = d[1] * p->e1[2] - d[2] * p->e1[1];
+  p->e2[1] = d[2] * p->e1[0] - d[0] * p->e1[2];
+  p->e2[2] = d[0] * p->e1[1] - d[1] * p->e1[0];
+  /* the source less p0 (any point of the axis gives the same g1, g2) */
+  const double q[3] = {o[0] - t->p0[0], o[1] - t->p0[1], o[2] - t->p0[2]};
+  p->g1 = xt_tube_dot(q, p->e1);
+  p->g2 = xt_tube_dot(q, p->e2);
+  p->gg = p->g1 * p->g1 + p->g2 * p->g2;
+  p->a0 = xt_tube_dot(q, t->n0);
+  p->a1 = xt_tube_dot(q, t->n1) - t->len * xt_tube_dot(d, t->n1);
+  p->ro2 = t->r_out * t->r_out;
+  p->ri2 = t->r_in > 0.0 ? t->r_in * t->r_in : 0.0;
+}
+
+/* The four numbers of a direction (or of a direction's increment: they are linear in it). */
+static XT_INLINE XT_HOSTDEV void xt_tube_lin_of(const xt_tube_pre *p, const xt_tube_seg *t, const double D[3],
+                                                xt_tube_lin *l) {
+  l->p1 = xt_tube_dot(D, p->e1);
+  l->p2 = xt_tube_dot(D, p->e2);
+  l->b0 = xt_tube_dot(D, t->n0);
+  l->b1 = xt_tube_dot(D, t->n1);
+}
+
+/* l(D0 + x U + y V) from l(D0), l(U), l(V). */
+static XT_INLINE XT_HOSTDEV xt_tube_lin xt_tube_lin_at(const xt_tube_lin *l0, const xt_tube_lin *lu,
+                                                       const xt_tube_lin *lv, double x, double y) {
+  xt_tube_lin l;
+  l.p1 = l0->p1 + x * lu->p1 + y * lv->p1;
+  l.p2 = l0->p2 + x * lu->p2 + y * lv->p2;
+  l.b0 = l0->b0 + x * lu->b0 + y * lv->b0;
+  l.b1 = l0->b1 + x * lu->b1 + y * lv->b1;
+  return l;
+}
+
+static XT_INLINE XT_HOSTDEV double xt_tube__rcp(double x) {
+#ifdef __CUDA_ARCH__
+  return __drcp_rn(x); /* correctly rounded, as 1.0 / x on the host, without the division's slow path */
+#else
+  return 1.0 / x;
+#endif
+}
+
+/* The length of [sm - h, sm + h] within [lo, hi]; 2 h exactly when nothing clips it. */
+static XT_INLINE XT_HOSTDEV double xt_tube__span(double sm, double h, double lo, double hi) {
+  const double t0 = sm - h, t1 = sm + h;
+  if (t0 >= lo && t1 <= hi) return 2.0 * h;
+  const double u0 = t0 > lo ? t0 : lo, u1 = t1 < hi ? t1 : hi;
+  return u1 > u0 ? u1 - u0 : 0.0;
+}
+
+/* The degenerate rays, case by case as xt_tube_chords: a direction on a mitre plane (b = 0) or
+ * along the axis (A = 0), or A b0 b1 outside the range where one reciprocal serves. */
+#ifdef __CUDACC__
+#define XT_TUBE_COLD static __noinline__ __host__ __device__ /* off the sub-rays' path */
+#else
+#define XT_TUBE_COLD static inline
+#endif
+XT_TUBE_COLD void xt_tube__fac_slow(const xt_tube_pre *p, const xt_tube_lin *l, double A, double T, double dl,
+                                         double *c_out, double *c_in) {
+  double lo = 0.0, hi = 1.0;
+  if (l->b0 > 0.0) {
+    const double s = -p->a0 / l->b0;
+    if (s > lo) lo = s;
+  } else if (l->b0 < 0.0) {
+    const double s = -p->a0 / l->b0;
+    if (s < hi) hi = s;
+  } else if (p->a0 < 0.0)
+    return;
+  if (l->b1 > 0.0) {
+    const double s = -p->a1 / l->b1;
+    if (s < hi) hi = s;
+  } else if (l->b1 < 0.0) {
+    const double s = -p->a1 / l->b1;
+    if (s > lo) lo = s;
+  } else if (p->a1 > 0.0)
+    return;
+  if (!(hi > lo)) return;
+  if (!(A > 0.0)) { /* along the axis: all inside or all outside */
+    if (p->gg <= p->ro2) {
+      *c_out = (hi - lo) * dl;
+      if (p->ri2 > 0.0 && p->gg <= p->ri2) *c_in = *c_out;
+    }
+    return;
+  }
+  const double disc = p->ro2 * A - T * T;
+  if (!(disc > 0.0)) return;
+  const double rA = 1.0 / A, sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA;
+  *c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
+  const double di = p->ri2 * A - T * T;
+  if (p->ri2 > 0.0 && *c_out > 0.0 && di > 0.0) *c_in = xt_tube__span(sm, sqrt(di) * rA, lo, hi) * dl;
+}
+
+/* The chords (world mm, as xt_tube_chords') of the ray o + s D, s in [0, 1], of world length dl,
+ * through the segment's outer tube and its lumen, from l = l(D). A ray that misses the outer
+ * cylinder costs ~8 FP64 operations here (after xt_tube_lin_at's 8); a hit one reciprocal and one
+ * square root per radius more. */
+static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const xt_tube_lin *l, double dl,
+                                                    double *c_out, double *c_in) {
+  *c_out = *c_in = 0.0;
+  const double A = l->p1 * l->p1 + l->p2 * l->p2;
+  const double T = p->g1 * l->p2 - p->g2 * l->p1;
+  const double disc = p->ro2 * A - T * T;
+  if (!(disc > 0.0) && A > 0.0) return; /* a miss, or a tangent ray (a chord of length 0) */
+  const double b01 = l->b0 * l->b1, prod = A * b01, ap = fabs(prod);
+  if (!(ap >= 1e-250 && ap <= 1e250)) {
+    xt_tube__fac_slow(p, l, A, T, dl, c_out, c_in);
+    return;
+  }
+  const double R = xt_tube__rcp(prod), AR = A * R, rA = b01 * R;
+  const double s0 = -p->a0 * (AR * l->b1), s1 = -p->a1 * (AR * l->b0);
+  double lo = 0.0, hi = 1.0;
+  if (l->b0 > 0.0) lo = s0 > lo ? s0 : lo;
+  else hi = s0 < hi ? s0 : hi;
+  if (l->b1 > 0.0) hi = s1 < hi ? s1 : hi;
+  else lo = s1 > lo ? s1 : lo;
+  if (!(hi > lo)) return;
+  const double sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA;
+  *c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
+  if (p->ri2 > 0.0 && *c_out > 0.0) {
+    const double di = p->ri2 * A - T * T;
+    if (di > 0.0) *c_in = xt_tube__span(sm, sqrt(di) * rA, lo, hi) * dl;
+  }
+}
+
 #endif /* XT_TUBE_H */

@@ -155,8 +155,8 @@ static XT_INLINE XT_HOSTDEV double xt_tube_integral(const xt_tube_seg *t, const 
 /* ---- The factored closed form: one source, many rays (the CUDA splat's sub-rays) ----
  *
  * The same chords as xt_tube_chords for the ray o + s D, s in [0, 1] from the source to the end
- * of the ray (a detector pixel), its world length dl: xt_tube_chords(t, o, D / dl, dl) in exact
- * arithmetic. What depends on the segment and the source only is formed once (xt_tube_prep); what
+ * of the ray (a detector pixel), its world length dl = sqrt(dl2): xt_tube_chords(t, o, D / dl, dl)
+ * in exact arithmetic. What depends on the segment and the source only is formed once (xt_tube_prep); what
  * a ray needs of its direction are four numbers linear in D (xt_tube_lin: D across the axis in an
  * orthonormal basis e1, e2, and D along the mitre normals), so for D = D0 + x U + y V they are
  * l(D0) + x l(U) + y l(V) (xt_tube_lin_at: 8 FMAs). From them, per ray and in double:
@@ -250,46 +250,54 @@ static XT_INLINE XT_HOSTDEV double xt_tube__span(double sm, double h, double lo,
 #else
 #define XT_TUBE_COLD static inline
 #endif
-XT_TUBE_COLD void xt_tube__fac_slow(const xt_tube_pre *p, const xt_tube_lin *l, double A, double T, double dl,
-                                         double *c_out, double *c_in) {
+typedef struct xt_tube_pair {
+  double c_out, c_in;
+} xt_tube_pair;
+
+/* Scalars in, the pair out by value: a call on the device keeps everything in registers. */
+XT_TUBE_COLD xt_tube_pair xt_tube__fac_slow(double a0, double a1, double gg, double ro2, double ri2, double B, double b0,
+                                            double b1, double A, double T, double dl2) {
+  xt_tube_pair c = {0.0, 0.0};
   double lo = 0.0, hi = 1.0;
-  if (l->b0 > 0.0) {
-    const double s = -p->a0 / l->b0;
+  if (b0 > 0.0) {
+    const double s = -a0 / b0;
     if (s > lo) lo = s;
-  } else if (l->b0 < 0.0) {
-    const double s = -p->a0 / l->b0;
+  } else if (b0 < 0.0) {
+    const double s = -a0 / b0;
     if (s < hi) hi = s;
-  } else if (p->a0 < 0.0)
-    return;
-  if (l->b1 > 0.0) {
-    const double s = -p->a1 / l->b1;
+  } else if (a0 < 0.0)
+    return c;
+  if (b1 > 0.0) {
+    const double s = -a1 / b1;
     if (s < hi) hi = s;
-  } else if (l->b1 < 0.0) {
-    const double s = -p->a1 / l->b1;
+  } else if (b1 < 0.0) {
+    const double s = -a1 / b1;
     if (s > lo) lo = s;
-  } else if (p->a1 > 0.0)
-    return;
-  if (!(hi > lo)) return;
+  } else if (a1 > 0.0)
+    return c;
+  if (!(hi > lo)) return c;
+  const double dl = sqrt(dl2);
   if (!(A > 0.0)) { /* along the axis: all inside or all outside */
-    if (p->gg <= p->ro2) {
-      *c_out = (hi - lo) * dl;
-      if (p->ri2 > 0.0 && p->gg <= p->ri2) *c_in = *c_out;
+    if (gg <= ro2) {
+      c.c_out = (hi - lo) * dl;
+      if (ri2 > 0.0 && gg <= ri2) c.c_in = c.c_out;
     }
-    return;
+    return c;
   }
-  const double disc = p->ro2 * A - T * T;
-  if (!(disc > 0.0)) return;
-  const double rA = 1.0 / A, sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA;
-  *c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
-  const double di = p->ri2 * A - T * T;
-  if (p->ri2 > 0.0 && *c_out > 0.0 && di > 0.0) *c_in = xt_tube__span(sm, sqrt(di) * rA, lo, hi) * dl;
+  const double disc = ro2 * A - T * T;
+  if (!(disc > 0.0)) return c;
+  const double rA = 1.0 / A, sm = -B * rA;
+  c.c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
+  const double di = ri2 * A - T * T;
+  if (ri2 > 0.0 && c.c_out > 0.0 && di > 0.0) c.c_in = xt_tube__span(sm, sqrt(di) * rA, lo, hi) * dl;
+  return c;
 }
 
-/* The chords (world mm, as xt_tube_chords') of the ray o + s D, s in [0, 1], of world length dl,
- * through the segment's outer tube and its lumen, from l = l(D). A ray that misses the outer
- * cylinder costs ~8 FP64 operations here (after xt_tube_lin_at's 8); a hit one reciprocal and one
- * square root per radius more. */
-static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const xt_tube_lin *l, double dl,
+/* The chords (world mm, as xt_tube_chords') of the ray o + s D, s in [0, 1], whose world length
+ * is sqrt(dl2), through the segment's outer tube and its lumen, from l = l(D). A ray that misses
+ * the outer cylinder costs ~8 FP64 operations here (after xt_tube_lin_at's 8); one that meets it a
+ * reciprocal and a square root more, and one square root per radius. */
+static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const xt_tube_lin *l, double dl2,
                                                     double *c_out, double *c_in) {
   *c_out = *c_in = 0.0;
   const double A = l->p1 * l->p1 + l->p2 * l->p2;
@@ -298,7 +306,10 @@ static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const 
   if (!(disc > 0.0) && A > 0.0) return; /* a miss, or a tangent ray (a chord of length 0) */
   const double b01 = l->b0 * l->b1, prod = A * b01, ap = fabs(prod);
   if (!(ap >= 1e-250 && ap <= 1e250)) {
-    xt_tube__fac_slow(p, l, A, T, dl, c_out, c_in);
+    const xt_tube_pair c = xt_tube__fac_slow(p->a0, p->a1, p->gg, p->ro2, p->ri2, p->g1 * l->p1 + p->g2 * l->p2,
+                                             l->b0, l->b1, A, T, dl2);
+    *c_out = c.c_out;
+    *c_in = c.c_in;
     return;
   }
   const double R = xt_tube__rcp(prod), AR = A * R, rA = b01 * R;
@@ -309,7 +320,7 @@ static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const 
   if (l->b1 > 0.0) hi = s1 < hi ? s1 : hi;
   else lo = s1 > lo ? s1 : lo;
   if (!(hi > lo)) return;
-  const double sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA;
+  const double sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA, dl = sqrt(dl2);
   *c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
   if (p->ri2 > 0.0 && *c_out > 0.0) {
     const double di = p->ri2 * A - T * T;

@@ -731,7 +731,7 @@ XT_TEST(factored_chords_match_the_closed_form) {
     const xt_tube_lin l = xt_tube_lin_at(&l0, &lu, &lv, x, y);
     slow_dirs += l.b0 == 0.0 || l.b1 == 0.0 || (l.p1 == 0.0 && l.p2 == 0.0);
     double fo, fi, ro, ri;
-    xt_tube_fac_chords(&p, &l, dl, &fo, &fi);
+    xt_tube_fac_chords(&p, &l, dl * dl, &fo, &fi);
     xt_tube_chords(&t, o, w, dl, &ro, &ri);
     double G = t.len + t.r_out;
     for (int k = 0; k < 3; k++) G += fabs(o[k]) + fabs(t.p0[k]);

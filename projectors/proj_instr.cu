@@ -4,7 +4,7 @@
  *           double, the segment's box (as the CPU reference bounds it) projected onto the detector
  *           gives the pixels any of whose sub-rays can meet it; the lanes test 32 of them at a time
  *           (whether the centre ray of each half of the pixel passes within its sub-rays' spread
- *           of the tube: xt_tube_near), then split the XT_INSTR_AREA_SAMPLES^2 rays through the
+ *           of the tube: xt_tube_fac_near, xt_tube_near's test in the factored form), then split the XT_INSTR_AREA_SAMPLES^2 rays through the
  *           sub-pixel centres of a candidate's halves that passed,
  *           each the closed form of xt_tube.h in double (factored: xt_tube_fac_chords, from the
  *           segment's constants for the source and four numbers affine in the sub-pixel centre), summed into the wall's and the lumen's
@@ -364,15 +364,8 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
     if (base + lane < np) {
       const int cl = ca + (int)((base + lane) % fw), r = ra + (int)((base + lane) / fw);
       for (int hh = 0; hh < 2; hh++) { /* the halves' centres: rows r - 1/4 and r + 1/4 */
-        const double a = cl * c.pu, b = (r - 0.25 + 0.5 * hh) * c.pv;
-        const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
-                             c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
-                             c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
-        const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
-        const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
-        double wm[3];
-        d_apply(x->w2m, ww, wm, 1);
-        const int nr = xt_tube_near(t, o, wm, len, e);
+        const xt_tube_lin l = xt_tube_lin_at(&l0, &lu, &lv, cl, r - 0.25 + 0.5 * hh);
+        const int nr = xt_tube_fac_near(&P, &l, e);
         if (hh) near1 = nr;
         else near0 = nr;
       }

@@ -460,7 +460,8 @@ XT_TEST(near_is_conservative) {
    * ray that meets a segment (chord > 0, both from one source) is near it - at every depth the two
    * are at most e apart. Segments of a sharply bent catheter (mitres far from square); sources
    * 500-900 mm away; e from 1 um to 0.5 mm; ends moved by up to e, half the trials by e exactly.
-   * And it refuses: rays farther than r_out + e from the axis are not near. */
+   * And it refuses: rays farther than r_out + e from the axis are not near. The same of its
+   * factored form, xt_tube_fac_near, which the splat calls. */
   xt_instr_device dev;
   double mu, mul;
   one_section(&dev, "catheter_polymer_w", 0.8, 0.5, "iodine_contrast", &mu, &mul);
@@ -474,7 +475,7 @@ XT_TEST(near_is_conservative) {
   XT_REQUIRE(xt_model_from_instr(&dev, pts, 9, "zigzag", &m, NULL) == 0);
   const xt_instr_geom *G = &xt_model_instr(m)->geom;
   uint64_t rs = 12345;
-  int met = 0, missed = 0, refused = 0, far = 0, wrong_refusal = 0;
+  int met = 0, missed = 0, refused = 0, far = 0, wrong_refusal = 0, missedf = 0, refusedf = 0, wrong_refusalf = 0;
   for (int trial = 0; trial < 200000; trial++) {
     const xt_tube_seg *t = &G->seg[(int)(urand(&rs) * G->nseg)];
     /* a point near the segment: along the axis (beyond its ends too), across it up to 1.5 r_out */
@@ -505,11 +506,20 @@ XT_TEST(near_is_conservative) {
     double co, ci;
     xt_tube_chords(t, o, w1, l1, &co, &ci);
     const int near = xt_tube_near(t, o, w2, l2, e);
+    /* the factored form the splat uses: the ray o + s D, s in [0, 1], D = p2 - o */
+    xt_tube_pre P;
+    xt_tube_lin L;
+    const double D2[3] = {p2[0] - o[0], p2[1] - o[1], p2[2] - o[2]};
+    xt_tube_prep(t, o, &P);
+    xt_tube_lin_of(&P, t, D2, &L);
+    const int nearf = xt_tube_fac_near(&P, &L, e);
     if (co > 0.0) {
       met++;
       if (!near) missed++;
+      if (!nearf) missedf++;
     }
     refused += !near;
+    refusedf += !nearf;
     /* the second ray's closest approach to the axis line, farther than r_out + e: never near */
     double q[3], cr[3];
     for (int k = 0; k < 3; k++) q[k] = o[k] - t->p0[k];
@@ -520,12 +530,17 @@ XT_TEST(near_is_conservative) {
     if (cn > 1e-3 && fabs(xt_tube_dot(q, cr)) / cn > 1.001 * (t->r_out + e) + 1e-9) {
       far++;
       wrong_refusal += near;
+      wrong_refusalf += nearf;
     }
   }
   XT_CHECK_MSG(missed == 0, "%d of %d rays that meet a segment had a neighbour within e refused", missed, met);
   XT_CHECK_MSG(wrong_refusal == 0, "%d of %d rays farther than r_out + e from the axis found near", wrong_refusal,
                far);
-  XT_CHECK(met > 20000 && refused > 20000 && far > 10000);
+  XT_CHECK_MSG(missedf == 0, "factored: %d of %d rays that meet a segment had a neighbour within e refused", missedf,
+               met);
+  XT_CHECK_MSG(wrong_refusalf == 0, "factored: %d of %d rays farther than r_out + e from the axis found near",
+               wrong_refusalf, far);
+  XT_CHECK(met > 20000 && refused > 20000 && far > 10000 && refusedf > 20000);
   xt_model_free(m);
 }
 

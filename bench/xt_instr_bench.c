@@ -205,16 +205,20 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
       /* the kernel's factored constants (proj_instr.cu): the rays to the detector's origin and a
        * column's and a row's step, in the model frame, and the squared world length's quadratic */
       xt_tube_pre P;
-      xt_tube_lin l0, lu, lv;
+      xt_tube_fam F;
       xt_tube_prep(t, o, &P);
       const xt_vec3 w0 = xt_v3_sub(g->det_origin, g->source), wu = xt_v3_scale(g->u, pu), wv = xt_v3_scale(g->v, pv);
       const xt_vec3 m0 = xt_aff_apply_dir(&w2m, w0), mu = xt_aff_apply_dir(&w2m, wu), mv = xt_aff_apply_dir(&w2m, wv);
       const double a0[3] = {m0.x, m0.y, m0.z}, au[3] = {mu.x, mu.y, mu.z}, av[3] = {mv.x, mv.y, mv.z};
-      xt_tube_lin_of(&P, t, a0, &l0);
-      xt_tube_lin_of(&P, t, au, &lu);
-      xt_tube_lin_of(&P, t, av, &lv);
-      const double q00 = xt_v3_dot(w0, w0), q10 = 2.0 * xt_v3_dot(w0, wu), q01 = 2.0 * xt_v3_dot(w0, wv);
-      const double q20 = xt_v3_dot(wu, wu), q11 = 2.0 * xt_v3_dot(wu, wv), q02 = xt_v3_dot(wv, wv);
+      xt_tube_lin_of(&P, t, a0, &F.l0);
+      xt_tube_lin_of(&P, t, au, &F.lu);
+      xt_tube_lin_of(&P, t, av, &F.lv);
+      F.q[0] = xt_v3_dot(w0, w0);
+      F.q[1] = 2.0 * xt_v3_dot(w0, wu);
+      F.q[2] = 2.0 * xt_v3_dot(w0, wv);
+      F.q[3] = xt_v3_dot(wu, wu);
+      F.q[4] = 2.0 * xt_v3_dot(wu, wv);
+      F.q[5] = xt_v3_dot(wv, wv);
       for (int r = ra; r <= rb; r++)
         for (int cl = ca; cl <= cb; cl++) {
           wk->foot++;
@@ -228,7 +232,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
           wk->cand_ref += ref;
           int on[2];
           for (int hh = 0; hh < 2; hh++) { /* the halves' centre rays, as the kernel */
-            const xt_tube_lin lh = xt_tube_lin_at(&l0, &lu, &lv, cl, r - 0.25 + 0.5 * hh);
+            const xt_tube_lin lh = xt_tube_lin_at(&F.l0, &F.lu, &F.lv, cl, r - 0.25 + 0.5 * hh);
             on[hh] = xt_tube_fac_near(&P, &lh, e);
             /* against the unfactored test on the same ray */
             const xt_vec3 dh = xt_v3_sub(xt_geom_pixel_pos(g, cl, r - 0.25 + 0.5 * hh), g->source);
@@ -249,8 +253,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
               double co, ci, fo, fi;
               xt_tube_chords(t, o, dd, ls, &co, &ci);
               const double xs = cl + (si + 0.5) / S - 0.5, ys = r + (sj + 0.5) / S - 0.5;
-              const xt_tube_lin l = xt_tube_lin_at(&l0, &lu, &lv, xs, ys);
-              xt_tube_fac_chords(&P, &l, q00 + xs * (q10 + xs * q20 + ys * q11) + ys * (q01 + ys * q02), &fo, &fi);
+              xt_tube_fac_chords(&P, &F, xs, ys, &fo, &fi);
               wk->dev_max = fmax(wk->dev_max, fmax(fabs(fo - co), fabs(fi - ci)));
               if (on[sj >= S / 2] && fo > 0.0) wk->met++, pass_met[sj >= S / 2] = 1;
               wk->subrays += on[sj >= S / 2];

@@ -156,14 +156,16 @@ static XT_INLINE XT_HOSTDEV double xt_tube_integral(const xt_tube_seg *t, const 
  *
  * The same chords as xt_tube_chords for the ray o + s D, s in [0, 1] from the source to the end
  * of the ray (a detector pixel), its world length dl = sqrt(dl2): xt_tube_chords(t, o, D / dl, dl)
- * in exact arithmetic. What depends on the segment and the source only is formed once (xt_tube_prep); what
- * a ray needs of its direction are four numbers linear in D (xt_tube_lin: D across the axis in an
- * orthonormal basis e1, e2, and D along the mitre normals), so for D = D0 + x U + y V they are
- * l(D0) + x l(U) + y l(V) (xt_tube_lin_at: 8 FMAs). From them, per ray and in double:
+ * in exact arithmetic. What depends on the segment and the source only is formed once
+ * (xt_tube_prep); what a ray needs of its direction are four numbers linear in D (xt_tube_lin: D
+ * across the axis in an orthonormal basis e1, e2, and D along the mitre normals), so for
+ * D = D0 + x U + y V they are l(D0) + x l(U) + y l(V), 2 FMAs each (xt_tube_fam, xt_tube_lin_at).
+ * From them, per ray and in double:
  *   A = |D_perp|^2, T = g_perp x D_perp (g: the source less a point of the axis), B = g_perp.D_perp;
  *   the cylinder |g_perp + s D_perp| <= r holds on s_m -+ sqrt(r^2 A - T^2) / A, s_m = -B / A
  *   (Lagrange's identity |g|^2 |D|^2 = (g.D)^2 + (g x D)^2 turns the textbook B^2 - A (|g|^2 - r^2)
- *   into r^2 A - T^2, whose terms are of the ray's distance from the axis, not of the source's);
+ *   into r^2 A - T^2, two terms of the size of (r |D_perp|)^2 where the ray meets the tube instead
+ *   of (|g| |D_perp|)^2: T carries the only cancellation, as the reference's moved origin does);
  *   the mitre half-spaces a0 + s b0 >= 0 and a1 + s b1 <= 0 (a0, a1 per segment) clip it at
  *   -a0 / b0 and -a1 / b1; one reciprocal, of A b0 b1, serves all three divisions.
  * Rounding: both forms see the source ~1 m away, so each carries an absolute error of a few ulps of
@@ -295,34 +297,45 @@ XT_TUBE_COLD xt_tube_pair xt_tube__fac_slow(double a0, double a1, double gg, dou
   return c;
 }
 
-/* The chords (world mm, as xt_tube_chords') of the ray o + s D, s in [0, 1], whose world length
- * is sqrt(dl2), through the segment's outer tube and its lumen, from l = l(D). A ray that misses
- * the outer cylinder costs ~8 FP64 operations here (after xt_tube_lin_at's 8); one that meets it a
- * reciprocal and a square root more, and one square root per radius. */
-static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const xt_tube_lin *l, double dl2,
+/* A family of rays from the source: D(x, y) = D0 + x U + y V, l(D0), l(U), l(V), and the squared
+ * world length of D(x, y) as q[0] + x (q[1] + x q[3] + y q[4]) + y (q[2] + y q[5]). */
+typedef struct xt_tube_fam {
+  xt_tube_lin l0, lu, lv;
+  double q[6];
+} xt_tube_fam;
+
+/* The chords (world mm, as xt_tube_chords') of the family's ray (x, y), o + s D(x, y), s in [0, 1],
+ * through the segment's outer tube and its lumen. A ray that misses the outer cylinder costs its
+ * two numbers across the axis (4 FMAs) and ~6 FP64 operations more; the mitres' numbers and the
+ * world length are formed only for a ray that meets it, with a reciprocal and one square root per
+ * radius and one for the length. */
+static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const xt_tube_fam *f, double x, double y,
                                                     double *c_out, double *c_in) {
   *c_out = *c_in = 0.0;
-  const double A = l->p1 * l->p1 + l->p2 * l->p2;
-  const double T = p->g1 * l->p2 - p->g2 * l->p1;
+  const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
+  const double A = p1 * p1 + p2 * p2;
+  const double T = p->g1 * p2 - p->g2 * p1;
   const double disc = p->ro2 * A - T * T;
   if (!(disc > 0.0) && A > 0.0) return; /* a miss, or a tangent ray (a chord of length 0) */
-  const double b01 = l->b0 * l->b1, prod = A * b01, ap = fabs(prod);
+  const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, b1 = f->l0.b1 + x * f->lu.b1 + y * f->lv.b1;
+  const double dl2 = f->q[0] + x * (f->q[1] + x * f->q[3] + y * f->q[4]) + y * (f->q[2] + y * f->q[5]);
+  const double b01 = b0 * b1, prod = A * b01, ap = fabs(prod);
   if (!(ap >= 1e-250 && ap <= 1e250)) {
-    const xt_tube_pair c = xt_tube__fac_slow(p->a0, p->a1, p->gg, p->ro2, p->ri2, p->g1 * l->p1 + p->g2 * l->p2,
-                                             l->b0, l->b1, A, T, dl2);
+    const xt_tube_pair c =
+        xt_tube__fac_slow(p->a0, p->a1, p->gg, p->ro2, p->ri2, p->g1 * p1 + p->g2 * p2, b0, b1, A, T, dl2);
     *c_out = c.c_out;
     *c_in = c.c_in;
     return;
   }
   const double R = xt_tube__rcp(prod), AR = A * R, rA = b01 * R;
-  const double s0 = -p->a0 * (AR * l->b1), s1 = -p->a1 * (AR * l->b0);
+  const double s0 = -p->a0 * (AR * b1), s1 = -p->a1 * (AR * b0);
   double lo = 0.0, hi = 1.0;
-  if (l->b0 > 0.0) lo = s0 > lo ? s0 : lo;
+  if (b0 > 0.0) lo = s0 > lo ? s0 : lo;
   else hi = s0 < hi ? s0 : hi;
-  if (l->b1 > 0.0) hi = s1 < hi ? s1 : hi;
+  if (b1 > 0.0) hi = s1 < hi ? s1 : hi;
   else lo = s1 > lo ? s1 : lo;
   if (!(hi > lo)) return;
-  const double sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA, dl = sqrt(dl2);
+  const double sm = -(p->g1 * p1 + p->g2 * p2) * rA, dl = sqrt(dl2);
   *c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
   if (p->ri2 > 0.0 && *c_out > 0.0) {
     const double di = p->ri2 * A - T * T;

@@ -544,7 +544,7 @@ XT_TEST(near_is_conservative) {
   xt_model_free(m);
 }
 
-/* ---- The factored closed form (xt_tube_prep / _lin_at / _fac_chords) against xt_tube_chords ----
+/* ---- The factored closed form (xt_tube_prep / _lin_of / _fac_chords) against xt_tube_chords ----
  *
  * The oracle is the closed form evaluated in long double (64-bit mantissa) from the same inputs,
  * fac_oracle; both double evaluations, xt_tube_chords and the factored one, must lie within the bar
@@ -738,15 +738,15 @@ XT_TEST(factored_chords_match_the_closed_form) {
     const double dl = sqrt(xt_tube_dot(Dr, Dr)) * (0.8 + 0.45 * urand(&rs));
     const double w[3] = {Dr[0] / dl, Dr[1] / dl, Dr[2] / dl};
     xt_tube_pre p;
-    xt_tube_lin l0, lu, lv;
+    xt_tube_fam f = {.q = {dl * dl, 0, 0, 0, 0, 0}};
     xt_tube_prep(&t, o, &p);
-    xt_tube_lin_of(&p, &t, D0, &l0);
-    xt_tube_lin_of(&p, &t, U, &lu);
-    xt_tube_lin_of(&p, &t, V, &lv);
-    const xt_tube_lin l = xt_tube_lin_at(&l0, &lu, &lv, x, y);
+    xt_tube_lin_of(&p, &t, D0, &f.l0);
+    xt_tube_lin_of(&p, &t, U, &f.lu);
+    xt_tube_lin_of(&p, &t, V, &f.lv);
+    const xt_tube_lin l = xt_tube_lin_at(&f.l0, &f.lu, &f.lv, x, y);
     slow_dirs += l.b0 == 0.0 || l.b1 == 0.0 || (l.p1 == 0.0 && l.p2 == 0.0);
     double fo, fi, ro, ri;
-    xt_tube_fac_chords(&p, &l, dl * dl, &fo, &fi);
+    xt_tube_fac_chords(&p, &f, x, y, &fo, &fi);
     xt_tube_chords(&t, o, w, dl, &ro, &ri);
     double G = t.len + t.r_out;
     for (int k = 0; k < 3; k++) G += fabs(o[k]) + fabs(t.p0[k]);

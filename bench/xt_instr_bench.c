@@ -122,6 +122,7 @@ done:
 typedef struct work {
   double segs, seen, foot, cand, cand_ref, subrays, hit, lost, refused, tiles;
   double met, passes_met, near_diff; /* sub-rays meeting the outer tube; warp passes (a half's 32) with one */
+  double near_passes;                /* the halves' tests, 32 pixels a warp pass */
   double dev_max;                    /* max |factored - xt_tube_chords| over the sub-rays, mm */
 } work;
 
@@ -200,6 +201,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
       }
       if (ca > cb || ra > rb) continue;
       wk->seen++;
+      wk->near_passes += ceil((double)(cb - ca + 1) * (rb - ra + 1) / 32.0);
       const double e = hypot(0.5 * pu, 0.25 * pv) * scale * (whole ? 1.0 : fmin(1.0, fmx)) * (1.0 + 1e-9) + 1e-9;
       const double eref = hypot(pu, pv) * scale;
       /* the kernel's factored constants (proj_instr.cu): the rays to the detector's origin and a
@@ -292,7 +294,8 @@ static int count_work(const char *mode, xt_model *const *instr, int ni, int nch)
   printf("  segments (warps)              %12.0f  (%.0f threads, %.0f blocks of 96)\n", w.segs / n, 32 * w.segs / n,
          ceil(w.segs / n / 3));
   printf("  segments in the field         %12.0f\n", w.seen / n);
-  printf("  footprint pixels tested       %12.0f  (%.1f per segment in the field)\n", w.foot / n, w.foot / fmax(1, w.seen));
+  printf("  footprint pixels tested       %12.0f  (%.1f per segment in the field; %.0f warp passes)\n", w.foot / n,
+         w.foot / fmax(1, w.seen), w.near_passes / n);
   printf("  candidate pixels              %12.0f  (%.1f per segment; the CPU's whole-diagonal bound: %.0f)\n",
          w.cand / n, w.cand / fmax(1, w.seen), w.cand_ref / n);
   printf("  sub-rays (closed forms)       %12.0f  (of %.0f in the candidates: refused halves skipped)\n",

@@ -234,8 +234,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
           wk->cand_ref += ref;
           int on[2];
           for (int hh = 0; hh < 2; hh++) { /* the halves' centre rays, as the kernel */
-            const xt_tube_lin lh = xt_tube_lin_at(&F.l0, &F.lu, &F.lv, cl, r - 0.25 + 0.5 * hh);
-            on[hh] = xt_tube_fac_near(&P, &lh, e);
+            on[hh] = xt_tube_fac_near(&P, &F, cl, r - 0.25 + 0.5 * hh, e);
             /* against the unfactored test on the same ray */
             const xt_vec3 dh = xt_v3_sub(xt_geom_pixel_pos(g, cl, r - 0.25 + 0.5 * hh), g->source);
             const double ln = xt_v3_norm(dh);

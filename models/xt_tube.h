@@ -343,36 +343,59 @@ static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const 
   }
 }
 
-/* xt_tube_near in the factored form: whether the ray passes within e of the segment's solid (the
- * tube of radius r_out + e between the mitre planes each moved out by e), conservative in the same
- * way: ties and rays along the axis or a mitre plane count as near. Its rounding is of the order
- * of xt_tube_fac_chords' (~1e-13 mm at a source 1 m away), far inside the margins the splat adds
- * to e. */
-static XT_INLINE XT_HOSTDEV int xt_tube_fac_near(const xt_tube_pre *p, const xt_tube_lin *l, double e) {
-  const double a0 = p->a0 + e, a1 = p->a1 - e, r = p->ro + e;
+/* xt_tube_near's mitre and cylinder tests, case by case, for the rays xt_tube_fac_near does not
+ * decide with one reciprocal (as xt_tube__fac_slow). */
+XT_TUBE_COLD int xt_tube__near_slow(double a0, double a1, double gg, double r, double B, double b0, double b1, double A,
+                                    double disc) {
   double lo = 0.0, hi = 1.0;
-  if (l->b0 > 0.0) {
-    const double s = -a0 / l->b0;
+  if (b0 > 0.0) {
+    const double s = -a0 / b0;
     if (s > lo) lo = s;
-  } else if (l->b0 < 0.0) {
-    const double s = -a0 / l->b0;
+  } else if (b0 < 0.0) {
+    const double s = -a0 / b0;
     if (s < hi) hi = s;
   } else if (a0 < 0.0)
     return 0;
-  if (l->b1 > 0.0) {
-    const double s = -a1 / l->b1;
+  if (b1 > 0.0) {
+    const double s = -a1 / b1;
     if (s < hi) hi = s;
-  } else if (l->b1 < 0.0) {
-    const double s = -a1 / l->b1;
+  } else if (b1 < 0.0) {
+    const double s = -a1 / b1;
     if (s > lo) lo = s;
   } else if (a1 > 0.0)
     return 0;
   if (hi < lo) return 0;
-  const double A = l->p1 * l->p1 + l->p2 * l->p2;
-  if (!(A > 0.0)) return p->gg <= r * r;
-  const double T = p->g1 * l->p2 - p->g2 * l->p1, disc = r * r * A - T * T;
+  if (!(A > 0.0)) return gg <= r * r;
   if (disc < 0.0) return 0;
-  const double rA = 1.0 / A, sm = -(p->g1 * l->p1 + p->g2 * l->p2) * rA, h = sqrt(disc) * rA;
+  const double rA = 1.0 / A, sm = -B * rA, h = sqrt(disc) * rA;
+  return sm - h <= hi && sm + h >= lo;
+}
+
+/* xt_tube_near in the factored form, for the family's ray (x, y): whether it passes within e of the
+ * segment's solid (the tube of radius r_out + e between the mitre planes each moved out by e),
+ * conservative in the same way: ties and rays along the axis or a mitre plane count as near. The
+ * same tests in another order (the cylinder first: most rays tested miss it) and with one
+ * reciprocal; its rounding is of the order of xt_tube_fac_chords' (~1e-13 mm at a source 1 m
+ * away), far inside the margins the splat adds to e. */
+static XT_INLINE XT_HOSTDEV int xt_tube_fac_near(const xt_tube_pre *p, const xt_tube_fam *f, double x, double y,
+                                                 double e) {
+  const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
+  const double A = p1 * p1 + p2 * p2, T = p->g1 * p2 - p->g2 * p1, r = p->ro + e;
+  const double disc = r * r * A - T * T;
+  if (A > 0.0 && disc < 0.0) return 0;
+  const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, b1 = f->l0.b1 + x * f->lu.b1 + y * f->lv.b1;
+  const double a0 = p->a0 + e, a1 = p->a1 - e, B = p->g1 * p1 + p->g2 * p2;
+  const double b01 = b0 * b1, prod = A * b01, ap = fabs(prod);
+  if (!(ap >= 1e-250 && ap <= 1e250)) return xt_tube__near_slow(a0, a1, p->gg, r, B, b0, b1, A, disc);
+  const double R = xt_tube__rcp(prod), AR = A * R, rA = b01 * R;
+  const double s0 = -a0 * (AR * b1), s1 = -a1 * (AR * b0);
+  double lo = 0.0, hi = 1.0;
+  if (b0 > 0.0) lo = s0 > lo ? s0 : lo;
+  else hi = s0 < hi ? s0 : hi;
+  if (b1 > 0.0) hi = s1 < hi ? s1 : hi;
+  else lo = s1 > lo ? s1 : lo;
+  if (hi < lo) return 0;
+  const double sm = -B * rA, h = sqrt(disc) * rA;
   return sm - h <= hi && sm + h >= lo;
 }
 

@@ -372,8 +372,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
     if (base + lane < np) {
       const int cl = ca + (int)((base + lane) % fw), r = ra + (int)((base + lane) / fw);
       for (int hh = 0; hh < 2; hh++) { /* the halves' centres: rows r - 1/4 and r + 1/4 */
-        const xt_tube_lin l = xt_tube_lin_at(&F.l0, &F.lu, &F.lv, cl, r - 0.25 + 0.5 * hh);
-        const int nr = xt_tube_fac_near(&P, &l, e);
+        const int nr = xt_tube_fac_near(&P, &F, cl, r - 0.25 + 0.5 * hh, e);
         if (hh) near1 = nr;
         else near0 = nr;
       }

@@ -508,11 +508,12 @@ XT_TEST(near_is_conservative) {
     const int near = xt_tube_near(t, o, w2, l2, e);
     /* the factored form the splat uses: the ray o + s D, s in [0, 1], D = p2 - o */
     xt_tube_pre P;
-    xt_tube_lin L;
+    xt_tube_fam F;
+    memset(&F, 0, sizeof F);
     const double D2[3] = {p2[0] - o[0], p2[1] - o[1], p2[2] - o[2]};
     xt_tube_prep(t, o, &P);
-    xt_tube_lin_of(&P, t, D2, &L);
-    const int nearf = xt_tube_fac_near(&P, &L, e);
+    xt_tube_lin_of(&P, t, D2, &F.l0);
+    const int nearf = xt_tube_fac_near(&P, &F, 0.0, 0.0, e);
     if (co > 0.0) {
       met++;
       if (!near) missed++;
@@ -649,11 +650,12 @@ XT_TEST(factored_chords_match_the_closed_form) {
    * or in a mitre plane are exact (the degenerate branches). Kinds of ray: generic (aimed within
    * 1.5 r_out of the axis, beyond the ends too), tangent to the outer or the inner radius, grazing
    * (1e-4 ... 1e-12 r off it, either side), along the axis (exactly, or tilted 1e-9 ... 1e-3),
-   * parallel to a mitre plane (0.02 - 0.4 len off it, either side), and thin radii. */
+   * parallel to a mitre plane (0.02 - 0.4 len off it, either side), and thin radii. The halves'
+   * test, xt_tube_fac_near, on the same rays: as xt_tube_near, and near wherever a chord is. */
   uint64_t rs = 0x26f;
   int n = 0, hits = 0, slow_dirs = 0, fails = 0, fails_ref = 0, kinds_hit[8] = {0};
   double worst = 0.0, worst_reg = 0.0, wbar = 0.0;
-  int nwell = 0, wkind = -1;
+  int nwell = 0, wkind = -1, near_diff = 0, near_missed = 0, near_refused = 0;
   double ratio = 0.0;
   for (int trial = 0; trial < 200000; trial++) {
     const int kind = trial % 8, aligned = (trial / 8) % 8 == 0;
@@ -748,6 +750,11 @@ XT_TEST(factored_chords_match_the_closed_form) {
     double fo, fi, ro, ri;
     xt_tube_fac_chords(&p, &f, x, y, &fo, &fi);
     xt_tube_chords(&t, o, w, dl, &ro, &ri);
+    /* the halves' test on the same ray, with e = 1 um: as xt_tube_near, and near wherever a chord is */
+    const int nf = xt_tube_fac_near(&p, &f, x, y, 1e-3), nr = xt_tube_near(&t, o, w, dl, 1e-3);
+    near_diff += nf != nr;
+    near_missed += (ro > 0.0 || fo > 0.0) && !nf;
+    near_refused += !nf;
     double G = t.len + t.r_out;
     for (int k = 0; k < 3; k++) G += fabs(o[k]) + fabs(t.p0[k]);
     const double delta = 16.0 * DBL_EPSILON * G;
@@ -780,6 +787,9 @@ XT_TEST(factored_chords_match_the_closed_form) {
   XT_CHECK_MSG(fails == 0, "%d chords outside the bar", fails);
   XT_CHECK_MSG(fails_ref == 0, "the oracle itself: %d of xt_tube_chords' chords outside the bar", fails_ref);
   XT_CHECK(n >= 200000 && hits > 50000 && slow_dirs > 1000);
+  XT_CHECK_MSG(near_diff == 0 && near_missed == 0, "xt_tube_fac_near: %d rays judged unlike xt_tube_near, %d with a "
+               "chord refused", near_diff, near_missed);
+  XT_CHECK(near_refused > 20000);
   for (int k = 0; k < 8; k++) XT_CHECK_MSG(kinds_hit[k] > 1000, "kind %d: %d non-zero chords", k, kinds_hit[k]);
 }
 

@@ -267,7 +267,7 @@ typedef struct instr_tab {
   const float *w[XT_CUDA_MAX_INSTR];
 } instr_tab;
 
-#define SPLAT_WARPS 3 /* warps per block, one segment each: 114 registers leave room for 15 warps an SM */
+#define SPLAT_WARPS 3 /* warps per block, one segment each: 126 registers leave room for 15 warps an SM */
 #define TILE 16       /* the finish's tiles: TILE x TILE pixels, one flag each */
 #define FULL 0xffffffffu
 
@@ -296,6 +296,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
   const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
   const float *w = tab.w[mi];
+  if (!(x->scale > 0.0)) return; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
   /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
   const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
   const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;

@@ -550,15 +550,16 @@ XT_TEST(near_is_conservative) {
  * The oracle is the closed form evaluated in long double (64-bit mantissa) from the same inputs,
  * fac_oracle; both double evaluations, xt_tube_chords and the factored one, must lie within the bar
  * below of it. The bar: each double form carries the rounding of the source's position (~1 m from
- * the segment) in the ray's position at the segment, delta = 16 ulps of that scale (~4e-12 mm at
- * 1 m). A chord end that a displacement by delta moves by D moves the chord by D: a cylinder end
- * by the half-chord's change with r^2 - e^2 moved by 2 r delta plus delta / |w_perp| along the ray
- * (near tangency the half-chord is a square root: sqrt(4 r delta) ~ 1e-6 mm at exact tangency,
- * which no double evaluation can resolve), a mitre end by delta / |w.n|. The bar sums the
- * displacements of the ends that bound the chord (or could, within their displacement), plus
- * 1e-9 r_out (~1e4 times the rounding of a well-conditioned chord) and 1e-12 of the chord. Away
- * from tangency and from rays running in a mitre plane this is 1e-9 r_out + 1e-12 c, far below
- * what a wrong term makes. */
+ * the segment) in the ray's position at the segment, delta = 16 ulps of the coordinates' scale (the
+ * sum of |o| and |p0| over the axes and the segment's size: ~1e-11 mm for a source 1 m away and
+ * segments within 0.1 m of the origin). A chord end that a displacement by delta moves by D moves
+ * the chord by D: a cylinder end by the half-chord's change with r^2 - e^2 moved by 2 r delta plus
+ * delta / |w_perp| along the ray (near tangency the half-chord is a square root: sqrt(4 r delta) ~
+ * 3e-6 mm at exact tangency to a 0.18 mm wire, which no double evaluation can resolve), a mitre end
+ * by delta / |w.n|. The bar sums the displacements of the ends that bound the chord (or could,
+ * within their displacement), plus 1e-9 r_out (~1e4 times the rounding of a well-conditioned chord)
+ * and 1e-12 of the chord. Away from tangency and from rays running in a mitre plane this is 1e-9
+ * r_out + 1e-12 c, far below what a wrong term makes. */
 typedef struct fac_end {
   long double s, dev; /* a candidate end of the chord and how far rounding-sized displacements move it */
 } fac_end;

@@ -121,6 +121,9 @@ done:
  * sub-rays are traced, so it also checks that no sub-ray the kernel skips has a non-zero chord. */
 typedef struct work {
   double segs, seen, foot, cand, cand_ref, subrays, hit, lost, refused, tiles;
+  double met, passes_met, near_diff; /* sub-rays meeting the outer tube; warp passes (a half's 32) with one */
+  double near_passes;                /* the halves' tests, 32 pixels a warp pass */
+  double dev_max;                    /* max |factored - xt_tube_chords| over the sub-rays, mm */
 } work;
 
 static int hits_box(const double lo[3], const double hi[3], const double o[3], const double d[3], double len) {
@@ -198,8 +201,26 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
       }
       if (ca > cb || ra > rb) continue;
       wk->seen++;
+      wk->near_passes += ceil((double)(cb - ca + 1) * (rb - ra + 1) / 32.0);
       const double e = hypot(0.5 * pu, 0.25 * pv) * scale * (whole ? 1.0 : fmin(1.0, fmx)) * (1.0 + 1e-9) + 1e-9;
       const double eref = hypot(pu, pv) * scale;
+      /* the kernel's factored constants (proj_instr.cu): the rays to the detector's origin and a
+       * column's and a row's step, in the model frame, and the squared world length's quadratic */
+      xt_tube_pre P;
+      xt_tube_fam F;
+      xt_tube_prep(t, o, &P);
+      const xt_vec3 w0 = xt_v3_sub(g->det_origin, g->source), wu = xt_v3_scale(g->u, pu), wv = xt_v3_scale(g->v, pv);
+      const xt_vec3 m0 = xt_aff_apply_dir(&w2m, w0), mu = xt_aff_apply_dir(&w2m, wu), mv = xt_aff_apply_dir(&w2m, wv);
+      const double a0[3] = {m0.x, m0.y, m0.z}, au[3] = {mu.x, mu.y, mu.z}, av[3] = {mv.x, mv.y, mv.z};
+      xt_tube_lin_of(&P, t, a0, &F.l0);
+      xt_tube_lin_of(&P, t, au, &F.lu);
+      xt_tube_lin_of(&P, t, av, &F.lv);
+      F.q[0] = xt_v3_dot(w0, w0);
+      F.q[1] = 2.0 * xt_v3_dot(w0, wu);
+      F.q[2] = 2.0 * xt_v3_dot(w0, wv);
+      F.q[3] = xt_v3_dot(wu, wu);
+      F.q[4] = 2.0 * xt_v3_dot(wu, wv);
+      F.q[5] = xt_v3_dot(wv, wv);
       for (int r = ra; r <= rb; r++)
         for (int cl = ca; cl <= cb; cl++) {
           wk->foot++;
@@ -213,29 +234,36 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
           wk->cand_ref += ref;
           int on[2];
           for (int hh = 0; hh < 2; hh++) { /* the halves' centre rays, as the kernel */
+            on[hh] = xt_tube_fac_near(&P, &F, cl, r - 0.25 + 0.5 * hh, e);
+            /* against the unfactored test on the same ray */
             const xt_vec3 dh = xt_v3_sub(xt_geom_pixel_pos(g, cl, r - 0.25 + 0.5 * hh), g->source);
-            const double lh = xt_v3_norm(dh);
-            const xt_vec3 wh = xt_aff_apply_dir(&w2m, xt_v3_scale(dh, 1.0 / lh));
+            const double ln = xt_v3_norm(dh);
+            const xt_vec3 wh = xt_aff_apply_dir(&w2m, xt_v3_scale(dh, 1.0 / ln));
             const double dm[3] = {wh.x, wh.y, wh.z};
-            on[hh] = xt_tube_near(t, o, dm, lh, e);
+            wk->near_diff += on[hh] != xt_tube_near(t, o, dm, ln, e);
           }
           wk->cand += on[0] || on[1];
           double sw = 0, sl = 0;
-          int bad = 0;
+          int bad = 0, pass_met[2] = {0, 0};
           for (int sj = 0; sj < S; sj++)
             for (int si = 0; si < S; si++) {
               const xt_vec3 ds = xt_v3_sub(xt_geom_pixel_pos(g, cl + (si + 0.5) / S - 0.5, r + (sj + 0.5) / S - 0.5), g->source);
               const double ls = xt_v3_norm(ds);
               const xt_vec3 ws = xt_aff_apply_dir(&w2m, xt_v3_scale(ds, 1.0 / ls));
               const double dd[3] = {ws.x, ws.y, ws.z};
-              double co, ci;
+              double co, ci, fo, fi;
               xt_tube_chords(t, o, dd, ls, &co, &ci);
+              const double xs = cl + (si + 0.5) / S - 0.5, ys = r + (sj + 0.5) / S - 0.5;
+              xt_tube_fac_chords(&P, &F, xs, ys, &fo, &fi);
+              wk->dev_max = fmax(wk->dev_max, fmax(fabs(fo - co), fabs(fi - ci)));
+              if (on[sj >= S / 2] && fo > 0.0) wk->met++, pass_met[sj >= S / 2] = 1;
               wk->subrays += on[sj >= S / 2];
               bad += !on[sj >= S / 2] && (co != 0.0 || ci != 0.0);
               sw += co - ci;
               sl += ci;
             }
           wk->refused += bad; /* sub-rays the kernel skips with a non-zero chord: must stay 0 */
+          wk->passes_met += pass_met[0] + pass_met[1];
           if (sw == 0.0 && sl == 0.0) continue;
           wk->lost += !ref; /* a non-zero sum outside the CPU reference's candidates: must stay 0 */
           wk->hit++;
@@ -265,11 +293,16 @@ static int count_work(const char *mode, xt_model *const *instr, int ni, int nch)
   printf("  segments (warps)              %12.0f  (%.0f threads, %.0f blocks of 96)\n", w.segs / n, 32 * w.segs / n,
          ceil(w.segs / n / 3));
   printf("  segments in the field         %12.0f\n", w.seen / n);
-  printf("  footprint pixels tested       %12.0f  (%.1f per segment in the field)\n", w.foot / n, w.foot / fmax(1, w.seen));
+  printf("  footprint pixels tested       %12.0f  (%.1f per segment in the field; %.0f warp passes)\n", w.foot / n,
+         w.foot / fmax(1, w.seen), w.near_passes / n);
   printf("  candidate pixels              %12.0f  (%.1f per segment; the CPU's whole-diagonal bound: %.0f)\n",
          w.cand / n, w.cand / fmax(1, w.seen), w.cand_ref / n);
   printf("  sub-rays (closed forms)       %12.0f  (of %.0f in the candidates: refused halves skipped)\n",
          w.subrays / n, w.cand / n * S * S);
+  printf("  sub-rays meeting the tube     %12.0f  (warp passes of 32 sub-rays with one: %.0f of %.0f)\n", w.met / n,
+         w.passes_met / n, w.subrays / n / 32);
+  printf("  factored closed form          max |xt_tube_fac_chords - xt_tube_chords| %.3g mm over all sub-rays; "
+         "halves judged otherwise by xt_tube_fac_near: %.0f\n", w.dev_max, w.near_diff);
   printf("  pixel sums non-zero           %12.0f  (atomics: %.0f)\n", w.hit / n, w.hit / n * planes);
   printf("  non-zero chords skipped       %12.0f  (by the kernel's halves: must be 0; sums outside the CPU's candidates: "
          "%.0f)\n", w.refused, w.lost);

@@ -152,4 +152,251 @@ static XT_INLINE XT_HOSTDEV double xt_tube_integral(const xt_tube_seg *t, const 
   return t->mu_wall * (co - ci) + t->mu_lumen * ci;
 }
 
+/* ---- The factored closed form: one source, many rays (the CUDA splat's sub-rays) ----
+ *
+ * The same chords as xt_tube_chords for the ray o + s D, s in [0, 1] from the source to the end
+ * of the ray (a detector pixel), its world length dl = sqrt(dl2): xt_tube_chords(t, o, D / dl, dl)
+ * in exact arithmetic. What depends on the segment and the source only is formed once
+ * (xt_tube_prep); what a ray needs of its direction are four numbers linear in D (xt_tube_lin: D
+ * across the axis in an orthonormal basis e1, e2, and D along the mitre normals), so for
+ * D = D0 + x U + y V they are l(D0) + x l(U) + y l(V), 2 FMAs each (xt_tube_fam, xt_tube_lin_at).
+ * From them, per ray and in double:
+ *   A = |D_perp|^2, T = g_perp x D_perp (g: the source less a point of the axis), B = g_perp.D_perp;
+ *   the cylinder |g_perp + s D_perp| <= r holds on s_m -+ sqrt(r^2 A - T^2) / A, s_m = -B / A
+ *   (Lagrange's identity |g|^2 |D|^2 = (g.D)^2 + (g x D)^2 turns the textbook B^2 - A (|g|^2 - r^2)
+ *   into r^2 A - T^2, two terms of the size of (r |D_perp|)^2 where the ray meets the tube instead
+ *   of (|g| |D_perp|)^2: T carries the only cancellation, as the reference's moved origin does);
+ *   the mitre half-spaces a0 + s b0 >= 0 and a1 + s b1 <= 0 (a0, a1 per segment) clip it at
+ *   -a0 / b0 and -a1 / b1; one reciprocal, of A b0 b1, serves all three divisions.
+ * Rounding: both forms see the source ~1 m away, so each carries an absolute error of a few ulps of
+ * that distance in the ray's position at the segment (~1e-13 mm); they agree to that (docs/
+ * instruments.md, "The factored closed form"). Degenerate rays (along the axis, parallel to a
+ * mitre plane, A b0 b1 out of range) take xt_tube__fac_slow, which follows xt_tube_chords' cases. */
+typedef struct xt_tube_pre {
+  double e1[3], e2[3]; /* orthonormal, across the axis */
+  double g1, g2;       /* the source less p0, on e1 and e2 */
+  double gg;           /* g1^2 + g2^2: a ray along the axis is inside when gg <= r^2 */
+  double a0, a1;       /* the mitre planes at the source: (o - p0).n0, (o - p1).n1 */
+  double ro2, ri2;     /* r_out^2, r_in^2 */
+  double ro;           /* r_out */
+} xt_tube_pre;
+
+typedef struct xt_tube_lin {
+  double p1, p2; /* D.e1, D.e2 */
+  double b0, b1; /* D.n0, D.n1 */
+} xt_tube_lin;
+
+static XT_INLINE XT_HOSTDEV void xt_tube_prep(const xt_tube_seg *t, const double o[3], xt_tube_pre *p) {
+  const double *d = t->d;
+  /* e1 = d x (the unit axis d is least along), normalised; e2 = d x e1 */
+  const double ax = fabs(d[0]), ay = fabs(d[1]), az = fabs(d[2]);
+  double e1[3];
+  if (ax <= ay && ax <= az) e1[0] = 0.0, e1[1] = d[2], e1[2] = -d[1];
+  else if (ay <= az) e1[0] = -d[2], e1[1] = 0.0, e1[2] = d[0];
+  else e1[0] = d[1], e1[1] = -d[0], e1[2] = 0.0;
+  const double in = 1.0 / sqrt(xt_tube_dot(e1, e1));
+  for (int k = 0; k < 3; k++) p->e1[k] = e1[k] * in;
+  p->e2[0] = d[1] * p->e1[2] - d[2] * p->e1[1];
+  p->e2[1] = d[2] * p->e1[0] - d[0] * p->e1[2];
+  p->e2[2] = d[0] * p->e1[1] - d[1] * p->e1[0];
+  /* the source less p0 (any point of the axis gives the same g1, g2) */
+  const double q[3] = {o[0] - t->p0[0], o[1] - t->p0[1], o[2] - t->p0[2]};
+  p->g1 = xt_tube_dot(q, p->e1);
+  p->g2 = xt_tube_dot(q, p->e2);
+  p->gg = p->g1 * p->g1 + p->g2 * p->g2;
+  p->a0 = xt_tube_dot(q, t->n0);
+  p->a1 = xt_tube_dot(q, t->n1) - t->len * xt_tube_dot(d, t->n1);
+  p->ro2 = t->r_out * t->r_out;
+  p->ri2 = t->r_in > 0.0 ? t->r_in * t->r_in : 0.0;
+  p->ro = t->r_out;
+}
+
+/* The four numbers of a direction (or of a direction's increment: they are linear in it). */
+static XT_INLINE XT_HOSTDEV void xt_tube_lin_of(const xt_tube_pre *p, const xt_tube_seg *t, const double D[3],
+                                                xt_tube_lin *l) {
+  l->p1 = xt_tube_dot(D, p->e1);
+  l->p2 = xt_tube_dot(D, p->e2);
+  l->b0 = xt_tube_dot(D, t->n0);
+  l->b1 = xt_tube_dot(D, t->n1);
+}
+
+/* l(D0 + x U + y V) from l(D0), l(U), l(V). */
+static XT_INLINE XT_HOSTDEV xt_tube_lin xt_tube_lin_at(const xt_tube_lin *l0, const xt_tube_lin *lu,
+                                                       const xt_tube_lin *lv, double x, double y) {
+  xt_tube_lin l;
+  l.p1 = l0->p1 + x * lu->p1 + y * lv->p1;
+  l.p2 = l0->p2 + x * lu->p2 + y * lv->p2;
+  l.b0 = l0->b0 + x * lu->b0 + y * lv->b0;
+  l.b1 = l0->b1 + x * lu->b1 + y * lv->b1;
+  return l;
+}
+
+static XT_INLINE XT_HOSTDEV double xt_tube__rcp(double x) {
+#ifdef __CUDA_ARCH__
+  return __drcp_rn(x); /* correctly rounded, as 1.0 / x on the host, without the division's slow path */
+#else
+  return 1.0 / x;
+#endif
+}
+
+/* The length of [sm - h, sm + h] within [lo, hi]; 2 h exactly when nothing clips it. */
+static XT_INLINE XT_HOSTDEV double xt_tube__span(double sm, double h, double lo, double hi) {
+  const double t0 = sm - h, t1 = sm + h;
+  if (t0 >= lo && t1 <= hi) return 2.0 * h;
+  const double u0 = t0 > lo ? t0 : lo, u1 = t1 < hi ? t1 : hi;
+  return u1 > u0 ? u1 - u0 : 0.0;
+}
+
+/* The degenerate rays, case by case as xt_tube_chords: a direction on a mitre plane (b = 0) or
+ * along the axis (A = 0), or A b0 b1 outside the range where one reciprocal serves. */
+#ifdef __CUDACC__
+#define XT_TUBE_COLD static __noinline__ __host__ __device__ /* off the sub-rays' path */
+#else
+#define XT_TUBE_COLD static inline
+#endif
+typedef struct xt_tube_pair {
+  double c_out, c_in;
+} xt_tube_pair;
+
+/* Scalars in, the pair out by value: a call on the device keeps everything in registers. */
+XT_TUBE_COLD xt_tube_pair xt_tube__fac_slow(double a0, double a1, double gg, double ro2, double ri2, double B, double b0,
+                                            double b1, double A, double T, double dl2) {
+  xt_tube_pair c = {0.0, 0.0};
+  double lo = 0.0, hi = 1.0;
+  if (b0 > 0.0) {
+    const double s = -a0 / b0;
+    if (s > lo) lo = s;
+  } else if (b0 < 0.0) {
+    const double s = -a0 / b0;
+    if (s < hi) hi = s;
+  } else if (a0 < 0.0)
+    return c;
+  if (b1 > 0.0) {
+    const double s = -a1 / b1;
+    if (s < hi) hi = s;
+  } else if (b1 < 0.0) {
+    const double s = -a1 / b1;
+    if (s > lo) lo = s;
+  } else if (a1 > 0.0)
+    return c;
+  if (!(hi > lo)) return c;
+  const double dl = sqrt(dl2);
+  if (!(A > 0.0)) { /* along the axis: all inside or all outside */
+    if (gg <= ro2) {
+      c.c_out = (hi - lo) * dl;
+      if (ri2 > 0.0 && gg <= ri2) c.c_in = c.c_out;
+    }
+    return c;
+  }
+  const double disc = ro2 * A - T * T;
+  if (!(disc > 0.0)) return c;
+  const double rA = 1.0 / A, sm = -B * rA;
+  c.c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
+  const double di = ri2 * A - T * T;
+  if (ri2 > 0.0 && c.c_out > 0.0 && di > 0.0) c.c_in = xt_tube__span(sm, sqrt(di) * rA, lo, hi) * dl;
+  return c;
+}
+
+/* A family of rays from the source: D(x, y) = D0 + x U + y V, l(D0), l(U), l(V), and the squared
+ * world length of D(x, y) as q[0] + x (q[1] + x q[3] + y q[4]) + y (q[2] + y q[5]). */
+typedef struct xt_tube_fam {
+  xt_tube_lin l0, lu, lv;
+  double q[6];
+} xt_tube_fam;
+
+/* The chords (world mm, as xt_tube_chords') of the family's ray (x, y), o + s D(x, y), s in [0, 1],
+ * through the segment's outer tube and its lumen. A ray that misses the outer cylinder costs its
+ * two numbers across the axis (4 FMAs) and ~6 FP64 operations more; the mitres' numbers and the
+ * world length are formed only for a ray that meets it, with a reciprocal and one square root per
+ * radius and one for the length. */
+static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const xt_tube_fam *f, double x, double y,
+                                                    double *c_out, double *c_in) {
+  *c_out = *c_in = 0.0;
+  const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
+  const double A = p1 * p1 + p2 * p2;
+  const double T = p->g1 * p2 - p->g2 * p1;
+  const double disc = p->ro2 * A - T * T;
+  if (!(disc > 0.0) && A > 0.0) return; /* a miss, or a tangent ray (a chord of length 0) */
+  const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, b1 = f->l0.b1 + x * f->lu.b1 + y * f->lv.b1;
+  const double dl2 = f->q[0] + x * (f->q[1] + x * f->q[3] + y * f->q[4]) + y * (f->q[2] + y * f->q[5]);
+  const double b01 = b0 * b1, prod = A * b01, ap = fabs(prod);
+  if (!(ap >= 1e-250 && ap <= 1e250)) {
+    const xt_tube_pair c =
+        xt_tube__fac_slow(p->a0, p->a1, p->gg, p->ro2, p->ri2, p->g1 * p1 + p->g2 * p2, b0, b1, A, T, dl2);
+    *c_out = c.c_out;
+    *c_in = c.c_in;
+    return;
+  }
+  const double R = xt_tube__rcp(prod), AR = A * R, rA = b01 * R;
+  const double s0 = -p->a0 * (AR * b1), s1 = -p->a1 * (AR * b0);
+  double lo = 0.0, hi = 1.0;
+  if (b0 > 0.0) lo = s0 > lo ? s0 : lo;
+  else hi = s0 < hi ? s0 : hi;
+  if (b1 > 0.0) hi = s1 < hi ? s1 : hi;
+  else lo = s1 > lo ? s1 : lo;
+  if (!(hi > lo)) return;
+  const double sm = -(p->g1 * p1 + p->g2 * p2) * rA, dl = sqrt(dl2);
+  *c_out = xt_tube__span(sm, sqrt(disc) * rA, lo, hi) * dl;
+  if (p->ri2 > 0.0 && *c_out > 0.0) {
+    const double di = p->ri2 * A - T * T;
+    if (di > 0.0) *c_in = xt_tube__span(sm, sqrt(di) * rA, lo, hi) * dl;
+  }
+}
+
+/* xt_tube_near's mitre and cylinder tests, case by case, for the rays xt_tube_fac_near does not
+ * decide with one reciprocal (as xt_tube__fac_slow). */
+XT_TUBE_COLD int xt_tube__near_slow(double a0, double a1, double gg, double r, double B, double b0, double b1, double A,
+                                    double disc) {
+  double lo = 0.0, hi = 1.0;
+  if (b0 > 0.0) {
+    const double s = -a0 / b0;
+    if (s > lo) lo = s;
+  } else if (b0 < 0.0) {
+    const double s = -a0 / b0;
+    if (s < hi) hi = s;
+  } else if (a0 < 0.0)
+    return 0;
+  if (b1 > 0.0) {
+    const double s = -a1 / b1;
+    if (s < hi) hi = s;
+  } else if (b1 < 0.0) {
+    const double s = -a1 / b1;
+    if (s > lo) lo = s;
+  } else if (a1 > 0.0)
+    return 0;
+  if (hi < lo) return 0;
+  if (!(A > 0.0)) return gg <= r * r;
+  if (disc < 0.0) return 0;
+  const double rA = 1.0 / A, sm = -B * rA, h = sqrt(disc) * rA;
+  return sm - h <= hi && sm + h >= lo;
+}
+
+/* xt_tube_near in the factored form, for the family's ray (x, y): whether it passes within e of the
+ * segment's solid (the tube of radius r_out + e between the mitre planes each moved out by e),
+ * conservative in the same way: ties and rays along the axis or a mitre plane count as near. The
+ * same tests in another order (the cylinder first: most rays tested miss it) and with one
+ * reciprocal; its rounding is of the order of xt_tube_fac_chords' (~1e-13 mm at a source 1 m
+ * away), far inside the margins the splat adds to e. */
+static XT_INLINE XT_HOSTDEV int xt_tube_fac_near(const xt_tube_pre *p, const xt_tube_fam *f, double x, double y,
+                                                 double e) {
+  const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
+  const double A = p1 * p1 + p2 * p2, T = p->g1 * p2 - p->g2 * p1, r = p->ro + e;
+  const double disc = r * r * A - T * T;
+  if (A > 0.0 && disc < 0.0) return 0;
+  const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, b1 = f->l0.b1 + x * f->lu.b1 + y * f->lv.b1;
+  const double a0 = p->a0 + e, a1 = p->a1 - e, B = p->g1 * p1 + p->g2 * p2;
+  const double b01 = b0 * b1, prod = A * b01, ap = fabs(prod);
+  if (!(ap >= 1e-250 && ap <= 1e250)) return xt_tube__near_slow(a0, a1, p->gg, r, B, b0, b1, A, disc);
+  const double R = xt_tube__rcp(prod), AR = A * R, rA = b01 * R;
+  const double s0 = -a0 * (AR * b1), s1 = -a1 * (AR * b0);
+  double lo = 0.0, hi = 1.0;
+  if (b0 > 0.0) lo = s0 > lo ? s0 : lo;
+  else hi = s0 < hi ? s0 : hi;
+  if (b1 > 0.0) hi = s1 < hi ? s1 : hi;
+  else lo = s1 > lo ? s1 : lo;
+  if (hi < lo) return 0;
+  const double sm = -B * rA, h = sqrt(disc) * rA;
+  return sm - h <= hi && sm + h >= lo;
+}
+
 #endif /* XT_TUBE_H */

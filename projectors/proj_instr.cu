@@ -4,9 +4,11 @@
  *           double, the segment's box (as the CPU reference bounds it) projected onto the detector
  *           gives the pixels any of whose sub-rays can meet it; the lanes test 32 of them at a time
  *           (whether the centre ray of each half of the pixel passes within its sub-rays' spread
- *           of the tube: xt_tube_near), then split the XT_INSTR_AREA_SAMPLES^2 rays through the
- *           sub-pixel centres of a candidate's halves that passed,
- *           each the closed form of xt_tube.h in double, summed into the wall's and the lumen's
+ *           of the tube: xt_tube_fac_near), then split the XT_INSTR_AREA_SAMPLES^2 rays through
+ *           the sub-pixel centres of a candidate's halves that passed, each the closed form of
+ *           xt_tube.h in double, in its factored form (xt_tube_fac_chords: the segment's constants
+ *           for the source once, then four numbers affine in the sub-pixel centre per ray),
+ *           summed into the wall's and the lumen's
  *           chord lengths; the pixel's mean - its line integral, or each channel's areal density -
  *           is added to a 64-bit fixed-point accumulator (2^-32 units) by an integer atomic, so the
  *           sum does not depend on the order threads finish in: frames are reproducible bit for
@@ -18,7 +20,9 @@
  *           wires, docs/BENCHMARKS.md).
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
- * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32.
+ * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32 (the
+ * factored closed form rounds apart from xt_tube_chords by ~1e-13 mm a chord, ~1e-9 mm at the
+ * most, near tangency: test_instr, xtwin-instr-bench --count).
  *
  * Shapes: each instrument has device and pinned staging buffers of its capacity, made at add_model.
  * set_shape lays the centreline out on the host into the staging buffer (after the previous upload
@@ -49,12 +53,18 @@ typedef struct instr_xf {
   double m2w[12];
   double scale;   /* w2m's linear part's Frobenius norm (proj_cpu_instr.c's instr_state.scale) */
   double pad;
+  /* the sub-rays' frame constants in the model frame (the splat's factored closed form): the
+   * source, and the ray from it to the detector's origin, a column's step and a row's step */
+  double o[3], d0[3], du[3], dv[3];
 } instr_xf;
 
 typedef struct instr_head {
   xt_cuda_camera cam;
   double nrm[3]; /* the detector's normal u x v */
   double pad;
+  /* the squared world length of the ray to continuous pixel (x, y): with w0 = det0 - src, wu = u pu,
+   * wv = v pv, |w0 + x wu + y wv|^2 = q[0] + x (q[1] + x q[3] + y q[4]) + y (q[2] + y q[5]) */
+  double q[6];
 } instr_head;
 
 typedef struct instr_one {
@@ -188,6 +198,16 @@ static void instr_fill_frame(const void *st, const xt_geometry *g, void *desc) {
   h->nrm[0] = n.x;
   h->nrm[1] = n.y;
   h->nrm[2] = n.z;
+  const xt_cuda_camera *c = &h->cam;
+  const xt_vec3 src = xt_v3(c->src[0], c->src[1], c->src[2]);
+  const xt_vec3 w0 = xt_v3_sub(xt_v3(c->det0[0], c->det0[1], c->det0[2]), src);
+  const xt_vec3 wu = xt_v3_scale(xt_v3(c->u[0], c->u[1], c->u[2]), c->pu), wv = xt_v3_scale(xt_v3(c->v[0], c->v[1], c->v[2]), c->pv);
+  h->q[0] = xt_v3_dot(w0, w0);
+  h->q[1] = 2.0 * xt_v3_dot(w0, wu);
+  h->q[2] = 2.0 * xt_v3_dot(w0, wv);
+  h->q[3] = xt_v3_dot(wu, wu);
+  h->q[4] = 2.0 * xt_v3_dot(wu, wv);
+  h->q[5] = xt_v3_dot(wv, wv);
   instr_xf *x = (instr_xf *)((unsigned char *)desc + sizeof(instr_head));
   const xt_affine p2w = xt_geom_patient_to_world(&g->pose);
   for (int i = 0; i < s->n; i++) {
@@ -198,8 +218,13 @@ static void instr_fill_frame(const void *st, const xt_geometry *g, void *desc) {
     aff_to(&m2w, x[i].m2w);
     double f = 0;
     for (int r = 0; r < 3; r++)
-      for (int c = 0; c < 3; c++) f += w2m.m[r][c] * w2m.m[r][c];
+      for (int k = 0; k < 3; k++) f += w2m.m[r][k] * w2m.m[r][k];
     x[i].scale = sqrt(f);
+    const xt_vec3 om = xt_aff_apply(&w2m, src), m0 = xt_aff_apply_dir(&w2m, w0);
+    const xt_vec3 mu = xt_aff_apply_dir(&w2m, wu), mv = xt_aff_apply_dir(&w2m, wv);
+    const xt_vec3 *from[4] = {&om, &m0, &mu, &mv};
+    double *to[4] = {x[i].o, x[i].d0, x[i].du, x[i].dv};
+    for (int k = 0; k < 4; k++) to[k][0] = from[k]->x, to[k][1] = from[k]->y, to[k][2] = from[k]->z;
   }
 }
 
@@ -242,7 +267,7 @@ typedef struct instr_tab {
   const float *w[XT_CUDA_MAX_INSTR];
 } instr_tab;
 
-#define SPLAT_WARPS 3 /* warps per block, one segment each: 136 registers leave room for 15 warps an SM */
+#define SPLAT_WARPS 3 /* warps per block, one segment each: 126 registers leave room for 15 warps an SM */
 #define TILE 16       /* the finish's tiles: TILE x TILE pixels, one flag each */
 #define FULL 0xffffffffu
 
@@ -251,7 +276,7 @@ static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __
 /* One warp per segment, all instruments' segments in one launch (tab). The footprint (the
  * segment's box projected, as the CPU reference bounds it): lanes 0-7 project one corner each,
  * min/max by shuffles. The footprint's pixels, 32 at a time: each lane asks whether its pixel's
- * two halves' centre rays pass near the segment (xt_tube_near, below); then for each candidate
+ * two halves' centre rays pass near the segment (xt_tube_fac_near, below); then for each candidate
  * pixel (two ballots' bits, in order) the 32 lanes split the S x S sub-rays of its halves that
  * passed (S = 8: one half a pass, a refused half skipped by the warp), a butterfly sums them (every lane
  * ends with the same bits: the tree is fixed and + commutes), lane 0 (line integrals) or lane c
@@ -271,6 +296,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
   const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
   const float *w = tab.w[mi];
+  if (!(x->scale > 0.0)) return; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
   /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
   const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
   const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
@@ -312,13 +338,11 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   }
   if (ca > cb || ra > rb) return;
   const xt_cuda_camera &c = h->cam;
-  double o[3];
-  d_apply(x->w2m, c.src, o, 0);
   const int S = XT_INSTR_AREA_SAMPLES;
   const double inv = 1.0 / ((double)S * S);
   const size_t plane = (size_t)rows * cols;
   /* The candidates, by halves: the pixels one of whose halves (sub-pixel rows sj < S/2, then the
-   * rest) has a centre ray passing within e of the segment's tube (xt_tube_near). A sub-ray and
+   * rest) has a centre ray passing within e of the segment's tube (xt_tube_fac_near). A sub-ray and
    * its half's centre ray start at the source and end on the detector plane at most
    * hypot(pu/2, pv/4) apart, so at depth f (d_project's) they are at most f x that apart (world mm;
    * x scale in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fmx
@@ -327,6 +351,19 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
    * exactly 0, and skipping it leaves every sum as it was; the CPU reference's candidates (a box
    * grown by a whole diagonal, proj_cpu_instr.c) are more, the extra ones adding the same zeros:
    * both sum the same non-zero terms. fmx <= 1 on the rays' span; the margins cover rounding. */
+  /* The sub-rays' factored closed form (xt_tube.h): the segment's constants for this source; the
+   * ray to the sub-pixel centre (xs, ys) is D = M (w0 + xs wu + ys wv) (w0 the source to the
+   * detector's origin, wu and wv a column's and a row's step, M w2m's linear part), so its four
+   * numbers are l(M w0) + xs l(M wu) + ys l(M wv), and its squared world length a quadratic in
+   * (xs, ys): a sub-ray that misses the tube costs 4 FMAs and ~6 FP64 operations, one that meets it
+   * ~60 more, instead of forming and mapping a unit ray and moving its origin (~235). */
+  xt_tube_pre P;
+  xt_tube_fam F; /* of M w0, M wu, M wv, and the quadratic of |w|^2: the frame's, formed on the host */
+  xt_tube_prep(t, x->o, &P);
+  xt_tube_lin_of(&P, t, x->d0, &F.l0);
+  xt_tube_lin_of(&P, t, x->du, &F.lu);
+  xt_tube_lin_of(&P, t, x->dv, &F.lv);
+  for (int i = 0; i < 6; i++) F.q[i] = h->q[i];
   const double fe = whole ? 1.0 : fmin(1.0, fmx);
   const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   const int fw = cb - ca + 1;
@@ -336,15 +373,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
     if (base + lane < np) {
       const int cl = ca + (int)((base + lane) % fw), r = ra + (int)((base + lane) / fw);
       for (int hh = 0; hh < 2; hh++) { /* the halves' centres: rows r - 1/4 and r + 1/4 */
-        const double a = cl * c.pu, b = (r - 0.25 + 0.5 * hh) * c.pv;
-        const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
-                             c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
-                             c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
-        const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
-        const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
-        double wm[3];
-        d_apply(x->w2m, ww, wm, 1);
-        const int nr = xt_tube_near(t, o, wm, len, e);
+        const int nr = xt_tube_fac_near(&P, &F, cl, r - 0.25 + 0.5 * hh, e);
         if (hh) near1 = nr;
         else near0 = nr;
       }
@@ -359,15 +388,9 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
       for (int q = lane; q < S * S; q += 32) { /* S = 8: a pass of 32 lanes is one half, skipped as one */
         const int si = q % S, sj = q / S;
         if (!(sj < S / 2 ? on0 : on1)) continue;
-        const double a = (cl + (si + 0.5) / S - 0.5) * c.pu, b = (r + (sj + 0.5) / S - 0.5) * c.pv;
-        const double d[3] = {c.det0[0] + (c.u[0] * a + c.v[0] * b) - c.src[0],
-                             c.det0[1] + (c.u[1] * a + c.v[1] * b) - c.src[1],
-                             c.det0[2] + (c.u[2] * a + c.v[2] * b) - c.src[2]};
-        const double len = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]), il = 1.0 / len;
-        const double ww[3] = {d[0] * il, d[1] * il, d[2] * il};
-        double wm[3], co, ci;
-        d_apply(x->w2m, ww, wm, 1);
-        xt_tube_chords(t, o, wm, len, &co, &ci);
+        const double xs = cl + (si + 0.5) / S - 0.5, ys = r + (sj + 0.5) / S - 0.5;
+        double co, ci;
+        xt_tube_fac_chords(&P, &F, xs, ys, &co, &ci);
         sw += co - ci;
         sl += ci;
       }

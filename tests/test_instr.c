@@ -4,7 +4,9 @@
  * wire far thinner than a voxel or a pixel; the pixel-area integral of a wire thinner than a
  * pixel against its projected mass; a scene with instruments as the sum of its parts (line
  * integrals and channels); shapes set on a projector's own copy; bad shapes refused; the CUDA
- * splat's candidate test (xt_tube_near) conservative. */
+ * splat's candidate test (xt_tube_near) conservative; its factored closed form (xt_tube_fac_chords)
+ * against a long-double oracle, as xt_tube_chords. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -458,7 +460,8 @@ XT_TEST(near_is_conservative) {
    * ray that meets a segment (chord > 0, both from one source) is near it - at every depth the two
    * are at most e apart. Segments of a sharply bent catheter (mitres far from square); sources
    * 500-900 mm away; e from 1 um to 0.5 mm; ends moved by up to e, half the trials by e exactly.
-   * And it refuses: rays farther than r_out + e from the axis are not near. */
+   * And it refuses: rays farther than r_out + e from the axis are not near. The same of its
+   * factored form, xt_tube_fac_near, which the splat calls. */
   xt_instr_device dev;
   double mu, mul;
   one_section(&dev, "catheter_polymer_w", 0.8, 0.5, "iodine_contrast", &mu, &mul);
@@ -472,7 +475,7 @@ XT_TEST(near_is_conservative) {
   XT_REQUIRE(xt_model_from_instr(&dev, pts, 9, "zigzag", &m, NULL) == 0);
   const xt_instr_geom *G = &xt_model_instr(m)->geom;
   uint64_t rs = 12345;
-  int met = 0, missed = 0, refused = 0, far = 0, wrong_refusal = 0;
+  int met = 0, missed = 0, refused = 0, far = 0, wrong_refusal = 0, missedf = 0, refusedf = 0, wrong_refusalf = 0;
   for (int trial = 0; trial < 200000; trial++) {
     const xt_tube_seg *t = &G->seg[(int)(urand(&rs) * G->nseg)];
     /* a point near the segment: along the axis (beyond its ends too), across it up to 1.5 r_out */
@@ -503,11 +506,21 @@ XT_TEST(near_is_conservative) {
     double co, ci;
     xt_tube_chords(t, o, w1, l1, &co, &ci);
     const int near = xt_tube_near(t, o, w2, l2, e);
+    /* the factored form the splat uses: the ray o + s D, s in [0, 1], D = p2 - o */
+    xt_tube_pre P;
+    xt_tube_fam F;
+    memset(&F, 0, sizeof F);
+    const double D2[3] = {p2[0] - o[0], p2[1] - o[1], p2[2] - o[2]};
+    xt_tube_prep(t, o, &P);
+    xt_tube_lin_of(&P, t, D2, &F.l0);
+    const int nearf = xt_tube_fac_near(&P, &F, 0.0, 0.0, e);
     if (co > 0.0) {
       met++;
       if (!near) missed++;
+      if (!nearf) missedf++;
     }
     refused += !near;
+    refusedf += !nearf;
     /* the second ray's closest approach to the axis line, farther than r_out + e: never near */
     double q[3], cr[3];
     for (int k = 0; k < 3; k++) q[k] = o[k] - t->p0[k];
@@ -518,13 +531,267 @@ XT_TEST(near_is_conservative) {
     if (cn > 1e-3 && fabs(xt_tube_dot(q, cr)) / cn > 1.001 * (t->r_out + e) + 1e-9) {
       far++;
       wrong_refusal += near;
+      wrong_refusalf += nearf;
     }
   }
   XT_CHECK_MSG(missed == 0, "%d of %d rays that meet a segment had a neighbour within e refused", missed, met);
   XT_CHECK_MSG(wrong_refusal == 0, "%d of %d rays farther than r_out + e from the axis found near", wrong_refusal,
                far);
-  XT_CHECK(met > 20000 && refused > 20000 && far > 10000);
+  XT_CHECK_MSG(missedf == 0, "factored: %d of %d rays that meet a segment had a neighbour within e refused", missedf,
+               met);
+  XT_CHECK_MSG(wrong_refusalf == 0, "factored: %d of %d rays farther than r_out + e from the axis found near",
+               wrong_refusalf, far);
+  XT_CHECK(met > 20000 && refused > 20000 && far > 10000 && refusedf > 20000);
   xt_model_free(m);
+}
+
+/* ---- The factored closed form (xt_tube_prep / _lin_of / _fac_chords) against xt_tube_chords ----
+ *
+ * The oracle is the closed form evaluated in long double (64-bit mantissa) from the same inputs,
+ * fac_oracle; both double evaluations, xt_tube_chords and the factored one, must lie within the bar
+ * below of it. The bar: each double form carries the rounding of the source's position (~1 m from
+ * the segment) in the ray's position at the segment, delta = 16 ulps of the coordinates' scale (the
+ * sum of |o| and |p0| over the axes and the segment's size: ~1e-11 mm for a source 1 m away and
+ * segments within 0.1 m of the origin). A chord end that a displacement by delta moves by D moves
+ * the chord by D: a cylinder end by the half-chord's change with r^2 - e^2 moved by 2 r delta plus
+ * delta / |w_perp| along the ray (near tangency the half-chord is a square root: sqrt(4 r delta) ~
+ * 3e-6 mm at exact tangency to a 0.18 mm wire, which no double evaluation can resolve), a mitre end
+ * by delta / |w.n|. The bar sums the displacements of the ends that bound the chord (or could,
+ * within their displacement), plus 1e-9 r_out (~1e4 times the rounding of a well-conditioned chord)
+ * and 1e-12 of the chord. Away from tangency and from rays running in a mitre plane this is 1e-9
+ * r_out + 1e-12 c, far below what a wrong term makes. */
+typedef struct fac_end {
+  long double s, dev; /* a candidate end of the chord and how far rounding-sized displacements move it */
+} fac_end;
+
+static double fac_oracle(const xt_tube_seg *t, double r, const double od[3], const double wd[3], double len,
+                         double delta, double *bar) {
+  long double o[3], w[3], d[3], n0[3], n1[3], q[3];
+  for (int k = 0; k < 3; k++) {
+    o[k] = od[k], w[k] = wd[k], d[k] = t->d[k], n0[k] = t->n0[k], n1[k] = t->n1[k];
+    q[k] = o[k] - (long double)t->p0[k];
+  }
+  long double lo = 0.0L, hi = len;
+  fac_end e[4];
+  int ne = 0;
+  const long double a0 = q[0] * n0[0] + q[1] * n0[1] + q[2] * n0[2], b0 = w[0] * n0[0] + w[1] * n0[1] + w[2] * n0[2];
+  const long double p1[3] = {t->p0[0] + t->len * d[0], t->p0[1] + t->len * d[1], t->p0[2] + t->len * d[2]};
+  const long double a1 = (o[0] - p1[0]) * n1[0] + (o[1] - p1[1]) * n1[1] + (o[2] - p1[2]) * n1[2];
+  const long double b1 = w[0] * n1[0] + w[1] * n1[1] + w[2] * n1[2];
+  int empty = 0;
+  if (b0 != 0.0L) {
+    const long double s = -a0 / b0;
+    if (b0 > 0 && s > lo) lo = s;
+    if (b0 < 0 && s < hi) hi = s;
+    e[ne++] = (fac_end){s, delta / fabsl(b0)};
+  } else if (a0 < 0)
+    empty = 1;
+  if (b1 != 0.0L) {
+    const long double s = -a1 / b1;
+    if (b1 > 0 && s < hi) hi = s;
+    if (b1 < 0 && s > lo) lo = s;
+    e[ne++] = (fac_end){s, delta / fabsl(b1)};
+  } else if (a1 > 0)
+    empty = 1;
+  const long double qd = q[0] * d[0] + q[1] * d[1] + q[2] * d[2], wdd = w[0] * d[0] + w[1] * d[1] + w[2] * d[2];
+  long double qp[3], wp[3];
+  for (int k = 0; k < 3; k++) qp[k] = q[k] - qd * d[k], wp[k] = w[k] - wdd * d[k];
+  const long double A = wp[0] * wp[0] + wp[1] * wp[1] + wp[2] * wp[2];
+  long double c = 0.0L;
+  if (A > 0.0L) {
+    const long double sm = -(qp[0] * wp[0] + qp[1] * wp[1] + qp[2] * wp[2]) / A, ww = sqrtl(A);
+    long double ee = 0.0L;
+    for (int k = 0; k < 3; k++) ee += (qp[k] + sm * wp[k]) * (qp[k] + sm * wp[k]);
+    const long double h2 = (long double)r * r - ee, dh = 2.0L * r * delta + (long double)delta * delta;
+    const long double half = h2 > 0 ? sqrtl(h2) / ww : 0.0L;
+    const long double hup = sqrtl(fmaxl(h2 + dh, 0.0L)) / ww, hdn = sqrtl(fmaxl(h2 - dh, 0.0L)) / ww;
+    const long double dev = (hup - hdn) + delta / ww;
+    e[ne++] = (fac_end){sm - half, dev};
+    e[ne++] = (fac_end){sm + half, dev};
+    if (h2 > 0) {
+      const long double s0 = fmaxl(sm - half, lo), s1 = fminl(sm + half, hi);
+      c = s1 > s0 ? s1 - s0 : 0.0L;
+    }
+  } else if (qp[0] * qp[0] + qp[1] * qp[1] + qp[2] * qp[2] <= (long double)r * r)
+    c = hi > lo ? hi - lo : 0.0L;
+  if (empty) c = 0.0L;
+  /* the ends that bound the chord, or could within their own displacement */
+  const long double L = fminl(lo, hi), R = fmaxl(lo, hi);
+  long double b = 1e-9L * t->r_out + 1e-12L * c;
+  for (int i = 0; i < ne; i++)
+    if (e[i].s >= L - e[i].dev && e[i].s <= R + e[i].dev) b += e[i].dev;
+  *bar = (double)b;
+  return (double)c;
+}
+
+static void unit3(uint64_t *rs, double v[3]) {
+  double n;
+  do {
+    for (int k = 0; k < 3; k++) v[k] = 2.0 * urand(rs) - 1.0;
+    n = xt_tube_dot(v, v);
+  } while (n < 1e-4 || n > 1.0);
+  n = sqrt(n);
+  for (int k = 0; k < 3; k++) v[k] /= n;
+}
+
+/* v less its part along the unit n, normalised */
+static void across(double v[3], const double n[3]) {
+  const double a = xt_tube_dot(v, n);
+  for (int k = 0; k < 3; k++) v[k] -= a * n[k];
+  const double m = sqrt(xt_tube_dot(v, v));
+  for (int k = 0; k < 3; k++) v[k] /= m;
+}
+
+XT_TEST(factored_chords_match_the_closed_form) {
+  /* 200,000 rays, each through its own random segment (axis, length 0.05-3 mm, mitres tilted up to
+   * 60 degrees, r_out 1 um - 1.5 mm log-uniform: most far below fd20's 0.15 mm pixel; half of them
+   * catheters) from a source 500-1500 mm away, as the CUDA splat forms them: D = D0 + x U + y V
+   * with x, y sub-pixel centres up to 1024 and U, V a pixel's pitch at the source's distance; one
+   * segment in eight along a coordinate axis with square mitres, where directions across the axis
+   * or in a mitre plane are exact (the degenerate branches). Kinds of ray: generic (aimed within
+   * 1.5 r_out of the axis, beyond the ends too), tangent to the outer or the inner radius, grazing
+   * (1e-4 ... 1e-12 r off it, either side), along the axis (exactly, or tilted 1e-9 ... 1e-3),
+   * parallel to a mitre plane (0.02 - 0.4 len off it, either side), and thin radii. The halves'
+   * test, xt_tube_fac_near, on the same rays: as xt_tube_near, and near wherever a chord is. */
+  uint64_t rs = 0x26f;
+  int n = 0, hits = 0, slow_dirs = 0, fails = 0, fails_ref = 0, kinds_hit[8] = {0};
+  double worst = 0.0, worst_reg = 0.0, wbar = 0.0;
+  int nwell = 0, wkind = -1, near_diff = 0, near_missed = 0, near_refused = 0;
+  double ratio = 0.0;
+  for (int trial = 0; trial < 200000; trial++) {
+    const int kind = trial % 8, aligned = (trial / 8) % 8 == 0;
+    xt_tube_seg t;
+    memset(&t, 0, sizeof t);
+    double tilt[3];
+    if (aligned) {
+      const int ax = (trial / 64) % 3;
+      t.d[ax] = (trial / 192) % 2 ? 1.0 : -1.0;
+      memcpy(t.n0, t.d, sizeof t.d);
+      memcpy(t.n1, t.d, sizeof t.d);
+    } else {
+      unit3(&rs, t.d);
+      for (int m = 0; m < 2; m++) { /* n.d >= cos 60 */
+        unit3(&rs, tilt);
+        across(tilt, t.d);
+        const double a = tan(urand(&rs) * 1.0471975);
+        double *nn = m ? t.n1 : t.n0;
+        for (int k = 0; k < 3; k++) nn[k] = t.d[k] + a * tilt[k];
+        const double l = sqrt(xt_tube_dot(nn, nn));
+        for (int k = 0; k < 3; k++) nn[k] /= l;
+      }
+    }
+    for (int k = 0; k < 3; k++) t.p0[k] = 200.0 * (urand(&rs) - 0.5);
+    t.len = 0.05 + 2.95 * urand(&rs);
+    t.r_out = kind == 7 ? 1e-3 * pow(10.0, urand(&rs)) : 1e-3 * pow(1500.0, urand(&rs));
+    t.r_in = trial & 1 ? t.r_out * (0.3 + 0.6 * urand(&rs)) : 0.0;
+    /* the point the ray passes (pt) and its direction (dir) */
+    double pt[3], dir[3], rad[3];
+    unit3(&rs, rad);
+    across(rad, t.d);
+    double along = (urand(&rs) * 1.6 - 0.3) * t.len, rho = urand(&rs) * 1.5 * t.r_out;
+    unit3(&rs, dir);
+    if (kind == 3 || kind == 4) { /* tangent or grazing: at radius r, the direction across the radius */
+      const double r = (trial / 8) % 3 == 0 && t.r_in > 0 ? t.r_in : t.r_out;
+      rho = kind == 3 ? r : r * (1.0 + ((trial / 16) % 2 ? 1 : -1) * pow(10.0, -4.0 - 8.0 * urand(&rs)));
+      along = (0.1 + 0.8 * urand(&rs)) * t.len;
+      across(dir, rad);
+    } else if (kind == 5) { /* along the axis, or nearly */
+      rho = t.r_out * ((trial / 8) % 2 ? 0.2 + 0.7 * urand(&rs) : 1.1 + urand(&rs));
+      const double a = (trial / 16) % 2 ? 0.0 : pow(10.0, -9.0 + 6.0 * urand(&rs));
+      unit3(&rs, tilt);
+      across(tilt, t.d);
+      for (int k = 0; k < 3; k++) dir[k] = t.d[k] + a * tilt[k];
+    } else if (kind == 6) { /* parallel to a mitre plane, off it by sigma */
+      const int m = (trial / 8) % 2;
+      const double *nn = m ? t.n1 : t.n0, sg = ((trial / 16) % 2 ? 1 : -1) * (0.02 + 0.38 * urand(&rs)) * t.len;
+      across(dir, nn);
+      double w2[3];
+      unit3(&rs, w2);
+      across(w2, nn);
+      const double r = urand(&rs) * 1.2 * t.r_out;
+      for (int k = 0; k < 3; k++) pt[k] = t.p0[k] + (m ? t.len * t.d[k] : 0.0) + sg * nn[k] + r * w2[k];
+    }
+    if (kind != 6)
+      for (int k = 0; k < 3; k++) pt[k] = t.p0[k] + along * t.d[k] + rho * rad[k];
+    const double dist = 500.0 + 1000.0 * urand(&rs), ext = 1.05 + 0.5 * urand(&rs);
+    double o[3], D[3];
+    for (int k = 0; k < 3; k++) {
+      o[k] = pt[k] - dist * dir[k];
+      D[k] = dist * ext * dir[k];
+    }
+    if (aligned && (kind == 5 || kind == 6)) /* exact zeros: the source moved so that D stays exact */
+      for (int k = 0; k < 3; k++) o[k] = pt[k] - D[k] / ext;
+    /* D = D0 + x U + y V, as the splat's sub-rays (x = y = 0 where D's zeros must stay exact) */
+    double U[3], V[3], x = 0.0, y = 0.0;
+    unit3(&rs, U);
+    unit3(&rs, V);
+    const double pitch = 1.25e-4 * sqrt(xt_tube_dot(D, D));
+    if (!(aligned && (kind == 5 || kind == 6))) {
+      x = floor(1024 * urand(&rs)) + (floor(8 * urand(&rs)) + 0.5) / 8 - 0.5;
+      y = floor(1024 * urand(&rs)) + (floor(8 * urand(&rs)) + 0.5) / 8 - 0.5;
+    }
+    double D0[3], Dr[3];
+    for (int k = 0; k < 3; k++) {
+      U[k] *= pitch;
+      V[k] *= pitch;
+      D0[k] = D[k] - x * U[k] - y * V[k];
+      Dr[k] = D0[k] + x * U[k] + y * V[k];
+    }
+    /* the world length: the model frame stretched by 0.8 - 1.25 */
+    const double dl = sqrt(xt_tube_dot(Dr, Dr)) * (0.8 + 0.45 * urand(&rs));
+    const double w[3] = {Dr[0] / dl, Dr[1] / dl, Dr[2] / dl};
+    xt_tube_pre p;
+    xt_tube_fam f = {.q = {dl * dl, 0, 0, 0, 0, 0}};
+    xt_tube_prep(&t, o, &p);
+    xt_tube_lin_of(&p, &t, D0, &f.l0);
+    xt_tube_lin_of(&p, &t, U, &f.lu);
+    xt_tube_lin_of(&p, &t, V, &f.lv);
+    const xt_tube_lin l = xt_tube_lin_at(&f.l0, &f.lu, &f.lv, x, y);
+    slow_dirs += l.b0 == 0.0 || l.b1 == 0.0 || (l.p1 == 0.0 && l.p2 == 0.0);
+    double fo, fi, ro, ri;
+    xt_tube_fac_chords(&p, &f, x, y, &fo, &fi);
+    xt_tube_chords(&t, o, w, dl, &ro, &ri);
+    /* the halves' test on the same ray, with e = 1 um: as xt_tube_near, and near wherever a chord is */
+    const int nf = xt_tube_fac_near(&p, &f, x, y, 1e-3), nr = xt_tube_near(&t, o, w, dl, 1e-3);
+    near_diff += nf != nr;
+    near_missed += (ro > 0.0 || fo > 0.0) && !nf;
+    near_refused += !nf;
+    double G = t.len + t.r_out;
+    for (int k = 0; k < 3; k++) G += fabs(o[k]) + fabs(t.p0[k]);
+    const double delta = 16.0 * DBL_EPSILON * G;
+    for (int rr = 0; rr < 1 + (t.r_in > 0.0); rr++) {
+      double bar;
+      const double want = fac_oracle(&t, rr ? t.r_in : t.r_out, o, w, dl, delta, &bar);
+      const double got = rr ? fi : fo, ref = rr ? ri : ro;
+      if (rr && !(ro > 0.0)) continue; /* the lumen is asked only inside the outer tube */
+      n++;
+      hits += want > 0.0;
+      kinds_hit[kind] += want > 0.0;
+      const double dev = fabs(got - want);
+      if (!(dev <= bar)) {
+        if (fails++ < 5)
+          XT_CHECK_MSG(0, "ray %d (kind %d%s, r %s %.3g): factored %.17g, oracle %.17g, bar %.3g", trial, kind,
+                       aligned ? ", axis-aligned" : "", rr ? "in" : "out", rr ? t.r_in : t.r_out, got, want, bar);
+      }
+      if (!(fabs(ref - want) <= bar)) fails_ref++;
+      /* well conditioned: the ends' displacements below 1e-10 r_out */
+      const int wc = bar - (1e-9 * t.r_out + 1e-12 * want) <= 1e-10 * t.r_out;
+      nwell += wc;
+      if (wc && dev / t.r_out > worst_reg) worst_reg = dev / t.r_out;
+      if (dev / t.r_out > worst) worst = dev / t.r_out, wkind = kind, wbar = bar / t.r_out;
+      if (dev / bar > ratio) ratio = dev / bar;
+    }
+  }
+  printf("factored chords: %d chords (%d non-zero), %d exactly degenerate directions; |factored - oracle| / r_out "
+         "at most %.3g on the %d well-conditioned ones (%.3g anywhere: kind %d, its bar %.3g r_out); %d outside the bar "
+         "(xt_tube_chords: %d); at most %.3g of the bar\n", n, hits, slow_dirs, worst_reg, nwell, worst, wkind, wbar, fails, fails_ref, ratio);
+  XT_CHECK_MSG(fails == 0, "%d chords outside the bar", fails);
+  XT_CHECK_MSG(fails_ref == 0, "the oracle itself: %d of xt_tube_chords' chords outside the bar", fails_ref);
+  XT_CHECK(n >= 200000 && hits > 50000 && slow_dirs > 1000);
+  XT_CHECK_MSG(near_diff == 0 && near_missed == 0, "xt_tube_fac_near: %d rays judged unlike xt_tube_near, %d with a "
+               "chord refused", near_diff, near_missed);
+  XT_CHECK(near_refused > 20000);
+  for (int k = 0; k < 8; k++) XT_CHECK_MSG(kinds_hit[k] > 1000, "kind %d: %d non-zero chords", k, kinds_hit[k]);
 }
 
 XT_TEST_MAIN(XT_ENTRY(thorax_wire_lies_in_its_aorta) XT_ENTRY(straight_segment_closed_form) XT_ENTRY(catheter_wall_and_lumen)
@@ -532,4 +799,4 @@ XT_TEST_MAIN(XT_ENTRY(thorax_wire_lies_in_its_aorta) XT_ENTRY(straight_segment_c
                      XT_ENTRY(thinner_than_a_voxel_and_a_pixel_per_ray) XT_ENTRY(thinner_than_a_pixel_area_integral)
                          XT_ENTRY(scene_is_the_sum_of_its_parts) XT_ENTRY(set_shape_changes_the_projectors_copy_only)
                              XT_ENTRY(bad_shapes_are_refused) XT_ENTRY(sections_follow_the_arc_length)
-                                 XT_ENTRY(near_is_conservative))
+                                 XT_ENTRY(near_is_conservative) XT_ENTRY(factored_chords_match_the_closed_form))

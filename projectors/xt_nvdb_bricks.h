@@ -83,18 +83,34 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
 
 /* xt_nvdb_bricks_ray_f32 (the kernel's) and xt_nvdb_bricks_ray_f64: the integral of mu over
  * s in [s0, s1] of the ray o + s q in the domain's cell space (cell 0 = voxel lo; [s0, s1] inside
- * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed. */
+ * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed.
+ * xt_nvdb_bricks2_ray_* and xt_nvdb_bricks3_ray_* (nest 0: bricks3, 1: bricks4): the same march
+ * in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments. */
 #define XT_BR_T float
 #define XT_BR_FMA fmaf
 #define XT_BR_MIN fminf
 #define XT_BR_MAX fmaxf
 #define XT_BR_NAME xt_nvdb_bricks_ray_f32
 #include "xt_nvdb_bricks_march.inc"
+#define XT_BR_T float
+#define XT_BR_FMA fmaf
+#define XT_BR_MIN fminf
+#define XT_BR_MAX fmaxf
+#define XT_BR_NAME2 xt_nvdb_bricks2_ray_f32
+#define XT_BR_NAME3 xt_nvdb_bricks3_ray_f32
+#include "xt_nvdb_bricks_flat.inc"
 #define XT_BR_T double
 #define XT_BR_FMA fma
 #define XT_BR_MIN fmin
 #define XT_BR_MAX fmax
 #define XT_BR_NAME xt_nvdb_bricks_ray_f64
 #include "xt_nvdb_bricks_march.inc"
+#define XT_BR_T double
+#define XT_BR_FMA fma
+#define XT_BR_MIN fmin
+#define XT_BR_MAX fmax
+#define XT_BR_NAME2 xt_nvdb_bricks2_ray_f64
+#define XT_BR_NAME3 xt_nvdb_bricks3_ray_f64
+#include "xt_nvdb_bricks_flat.inc"
 
 #endif /* XT_NVDB_BRICKS_H */

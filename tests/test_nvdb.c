@@ -854,6 +854,14 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
         if (a != ax) p1[a] = p0[a];
     }
     if (kind == 3) p0[rand() % 3] = p1[rand() % 3] = (double)(rand() % (n[0] + 1));
+    if (r % 8 == 7) { /* a diagonal from voxel centres: planes of two or three axes cross at one t,
+                       * so an inner plane of one axis ties with another's brick exit (bricks3) */
+      const int skip = rand() % 4, big = 2 * (n[0] + n[1] + n[2]);
+      for (int a = 0; a < 3; a++) {
+        p0[a] = (double)(rand() % (n[a] + 8) - 4) + 0.5;
+        p1[a] = p0[a] + (a == skip ? 0.0 : (rand() % 2 ? big : -big));
+      }
+    }
     for (int a = 0; a < 3; a++) len += (p1[a] - p0[a]) * (p1[a] - p0[a]);
     len = sqrt(len);
     if (len < 1e-3) continue;

@@ -8,6 +8,7 @@
  * material table here, so the march integrates mu as the reference does: mu[label] (float) x length. */
 #include "xt_nvdb_bricks.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,37 @@ static int32_t palette_entry(xt_nvdb_bricks_host *h, float v, size_t *cap, int *
   }
   h->palette[h->npalette] = v;
   return -1 - (int32_t)h->npalette++;
+}
+
+/* The content box: the blocks that are bricks or constant at another value than the background's
+ * mu, widened by one cell (background: exact either way) and clipped to the domain. */
+static void content_box(const xt_nvdb *g, xt_nvdb_bricks_host *h) {
+  xt_nvdb_bricks *b = &h->b;
+  const float bg = mu_of(g, g->background);
+  int lo[3] = {INT32_MAX, INT32_MAX, INT32_MAX}, hi[3] = {-1, -1, -1};
+  size_t e = 0;
+  for (int cz = 0; cz < b->nc[2]; cz++)
+    for (int cy = 0; cy < b->nc[1]; cy++)
+      for (int cx = 0; cx < b->nc[0]; cx++, e++) {
+        const int32_t t = h->table[e];
+        if (t < 0 && memcmp(&h->palette[-1 - t], &bg, sizeof bg) == 0) continue;
+        const int c[3] = {cx, cy, cz};
+        for (int a = 0; a < 3; a++) {
+          lo[a] = c[a] < lo[a] ? c[a] : lo[a];
+          hi[a] = c[a] > hi[a] ? c[a] : hi[a];
+        }
+      }
+  b->bgmu = bg;
+  b->content = hi[0] >= 0;
+  for (int a = 0; a < 3; a++) {
+    if (!b->content) {
+      b->clo[a] = b->chi[a] = 0;
+      continue;
+    }
+    const int l = 8 * (lo[a] + b->c0[a]) - b->lo[a] - 1, u = 8 * (hi[a] + b->c0[a] + 1) - b->lo[a] + 1;
+    b->clo[a] = l < 0 ? 0 : l;
+    b->chi[a] = u > b->n[a] ? b->n[a] : u;
+  }
 }
 
 int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) {
@@ -93,6 +125,7 @@ int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) 
             }
         h->table[e] = (int32_t)h->nbricks++;
       }
+  content_box(g, h);
   if (!h->palette) { /* never NULL (the device copies one entry at least): an unused 0 */
     if (!(h->palette = malloc(sizeof *h->palette))) goto oom;
     h->palette[0] = 0.f;

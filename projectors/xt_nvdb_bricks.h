@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "xt_nvdb.h"
+#include "xt_raycast.h"
 #include "xt_vec.h"
 
 /* What the march reads (host or device pointers). */
@@ -37,6 +38,10 @@ typedef struct xt_nvdb_bricks {
   const float *palette;  /* constant blocks' values */
   int lo[3], n[3];       /* the domain: first voxel (index space) and voxels per axis */
   int c0[3], nc[3];      /* the coarse cells: first (floor(lo / 8)) and count per axis */
+  /* The content box (bricks5): cells [clo, chi) of the domain (block-aligned, one cell wider where
+   * the domain allows) outside which every block is constant at bgmu; content 0: none at all. */
+  int clo[3], chi[3], content;
+  float bgmu;
 } xt_nvdb_bricks;
 
 /* The host's copy: the arrays the pointers above point at, owned. */
@@ -84,8 +89,11 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
 /* xt_nvdb_bricks_ray_f32 (the kernel's) and xt_nvdb_bricks_ray_f64: the integral of mu over
  * s in [s0, s1] of the ray o + s q in the domain's cell space (cell 0 = voxel lo; [s0, s1] inside
  * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed.
- * xt_nvdb_bricks2_ray_* and xt_nvdb_bricks3_ray_* (nest 0: bricks3, 1: bricks4): the same march
- * in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments. */
+ * xt_nvdb_bricks2_ray_* and xt_nvdb_bricks3_ray_* (mode 0: bricks3, XT_BR_NEST: bricks4): the same
+ * march in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments; mode
+ * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks). */
+#define XT_BR_NEST 1
+#define XT_BR_CLIP 2
 #define XT_BR_T float
 #define XT_BR_FMA fmaf
 #define XT_BR_MIN fminf

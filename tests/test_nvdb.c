@@ -838,8 +838,9 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(bad == 0, "%s: %zu voxels of the brick pool differ from the grid", what, bad);
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
-  double worst64v[4] = {0, 0, 0, 0}, worst32v[4] = {0, 0, 0, 0}, sev[4] = {0, 0, 0, 0};
-  int badsteps[4] = {0, 0, 0, 0};
+  enum { NV = 5 }; /* bricks, bricks2 .. bricks5 */
+  double worst64v[NV] = {0}, worst32v[NV] = {0}, sev[NV] = {0};
+  int badsteps[NV] = {0};
   int hit = 0;
   for (int r = 0; r < rays; r++) {
     double p0[3], p1[3], o[3], q[3], len = 0;
@@ -874,24 +875,26 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     hit++;
     double ref = 0;
     xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-    /* the first march and its other loop shapes (bricks2, bricks3, bricks4): every one to the
-     * reference, each in the same number of steps as the first */
-    int st64[4] = {0, 0, 0, 0}, st32[4] = {0, 0, 0, 0};
-    double b64[4], b32[4];
+    /* the first march and its other loop shapes (bricks2 .. bricks5): every one to the reference,
+     * each but bricks5 (which starts at the content box, in a block of its own) in the same number
+     * of steps as the first */
+    int st64[NV] = {0}, st32[NV] = {0};
+    double b64[NV], b32[NV];
     b64[0] = xt_nvdb_bricks_ray_f64(&h.b, o, q, s0, s1, &st64[0]);
     b32[0] = (double)xt_nvdb_bricks_ray_f32(&h.b, o, q, s0, s1, &st32[0]);
     b64[1] = xt_nvdb_bricks2_ray_f64(&h.b, o, q, s0, s1, &st64[1]);
     b32[1] = (double)xt_nvdb_bricks2_ray_f32(&h.b, o, q, s0, s1, &st32[1]);
-    for (int nest = 0; nest < 2; nest++) {
-      b64[2 + nest] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + nest], nest);
-      b32[2 + nest] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + nest], nest);
+    static const int mode[3] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP};
+    for (int m = 0; m < 3; m++) {
+      b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], mode[m]);
+      b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], mode[m]);
     }
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < NV; v++) {
       const double sc = fmax(fabs(ref), fabs(b64[v]));
       if (sc > 0) worst64v[v] = fmax(worst64v[v], fabs(ref - b64[v]) / sc);
       worst32v[v] = fmax(worst32v[v], fabs(ref - b32[v]));
       sev[v] += (ref - b32[v]) * (ref - b32[v]);
-      if (st64[v] != st64[0]) badsteps[v]++;
+      if (v < 4 && st64[v] != st64[0]) badsteps[v]++;
     }
     mx = fmax(mx, fabs(ref));
     sr += ref * ref;
@@ -899,7 +902,7 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   worst64 = worst64v[0];
   worst32 = worst32v[0];
   se = sev[0];
-  for (int v = 1; v < 4; v++) {
+  for (int v = 1; v < NV; v++) {
     XT_CHECK_MSG(worst64v[v] <= 1e-12, "%s: bricks%d double march vs the reference: max relative difference %.3g", what,
                  v + 1, worst64v[v]);
     XT_CHECK_MSG(worst32v[v] <= 1e-4 * mx && sqrt(sev[v]) <= 1e-5 * sqrt(sr),

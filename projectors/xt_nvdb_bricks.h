@@ -16,7 +16,9 @@
  * The march is written once (xt_nvdb_bricks_march.inc) and compiled twice: in float, exactly as
  * the CUDA kernel runs it (the kernel calls the same function), and in double, whose result
  * equals the exact CPU reference (proj_cpu_nvdb.c) to 1e-12 relative (test_nvdb bricks_*). The
- * material channels are not marched here (they keep the tree kernel).
+ * material channels are not marched here (they keep the tree kernel). The same march in other loop
+ * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks5, to be measured against it) is in
+ * xt_nvdb_bricks_flat.inc, compiled and tested the same way.
  *
  * Bytes: table 4 per 512 voxels of the domain, pool 2,048 per leaf (a Float leaf is 2,144, an Fp8
  * leaf 608), palette 4 per constant block at most. */

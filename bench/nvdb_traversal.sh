@@ -48,6 +48,7 @@ for tr in $TRS; do
   XT_NVDB_TRAVERSAL=$tr $D/test_nvdb_cuda >"$OUT/test_nvdb_cuda-$tr.log" 2>&1
   echo "rc $?: $(grep -c '^ok' "$OUT/test_nvdb_cuda-$tr.log") ok; $(tail -1 "$OUT/test_nvdb_cuda-$tr.log")"
   grep -E '^FAIL|check failed|requirement failed' "$OUT/test_nvdb_cuda-$tr.log" | head -10
+  echo "[${SECONDS}s]"
 done
 # one process: the scenes are built once, each NanoVDB model timed under every traversal in turn
 # (XT_BENCH_NVDB_TRAVERSALS; a row per model and traversal, the traversal in brackets)
@@ -55,6 +56,7 @@ echo "== xtwin-bench --scenes ghr --no-variants, XT_BENCH_NVDB_TRAVERSALS=\"$TRS
 XT_BENCH_NVDB_TRAVERSALS="$TRS" $D/xtwin-bench --scenes ghr --no-variants "${ct[@]}" >"$OUT/bench-traversals.log" 2>&1
 echo "rc $?"
 sed -n '/^SUMMARY/,$p' "$OUT/bench-traversals.log"
+echo "[${SECONDS}s]"
 if command -v compute-sanitizer >/dev/null; then
   for tr in $TRS; do
     [ "$tr" = tree ] && continue

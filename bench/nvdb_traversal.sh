@@ -32,7 +32,8 @@ echo "commit $(cat .device/COMMIT 2>/dev/null)"
 TRS=${NVDB_TRAVERSALS:-tree bricks bricks2 bricks3 bricks4 bricks5}
 if command -v cuobjdump >/dev/null; then
   echo "== SASS of k_nvdb_bricks (mu launches; template <OUT, TR>: OUT 0 mu, TR 1..5 = bricks, bricks2..5) and the dense k_render"
-  cuobjdump --dump-sass $D/test_nvdb_cuda >"$OUT/sass-all.txt" 2>&1
+  sass=$(mktemp) # the whole binary's SASS: too large to bring back
+  cuobjdump --dump-sass $D/test_nvdb_cuda >"$sass" 2>&1
   # per kernel: the instructions, and every loop (a branch back to a label) with its length
   awk -v out="$OUT" '
     /Function : / { fn = $3; keep = fn ~ /k_nvdb_bricksILi0E|k_render/; n = 0; delete lab; if (keep) print "--", fn; next }
@@ -41,7 +42,8 @@ if command -v cuobjdump >/dev/null; then
     /^\.L_x_[0-9]+:/ { sub(":", "", $1); lab[$1] = n; next }
     /\/\*[0-9a-f][0-9a-f][0-9a-f][0-9a-f]*\*\/ / { n++ }
     /BRA / && match($0, /\.L_x_[0-9]+/) { l = substr($0, RSTART, RLENGTH); if (l in lab) printf "   loop: %d instructions (from %s)%s\n", n - lab[l], l, ($0 ~ /@/ ? " conditional" : "") }
-  ' "$OUT/sass-all.txt"
+  ' "$sass"
+  rm -f "$sass"
 fi
 for tr in $TRS; do
   echo "== test_nvdb_cuda, XT_NVDB_TRAVERSAL=$tr"

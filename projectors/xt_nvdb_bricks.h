@@ -38,6 +38,8 @@ typedef struct xt_nvdb_bricks {
   const int32_t *table;  /* nc[0] nc[1] nc[2] entries, x fastest */
   const float *pool;     /* 512 floats per brick */
   const float *palette;  /* constant blocks' values */
+  const uint8_t *level;  /* per table entry (bricks6): a constant block's aligned region of its value,
+                          * 2^level blocks a side (cells c0 + multiples of it), inside the table */
   int lo[3], n[3];       /* the domain: first voxel (index space) and voxels per axis */
   int c0[3], nc[3];      /* the coarse cells: first (floor(lo / 8)) and count per axis */
   /* The content box (bricks5): cells [clo, chi) of the domain (block-aligned, one cell wider where
@@ -51,6 +53,7 @@ typedef struct xt_nvdb_bricks_host {
   xt_nvdb_bricks b;
   int32_t *table;
   float *pool, *palette;
+  uint8_t *level;
   size_t ntable, nbricks, npalette;
 } xt_nvdb_bricks_host;
 
@@ -61,7 +64,7 @@ extern "C" {
  * bricks or table entries. */
 int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *out, xt_msg *msg);
 void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h);
-/* Device bytes of the three arrays. */
+/* Device bytes of the three arrays (the level array, bricks6's, adds ntable). */
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h);
 /* The exact CPU reference's walk (proj_cpu_nvdb.c; ch NULL: mu into out[0]), for tests. */
 struct xt_voxel_chan;
@@ -96,6 +99,7 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
  * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks). */
 #define XT_BR_NEST 1
 #define XT_BR_CLIP 2
+#define XT_BR_REGION 4 /* bricks6: whole regions of one value (xt_nvdb_bricks.level) in one step */
 #define XT_BR_T float
 #define XT_BR_FMA fmaf
 #define XT_BR_MIN fminf

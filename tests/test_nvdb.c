@@ -838,7 +838,7 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(bad == 0, "%s: %zu voxels of the brick pool differ from the grid", what, bad);
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
-  enum { NV = 5 }; /* bricks, bricks2 .. bricks5 */
+  enum { NV = 6 }; /* bricks, bricks2 .. bricks6 */
   double worst64v[NV] = {0}, worst32v[NV] = {0}, sev[NV] = {0};
   int badsteps[NV] = {0};
   int hit = 0;
@@ -875,17 +875,17 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     hit++;
     double ref = 0;
     xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-    /* the first march and its other loop shapes (bricks2 .. bricks5): every one to the reference,
-     * each but bricks5 (which starts at the content box, in a block of its own) in the same number
-     * of steps as the first */
+    /* the first march and its other loop shapes (bricks2 .. bricks6): every one to the reference,
+     * each but bricks5 and bricks6 (which start at the content box, in a block of their own, and
+     * bricks6 crosses whole regions) in the same number of steps as the first */
     int st64[NV] = {0}, st32[NV] = {0};
     double b64[NV], b32[NV];
     b64[0] = xt_nvdb_bricks_ray_f64(&h.b, o, q, s0, s1, &st64[0]);
     b32[0] = (double)xt_nvdb_bricks_ray_f32(&h.b, o, q, s0, s1, &st32[0]);
     b64[1] = xt_nvdb_bricks2_ray_f64(&h.b, o, q, s0, s1, &st64[1]);
     b32[1] = (double)xt_nvdb_bricks2_ray_f32(&h.b, o, q, s0, s1, &st32[1]);
-    static const int mode[3] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP};
-    for (int m = 0; m < 3; m++) {
+    static const int mode[4] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP, XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION};
+    for (int m = 0; m < 4; m++) {
       b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], mode[m]);
       b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], mode[m]);
     }

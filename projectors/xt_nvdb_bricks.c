@@ -178,5 +178,5 @@ void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h) {
 }
 
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h) {
-  return (uint64_t)h->ntable * 4 + (uint64_t)h->nbricks * 2048 + (uint64_t)(h->npalette ? h->npalette : 1) * 4;
+  return (uint64_t)h->ntable * 5 + (uint64_t)h->nbricks * 2048 + (uint64_t)(h->npalette ? h->npalette : 1) * 4;
 }

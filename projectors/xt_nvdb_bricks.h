@@ -20,8 +20,8 @@
  * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks5, to be measured against it) is in
  * xt_nvdb_bricks_flat.inc, compiled and tested the same way.
  *
- * Bytes: table 4 per 512 voxels of the domain, pool 2,048 per leaf (a Float leaf is 2,144, an Fp8
- * leaf 608), palette 4 per constant block at most. */
+ * Bytes: table 4 per 512 voxels of the domain (and the level array 1), pool 2,048 per leaf (a
+ * Float leaf is 2,144, an Fp8 leaf 608), palette 4 per constant block at most. */
 #ifndef XT_NVDB_BRICKS_H
 #define XT_NVDB_BRICKS_H
 
@@ -64,7 +64,7 @@ extern "C" {
  * bricks or table entries. */
 int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *out, xt_msg *msg);
 void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h);
-/* Device bytes of the three arrays (the level array, bricks6's, adds ntable). */
+/* Device bytes of the four arrays (table, pool, palette, and the level array bricks6 reads). */
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h);
 /* The exact CPU reference's walk (proj_cpu_nvdb.c; ch NULL: mu into out[0]), for tests. */
 struct xt_voxel_chan;
@@ -96,7 +96,8 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
  * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed.
  * xt_nvdb_bricks2_ray_* and xt_nvdb_bricks3_ray_* (mode 0: bricks3, XT_BR_NEST: bricks4): the same
  * march in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments; mode
- * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks). */
+ * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks), and
+ * with XT_BR_REGION (bricks6) crosses whole regions of one value. */
 #define XT_BR_NEST 1
 #define XT_BR_CLIP 2
 #define XT_BR_REGION 4 /* bricks6: whole regions of one value (xt_nvdb_bricks.level) in one step */

@@ -34,7 +34,7 @@ typedef struct bench_ctx {
   const char *gmm_file; /* (f): the fitted head */
   const char *real_ct;  /* (r): cranium.raw */
   int variants;
-  char summary[64][200];
+  char summary[XT_BENCH_MAX_SUMMARY][200];
   int nsum;
 } bench_ctx;
 
@@ -50,7 +50,7 @@ static void stats(float *ms, int n, double *med, double *mn) {
 }
 
 static void add_summary(bench_ctx *b, const char *name, double med_ms, double fps, double bound, const char *target) {
-  if (b->nsum < 64)
+  if (b->nsum < XT_BENCH_MAX_SUMMARY)
     snprintf(b->summary[b->nsum++], sizeof b->summary[0], "%-34s %9.4f %9.0f %7.1f%%  %s", name, med_ms, fps,
              100.0 * bound, target);
 }
@@ -274,7 +274,8 @@ static void usage(void) {
   printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsefghr] [--no-variants] [--quick]\n"
          "                   [--inst-per-step X] [--gmm FITTED_HEAD.xgmm] [--real-ct cranium.raw]\n"
          "  (r): the real head CT (scripts/real-ct OUTDIR makes OUTDIR/cranium.raw); the NanoVDB scenes use\n"
-         "  the traversal XT_NVDB_TRAVERSAL names (tree, the default, or bricks)\n");
+         "  the traversal XT_NVDB_TRAVERSAL names (tree, the default, or bricks, bricks2 .. bricks5), or each of\n"
+         "  XT_BENCH_NVDB_TRAVERSALS=\"tree bricks ...\" in turn on the same models (a row per traversal)\n");
 }
 
 int xt_bench_main(int argc, char **argv) {
@@ -351,9 +352,9 @@ int xt_bench_main(int argc, char **argv) {
       goto fail;
   }
   if ((strchr(b.scenes, 'd') || strchr(b.scenes, 's')) && (rc = scene_d_s(&b, head_l, &msg))) goto fail;
-  if ((rc = xt_bench_gmm(b.scenes, b.frames, b.warmup, b.quick, b.gmm_file, b.summary, &b.nsum, 64, &msg))) goto fail;
+  if ((rc = xt_bench_gmm(b.scenes, b.frames, b.warmup, b.quick, b.gmm_file, b.summary, &b.nsum, XT_BENCH_MAX_SUMMARY, &msg))) goto fail;
   if (strchr(b.scenes, 'g') || strchr(b.scenes, 'h') || strchr(b.scenes, 'r')) { /* NanoVDB (xt_bench_nvdb.c) */
-    xt_bench_nvdb_ctx nc = {b.scenes, b.frames, b.warmup, b.quick, b.summary, b.nsum, 64, b.real_ct};
+    xt_bench_nvdb_ctx nc = {b.scenes, b.frames, b.warmup, b.quick, b.summary, b.nsum, XT_BENCH_MAX_SUMMARY, b.real_ct};
     if ((rc = xt_bench_nvdb(&nc, &msg))) goto fail;
     b.nsum = nc.nsum;
   }

@@ -5,6 +5,9 @@
 
 #include "xt_model.h"
 
+/* Rows of the closing SUMMARY table at most (a row per model, scene and NanoVDB traversal). */
+#define XT_BENCH_MAX_SUMMARY 160
+
 /* `xtwin bench [options]`; prints the tables, returns 0 or 1. */
 int xt_bench_main(int argc, char **argv);
 

@@ -11,7 +11,8 @@
  *       timing), its surroundings made background as nvdb-convert does by default (models/
  *       xt_ct_body.h), dense (the classified volume) against NanoVDB Float and Fp8 (tolerance 0:
  *       exact), at fd20-1024.
- * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree or bricks, proj_nvdb.cu).
+ * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree, bricks, bricks2 .. bricks5,
+ * proj_nvdb.cu), or each of XT_BENCH_NVDB_TRAVERSALS in turn on the same models (a row each).
  *
  * Per model: bytes (dense: the linear voxel copy; the default AUTO storage adds a texture copy of
  * the same size for volumes larger than L2, printed too), median kernel time per angle, the steps
@@ -191,7 +192,28 @@ static double sampled_error(const xt_model *m, const xt_geometry *g, const float
   return mx > 0 ? worst / mx : 0;
 }
 
-/* One scene: dense, NanoVDB Float, NanoVDB Fp8 on `mode` at three angles. */
+/* The traversals to time the NanoVDB models under: XT_BENCH_NVDB_TRAVERSALS ("tree bricks3 ...",
+ * spaces or commas), each set as XT_NVDB_TRAVERSAL for the projectors made while it is timed; unset:
+ * one pass under whatever XT_NVDB_TRAVERSAL says (name NULL). Returns the count (<= max). */
+static int traversals(char names[][16], int max) {
+  const char *e = getenv("XT_BENCH_NVDB_TRAVERSALS");
+  int n = 0;
+  while (e && *e && n < max) {
+    const size_t l = strcspn(e, " ,");
+    if (l > 0 && l < 16) {
+      memcpy(names[n], e, l);
+      names[n++][l] = 0;
+    }
+    e += l;
+    e += strspn(e, " ,");
+  }
+  return n;
+}
+
+#define NVDB_MAX_TR 8
+
+/* One scene: dense, then NanoVDB Float and Fp8 under each traversal (traversals()), on `mode` at
+ * three angles. */
 static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, xt_model *const nv[2], const char *mode,
                  xt_msg *msg) {
   static const double ang[3] = {0, 45, 90};
@@ -204,54 +226,71 @@ static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, x
     int rc = xt_geom_compute(&p, md, &g[i], msg);
     if (rc) return rc;
   }
+  char trn[NVDB_MAX_TR][16];
+  const int ntr = traversals(trn, NVDB_MAX_TR), npass = ntr ? ntr : 1;
+  const char *tr0 = getenv("XT_NVDB_TRAVERSAL");
+  char tr_saved[32] = "";
+  if (tr0) snprintf(tr_saved, sizeof tr_saved, "%s", tr0);
+  enum { NM = 1 + 2 * NVDB_MAX_TR };
+  const int nm = 1 + 2 * npass; /* dense, then Float and Fp8 of each pass */
   const size_t np = (size_t)md->cols * md->rows;
-  float *fr[3][3] = {{0}}; /* [model][angle] */
+  float *fr[NM][3] = {{0}}; /* [run][angle]: the 45 degree frames only (the errors) */
   int rc = 0;
-  for (int k = 0; k < 3 && !rc; k++)
-    for (int i = 0; i < 3 && !rc; i++)
-      if (!(fr[k][i] = malloc(np * sizeof(float)))) rc = xt_fail(msg, XT_ENOMEM, "bench: out of memory");
-  double med[3][3] = {{0}}, steps[3][3] = {{0}};
-  const xt_model *ms[3] = {dense, nv[0], nv[1]};
+  for (int k = 0; k < nm && !rc; k++)
+    if (!(fr[k][1] = malloc(np * sizeof(float)))) rc = xt_fail(msg, XT_ENOMEM, "bench: out of memory");
+  double med[NM][3] = {{0}}, steps[NM][3] = {{0}};
   const char *names[3] = {"dense float",
                           xt_model_nvdb(nv[0])->grid_type == XT_NVDB_INDEX ? "nanovdb index" : "nanovdb float",
                           "nanovdb fp8"};
   const double dbytes = (double)xt_model_volume(dense)->nbytes;
-  printf("\n%s, detector %s %dx%d\n  %-16s %12s %7s %9s %9s %9s %10s %9s  %s\n", tag, mode, md->cols, md->rows,
-         "model", "bytes", "of dense", "0 deg ms", "45 deg ms", "90 deg ms", "Msteps@45", "vs ref@45",
+  printf("\n%s, detector %s %dx%d\n  %-16s %-8s %12s %7s %9s %9s %9s %10s %9s  %s\n", tag, mode, md->cols, md->rows,
+         "model", "travers.", "bytes", "of dense", "0 deg ms", "45 deg ms", "90 deg ms", "Msteps@45", "vs ref@45",
          "error vs float @45");
-  for (int k = 0; k < 3 && !rc; k++) rc = time_model(c, ms[k], g, 3, med[k], steps[k], fr[k], msg);
-  for (int k = 0; k < 3 && !rc; k++) {
-    const double bytes = k == 0 ? dbytes : (double)xt_model_nvdb(ms[k])->bytes;
+  for (int k = 0; k < nm && !rc; k++) {
+    const xt_model *m = k == 0 ? dense : nv[(k - 1) % 2];
+    if (k > 0 && ntr) setenv("XT_NVDB_TRAVERSAL", trn[(k - 1) / 2], 1);
+    rc = time_model(c, m, g, 3, med[k], steps[k], fr[k], msg);
+  }
+  if (ntr) { /* as it was */
+    if (tr0) setenv("XT_NVDB_TRAVERSAL", tr_saved, 1);
+    else unsetenv("XT_NVDB_TRAVERSAL");
+  }
+  for (int k = 0; k < nm && !rc; k++) {
+    const int kind = k == 0 ? 0 : 1 + (k - 1) % 2; /* 0 dense, 1 Float (or index), 2 Fp8 */
+    const xt_model *m = kind == 0 ? dense : nv[kind - 1];
+    const char *trname = k == 0 ? "-" : (ntr ? trn[(k - 1) / 2] : (tr0 && *tr0 ? tr0 : "tree"));
+    const double bytes = kind == 0 ? dbytes : (double)xt_model_nvdb(m)->bytes;
     char err[96] = "-";
     double rel, mxr;
     if (k == 0) {
       frame_error(fr[1][1], fr[0][1], np, &rel, &mxr);
       snprintf(err, sizeof err, "(%s vs dense: rel L2 %.2g, max %.2g)", names[1], rel, mxr);
-    } else if (k == 2) {
-      frame_error(fr[2][1], fr[1][1], np, &rel, &mxr);
+    } else if (kind == 2) {
+      frame_error(fr[k][1], fr[k - 1][1], np, &rel, &mxr);
       snprintf(err, sizeof err, "rel L2 %.2g, max %.2g of frame max", rel, mxr);
     }
-    printf("  %-16s %12.0f %6.1f%% %9.4f %9.4f %9.4f %10.1f %9.2g  %s\n", names[k], bytes, 100 * bytes / dbytes,
-           med[k][0], med[k][1], med[k][2], steps[k][1] / 1e6, sampled_error(ms[k], &g[1], fr[k][1]), err);
+    printf("  %-16s %-8s %12.0f %6.1f%% %9.4f %9.4f %9.4f %10.1f %9.2g  %s\n", names[kind], trname, bytes,
+           100 * bytes / dbytes, med[k][0], med[k][1], med[k][2], steps[k][1] / 1e6,
+           sampled_error(m, &g[1], fr[k][1]), err);
     const double avg = (med[k][0] + med[k][1] + med[k][2]) / 3, davg = (med[0][0] + med[0][1] + med[0][2]) / 3;
     if (c->nsum < c->max) {
-      char target[96] = "-";
-      if (k > 0) {
+      char target[112] = "-";
+      if (kind > 0) {
         /* issue 9's targets; the real CT's are issue 29's (Float 40 %) */
-        const double lim = k == 1 ? (tag[1] == 'r' ? 0.40 : 0.30) : 0.15;
-        snprintf(target, sizeof target, "bytes <=%.0f%%: %s; time <= dense: %s", 100 * lim,
-                 bytes <= lim * dbytes ? "met" : "MISSED", avg <= davg ? "met" : "MISSED");
+        const double lim = kind == 1 ? (tag[1] == 'r' ? 0.40 : 0.30) : 0.15;
+        snprintf(target, sizeof target, "%s%s%sbytes <=%.0f%%: %s; time <= dense: %s (%.2fx)", ntr ? "[" : "",
+                 ntr ? trname : "", ntr ? "] " : "", 100 * lim, bytes <= lim * dbytes ? "met" : "MISSED",
+                 avg <= davg ? "met" : "MISSED", davg > 0 ? avg / davg : 0.0);
       }
       snprintf(c->summary[c->nsum++], 200, "%-34s %9.4f %9.0f %7.1f%%  %s", "", avg, 1e3 / avg, 100 * bytes / dbytes,
                target);
       char name[40];
-      snprintf(name, sizeof name, "%s %s", tag, names[k]);
+      snprintf(name, sizeof name, "%s %s", tag, names[kind]);
       memcpy(c->summary[c->nsum - 1], name, strlen(name) < 34 ? strlen(name) : 34);
     }
   }
   printf("  (dense with the default AUTO storage also holds a texture copy: %.0f device bytes in all)\n", 2 * dbytes);
-  for (int k = 0; k < 3; k++)
-    for (int i = 0; i < 3; i++) free(fr[k][i]);
+  for (int k = 0; k < nm; k++) free(fr[k][1]);
   return rc;
 }
 

@@ -23,7 +23,8 @@
  * once at the end.
  *
  * Two traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
- * default, the march above) or "bricks": at add_model the grid is also flattened into a brick pool
+ * default, the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks6",
+ * xt_nvdb_bricks_flat.inc, on the same pool, to be measured against it): at add_model the grid is also flattened into a brick pool
  * (projectors/xt_nvdb_bricks.h: 8^3 float bricks of the leaves, a table over the coarse cells, a
  * palette of the constant blocks), and k_nvdb_bricks marches it - a dense step (one float load at
  * a running offset) per voxel inside a brick, one step per constant block - with the march the CPU
@@ -287,10 +288,15 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, OUT == OUT_CH ? NVDB_CH
     if (c < L.nch) o[c * plane] = L.accumulate ? o[c * plane] + a[c] : a[c];
 }
 
+/* The brick marches (XT_NVDB_TRAVERSAL): the first (xt_nvdb_bricks_march.inc) and its other loop
+ * shapes (xt_nvdb_bricks_flat.inc), all on the same pool. */
+enum { TR_TREE = 0, TR_BRICKS = 1, TR_BRICKS2 = 2, TR_BRICKS3 = 3, TR_BRICKS4 = 4, TR_BRICKS5 = 5, TR_BRICKS6 = 6, TR_N = 7 };
+
 /* Thread mapping: k_nvdb's (one thread per pixel, blockIdx.z the frame). In: the frame
  * descriptors, the grid's brick pool. Out: out[z][row][col] written (0 where the grid is not hit)
- * or added to; OUT_COUNT the cells and blocks crossed. The ray's set-up is k_nvdb's, in double. */
-template <int OUT>
+ * or added to; OUT_COUNT the cells and blocks crossed. The ray's set-up is k_nvdb's, in double;
+ * TR picks the march (TR_BRICKS..TR_BRICKS6). */
+template <int OUT, int TR>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb_bricks(const __grid_constant__ dev_launch L) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wx = XT_CUDA_TILE_W / XT_CUDA_WARP_W;
@@ -310,7 +316,14 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb
     }
     if (xt_clip_box_f64(o, q, L.grid.br.n, len, &s0, &s1)) {
       int steps = 0;
-      a = xt_nvdb_bricks_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
+      if (TR == TR_BRICKS) a = xt_nvdb_bricks_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
+      else if (TR == TR_BRICKS2) a = xt_nvdb_bricks2_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
+      else
+        a = xt_nvdb_bricks3_ray_f32(&L.grid.br, o, q, s0, s1, &steps,
+                                    TR == TR_BRICKS3   ? 0
+                                    : TR == TR_BRICKS4 ? XT_BR_NEST
+                                    : TR == TR_BRICKS5 ? XT_BR_NEST | XT_BR_CLIP
+                                                       : XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION);
       if (OUT == OUT_COUNT) a = (float)steps;
     }
   }
@@ -331,10 +344,10 @@ typedef struct nvdb_kind {
   void *d_words[XT_CUDA_MAX_MODELS];
   float *d_lut[XT_CUDA_MAX_MODELS];
   float *d_chw[XT_CUDA_MAX_MODELS]; /* channels: 256 x XT_MAX_CHANNELS weights per model */
-  void *d_bricks[XT_CUDA_MAX_MODELS][3]; /* bricks traversal: table, pool, palette */
+  void *d_bricks[XT_CUDA_MAX_MODELS][4]; /* bricks traversal: table, pool, palette, level */
   int chan_models;                  /* models the channel tables cover */
   int debug_sync;
-  int bricks; /* XT_NVDB_TRAVERSAL=bricks: mu and count launches march the brick pool */
+  int bricks; /* XT_NVDB_TRAVERSAL=bricks, bricks2..6 (TR_*): mu and count launches march the brick pool */
 } nvdb_kind;
 
 static void nvdb_destroy(void *st) {
@@ -344,7 +357,7 @@ static void nvdb_destroy(void *st) {
     cudaFree(p->d_words[i]);
     cudaFree(p->d_lut[i]);
     cudaFree(p->d_chw[i]);
-    for (int k = 0; k < 3; k++) cudaFree(p->d_bricks[i][k]);
+    for (int k = 0; k < 4; k++) cudaFree(p->d_bricks[i][k]);
   }
   free(p);
 }
@@ -356,11 +369,14 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
   const char *tr = getenv("XT_NVDB_TRAVERSAL");
-  if (tr && *tr && strcmp(tr, "tree") != 0 && strcmp(tr, "bricks") != 0) {
+  static const char *const names[TR_N] = {"tree", "bricks", "bricks2", "bricks3", "bricks4", "bricks5", "bricks6"};
+  p->bricks = -1;
+  for (int k = 0; k < TR_N; k++)
+    if ((!tr || !*tr) ? k == TR_TREE : !strcmp(tr, names[k])) p->bricks = k;
+  if (p->bricks < 0) {
     free(p);
-    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree or bricks", tr);
+    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, bricks or bricks2 .. bricks6", tr);
   }
-  p->bricks = tr && !strcmp(tr, "bricks");
   *st = p;
   return 0;
 }
@@ -401,11 +417,11 @@ static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
     xt_nvdb_bricks_host h;
     int rc = xt_nvdb_bricks_build(g, &h, msg);
     if (rc) return rc;
-    const size_t sz[3] = {h.ntable * sizeof(int32_t), (h.nbricks ? h.nbricks : 1) * 512 * sizeof(float),
-                          (h.npalette ? h.npalette : 1) * sizeof(float)};
-    const void *src[3] = {h.table, h.pool, h.palette};
+    const size_t sz[4] = {h.ntable * sizeof(int32_t), (h.nbricks ? h.nbricks : 1) * 512 * sizeof(float),
+                          (h.npalette ? h.npalette : 1) * sizeof(float), h.ntable};
+    const void *src[4] = {h.table, h.pool, h.palette, h.level};
     cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 3 && e == cudaSuccess; k++) {
+    for (int k = 0; k < 4 && e == cudaSuccess; k++) {
       e = cudaMalloc(&p->d_bricks[i][k], sz[k]);
       if (e == cudaSuccess) e = cudaMemcpy(p->d_bricks[i][k], src[k], k == 1 ? h.nbricks * 512 * sizeof(float) : sz[k],
                                            cudaMemcpyHostToDevice);
@@ -414,6 +430,7 @@ static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
     d->br.table = (const int32_t *)p->d_bricks[i][0];
     d->br.pool = (const float *)p->d_bricks[i][1];
     d->br.palette = (const float *)p->d_bricks[i][2];
+    d->br.level = (const uint8_t *)p->d_bricks[i][3];
     xt_nvdb_bricks_free(&h);
     if (e != cudaSuccess)
       return xt_fail(msg, XT_EDEVICE, "cuda projector: model %s: brick pool upload: %s", m->name, cudaGetErrorString(e));
@@ -466,6 +483,22 @@ template <int OUT> static kernel_fn pick(uint32_t gt) {
   return NULL;
 }
 
+template <int OUT> static kernel_fn pick_bricks_out(int tr) {
+  switch (tr) {
+  case TR_BRICKS: return k_nvdb_bricks<OUT, TR_BRICKS>;
+  case TR_BRICKS2: return k_nvdb_bricks<OUT, TR_BRICKS2>;
+  case TR_BRICKS3: return k_nvdb_bricks<OUT, TR_BRICKS3>;
+  case TR_BRICKS4: return k_nvdb_bricks<OUT, TR_BRICKS4>;
+  case TR_BRICKS5: return k_nvdb_bricks<OUT, TR_BRICKS5>;
+  case TR_BRICKS6: return k_nvdb_bricks<OUT, TR_BRICKS6>;
+  }
+  return NULL;
+}
+
+static kernel_fn pick_bricks(int tr, int count) {
+  return count ? pick_bricks_out<OUT_COUNT>(tr) : pick_bricks_out<OUT_MU>(tr);
+}
+
 /* Every grid's map onto the set cs (xt_voxel_chan), uploaded: only when the set or the models
  * change, never per frame. */
 static int nvdb_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
@@ -505,7 +538,7 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   for (int i = 0; i < p->nmodels; i++) {
     if (!p->models[i]) continue;
     kernel_fn k = L->nch ? pick<OUT_CH>(p->gt[i]) : (L->count ? pick<OUT_COUNT>(p->gt[i]) : pick<OUT_MU>(p->gt[i]));
-    if (p->bricks && !L->nch) k = L->count ? k_nvdb_bricks<OUT_COUNT> : k_nvdb_bricks<OUT_MU>;
+    if (p->bricks && !L->nch) k = pick_bricks(p->bricks, L->count);
     if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);
     dev_launch dl;
     memset(&dl, 0, sizeof dl);

@@ -8,6 +8,7 @@
  * material table here, so the march integrates mu as the reference does: mu[label] (float) x length. */
 #include "xt_nvdb_bricks.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,65 @@ static int32_t palette_entry(xt_nvdb_bricks_host *h, float v, size_t *cap, int *
   }
   h->palette[h->npalette] = v;
   return -1 - (int32_t)h->npalette++;
+}
+
+/* The content box: the blocks that are bricks or constant at another value than the background's
+ * mu, widened by one cell (background: exact either way) and clipped to the domain. */
+static void content_box(const xt_nvdb *g, xt_nvdb_bricks_host *h) {
+  xt_nvdb_bricks *b = &h->b;
+  const float bg = mu_of(g, g->background);
+  int lo[3] = {INT32_MAX, INT32_MAX, INT32_MAX}, hi[3] = {-1, -1, -1};
+  size_t e = 0;
+  for (int cz = 0; cz < b->nc[2]; cz++)
+    for (int cy = 0; cy < b->nc[1]; cy++)
+      for (int cx = 0; cx < b->nc[0]; cx++, e++) {
+        const int32_t t = h->table[e];
+        if (t < 0 && memcmp(&h->palette[-1 - t], &bg, sizeof bg) == 0) continue;
+        const int c[3] = {cx, cy, cz};
+        for (int a = 0; a < 3; a++) {
+          lo[a] = c[a] < lo[a] ? c[a] : lo[a];
+          hi[a] = c[a] > hi[a] ? c[a] : hi[a];
+        }
+      }
+  b->bgmu = bg;
+  b->content = hi[0] >= 0;
+  for (int a = 0; a < 3; a++) {
+    if (!b->content) {
+      b->clo[a] = b->chi[a] = 0;
+      continue;
+    }
+    const int l = 8 * (lo[a] + b->c0[a]) - b->lo[a] - 1, u = 8 * (hi[a] + b->c0[a] + 1) - b->lo[a] + 1;
+    b->clo[a] = l < 0 ? 0 : l;
+    b->chi[a] = u > b->n[a] ? b->n[a] : u;
+  }
+}
+
+/* The level of every table entry: the largest aligned cube (2^L blocks a side, L <= 4, at cells c0
+ * + multiples of 2^L) inside the table whose blocks are all constant at one value (bit for bit);
+ * 0 for bricks. A cube of level L is 8 cubes of level L - 1 of that value. */
+static int region_levels(xt_nvdb_bricks_host *h) {
+  const xt_nvdb_bricks *b = &h->b;
+  if (!(h->level = calloc(h->ntable ? h->ntable : 1, 1))) return 0;
+  const size_t nx = (size_t)b->nc[0], nxy = nx * (size_t)b->nc[1];
+  for (int L = 1; L <= 4; L++) {
+    const int s = 1 << L, hs = s / 2;
+    for (int z = 0; z + s <= b->nc[2]; z += s)
+      for (int y = 0; y + s <= b->nc[1]; y += s)
+        for (int x = 0; x + s <= b->nc[0]; x += s) {
+          const size_t e0 = (size_t)x + nx * (size_t)y + nxy * (size_t)z;
+          if (h->table[e0] >= 0 || h->level[e0] != L - 1) continue;
+          const float v = h->palette[-1 - h->table[e0]];
+          int ok = 1;
+          for (int k = 1; k < 8 && ok; k++) { /* the other 7 half cubes: their first block */
+            const size_t e = e0 + (size_t)(k & 1) * hs + nx * (size_t)((k >> 1) & 1) * hs + nxy * (size_t)(k >> 2) * hs;
+            ok = h->table[e] < 0 && h->level[e] == L - 1 && memcmp(&h->palette[-1 - h->table[e]], &v, sizeof v) == 0;
+          }
+          if (!ok) continue;
+          for (int k = 0; k < s; k++)
+            for (int j = 0; j < s; j++) memset(h->level + e0 + nx * (size_t)j + nxy * (size_t)k, L, (size_t)s);
+        }
+  }
+  return 1;
 }
 
 int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) {
@@ -93,6 +153,8 @@ int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) 
             }
         h->table[e] = (int32_t)h->nbricks++;
       }
+  content_box(g, h);
+  if (!region_levels(h)) goto oom;
   if (!h->palette) { /* never NULL (the device copies one entry at least): an unused 0 */
     if (!(h->palette = malloc(sizeof *h->palette))) goto oom;
     h->palette[0] = 0.f;
@@ -100,6 +162,7 @@ int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) 
   h->b.table = h->table;
   h->b.pool = h->pool;
   h->b.palette = h->palette;
+  h->b.level = h->level;
   return 0;
 oom:
   xt_nvdb_bricks_free(h);
@@ -110,9 +173,10 @@ void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h) {
   free(h->table);
   free(h->pool);
   free(h->palette);
+  free(h->level);
   memset(h, 0, sizeof *h);
 }
 
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h) {
-  return (uint64_t)h->ntable * 4 + (uint64_t)h->nbricks * 2048 + (uint64_t)(h->npalette ? h->npalette : 1) * 4;
+  return (uint64_t)h->ntable * 5 + (uint64_t)h->nbricks * 2048 + (uint64_t)(h->npalette ? h->npalette : 1) * 4;
 }

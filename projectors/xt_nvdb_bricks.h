@@ -16,10 +16,12 @@
  * The march is written once (xt_nvdb_bricks_march.inc) and compiled twice: in float, exactly as
  * the CUDA kernel runs it (the kernel calls the same function), and in double, whose result
  * equals the exact CPU reference (proj_cpu_nvdb.c) to 1e-12 relative (test_nvdb bricks_*). The
- * material channels are not marched here (they keep the tree kernel).
+ * material channels are not marched here (they keep the tree kernel). The same march in other loop
+ * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks5, to be measured against it) is in
+ * xt_nvdb_bricks_flat.inc, compiled and tested the same way.
  *
- * Bytes: table 4 per 512 voxels of the domain, pool 2,048 per leaf (a Float leaf is 2,144, an Fp8
- * leaf 608), palette 4 per constant block at most. */
+ * Bytes: table 4 per 512 voxels of the domain (and the level array 1), pool 2,048 per leaf (a
+ * Float leaf is 2,144, an Fp8 leaf 608), palette 4 per constant block at most. */
 #ifndef XT_NVDB_BRICKS_H
 #define XT_NVDB_BRICKS_H
 
@@ -28,6 +30,7 @@
 #include <stdint.h>
 
 #include "xt_nvdb.h"
+#include "xt_raycast.h"
 #include "xt_vec.h"
 
 /* What the march reads (host or device pointers). */
@@ -35,8 +38,14 @@ typedef struct xt_nvdb_bricks {
   const int32_t *table;  /* nc[0] nc[1] nc[2] entries, x fastest */
   const float *pool;     /* 512 floats per brick */
   const float *palette;  /* constant blocks' values */
+  const uint8_t *level;  /* per table entry (bricks6): a constant block's aligned region of its value,
+                          * 2^level blocks a side (cells c0 + multiples of it), inside the table */
   int lo[3], n[3];       /* the domain: first voxel (index space) and voxels per axis */
   int c0[3], nc[3];      /* the coarse cells: first (floor(lo / 8)) and count per axis */
+  /* The content box (bricks5): cells [clo, chi) of the domain (block-aligned, one cell wider where
+   * the domain allows) outside which every block is constant at bgmu; content 0: none at all. */
+  int clo[3], chi[3], content;
+  float bgmu;
 } xt_nvdb_bricks;
 
 /* The host's copy: the arrays the pointers above point at, owned. */
@@ -44,6 +53,7 @@ typedef struct xt_nvdb_bricks_host {
   xt_nvdb_bricks b;
   int32_t *table;
   float *pool, *palette;
+  uint8_t *level;
   size_t ntable, nbricks, npalette;
 } xt_nvdb_bricks_host;
 
@@ -54,7 +64,7 @@ extern "C" {
  * bricks or table entries. */
 int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *out, xt_msg *msg);
 void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h);
-/* Device bytes of the three arrays. */
+/* Device bytes of the four arrays (table, pool, palette, and the level array bricks6 reads). */
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h);
 /* The exact CPU reference's walk (proj_cpu_nvdb.c; ch NULL: mu into out[0]), for tests. */
 struct xt_voxel_chan;
@@ -83,18 +93,39 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
 
 /* xt_nvdb_bricks_ray_f32 (the kernel's) and xt_nvdb_bricks_ray_f64: the integral of mu over
  * s in [s0, s1] of the ray o + s q in the domain's cell space (cell 0 = voxel lo; [s0, s1] inside
- * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed. */
+ * the domain box, as xt_clip_box_f64 gives it); *steps (may be NULL) the cells and blocks crossed.
+ * xt_nvdb_bricks2_ray_* and xt_nvdb_bricks3_ray_* (mode 0: bricks3, XT_BR_NEST: bricks4): the same
+ * march in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments; mode
+ * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks), and
+ * with XT_BR_REGION (bricks6) crosses whole regions of one value. */
+#define XT_BR_NEST 1
+#define XT_BR_CLIP 2
+#define XT_BR_REGION 4 /* bricks6: whole regions of one value (xt_nvdb_bricks.level) in one step */
 #define XT_BR_T float
 #define XT_BR_FMA fmaf
 #define XT_BR_MIN fminf
 #define XT_BR_MAX fmaxf
 #define XT_BR_NAME xt_nvdb_bricks_ray_f32
 #include "xt_nvdb_bricks_march.inc"
+#define XT_BR_T float
+#define XT_BR_FMA fmaf
+#define XT_BR_MIN fminf
+#define XT_BR_MAX fmaxf
+#define XT_BR_NAME2 xt_nvdb_bricks2_ray_f32
+#define XT_BR_NAME3 xt_nvdb_bricks3_ray_f32
+#include "xt_nvdb_bricks_flat.inc"
 #define XT_BR_T double
 #define XT_BR_FMA fma
 #define XT_BR_MIN fmin
 #define XT_BR_MAX fmax
 #define XT_BR_NAME xt_nvdb_bricks_ray_f64
 #include "xt_nvdb_bricks_march.inc"
+#define XT_BR_T double
+#define XT_BR_FMA fma
+#define XT_BR_MIN fmin
+#define XT_BR_MAX fmax
+#define XT_BR_NAME2 xt_nvdb_bricks2_ray_f64
+#define XT_BR_NAME3 xt_nvdb_bricks3_ray_f64
+#include "xt_nvdb_bricks_flat.inc"
 
 #endif /* XT_NVDB_BRICKS_H */

@@ -812,7 +812,9 @@ XT_TEST(mixed_scene_channels_reproduce_mono) {
 /* One grid: its brick pool holds every domain voxel as xt_nvdb_mu reads it; rays through it (random,
  * axis-parallel, in voxel planes) integrate, in the double march, to the exact reference's walk to
  * 1e-12 relative, and in the float march (the CUDA kernel's own code) within float rounding:
- * relative L2 < 1e-5 and max |diff| <= 1e-4 of the largest integral, the GPU tests' bound. */
+ * relative L2 < 1e-5 and max |diff| <= 1e-4 of the largest integral, the GPU tests' bound. The same
+ * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2, bricks3, bricks4), which must also
+ * take the first march's number of steps on every ray. */
 static void bricks_check(const xt_model *nm, int rays, const char *what) {
   const xt_nvdb *g = xt_model_nvdb(nm);
   xt_nvdb_bricks_host h;
@@ -836,6 +838,9 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(bad == 0, "%s: %zu voxels of the brick pool differ from the grid", what, bad);
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
+  enum { NV = 6 }; /* bricks, bricks2 .. bricks6 */
+  double worst64v[NV] = {0}, worst32v[NV] = {0}, sev[NV] = {0};
+  int badsteps[NV] = {0};
   int hit = 0;
   for (int r = 0; r < rays; r++) {
     double p0[3], p1[3], o[3], q[3], len = 0;
@@ -850,6 +855,14 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
         if (a != ax) p1[a] = p0[a];
     }
     if (kind == 3) p0[rand() % 3] = p1[rand() % 3] = (double)(rand() % (n[0] + 1));
+    if (r % 8 == 7) { /* a diagonal from voxel centres: planes of two or three axes cross at one t,
+                       * so an inner plane of one axis ties with another's brick exit (bricks3) */
+      const int skip = rand() % 4, big = 2 * (n[0] + n[1] + n[2]);
+      for (int a = 0; a < 3; a++) {
+        p0[a] = (double)(rand() % (n[a] + 8) - 4) + 0.5;
+        p1[a] = p0[a] + (a == skip ? 0.0 : (rand() % 2 ? big : -big));
+      }
+    }
     for (int a = 0; a < 3; a++) len += (p1[a] - p0[a]) * (p1[a] - p0[a]);
     len = sqrt(len);
     if (len < 1e-3) continue;
@@ -862,14 +875,41 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     hit++;
     double ref = 0;
     xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-    const double b64 = xt_nvdb_bricks_ray_f64(&h.b, o, q, s0, s1, NULL);
-    const double b32 = (double)xt_nvdb_bricks_ray_f32(&h.b, o, q, s0, s1, NULL);
-    const double sc = fmax(fabs(ref), fabs(b64));
-    if (sc > 0) worst64 = fmax(worst64, fabs(ref - b64) / sc);
-    worst32 = fmax(worst32, fabs(ref - b32));
+    /* the first march and its other loop shapes (bricks2 .. bricks6): every one to the reference,
+     * each but bricks5 and bricks6 (which start at the content box, in a block of their own, and
+     * bricks6 crosses whole regions) in the same number of steps as the first */
+    int st64[NV] = {0}, st32[NV] = {0};
+    double b64[NV], b32[NV];
+    b64[0] = xt_nvdb_bricks_ray_f64(&h.b, o, q, s0, s1, &st64[0]);
+    b32[0] = (double)xt_nvdb_bricks_ray_f32(&h.b, o, q, s0, s1, &st32[0]);
+    b64[1] = xt_nvdb_bricks2_ray_f64(&h.b, o, q, s0, s1, &st64[1]);
+    b32[1] = (double)xt_nvdb_bricks2_ray_f32(&h.b, o, q, s0, s1, &st32[1]);
+    static const int mode[4] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP, XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION};
+    for (int m = 0; m < 4; m++) {
+      b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], mode[m]);
+      b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], mode[m]);
+    }
+    for (int v = 0; v < NV; v++) {
+      const double sc = fmax(fabs(ref), fabs(b64[v]));
+      if (sc > 0) worst64v[v] = fmax(worst64v[v], fabs(ref - b64[v]) / sc);
+      worst32v[v] = fmax(worst32v[v], fabs(ref - b32[v]));
+      sev[v] += (ref - b32[v]) * (ref - b32[v]);
+      if (v < 4 && st64[v] != st64[0]) badsteps[v]++;
+    }
     mx = fmax(mx, fabs(ref));
-    se += (ref - b32) * (ref - b32);
     sr += ref * ref;
+  }
+  worst64 = worst64v[0];
+  worst32 = worst32v[0];
+  se = sev[0];
+  for (int v = 1; v < NV; v++) {
+    XT_CHECK_MSG(worst64v[v] <= 1e-12, "%s: bricks%d double march vs the reference: max relative difference %.3g", what,
+                 v + 1, worst64v[v]);
+    XT_CHECK_MSG(worst32v[v] <= 1e-4 * mx && sqrt(sev[v]) <= 1e-5 * sqrt(sr),
+                 "%s: bricks%d float march vs the reference: max %.3g of the largest integral, relative L2 %.3g", what,
+                 v + 1, worst32v[v] / mx, sqrt(sev[v] / sr));
+    XT_CHECK_MSG(badsteps[v] == 0, "%s: bricks%d: %d rays in a different number of steps than bricks", what, v + 1,
+                 badsteps[v]);
   }
   XT_CHECK_MSG(hit > rays / 4 && mx > 0, "%s: %d of %d rays hit (max integral %g)", what, hit, rays, mx);
   XT_CHECK_MSG(worst64 <= 1e-12, "%s: double march vs the reference: max relative difference %.3g", what, worst64);

@@ -32,6 +32,24 @@ static XT_INLINE XT_HOSTDEV double xt_tube_dot(const double a[3], const double b
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
 }
 
+/* Narrows [*lo, *hi] to the ray's parameters within the mitre half-spaces a0 + s b0 >= 0 and
+ * a1 + s b1 <= 0; 0 when a plane parallel to the ray leaves the whole ray outside. */
+static XT_INLINE XT_HOSTDEV int xt_tube__mitres(double a0, double b0, double a1, double b1, double *lo, double *hi) {
+  if (b0 != 0.0) {
+    const double s = -a0 / b0;
+    if (b0 > 0.0) *lo = s > *lo ? s : *lo;
+    else *hi = s < *hi ? s : *hi;
+  } else if (a0 < 0.0)
+    return 0;
+  if (b1 != 0.0) {
+    const double s = -a1 / b1;
+    if (b1 > 0.0) *hi = s < *hi ? s : *hi;
+    else *lo = s > *lo ? s : *lo;
+  } else if (a1 > 0.0)
+    return 0;
+  return 1;
+}
+
 /* The length of [lo, hi] inside the cylinder |qp + s wp| <= r (qp, wp across the axis), formed
  * about the ray's point of closest approach to the axis, s_m = -qp.wp / wp.wp: the squared
  * half-chord is (r^2 - |e|^2) / wp.wp with e = qp + s_m wp, free of the cancellation of the
@@ -69,22 +87,7 @@ static XT_INLINE XT_HOSTDEV void xt_tube_chords(const xt_tube_seg *t, const doub
   /* the mitre half-spaces: q.n0 + s w.n0 >= 0 and (q - len d).n1 + s w.n1 <= 0 */
   const double a0 = xt_tube_dot(q, t->n0), b0 = xt_tube_dot(w, t->n0);
   const double a1 = xt_tube_dot(q, t->n1) - t->len * xt_tube_dot(t->d, t->n1), b1 = xt_tube_dot(w, t->n1);
-  if (b0 > 0.0) {
-    const double s = -a0 / b0;
-    if (s > lo) lo = s;
-  } else if (b0 < 0.0) {
-    const double s = -a0 / b0;
-    if (s < hi) hi = s;
-  } else if (a0 < 0.0)
-    return;
-  if (b1 > 0.0) {
-    const double s = -a1 / b1;
-    if (s < hi) hi = s;
-  } else if (b1 < 0.0) {
-    const double s = -a1 / b1;
-    if (s > lo) lo = s;
-  } else if (a1 > 0.0)
-    return;
+  if (!xt_tube__mitres(a0, b0, a1, b1, &lo, &hi)) return;
   if (!(hi > lo)) return;
   /* the cylinder: the parts of q and w across the axis */
   const double qd = xt_tube_dot(q, t->d), wd = xt_tube_dot(w, t->d);
@@ -114,22 +117,7 @@ static XT_INLINE XT_HOSTDEV int xt_tube_near(const xt_tube_seg *t, const double 
   double lo = -sc, hi = len - sc;
   const double a0 = xt_tube_dot(q, t->n0) + e, b0 = xt_tube_dot(w, t->n0);
   const double a1 = xt_tube_dot(q, t->n1) - t->len * xt_tube_dot(t->d, t->n1) - e, b1 = xt_tube_dot(w, t->n1);
-  if (b0 > 0.0) {
-    const double s = -a0 / b0;
-    if (s > lo) lo = s;
-  } else if (b0 < 0.0) {
-    const double s = -a0 / b0;
-    if (s < hi) hi = s;
-  } else if (a0 < 0.0)
-    return 0;
-  if (b1 > 0.0) {
-    const double s = -a1 / b1;
-    if (s < hi) hi = s;
-  } else if (b1 < 0.0) {
-    const double s = -a1 / b1;
-    if (s > lo) lo = s;
-  } else if (a1 > 0.0)
-    return 0;
+  if (!xt_tube__mitres(a0, b0, a1, b1, &lo, &hi)) return 0;
   if (hi < lo) return 0;
   const double qd = xt_tube_dot(q, t->d), wd = xt_tube_dot(w, t->d);
   const double qp[3] = {q[0] - qd * t->d[0], q[1] - qd * t->d[1], q[2] - qd * t->d[2]};
@@ -263,22 +251,7 @@ XT_TUBE_COLD xt_tube_pair xt_tube__fac_slow(double a0, double a1, double gg, dou
                                             double b1, double A, double T, double dl2) {
   xt_tube_pair c = {0.0, 0.0};
   double lo = 0.0, hi = 1.0;
-  if (b0 > 0.0) {
-    const double s = -a0 / b0;
-    if (s > lo) lo = s;
-  } else if (b0 < 0.0) {
-    const double s = -a0 / b0;
-    if (s < hi) hi = s;
-  } else if (a0 < 0.0)
-    return c;
-  if (b1 > 0.0) {
-    const double s = -a1 / b1;
-    if (s < hi) hi = s;
-  } else if (b1 < 0.0) {
-    const double s = -a1 / b1;
-    if (s > lo) lo = s;
-  } else if (a1 > 0.0)
-    return c;
+  if (!xt_tube__mitres(a0, b0, a1, b1, &lo, &hi)) return c;
   if (!(hi > lo)) return c;
   const double dl = sqrt(dl2);
   if (!(A > 0.0)) { /* along the axis: all inside or all outside */
@@ -348,22 +321,7 @@ static XT_INLINE XT_HOSTDEV void xt_tube_fac_chords(const xt_tube_pre *p, const 
 XT_TUBE_COLD int xt_tube__near_slow(double a0, double a1, double gg, double r, double B, double b0, double b1, double A,
                                     double disc) {
   double lo = 0.0, hi = 1.0;
-  if (b0 > 0.0) {
-    const double s = -a0 / b0;
-    if (s > lo) lo = s;
-  } else if (b0 < 0.0) {
-    const double s = -a0 / b0;
-    if (s < hi) hi = s;
-  } else if (a0 < 0.0)
-    return 0;
-  if (b1 > 0.0) {
-    const double s = -a1 / b1;
-    if (s < hi) hi = s;
-  } else if (b1 < 0.0) {
-    const double s = -a1 / b1;
-    if (s > lo) lo = s;
-  } else if (a1 > 0.0)
-    return 0;
+  if (!xt_tube__mitres(a0, b0, a1, b1, &lo, &hi)) return 0;
   if (hi < lo) return 0;
   if (!(A > 0.0)) return gg <= r * r;
   if (disc < 0.0) return 0;

@@ -10,6 +10,8 @@
  * The target: ten instruments of 2000 segments add at most 10 % to the e2e frame (issue 26).
  * With --backend cpu the same scenes run on the CPU backend (e2e and reshape only), e.g. at fd20-256.
  * With --count nothing is timed: the splat's work per frame, counted on the host (count_work).
+ * XT_INSTR_FUSED=1 in the environment: the instruments fused into the spectral projection (read by
+ * the CUDA projector at create); the output says which path each scene's chain frames took.
  * Usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] [--backend cuda|cpu]
  *                          [--count] */
 #include <math.h>
@@ -20,6 +22,7 @@
 
 #include "xt_acq.h"
 #include "xt_chain.h"
+#include "xt_chain_internal.h" /* fused_frames: which path the frames took */
 #include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
@@ -55,6 +58,7 @@ static int poses(const char *mode, xt_geometry *g, int n) {
 
 typedef struct result {
   double device, e2e, reshape;
+  int fused; /* the chain's frames took the fused spectral path */
 } result;
 
 static int scene(xt_backend b, const char *mode, xt_model *const *models, int nm, xt_model *const *instr, int ni,
@@ -91,6 +95,7 @@ static int scene(xt_backend b, const char *mode, xt_model *const *models, int nm
   double t0 = now_s();
   for (int i = 0; i < frames && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(100 + i), &out, msg);
   r->e2e = (now_s() - t0) * 1e3 / frames;
+  r->fused = c->fused_frames > 0;
   if (ni > 0 && !rc) {
     t0 = now_s();
     for (int i = 0; i < frames && !rc; i++) {
@@ -381,6 +386,9 @@ int main(int argc, char **argv) {
     printf("  %-34s %9.1f%% %9.1f%% %9.1f%%   (target: e2e <= 10 %%)\n", "added", 
            base.device > 0 ? 100.0 * (with.device / base.device - 1.0) : 0.0, 100.0 * (with.e2e / base.e2e - 1.0),
            100.0 * (with.reshape / base.e2e - 1.0));
+    if (b == XT_BACKEND_CUDA)
+      printf("  path: thorax %s, thorax + instruments %s (XT_INSTR_FUSED=%s)\n", base.fused ? "fused" : "planes",
+             with.fused ? "fused" : "planes", getenv("XT_INSTR_FUSED") ? getenv("XT_INSTR_FUSED") : "unset");
   }
   for (int i = 0; i < nm; i++) xt_model_free(models[i]);
   free(pts);

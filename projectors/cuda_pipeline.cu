@@ -66,6 +66,9 @@ struct xt_cuda_proj {
   const xt_model **added;
   xt_model **view;
   xt_affine *base;
+  /* XT_INSTR_FUSED=1 at create: a scene of voxel models and instruments takes the spectral sums
+   * (render_fused) instead of failing them over to the planes */
+  int instr_fused;
 };
 
 extern "C" xt_cuda_options xt_cuda_default_options(void) {
@@ -205,6 +208,8 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   xt_cuda_proj *p = (xt_cuda_proj *)calloc(1, sizeof *p);
   if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
   p->opt = *opt;
+  const char *fz = getenv("XT_INSTR_FUSED");
+  p->instr_fused = fz && fz[0] == '1' && !fz[1];
   cudaError_t e = cudaSetDevice(opt->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_render, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_copy, cudaStreamNonBlocking);
@@ -400,6 +405,7 @@ static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int co
     L.count = count;
     L.nch = nch;
     L.spectral = sp;
+    L.instr = NULL;
     L.stream = st;
     int rc = kinds[k]->render(p->kst[k], &L, msg);
     if (rc) return rc;
@@ -407,6 +413,49 @@ static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int co
     d_block += kinds[k]->frame_bytes(p->kst[k]) * (size_t)nf;
   }
   if (!written) CK(cudaMemsetAsync(d_out, 0, (size_t)nf * (nch ? nch : 1) * rows * cols * sizeof(float), st));
+  return 0;
+}
+
+/* The spectral sums of one frame of voxel models and instruments (XT_INSTR_FUSED): the instruments'
+ * splat into their accumulator, then the voxel kernel, which adds the flagged tiles' sums to its
+ * channels before the spectral epilogue and zeroes them, then the flags cleared. The voxel kind
+ * visits every pixel of the frame, so every accumulator the splat touched is consumed; if its launch
+ * fails, the whole accumulator is cleared so that the next frame starts from zero. */
+static int render_fused(xt_cuda_proj *p, const xt_geometry *g, int cols, int rows, const unsigned char *d_block,
+                        float *d_out, int nch, const xt_chan_spectral *sp, cudaStream_t st, xt_msg *msg) {
+  const unsigned char *blk[NKINDS] = {NULL};
+  int vk = -1, ik = -1;
+  for (int k = 0; k < NKINDS; k++) {
+    if (!active(p, k)) continue;
+    blk[k] = d_block;
+    d_block += kinds[k]->frame_bytes(p->kst[k]);
+    if (kinds[k] == &xt_cuda_kind_voxel) vk = k;
+    else if (kinds[k]->splat) ik = k;
+  }
+  if (vk < 0 || ik < 0) return xt_fail(msg, XT_EINTERNAL, "cuda projector: a fused frame needs voxels and instruments");
+  xt_cuda_launch L;
+  memset(&L, 0, sizeof L);
+  L.nf = 1;
+  L.cols = cols;
+  L.rows = rows;
+  L.g = g;
+  L.d_out = d_out;
+  L.nch = nch;
+  L.stream = st;
+  xt_cuda_instr_acc ia;
+  L.d_desc = blk[ik];
+  int rc = kinds[ik]->splat(p->kst[ik], &L, &ia, msg);
+  if (rc) return rc;
+  L.d_desc = blk[vk];
+  L.spectral = sp;
+  L.instr = &ia;
+  rc = kinds[vk]->render(p->kst[vk], &L, msg);
+  if (rc) { /* nothing consumed the splat: the accumulator back to zero (the error is the one reported) */
+    cudaMemsetAsync(ia.acc, 0, sizeof(unsigned long long) * (size_t)nch * rows * cols, st);
+    cudaMemsetAsync(ia.flag, 0, (size_t)ia.nflags, st);
+    return rc;
+  }
+  CK(cudaMemsetAsync(ia.flag, 0, (size_t)ia.nflags, st));
   return 0;
 }
 
@@ -559,13 +608,19 @@ static int render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, co
   int rc = check_geom(g, msg);
   if (rc) return rc;
   if (channels && !p->cs_ok) return xt_fail(msg, XT_EUNSUPPORTED, "%s", p->cs_msg.text);
-  if (sp) { /* the sums of several kinds' channels do not add: the voxel kind alone, and some channel */
+  int fused = 0;
+  if (sp) { /* the sums of several kinds' channels do not add: the voxel kind alone, and some channel;
+               with XT_INSTR_FUSED, instruments too (render_fused) */
     int voxels = 0;
     for (int k = 0; k < NKINDS; k++) {
+      if (active(p, k) && kinds[k]->splat && p->instr_fused) {
+        fused = 1;
+        continue;
+      }
       if (active(p, k) && kinds[k] != &xt_cuda_kind_voxel)
         return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: spectral sums need voxel models only (%s present)",
                        kinds[k]->name);
-      voxels |= active(p, k);
+      voxels |= kinds[k] == &xt_cuda_kind_voxel && active(p, k);
     }
     if (!voxels || !p->cs.n)
       return xt_fail(msg, XT_EUNSUPPORTED, "cuda projector: spectral sums need a voxel model with channels");
@@ -593,6 +648,7 @@ static int render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, co
   fill_descs(p, g, 1, 0, 1, p->h_dslot[b]);
   if (p->desc_bytes) CK(cudaMemcpyAsync(p->d_dslot[b], p->h_dslot[b], p->desc_bytes, cudaMemcpyHostToDevice, st));
   CK(cudaEventRecord(p->ev_dslot[b], st));
+  if (fused) return render_fused(p, g, cols, rows, p->d_dslot[b], d_out, p->cs.n, sp, st, msg);
   return render_kinds_sp(p, g, 1, cols, rows, p->d_dslot[b], d_out, 0, channels ? p->cs.n : 0, sp, st, msg);
 }
 

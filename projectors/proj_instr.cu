@@ -17,7 +17,10 @@
  *           added, as the pipeline says) and back to zero with its flag for the next frame; an
  *           unflagged tile is skipped when adding and written 0 when writing, so a frame touches
  *           the accumulator only where instruments are (about 13 % of fd20-1024's tiles with ten
- *           wires, docs/BENCHMARKS.md).
+ *           wires, docs/BENCHMARKS.md);
+ *   fused   (XT_INSTR_FUSED=1, the spectral sums of voxel models and instruments: instr_splat) the
+ *           splat alone; the voxel kind's channels kernel consumes and zeroes the flagged tiles'
+ *           accumulators and the pipeline clears the flags (cuda_pipeline.cu, render_fused).
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
  * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32 (the
@@ -268,7 +271,7 @@ typedef struct instr_tab {
 } instr_tab;
 
 #define SPLAT_WARPS 3 /* warps per block, one segment each: 126 registers leave room for 15 warps an SM */
-#define TILE 16       /* the finish's tiles: TILE x TILE pixels, one flag each */
+#define TILE XT_CUDA_INSTR_TILE /* the finish's tiles: TILE x TILE pixels, one flag each */
 #define FULL 0xffffffffu
 
 static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
@@ -440,6 +443,48 @@ __global__ void __launch_bounds__(TILE * TILE)
   }
 }
 
+/* The accumulator and flags for L's detector and planes, grown with them, never per frame; zero, as
+ * every finish (or the fused voxel kernel and the pipeline's flag clear) leaves them. */
+static int instr_ensure(instr_state *s, const xt_cuda_launch *L, size_t planes, int ntiles, xt_msg *msg) {
+  const size_t plane = (size_t)L->rows * L->cols;
+  if (s->acc_n >= plane * planes && s->flag_n >= (size_t)ntiles) return 0;
+  const size_t an = plane * planes > s->acc_n ? plane * planes : s->acc_n;
+  CK(cudaStreamSynchronize(L->stream));
+  cudaFree(s->d_acc);
+  cudaFree(s->d_flag);
+  s->d_acc = NULL;
+  s->d_flag = NULL;
+  s->acc_n = s->flag_n = 0;
+  CK(cudaMalloc((void **)&s->d_acc, sizeof(unsigned long long) * an));
+  CK(cudaMemsetAsync(s->d_acc, 0, sizeof(unsigned long long) * an, L->stream));
+  CK(cudaMalloc((void **)&s->d_flag, (size_t)ntiles));
+  CK(cudaMemsetAsync(s->d_flag, 0, (size_t)ntiles, L->stream));
+  s->acc_n = an;
+  s->flag_n = (size_t)ntiles;
+  return 0;
+}
+
+/* Staged shapes go up ahead of the launch's kernels; the splat's table of them. */
+static int instr_upload(instr_state *s, const xt_cuda_launch *L, instr_tab *tab, xt_msg *msg) {
+  memset(tab, 0, sizeof *tab);
+  tab->n = s->n;
+  for (int i = 0; i < s->n; i++) {
+    instr_one *o = &s->in[i];
+    if (o->pending >= 0) {
+      CK(cudaMemcpyAsync(o->d_seg, o->h_seg, sizeof(xt_tube_seg) * (size_t)o->pending, cudaMemcpyHostToDevice, L->stream));
+      CK(cudaEventRecord(o->ev, L->stream));
+      o->nseg = o->pending;
+      o->pending = -1;
+    }
+    tab->seg[i] = o->d_seg;
+    tab->w[i] = o->d_w;
+    tab->first[i + 1] = tab->first[i] + (o->nseg > 0 ? o->nseg : 0);
+  }
+  for (int i = s->n; i < XT_CUDA_MAX_INSTR; i++) tab->first[i + 1] = tab->first[s->n]; /* the scan stops at n */
+  tab->total = tab->first[s->n];
+  return 0;
+}
+
 static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   instr_state *s = (instr_state *)st;
   const size_t plane = (size_t)L->rows * L->cols, planes = L->nch ? (size_t)L->nch : 1;
@@ -450,39 +495,10 @@ static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   }
   if (L->nch && L->nch != s->nch) return xt_fail(msg, XT_EINVAL, "cuda instruments: channels not set for %d planes", L->nch);
   const int tcols = (L->cols + TILE - 1) / TILE, ntiles = tcols * ((L->rows + TILE - 1) / TILE);
-  /* grow with the detector or the channel set, never per frame; zero, as every finish leaves them */
-  if (s->acc_n < plane * planes || s->flag_n < (size_t)ntiles) {
-    const size_t an = plane * planes > s->acc_n ? plane * planes : s->acc_n;
-    CK(cudaStreamSynchronize(L->stream));
-    cudaFree(s->d_acc);
-    cudaFree(s->d_flag);
-    s->d_acc = NULL;
-    s->d_flag = NULL;
-    s->acc_n = s->flag_n = 0;
-    CK(cudaMalloc((void **)&s->d_acc, sizeof(unsigned long long) * an));
-    CK(cudaMemsetAsync(s->d_acc, 0, sizeof(unsigned long long) * an, L->stream));
-    CK(cudaMalloc((void **)&s->d_flag, (size_t)ntiles));
-    CK(cudaMemsetAsync(s->d_flag, 0, (size_t)ntiles, L->stream));
-    s->acc_n = an;
-    s->flag_n = (size_t)ntiles;
-  }
+  int rc = instr_ensure(s, L, planes, ntiles, msg);
   instr_tab tab;
-  memset(&tab, 0, sizeof tab);
-  tab.n = s->n;
-  for (int i = 0; i < s->n; i++) { /* staged shapes go up ahead of this launch's kernels */
-    instr_one *o = &s->in[i];
-    if (o->pending >= 0) {
-      CK(cudaMemcpyAsync(o->d_seg, o->h_seg, sizeof(xt_tube_seg) * (size_t)o->pending, cudaMemcpyHostToDevice, L->stream));
-      CK(cudaEventRecord(o->ev, L->stream));
-      o->nseg = o->pending;
-      o->pending = -1;
-    }
-    tab.seg[i] = o->d_seg;
-    tab.w[i] = o->d_w;
-    tab.first[i + 1] = tab.first[i] + (o->nseg > 0 ? o->nseg : 0);
-  }
-  for (int i = s->n; i < XT_CUDA_MAX_INSTR; i++) tab.first[i + 1] = tab.first[s->n]; /* the scan stops at n */
-  tab.total = tab.first[s->n];
+  if (!rc) rc = instr_upload(s, L, &tab, msg);
+  if (rc) return rc;
   const size_t fb = frame_bytes_n(s->n);
   for (int j = 0; j < L->nf; j++) {
     const unsigned char *desc = (const unsigned char *)L->d_desc + fb * (size_t)j;
@@ -495,6 +511,29 @@ static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
                                                          L->cols, L->rows, tcols, (int)planes, L->accumulate);
     CK(cudaGetLastError());
   }
+  return 0;
+}
+
+/* The splat of one frame's channels without its finish (xt_cuda_kind_ops.splat): the voxel kernel
+ * consumes the accumulator where the flags say, and the pipeline clears the flags. */
+static int instr_splat(void *st, const xt_cuda_launch *L, xt_cuda_instr_acc *out, xt_msg *msg) {
+  instr_state *s = (instr_state *)st;
+  if (L->nf != 1 || !L->nch || L->count || L->nch != s->nch)
+    return xt_fail(msg, XT_EINTERNAL, "cuda instruments: a fused splat is one frame of the set channels");
+  const int tcols = (L->cols + TILE - 1) / TILE, ntiles = tcols * ((L->rows + TILE - 1) / TILE);
+  int rc = instr_ensure(s, L, (size_t)L->nch, ntiles, msg);
+  instr_tab tab;
+  if (!rc) rc = instr_upload(s, L, &tab, msg);
+  if (rc) return rc;
+  if (tab.total > 0) {
+    k_instr_splat<<<(tab.total + SPLAT_WARPS - 1) / SPLAT_WARPS, 32 * SPLAT_WARPS, 0, L->stream>>>(
+        (const unsigned char *)L->d_desc, tab, L->nch, L->cols, L->rows, tcols, s->d_acc, s->d_flag);
+    CK(cudaGetLastError());
+  }
+  out->acc = s->d_acc;
+  out->flag = s->d_flag;
+  out->tcols = tcols;
+  out->nflags = ntiles;
   return 0;
 }
 
@@ -559,4 +598,5 @@ static int instr_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io
 const xt_cuda_kind_ops xt_cuda_kind_instr = {
     "instrument", instr_accepts, instr_create, instr_add_model, instr_nmodels, instr_frame_bytes, instr_fill_frame,
     NULL,         instr_render,  instr_destroy, instr_set_channels, instr_set_shape, instr_set_iodine,
+    instr_splat,
 };

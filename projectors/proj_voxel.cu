@@ -110,6 +110,11 @@ typedef struct dev_scene {
    * planes, 2 planes per frame (device pointers of the caller's table) */
   int spec_nbins;
   const float *spec_w, *spec_k1, *spec_k2;
+  /* spectral, XT_INSTR_FUSED: the instruments' channel sums of the frame (xt_cuda_instr_acc), added
+   * where their tile is flagged and zeroed; NULL: none */
+  unsigned long long *instr_acc;
+  const unsigned char *instr_flag;
+  int instr_tcols;
 } dev_scene;
 
 /* The spectral table in shared memory: bins padded with zero bins to a multiple of 4 (whole groups
@@ -646,6 +651,20 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
   }
   const size_t plane = (size_t)sc.rows * sc.cols;
   if (sc.spec_nbins) {
+    if (sc.instr_acc &&
+        sc.instr_flag[(row / XT_CUDA_INSTR_TILE) * sc.instr_tcols + col / XT_CUDA_INSTR_TILE]) {
+      /* the instruments' sums, converted and added as proj_instr.cu's k_instr_finish adds them to
+       * the planes this kernel would have written (a float add of the same two floats: the unfused
+       * path's planes bit for bit), and zeroed for the next frame: this kernel visits every pixel
+       * of the frame, hit or not, and the splat touches no other */
+      unsigned long long *const ia = sc.instr_acc + (size_t)row * sc.cols + col;
+#pragma unroll
+      for (int c = 0; c < XT_MAX_CHANNELS; c++)
+        if (c < sc.nch) {
+          a[c] = a[c] + (float)((double)(long long)ia[c * plane] * (1.0 / 4294967296.0));
+          ia[c * plane] = 0ull;
+        }
+    }
     const int nbp = XT_SPEC_PAD(sc.spec_nbins);
     const float4 *const s_wt = s_chw + 2 * sc.chw_rows;
     float s, q;
@@ -1132,6 +1151,13 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
     sc.spec_k1 = L->spectral->k1;
     sc.spec_k2 = L->spectral->k2;
   }
+  if (L->instr) {
+    if (!L->spectral || L->nf != 1)
+      return xt_fail(msg, XT_EINTERNAL, "cuda projector: instruments fuse into one frame's spectral sums only");
+    sc.instr_acc = L->instr->acc;
+    sc.instr_flag = L->instr->flag;
+    sc.instr_tcols = L->instr->tcols;
+  }
   const int vox = pick_vox(p, &L->g[0]);
   dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
             (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
@@ -1155,5 +1181,5 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
 const xt_cuda_kind_ops xt_cuda_kind_voxel = {
     "voxel",           voxel_accepts,    voxel_create, voxel_add_model, voxel_nmodels,      voxel_frame_bytes,
     voxel_fill_frame,  NULL,             voxel_render, voxel_destroy,   voxel_set_channels, NULL,
-    voxel_set_iodine,
+    voxel_set_iodine,  NULL,
 };

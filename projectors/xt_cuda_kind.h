@@ -20,6 +20,19 @@ extern "C" {
 #include "xt_proj_cuda.h"
 }
 
+/* Instruments fused into the voxel kind's spectral sums (XT_INSTR_FUSED=1, cuda_pipeline.cu): the
+ * instrument kind's splat has queued one frame's channel sums into acc (64-bit fixed point, 2^-32
+ * units, nch planes of rows x cols) and flagged the XT_CUDA_INSTR_TILE-square tiles it touched; the
+ * voxel kernel adds a flagged tile's pixel sums to its channels (as the instrument kind's finish
+ * converts and adds them) and zeroes them; the pipeline clears the nflags flags after it. */
+#define XT_CUDA_INSTR_TILE 16
+typedef struct xt_cuda_instr_acc {
+  unsigned long long *acc;
+  unsigned char *flag;
+  int tcols;  /* tiles a row */
+  int nflags; /* tiles */
+} xt_cuda_instr_acc;
+
 /* One launch of one kind: nf frames of one detector. */
 typedef struct xt_cuda_launch {
   int nf, cols, rows;
@@ -34,6 +47,7 @@ typedef struct xt_cuda_launch {
   const xt_chan_spectral *spectral; /* NULL; or (nch > 0, one kind alone) the channels' spectral sums
                                        (xt_spectral.h) instead of the planes: 2 planes per frame, sums
                                        of k1 then of k2; host struct, device pointers */
+  const xt_cuda_instr_acc *instr; /* NULL; or (spectral, nf 1, the voxel kind) the instruments' sums to add */
   cudaStream_t stream;  /* everything of the launch goes on this stream; no synchronisation */
 } xt_cuda_launch;
 
@@ -65,6 +79,10 @@ typedef struct xt_cuda_kind_ops {
    * and channel rows, uploaded before the next frame; XT_ENOTFOUND when m is not one of the kind's.
    * NULL: the kind takes no contrast. */
   int (*set_iodine)(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg);
+  /* Instruments fused into the spectral sums: queues the splat of L's one frame of L->nch channels
+   * into the kind's accumulator, without its finish, and says where it is (xt_cuda_instr_acc).
+   * NULL: every kind but the instruments. */
+  int (*splat)(void *st, const xt_cuda_launch *L, xt_cuda_instr_acc *out, xt_msg *msg);
 } xt_cuda_kind_ops;
 
 extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */

@@ -11,7 +11,9 @@
  *  - the fused detect path (the spectrum integral in the projector's march, voxel models only)
  *    against the separate stage over the channel planes: bit-identical frames, noise on, for label
  *    and dense volumes (the same sums as xt_spectral_sum on the same channel values, the channels
- *    no lane of a warp crosses left out), and in a frame that cuts warps at its edges;
+ *    no lane of a warp crosses left out), and in a frame that cuts warps at its edges; and with
+ *    instruments fused in (XT_INSTR_FUSED=1: a thorax and three guidewires, one out of the field),
+ *    bit-identical too, the same frame twice alike (the accumulators back at zero);
  *  - every model kind's channels (Gaussian mixtures with and without labels, NanoVDB label and mu
  *    grids, with label volumes) against the float64 reference, alone and mixed: relative L2 below
  *    1e-5 and max |gpu - ref| <= 1e-4 of the frame's largest value; the noise-free chain frame of
@@ -26,6 +28,7 @@
 #include "xt_chain.h"
 #include "xt_chain_internal.h" /* unfused, fused_frames */
 #include "xt_cuda_config.h"   /* XT_CUDA_WARP_W, XT_CUDA_WARP_H */
+#include "xt_instr.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
 #include "xt_test.h"
@@ -603,9 +606,96 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
   xt_model_free(m);
 }
 
+/* Instruments fused into the spectral projection (XT_INSTR_FUSED=1, cuda_pipeline.cu render_fused):
+ * the thorax (4 mm labels) and three guidewires of 2,000 points, the third 600 mm to the side (outside
+ * every frame's field: its segments flag nothing), through the chain at fd20-256 with noise. Run 0
+ * takes the fused path, run 1 the chain's separate stage (the planes, instruments added by their own
+ * finish), run 2 the same without XT_INSTR_FUSED (the default: not fused): signals, raw and processed
+ * frames bit for bit. The frames are poses A, B, A with the seeds 7, 8, 7: frame 2 equals frame 0 bit
+ * for bit, so the accumulators the voxel kernel consumed were back at zero after each frame. */
+static void wire_arc(int k, int n, double *pts) {
+  const double R = 60.0 + 6.0 * k, y = -40.0 + 8.0 * k, a0 = 0.3 * k;
+  for (int i = 0; i < n; i++) {
+    const double t = a0 + 2.6 * i / (n - 1);
+    pts[3 * i] = R * cos(t) - 20.0;
+    pts[3 * i + 1] = y + 5.0 * sin(3.0 * t);
+    pts[3 * i + 2] = R * sin(t) - 30.0;
+  }
+}
+
+XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
+  enum { NPTS = 2000, NW = 3, NF = 3 };
+  xt_model *ms[1 + NW] = {NULL};
+  XT_REQUIRE(xt_phantom_thorax_model(4.0, &ms[0], NULL) == 0);
+  xt_instr_device gw;
+  XT_REQUIRE(xt_instr_guidewire(&gw, "blood", NPTS, NULL) == 0);
+  static double pts[3 * NPTS];
+  for (int k = 0; k < NW; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "wire%d", k);
+    wire_arc(k, NPTS, pts);
+    XT_REQUIRE(xt_model_from_instr(&gw, pts, NPTS, name, &ms[1 + k], NULL) == 0);
+  }
+  ms[NW]->placement.t[0] = 600; /* outside the field, in front of the source */
+  ms[NW]->placement.t[2] = 600;
+  const xt_detector_mode *md = xt_mode_find("fd20-256");
+  const size_t np = (size_t)md->cols * md->rows;
+  const char *old = getenv("XT_INSTR_FUSED");
+  char *saved = old ? strdup(old) : NULL;
+  float *S[3][NF], *D[3][NF];
+  uint16_t *raw[3][NF], *proc[3][NF];
+  for (int run = 0; run < 3; run++) {
+    if (run < 2) setenv("XT_INSTR_FUSED", "1", 1); /* read when the projector is created */
+    else unsetenv("XT_INSTR_FUSED");
+    xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1 + NW);
+    xt_chain *c = NULL;
+    xt_chain_params prm = xt_chain_params_default();
+    prm.mas = 2.0;
+    XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
+    c->unfused = run == 1;
+    for (int f = 0; f < NF; f++) {
+      S[run][f] = malloc(np * sizeof(float));
+      D[run][f] = malloc(np * sizeof(float));
+      raw[run][f] = malloc(np * sizeof(uint16_t));
+      proc[run][f] = malloc(np * sizeof(uint16_t));
+      XT_REQUIRE(S[run][f] && D[run][f] && raw[run][f] && proc[run][f]);
+      xt_chain_out out = {raw[run][f], proc[run][f], S[run][f], D[run][f]};
+      xt_geometry g = xt_tc_geom_of(md, f == 1 ? 35.0 : 0.0, f == 1 ? -10.0 : 0.0, 0);
+      xt_msg msg = {{0}};
+      const int rc = xt_chain_frame(c, &g, (uint64_t)(f == 1 ? 8 : 7), &out, &msg);
+      XT_REQUIRE_MSG(rc == 0, "run %d frame %d: %s", run, f, msg.text);
+    }
+    XT_CHECK_MSG(c->fused_frames == (run ? 0 : NF), "run %d: %ld fused frames", run, c->fused_frames);
+    xt_chain_destroy(c);
+    xt_proj_destroy(p);
+  }
+  if (saved) setenv("XT_INSTR_FUSED", saved, 1);
+  else unsetenv("XT_INSTR_FUSED");
+  free(saved);
+  for (int run = 1; run < 3; run++)
+    for (int f = 0; f < NF; f++) {
+      XT_CHECK_MSG(memcmp(S[0][f], S[run][f], np * sizeof(float)) == 0, "run %d frame %d: expected signals differ", run, f);
+      XT_CHECK_MSG(memcmp(D[0][f], D[run][f], np * sizeof(float)) == 0, "run %d frame %d: blurred signals differ", run, f);
+      XT_CHECK_MSG(memcmp(raw[0][f], raw[run][f], np * sizeof(uint16_t)) == 0, "run %d frame %d: raw differs", run, f);
+      XT_CHECK_MSG(memcmp(proc[0][f], proc[run][f], np * sizeof(uint16_t)) == 0, "run %d frame %d: processed differs", run, f);
+    }
+  XT_CHECK_MSG(memcmp(S[0][0], S[0][2], np * sizeof(float)) == 0, "the same frame twice: signals differ");
+  XT_CHECK_MSG(memcmp(raw[0][0], raw[0][2], np * sizeof(uint16_t)) == 0, "the same frame twice: raw differs");
+  XT_CHECK(memcmp(S[0][0], S[0][1], np * sizeof(float)) != 0); /* the poses differ */
+  for (int run = 0; run < 3; run++)
+    for (int f = 0; f < NF; f++) {
+      free(S[run][f]);
+      free(D[run][f]);
+      free(raw[run][f]);
+      free(proc[run][f]);
+    }
+  for (int i = 0; i < 1 + NW; i++) xt_model_free(ms[i]);
+}
+
 XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_panel_faults_match_cpu) XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
                  XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)
                  XT_ENTRY(cuda_fused_detect_equals_the_separate_stage) XT_ENTRY(cuda_fused_detect_in_a_ragged_frame)
-                 XT_ENTRY(cuda_automatic_window_matches_cpu))
+                 XT_ENTRY(cuda_automatic_window_matches_cpu)
+                 XT_ENTRY(cuda_fused_detect_with_instruments_equals_the_separate_stage))

@@ -611,8 +611,9 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
  * every frame's field: its segments flag nothing), through the chain at fd20-256 with noise. Run 0
  * takes the fused path, run 1 the chain's separate stage (the planes, instruments added by their own
  * finish), run 2 the same without XT_INSTR_FUSED (the default: not fused): signals, raw and processed
- * frames bit for bit. The frames are poses A, B, A with the seeds 7, 8, 7: frame 2 equals frame 0 bit
- * for bit, so the accumulators the voxel kernel consumed were back at zero after each frame. */
+ * frames bit for bit. The frames are poses A, B, A with the seeds 7, 8, 7: frame 2's expected and
+ * blurred signals equal frame 0's bit for bit (its raw and processed frames carry lag and the
+ * temporal filter's state), so the accumulators the voxel kernel consumed were back at zero. */
 static void wire_arc(int k, int n, double *pts) {
   const double R = 60.0 + 6.0 * k, y = -40.0 + 8.0 * k, a0 = 0.3 * k;
   for (int i = 0; i < n; i++) {
@@ -680,8 +681,23 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
       XT_CHECK_MSG(memcmp(proc[0][f], proc[run][f], np * sizeof(uint16_t)) == 0, "run %d frame %d: processed differs", run, f);
     }
   XT_CHECK_MSG(memcmp(S[0][0], S[0][2], np * sizeof(float)) == 0, "the same frame twice: signals differ");
-  XT_CHECK_MSG(memcmp(raw[0][0], raw[0][2], np * sizeof(uint16_t)) == 0, "the same frame twice: raw differs");
+  XT_CHECK_MSG(memcmp(D[0][0], D[0][2], np * sizeof(float)) == 0, "the same frame twice: blurred signals differ");
   XT_CHECK(memcmp(S[0][0], S[0][1], np * sizeof(float)) != 0); /* the poses differ */
+  { /* the wires are in the field: the thorax alone's frame 0 differs from the scene's */
+    xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1);
+    xt_chain *c = NULL;
+    xt_chain_params prm = xt_chain_params_default();
+    prm.mas = 2.0;
+    XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
+    xt_chain_out out = {raw[1][0], proc[1][0], S[1][0], D[1][0]};
+    xt_geometry g = xt_tc_geom_of(md, 0.0, 0.0, 0);
+    XT_REQUIRE(xt_chain_frame(c, &g, 7, &out, NULL) == 0);
+    size_t nd = 0;
+    for (size_t i = 0; i < np; i++) nd += S[1][0][i] != S[0][0][i];
+    XT_CHECK_MSG(nd > 100, "the wires change %zu pixels of the expected signal", nd);
+    xt_chain_destroy(c);
+    xt_proj_destroy(p);
+  }
   for (int run = 0; run < 3; run++)
     for (int f = 0; f < NF; f++) {
       free(S[run][f]);

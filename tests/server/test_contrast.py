@@ -68,6 +68,19 @@ def rest(port, method, path, body=None):
     return r.status, json.loads(data) if data else None
 
 
+def pump(ws, frames, timeout):
+    """Reads the stream for up to timeout s (less when nothing is buffered or arriving), keeping the
+    binary messages (frames) in order."""
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if not ws.buf and (left <= 0 or not select.select([ws.s], [], [], left)[0]):
+            return
+        is_text, m = ws.recv(TIMEOUT)
+        if not is_text:
+            frames.append(m)
+
+
 def pixels(frame):
     hs = struct.unpack_from("<H", frame, 6)[0]
     return struct.unpack_from("<%df" % (N * N), frame, hs)
@@ -147,30 +160,20 @@ def run_lumen(server, xtwin):
         ws = WS(p["ws"])
         frames = []
 
-        def pump(timeout):
-            end = time.monotonic() + timeout
-            while True:
-                left = end - time.monotonic()
-                if not ws.buf and (left <= 0 or not select.select([ws.s], [], [], left)[0]):
-                    return
-                is_text, m = ws.recv(TIMEOUT)
-                if not is_text:
-                    frames.append(m)
-
         ws.send({"type": "start", "id": "start"})
         t_give_up = time.monotonic() + 120
         while len(frames) < 2 and time.monotonic() < t_give_up:
-            pump(0.2)
+            pump(ws, frames, 0.2)
         st, inj = rest(p["rest"], "POST", "/v1/contrast/inject", {"region": "cath.instr.json:lumen", "rate_ml_s": R, "volume_ml": V})
         if st != 200:
             raise Failed("inject: %d %r" % (st, inj))
         t0 = inj["t_start_ns"]
         while time.monotonic() < t_give_up:
-            pump(0.2)
+            pump(ws, frames, 0.2)
             if frames and u64(frames[-1], OFF_T_EXPOSURE) > t0 + int(2e9):
                 break
         ws.send({"type": "stop", "id": "stop"})
-        pump(0.5)
+        pump(ws, frames, 0.5)
 
         def want(t_ns):
             t = (t_ns - t0) * 1e-9
@@ -262,20 +265,10 @@ def run(server, xtwin, clock, min_during):
         ws = WS(p["ws"])
         frames = []
 
-        def pump(timeout):
-            end = time.monotonic() + timeout
-            while True:
-                left = end - time.monotonic()
-                if not ws.buf and (left <= 0 or not select.select([ws.s], [], [], left)[0]):
-                    return
-                is_text, m = ws.recv(TIMEOUT)
-                if not is_text:
-                    frames.append(m)
-
         ws.send({"type": "start", "id": "start"})
         t_give_up = time.monotonic() + 60
         while len(frames) < 3 and time.monotonic() < t_give_up:
-            pump(0.2)
+            pump(ws, frames, 0.2)
         st, inj = rest(p["rest"], "POST", "/v1/contrast/inject",
                        {"region": "aorta", "rate_ml_s": RATE, "volume_ml": VOLUME, "delay_s": DELAY})
         if st != 200 or inj["seq"] != 1 or abs(inj["duration_s"] - 1.0) > 1e-12:
@@ -286,7 +279,7 @@ def run(server, xtwin, clock, min_during):
         # frames until the bolus has passed its peak (a slow, sanitised server gets longer in real time)
         t_end = t0 + int(4e9)
         while time.monotonic() < t_give_up + 120:
-            pump(0.2)
+            pump(ws, frames, 0.2)
             if frames and u64(frames[-1], OFF_T_EXPOSURE) > t_end:
                 break
         st, rs = rest(p["rest"], "DELETE", "/v1/contrast?reset=1")
@@ -294,9 +287,9 @@ def run(server, xtwin, clock, min_during):
             raise Failed("reset: %d %r" % (st, rs))
         n0 = len(frames)
         while len(frames) < n0 + 3 and time.monotonic() < t_give_up + 240:
-            pump(0.2)
+            pump(ws, frames, 0.2)
         ws.send({"type": "stop", "id": "stop"})
-        pump(0.5)
+        pump(ws, frames, 0.5)
 
         base = pixels(frames[0])
         ratios, before, during, after, latched = [], 0, 0, 0, 0

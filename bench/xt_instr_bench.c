@@ -131,26 +131,6 @@ typedef struct work {
   double dev_max;                    /* max |factored - xt_tube_chords| over the sub-rays, mm */
 } work;
 
-static int hits_box(const double lo[3], const double hi[3], const double o[3], const double d[3], double len) {
-  double a = 0.0, b = len;
-  for (int k = 0; k < 3; k++) {
-    if (d[k] == 0.0) {
-      if (o[k] < lo[k] || o[k] > hi[k]) return 0;
-      continue;
-    }
-    double t0 = (lo[k] - o[k]) / d[k], t1 = (hi[k] - o[k]) / d[k];
-    if (t0 > t1) {
-      const double t = t0;
-      t0 = t1;
-      t1 = t;
-    }
-    if (t0 > a) a = t0;
-    if (t1 < b) b = t1;
-    if (a > b) return 0;
-  }
-  return 1;
-}
-
 static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, work *wk, unsigned char *tile) {
   const int cols = g->mode.cols, rows = g->mode.rows, tcols = (cols + 15) / 16, S = XT_INSTR_AREA_SAMPLES;
   const double pu = g->mode.pitch_u_mm, pv = g->mode.pitch_v_mm;
@@ -233,9 +213,8 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
           const double len = xt_v3_norm(dc);
           const xt_vec3 wm = xt_aff_apply_dir(&w2m, xt_v3_scale(dc, 1.0 / len));
           const double d[3] = {wm.x, wm.y, wm.z};
-          double l3[3], h3[3];
-          for (int q = 0; q < 3; q++) l3[q] = lo[q] - eref, h3[q] = hi[q] + eref;
-          const int ref = hits_box(l3, h3, o, d, len);
+          const xt_instr_box bx = {{lo[0], lo[1], lo[2]}, {hi[0], hi[1], hi[2]}};
+          const int ref = xt_instr_box_hit(&bx, o, d, len, eref);
           wk->cand_ref += ref;
           int on[2];
           for (int hh = 0; hh < 2; hh++) { /* the halves' centre rays, as the kernel */

@@ -435,3 +435,25 @@ int xt_instr_catheter(xt_instr_device *dev, const char *medium, int max_points, 
   dev->sec[2] = (xt_instr_section){0.0, 0.835, 0.55, sh, lum};
   return 0;
 }
+
+int xt_instr_box_hit(const xt_instr_box *b, const double o[3], const double d[3], double len, double e) {
+  double lo = 0.0, hi = len;
+  for (int a = 0; a < 3; a++) {
+    const double blo = b->lo[a] - e, bhi = b->hi[a] + e;
+    if (d[a] == 0.0) {
+      if (o[a] < blo || o[a] > bhi) return 0;
+      continue;
+    }
+    const double inv = 1.0 / d[a];
+    double t0 = (blo - o[a]) * inv, t1 = (bhi - o[a]) * inv;
+    if (t0 > t1) {
+      const double t = t0;
+      t0 = t1;
+      t1 = t;
+    }
+    if (t0 > lo) lo = t0;
+    if (t1 < hi) hi = t1;
+    if (lo > hi) return 0;
+  }
+  return 1;
+}

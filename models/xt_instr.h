@@ -56,6 +56,10 @@ typedef struct xt_instr_box {
   double lo[3], hi[3];
 } xt_instr_box;
 
+/* Whether the ray o + s d, s in [0, len] (model mm, d a unit direction), meets box b grown by e on
+ * every side: the slab test the CPU reference culls with (and the bench mirrors). */
+int xt_instr_box_hit(const xt_instr_box *b, const double o[3], const double d[3], double len, double e);
+
 /* The rendered form of one shape: segments and the box levels above them, in buffers of the
  * device's capacity (allocated once by xt_instr_geom_alloc). Level 0 boxes hold FANOUT segments
  * each, level k+1 boxes FANOUT boxes of level k; the last level has one box. */

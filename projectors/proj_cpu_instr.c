@@ -77,29 +77,6 @@ static void instr_iodine(const xt_iodine_tab *io, void *state, void *chan) {
     for (int l = 0; l < XT_MAX_MATERIALS; l++) ch->w[l][io->ci] = io->col[l] - io->col[ch->med];
 }
 
-/* Whether o + s d, s in [0, len], meets the box grown by e on every side. */
-static int hits_box(const xt_instr_box *b, const double o[3], const double d[3], double len, double e) {
-  double lo = 0.0, hi = len;
-  for (int a = 0; a < 3; a++) {
-    const double blo = b->lo[a] - e, bhi = b->hi[a] + e;
-    if (d[a] == 0.0) {
-      if (o[a] < blo || o[a] > bhi) return 0;
-      continue;
-    }
-    const double inv = 1.0 / d[a];
-    double t0 = (blo - o[a]) * inv, t1 = (bhi - o[a]) * inv;
-    if (t0 > t1) {
-      const double t = t0;
-      t0 = t1;
-      t1 = t;
-    }
-    if (t0 > lo) lo = t0;
-    if (t1 < hi) hi = t1;
-    if (lo > hi) return 0;
-  }
-  return 1;
-}
-
 /* Every segment the ray meets, in order: the line integral into acc[0] (ch NULL) or each chord's
  * areal densities into the channels. */
 static void instr_walk(const xt_model *m, const void *state, const instr_chan *ch, xt_vec3 a, xt_vec3 w, double len,
@@ -113,7 +90,7 @@ static void instr_walk(const xt_model *m, const void *state, const instr_chan *c
   si[top++] = 0;
   while (top > 0) {
     const int l = sl[--top], i = si[top];
-    if (!hits_box(&g->box[g->level_off[l] + i], o, d, len, 0.0)) continue;
+    if (!xt_instr_box_hit(&g->box[g->level_off[l] + i], o, d, len, 0.0)) continue;
     if (l == 0) {
       for (int s = i * XT_INSTR_FANOUT; s < g->nseg && s < (i + 1) * XT_INSTR_FANOUT; s++) {
         const xt_tube_seg *t = &g->seg[s];
@@ -177,12 +154,12 @@ static int candidates(const xt_instr_geom *g, const double o[3], const double d[
   si[top++] = 0;
   while (top > 0) {
     const int l = sl[--top], i = si[top];
-    if (!hits_box(&g->box[g->level_off[l] + i], o, d, len, e)) continue;
+    if (!xt_instr_box_hit(&g->box[g->level_off[l] + i], o, d, len, e)) continue;
     if (l == 0) {
       for (int s = i * XT_INSTR_FANOUT; s < g->nseg && s < (i + 1) * XT_INSTR_FANOUT; s++) {
         xt_instr_box b;
         xt_instr_seg_box(&g->seg[s], &b);
-        if (!hits_box(&b, o, d, len, e)) continue;
+        if (!xt_instr_box_hit(&b, o, d, len, e)) continue;
         if (n == cap) return -1;
         cand[n++] = s;
       }

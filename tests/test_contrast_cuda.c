@@ -33,6 +33,27 @@ static void check_bars(const float *gpu, const float *cpu, size_t n, const char 
   XT_CHECK_MSG(maxerr <= 1e-4 * maxv, "%s: max error %.3g of max %.3g", what, maxerr, maxv);
 }
 
+/* One level of a region's iodine set on both projectors: the CUDA line integrals and channels
+ * against the CPU reference's (a: GPU, b: CPU scratch of the channel planes), and the iodine
+ * channel non-zero exactly when the level is. */
+static void region_level_matches(xt_proj *pc, xt_proj *pg, const xt_model *m, const double *rho,
+                                 const xt_geometry *g, const xt_chanset *cs, int ci, float *a, float *b, size_t px,
+                                 int some, const char *what) {
+  xt_msg msg;
+  XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
+  XT_REQUIRE(xt_proj_render(pc, g, b, &msg) == 0);
+  XT_REQUIRE_MSG(xt_proj_render(pg, g, a, &msg) == 0, "%s", msg.text);
+  check_bars(a, b, px, what);
+  XT_REQUIRE(xt_proj_render_channels(pc, g, b, &msg) == 0);
+  XT_REQUIRE_MSG(xt_proj_render_channels(pg, g, a, &msg) == 0, "%s", msg.text);
+  for (int c = 0; c < cs->n; c++) check_bars(a + (size_t)c * px, b + (size_t)c * px, px, xt_basis_name(cs->basis[c]));
+  double sum = 0;
+  for (size_t k = 0; k < px; k++) sum += a[(size_t)ci * px + k];
+  if (some) XT_CHECK(sum > 0);
+  else XT_CHECK(sum == 0);
+}
+
 static int make_proj(xt_backend b, const xt_model *m, xt_proj **p, xt_msg *msg) {
   xt_proj_options po = {b, 2, 0};
   int rc = xt_proj_create(&po, p, msg);
@@ -200,18 +221,7 @@ XT_TEST(cuda_catheter_lumen_matches_cpu) {
       XT_REQUIRE_MSG(xt_proj_set_shape(pc, m, bent, 40, &msg) == 0, "%s", msg.text);
       XT_REQUIRE_MSG(xt_proj_set_shape(pg, m, bent, 40, &msg) == 0, "%s", msg.text);
     }
-    XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
-    XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
-    XT_REQUIRE(xt_proj_render(pc, &g, b, &msg) == 0);
-    XT_REQUIRE_MSG(xt_proj_render(pg, &g, a, &msg) == 0, "%s", msg.text);
-    check_bars(a, b, px, "catheter line integrals");
-    XT_REQUIRE(xt_proj_render_channels(pc, &g, b, &msg) == 0);
-    XT_REQUIRE_MSG(xt_proj_render_channels(pg, &g, a, &msg) == 0, "%s", msg.text);
-    for (int c = 0; c < cs.n; c++) check_bars(a + (size_t)c * px, b + (size_t)c * px, px, xt_basis_name(cs.basis[c]));
-    double sum = 0;
-    for (size_t k = 0; k < px; k++) sum += a[(size_t)ci * px + k];
-    if (levels[li] > 0) XT_CHECK(sum > 0);
-    else XT_CHECK(sum == 0);
+    region_level_matches(pc, pg, m, rho, &g, &cs, ci, a, b, px, levels[li] > 0, "catheter line integrals");
   }
   free(a);
   free(b);
@@ -261,18 +271,7 @@ XT_TEST(cuda_mixture_region_matches_cpu) {
   for (int li = 0; li < 3; li++) {
     double rho[256] = {0};
     rho[XT_MAT_BLOOD] = levels[li];
-    XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
-    XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
-    XT_REQUIRE(xt_proj_render(pc, &geo, b, &msg) == 0);
-    XT_REQUIRE_MSG(xt_proj_render(pg, &geo, a, &msg) == 0, "%s", msg.text);
-    check_bars(a, b, px, "mixture line integrals");
-    XT_REQUIRE(xt_proj_render_channels(pc, &geo, b, &msg) == 0);
-    XT_REQUIRE_MSG(xt_proj_render_channels(pg, &geo, a, &msg) == 0, "%s", msg.text);
-    for (int c = 0; c < cs.n; c++) check_bars(a + (size_t)c * px, b + (size_t)c * px, px, xt_basis_name(cs.basis[c]));
-    double sum = 0;
-    for (size_t k = 0; k < px; k++) sum += a[(size_t)ci * px + k];
-    if (levels[li] > 0) XT_CHECK(sum > 0);
-    else XT_CHECK(sum == 0);
+    region_level_matches(pc, pg, m, rho, &geo, &cs, ci, a, b, px, levels[li] > 0, "mixture line integrals");
   }
   free(a);
   free(b);

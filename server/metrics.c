@@ -51,6 +51,10 @@ void xt_metrics_init(xt_metrics *m) {
   hist_init(&m->send, "xtwin_frame_send_seconds",
             "Frame rendered to its last byte handed to a client's socket (render done to sent, per client).", snd,
             (int)(sizeof snd / sizeof *snd));
+  static const double hand[] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.033};
+  hist_init(&m->handoff, "xtwin_frame_handoff_seconds",
+            "Frame rendered to the stream's service thread starting a client's send of it (per client): of render "
+            "done to sent, the part before any byte is written.", hand, (int)(sizeof hand / sizeof *hand));
 }
 
 void xt_metrics_destroy(xt_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -195,6 +199,7 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, const xt_m
   hist(&b, &m->latency);
   hist(&b, &m->pose_latency);
   hist(&b, &m->send);
+  hist(&b, &m->handoff);
   pthread_mutex_unlock(&m->mu);
   if (b.oom) {
     free(b.p);

@@ -647,9 +647,12 @@ static int begin_frame(client *c) {
   c->have_pose = 1;
   c->sent++;
   xt_metrics *mt = &s->metrics;
+  const uint64_t now = xt_dev_now_ns();
   pthread_mutex_lock(&mt->mu);
   mt->sent_total++;
   mt->dropped_total += drop;
+  if (h->t_render_done_ns && now >= h->t_render_done_ns)
+    xt_hist_add(&mt->handoff, (double)(now - h->t_render_done_ns) * 1e-9);
   if (c->slot >= 0) {
     mt->clients[c->slot].sent = c->sent;
     mt->clients[c->slot].dropped = c->dropped;
@@ -968,6 +971,19 @@ static int on_wake(xt_server *s, struct lws_context *ctx) {
         k->last_text = seq;
         queue_text(k, t, 1);
       }
+    }
+    /* A client with nothing to write before it gets its frame now, from this wake-up, not from
+     * the writable callback that asking libwebsockets would bring one poll round later: the
+     * threads wait for room themselves. The others (a text first, a frame still going, bytes
+     * libwebsockets holds) go the usual way. */
+    if (senders && !atomic_load(&s->quit)) {
+      for (client *k = clients; k; k = k->next) {
+        if (k->tx_raw || k->tx_f || k->tn || k->closing || lws_partial_buffered(k->wsi)) continue;
+        int b;
+        while ((b = begin_frame(k)) < 0) {}
+        if (b > 0 && hand_to_senders(k)) k->closing = 1; /* its writable callback closes it */
+      }
+      publish_caught_up(s);
     }
     lws_callback_on_writable_all_protocol(ctx, &protocols[0]);
   }

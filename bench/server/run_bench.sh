@@ -11,6 +11,8 @@
 #   run_bench.sh biplane SERVER CLIENT OUTDIR [SECONDS] issue 25: FD20 full (plane A) + FD15 full (plane B) at
 #                                                    30 fps interleaved with the chain, two clients per plane;
 #                                                    then FD20 full single-plane at 30 fps, four clients
+#   run_bench.sh full SERVER CLIENT OUTDIR [SECONDS]  the single-plane run of biplane alone (BENCH_BIPLANE_SINGLE=0
+#                                                    leaves it out of biplane)
 #   run_bench.sh transport SERVER CLIENT OUTDIR [SECONDS] the transport alone: --synthetic frames (no render) of
 #                                                    BENCH_MODE (fd20: 9.5 MB) at BENCH_FPS (30) on BENCH_BACKEND
 #                                                    (cpu), four clients, 20 s; prints render done -> last byte
@@ -62,20 +64,24 @@ stop() { kill -TERM $PID; wait $PID; echo "server exit status $?"; }
 send_p() {
   python3 - "$1" <<'PY'
 import re, sys
-b = [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
-    r'^xtwin_frame_send_seconds_bucket\{le="([^"]+)"\} (\S+)', open(sys.argv[1]).read(), re.M) if m.group(1) != "+Inf"]
-m = re.search(r'^xtwin_frame_send_seconds_count (\S+)', open(sys.argv[1]).read(), re.M)
-if not m:
-    sys.exit(print("no xtwin_frame_send_seconds in /metrics (a server from before the sender threads)"))
-n = float(m.group(1))
-def q(p):
+text = open(sys.argv[1]).read()
+def q(name, p):
+    b = [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
+        r'^%s_bucket\{le="([^"]+)"\} (\S+)' % name, text, re.M) if m.group(1) != "+Inf"]
+    n = float(re.search(r'^%s_count (\S+)' % name, text, re.M).group(1))
     lo_le, lo_c = 0.0, 0.0
     for le, c in b:
         if c >= p * n:
             return (lo_le + (le - lo_le) * (p * n - lo_c) / max(c - lo_c, 1e-9)) * 1e3
         lo_le, lo_c = le, c
     return float("inf")
-print("render done -> last byte sent (xtwin_frame_send_seconds, %d sends): p50 %.2f ms, p99 %.2f ms" % (n, q(0.5), q(0.99)))
+for name, what in (("xtwin_frame_handoff_seconds", "render done -> the service thread starts the send"),
+                   ("xtwin_frame_send_seconds", "render done -> last byte sent")):
+    m = re.search(r'^%s_count (\S+)' % name, text, re.M)
+    if not m:
+        print("no %s in /metrics (a server from before it)" % name)
+        continue
+    print("%s (%s, %d sends): p50 %.2f ms, p99 %.2f ms" % (what, name, float(m.group(1)), q(name, 0.5), q(name, 0.99)))
 PY
 }
 
@@ -83,6 +89,18 @@ request() { # METHOD PATH BODY: one REST request to the running server
   python3 -c "import urllib.request as u,sys
 r=u.Request('http://127.0.0.1:$REST'+sys.argv[2],data=sys.argv[3].encode(),method=sys.argv[1],headers={'Content-Type':'application/json'})
 u.urlopen(r).read()" "$1" "$2" "$3"
+}
+
+# the single-plane run of "biplane": FD20 full at 30 fps with the chain, four clients
+full30() {
+  start full30 --backend cuda --mode fd20 --fps 30 --chain --verbose 1 || exit 1
+  sleep 3
+  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/full30.json"
+  metrics "$REST" "$out/full30.metrics"
+  stop
+  echo "== full30"; cat "$out/full30.json"
+  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(jitter|period)_seconds' "$out/full30.metrics" | grep -v bucket
+  send_p "$out/full30.metrics"
 }
 
 case $kind in
@@ -173,14 +191,11 @@ biplane)
   for f in biplane30_a biplane30_b; do echo "== $f"; cat "$out/$f.json"; done
   grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(render|convert|jitter|period)_seconds' "$out/biplane30.metrics" | grep -v bucket
   send_p "$out/biplane30.metrics"
-  start full30 --backend cuda --mode fd20 --fps 30 --chain --verbose 1 || exit 1
-  sleep 3
-  "$client" --port "$WS" --clients 4 --seconds "$secs" --pose-hz 10 --json "$out/full30.json"
-  metrics "$REST" "$out/full30.metrics"
-  stop
-  echo "== full30"; cat "$out/full30.json"
-  grep -E '^xtwin_(frames|deadlines|render_errors|client_frames)|^xtwin_(jitter|period)_seconds' "$out/full30.metrics" | grep -v bucket
-  send_p "$out/full30.metrics"
+  [ "${BENCH_BIPLANE_SINGLE:-1}" = 1 ] && full30
+  ;;
+full)
+  secs=${secs:-60}
+  full30
   ;;
 transport)
   secs=${secs:-20}

@@ -68,6 +68,46 @@ static void content_box(const xt_nvdb *g, xt_nvdb_bricks_host *h) {
   }
 }
 
+/* The content hull (bricks7): every domain voxel whose mu differs from the background's, bit for
+ * bit, in the domain's cell space - a brick's rows from their first to their last such voxel, a
+ * constant block of another value whole - as the dense kind's hull of its rows (xt_hull.h). */
+static void content_hull(xt_nvdb_bricks_host *h) {
+  xt_nvdb_bricks *b = &h->b;
+  const float bg = b->bgmu;
+  xt_hull_acc acc;
+  xt_hull_begin(&acc);
+  size_t e = 0;
+  for (int cz = 0; cz < b->nc[2]; cz++)
+    for (int cy = 0; cy < b->nc[1]; cy++)
+      for (int cx = 0; cx < b->nc[0]; cx++, e++) {
+        const int32_t t = h->table[e];
+        if (t < 0 && memcmp(&h->palette[-1 - t], &bg, sizeof bg) == 0) continue;
+        /* the block's domain cells: [l, u] per axis (origin: cell 0 of the block) */
+        const int c[3] = {cx, cy, cz};
+        int o[3], l[3], u[3];
+        for (int a = 0; a < 3; a++) {
+          o[a] = 8 * (c[a] + b->c0[a]) - b->lo[a];
+          l[a] = o[a] < 0 ? -o[a] : 0;
+          u[a] = o[a] + 7 > b->n[a] - 1 ? b->n[a] - 1 - o[a] : 7;
+        }
+        if (t < 0) {
+          xt_hull_add_cells(&acc, o[0] + l[0], o[0] + u[0], o[1] + l[1], o[1] + u[1], o[2] + l[2], o[2] + u[2]);
+          continue;
+        }
+        const float *br = h->pool + (size_t)t * 512;
+        for (int z = l[2]; z <= u[2]; z++)
+          for (int y = l[1]; y <= u[1]; y++) {
+            const float *row = br + 8 * y + 64 * z;
+            int x0 = l[0], x1 = u[0];
+            while (x0 <= u[0] && memcmp(&row[x0], &bg, sizeof bg) == 0) x0++;
+            if (x0 > u[0]) continue;
+            while (memcmp(&row[x1], &bg, sizeof bg) == 0) x1--;
+            xt_hull_add_cells(&acc, o[0] + x0, o[0] + x1, o[1] + y, o[1] + y, o[2] + z, o[2] + z);
+          }
+      }
+  b->hull = xt_hull_end(&acc, b->hlo, b->hhi);
+}
+
 /* The level of every table entry: the largest aligned cube (2^L blocks a side, L <= 4, at cells c0
  * + multiples of 2^L) inside the table whose blocks are all constant at one value (bit for bit);
  * 0 for bricks. A cube of level L is 8 cubes of level L - 1 of that value. */
@@ -154,6 +194,7 @@ int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) 
         h->table[e] = (int32_t)h->nbricks++;
       }
   content_box(g, h);
+  content_hull(h);
   if (!region_levels(h)) goto oom;
   if (!h->palette) { /* never NULL (the device copies one entry at least): an unused 0 */
     if (!(h->palette = malloc(sizeof *h->palette))) goto oom;

@@ -315,12 +315,15 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb
       q[k] = da(da(dm(fm.m[k][0], w[0]), dm(fm.m[k][1], w[1])), dm(fm.m[k][2], w[2]));
       o[k] = fm.o[k];
     }
-    if (xt_clip_box_f64(o, q, L.grid.br.n, len, &s0, &s1)) {
+    /* bricks7: the clip's 1 / q kept for the set-up (the same FP64 reciprocals, computed once) */
+    double inv[3] = {0, 0, 0};
+    if (TR == TR_BRICKS7 ? xt_clip_box_inv_f64(o, q, L.grid.br.n, len, &s0, &s1, inv)
+                         : xt_clip_box_f64(o, q, L.grid.br.n, len, &s0, &s1)) {
       int steps = 0;
       if (TR == TR_BRICKS) a = xt_nvdb_bricks_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
       else if (TR == TR_BRICKS2) a = xt_nvdb_bricks2_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
       else
-        a = xt_nvdb_bricks3_ray_f32(&L.grid.br, o, q, s0, s1, &steps,
+        a = xt_nvdb_bricks3_ray_f32(&L.grid.br, o, q, s0, s1, &steps, TR == TR_BRICKS7 ? inv : NULL,
                                     TR == TR_BRICKS3   ? 0
                                     : TR == TR_BRICKS4 ? XT_BR_NEST
                                     : TR == TR_BRICKS5 ? XT_BR_NEST | XT_BR_CLIP

@@ -103,7 +103,9 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
  * march in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments; mode
  * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks), and
  * with XT_BR_REGION (bricks6) crosses whole regions of one value; XT_BR_HULL with XT_BR_CLIP
- * (bricks7) clips to the content hull instead of the box. */
+ * (bricks7) clips to the content hull instead of the box and indexes the table in 32 bits.
+ * xt_nvdb_bricks3_ray_*'s qinv: NULL, or 1.0 / q[a] per axis with q[a] != 0 as xt_clip_box_inv_f64
+ * computed it for [s0, s1] (the set-up then divides no more: bricks7). */
 #define XT_BR_NEST 1
 #define XT_BR_CLIP 2
 #define XT_BR_REGION 4 /* bricks6: whole regions of one value (xt_nvdb_bricks.level) in one step */

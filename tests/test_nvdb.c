@@ -906,14 +906,14 @@ static void bricks_hull_check(const xt_model *nm, const char *what) {
             q[x] /= ql;
             o[x] = p[x] - big * q[x];
           }
-          double s0, s1;
-          if (!xt_clip_box_f64(o, q, n, 2 * big, &s0, &s1)) continue;
+          double s0, s1, inv[3] = {0, 0, 0};
+          if (!xt_clip_box_inv_f64(o, q, n, 2 * big, &s0, &s1, inv)) continue;
           rays++;
           double ref = 0;
           xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
           int st64 = 0, st32 = 0;
-          const double b64 = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64, mode);
-          const double b32 = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32, mode);
+          const double b64 = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64, inv, mode);
+          const double b32 = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32, inv, mode);
           const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
           if (sc > 0) worst64 = fmax(worst64, fabs(ref - b64) / sc);
           worst32 = fmax(worst32, fabs(ref - b32));
@@ -1015,9 +1015,12 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     b32[1] = (double)xt_nvdb_bricks2_ray_f32(&h.b, o, q, s0, s1, &st32[1]);
     static const int mode[5] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP, XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION,
                                 XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION | XT_BR_HULL};
+    double inv[3] = {0, 0, 0}, c0, c1; /* bricks7: the set-up takes 1 / q from the domain's clip, as the kernel */
+    XT_REQUIRE(xt_clip_box_inv_f64(o, q, n, len, &c0, &c1, inv) && c0 == s0 && c1 == s1);
     for (int m = 0; m < 5; m++) {
-      b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], mode[m]);
-      b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], mode[m]);
+      const double *iv = mode[m] & XT_BR_HULL ? inv : NULL;
+      b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], iv, mode[m]);
+      b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], iv, mode[m]);
     }
     for (int v = 0; v < NV; v++) {
       const double sc = fmax(fmax(fabs(ref), fabs(b64[v])), mu1);

@@ -161,7 +161,7 @@ static __device__ __forceinline__ int hull_clip(const dev_model &md, const dev_f
     of[k] = (float)fm->o[k];
     qf[k] = (float)fm->m[k][0] * wf[0] + (float)fm->m[k][1] * wf[1] + (float)fm->m[k][2] * wf[2];
   }
-  return xt_hull_clip_f32(of, qf, md.hlo, md.hhi, h0, h1);
+  return xt_hull_clip_f32(of, qf, md.hlo, md.hhi, h0, h1, 0);
 }
 
 /* Clips and prepares the cell-space ray o + s q (s in [0, len]); 0 when nothing is to be marched.

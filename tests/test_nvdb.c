@@ -1104,64 +1104,12 @@ XT_TEST(bricks_equal_reference_long) {
   tn_long_axis = -1;
 }
 
-/* A volume with its content well inside the box (two balls and a lone voxel), so that the hull
- * clips every side, and with `tile` a constant block in a corner (the hull must take the grid's
- * tiles too): mu (bg 0 or not) or labels. */
-static xt_model *hull_model(int labels, double bg, int tile) {
-  const int n[3] = {30 + rand() % 20, 30 + rand() % 20, 30 + rand() % 20};
-  const double sp[3] = {0.8, 1.1, 0.9};
-  xt_volume *v;
-  if (xt_volume_create(n[0], n[1], n[2], sp, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &v, NULL)) return NULL;
-  if (labels) {
-    if (!(v->materials = calloc(1, sizeof *v->materials))) return NULL;
-    v->materials->count = 3;
-    v->materials->energy_kev = 60;
-    v->materials->mu[0] = (float)bg;
-    v->materials->mu[1] = 0.02f;
-    v->materials->mu[2] = 0.15f;
-    snprintf(v->materials->name[1], XT_MATERIAL_NAME_MAX, "m1");
-    snprintf(v->materials->name[2], XT_MATERIAL_NAME_MAX, "m2");
-  }
-  float *f = labels ? NULL : (float *)v->data;
-  uint8_t *u = labels ? (uint8_t *)v->data : NULL;
-  const size_t nv = xt_volume_voxels(v);
-  for (size_t i = 0; i < nv; i++) {
-    if (f) f[i] = (float)bg;
-    else u[i] = 0;
-  }
-  for (int b = 0; b < 3; b++) {
-    double c[3];
-    const double r = b < 2 ? tn_urand(3, 7) : 0.4; /* the third: one voxel */
-    for (int a = 0; a < 3; a++) c[a] = b < 2 ? tn_urand(9, n[a] - 9) : (double)(4 + rand() % (n[a] - 8));
-    for (int z = 0; z < n[2]; z++)
-      for (int y = 0; y < n[1]; y++)
-        for (int x = 0; x < n[0]; x++) {
-          const double dx = x - c[0], dy = y - c[1], dz = z - c[2];
-          if (dx * dx + dy * dy + dz * dz > r * r) continue;
-          const size_t i = (size_t)x + (size_t)n[0] * ((size_t)y + (size_t)n[1] * (size_t)z);
-          if (u) u[i] = (uint8_t)(1 + b % 2);
-          else f[i] = (float)tn_urand(0.01, 0.1);
-        }
-  }
-  if (tile) /* the first 8^3 block, one value: a tile of the grid, extreme along -x, -y, -z, -x-y-z */
-    for (int z = 0; z < 8; z++)
-      for (int y = 0; y < 8; y++)
-        for (int x = 0; x < 8; x++) {
-          const size_t i = (size_t)x + (size_t)n[0] * ((size_t)y + (size_t)n[1] * (size_t)z);
-          if (u) u[i] = 2;
-          else f[i] = 0.05f;
-        }
-  xt_model *m;
-  if (xt_model_from_volume(v, labels ? "hull-labels" : "hull-dense", &m, NULL)) return NULL;
-  return m;
-}
-
 XT_TEST(bricks7_hull_grazing) {
   srand(2903);
   for (int t = 0; t < 8; t++) {
     const int labels = t >= 5;
     const double bg = t % 2 ? 0.0 : 0.002;
-    xt_model *vm = hull_model(labels, bg, t % 3 == 2);
+    xt_model *vm = tn_inner_model(labels, bg, t % 3 == 2);
     XT_REQUIRE(vm);
     xt_msg msg = {{0}};
     xt_model *nm =

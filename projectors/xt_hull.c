@@ -3,6 +3,7 @@
 #include "xt_hull.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static const int hull_dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
 
@@ -35,8 +36,7 @@ int xt_hull_end(const xt_hull_acc *h, float lo[XT_HULL_DIRS], float hi[XT_HULL_D
   if (!h->any) return 0;
   for (int j = 0; j < XT_HULL_DIRS; j++) {
     /* widened by the margin here, once, rather than per ray */
-    const double margin =
-        XT_HULL_MARGIN * (fabs((double)hull_dirs[j][0]) + fabs((double)hull_dirs[j][1]) + fabs((double)hull_dirs[j][2]));
+    const double margin = (double)XT_HULL_MARGIN * (abs(hull_dirs[j][0]) + abs(hull_dirs[j][1]) + abs(hull_dirs[j][2]));
     lo[j] = (float)(h->lo[j] - margin);
     hi[j] = (float)(h->hi[j] + margin);
   }

@@ -824,8 +824,8 @@ static double pool_mu_max(const xt_nvdb_bricks_host *h) {
  * Rays lying in planes of each slab's direction (n.p constant), through the voxel that is extreme
  * along n: `depth` cells (of n.p) inside the extreme (grazing: they cross that voxel's corner or edge)
  * and outside it (inside the margin, then beyond it: missing the hull), integrate to the exact
- * reference's walk to 1e-12 relative (double march, on pool_mu_max's scale) and within float rounding (the kernel's float
- * march); the rays beyond the margin take no step at all (the clip did skip them), and the grazing
+ * reference's walk to 1e-12 relative (double march, on pool_mu_max's scale) and within float
+ * rounding (the kernel's float march); the rays beyond the margin take no step at all (the clip did skip them), and the grazing
  * ones meet content (they test something). */
 static void bricks_hull_check(const xt_model *nm, const char *what) {
   const xt_nvdb *g = xt_model_nvdb(nm);
@@ -925,11 +925,12 @@ static void bricks_hull_check(const xt_model *nm, const char *what) {
             stepped += st64 != 0 || st32 != 0;
           }
         }
-  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7 grazing rays, double march vs the reference: max relative difference %.3g",
-               what, worst64);
-  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7 grazing rays, float march: max %.3g (largest integral %.3g)",
-               what, worst32, mx);
-  XT_CHECK_MSG(stepped == 0 && missed > 0, "%s: %d of %d rays outside the hull stepped into the grid", what, stepped, missed);
+  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7 grazing rays, double march vs the reference: max relative %.3g", what,
+               worst64);
+  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7 grazing rays, float march: max %.3g (largest %.3g)", what,
+               worst32, mx);
+  XT_CHECK_MSG(stepped == 0 && missed > 0, "%s: %d of %d rays outside the hull stepped into the grid", what, stepped,
+               missed);
   XT_CHECK_MSG(met > rays / 8, "%s: %d grazing rays of %d met content", what, met, rays);
   xt_nvdb_bricks_free(&h);
 }
@@ -1112,8 +1113,8 @@ XT_TEST(bricks7_hull_grazing) {
     xt_model *vm = tn_inner_model(labels, bg, t % 3 == 2);
     XT_REQUIRE(vm);
     xt_msg msg = {{0}};
-    xt_model *nm =
-        tn_nvdb_of(vm, labels ? XT_NVDB_Q_INT16 : (t < 2 ? XT_NVDB_Q_FLOAT : XT_NVDB_Q_INDEX), labels ? 0.0 : bg, 0.0, &msg);
+    const int quant = labels ? XT_NVDB_Q_INT16 : (t < 2 ? XT_NVDB_Q_FLOAT : XT_NVDB_Q_INDEX);
+    xt_model *nm = tn_nvdb_of(vm, quant, labels ? 0.0 : bg, 0.0, &msg);
     XT_REQUIRE_MSG_(nm, msg);
     char what[48];
     snprintf(what, sizeof what, "hull trial %d (%s %s)", t, labels ? "labels" : "mu", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type));

@@ -339,4 +339,5 @@ XT_TEST(batch_matches_single) {
 
 XT_TEST_MAIN_CUDA(XT_ENTRY(random_float) XT_ENTRY(random_index) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
                  XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(mixed_scene_with_gmm)
-                     XT_ENTRY(batch_matches_single) XT_ENTRY(content_inside_box) XT_ENTRY(traversal_names))
+                     XT_ENTRY(batch_matches_single) XT_ENTRY(content_inside_box)
+                         XT_ENTRY(traversal_names))

@@ -40,6 +40,7 @@
 
 extern "C" {
 #include "xt_cuda_config.h"
+#include "xt_hull.h"
 #include "xt_raycast.h"
 }
 
@@ -128,14 +129,7 @@ typedef struct dev_scene {
 /* Shared memory of k_channels beyond the channel table: the largest spectral table. */
 #define XT_SPEC_SMEM_MAX (sizeof(float) * XT_SPECTRAL_MAX_BINS * (XT_MAX_CHANNELS + 2))
 
-/* The 26-DOP's directions (cell space, integer components; both signs of each are one slab). */
-#define XT_HULL_DIR_LIST                                                                              \
-  {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 1, 0}, {1, -1, 0}, {1, 0, 1}, {1, 0, -1}, {0, 1, 1}, {0, 1, -1}, \
-   {1, 1, 1}, {1, 1, -1}, {1, -1, 1}, {-1, 1, 1}}
-
 __constant__ float c_lut[XT_CUDA_MAX_MODELS * 256];
-/* The content hull's slab directions (XT_HULL_DIR_LIST), read uniformly by every thread. */
-__constant__ float c_hull_dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Ray set-up in double, operation for operation as proj_cpu.c                                */
@@ -155,13 +149,9 @@ typedef struct ray_start {
   int total;       /* sum of nplanes */
 } ray_start;
 
-/* The part [*h0, *h1] of the ray o + s w (world direction w, cell map m) inside the content hull,
- * conservatively: in float, each slab widened by XT_HULL_MARGIN cells per unit of |n|_1 (at
- * add_model), far
- * above the float rounding of n.o (|o| < 1e4 cells), of n.q and of the slab parameters, so no
- * non-background voxel is ever clipped away; the extra margin is background, which the march
- * integrates exactly anyway. Returns 0 when the ray misses the hull. Computed before the FP64
- * set-up so that its temporaries are dead by then (registers). */
+/* The part [*h0, *h1] of the ray o + s w (world direction w, cell map m) inside the content hull
+ * (xt_hull_clip_f32, conservative: see xt_hull.h). Returns 0 when the ray misses the hull.
+ * Computed before the FP64 set-up so that its temporaries are dead by then (registers). */
 static __device__ __forceinline__ int hull_clip(const dev_model &md, const dev_frame_model *fm, const double w[3],
                                                 float *h0, float *h1) {
   const float wf[3] = {(float)w[0], (float)w[1], (float)w[2]};
@@ -171,28 +161,7 @@ static __device__ __forceinline__ int hull_clip(const dev_model &md, const dev_f
     of[k] = (float)fm->o[k];
     qf[k] = (float)fm->m[k][0] * wf[0] + (float)fm->m[k][1] * wf[1] + (float)fm->m[k][2] * wf[2];
   }
-  float c0 = *h0, c1 = *h1;
-  bool miss = false;
-  /* A rolled loop: unrolled, the compiler hoists all 26 slab bounds into registers and spills.
-   * The bounds arrive widened by the margin (build_hull). */
-#pragma unroll 1
-  for (int j = 0; j < XT_HULL_DIRS; j++) {
-    const float nx = c_hull_dirs[j][0], ny = c_hull_dirs[j][1], nz = c_hull_dirs[j][2];
-    const float a = nx * of[0] + ny * of[1] + nz * of[2], b = nx * qf[0] + ny * qf[1] + nz * qf[2];
-    const float lo = md.hlo[j] - a, hi = md.hhi[j] - a;
-    /* approximate reciprocal (one MUFU, no slow path): the margin covers its error; b = 0 is a
-     * slab the ray runs along (its reciprocal, inf or nan, is then not used) */
-    float ib;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(ib) : "f"(b));
-    const float t0 = lo * ib, t1 = hi * ib;
-    const bool along = b == 0.f;
-    miss |= along && (lo > 0.f || hi < 0.f);
-    c0 = along ? c0 : fmaxf(c0, fminf(t0, t1));
-    c1 = along ? c1 : fminf(c1, fmaxf(t0, t1));
-  }
-  *h0 = c0;
-  *h1 = c1;
-  return !miss && c1 > c0;
+  return xt_hull_clip_f32(of, qf, md.hlo, md.hhi, h0, h1, 0);
 }
 
 /* Clips and prepares the cell-space ray o + s q (s in [0, len]); 0 when nothing is to be marched.
@@ -765,14 +734,12 @@ static int voxel_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   return 0;
 }
 
-/* The content hull of a volume (see dev_model): the background is voxel (0,0,0)'s value when the
- * eight corner voxels share it (else no hull). For each row (y, z) only its first and last
- * non-background voxels matter: n.x over a row is extreme at one of its ends. Voxel (x, y, z)
- * fills [x, x+1) x [y, y+1) x [z, z+1) in cell space, so its cube adds min(n, 0) / max(n, 0) per
- * axis to n.(x, y, z). One pass over the voxels at add_model. */
+/* The content hull of a volume (see dev_model, xt_hull.h): the background is voxel (0,0,0)'s value
+ * when the eight corner voxels share it (else no hull). For each row (y, z) only its first and last
+ * non-background voxels matter: n.x over a row is extreme at one of its ends, so the row's cells
+ * between them are added as one. One pass over the voxels at add_model. */
 static void build_hull(const xt_volume *v, int labels, dev_model *d) {
   const int nx = v->dim[0], ny = v->dim[1], nz = v->dim[2];
-  const int dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
   const unsigned char *u8 = (const unsigned char *)v->data;
   const uint32_t *u32 = (const uint32_t *)v->data;
 #define XT_VAL(i) (labels ? (uint32_t)u8[i] : u32[i])
@@ -788,12 +755,8 @@ static void build_hull(const xt_volume *v, int labels, dev_model *d) {
   d->hull = 0;
   for (int c = 1; c < 8; c++)
     if (XT_VAL(corner[c]) != bg) return;
-  double lo[XT_HULL_DIRS], hi[XT_HULL_DIRS];
-  for (int j = 0; j < XT_HULL_DIRS; j++) {
-    lo[j] = INFINITY;
-    hi[j] = -INFINITY;
-  }
-  int any = 0;
+  xt_hull_acc h;
+  xt_hull_begin(&h);
   for (int z = 0; z < nz; z++)
     for (int y = 0; y < ny; y++) {
       const size_t row = (size_t)nx * (y + (size_t)ny * z);
@@ -801,33 +764,12 @@ static void build_hull(const xt_volume *v, int labels, dev_model *d) {
       while (x0 < nx && XT_VAL(row + x0) == bg) x0++;
       if (x0 == nx) continue;
       while (XT_VAL(row + x1) == bg) x1--;
-      any = 1;
-      for (int j = 0; j < XT_HULL_DIRS; j++) {
-        const double yz = (double)dirs[j][1] * y + (double)dirs[j][2] * z;
-        const double a = dirs[j][0] * (double)x0 + yz, b = dirs[j][0] * (double)x1 + yz;
-        lo[j] = fmin(lo[j], fmin(a, b));
-        hi[j] = fmax(hi[j], fmax(a, b));
-      }
+      xt_hull_add_cells(&h, x0, x1, y, y, z, z);
     }
 #undef XT_VAL
   if (labels) d->mu_bg_label = (int)bg;
   else memcpy(&d->mu_bg, &bg, sizeof d->mu_bg);
-  if (!any) {
-    d->hull = 2;
-    return;
-  }
-  for (int j = 0; j < XT_HULL_DIRS; j++) {
-    double cmin = 0, cmax = 0;
-    for (int a = 0; a < 3; a++) {
-      if (dirs[j][a] < 0) cmin += dirs[j][a];
-      else cmax += dirs[j][a];
-    }
-    /* widened by the margin here, once, rather than per ray */
-    const double margin = XT_HULL_MARGIN * (fabs((double)dirs[j][0]) + fabs((double)dirs[j][1]) + fabs((double)dirs[j][2]));
-    d->hlo[j] = (float)(lo[j] + cmin - margin);
-    d->hhi[j] = (float)(hi[j] + cmax + margin);
-  }
-  d->hull = 1;
+  d->hull = xt_hull_end(&h, d->hlo, d->hhi) ? 1 : 2;
 }
 
 /* The linear copy, with a guard band of one slice + one voxel on each side (see march()). */

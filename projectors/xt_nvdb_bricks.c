@@ -37,12 +37,43 @@ static int32_t palette_entry(xt_nvdb_bricks_host *h, float v, size_t *cap, int *
   return -1 - (int32_t)h->npalette++;
 }
 
+/* The cells of block (cx, cy, cz) (table coordinates) that are content - every domain voxel whose
+ * mu differs from bg, bit for bit: a brick's rows from their first to their last such voxel, a
+ * constant block (brick < 0) whole - added to the hull in the domain's cell space. */
+static void hull_add_block(const xt_nvdb_bricks_host *h, const int c[3], int32_t brick, float bg, xt_hull_acc *acc) {
+  const xt_nvdb_bricks *b = &h->b;
+  int o[3], l[3], u[3]; /* the block's first cell, and its domain cells [l, u] from there */
+  for (int a = 0; a < 3; a++) {
+    o[a] = 8 * (c[a] + b->c0[a]) - b->lo[a];
+    l[a] = o[a] < 0 ? -o[a] : 0;
+    u[a] = o[a] + 7 > b->n[a] - 1 ? b->n[a] - 1 - o[a] : 7;
+  }
+  if (brick < 0) {
+    xt_hull_add_cells(acc, o[0] + l[0], o[0] + u[0], o[1] + l[1], o[1] + u[1], o[2] + l[2], o[2] + u[2]);
+    return;
+  }
+  const float *br = h->pool + (size_t)brick * 512;
+  for (int z = l[2]; z <= u[2]; z++)
+    for (int y = l[1]; y <= u[1]; y++) {
+      const float *row = br + 8 * y + 64 * z;
+      int x0 = l[0], x1 = u[0];
+      while (x0 <= u[0] && memcmp(&row[x0], &bg, sizeof bg) == 0) x0++;
+      if (x0 > u[0]) continue;
+      while (memcmp(&row[x1], &bg, sizeof bg) == 0) x1--;
+      xt_hull_add_cells(acc, o[0] + x0, o[0] + x1, o[1] + y, o[1] + y, o[2] + z, o[2] + z);
+    }
+}
+
 /* The content box: the blocks that are bricks or constant at another value than the background's
- * mu, widened by one cell (background: exact either way) and clipped to the domain. */
-static void content_box(const xt_nvdb *g, xt_nvdb_bricks_host *h) {
+ * mu, widened by one cell (background: exact either way) and clipped to the domain; and in the
+ * same pass the content hull (bricks7, xt_hull.h): the 26-DOP of their content voxels, as the
+ * dense kind's hull of its rows. */
+static void content_bounds(const xt_nvdb *g, xt_nvdb_bricks_host *h) {
   xt_nvdb_bricks *b = &h->b;
   const float bg = mu_of(g, g->background);
   int lo[3] = {INT32_MAX, INT32_MAX, INT32_MAX}, hi[3] = {-1, -1, -1};
+  xt_hull_acc acc;
+  xt_hull_begin(&acc);
   size_t e = 0;
   for (int cz = 0; cz < b->nc[2]; cz++)
     for (int cy = 0; cy < b->nc[1]; cy++)
@@ -54,9 +85,11 @@ static void content_box(const xt_nvdb *g, xt_nvdb_bricks_host *h) {
           lo[a] = c[a] < lo[a] ? c[a] : lo[a];
           hi[a] = c[a] > hi[a] ? c[a] : hi[a];
         }
+        hull_add_block(h, c, t, bg, &acc);
       }
   b->bgmu = bg;
   b->content = hi[0] >= 0;
+  b->hull = xt_hull_end(&acc, b->hlo, b->hhi);
   for (int a = 0; a < 3; a++) {
     if (!b->content) {
       b->clo[a] = b->chi[a] = 0;
@@ -153,7 +186,7 @@ int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *h, xt_msg *msg) 
             }
         h->table[e] = (int32_t)h->nbricks++;
       }
-  content_box(g, h);
+  content_bounds(g, h);
   if (!region_levels(h)) goto oom;
   if (!h->palette) { /* never NULL (the device copies one entry at least): an unused 0 */
     if (!(h->palette = malloc(sizeof *h->palette))) goto oom;

@@ -17,7 +17,7 @@
  * the CUDA kernel runs it (the kernel calls the same function), and in double, whose result
  * equals the exact CPU reference (proj_cpu_nvdb.c) to 1e-12 relative (test_nvdb bricks_*). The
  * material channels are not marched here (they keep the tree kernel). The same march in other loop
- * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks5, to be measured against it) is in
+ * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks7, to be measured against it) is in
  * xt_nvdb_bricks_flat.inc, compiled and tested the same way.
  *
  * Bytes: table 4 per 512 voxels of the domain (and the level array 1), pool 2,048 per leaf (a
@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xt_hull.h"
 #include "xt_nvdb.h"
 #include "xt_raycast.h"
 #include "xt_vec.h"
@@ -46,6 +47,10 @@ typedef struct xt_nvdb_bricks {
    * the domain allows) outside which every block is constant at bgmu; content 0: none at all. */
   int clo[3], chi[3], content;
   float bgmu;
+  /* The content hull (bricks7, xt_hull.h): the 26-DOP, in the domain's cell space, around every
+   * domain voxel whose mu differs from bgmu (bit for bit); hull 0: no such voxel (all bgmu). */
+  int hull;
+  float hlo[XT_HULL_DIRS], hhi[XT_HULL_DIRS];
 } xt_nvdb_bricks;
 
 /* The host's copy: the arrays the pointers above point at, owned. */
@@ -97,10 +102,14 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : 
  * xt_nvdb_bricks2_ray_* and xt_nvdb_bricks3_ray_* (mode 0: bricks3, XT_BR_NEST: bricks4): the same
  * march in other loop shapes (xt_nvdb_bricks_flat.inc), the same cells, blocks and segments; mode
  * XT_BR_NEST | XT_BR_CLIP (bricks5) also clips the ray to the content box first (fewer blocks), and
- * with XT_BR_REGION (bricks6) crosses whole regions of one value. */
+ * with XT_BR_REGION (bricks6) crosses whole regions of one value; XT_BR_HULL with XT_BR_CLIP
+ * (bricks7) clips to the content hull instead of the box and indexes the table in 32 bits.
+ * xt_nvdb_bricks3_ray_*'s qinv: NULL, or 1.0 / q[a] per axis with q[a] != 0 as xt_clip_box_inv_f64
+ * computed it for [s0, s1] (the set-up then divides no more: bricks7). */
 #define XT_BR_NEST 1
 #define XT_BR_CLIP 2
 #define XT_BR_REGION 4 /* bricks6: whole regions of one value (xt_nvdb_bricks.level) in one step */
+#define XT_BR_HULL 8   /* bricks7, with XT_BR_CLIP: the content hull (xt_nvdb_bricks.hlo, hhi), not the box */
 #define XT_BR_T float
 #define XT_BR_FMA fmaf
 #define XT_BR_MIN fminf

@@ -38,9 +38,11 @@ static inline int xt_world_to_cell(const xt_model *m, const xt_pose *pose, xt_af
  * else the entry and exit parameters, and the axis whose face the ray enters through (*ain; -1:
  * it starts inside, s0 = 0) and leaves through (*aout; -1: it ends inside, s1 = smax), which the
  * voxel walk of the adjoint needs (xt_voxel_walk.h). Axes with q = 0 need o inside [0, n)
- * (half-open). */
-static XT_INLINE XT_HOSTDEV int xt_clip_box_axes_f64(const double o[3], const double q[3], const int n[3], double smax,
-                                                     double *s0, double *s1, int *ain, int *aout) {
+ * (half-open). inv_out (NULL: not wanted): 1.0 / q[a] of each axis with q[a] != 0 (the others
+ * untouched), the value a set-up after the clip would compute again (FP64 divisions, per ray). */
+static XT_INLINE XT_HOSTDEV int xt_clip_box_inv_axes_f64(const double o[3], const double q[3], const int n[3],
+                                                         double smax, double *s0, double *s1, int *ain, int *aout,
+                                                         double *inv_out) {
   double lo = 0.0, hi = smax;
   int alo = -1, ahi = -1;
   for (int a = 0; a < 3; a++) {
@@ -49,6 +51,7 @@ static XT_INLINE XT_HOSTDEV int xt_clip_box_axes_f64(const double o[3], const do
       continue;
     }
     double inv = 1.0 / q[a];
+    if (inv_out) inv_out[a] = inv;
     double t0 = (0.0 - o[a]) * inv, t1 = ((double)n[a] - o[a]) * inv;
     if (t0 > t1) {
       double t = t0;
@@ -72,11 +75,23 @@ static XT_INLINE XT_HOSTDEV int xt_clip_box_axes_f64(const double o[3], const do
   return 1;
 }
 
+static XT_INLINE XT_HOSTDEV int xt_clip_box_axes_f64(const double o[3], const double q[3], const int n[3], double smax,
+                                                     double *s0, double *s1, int *ain, int *aout) {
+  return xt_clip_box_inv_axes_f64(o, q, n, smax, s0, s1, ain, aout, NULL);
+}
+
 /* The same clip where the axes are not needed (the projectors). */
 static XT_INLINE XT_HOSTDEV int xt_clip_box_f64(const double o[3], const double q[3], const int n[3], double smax,
                                                 double *s0, double *s1) {
   int ain, aout;
   return xt_clip_box_axes_f64(o, q, n, smax, s0, s1, &ain, &aout);
+}
+
+/* The same, with inv_out (xt_clip_box_inv_axes_f64). */
+static XT_INLINE XT_HOSTDEV int xt_clip_box_inv_f64(const double o[3], const double q[3], const int n[3], double smax,
+                                                    double *s0, double *s1, double inv_out[3]) {
+  int ain, aout;
+  return xt_clip_box_inv_axes_f64(o, q, n, smax, s0, s1, &ain, &aout, inv_out);
 }
 
 #endif /* XT_RAYCAST_H */

@@ -809,13 +809,142 @@ XT_TEST(mixed_scene_channels_reproduce_mono) {
 
 /* ---- the brick traversal (projectors/xt_nvdb_bricks.h, issue 29) ------------------------------ */
 
+/* The largest |mu| of a brick pool: one cell of it is the floor of the scale the double marches are
+ * compared on (a ray that only grazes content, at a tie of planes or a hull's corner, integrates to
+ * nearly 0, where both walks keep the rounding of s ~ 100 cells: ~1e-15 absolute). */
+static double pool_mu_max(const xt_nvdb_bricks_host *h) {
+  double m = 0;
+  for (size_t i = 0; i < h->nbricks * 512; i++) m = fmax(m, fabs((double)h->pool[i]));
+  for (size_t i = 0; i < h->npalette; i++) m = fmax(m, fabs((double)h->palette[i]));
+  return m;
+}
+
+/* bricks7's content hull (xt_hull.h) on grid nm: each slab must hold every domain voxel whose mu
+ * differs from the background (found here voxel by voxel) and be tight (within twice the margin).
+ * Rays lying in planes of each slab's direction (n.p constant), through the voxel that is extreme
+ * along n: `depth` cells (of n.p) inside the extreme (grazing: they cross that voxel's corner or edge)
+ * and outside it (inside the margin, then beyond it: missing the hull), integrate to the exact
+ * reference's walk to 1e-12 relative (double march, on pool_mu_max's scale) and within float
+ * rounding (the kernel's float march); the rays beyond the margin take no step at all (the clip did skip them), and the grazing
+ * ones meet content (they test something). */
+static void bricks_hull_check(const xt_model *nm, const char *what) {
+  const xt_nvdb *g = xt_model_nvdb(nm);
+  xt_nvdb_bricks_host h;
+  xt_msg msg = {{0}};
+  XT_REQUIRE_MSG_(xt_nvdb_bricks_build(g, &h, &msg) == 0, msg);
+  static const int dirs[XT_HULL_DIRS][3] = XT_HULL_DIR_LIST;
+  const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
+  double lo[XT_HULL_DIRS], hi[XT_HULL_DIRS];
+  int vlo[XT_HULL_DIRS][3], vhi[XT_HULL_DIRS][3];
+  for (int j = 0; j < XT_HULL_DIRS; j++) {
+    lo[j] = INFINITY;
+    hi[j] = -INFINITY;
+  }
+  size_t content = 0;
+  for (int k = 0; k < n[2]; k++)
+    for (int jy = 0; jy < n[1]; jy++)
+      for (int i = 0; i < n[0]; i++) {
+        const float v = (float)xt_nvdb_mu(g, i + g->lo[0], jy + g->lo[1], k + g->lo[2]);
+        if (memcmp(&v, &h.b.bgmu, sizeof v) == 0) continue;
+        content++;
+        const int c[3] = {i, jy, k};
+        for (int j = 0; j < XT_HULL_DIRS; j++) { /* n.p over the voxel's cube [c, c + 1) */
+          double a = 0, b = 0;
+          for (int x = 0; x < 3; x++) {
+            a += dirs[j][x] * (c[x] + (dirs[j][x] < 0));
+            b += dirs[j][x] * (c[x] + (dirs[j][x] > 0));
+          }
+          if (a < lo[j]) {
+            lo[j] = a;
+            memcpy(vlo[j], c, sizeof c);
+          }
+          if (b > hi[j]) {
+            hi[j] = b;
+            memcpy(vhi[j], c, sizeof c);
+          }
+        }
+      }
+  XT_CHECK_MSG(h.b.hull == (content > 0), "%s: hull %d with %zu content voxels", what, h.b.hull, content);
+  if (!content) {
+    xt_nvdb_bricks_free(&h);
+    return;
+  }
+  for (int j = 0; j < XT_HULL_DIRS; j++) {
+    const double m2 = 2 * XT_HULL_MARGIN * (abs(dirs[j][0]) + abs(dirs[j][1]) + abs(dirs[j][2]));
+    XT_CHECK_MSG(h.b.hlo[j] <= lo[j] && h.b.hlo[j] >= lo[j] - m2 && h.b.hhi[j] >= hi[j] && h.b.hhi[j] <= hi[j] + m2,
+                 "%s: slab %d [%.4f, %.4f] for content over [%g, %g]", what, j, h.b.hlo[j], h.b.hhi[j], lo[j], hi[j]);
+  }
+  const int mode = XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION | XT_BR_HULL;
+  const double mu1 = pool_mu_max(&h);
+  /* n.p offsets from the extreme, outwards: grazing inside, inside the margin, beyond it */
+  static const double depth[4] = {-0.3, -0.02, 0.02, 1.0};
+  const double big = 2.0 * (n[0] + n[1] + n[2]);
+  double worst64 = 0, worst32 = 0, mx = 0;
+  int rays = 0, met = 0, missed = 0, stepped = 0;
+  for (int j = 0; j < XT_HULL_DIRS; j++)
+    for (int side = 0; side < 2; side++) /* 0: the lo face (direction -n), 1: the hi face */
+      for (int d = 0; d < 4; d++)
+        for (int r = 0; r < 3; r++) {
+          double nn[3], n2 = 0, p[3], q[3], o[3], ql = 0;
+          const int *c = side ? vhi[j] : vlo[j];
+          for (int x = 0; x < 3; x++) {
+            nn[x] = side ? dirs[j][x] : -dirs[j][x];
+            n2 += nn[x] * nn[x];
+          }
+          for (int x = 0; x < 3; x++) { /* the extreme corner (a face centre where n_x = 0), moved along n */
+            p[x] = c[x] + (nn[x] > 0 ? 1.0 : (nn[x] < 0 ? 0.0 : 0.5)) + depth[d] * nn[x] / n2;
+            q[x] = tn_urand(-1, 1);
+          }
+          const double qn = (q[0] * nn[0] + q[1] * nn[1] + q[2] * nn[2]) / n2;
+          for (int x = 0; x < 3; x++) {
+            q[x] -= qn * nn[x]; /* in the plane: n.q = 0 */
+            ql += q[x] * q[x];
+          }
+          ql = sqrt(ql);
+          if (ql < 1e-3) continue;
+          for (int x = 0; x < 3; x++) {
+            q[x] /= ql;
+            o[x] = p[x] - big * q[x];
+          }
+          double s0, s1, inv[3] = {0, 0, 0};
+          if (!xt_clip_box_inv_f64(o, q, n, 2 * big, &s0, &s1, inv)) continue;
+          rays++;
+          double ref = 0;
+          xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
+          int st64 = 0, st32 = 0;
+          const double b64 = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64, inv, mode);
+          const double b32 = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32, inv, mode);
+          const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
+          if (sc > 0) worst64 = fmax(worst64, fabs(ref - b64) / sc);
+          worst32 = fmax(worst32, fabs(ref - b32));
+          mx = fmax(mx, fabs(ref));
+          const double bgint = (double)h.b.bgmu * (s1 - s0);
+          if (d == 0) met += fabs(ref - bgint) > 1e-9 * fmax(1.0, fabs(ref));
+          if (d == 3) {
+            missed++;
+            stepped += st64 != 0 || st32 != 0;
+          }
+        }
+  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7 grazing rays, double march vs the reference: max relative %.3g", what,
+               worst64);
+  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7 grazing rays, float march: max %.3g (largest %.3g)", what,
+               worst32, mx);
+  XT_CHECK_MSG(stepped == 0 && missed > 0, "%s: %d of %d rays outside the hull stepped into the grid", what, stepped,
+               missed);
+  XT_CHECK_MSG(met > rays / 8, "%s: %d grazing rays of %d met content", what, met, rays);
+  xt_nvdb_bricks_free(&h);
+}
+
 /* One grid: its brick pool holds every domain voxel as xt_nvdb_mu reads it; rays through it (random,
  * axis-parallel, in voxel planes) integrate, in the double march, to the exact reference's walk to
- * 1e-12 relative, and in the float march (the CUDA kernel's own code) within float rounding:
+ * 1e-12 relative (of the integral, or of one cell of the largest mu: pool_mu_max), and in the float
+ * march (the CUDA kernel's own code) within float rounding:
  * relative L2 < 1e-5 and max |diff| <= 1e-4 of the largest integral, the GPU tests' bound. The same
- * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2, bricks3, bricks4), which must also
- * take the first march's number of steps on every ray. */
+ * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2 .. bricks7), of which bricks2 ..
+ * bricks4 must also take the first march's number of steps on every ray; and bricks7's content hull
+ * (bricks_hull_check). */
 static void bricks_check(const xt_model *nm, int rays, const char *what) {
+  bricks_hull_check(nm, what);
   const xt_nvdb *g = xt_model_nvdb(nm);
   xt_nvdb_bricks_host h;
   xt_msg msg = {{0}};
@@ -838,7 +967,8 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(bad == 0, "%s: %zu voxels of the brick pool differ from the grid", what, bad);
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
-  enum { NV = 6 }; /* bricks, bricks2 .. bricks6 */
+  const double mu1 = pool_mu_max(&h);
+  enum { NV = 7 }; /* bricks, bricks2 .. bricks7 */
   double worst64v[NV] = {0}, worst32v[NV] = {0}, sev[NV] = {0};
   int badsteps[NV] = {0};
   int hit = 0;
@@ -875,22 +1005,26 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     hit++;
     double ref = 0;
     xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-    /* the first march and its other loop shapes (bricks2 .. bricks6): every one to the reference,
-     * each but bricks5 and bricks6 (which start at the content box, in a block of their own, and
-     * bricks6 crosses whole regions) in the same number of steps as the first */
+    /* the first march and its other loop shapes (bricks2 .. bricks7): every one to the reference,
+     * each but bricks5 .. bricks7 (which start at the content box or hull, in a block of their own,
+     * and bricks6 and bricks7 cross whole regions) in the same number of steps as the first */
     int st64[NV] = {0}, st32[NV] = {0};
     double b64[NV], b32[NV];
     b64[0] = xt_nvdb_bricks_ray_f64(&h.b, o, q, s0, s1, &st64[0]);
     b32[0] = (double)xt_nvdb_bricks_ray_f32(&h.b, o, q, s0, s1, &st32[0]);
     b64[1] = xt_nvdb_bricks2_ray_f64(&h.b, o, q, s0, s1, &st64[1]);
     b32[1] = (double)xt_nvdb_bricks2_ray_f32(&h.b, o, q, s0, s1, &st32[1]);
-    static const int mode[4] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP, XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION};
-    for (int m = 0; m < 4; m++) {
-      b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], mode[m]);
-      b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], mode[m]);
+    static const int mode[5] = {0, XT_BR_NEST, XT_BR_NEST | XT_BR_CLIP, XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION,
+                                XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION | XT_BR_HULL};
+    double inv[3] = {0, 0, 0}, c0, c1; /* bricks7: the set-up takes 1 / q from the domain's clip, as the kernel */
+    XT_REQUIRE(xt_clip_box_inv_f64(o, q, n, len, &c0, &c1, inv) && c0 == s0 && c1 == s1);
+    for (int m = 0; m < 5; m++) {
+      const double *iv = mode[m] & XT_BR_HULL ? inv : NULL;
+      b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], iv, mode[m]);
+      b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], iv, mode[m]);
     }
     for (int v = 0; v < NV; v++) {
-      const double sc = fmax(fabs(ref), fabs(b64[v]));
+      const double sc = fmax(fmax(fabs(ref), fabs(b64[v])), mu1);
       if (sc > 0) worst64v[v] = fmax(worst64v[v], fabs(ref - b64[v]) / sc);
       worst32v[v] = fmax(worst32v[v], fabs(ref - b32[v]));
       sev[v] += (ref - b32[v]) * (ref - b32[v]);
@@ -971,8 +1105,28 @@ XT_TEST(bricks_equal_reference_long) {
   tn_long_axis = -1;
 }
 
+XT_TEST(bricks7_hull_grazing) {
+  srand(2903);
+  for (int t = 0; t < 8; t++) {
+    const int labels = t >= 5;
+    const double bg = t % 2 ? 0.0 : 0.002;
+    xt_model *vm = tn_inner_model(labels, bg, t % 3 == 2);
+    XT_REQUIRE(vm);
+    xt_msg msg = {{0}};
+    const int quant = labels ? XT_NVDB_Q_INT16 : (t < 2 ? XT_NVDB_Q_FLOAT : XT_NVDB_Q_INDEX);
+    xt_model *nm = tn_nvdb_of(vm, quant, labels ? 0.0 : bg, 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    char what[48];
+    snprintf(what, sizeof what, "hull trial %d (%s %s)", t, labels ? "labels" : "mu", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type));
+    bricks_check(nm, 300, what); /* the hull's grazing rays, and random rays through every march */
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
 XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_index) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(mixed_scene_is_the_sum) XT_ENTRY(quantised_error)
                      XT_ENTRY(file_roundtrip_and_grid_names) XT_ENTRY(bad_files) XT_ENTRY(bad_index_grids) XT_ENTRY(independent_writer)
                          XT_ENTRY(channels_equal_the_source_volume) XT_ENTRY(mixed_scene_channels_reproduce_mono)
-                             XT_ENTRY(bricks_equal_reference) XT_ENTRY(bricks_equal_reference_long))
+                             XT_ENTRY(bricks_equal_reference) XT_ENTRY(bricks_equal_reference_long)
+                                 XT_ENTRY(bricks7_hull_grazing))

@@ -6,7 +6,9 @@
  * and the root's background; the head phantom at the benchmark's angles; scenes mixing dense,
  * label and NanoVDB models, and with a Gaussian mixture too (the pipeline's three kinds adding into
  * one frame; test_nvdb's mixed_scene_is_the_sum holds the CPU reference of such scenes equal to the
- * sum of its models rendered alone); the batch entry point.
+ * sum of its models rendered alone); the batch entry point; grids whose content sits well inside
+ * their box (the brick march's content hull, bricks7); the traversal names. Every test runs under
+ * the traversal XT_NVDB_TRAVERSAL names (tree by default; bricks .. bricks7).
  * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
  * and max |gpu - ref| <= 1e-4 of the frame's max.
  *
@@ -86,6 +88,21 @@ static int ref_sees(const xt_model *m, const xt_geometry *g) {
   return hit;
 }
 
+/* One grid alone on a random detector and pose (check_scene), named "<kind> <grid type> trial t". */
+static void check_random_view(xt_model *nm, const char *kind, int t) {
+  xt_detector_mode mode = tmode(64 + rand() % 96, 48 + rand() % 96, tn_urand(0.6, 2.5));
+  xt_geometry g;
+  /* A random pose can leave a long grid's content outside a small field (the comparison fails on
+   * an empty frame, rightly): redraw until the reference sees some of it. */
+  int tries = 0;
+  do XT_REQUIRE(rgeom(&mode, &g) == 0);
+  while (!ref_sees(nm, &g) && ++tries < 50);
+  XT_REQUIRE(tries < 50);
+  char what[96];
+  snprintf(what, sizeof what, "%s %s trial %d", kind, xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), t);
+  XT_CHECK_MSG(check_scene(what, &nm, 1, &g) == 0, "%s", what);
+}
+
 static void random_trials(int labels, int quant, int trials, int lo, int hi) {
   for (int t = 0; t < trials; t++) {
     const double bg = labels ? 0.0 : (t % 2 ? 0.0 : 0.002);
@@ -98,17 +115,7 @@ static void random_trials(int labels, int quant, int trials, int lo, int hi) {
       xt_model_free(vm);
       return;
     }
-    xt_detector_mode mode = tmode(64 + rand() % 96, 48 + rand() % 96, tn_urand(0.6, 2.5));
-    xt_geometry g;
-    /* A random pose can leave a long grid's content outside a small field (the comparison fails on
-     * an empty frame, rightly): redraw until the reference sees some of it. */
-    int tries = 0;
-    do XT_REQUIRE(rgeom(&mode, &g) == 0);
-    while (!ref_sees(nm, &g) && ++tries < 50);
-    XT_REQUIRE(tries < 50);
-    char what[96];
-    snprintf(what, sizeof what, "%s %s trial %d", labels ? "labels" : "mu", xt_nvdb_type_name(xt_model_nvdb(nm)->grid_type), t);
-    XT_CHECK_MSG(check_scene(what, &nm, 1, &g) == 0, "%s", what);
+    check_random_view(nm, labels ? "labels" : "mu", t);
     xt_model_free(nm);
     xt_model_free(vm);
   }
@@ -246,6 +253,53 @@ XT_TEST(mixed_scene_with_gmm) {
   }
 }
 
+/* Grids whose content sits well inside their box (tn_inner_model: under XT_NVDB_TRAVERSAL=bricks7
+ * most rays clip to the content hull, many miss it or graze it, and the background around the
+ * content is integrated by length), and with a tile in a corner: mu with and without a background
+ * mu, labels, Float and the index form. */
+XT_TEST(content_inside_box) {
+  srand(107);
+  const int trials = quick() ? 2 : 8;
+  for (int t = 0; t < trials; t++) {
+    const int labels = t % 4 == 3;
+    const double bg = t % 2 ? 0.0 : 0.002;
+    xt_model *vm = tn_inner_model(labels, bg, t % 3 == 2);
+    XT_REQUIRE(vm);
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_INT16 : (t % 4 == 1 ? XT_NVDB_Q_INDEX : XT_NVDB_Q_FLOAT),
+                              labels ? 0.0 : bg, 0.0, &msg);
+    XT_REQUIRE_MSG(nm, "%s", msg.text);
+    check_random_view(nm, labels ? "inner labels" : "inner mu", t);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
+/* XT_NVDB_TRAVERSAL: every traversal name is taken at create, an unknown one refused with a
+ * message naming the field and listing the names (bricks7 the last). */
+XT_TEST(traversal_names) {
+  const char *was = getenv("XT_NVDB_TRAVERSAL");
+  char saved[32] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  static const char *const ok[] = {"tree", "bricks", "bricks2", "bricks3", "bricks4", "bricks5", "bricks6", "bricks7"};
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p = NULL;
+  xt_msg msg = {{0}};
+  for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
+    setenv("XT_NVDB_TRAVERSAL", ok[k], 1);
+    const int rc = xt_proj_create(&po, &p, &msg);
+    XT_CHECK_MSG(rc == 0, "XT_NVDB_TRAVERSAL=%s: %s", ok[k], msg.text);
+    if (!rc) xt_proj_destroy(p);
+  }
+  setenv("XT_NVDB_TRAVERSAL", "bricks8", 1);
+  const int rc = xt_proj_create(&po, &p, &msg);
+  XT_CHECK_MSG(rc == XT_EINVAL && strstr(msg.text, "XT_NVDB_TRAVERSAL=bricks8") && strstr(msg.text, "bricks7"),
+               "bricks8: rc %d, %s", rc, msg.text);
+  if (!rc) xt_proj_destroy(p);
+  if (was) setenv("XT_NVDB_TRAVERSAL", saved, 1);
+  else unsetenv("XT_NVDB_TRAVERSAL");
+}
+
 /* The batch pipeline renders NanoVDB frames like single renders. */
 XT_TEST(batch_matches_single) {
   srand(106);
@@ -285,4 +339,5 @@ XT_TEST(batch_matches_single) {
 
 XT_TEST_MAIN_CUDA(XT_ENTRY(random_float) XT_ENTRY(random_index) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
                  XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(mixed_scene_with_gmm)
-                     XT_ENTRY(batch_matches_single))
+                     XT_ENTRY(batch_matches_single) XT_ENTRY(content_inside_box)
+                         XT_ENTRY(traversal_names))

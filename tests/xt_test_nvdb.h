@@ -15,6 +15,15 @@
 
 static double tn_urand(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
 
+/* A random rotation and a shift of up to 20 mm. */
+static void tn_random_placement(xt_model *m) {
+  xt_affine rz = xt_aff_rot(2, tn_urand(-XT_PI, XT_PI)), ry = xt_aff_rot(1, tn_urand(-XT_PI, XT_PI)),
+            rx = xt_aff_rot(0, tn_urand(-XT_PI, XT_PI));
+  xt_affine r1 = xt_aff_compose(&ry, &rz);
+  m->placement = xt_aff_compose(&rx, &r1);
+  for (int a = 0; a < 3; a++) m->placement.t[a] = tn_urand(-20, 20);
+}
+
 /* dims lo..hi per axis, anisotropic spacing, a rotated and shifted placement; `bg` fills the
  * volume (mu, or label 0 whose mu is bg), 3..8 balls of other values (some touching the faces). */
 static int tn_long_axis = -1; /* >= 0: that axis gets 260..420 voxels (upper-node and root regions) */
@@ -69,13 +78,63 @@ static xt_model *tn_sparse_model(int labels, int lo, int hi, double bg) {
   }
   xt_model *m;
   if (xt_model_from_volume(v, labels ? "sparse-labels" : "sparse-dense", &m, NULL)) return NULL;
-  xt_affine rz = xt_aff_rot(2, tn_urand(-XT_PI, XT_PI)), ry = xt_aff_rot(1, tn_urand(-XT_PI, XT_PI)),
-            rx = xt_aff_rot(0, tn_urand(-XT_PI, XT_PI));
-  xt_affine r1 = xt_aff_compose(&ry, &rz);
-  m->placement = xt_aff_compose(&rx, &r1);
-  for (int a = 0; a < 3; a++) m->placement.t[a] = tn_urand(-20, 20);
+  tn_random_placement(m);
   return m;
 }
+
+/* A volume with its content well inside the box (two balls and a lone voxel), so that a content
+ * hull (bricks7) clips every side, and with `tile` a constant block in a corner (the hull must take
+ * the grid's tiles too): mu (bg 0 or not) or labels (label 0's mu bg); a random placement. */
+static inline xt_model *tn_inner_model(int labels, double bg, int tile) {
+  const int n[3] = {30 + rand() % 20, 30 + rand() % 20, 30 + rand() % 20};
+  const double sp[3] = {0.8, 1.1, 0.9};
+  xt_volume *v;
+  if (xt_volume_create(n[0], n[1], n[2], sp, labels ? XT_VOXEL_U8 : XT_VOXEL_F32, &v, NULL)) return NULL;
+  if (labels) {
+    if (!(v->materials = calloc(1, sizeof *v->materials))) return NULL;
+    v->materials->count = 3;
+    v->materials->energy_kev = 60;
+    v->materials->mu[0] = (float)bg;
+    v->materials->mu[1] = 0.02f;
+    v->materials->mu[2] = 0.15f;
+    snprintf(v->materials->name[1], XT_MATERIAL_NAME_MAX, "m1");
+    snprintf(v->materials->name[2], XT_MATERIAL_NAME_MAX, "m2");
+  }
+  float *f = labels ? NULL : (float *)v->data;
+  uint8_t *u = labels ? (uint8_t *)v->data : NULL;
+  const size_t nv = xt_volume_voxels(v);
+  for (size_t i = 0; i < nv; i++) {
+    if (f) f[i] = (float)bg;
+    else u[i] = 0;
+  }
+  for (int b = 0; b < 3; b++) {
+    double c[3];
+    const double r = b < 2 ? tn_urand(3, 7) : 0.4; /* the third: one voxel */
+    for (int a = 0; a < 3; a++) c[a] = b < 2 ? tn_urand(9, n[a] - 9) : (double)(4 + rand() % (n[a] - 8));
+    for (int z = 0; z < n[2]; z++)
+      for (int y = 0; y < n[1]; y++)
+        for (int x = 0; x < n[0]; x++) {
+          const double dx = x - c[0], dy = y - c[1], dz = z - c[2];
+          if (dx * dx + dy * dy + dz * dz > r * r) continue;
+          const size_t i = (size_t)x + (size_t)n[0] * ((size_t)y + (size_t)n[1] * (size_t)z);
+          if (u) u[i] = (uint8_t)(1 + b % 2);
+          else f[i] = (float)tn_urand(0.01, 0.1);
+        }
+  }
+  if (tile) /* the first 8^3 block, one value: a tile of the grid, extreme along -x, -y, -z, -x-y-z */
+    for (int z = 0; z < 8; z++)
+      for (int y = 0; y < 8; y++)
+        for (int x = 0; x < 8; x++) {
+          const size_t i = (size_t)x + (size_t)n[0] * ((size_t)y + (size_t)n[1] * (size_t)z);
+          if (u) u[i] = 2;
+          else f[i] = 0.05f;
+        }
+  xt_model *m;
+  if (xt_model_from_volume(v, labels ? "inner-labels" : "inner-dense", &m, NULL)) return NULL;
+  tn_random_placement(m);
+  return m;
+}
+
 
 /* Gives a label model of tn_sparse_model the default material table (at 60 keV, so that it has
  * material channels), its labels taken modulo the table's 8 entries (label 0 = air). */

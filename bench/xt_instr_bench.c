@@ -6,14 +6,17 @@
  *   device    the chain to raw + processed, frames queued back to back (xt_chain_time_device, 2);
  *   e2e       xt_chain_frame end to end (render, chain, one copy-out into host memory), one at a time;
  *   reshape   e2e with every instrument given a new shape before every frame (xt_proj_set_shape:
- *             the host layout and the upload into the preallocated buffers).
+ *             the host layout and the upload into the preallocated buffers);
+ *   inject    (--catheters: the instruments are 5 F catheters whose lumens are contrast regions)
+ *             e2e with every lumen given a new iodine level before every frame (xt_proj_set_iodine,
+ *             as an injection's exposures do: docs/contrast.md), the shapes kept.
  * The target: ten instruments of 2000 segments add at most 10 % to the e2e frame (issue 26).
  * With --backend cpu the same scenes run on the CPU backend (e2e and reshape only), e.g. at fd20-256.
  * With --count nothing is timed: the splat's work per frame, counted on the host (count_work).
  * XT_INSTR_FUSED=1 in the environment: the instruments fused into the spectral projection (read by
  * the CUDA projector at create); the output says which path each scene's chain frames took.
  * Usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] [--backend cuda|cpu]
- *                          [--count] */
+ *                          [--catheters] [--count] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,12 +60,12 @@ static int poses(const char *mode, xt_geometry *g, int n) {
 }
 
 typedef struct result {
-  double device, e2e, reshape;
+  double device, e2e, reshape, inject;
   int fused; /* the chain's frames took the fused spectral path */
 } result;
 
 static int scene(xt_backend b, const char *mode, xt_model *const *models, int nm, xt_model *const *instr, int ni,
-                 int npts, int frames, result *r, xt_msg *msg) {
+                 int npts, int frames, int inject, result *r, xt_msg *msg) {
   xt_proj *p = NULL;
   xt_acq_renderer rnd;
   xt_geometry g[9];
@@ -106,6 +109,20 @@ static int scene(xt_backend b, const char *mode, xt_model *const *models, int nm
       if (!rc) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(1000 + i), &out, msg);
     }
     r->reshape = (now_s() - t0) * 1e3 / frames;
+  }
+  if (inject && ni > 0 && !rc) {
+    double rho[256] = {0};
+    t0 = now_s();
+    for (int i = 0; i < frames && !rc; i++) {
+      for (int k = 0; k < ni && !rc; k++) {
+        const int l = xt_instr_lumen_id(&xt_model_instr(instr[k])->dev);
+        rho[l] = 0.001 * (1 + (i + k) % 350); /* g/cm^3: 1 to 350 mg/mL, a new level every frame */
+        rc = xt_proj_set_iodine(p, instr[k], rho, msg);
+        rho[l] = 0.0;
+      }
+      if (!rc) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(5000 + i), &out, msg);
+    }
+    r->inject = (now_s() - t0) * 1e3 / frames;
   }
 done:
   free(raw);
@@ -296,7 +313,7 @@ static int count_work(const char *mode, xt_model *const *instr, int ni, int nch)
 }
 
 int main(int argc, char **argv) {
-  int frames = 200, ni = 10, npts = 2000, count = 0;
+  int frames = 200, ni = 10, npts = 2000, count = 0, cath = 0;
   const char *mode = "fd20-1024";
   xt_backend b = XT_BACKEND_CUDA;
   for (int i = 1; i < argc; i++) {
@@ -305,10 +322,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--points") && i + 1 < argc) npts = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
     else if (!strcmp(argv[i], "--count")) count = 1;
+    else if (!strcmp(argv[i], "--catheters")) cath = 1;
     else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !xt_backend_parse(argv[i + 1], &b)) i++;
     else {
       fprintf(stderr, "usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] "
-                      "[--backend cuda|cpu] [--count]\n");
+                      "[--backend cuda|cpu] [--catheters] [--count]\n");
       return 2;
     }
   }
@@ -328,7 +346,8 @@ int main(int argc, char **argv) {
   if (!pts) return 1;
   rc = xt_phantom_thorax_model(1.25, &models[nm++], &msg);
   xt_instr_device gw;
-  if (!rc) rc = xt_instr_guidewire(&gw, "blood", npts, &msg);
+  if (!rc) rc = cath ? xt_instr_catheter(&gw, "blood", npts, &msg) : xt_instr_guidewire(&gw, "blood", npts, &msg);
+  if (!rc && cath) rc = xt_instr_lumen_region(&gw, NULL, &msg);
   for (int k = 0; k < ni && !rc; k++) {
     char name[32];
     snprintf(name, sizeof name, "wire%d", k);
@@ -350,21 +369,27 @@ int main(int argc, char **argv) {
     return rc ? 1 : 0;
   }
   result base, with;
-  if (!rc) rc = scene(b, mode, models, 1, NULL, 0, npts, frames, &base, &msg);
-  if (!rc) rc = scene(b, mode, models, nm, models + 1, ni, npts, frames, &with, &msg);
+  if (!rc) rc = scene(b, mode, models, 1, NULL, 0, npts, frames, 0, &base, &msg);
+  if (!rc) rc = scene(b, mode, models, nm, models + 1, ni, npts, frames, cath, &with, &msg);
   if (rc) {
     fprintf(stderr, "xtwin-instr-bench: %s\n", msg.text);
   } else {
     const int segs = xt_model_instr(models[1])->geom.nseg;
-    printf("xtwin-instr-bench: %s, backend %s, thorax labels; %d instruments of %d segments (%d sub-rays per "
-           "pixel), %d frames\n", mode, xt_backend_name(b), ni, segs, XT_INSTR_AREA_SAMPLES * XT_INSTR_AREA_SAMPLES,
-           frames);
-    printf("  %-34s %10s %10s %10s\n", "ms per frame", "device", "e2e", "reshape");
-    printf("  %-34s %10.3f %10.3f %10s\n", "thorax", base.device, base.e2e, "-");
-    printf("  %-34s %10.3f %10.3f %10.3f\n", "thorax + instruments", with.device, with.e2e, with.reshape);
-    printf("  %-34s %9.1f%% %9.1f%% %9.1f%%   (target: e2e <= 10 %%)\n", "added", 
+    printf("xtwin-instr-bench: %s, backend %s, thorax labels; %d %s of %d segments (%d sub-rays per "
+           "pixel), %d frames\n", mode, xt_backend_name(b), ni, cath ? "catheters (lumen regions)" : "instruments",
+           segs, XT_INSTR_AREA_SAMPLES * XT_INSTR_AREA_SAMPLES, frames);
+    printf("  %-34s %10s %10s %10s %10s\n", "ms per frame", "device", "e2e", "reshape", "inject");
+    printf("  %-34s %10.3f %10.3f %10s %10s\n", "thorax", base.device, base.e2e, "-", "-");
+    if (cath)
+      printf("  %-34s %10.3f %10.3f %10.3f %10.3f\n", "thorax + instruments", with.device, with.e2e, with.reshape,
+             with.inject);
+    else
+      printf("  %-34s %10.3f %10.3f %10.3f %10s\n", "thorax + instruments", with.device, with.e2e, with.reshape, "-");
+    printf("  %-34s %9.1f%% %9.1f%% %9.1f%%", "added",
            base.device > 0 ? 100.0 * (with.device / base.device - 1.0) : 0.0, 100.0 * (with.e2e / base.e2e - 1.0),
            100.0 * (with.reshape / base.e2e - 1.0));
+    if (cath) printf(" %9.1f%%", 100.0 * (with.inject / base.e2e - 1.0));
+    printf("   (target: e2e <= 10 %%)\n");
     if (b == XT_BACKEND_CUDA)
       printf("  path: thorax %s, thorax + instruments %s (XT_INSTR_FUSED=%s)\n", base.fused ? "fused" : "planes",
              with.fused ? "fused" : "planes", getenv("XT_INSTR_FUSED") ? getenv("XT_INSTR_FUSED") : "unset");

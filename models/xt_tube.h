@@ -132,6 +132,15 @@ static XT_INLINE XT_HOSTDEV int xt_tube_near(const xt_tube_seg *t, const double 
   return sm - half <= hi && sm + half >= lo;
 }
 
+/* The lumen's mu (medium subtracted) of segment t in a frame whose instrument's lumen region - table
+ * entry lumen_io, -1: none - holds mu_io (contrast, docs/contrast.md): the region's, else the
+ * segment's own (laid out without iodine). The CUDA splat picks it per pixel from the frame's
+ * descriptor, so a change of iodine rewrites no segment. A solid segment's lumen is the medium,
+ * never the region, and its lumen chord is 0. */
+static XT_INLINE XT_HOSTDEV double xt_tube_mu_lumen(const xt_tube_seg *t, int lumen_io, double mu_io) {
+  return t->lumen == lumen_io ? mu_io : t->mu_lumen;
+}
+
 /* The segment's line integral of mu (its medium subtracted) along the ray. */
 static XT_INLINE XT_HOSTDEV double xt_tube_integral(const xt_tube_seg *t, const double o[3], const double w[3],
                                                     double len) {

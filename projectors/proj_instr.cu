@@ -31,7 +31,14 @@
  * set_shape lays the centreline out on the host into the staging buffer (after the previous upload
  * from it has completed) and the next render queues the copy on its stream ahead of its kernels:
  * no allocation per frame or per shape. The splat finds each instrument's segments through a table
- * passed by value (instr_tab): nothing is uploaded for it. */
+ * passed by value (instr_tab): nothing is uploaded for it.
+ *
+ * Per frame only the descriptor goes up (with the pipeline's, as every kind's): 192 bytes of camera
+ * (instr_head) and 312 per instrument (instr_xf: its maps, its sub-ray constants, and its lumen's
+ * iodine, 16 bytes), 3,312 bytes for ten instruments. Segments go up only with a new shape. Contrast
+ * in a lumen (instr_set_iodine) rewrites no segment: the frame's instr_xf carries the lumen region's
+ * entry and mu, the splat picks it for that lumen's segments; the channel rows' iodine column (1 KB
+ * an instrument) goes up only when it changed. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -55,10 +62,12 @@ typedef struct instr_xf {
   double w2m[12]; /* world -> model: m[3][3] row-major, then t[3] */
   double m2w[12];
   double scale;   /* w2m's linear part's Frobenius norm (proj_cpu_instr.c's instr_state.scale) */
-  double pad;
+  double mu_io;   /* the lumen region's mu with its iodine, medium subtracted (xt_iodine_instr_lumen) */
   /* the sub-rays' frame constants in the model frame (the splat's factored closed form): the
    * source, and the ray from it to the detector's origin, a column's step and a row's step */
   double o[3], d0[3], du[3], dv[3];
+  int lumen_io;   /* the lumen region's table entry, -1: no iodine (xt_tube_mu_lumen) */
+  int pad;
 } instr_xf;
 
 typedef struct instr_head {
@@ -80,8 +89,10 @@ typedef struct instr_one {
   int nseg;            /* segments on the device */
   int pending;         /* staged segments not yet uploaded, -1: none */
   cudaEvent_t ev;      /* the last upload from h_seg */
-  xt_iodine_tab io;    /* contrast in the lumen (instr_set_iodine), when has_io */
+  xt_iodine_tab io;    /* contrast in the lumen (instr_set_iodine), when has_io: the channel rows' */
   int has_io;
+  int lumen_io;        /* the frame's lumen (instr_xf): table entry, -1 none, and its mu */
+  double mu_io;
 } instr_one;
 
 typedef struct instr_state {
@@ -137,6 +148,7 @@ static int instr_add_model(void *st, const xt_model *m, xt_msg *msg) {
   o->m = m;
   o->dev = I->dev;
   o->pending = -1;
+  o->lumen_io = -1;
   int rc = xt_instr_geom_alloc(&o->dev, &o->geom, msg);
   if (!rc) rc = xt_instr_geom_build(&o->dev, I->points, I->npoints, m->name, &o->geom, msg);
   const size_t bytes = sizeof(xt_tube_seg) * (size_t)o->geom.cap_seg;
@@ -223,6 +235,8 @@ static void instr_fill_frame(const void *st, const xt_geometry *g, void *desc) {
     for (int r = 0; r < 3; r++)
       for (int k = 0; k < 3; k++) f += w2m.m[r][k] * w2m.m[r][k];
     x[i].scale = sqrt(f);
+    x[i].lumen_io = s->in[i].lumen_io;
+    x[i].mu_io = s->in[i].mu_io;
     const xt_vec3 om = xt_aff_apply(&w2m, src), m0 = xt_aff_apply_dir(&w2m, w0);
     const xt_vec3 mu = xt_aff_apply_dir(&w2m, wu), mv = xt_aff_apply_dir(&w2m, wv);
     const xt_vec3 *from[4] = {&om, &m0, &mu, &mv};
@@ -270,7 +284,7 @@ typedef struct instr_tab {
   const float *w[XT_CUDA_MAX_INSTR];
 } instr_tab;
 
-#define SPLAT_WARPS 3 /* warps per block, one segment each: 126 registers leave room for 15 warps an SM */
+#define SPLAT_WARPS 3 /* warps per block, one segment each: 131 registers (<= 136) leave room for 15 warps an SM */
 #define TILE XT_CUDA_INSTR_TILE /* the finish's tiles: TILE x TILE pixels, one flag each */
 #define FULL 0xffffffffu
 
@@ -367,6 +381,9 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   xt_tube_lin_of(&P, t, x->du, &F.lu);
   xt_tube_lin_of(&P, t, x->dv, &F.lv);
   for (int i = 0; i < 6; i++) F.q[i] = h->q[i];
+  /* xt_tube_mu_lumen with its test made once a warp: whether this segment's lumen is the region
+   * whose iodine the frame's descriptor carries (131 registers; picking per pixel, 134) */
+  const int io = t->lumen == x->lumen_io;
   const double fe = whole ? 1.0 : fmin(1.0, fmx);
   const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   const int fw = cb - ca + 1;
@@ -406,7 +423,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
       if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
       if (!nch) {
         if (lane == 0) {
-          const double v = (t->mu_wall * sw + t->mu_lumen * sl) * inv;
+          const double v = (t->mu_wall * sw + (io ? x->mu_io : t->mu_lumen) * sl) * inv;
           atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
         }
       } else if (lane < nch) {
@@ -562,36 +579,38 @@ static int instr_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
   return rc;
 }
 
-/* Contrast in the lumen (docs/contrast.md): data the splat already reads. The kind's copy of the
- * device table takes the iodine's mono mu, the latest shape's segments their mu_lumen from it (as
- * xt_instr_geom_build forms it; later shapes are laid out from the same table) and go up through the
- * staging buffer before the next frame, as a shape does; the channel rows' iodine column is copied
- * up (synchronous: xt_acq_expose sets iodine before the render, with no frame of this projector in
- * flight). XT_ENOTFOUND when m is not one of the kind's. */
+/* Contrast in the lumen (docs/contrast.md): no segment is touched. The mono path takes the lumen
+ * region's entry and mu (xt_iodine_instr_lumen: the double every hollow segment of that lumen had as
+ * mu_lumen when this set it per segment), written into each frame's descriptor by instr_fill_frame
+ * (16 bytes of the instr_xf that goes up with every frame anyway); the splat picks it for the
+ * segments of that lumen (xt_tube_mu_lumen), so shapes laid out later (from the device's own table,
+ * without iodine) take it too. The channel rows' iodine column (1 KB) is copied up only when it
+ * changed (synchronous: xt_acq_expose sets iodine before the render, with no frame of this
+ * projector in flight); set_channels rebuilds it from io. XT_ENOTFOUND when m is not one of the
+ * kind's. */
 static int instr_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg) {
   instr_state *s = (instr_state *)st;
   int i = 0;
   while (i < s->n && s->in[i].m != m) i++;
   if (i == s->n) return XT_ENOTFOUND;
   instr_one *o = &s->in[i];
-  o->io = *io;
-  o->has_io = 1;
-  xt_instr_device *dev = &o->dev;
-  for (int l = 0; l < dev->mt.count; l++) dev->mt.mu[l] = io->mu[l];
-  const double mu_med = (double)dev->mt.mu[dev->medium];
-  for (int k = 0; k < o->geom.nseg; k++) {
-    xt_tube_seg *t = &o->geom.seg[k];
-    if (t->r_in > 0.0) t->mu_lumen = (double)dev->mt.mu[t->lumen] - mu_med;
-  }
-  CK(cudaEventSynchronize(o->ev)); /* the staging buffer's last upload is done */
-  memcpy(o->h_seg, o->geom.seg, sizeof(xt_tube_seg) * (size_t)o->geom.nseg);
-  o->pending = o->geom.nseg;
-  if (s->nch > 0 && s->ci >= 0) { /* the rows exist: their iodine column, medium subtracted */
+  int id = -1;
+  double mu = 0.0;
+  const int rc = xt_iodine_instr_lumen(&o->dev, io, &id, &mu, msg);
+  if (rc) return rc;
+  const int med = o->dev.medium;
+  /* the column on the device is o->io's whenever rows exist (here and instr_set_channels) */
+  const int same = o->has_io && memcmp(o->io.col, io->col, sizeof io->col) == 0;
+  if (!same && s->nch > 0 && s->ci >= 0) { /* the rows exist: their iodine column, medium subtracted */
     float col[256];
-    for (int l = 0; l < 256; l++) col[l] = io->col[l] - io->col[dev->medium];
+    for (int l = 0; l < 256; l++) col[l] = io->col[l] - io->col[med];
     CK(cudaMemcpy2D(o->d_w + s->ci, sizeof(float) * XT_MAX_CHANNELS, col, sizeof(float), sizeof(float), 256,
                     cudaMemcpyHostToDevice));
   }
+  o->io = *io;
+  o->has_io = 1;
+  o->lumen_io = id;
+  o->mu_io = mu;
   return 0;
 }
 

@@ -281,3 +281,13 @@ int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *r
   }
   return 0;
 }
+
+int xt_iodine_instr_lumen(const xt_instr_device *dev, const xt_iodine_tab *io, int *id, double *mu, xt_msg *msg) {
+  const int l = xt_instr_lumen_id(dev);
+  for (int k = 0; k < dev->mt.count; k++) /* bitwise: the float a segment's mu was formed from */
+    if (k != l && memcmp(&io->mu[k], &dev->mt.mu[k], sizeof(float)) != 0)
+      return xt_fail(msg, XT_EINVAL, "contrast: instrument table entry %d: iodine outside the lumen region", k);
+  *id = l;
+  *mu = l < 0 ? 0.0 : (double)io->mu[l] - (double)dev->mt.mu[dev->medium];
+  return 0;
+}

@@ -94,6 +94,15 @@ typedef struct xt_iodine_tab {
  * entry (xt_instr_lumen_region) takes the iodine. cs may be NULL (mono only). */
 int xt_iodine_tab_build(const xt_chanset *cs, const xt_model *m, const double *rho, xt_iodine_tab *out, xt_msg *msg);
 
+/* An instrument's lumen under io (docs/contrast.md, "An instrument's lumen"): *id gets the device's
+ * lumen region's table entry (xt_instr_lumen_id; -1: none, *mu then 0) and *mu its mono mu less the
+ * medium's, (double)io->mu[id] - (double)mu[medium], as xt_instr_geom_build forms a segment's
+ * mu_lumen and the CPU reference's seg_integral reads it: every other entry keeps the device's own
+ * float (XT_EINVAL naming the entry otherwise), so the pair (xt_tube_mu_lumen) is all a frame needs
+ * of io's mono table. */
+struct xt_instr_device; /* xt_instr.h */
+int xt_iodine_instr_lumen(const struct xt_instr_device *dev, const xt_iodine_tab *io, int *id, double *mu, xt_msg *msg);
+
 /* mu/rho (cm^2/g) of every channel of cs at energy e_kev: the line integral is sum_c mr[c] A[c]. */
 int xt_chanset_mass_atten(const xt_chanset *cs, double e_kev, double mr[XT_MAX_CHANNELS], xt_msg *msg);
 

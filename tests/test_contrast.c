@@ -613,6 +613,91 @@ XT_TEST(catheter_lumen_against_closed_form) {
   xt_model_free(mp);
 }
 
+/* What the CUDA kind puts into each frame's descriptor for a lumen with iodine (xt_iodine_instr_lumen:
+ * the region's entry and mu) and how its splat picks a segment's lumen mu from it
+ * (xt_tube_mu_lumen), on the host: for every segment of a straight and a bent shape, bit for bit the
+ * CPU reference's seg_integral value ((double)io.mu[lumen] - (double)mu[medium] for a hollow
+ * segment), and the mu_lumen the segments had when they were laid out from a table holding the
+ * iodine (what the kind did before: a segment rewrite per change); the marker band's lumen (shaft,
+ * no region) and the solid parts keep their own; none gives 0 exactly; a device with no region
+ * gives -1 and every segment its own; iodine outside the region is refused, naming the entry. */
+XT_TEST(instr_lumen_frame_value_matches_segments) {
+  xt_msg msg;
+  xt_instr_device dev;
+  int lum = -1;
+  XT_REQUIRE(xt_instr_catheter(&dev, "blood", 64, &msg) == 0);
+  XT_REQUIRE_MSG(xt_instr_lumen_region(&dev, &lum, &msg) == 0, "%s", msg.text);
+  double pts[3 * 40], bent[3 * 40];
+  for (int i = 0; i < 40; i++) { /* tip first: straight, and an arc of 60 mm radius */
+    pts[3 * i] = -60.0 + 3.0 * i, pts[3 * i + 1] = 5.0, pts[3 * i + 2] = -2.0;
+    const double t = 0.4 + 1.6 * i / 39.0;
+    bent[3 * i] = 60.0 * cos(t) - 20, bent[3 * i + 1] = 0.2 * 60.0 * sin(t), bent[3 * i + 2] = 60.0 * sin(t) - 50;
+  }
+  xt_model *m = NULL;
+  XT_REQUIRE_MSG(xt_model_from_instr(&dev, pts, 40, "cath", &m, &msg) == 0, "%s", msg.text);
+  xt_instr_geom own, old;
+  xt_instr_device with = dev; /* the table with the iodine, as the kind rewrote it */
+  XT_REQUIRE(xt_instr_geom_alloc(&dev, &own, &msg) == 0 && xt_instr_geom_alloc(&dev, &old, &msg) == 0);
+  xt_iodine_tab *io = malloc(sizeof *io);
+  XT_REQUIRE(io);
+  const double levels[] = {0.010, 0.350, 0.120, 0.0};
+  int hollow = 0, region = 0;
+  for (int li = 0; li < 4; li++) {
+    double rho[256] = {0};
+    rho[lum] = levels[li];
+    XT_REQUIRE_MSG(xt_iodine_tab_build(NULL, m, rho, io, &msg) == 0, "%s", msg.text);
+    int id = -2;
+    double mu = -1;
+    XT_REQUIRE_MSG(xt_iodine_instr_lumen(&dev, io, &id, &mu, &msg) == 0, "%s", msg.text);
+    XT_CHECK(id == lum);
+    if (levels[li] > 0) XT_CHECK(mu > 0);
+    else XT_CHECK(mu == 0.0); /* none: the region's float is the medium's */
+    for (int l = 0; l < dev.mt.count; l++) with.mt.mu[l] = io->mu[l];
+    const double mu_med = (double)dev.mt.mu[dev.medium];
+    for (int sh = 0; sh < 2; sh++) {
+      const double *p = sh ? bent : pts;
+      XT_REQUIRE_MSG(xt_instr_geom_build(&dev, p, 40, "cath", &own, &msg) == 0, "%s", msg.text);
+      XT_REQUIRE(xt_instr_geom_build(&with, p, 40, "cath", &old, &msg) == 0);
+      XT_REQUIRE(own.nseg == old.nseg);
+      for (int k = 0; k < own.nseg; k++) {
+        const xt_tube_seg *t = &own.seg[k];
+        const double got = xt_tube_mu_lumen(t, id, mu);
+        XT_CHECK(memcmp(&got, &old.seg[k].mu_lumen, sizeof got) == 0);
+        XT_CHECK(t->mu_wall == old.seg[k].mu_wall);
+        if (t->r_in > 0.0) {
+          const double ref = (double)io->mu[t->lumen] - mu_med; /* proj_cpu_instr.c's seg_integral */
+          XT_CHECK(memcmp(&got, &ref, sizeof got) == 0);
+          hollow++;
+          region += t->lumen == lum;
+        } else
+          XT_CHECK(t->lumen != lum && got == t->mu_lumen);
+        if (t->lumen != lum) XT_CHECK(memcmp(&got, &t->mu_lumen, sizeof got) == 0); /* the band, solid parts */
+      }
+    }
+  }
+  XT_CHECK_MSG(region > 0 && region < hollow, "%d of %d hollow segments in the region", region, hollow);
+  /* a device with no region: nothing picked */
+  xt_instr_device gw;
+  XT_REQUIRE(xt_instr_guidewire(&gw, "blood", 64, NULL) == 0);
+  xt_model *mg = NULL;
+  XT_REQUIRE(xt_model_from_instr(&gw, pts, 40, "wire", &mg, &msg) == 0);
+  XT_REQUIRE(xt_iodine_tab_build(NULL, mg, NULL, io, &msg) == 0);
+  int id = 0;
+  double mu = -1;
+  XT_CHECK(xt_iodine_instr_lumen(&gw, io, &id, &mu, &msg) == 0 && id == -1 && mu == 0.0);
+  /* iodine anywhere else in the table: refused, naming the entry */
+  double rho[256] = {0};
+  rho[lum] = 0.010;
+  XT_REQUIRE(xt_iodine_tab_build(NULL, m, rho, io, &msg) == 0);
+  io->mu[dev.sec[2].wall] *= 1.5f;
+  XT_CHECK(xt_iodine_instr_lumen(&dev, io, &id, &mu, &msg) == XT_EINVAL && strstr(msg.text, "entry"));
+  free(io);
+  xt_instr_geom_free(&own);
+  xt_instr_geom_free(&old);
+  xt_model_free(m);
+  xt_model_free(mg);
+}
+
 /* ---- a mixture's label ----------------------------------------------------------------------------- */
 
 /* A labelled mixture of two Gaussians, blood (a region) and soft tissue: with iodine rho in the blood
@@ -700,5 +785,5 @@ XT_TEST(mixture_label_against_closed_form) {
 XT_TEST_MAIN(XT_ENTRY(iodine_k_edge_against_nist) XT_ENTRY(gamma_variate_closed_forms)
                  XT_ENTRY(bolus_curve_against_convolution_and_mass) XT_ENTRY(region_at_c_equals_static_render)
                  XT_ENTRY(chain_and_dsa_show_the_region) XT_ENTRY(contrast_mask_volume)
-                     XT_ENTRY(catheter_lumen_against_closed_form)
+                     XT_ENTRY(catheter_lumen_against_closed_form) XT_ENTRY(instr_lumen_frame_value_matches_segments)
                      XT_ENTRY(mixture_label_against_closed_form))

@@ -33,15 +33,17 @@ static void check_bars(const float *gpu, const float *cpu, size_t n, const char 
   XT_CHECK_MSG(maxerr <= 1e-4 * maxv, "%s: max error %.3g of max %.3g", what, maxerr, maxv);
 }
 
-/* One level of a region's iodine set on both projectors: the CUDA line integrals and channels
- * against the CPU reference's (a: GPU, b: CPU scratch of the channel planes), and the iodine
- * channel non-zero exactly when the level is. */
+/* One level of a region's iodine set on both projectors (rho NULL: the level they hold, not set
+ * again): the CUDA line integrals and channels against the CPU reference's (a: GPU, b: CPU scratch
+ * of the channel planes), and the iodine channel non-zero exactly when the level is. */
 static void region_level_matches(xt_proj *pc, xt_proj *pg, const xt_model *m, const double *rho,
                                  const xt_geometry *g, const xt_chanset *cs, int ci, float *a, float *b, size_t px,
                                  int some, const char *what) {
   xt_msg msg;
-  XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
-  XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
+  if (rho) {
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pc, m, rho, &msg) == 0, "%s", msg.text);
+    XT_REQUIRE_MSG(xt_proj_set_iodine(pg, m, rho, &msg) == 0, "%s", msg.text);
+  }
   XT_REQUIRE(xt_proj_render(pc, g, b, &msg) == 0);
   XT_REQUIRE_MSG(xt_proj_render(pg, g, a, &msg) == 0, "%s", msg.text);
   check_bars(a, b, px, what);
@@ -179,10 +181,13 @@ XT_TEST(cuda_chain_region_equals_static_scene) {
   xt_model_free(ref);
 }
 
-/* A catheter's lumen as a contrast region (docs/contrast.md): the CUDA splat takes the lumen's iodine
- * as the segments' mu_lumen and the channel rows' iodine column; against the CPU reference at three
- * levels (the last the agent's own 350 mg/mL), after a new shape (laid out from the iodine's table),
- * and back to none (nothing left in the iodine channel). */
+/* A catheter's lumen as a contrast region (docs/contrast.md): the CUDA splat takes the lumen's mono
+ * mu from each frame's descriptor (the segments stay as laid out, without iodine) and the channel
+ * rows' iodine column; against the CPU reference frame by frame through an injection: 10 mg/mL, a
+ * change to the agent's own 350 with the shape unchanged, a new shape with no iodine call (its
+ * segments must take the lumen's iodine from the frame alone), a new shape and a new level in the
+ * same frame, the same level set again (the iodine column not copied up again, still right), and
+ * back to none (nothing left in the iodine channel). */
 XT_TEST(cuda_catheter_lumen_matches_cpu) {
   xt_msg msg;
   xt_instr_device dev;
@@ -213,15 +218,26 @@ XT_TEST(cuda_catheter_lumen_matches_cpu) {
   const size_t px = (size_t)md.rows * md.cols;
   float *a = malloc(sizeof *a * px * XT_MAX_CHANNELS), *b = malloc(sizeof *b * px * XT_MAX_CHANNELS);
   XT_REQUIRE(a && b);
-  const double levels[] = {0.010, 0.350, 0.350, 0.0}; /* g/cm^3; the third after the new shape */
-  for (int li = 0; li < 4; li++) {
+  const struct {
+    double rho;        /* g/cm^3; < 0: not set this frame (the projectors keep the last) */
+    const double *pts; /* a new shape before the frame, NULL: none */
+    const char *what;
+  } step[] = {{0.010, NULL, "catheter at 10 mg/mL"},
+              {0.350, NULL, "catheter, 10 -> 350 mg/mL, same shape"},
+              {-1.0, bent, "catheter, new shape at 350 mg/mL, no iodine call"},
+              {0.120, pts, "catheter, new shape and 120 mg/mL in one frame"},
+              {0.120, NULL, "catheter, 120 mg/mL set again"},
+              {0.0, NULL, "catheter, none"}};
+  double held = 0;
+  for (size_t k = 0; k < sizeof step / sizeof step[0]; k++) {
     double rho[256] = {0};
-    rho[lum] = levels[li];
-    if (li == 2) {
-      XT_REQUIRE_MSG(xt_proj_set_shape(pc, m, bent, 40, &msg) == 0, "%s", msg.text);
-      XT_REQUIRE_MSG(xt_proj_set_shape(pg, m, bent, 40, &msg) == 0, "%s", msg.text);
+    rho[lum] = step[k].rho;
+    if (step[k].pts) {
+      XT_REQUIRE_MSG(xt_proj_set_shape(pc, m, step[k].pts, 40, &msg) == 0, "%s", msg.text);
+      XT_REQUIRE_MSG(xt_proj_set_shape(pg, m, step[k].pts, 40, &msg) == 0, "%s", msg.text);
     }
-    region_level_matches(pc, pg, m, rho, &g, &cs, ci, a, b, px, levels[li] > 0, "catheter line integrals");
+    if (step[k].rho >= 0) held = step[k].rho;
+    region_level_matches(pc, pg, m, step[k].rho >= 0 ? rho : NULL, &g, &cs, ci, a, b, px, held > 0, step[k].what);
   }
   free(a);
   free(b);

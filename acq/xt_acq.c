@@ -168,7 +168,7 @@ int xt_acq_renderer_warmup(xt_acq_renderer *r, const xt_chain_params *p, const x
   xt_chain_out_size(r->chain, g, &cols, &rows);
   uint16_t *px = malloc((size_t)cols * rows * 2 * sizeof *px);
   if (!px) return xt_fail(msg, XT_ENOMEM, "warm-up: out of memory");
-  xt_chain_out out = {px, px + (size_t)cols * rows, NULL, NULL};
+  xt_chain_out out = {px, px + (size_t)cols * rows, NULL, NULL, 0};
   rc = xt_chain_frame(r->chain, g, 0, &out, msg);
   free(px);
   xt_chain_reset(r->chain);
@@ -391,8 +391,10 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
   if (chain && (want & XT_ACQ_WANT_CHAIN)) {
     const uint64_t t = xt_acq_now_ns();
     if ((rc = host_plane(&f->raw, "raw frame", msg)) || (rc = host_plane(&f->proc, "processed frame", msg))) return rc;
-    xt_chain_out out = {(uint16_t *)f->raw.data, (uint16_t *)f->proc.data, NULL, NULL};
+    const int unread = (q->flags & XT_ACQ_PROC_UNREAD) != 0;
+    xt_chain_out out = {(uint16_t *)f->raw.data, (uint16_t *)f->proc.data, NULL, NULL, unread};
     if ((rc = xt_chain_frame(r->chain, &f->geom, q->counter, &out, msg))) return rc;
+    if (unread) f->proc.data = NULL; /* what is there is not this frame's (on a GPU) */
     f->chain_ms = (double)(xt_acq_now_ns() - t) * 1e-6;
   }
   f->t_done_ns = xt_acq_now_ns();

@@ -224,6 +224,9 @@ enum {
    * in any order and split over any number of workers); a run's first frame gets the same without
    * it, when request.run changes. */
   XT_ACQ_FIRST_EXPOSURE = 4,
+  /* Nobody reads this exposure's processed frame: it is made all the same (the chain's states go
+   * on), but a GPU chain does not copy it out, and the record's proc.data comes back NULL. */
+  XT_ACQ_PROC_UNREAD = 8,
 };
 
 typedef struct xt_acq_request {
@@ -235,7 +238,7 @@ typedef struct xt_acq_request {
   int chain;                  /* the imaging chain on: exposure, loop and dose run */
   xt_chain_params chain_prm;  /* the settings asked for (seed included); the loop moves kV, pulse, mAs */
   int pixel_format;
-  int flags;                  /* XT_ACQ_DOSE_STRICT, XT_ACQ_NO_RENDER, XT_ACQ_FIRST_EXPOSURE */
+  int flags;                  /* XT_ACQ_DOSE_STRICT, XT_ACQ_NO_RENDER, XT_ACQ_FIRST_EXPOSURE, XT_ACQ_PROC_UNREAD */
   uint64_t counter;           /* the run's frame number: keys the chain's noise */
   uint64_t run;               /* the run it belongs to (plane totals, the loop, the chain's states) */
   uint64_t pose_seq, t_pose_ns, t_sched_ns, t_exposure_ns, period_ns; /* known before the frame */

@@ -115,7 +115,7 @@ static int gpu_scene(const char *title, const char *tag, const char *mode, xt_mo
     rc = xt_fail(msg, XT_ENOMEM, "bench: out of memory");
     goto done;
   }
-  xt_chain_out out = {raw, proc, NULL, NULL};
+  xt_chain_out out = {raw, proc, NULL, NULL, 0};
   for (int i = 0; i < 9 && !rc; i++) rc = xt_chain_frame(c, &g[i], (uint64_t)i, &out, msg);
   const int e2e_n = frames < 200 ? frames : 200;
   const double t0 = now_s();
@@ -219,7 +219,7 @@ static int cpu_scene(xt_model *m, int threads, int frames, xt_msg *msg) {
   xt_chain_params prm = xt_chain_params_default();
   if ((rc = xt_chain_create(&prm, p, &c, msg))) goto done;
   static uint16_t raw[256 * 256], proc[256 * 256];
-  xt_chain_out out = {raw, proc, NULL, NULL};
+  xt_chain_out out = {raw, proc, NULL, NULL, 0};
   if ((rc = xt_chain_frame(c, &g[0], 0, &out, msg))) goto done;
   const double t0 = now_s();
   for (int i = 0; i < frames && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(1 + i), &out, msg);

@@ -73,7 +73,7 @@ static int measure(xt_model *m, const char *mode, int threads, int exact, int fr
     rc = xt_fail(msg, XT_ENOMEM, "bench: out of memory");
     goto done;
   }
-  xt_chain_out out = {raw, proc, NULL, NULL};
+  xt_chain_out out = {raw, proc, NULL, NULL, 0};
   if ((rc = xt_chain_frame(c, &g[0], 0, &out, msg))) goto done; /* scratch, panel maps */
   double t0 = now_s(), c0 = cpu_s();
   for (int i = 0; i < frames && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(1 + i), &out, msg);

@@ -93,7 +93,7 @@ static int scene(xt_backend b, const char *mode, xt_model *const *models, int nm
     rc = xt_fail(msg, XT_ENOMEM, "bench: out of memory");
     goto done;
   }
-  xt_chain_out out = {raw, proc, NULL, NULL};
+  xt_chain_out out = {raw, proc, NULL, NULL, 0};
   for (int i = 0; i < 9 && !rc; i++) rc = xt_chain_frame(c, &g[i], (uint64_t)i, &out, msg);
   double t0 = now_s();
   for (int i = 0; i < frames && !rc; i++) rc = xt_chain_frame(c, &g[i % 9], (uint64_t)(100 + i), &out, msg);

@@ -412,11 +412,12 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
    * page-locked destinations (the server's frame pool, xt_host_alloc) the DMA writes them directly;
    * other memory goes through the pinned staging h_out and a host copy after the wait. */
   const size_t nb = no * sizeof(uint16_t);
+  const int proc_copy = out->proc && !out->proc_unread;
   const int raw_direct = out->raw && xt_cuda_host_pinned(out->raw, nb);
-  const int proc_direct = out->proc && xt_cuda_host_pinned(out->proc, nb);
+  const int proc_direct = proc_copy && xt_cuda_host_pinned(out->proc, nb);
   if (raw_direct) CK(cudaMemcpyAsync(out->raw, d->out, nb, cudaMemcpyDeviceToHost, d->st));
   if (proc_direct) CK(cudaMemcpyAsync(out->proc, d->out + no, nb, cudaMemcpyDeviceToHost, d->st));
-  const int raw_staged = out->raw && !raw_direct, proc_staged = out->proc && !proc_direct;
+  const int raw_staged = out->raw && !raw_direct, proc_staged = proc_copy && !proc_direct;
   if (raw_staged || proc_staged) {
     const size_t off = raw_staged ? 0 : no, n = (raw_staged ? no : 0) + (proc_staged ? no : 0);
     CK(cudaMemcpyAsync(d->h_out + off, d->out + off, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, d->st));

@@ -163,6 +163,10 @@ typedef struct xt_chain_out {
   uint16_t *proc;  /* "for presentation": 12-bit display values */
   float *expected; /* noise-free absorbed energy per render pixel, keV (before blur) */
   float *signal;   /* absorbed energy after quanta and blur, keV */
+  /* 1: nobody reads proc this frame. It is still made (the recursive filter, the DSA mask and the
+   * automatic window go on as if it were read), but a GPU chain leaves its pixels on the device:
+   * one frame's copy less over the bus. The CPU chain writes it as ever. */
+  int proc_unread;
 } xt_chain_out;
 
 /* One exposure: frame is the run's frame number (it keys the noise). Frames must come in order

@@ -270,6 +270,9 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
   q.admit = frame_admit;
   q.buffers = chain_buffers;
   q.ctx = &fc;
+  /* a processed frame nobody reads stays on the GPU (a reader that comes now waits for the next) */
+  const int unread = !s->study && atomic_load(&s->processed_readers) == 0;
+  if (unread) q.flags |= XT_ACQ_PROC_UNREAD;
   xt_acq_frame fr;
   if (xt_acq_expose(&s->planes[j->req.plane], plane_renderer(w, j->req.plane), &q, &fr, &msg)) {
     if (fc.f) xt_frame_unref(&s->ring, fc.f);
@@ -277,6 +280,7 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
     return;
   }
   xt_frame *f = fc.f;
+  f->proc_ok = !unread;
   /* injected faults (fault.c): an exposure made and not published, or published late */
   uint64_t t_done = fr.t_done_ns;
   uint32_t faults = 0;

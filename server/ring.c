@@ -52,6 +52,7 @@ xt_frame *xt_frame_get2(xt_ring *r, size_t len, size_t len2) {
     }
   f->msg2 = len2 ? f->msg + len + XT_FRAME_PRE : NULL;
   f->len2 = len2;
+  f->proc_ok = 1;
   f->pub = 0;
   atomic_store(&f->refs, 1);
   return f;

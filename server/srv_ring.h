@@ -40,6 +40,7 @@ typedef struct xt_frame {
    * it): msg is the raw frame, msg2 the processed one; each client gets the one it chose */
   unsigned char *msg2; /* NULL without the chain */
   size_t len2;
+  int proc_ok; /* msg2's pixels are this frame's: 0 when no client read processed frames as it was made */
   int pinned; /* mem from xt_host_alloc (page-locked: the GPU's copy-out lands in it directly) */
   xt_frame_wire wire[2][XT_FRAME_CODECS]; /* [raw 0 / processed 1][codec]: the stream's encodings */
 } xt_frame;

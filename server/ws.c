@@ -410,6 +410,7 @@ static void run_command(client *c, const char *text, size_t len) {
       queue_json(c, j);
     }
   } else if (k.type == XT_CMD_FRAMES) {
+    if (k.processed != c->processed) atomic_fetch_add(&s->processed_readers, k.processed ? 1 : -1);
     c->processed = k.processed;
     json_t *j = ack(cmd, 1);
     json_object_set_new(j, "frames", json_string(c->processed ? "processed" : "raw"));
@@ -612,8 +613,10 @@ static int begin_frame(client *c) {
   const int stale = c->have_sent[p] && h->frame_counter <= c->last_counter[p];
   c->last_pub[p] = f->pub;
   c->last_ppub[p] = f->ppub;
-  if (stale) {
-    c->dropped += 1;
+  if (stale || (m && !f->proc_ok)) {
+    /* a processed frame made while no client read them (this one asked since) was left on the
+     * device: not a frame this client missed, its first is the next one */
+    c->dropped += stale;
     xt_frame_unref(&s->ring, f);
     return -1;
   }
@@ -917,6 +920,8 @@ static int on_closed(xt_server *s, client *c) {
       break;
     }
   publish_caught_up(s); /* a client gone no longer holds the virtual clock back */
+  if (c->processed) atomic_fetch_sub(&s->processed_readers, 1);
+  c->processed = 0;
   if (s->cfg.verbose)
     fprintf(stderr, "xtwin-server: stream client %u closed: %llu frames, %llu bytes in %llu fragments, "
             "libwebsockets kept a remainder %llu times; sender threads: %llu sendmsg calls, %llu partial\n", c->id,

@@ -138,6 +138,9 @@ typedef struct xt_server {
   int rest_port, ws_port;
   int tls;
   atomic_int quit;
+  /* stream clients that take processed frames (ws.c): with none and no study folder, the GPU leaves
+   * the processed frame on the device (XT_ACQ_PROC_UNREAD) */
+  atomic_int processed_readers;
 } xt_server;
 
 /* CUDA devices visible (gpu_info.c when built with CUDA; 0 otherwise), names into names[i]. */

@@ -887,7 +887,7 @@ XT_TEST(automatic_window_spans_the_frames_quantiles) {
   static uint16_t raw[128 * 128], proc[128 * 128];
   static float S[128 * 128];
   static double A[128 * 128], As[128 * 128];
-  xt_chain_out out = {raw, proc, S, NULL};
+  xt_chain_out out = {raw, proc, S, NULL, 0};
   XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0);
   xt_chain_frame_const fc;
   xt_chain_frame_const_make(c, &g, 0, &fc);
@@ -954,7 +954,7 @@ XT_TEST(automatic_window_shows_a_thorax_neither_black_nor_white) {
   const int n = 256 * 256;
   static uint16_t raw[256 * 256], proc[256 * 256];
   static int seen[4096];
-  xt_chain_out out = {raw, proc, NULL, NULL};
+  xt_chain_out out = {raw, proc, NULL, NULL, 0};
   for (int fixed = 0; fixed < 2; fixed++) {
     if (fixed) {
       prm.window = 6;
@@ -1011,7 +1011,7 @@ XT_TEST(fast_chain_matches_the_exact_chain_noise_free) {
     for (int f = 0; f < 4; f++) {
       xt_geometry g = geom("fd20-128", -70.0 + 47.0 * f, 9.0 * (f % 3 - 1));
       for (int e = 0; e < 2; e++) {
-        xt_chain_out out = {raw[e], proc[e], ex[e], NULL};
+        xt_chain_out out = {raw[e], proc[e], ex[e], NULL, 0};
         XT_REQUIRE(xt_chain_frame(c[e], &g, (uint64_t)f, &out, NULL) == 0);
       }
       double rel = 0, dmin = 1e30, dmax = 0;

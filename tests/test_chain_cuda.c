@@ -175,7 +175,7 @@ static int run_both_models(xt_model *const *ms, int nm, const xt_chain_params *p
     o->D[b] = malloc(np * sizeof(float));
     o->raw[b] = malloc(np * sizeof(uint16_t));
     o->proc[b] = malloc(np * sizeof(uint16_t));
-    xt_chain_out out = {o->raw[b], o->proc[b], o->S[b], o->D[b]};
+    xt_chain_out out = {o->raw[b], o->proc[b], o->S[b], o->D[b], 0};
     for (int f = 0; f < frames; f++)
       if (xt_chain_frame(c, &g, (uint64_t)f, &out, NULL)) return -1;
     xt_chain_window_last(c, &o->w[b], &o->l[b]);
@@ -323,7 +323,7 @@ XT_TEST(cuda_defect_interpolation_follows_the_defect_map) {
     prm.defect_lines = lines[f];
     int draw = 0, dproc = 0;
     for (int b = 0; b < 2; b++) {
-      const xt_chain_out out = {raw[b], proc[b], NULL, NULL};
+      const xt_chain_out out = {raw[b], proc[b], NULL, NULL, 0};
       XT_REQUIRE(xt_chain_set_params(c[b], &prm, NULL) == 0);
       XT_REQUIRE(xt_chain_frame(c[b], &g, (uint64_t)f, &out, NULL) == 0);
     }
@@ -484,19 +484,24 @@ XT_TEST(cuda_replay_is_bit_identical) {
   xt_model *m = NULL;
   XT_REQUIRE(xt_phantom_head_model(dim, 3.0, XT_VOXEL_F32, &m, NULL) == 0);
   xt_model *ms[1] = {m};
-  static uint16_t raw[2][4][512 * 512], proc[2][4][512 * 512];
-  for (int run = 0; run < 2; run++) {
+  static uint16_t raw[3][4][512 * 512], proc[3][4][512 * 512];
+  const uint16_t mark = 0xabcd;
+  for (int run = 0; run < 3; run++) {
     xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1);
     xt_chain *c = NULL;
     xt_chain_params prm = xt_chain_params_default();
     XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
     /* the second run's frames land in page-locked memory (the copy-out's direct path, as the
-     * server's frame pool), the first run's in plain memory (the staged path): the same bytes */
+     * server's frame pool), the first run's in plain memory (the staged path): the same bytes. The
+     * third run's middle two processed frames are unread (XT_ACQ_PROC_UNREAD's, the server's when no
+     * client takes processed frames): made but not copied out, so the last one is still the same */
     uint16_t *pin = NULL;
     if (run == 1) XT_REQUIRE(xt_host_alloc(XT_BACKEND_CUDA, 2 * sizeof raw[0][0], (void **)&pin, NULL) == 0);
     for (int f = 0; f < 4; f++) {
       xt_geometry g = geom("fd20-512", -30.0 + 20 * f, 0);
-      xt_chain_out out = {pin ? pin : raw[run][f], pin ? pin + 512 * 512 : proc[run][f], NULL, NULL};
+      const int unread = run == 2 && (f == 1 || f == 2);
+      for (size_t i = 0; i < 512 * 512; i++) proc[run][f][i] = mark;
+      xt_chain_out out = {pin ? pin : raw[run][f], pin ? pin + 512 * 512 : proc[run][f], NULL, NULL, unread};
       XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(1000 + f), &out, NULL) == 0);
       if (pin) {
         memcpy(raw[run][f], pin, sizeof raw[0][0]);
@@ -507,10 +512,16 @@ XT_TEST(cuda_replay_is_bit_identical) {
     xt_chain_destroy(c);
     xt_proj_destroy(p);
   }
-  for (int f = 0; f < 4; f++) {
-    XT_CHECK(memcmp(raw[0][f], raw[1][f], sizeof raw[0][f]) == 0);
-    XT_CHECK(memcmp(proc[0][f], proc[1][f], sizeof proc[0][f]) == 0);
-  }
+  for (int run = 1; run < 3; run++)
+    for (int f = 0; f < 4; f++) {
+      XT_CHECK(memcmp(raw[0][f], raw[run][f], sizeof raw[0][f]) == 0);
+      if (run == 2 && (f == 1 || f == 2)) {
+        size_t kept = 0;
+        for (size_t i = 0; i < 512 * 512; i++) kept += proc[2][f][i] == mark;
+        XT_CHECK_MSG(kept == 512 * 512, "unread frame %d: %zu of %d pixels left alone", f, kept, 512 * 512);
+      } else
+        XT_CHECK_MSG(memcmp(proc[0][f], proc[run][f], sizeof proc[0][f]) == 0, "run %d frame %d", run, f);
+    }
   XT_CHECK(memcmp(raw[0][0], raw[0][1], sizeof raw[0][0]) != 0);
   xt_model_free(m);
 }
@@ -541,7 +552,7 @@ static void fused_equals_separate(xt_model *m, double mas, const xt_detector_mod
     kv = prm.kv;
     XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
     c->unfused = run;
-    xt_chain_out out = {raw[run], proc[run], S[run], D[run]};
+    xt_chain_out out = {raw[run], proc[run], S[run], D[run], 0};
     for (int f = 0; f < 2; f++) {
       xt_geometry g = xt_tc_geom_of(md, 35.0 * f, -10.0 * f, 0);
       XT_REQUIRE(xt_chain_frame(c, &g, (uint64_t)(7 + f), &out, NULL) == 0);
@@ -660,7 +671,7 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
       raw[run][f] = malloc(np * sizeof(uint16_t));
       proc[run][f] = malloc(np * sizeof(uint16_t));
       XT_REQUIRE(S[run][f] && D[run][f] && raw[run][f] && proc[run][f]);
-      xt_chain_out out = {raw[run][f], proc[run][f], S[run][f], D[run][f]};
+      xt_chain_out out = {raw[run][f], proc[run][f], S[run][f], D[run][f], 0};
       xt_geometry g = xt_tc_geom_of(md, f == 1 ? 35.0 : 0.0, f == 1 ? -10.0 : 0.0, 0);
       xt_msg msg = {{0}};
       const int rc = xt_chain_frame(c, &g, (uint64_t)(f == 1 ? 8 : 7), &out, &msg);
@@ -689,7 +700,7 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
     xt_chain_params prm = xt_chain_params_default();
     prm.mas = 2.0;
     XT_REQUIRE(p && xt_chain_create(&prm, p, &c, NULL) == 0);
-    xt_chain_out out = {raw[1][0], proc[1][0], S[1][0], D[1][0]};
+    xt_chain_out out = {raw[1][0], proc[1][0], S[1][0], D[1][0], 0};
     xt_geometry g = xt_tc_geom_of(md, 0.0, 0.0, 0);
     XT_REQUIRE(xt_chain_frame(c, &g, 7, &out, NULL) == 0);
     size_t nd = 0;

@@ -650,7 +650,7 @@ XT_TEST(chain_frames_match_a_chain_of_their_own) {
     xt_chain *c = NULL;
     XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0 && xt_proj_add_model(p, m, &msg) == 0);
     XT_REQUIRE_MSG(xt_chain_create(&f[i].chain, p, &c, &msg) == 0, "%s", msg.text);
-    xt_chain_out co = {raw1, proc1, NULL, NULL};
+    xt_chain_out co = {raw1, proc1, NULL, NULL, 0};
     XT_REQUIRE_MSG(xt_chain_frame(c, &f[i].geom, (uint64_t)i, &co, &msg) == 0, "%s", msg.text);
     size_t off1 = 0, off2 = 0;
     long long sat = 0;

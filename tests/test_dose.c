@@ -335,7 +335,7 @@ XT_TEST(dsa_of_a_static_scene_is_zero_outside_the_iodine) {
   uint16_t *proc = malloc(sizeof(uint16_t) * n), *raw = malloc(sizeof(uint16_t) * n);
   float *e0 = malloc(sizeof(float) * n), *e1 = malloc(sizeof(float) * n);
   XT_REQUIRE(proc && raw && e0 && e1);
-  xt_chain_out out = {raw, proc, e0, NULL};
+  xt_chain_out out = {raw, proc, e0, NULL, 0};
   XT_REQUIRE(xt_chain_frame(c, &g, 0, &out, NULL) == 0); /* the mask */
   int dark_in_mask = 0;
   for (int i = 0; i < n; i++) dark_in_mask += proc[i] < 2000;
@@ -457,7 +457,7 @@ XT_TEST(table_cache_hits_give_the_frames_of_a_fresh_build) {
   const uint64_t builds = c->tc->builds;
   { /* 95 kV: its own tables, a fresh chain's frame */
     XT_REQUIRE(xt_chain_create(&q, pr, &f, NULL) == 0);
-    xt_chain_out o1 = {r1, NULL, e1, NULL}, o2 = {r2, NULL, e2, NULL};
+    xt_chain_out o1 = {r1, NULL, e1, NULL, 0}, o2 = {r2, NULL, e2, NULL, 0};
     XT_REQUIRE(xt_chain_frame(c, &g, 4, &o1, NULL) == 0 && xt_chain_frame(f, &g, 4, &o2, NULL) == 0);
     XT_CHECK(memcmp(r1, r2, 2 * n) == 0 && memcmp(e1, e2, 4 * n) == 0);
     xt_chain_destroy(f);
@@ -471,7 +471,7 @@ XT_TEST(table_cache_hits_give_the_frames_of_a_fresh_build) {
   XT_CHECK_MSG(c->tc->builds == builds, "an exposure change rebuilt the tables");
   XT_REQUIRE(xt_chain_set_params(c, &p, NULL) == 0);
   XT_REQUIRE(xt_chain_create(&p, pr, &f, NULL) == 0);
-  xt_chain_out o1 = {r1, q1, e1, NULL}, o2 = {r2, q2, e2, NULL};
+  xt_chain_out o1 = {r1, q1, e1, NULL, 0}, o2 = {r2, q2, e2, NULL, 0};
   XT_REQUIRE(xt_chain_frame(c, &g, 5, &o1, NULL) == 0 && xt_chain_frame(f, &g, 5, &o2, NULL) == 0);
   XT_CHECK(memcmp(r1, r2, 2 * n) == 0);
   XT_CHECK(memcmp(q1, q2, 2 * n) == 0);
@@ -514,7 +514,7 @@ static int server_loop(xt_chain *c, xt_chain_params p, const xt_geometry *g, int
   xt_drc_reset(&d, &p);
   for (int k = 0; k < frames; k++) {
     xt_drc_apply(&d, &p);
-    xt_chain_out out = {raw + (size_t)k * g->mode.cols * g->mode.rows, NULL, NULL, NULL};
+    xt_chain_out out = {raw + (size_t)k * g->mode.cols * g->mode.rows, NULL, NULL, NULL, 0};
     if (xt_chain_set_params(c, &p, NULL) || xt_chain_frame(c, g, (uint64_t)k, &out, NULL)) return -1;
     xt_chain_info ci;
     xt_chain_get_info(c, &ci);
@@ -562,7 +562,7 @@ XT_TEST(loop_with_the_cache_equals_the_loop_without) {
   xt_drc_reset(&d, &p);
   for (int k = 0; k < FR; k++) {
     xt_drc_apply(k ? &ha[k - 1] : &d, &e); /* the exposure the server loop gave frame k */
-    xt_chain_out out = {rt, NULL, NULL, NULL};
+    xt_chain_out out = {rt, NULL, NULL, NULL, 0};
     XT_REQUIRE(xt_chain_frame(t, &g, (uint64_t)k, &out, NULL) == 0);
     xt_chain_drc_frame rec;
     xt_chain_drc_last(t, &rec);

@@ -123,7 +123,7 @@ XT_TEST(cuda_dsa_matches_the_cpu_and_subtracts_a_static_scene) {
   const int n = 256 * 256;
   uint16_t *rc_ = malloc(2 * n), *pc_ = malloc(2 * n), *rg = malloc(2 * n), *pgp = malloc(2 * n);
   XT_REQUIRE(rc_ && pc_ && rg && pgp);
-  xt_chain_out oc = {rc_, pc_, NULL, NULL}, og = {rg, pgp, NULL, NULL};
+  xt_chain_out oc = {rc_, pc_, NULL, NULL, 0}, og = {rg, pgp, NULL, NULL, 0};
   const uint16_t zero = (uint16_t)floor(4095 * 0.5 + 0.5);
   /* The chain's GPU/CPU bar for processed frames is 2 codes at a window of 6 attenuation
    * units, test_chain_cuda): 0.003 units of float-vs-double difference in the log image. DSA's
@@ -173,7 +173,7 @@ XT_TEST(cuda_drc_settles_on_the_head) {
   for (int f = 0; f < 30; f++) {
     xt_drc_apply(&d, &p);
     XT_REQUIRE(xt_chain_set_params(cg, &p, NULL) == 0);
-    xt_chain_out o = {raw, NULL, NULL, NULL};
+    xt_chain_out o = {raw, NULL, NULL, NULL, 0};
     XT_REQUIRE(xt_chain_frame(cg, &g, (uint64_t)f, &o, NULL) == 0);
     xt_chain_info ci;
     xt_chain_get_info(cg, &ci);
@@ -210,7 +210,7 @@ XT_TEST(cuda_field_sum_equals_the_host_sum) {
     XT_REQUIRE(raw);
     for (int att = 0; att < 2; att++) {
       XT_REQUIRE(xt_chain_drc_attach(cg, att, NULL) == 0);
-      xt_chain_out o = {raw, NULL, NULL, NULL};
+      xt_chain_out o = {raw, NULL, NULL, NULL, 0};
       XT_REQUIRE(xt_chain_frame(cg, &g, 3, &o, NULL) == 0);
       xt_chain_drc_frame r;
       xt_chain_drc_last(cg, &r);
@@ -261,7 +261,7 @@ XT_TEST(cuda_attached_loop_steps_as_its_host_twin) {
   int settled = -1, worst = 0, worst_pd = 0, worst_pn = 0;
   double worst_s = 0;
   for (int f = 0; f < 25; f++) {
-    xt_chain_out oa = {ra, pa, NULL, NULL}, ox = {rx, px, NULL, NULL};
+    xt_chain_out oa = {ra, pa, NULL, NULL, 0}, ox = {rx, px, NULL, NULL, 0};
     XT_REQUIRE(xt_chain_frame(ca, &g, (uint64_t)f, &oa, NULL) == 0);
     xt_chain_drc_frame r;
     xt_chain_drc_last(ca, &r);

@@ -510,6 +510,14 @@ async def test_chain_raw_and_processed(srv):
             check(time.monotonic() < deadline, "the new kV never showed")
         check(h["binning"] == 2 and h["rows"] == 64 and h["cols"] == 64 and len(px) == 64 * 64 * 2, "binned 2x2")
         check(abs(h["pitch_mm"][0] - 2 * 2.31) < 1e-9, "binned pitch")
+        # With no client on the processed frames the server stops copying them out of the GPU
+        # (XT_ACQ_PROC_UNREAD); a client that asks again gets processed frames again.
+        for kind, want in (("raw", 1), ("processed", 2), ("raw", 1), ("processed", 2)):
+            await proc_ws.send(json.dumps({"type": "frames", "frames": kind}))
+            ack = await reply(proc_ws)
+            check(ack.get("ok") and ack.get("frames") == kind, "frames ack: %r" % ack)
+            got = await frames(proc_ws, 3)
+            check(all(h["frame_kind"] == want for h, _, _ in got), "%s: kinds %r" % (kind, [h["frame_kind"] for h, _, _ in got]))
 
 
 async def frames_until(ws, cond, what, limit=120, timeout=60.0):

@@ -366,4 +366,75 @@ static XT_INLINE XT_HOSTDEV int xt_tube_fac_near(const xt_tube_pre *p, const xt_
   return sm - h <= hi && sm + h >= lo;
 }
 
+/* A cheap pre-test for the compact splat (proj_instr.cu, XT_INSTR_SPLAT=compact): whether the
+ * family's ray (x, y) may meet the segment's outer tube, never false where xt_tube_fac_chords gives
+ * a non-zero chord. In u = s A (A > 0, so no division):
+ *   the cylinder: T^2 <= r_out^2 A + kappa (the closed form's own first test, loosened);
+ *   its span [-B - w, -B + w] with w >= sqrt(r_out^2 A - T^2 + kappa) without a square root
+ *     (sqrt(v) <= (v / c + c) / 2 for any c > 0: c = r_out sqrt(A) at the footprint's centre, exact
+ *     there for rays through the axis, up to c / 2 over for tangent ones), within [0, A], widened by
+ *     delta, must not be empty;
+ *   each mitre half-space a0 A + u b0 >= 0, a1 A + u b1 <= 0 must hold at one end of that span,
+ *     to within k0 A, k1 A (each on its own: a relaxation, never stricter than the two together).
+ * About 40 FP64 operations where the cylinder passes, 14 where it refuses; the closed form's rest
+ * (the reciprocal, its interval, two or three square roots) only for the rays that pass.
+ * The slacks cover the test and the closed form running at different sites (another lane, another
+ * inlining, FMAs contracted otherwise: their per-ray numbers may differ by a few ulps of the
+ * largest term that forms them) and the closed form's own rounding, each a thousand times over or
+ * more (xt_tube_fac_maybe_prep). Degenerate rays (A = 0, NaN) pass. */
+typedef struct xt_tube_maybe {
+  double kappa;  /* the cylinder test's slack (mm^2 A) */
+  double c, ic;  /* the square root's bound: its tangent point and 1 / c */
+  double delta;  /* the span's widening, in u */
+  double k0, k1; /* the mitre tests' tolerances per unit of A */
+} xt_tube_maybe;
+
+static XT_INLINE XT_HOSTDEV int xt_tube_fac_maybe(const xt_tube_pre *p, const xt_tube_fam *f, const xt_tube_maybe *m,
+                                                  double x, double y) {
+  const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
+  const double A = p1 * p1 + p2 * p2, T = p->g1 * p2 - p->g2 * p1;
+  const double v = p->ro2 * A - T * T + m->kappa;
+  if (v < 0.0) return 0; /* off the cylinder (NaN passes) */
+  if (!(A > 0.0)) return 1;
+  const double B = p->g1 * p1 + p->g2 * p2, w = 0.5 * (v * m->ic + m->c);
+  double L = -B - w, H = -B + w;
+  L = (L > 0.0 ? L : 0.0) - m->delta;
+  H = (H < A ? H : A) + m->delta;
+  if (L > H) return 0;
+  const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, b1 = f->l0.b1 + x * f->lu.b1 + y * f->lv.b1;
+  const double A0 = p->a0 * A, A1 = p->a1 * A, t0 = m->k0 * A, t1 = m->k1 * A;
+  if (A0 + L * b0 < -t0 && A0 + H * b0 < -t0) return 0; /* behind the first mitre all along */
+  if (A1 + L * b1 > t1 && A1 + H * b1 > t1) return 0;   /* beyond the second */
+  return 1;
+}
+
+/* xt_tube_fac_maybe's constants for the family's rays with |x| <= xm, |y| <= ym, (xc, yc) the
+ * footprint's centre. With pm a bound of |p1| + |p2| and of the rounding scale of each (the sum of
+ * its terms' magnitudes), the two sites' T differ by at most ~12 eps (|g1| + |g2|) pm and their
+ * sqrt(A) by ~12 eps pm; so where the closed form finds |T| < r sqrt(A), the pre-test's
+ * |T| < r sqrt(A) + mm with mm = 1e-12 (r + |g1| + |g2|) pm (~450 eps of both), and squared
+ * (sqrt(A) <= pm): T^2 < r^2 A + mm (3 r pm + mm): kappa, a distance of ~1e-12 of the source's
+ * (~1e-9 mm). B and the span's ends (the closed form's s times A, each to a few eps) move by less
+ * than 1e-12 pm (|g1| + |g2| + pm + r): delta is 1e-9 of that. The mitre numbers a0 A + u b0 with
+ * u in [0, A] have terms below A (|a0| + bm0), bm0 b0's rounding scale: k0 is 1e-9 of that
+ * (and k1); the closed form's crossings -a0 / b0 move by a few eps of them. */
+static XT_INLINE XT_HOSTDEV void xt_tube_fac_maybe_prep(const xt_tube_pre *p, const xt_tube_fam *f, double xm,
+                                                        double ym, double xc, double yc, xt_tube_maybe *m) {
+  const double pm = fabs(f->l0.p1) + fabs(f->l0.p2) + xm * (fabs(f->lu.p1) + fabs(f->lu.p2)) +
+                    ym * (fabs(f->lv.p1) + fabs(f->lv.p2));
+  const double bm0 = fabs(f->l0.b0) + xm * fabs(f->lu.b0) + ym * fabs(f->lv.b0);
+  const double bm1 = fabs(f->l0.b1) + xm * fabs(f->lu.b1) + ym * fabs(f->lv.b1);
+  const double G = fabs(p->g1) + fabs(p->g2);
+  const double mm = 1e-12 * (p->ro + G) * pm;
+  m->kappa = mm * (3.0 * p->ro * pm + mm);
+  m->delta = 1e-9 * pm * (G + pm + p->ro);
+  m->k0 = 1e-9 * (fabs(p->a0) + bm0);
+  m->k1 = 1e-9 * (fabs(p->a1) + bm1);
+  const double p1 = f->l0.p1 + xc * f->lu.p1 + yc * f->lv.p1, p2 = f->l0.p2 + xc * f->lu.p2 + yc * f->lv.p2;
+  double c = p->ro * sqrt(p1 * p1 + p2 * p2);
+  if (!(c > 0.0 && c < 1e300)) c = p->ro * pm > 0.0 ? p->ro * pm : 1.0; /* any c > 0 bounds */
+  m->c = c;
+  m->ic = 1.0 / c;
+}
+
 #endif /* XT_TUBE_H */

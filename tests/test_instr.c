@@ -5,7 +5,8 @@
  * pixel against its projected mass; a scene with instruments as the sum of its parts (line
  * integrals and channels); shapes set on a projector's own copy; bad shapes refused; the CUDA
  * splat's candidate test (xt_tube_near) conservative; its factored closed form (xt_tube_fac_chords)
- * against a long-double oracle, as xt_tube_chords. */
+ * against a long-double oracle, as xt_tube_chords; the compact splat's pre-test (xt_tube_fac_maybe)
+ * refusing no ray with a chord. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -657,6 +658,7 @@ XT_TEST(factored_chords_match_the_closed_form) {
   int n = 0, hits = 0, slow_dirs = 0, fails = 0, fails_ref = 0, kinds_hit[8] = {0};
   double worst = 0.0, worst_reg = 0.0, wbar = 0.0;
   int nwell = 0, wkind = -1, near_diff = 0, near_missed = 0, near_refused = 0;
+  int maybe_missed = 0, maybe_refused = 0, maybe_loose = 0, cyl_pass = 0;
   double ratio = 0.0;
   for (int trial = 0; trial < 200000; trial++) {
     const int kind = trial % 8, aligned = (trial / 8) % 8 == 0;
@@ -756,6 +758,14 @@ XT_TEST(factored_chords_match_the_closed_form) {
     near_diff += nf != nr;
     near_missed += (ro > 0.0 || fo > 0.0) && !nf;
     near_refused += !nf;
+    /* the compact splat's pre-test, with the slack for the footprint this ray's (x, y) lies in */
+    xt_tube_maybe mbc;
+    xt_tube_fac_maybe_prep(&p, &f, fabs(x) + 4.0, fabs(y) + 1.0, x + 3.0, y, &mbc); /* a centre 3 pixels off */
+    const int mb = xt_tube_fac_maybe(&p, &f, &mbc, x, y);
+    maybe_missed += (fo > 0.0 || fi > 0.0) && !mb;
+    maybe_refused += !mb;
+    maybe_loose += mb && !(fo > 0.0) && !(ro > 0.0); /* passed, no chord */
+    cyl_pass += mb || xt_tube_fac_maybe(&p, &f, &(xt_tube_maybe){mbc.kappa, 1e300, 0.0, 1e300, 1e300, 1e300}, x, y);
     double G = t.len + t.r_out;
     for (int k = 0; k < 3; k++) G += fabs(o[k]) + fabs(t.p0[k]);
     const double delta = 16.0 * DBL_EPSILON * G;
@@ -791,6 +801,10 @@ XT_TEST(factored_chords_match_the_closed_form) {
   XT_CHECK_MSG(near_diff == 0 && near_missed == 0, "xt_tube_fac_near: %d rays judged unlike xt_tube_near, %d with a "
                "chord refused", near_diff, near_missed);
   XT_CHECK(near_refused > 20000);
+  printf("xt_tube_fac_maybe: %d rays refused, %d with a chord (must be 0), %d passed without one; %d passed the "
+         "cylinder alone\n", maybe_refused, maybe_missed, maybe_loose, cyl_pass);
+  XT_CHECK_MSG(maybe_missed == 0, "xt_tube_fac_maybe: %d rays with a chord refused", maybe_missed);
+  XT_CHECK(maybe_refused > 20000);
   for (int k = 0; k < 8; k++) XT_CHECK_MSG(kinds_hit[k] > 1000, "kind %d: %d non-zero chords", k, kinds_hit[k]);
 }
 

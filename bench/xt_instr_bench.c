@@ -12,9 +12,13 @@
  *             as an injection's exposures do: docs/contrast.md), the shapes kept.
  * The target: ten instruments of 2000 segments add at most 10 % to the e2e frame (issue 26).
  * With --backend cpu the same scenes run on the CPU backend (e2e and reshape only), e.g. at fd20-256.
- * With --count nothing is timed: the splat's work per frame, counted on the host (count_work).
+ * With --count nothing is timed: the splat's work per frame, counted on the host (count_work), and
+ * what the compact splat would do with it (pre-test survivors, batches of 32).
  * XT_INSTR_FUSED=1 in the environment: the instruments fused into the spectral projection (read by
  * the CUDA projector at create); the output says which path each scene's chain frames took.
+ * XT_INSTR_SPLAT=compact: the splat kernel that batches the sub-rays meeting the tube across pixels
+ * (k_instr_splat_compact, proj_instr.cu; default: k_instr_splat), also read at create; with or
+ * without XT_INSTR_FUSED. The output's path line names both settings.
  * Usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] [--backend cuda|cpu]
  *                          [--catheters] [--count] */
 #include <math.h>
@@ -146,6 +150,7 @@ typedef struct work {
   double met, passes_met, near_diff; /* sub-rays meeting the outer tube; warp passes (a half's 32) with one */
   double near_passes;                /* the halves' tests, 32 pixels a warp pass */
   double dev_max;                    /* max |factored - xt_tube_chords| over the sub-rays, mm */
+  double surv, batches, maybe_missed; /* XT_INSTR_SPLAT=compact: pre-test survivors, batches of 32 */
 } work;
 
 static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, work *wk, unsigned char *tile) {
@@ -223,6 +228,12 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
       F.q[3] = xt_v3_dot(wu, wu);
       F.q[4] = 2.0 * xt_v3_dot(wu, wv);
       F.q[5] = xt_v3_dot(wv, wv);
+      /* the compact kernel's pre-test slack (k_instr_splat_compact) and its survivors, queued
+       * across the segment's pixels: batches of 32 and one partial at the end */
+      const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
+      xt_tube_maybe mbc;
+      xt_tube_fac_maybe_prep(&P, &F, xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &mbc);
+      double surv = 0;
       for (int r = ra; r <= rb; r++)
         for (int cl = ca; cl <= cb; cl++) {
           wk->foot++;
@@ -259,6 +270,11 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
               wk->dev_max = fmax(wk->dev_max, fmax(fabs(fo - co), fabs(fi - ci)));
               if (on[sj >= S / 2] && fo > 0.0) wk->met++, pass_met[sj >= S / 2] = 1;
               wk->subrays += on[sj >= S / 2];
+              if (on[sj >= S / 2]) {
+                const int mb = xt_tube_fac_maybe(&P, &F, &mbc, xs, ys);
+                surv += mb;
+                wk->maybe_missed += !mb && (fo != 0.0 || fi != 0.0);
+              }
               bad += !on[sj >= S / 2] && (co != 0.0 || ci != 0.0);
               sw += co - ci;
               sl += ci;
@@ -271,6 +287,8 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
           unsigned char *tf = &tile[(r / 16) * tcols + cl / 16];
           if (!*tf) *tf = 1, wk->tiles++;
         }
+      wk->surv += surv;
+      wk->batches += ceil(surv / 32.0);
     }
   }
 }
@@ -302,6 +320,9 @@ static int count_work(const char *mode, xt_model *const *instr, int ni, int nch)
          w.subrays / n, w.cand / n * S * S);
   printf("  sub-rays meeting the tube     %12.0f  (warp passes of 32 sub-rays with one: %.0f of %.0f)\n", w.met / n,
          w.passes_met / n, w.subrays / n / 32);
+  printf("  compact splat (XT_INSTR_SPLAT) %12.0f  pre-test survivors, in %.0f batches of 32 (%.1f %% of lanes busy; "
+         "the default's %.1f %%); chords refused by the pre-test: %.0f (must be 0)\n", w.surv / n, w.batches / n,
+         100.0 * w.surv / fmax(1, 32 * w.batches), 100.0 * w.met / fmax(1, w.subrays), w.maybe_missed);
   printf("  factored closed form          max |xt_tube_fac_chords - xt_tube_chords| %.3g mm over all sub-rays; "
          "halves judged otherwise by xt_tube_fac_near: %.0f\n", w.dev_max, w.near_diff);
   printf("  pixel sums non-zero           %12.0f  (atomics: %.0f)\n", w.hit / n, w.hit / n * planes);
@@ -326,7 +347,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !xt_backend_parse(argv[i + 1], &b)) i++;
     else {
       fprintf(stderr, "usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] "
-                      "[--backend cuda|cpu] [--catheters] [--count]\n");
+                      "[--backend cuda|cpu] [--catheters] [--count]\n"
+                      "  environment, read by the CUDA projector at create: XT_INSTR_FUSED=1 (instruments fused\n"
+                      "  into the spectral projection), XT_INSTR_SPLAT=default|compact (the splat kernel)\n");
       return 2;
     }
   }
@@ -391,8 +414,10 @@ int main(int argc, char **argv) {
     if (cath) printf(" %9.1f%%", 100.0 * (with.inject / base.e2e - 1.0));
     printf("   (target: e2e <= 10 %%)\n");
     if (b == XT_BACKEND_CUDA)
-      printf("  path: thorax %s, thorax + instruments %s (XT_INSTR_FUSED=%s)\n", base.fused ? "fused" : "planes",
-             with.fused ? "fused" : "planes", getenv("XT_INSTR_FUSED") ? getenv("XT_INSTR_FUSED") : "unset");
+      printf("  path: thorax %s, thorax + instruments %s (XT_INSTR_FUSED=%s, XT_INSTR_SPLAT=%s)\n",
+             base.fused ? "fused" : "planes", with.fused ? "fused" : "planes",
+             getenv("XT_INSTR_FUSED") ? getenv("XT_INSTR_FUSED") : "unset",
+             getenv("XT_INSTR_SPLAT") ? getenv("XT_INSTR_SPLAT") : "unset");
   }
   for (int i = 0; i < nm; i++) xt_model_free(models[i]);
   free(pts);

@@ -21,6 +21,13 @@
  *   fused   (XT_INSTR_FUSED=1, the spectral sums of voxel models and instruments: instr_splat) the
  *           splat alone; the voxel kind's channels kernel consumes and zeroes the flagged tiles'
  *           accumulators and the pipeline clears the flags (cuda_pipeline.cu, render_fused).
+ *   compact (XT_INSTR_SPLAT=compact at create; default: the splat above) the same sums with less
+ *           of the warp idle: each candidate half's 32 sub-rays get only a cheap bound of the
+ *           closed form (xt_tube_fac_maybe, loosened: it refuses no sub-ray with a chord), the survivors
+ *           are queued across pixels in a per-warp ring and evaluated 32 at a time, each pixel's
+ *           run summed by a segmented scan per batch and added by the run's last lane
+ *           (k_instr_splat_compact: its comment). Works for line integrals, channels and fused.
+ *           Not measured on a GPU (docs/BENCHMARKS.md).
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
  * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32 (the
@@ -104,6 +111,7 @@ typedef struct instr_state {
   size_t acc_n, flag_n;
   int nch;
   int ci; /* the iodine channel of the last set_channels, -1: none */
+  int compact; /* XT_INSTR_SPLAT=compact at create: k_instr_splat_compact */
 } instr_state;
 
 static size_t frame_bytes_n(int n) {
@@ -117,6 +125,14 @@ static int instr_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   instr_state *s = (instr_state *)calloc(1, sizeof *s);
   if (!s) return xt_fail(msg, XT_ENOMEM, "cuda instruments: out of memory");
   s->device = opt->device;
+  /* the splat's kernel, read once here like XT_INSTR_FUSED (cuda_pipeline.cu): unset, "" or
+   * "default" the one-pass-per-candidate-pixel kernel, "compact" the survivor-batched one */
+  const char *sp = getenv("XT_INSTR_SPLAT");
+  if (sp && *sp && strcmp(sp, "default") != 0 && strcmp(sp, "compact") != 0) {
+    free(s);
+    return xt_fail(msg, XT_EINVAL, "XT_INSTR_SPLAT: '%.40s' is neither default nor compact", sp);
+  }
+  s->compact = sp && strcmp(sp, "compact") == 0;
   *st = s;
   return 0;
 }
@@ -434,6 +450,256 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS)
   }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The compact splat (XT_INSTR_SPLAT=compact)                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A segment's part of the compact splat: its instrument, its footprint on the detector (ca..cb x
+ * ra..rb, fw columns wide, np pixels) and the factored closed form's constants (P, F), as
+ * k_instr_splat's preamble forms them (above; the same code, kept there inline: moved into this
+ * function, k_instr_splat took 134 registers instead of 131). splat_setup fills it; 0: nothing of
+ * this segment reaches the detector. */
+typedef struct splat_seg {
+  xt_tube_pre P;
+  xt_tube_fam F;
+  const xt_tube_seg *t;
+  int mi;   /* its instrument: the frame's instr_xf and the channel rows (fewer registers than pointers) */
+  double e; /* xt_tube_fac_near's margin */
+  int ca, cb, ra, rb, fw;
+  int io;   /* this segment's lumen is the region whose iodine the frame carries */
+  long long np;
+} splat_seg;
+
+/* The footprint (the segment's box projected, as the CPU reference bounds it): lanes 0-7 project
+ * one corner each, min/max by shuffles; the whole warp returns the same. */
+static __device__ __forceinline__ int splat_setup(const unsigned char *desc, const instr_tab &tab, int cols, int rows,
+                                                  int k, int lane, splat_seg *g) {
+  int mi = 0;
+  while (k >= tab.first[mi + 1]) mi++;
+  const instr_head *h = (const instr_head *)desc;
+  const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
+  const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
+  g->mi = mi;
+  g->t = t;
+  if (!(x->scale > 0.0)) return 0; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
+  /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
+  const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
+  const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
+  double lo[3], hi[3];
+  for (int q = 0; q < 3; q++) {
+    const double a = t->p0[q], e = t->p0[q] + t->len * t->d[q];
+    lo[q] = fmin(a, e) - grow;
+    hi[q] = fmax(a, e) + grow;
+  }
+  double cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30, fmx = 0.0;
+  int behind = 0;
+  if (lane < 8) {
+    const double pm[3] = {lane & 1 ? hi[0] : lo[0], lane & 2 ? hi[1] : lo[1], lane & 4 ? hi[2] : lo[2]};
+    double pw[3], cc, rr;
+    d_apply(x->m2w, pm, pw, 0);
+    if (d_project(h, pw, &cc, &rr, &fmx)) cmin = cmax = cc, rmin = rmax = rr;
+    else behind = 1;
+  }
+  const int whole = __any_sync(FULL, behind);
+  for (int m = 1; m < 8; m <<= 1) { /* lanes 0-7 hold the corners; min and max are exact in any order */
+    cmin = fmin(cmin, d_shfl_xor(cmin, m));
+    cmax = fmax(cmax, d_shfl_xor(cmax, m));
+    rmin = fmin(rmin, d_shfl_xor(rmin, m));
+    rmax = fmax(rmax, d_shfl_xor(rmax, m));
+    fmx = fmax(fmx, d_shfl_xor(fmx, m));
+  }
+  cmin = __shfl_sync(FULL, cmin, 0);
+  cmax = __shfl_sync(FULL, cmax, 0);
+  rmin = __shfl_sync(FULL, rmin, 0);
+  rmax = __shfl_sync(FULL, rmax, 0);
+  fmx = __shfl_sync(FULL, fmx, 0);
+  int ca = 0, cb = cols - 1, ra = 0, rb = rows - 1;
+  if (!whole) {
+    if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) return 0; /* the whole warp */
+    ca = max(0, (int)floor(cmin - 0.5));
+    cb = min(cols - 1, (int)ceil(cmax + 0.5));
+    ra = max(0, (int)floor(rmin - 0.5));
+    rb = min(rows - 1, (int)ceil(rmax + 0.5));
+  }
+  if (ca > cb || ra > rb) return 0;
+  const xt_cuda_camera &c = h->cam;
+  /* the candidates' margin and the factored closed form's constants: k_instr_splat's comments */
+  xt_tube_prep(t, x->o, &g->P);
+  xt_tube_lin_of(&g->P, t, x->d0, &g->F.l0);
+  xt_tube_lin_of(&g->P, t, x->du, &g->F.lu);
+  xt_tube_lin_of(&g->P, t, x->dv, &g->F.lv);
+  for (int i = 0; i < 6; i++) g->F.q[i] = h->q[i];
+  g->io = t->lumen == x->lumen_io;
+  const double fe = whole ? 1.0 : fmin(1.0, fmx);
+  g->e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
+  g->ca = ca, g->cb = cb, g->ra = ra, g->rb = rb;
+  g->fw = cb - ca + 1;
+  g->np = (long long)g->fw * (rb - ra + 1);
+  return 1;
+}
+
+/* warps per block, one segment each, as k_instr_splat: 128 registers (ptxas -v, sm_90; with the
+ * carried run's sums in registers instead of s_cw, s_cl: 138, 12 warps an SM) leave room for 15 */
+#define COMPACT_WARPS 3
+#define SPLAT_RING 64 /* survivors queued a warp: < 32 left over + one pass of 32 */
+
+/* Footprint pixel p's sums (sw: the wall's chords, sl: the lumen's, over its sub-rays) into the
+ * accumulator, by one lane, with the formulas of k_instr_splat: its mean, or each channel's (the
+ * channels one after another: the lanes emit different pixels at once). */
+static __device__ __forceinline__ void splat_emit(const unsigned char *desc, const instr_tab &tab, const splat_seg &g,
+                                                  int p, double sw, double sl, int nch, int cols, int rows, int tcols,
+                                                  unsigned long long *__restrict__ acc,
+                                                  unsigned char *__restrict__ flag) {
+  if (sw == 0.0 && sl == 0.0) return;
+  const double inv = 1.0 / ((double)XT_INSTR_AREA_SAMPLES * XT_INSTR_AREA_SAMPLES);
+  const int cl = g.ca + p % g.fw, r = g.ra + p / g.fw;
+  const size_t px = (size_t)r * cols + cl, plane = (size_t)rows * cols;
+  flag[(r / TILE) * tcols + cl / TILE] = 1;
+  const xt_tube_seg *t = g.t;
+  if (!nch) {
+    const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + g.mi;
+    const double v = (t->mu_wall * sw + (g.io ? x->mu_io : t->mu_lumen) * sl) * inv;
+    atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
+    return;
+  }
+  for (int c = 0; c < nch; c++) {
+    const float *w = tab.w[g.mi];
+    const double v =
+        (sw * (double)w[t->wall * XT_MAX_CHANNELS + c] + sl * (double)w[t->lumen * XT_MAX_CHANNELS + c]) * inv;
+    if (v != 0.0) atomicAdd(&acc[c * plane + px], (unsigned long long)llrint(v * FIX_SCALE));
+  }
+}
+
+/* k_instr_splat's sums with less of the warp idle (one warp per segment, the same footprint and
+ * candidate halves). For each candidate half the 32 lanes test one sub-ray each with a cheap
+ * division-free bound of the closed form (xt_tube_fac_maybe: the cylinder, its span within the ray
+ * and the mitres, loosened so that it never refuses a sub-ray with a chord; on the bench's scene it
+ * passes 1.18 M sub-rays a frame for 1.15 M with a chord, xtwin-instr-bench --count), and
+ * the ones that pass are queued (footprint pixel, sub-ray) in a per-warp ring in shared memory, in
+ * pixel order, across pixels and across the 32-pixel passes; each time 32 are queued the lanes take
+ * one each through the full closed form (all 32 busy on hits, where k_instr_splat's pass waits on
+ * its ~12 hits with ~20 lanes idle), then a segmented scan (5 shuffle steps, the keys sorted) sums
+ * each pixel's run within the batch: the last lane of each run emits that pixel (splat_emit), and
+ * the batch's last run is carried (its sums in shared memory) to the next batch (its pixel may go on there) and
+ * emitted when a batch starts on another pixel, or at the end. So the shuffles are paid per batch of
+ * 32 survivors, not per candidate pixel, and the emits of a batch's pixels run in parallel lanes.
+ * The same non-zero FP64 terms per pixel as k_instr_splat (a refused or unqueued sub-ray has chords
+ * exactly 0), summed in another order (the scan's tree and the carry, deterministic: the same
+ * frame bit for bit on every run): a pixel's mean may differ from k_instr_splat's in its last bits
+ * (~1e-16 relative), which changes its fixed-point value (2^-32) only when v 2^32 lies within
+ * ~1e-7 of a half-integer. Shared memory: 5 bytes a ring entry and 16 for the carry, 1,008 bytes a
+ * block of 3 warps. */
+__global__ void __launch_bounds__(32 * COMPACT_WARPS)
+    k_instr_splat_compact(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
+                          int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
+  __shared__ int s_pix[COMPACT_WARPS][SPLAT_RING];
+  __shared__ unsigned char s_sub[COMPACT_WARPS][SPLAT_RING];
+  __shared__ double s_cw[COMPACT_WARPS], s_cl[COMPACT_WARPS]; /* the carried run's sums */
+  __shared__ xt_tube_maybe s_mb[COMPACT_WARPS];                /* the pre-test's constants */
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const int k = blockIdx.x * COMPACT_WARPS + wid;
+  if (k >= tab.total) return; /* the whole warp */
+  splat_seg g;
+  if (!splat_setup(desc, tab, cols, rows, k, lane, &g)) return;
+  int *qp = s_pix[wid];
+  unsigned char *qs = s_sub[wid];
+  const int S = XT_INSTR_AREA_SAMPLES, HALF = S * S / 2;
+  static_assert(XT_INSTR_AREA_SAMPLES % 2 == 0 && XT_INSTR_AREA_SAMPLES * XT_INSTR_AREA_SAMPLES / 2 <= 32,
+                "the compact splat pre-tests a half's sub-rays in one pass of 32 lanes");
+  const unsigned below = (1u << lane) - 1u;
+  const int fw = g.fw, ca = g.ca, ra = g.ra;
+  const int np = (int)g.np; /* at most the detector's pixels */
+  if (lane == 0) { /* the pre-test's constants: the sub-pixel centres' largest |x| and |y|, the centre */
+    const double xm = fmax(fabs(ca - 0.5), fabs(g.cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(g.rb + 0.5));
+    xt_tube_fac_maybe_prep(&g.P, &g.F, xm, ym, 0.5 * (ca + g.cb), 0.5 * (ra + g.rb), &s_mb[wid]);
+  }
+  __syncwarp();
+  int head = 0, nq = 0; /* the ring's entries head .. head + nq - 1 (mod SPLAT_RING) */
+  int cpix = -1;         /* the carried run's pixel, -1 none; its sums in s_cw, s_cl */
+  int base = -32, half = 0; /* the cursor: the pass of 32 pixels, and the half of its first candidate */
+  unsigned h0 = 0, h1 = 0, bits = 0;
+  for (;;) { /* warp-uniform: one candidate half queued, then a batch when 32 wait (or the last) */
+    while (!bits && base + 32 < np) { /* the next 32 pixels' candidate halves, as k_instr_splat */
+      base += 32;
+      int near0 = 0, near1 = 0;
+      if (base + lane < np) {
+        const int cl = ca + (base + lane) % fw, r = ra + (base + lane) / fw;
+        near0 = xt_tube_fac_near(&g.P, &g.F, cl, r - 0.25, g.e);
+        near1 = xt_tube_fac_near(&g.P, &g.F, cl, r + 0.25, g.e);
+      }
+      h0 = __ballot_sync(FULL, near0);
+      h1 = __ballot_sync(FULL, near1);
+      bits = h0 | h1;
+      half = 0;
+    }
+    int p = -1;
+    if (bits) { /* the candidate half (p, half): its 32 sub-rays pre-tested, the survivors queued */
+      const int bi = __ffs(bits) - 1;
+      if (half == 0 && !((h0 >> bi) & 1)) half = 1;
+      p = base + bi;
+      const int q = half * HALF + lane;
+      int ok = 0;
+      if (lane < HALF) {
+        const int cl = ca + p % fw, r = ra + p / fw;
+        const double xs = cl + ((q % S) + 0.5) / S - 0.5, ys = r + ((q / S) + 0.5) / S - 0.5;
+        ok = xt_tube_fac_maybe(&g.P, &g.F, &s_mb[wid], xs, ys);
+      }
+      const unsigned m = __ballot_sync(FULL, ok);
+      if (ok) {
+        const int at = (head + nq + __popc(m & below)) % SPLAT_RING;
+        qp[at] = p;
+        qs[at] = (unsigned char)q;
+      }
+      nq += __popc(m);
+      if (half == 0 && ((h1 >> bi) & 1)) half = 1; /* its other half next */
+      else bits &= bits - 1, half = 0;
+    }
+    if (nq < 32 && !(p < 0 && nq > 0)) {
+      if (p < 0) break; /* nothing queued, nothing left */
+      continue;
+    }
+    /* a batch: 32 survivors, or the last ones; lane i the i-th in pixel order */
+    __syncwarp();
+    const int nb = nq < 32 ? nq : 32;
+    int kp = -1;
+    double dw = 0.0, dl = 0.0;
+    if (lane < nb) {
+      const int at = (head + lane) % SPLAT_RING;
+      kp = qp[at];
+      const int q = qs[at];
+      const int cl = ca + kp % fw, r = ra + kp / fw;
+      const double xs = cl + ((q % S) + 0.5) / S - 0.5, ys = r + ((q / S) + 0.5) / S - 0.5;
+      double co, ci;
+      xt_tube_fac_chords(&g.P, &g.F, xs, ys, &co, &ci);
+      dw = co - ci;
+      dl = ci;
+    }
+    __syncwarp(); /* every entry read before the next passes overwrite the ring */
+    head = (head + nb) % SPLAT_RING;
+    nq -= nb;
+    if (cpix >= 0) { /* the carried run: going on in this batch's first run, or complete */
+      if (__shfl_sync(FULL, kp, 0) == cpix) {
+        if (lane == 0) dw = s_cw[wid] + dw, dl = s_cl[wid] + dl;
+      } else if (lane == 0) {
+        splat_emit(desc, tab, g, cpix, s_cw[wid], s_cl[wid], nch, cols, rows, tcols, acc, flag);
+      }
+    }
+    for (int d = 1; d < 32; d <<= 1) { /* segmented inclusive scan: the keys are sorted, -1 past nb */
+      const double uw = __shfl_up_sync(FULL, dw, d), ul = __shfl_up_sync(FULL, dl, d);
+      const int uk = __shfl_up_sync(FULL, kp, d);
+      if (lane >= d && uk == kp) dw += uw, dl += ul;
+    }
+    const int kn = __shfl_down_sync(FULL, kp, 1);
+    if (lane < nb - 1 && kn != kp) /* a run ends within the batch: its pixel is complete */
+      splat_emit(desc, tab, g, kp, dw, dl, nch, cols, rows, tcols, acc, flag);
+    cpix = __shfl_sync(FULL, kp, nb - 1);
+    __syncwarp(); /* lane 0 has read the carry */
+    if (lane == nb - 1) s_cw[wid] = dw, s_cl[wid] = dl;
+    __syncwarp();
+  }
+  if (cpix >= 0 && lane == 0) splat_emit(desc, tab, g, cpix, s_cw[wid], s_cl[wid], nch, cols, rows, tcols, acc, flag);
+}
+
 /* One block per TILE x TILE tile of every plane. A flagged tile: the accumulator into the float
  * output (written or added, as the pipeline says), then back to zero with its flag for the next
  * frame. An unflagged tile's accumulator is zero already: added, nothing to do; written, zeros. */
@@ -502,6 +768,20 @@ static int instr_upload(instr_state *s, const xt_cuda_launch *L, instr_tab *tab,
   return 0;
 }
 
+/* One frame's splat, by the kernel chosen at create (XT_INSTR_SPLAT); the caller checks the launch. */
+static void splat_launch(const instr_state *s, const xt_cuda_launch *L, const unsigned char *desc, const instr_tab *tab,
+                         int tcols) {
+  if (s->compact) {
+    const int blocks = (tab->total + COMPACT_WARPS - 1) / COMPACT_WARPS;
+    k_instr_splat_compact<<<blocks, 32 * COMPACT_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols,
+                                                                         s->d_acc, s->d_flag);
+  } else {
+    const int blocks = (tab->total + SPLAT_WARPS - 1) / SPLAT_WARPS;
+    k_instr_splat<<<blocks, 32 * SPLAT_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols, s->d_acc,
+                                                              s->d_flag);
+  }
+}
+
 static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   instr_state *s = (instr_state *)st;
   const size_t plane = (size_t)L->rows * L->cols, planes = L->nch ? (size_t)L->nch : 1;
@@ -520,8 +800,7 @@ static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   for (int j = 0; j < L->nf; j++) {
     const unsigned char *desc = (const unsigned char *)L->d_desc + fb * (size_t)j;
     if (tab.total > 0) {
-      k_instr_splat<<<(tab.total + SPLAT_WARPS - 1) / SPLAT_WARPS, 32 * SPLAT_WARPS, 0, L->stream>>>(
-          desc, tab, L->nch, L->cols, L->rows, tcols, s->d_acc, s->d_flag);
+      splat_launch(s, L, desc, &tab, tcols);
       CK(cudaGetLastError());
     }
     k_instr_finish<<<ntiles, TILE * TILE, 0, L->stream>>>(s->d_acc, L->d_out + plane * planes * (size_t)j, s->d_flag,
@@ -543,8 +822,7 @@ static int instr_splat(void *st, const xt_cuda_launch *L, xt_cuda_instr_acc *out
   if (!rc) rc = instr_upload(s, L, &tab, msg);
   if (rc) return rc;
   if (tab.total > 0) {
-    k_instr_splat<<<(tab.total + SPLAT_WARPS - 1) / SPLAT_WARPS, 32 * SPLAT_WARPS, 0, L->stream>>>(
-        (const unsigned char *)L->d_desc, tab, L->nch, L->cols, L->rows, tcols, s->d_acc, s->d_flag);
+    splat_launch(s, L, (const unsigned char *)L->d_desc, &tab, tcols);
     CK(cudaGetLastError());
   }
   out->acc = s->d_acc;

@@ -624,7 +624,8 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
  * finish), run 2 the same without XT_INSTR_FUSED (the default: not fused): signals, raw and processed
  * frames bit for bit. The frames are poses A, B, A with the seeds 7, 8, 7: frame 2's expected and
  * blurred signals equal frame 0's bit for bit (its raw and processed frames carry lag and the
- * temporal filter's state), so the accumulators the voxel kernel consumed were back at zero. */
+ * temporal filter's state), so the accumulators the voxel kernel consumed were back at zero. With
+ * each splat kernel (XT_INSTR_SPLAT unset and compact). */
 static void wire_arc(int k, int n, double *pts) {
   const double R = 60.0 + 6.0 * k, y = -40.0 + 8.0 * k, a0 = 0.3 * k;
   for (int i = 0; i < n; i++) {
@@ -635,7 +636,8 @@ static void wire_arc(int k, int n, double *pts) {
   }
 }
 
-XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
+/* splat: the instruments' splat kernel for all three runs (XT_INSTR_SPLAT, NULL: the default). */
+static void fused_with_instruments(const char *splat) {
   enum { NPTS = 2000, NW = 3, NF = 3 };
   xt_model *ms[1 + NW] = {NULL};
   XT_REQUIRE(xt_phantom_thorax_model(4.0, &ms[0], NULL) == 0);
@@ -654,6 +656,10 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
   const size_t np = (size_t)md->cols * md->rows;
   const char *old = getenv("XT_INSTR_FUSED");
   char *saved = old ? strdup(old) : NULL;
+  const char *olds = getenv("XT_INSTR_SPLAT");
+  char *saveds = olds ? strdup(olds) : NULL;
+  if (splat) setenv("XT_INSTR_SPLAT", splat, 1);
+  else unsetenv("XT_INSTR_SPLAT");
   float *S[3][NF], *D[3][NF];
   uint16_t *raw[3][NF], *proc[3][NF];
   for (int run = 0; run < 3; run++) {
@@ -684,6 +690,9 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
   if (saved) setenv("XT_INSTR_FUSED", saved, 1);
   else unsetenv("XT_INSTR_FUSED");
   free(saved);
+  if (saveds) setenv("XT_INSTR_SPLAT", saveds, 1);
+  else unsetenv("XT_INSTR_SPLAT");
+  free(saveds);
   for (int run = 1; run < 3; run++)
     for (int f = 0; f < NF; f++) {
       XT_CHECK_MSG(memcmp(S[0][f], S[run][f], np * sizeof(float)) == 0, "run %d frame %d: expected signals differ", run, f);
@@ -719,10 +728,17 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) {
   for (int i = 0; i < 1 + NW; i++) xt_model_free(ms[i]);
 }
 
+XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) { fused_with_instruments(NULL); }
+
+/* The same with the compact splat (XT_INSTR_SPLAT=compact, proj_instr.cu): fused and separate agree
+ * bit for bit with it too. */
+XT_TEST(cuda_fused_detect_with_compact_splat_equals_the_separate_stage) { fused_with_instruments("compact"); }
+
 XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_panel_faults_match_cpu) XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
                  XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
                  XT_ENTRY(cuda_channels_of_every_kind_match_the_reference) XT_ENTRY(cuda_chain_of_a_mixed_scene_matches_cpu)
                  XT_ENTRY(cuda_chain_noise_agrees_statistically) XT_ENTRY(cuda_replay_is_bit_identical)
                  XT_ENTRY(cuda_fused_detect_equals_the_separate_stage) XT_ENTRY(cuda_fused_detect_in_a_ragged_frame)
                  XT_ENTRY(cuda_automatic_window_matches_cpu)
-                 XT_ENTRY(cuda_fused_detect_with_instruments_equals_the_separate_stage))
+                 XT_ENTRY(cuda_fused_detect_with_instruments_equals_the_separate_stage)
+                 XT_ENTRY(cuda_fused_detect_with_compact_splat_equals_the_separate_stage))

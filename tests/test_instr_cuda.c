@@ -3,7 +3,9 @@
  * shape set between frames, frames reproducible bit for bit, a 0.1 mm wire alone at fd20-1024's
  * pitch (the splat's sums against the reference's, 1e-6), and the one-launch splat's indexing and
  * tile-flagged finish (instruments of any length, one out of the field, batches, channels, a
- * detector not a multiple of the tiles, a moved shape's old pixels written 0). */
+ * detector not a multiple of the tiles, a moved shape's old pixels written 0). Every test runs
+ * twice: with the default splat kernel and with XT_INSTR_SPLAT=compact (k_instr_splat_compact);
+ * a bad XT_INSTR_SPLAT is refused at create. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,5 +259,25 @@ XT_TEST(one_launch_for_instruments_of_any_length) {
   for (int i = 0; i < 4; i++) xt_model_free(m[i]);
 }
 
-XT_TEST_MAIN_CUDA(XT_ENTRY(gpu_matches_cpu_with_a_head_and_instruments) XT_ENTRY(thin_wire_at_fd20_1024_pitch)
-                      XT_ENTRY(one_launch_for_instruments_of_any_length))
+/* XT_INSTR_SPLAT other than default or compact: the projector is refused with one line naming it. */
+XT_TEST(bad_splat_setting_is_refused) {
+  const char *old = getenv("XT_INSTR_SPLAT");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("XT_INSTR_SPLAT", "compactt", 1);
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p = NULL;
+  xt_msg msg;
+  const int rc = xt_proj_create(&po, &p, &msg);
+  XT_CHECK_MSG(rc != 0 && strstr(msg.text, "XT_INSTR_SPLAT") && !strchr(msg.text, '\n'), "rc %d: %s", rc,
+               rc ? msg.text : "created");
+  if (!rc) xt_proj_destroy(p);
+  if (saved) setenv("XT_INSTR_SPLAT", saved, 1);
+  else unsetenv("XT_INSTR_SPLAT");
+  free(saved);
+}
+
+/* both splat kernels (proj_instr.cu): the default, then XT_INSTR_SPLAT=compact */
+#define SPLATS {NULL, "compact"}
+XT_TEST_MAIN_CUDA_ENV("XT_INSTR_SPLAT", SPLATS,
+                      XT_ENTRY(gpu_matches_cpu_with_a_head_and_instruments) XT_ENTRY(thin_wire_at_fd20_1024_pitch)
+                      XT_ENTRY(one_launch_for_instruments_of_any_length) XT_ENTRY(bad_splat_setting_is_refused))

@@ -52,6 +52,32 @@ static void xt_test_require_cuda(const char *argv0) {
   if (WEXITSTATUS(st) == XT_TEST_SKIP) exit(XT_TEST_SKIP);
 }
 
+/* Every test once per value of an environment variable that the CUDA projector reads at create
+ * (NULL: unset; the first value the default), e.g. the instruments' splat kernel (XT_INSTR_SPLAT),
+ * so that one run checks each variant against the same oracles. Each round says which it is. */
+static inline int xt_test_main_env_(const xt_test_entry *tests, int n, int argc, char **argv, const char *var,
+                                    const char *const *vals, int nv) {
+  int rc = 0;
+  for (int i = 0; i < nv; i++) {
+    if (vals[i]) setenv(var, vals[i], 1);
+    else unsetenv(var);
+    printf("-- %s=%s\n", var, vals[i] ? vals[i] : "(unset)");
+    fflush(stdout);
+    const int r = xt_test_main_(tests, n, argc, argv);
+    if (r > rc) rc = r;
+  }
+  return rc;
+}
+
+#define XT_TEST_MAIN_CUDA_ENV(var, values, entries)                                                     \
+  int main(int argc, char **argv) {                                                                     \
+    xt_test_require_cuda(argv[0]);                                                                      \
+    static const xt_test_entry tests_[] = {entries};                                                    \
+    static const char *const vals_[] = values;                                                          \
+    return xt_test_main_env_(tests_, (int)(sizeof tests_ / sizeof tests_[0]), argc, argv, var, vals_,    \
+                             (int)(sizeof vals_ / sizeof vals_[0]));                                    \
+  }
+
 #define XT_TEST_MAIN_CUDA(entries)                                                  \
   int main(int argc, char **argv) {                                                 \
     xt_test_require_cuda(argv[0]);                                                  \

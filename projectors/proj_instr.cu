@@ -587,8 +587,8 @@ static __device__ __forceinline__ void splat_emit(const unsigned char *desc, con
  * exactly 0), summed in another order (the scan's tree and the carry, deterministic: the same
  * frame bit for bit on every run): a pixel's mean may differ from k_instr_splat's in its last bits
  * (~1e-16 relative), which changes its fixed-point value (2^-32) only when v 2^32 lies within
- * ~1e-7 of a half-integer. Shared memory: 5 bytes a ring entry and 16 for the carry, 1,008 bytes a
- * block of 3 warps. */
+ * ~1e-7 of a half-integer. Shared memory: 5 bytes a ring entry, 16 for the carry and 48 for the
+ * pre-test's constants, 1,152 bytes a block of 3 warps. */
 __global__ void __launch_bounds__(32 * COMPACT_WARPS)
     k_instr_splat_compact(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
                           int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {

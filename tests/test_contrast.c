@@ -21,6 +21,7 @@
 #endif
 #include "xt_phantom.h"
 #include "xt_test.h"
+#include "xt_test_instr.h"
 
 /* ---- iodine ------------------------------------------------------------------------------------ */
 
@@ -625,14 +626,8 @@ XT_TEST(instr_lumen_frame_value_matches_segments) {
   xt_msg msg;
   xt_instr_device dev;
   int lum = -1;
-  XT_REQUIRE(xt_instr_catheter(&dev, "blood", 64, &msg) == 0);
-  XT_REQUIRE_MSG(xt_instr_lumen_region(&dev, &lum, &msg) == 0, "%s", msg.text);
   double pts[3 * 40], bent[3 * 40];
-  for (int i = 0; i < 40; i++) { /* tip first: straight, and an arc of 60 mm radius */
-    pts[3 * i] = -60.0 + 3.0 * i, pts[3 * i + 1] = 5.0, pts[3 * i + 2] = -2.0;
-    const double t = 0.4 + 1.6 * i / 39.0;
-    bent[3 * i] = 60.0 * cos(t) - 20, bent[3 * i + 1] = 0.2 * 60.0 * sin(t), bent[3 * i + 2] = 60.0 * sin(t) - 50;
-  }
+  XT_REQUIRE_MSG(lumen_catheter(&dev, &lum, pts, bent, &msg) == 0, "%s", msg.text);
   xt_model *m = NULL;
   XT_REQUIRE_MSG(xt_model_from_instr(&dev, pts, 40, "cath", &m, &msg) == 0, "%s", msg.text);
   xt_instr_geom own, old;

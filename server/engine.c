@@ -1004,5 +1004,6 @@ void xt_engine_stop(xt_server *s) {
   w->proj = NULL;
   free(w->bgrid);
   w->bgrid = NULL;
-  xt_ring_destroy(&s->ring);
 }
+
+void xt_engine_free(xt_server *s) { xt_ring_destroy(&s->ring); }

@@ -352,6 +352,7 @@ done:
   xt_scenario_free(&s->scn);
   xt_srv_faults_free(s);
   xt_ws_destroy(s);
+  if (engine_started) xt_engine_free(s);
   for (int i = 0; i < s->nworkers; i++)
     if (s->workers[i].proj) xt_proj_destroy(s->workers[i].proj);
   for (int i = 0; i < s->nmodels; i++) xt_model_free(s->models[i]);

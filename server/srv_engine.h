@@ -125,6 +125,9 @@ typedef struct xt_worker {
 int xt_engine_proj_threads(const xt_server *s);
 int xt_engine_start(xt_server *s, xt_msg *msg);
 void xt_engine_stop(xt_server *s);
+/* The frame ring, after xt_engine_stop and xt_ws_destroy: the stream's sender threads and its
+ * clients' close callbacks (and the study writer) still hand frames back to it until then. */
+void xt_engine_free(xt_server *s);
 /* Runs a call on a worker and waits for it. */
 int xt_engine_call(xt_server *s, int kind, int worker, xt_call *c); /* worker -1: any */
 /* Lockstep: latches the pose now and queues one frame; *counter gets its frame counter. */

@@ -79,6 +79,10 @@ static const cfg_entry cfg_table[] = {
     {"stream_senders", CT_INT, N(stream_senders), "-1", -1, XT_SEND_MAX_THREADS, NULL, 0,
      "threads writing frames to stream clients in parallel, each frame's pixels straight from the shared ring "
      "frame (-1: auto, one per client up to 4; 0: the stream's service thread writes every frame, as with TLS)"},
+    {"stream_spin_us", CT_INT, N(stream_spin_us), "0", 0, 20000, NULL, 0,
+     "microseconds the stream's service thread polls its sockets without sleeping from a render's start until the "
+     "frame is published, so that it hands the frame on at once instead of being woken (a core busy meanwhile; "
+     "0: it sleeps until woken)"},
     {"scenario", CT_STRING, S(scenario), "", 0, 0, NULL, 0,
      "a scenario file (JSON timeline of commands and faults at frame numbers or times) played from the start "
      "(docs/device.md, Scenarios)"},

@@ -150,10 +150,12 @@ static void publish(xt_server *s, xt_frame *f, const xt_job *j, uint64_t t0, uin
   f->lockstep = j->lockstep;
   f->plane = j->req.plane;
   xt_ring_push(&s->ring, f);
+  const uint64_t tp = atomic_load(&s->ring.t_push_ns);
   pthread_mutex_lock(&s->metrics.mu);
   s->metrics.frames_rendered++;
   s->metrics.frames_published++;
   xt_hist_add(&s->metrics.render, (double)(t1 - t0) * 1e-9);
+  if (tp >= t1) xt_hist_add(&s->metrics.publish, (double)(tp - t1) * 1e-9);
   if (convert_s >= 0) xt_hist_add(&s->metrics.convert, convert_s);
   pthread_mutex_unlock(&s->metrics.mu);
   xt_ring_notify(&s->ring);
@@ -259,6 +261,7 @@ static void frame_failed(xt_server *s, const xt_job *j, const xt_msg *msg) {
 static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
+  if (s->cfg.stream_spin_us > 0) xt_ring_expect(&s->ring);
   frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q = j->req;
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];
@@ -310,6 +313,7 @@ static void render_frame(xt_worker *w, const xt_job *j) {
     render_chain_frame(w, j);
     return;
   }
+  if (s->cfg.stream_spin_us > 0) xt_ring_expect(&s->ring);
   frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q = j->req;
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];

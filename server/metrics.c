@@ -55,6 +55,14 @@ void xt_metrics_init(xt_metrics *m) {
   hist_init(&m->handoff, "xtwin_frame_handoff_seconds",
             "Frame rendered to the stream's service thread starting a client's send of it (per client): of render "
             "done to sent, the part before any byte is written.", hand, (int)(sizeof hand / sizeof *hand));
+  /* handoff's two parts: the render worker's (frame made -> published, with the stream told) and the
+   * stream's service thread waking up for it (published -> on the service thread) */
+  hist_init(&m->publish, "xtwin_frame_publish_seconds",
+            "Frame rendered to its publication to the stream (the render worker's part of the handoff).", hand,
+            (int)(sizeof hand / sizeof *hand));
+  hist_init(&m->wake, "xtwin_stream_wake_seconds",
+            "A frame's publication to the stream's service thread running for it (its wake-up; one per wake-up "
+            "that found a new frame).", hand, (int)(sizeof hand / sizeof *hand));
 }
 
 void xt_metrics_destroy(xt_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -200,6 +208,8 @@ char *xt_metrics_text(xt_metrics *m, const xt_acq_plane_state *plane, const xt_m
   hist(&b, &m->pose_latency);
   hist(&b, &m->send);
   hist(&b, &m->handoff);
+  hist(&b, &m->publish);
+  hist(&b, &m->wake);
   pthread_mutex_unlock(&m->mu);
   if (b.oom) {
     free(b.p);

@@ -4,6 +4,7 @@
  * event texts beside them; and the notifier a reader registers to be woken by a push. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "srv_ring.h"
 #include "xt_proj.h"
@@ -98,6 +99,12 @@ void xt_frame_unref(xt_ring *r, xt_frame *f) {
   xt_frame_free(spill);
 }
 
+static uint64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
 void xt_ring_push(xt_ring *r, xt_frame *f) {
   pthread_mutex_lock(&r->mu);
   f->pub = r->next_pub++;
@@ -106,6 +113,8 @@ void xt_ring_push(xt_ring *r, xt_frame *f) {
   xt_frame *old = *slot;
   *slot = f;
   xt_frame *spill = old && atomic_fetch_sub(&old->refs, 1) == 1 ? xt_frame_release_locked(r, old) : NULL;
+  /* under the lock: a reader that sees the new stamp and then takes the lock finds the frame */
+  atomic_store(&r->t_push_ns, mono_ns());
   pthread_mutex_unlock(&r->mu);
   xt_frame_free(spill);
 }
@@ -144,6 +153,11 @@ void xt_ring_notify(xt_ring *r) {
   void *ctx = r->notify_ctx;
   pthread_mutex_unlock(&r->mu);
   if (fn) fn(ctx); /* outside the lock: the reader may take ring.mu itself when woken */
+}
+
+void xt_ring_expect(xt_ring *r) {
+  atomic_store(&r->t_expect_ns, mono_ns());
+  xt_ring_notify(r);
 }
 
 void xt_ring_push_text(xt_ring *r, char *text) {

@@ -40,7 +40,7 @@ typedef struct xt_metrics {
    * held back by drop_frame and late_frame; frames no client got while the link was down */
   uint64_t faults_injected[XT_SRV_METRIC_FAULTS];
   uint64_t frames_fault_dropped, frames_late, frames_link_lost;
-  xt_hist render, convert, period, jitter, latency, pose_latency, send, handoff;
+  xt_hist render, convert, period, jitter, latency, pose_latency, send, handoff, publish, wake;
   xt_client_stats clients[XT_SRV_MAX_CLIENT_STATS];
 } xt_metrics;
 

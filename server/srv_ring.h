@@ -60,6 +60,11 @@ typedef struct xt_ring {
    * callback, so the engine never calls into its readers. Guarded by mu. */
   void (*notify)(void *ctx);
   void *notify_ctx;
+  /* CLOCK_MONOTONIC of the newest push (xt_ring_push): a reader's wake-up latency is measured from
+   * it (xtwin_stream_wake_seconds) */
+  _Atomic uint64_t t_push_ns;
+  /* CLOCK_MONOTONIC of the newest xt_ring_expect: a render that will push a frame began */
+  _Atomic uint64_t t_expect_ns;
   /* The newest event texts (JSON, the device's state changes: server/device.c), texts[seq %
    * XT_RING_TEXTS], each sent once to every stream client that was connected when it came; guarded
    * by mu. A client more than XT_RING_TEXTS behind loses the oldest. */
@@ -68,6 +73,9 @@ typedef struct xt_ring {
 } xt_ring;
 
 void xt_frame_unref(xt_ring *r, xt_frame *f);
+/* A render that will push a frame began (the stream's service thread may then stay awake for it,
+ * --stream-spin-us): stamps t_expect_ns and calls the notifier. */
+void xt_ring_expect(xt_ring *r);
 /* The frame a client whose last sent frame was last_pub should get next (latest-wins for free
  * run; in order for lockstep frames); NULL when none. Returns a reference. */
 xt_frame *xt_ring_next(xt_ring *r, uint64_t last_pub);

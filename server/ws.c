@@ -948,7 +948,19 @@ static int on_closed(xt_server *s, client *c) {
 
 /* The loop was woken from another thread (xt_ws_wake: a new frame, or shutdown): every client
  * is asked for a writable callback, the only place it may send from. */
+static uint64_t last_push; /* the ring's t_push_ns when on_wake last ran */
+
 static int on_wake(xt_server *s, struct lws_context *ctx) {
+  /* the first wake-up after a frame was pushed: how long the service thread took to run */
+  if (s) {
+    const uint64_t tp = atomic_load(&s->ring.t_push_ns), now = xt_now_ns();
+    if (tp > last_push && now >= tp) {
+      last_push = tp;
+      pthread_mutex_lock(&s->metrics.mu);
+      xt_hist_add(&s->metrics.wake, (double)(now - tp) * 1e-9);
+      pthread_mutex_unlock(&s->metrics.mu);
+    }
+  }
   if (s && clients && senders) {
     /* messages the sender threads finished */
     xt_send_result r;
@@ -1099,7 +1111,19 @@ void xt_ws_run(xt_server *s) {
    * ring then), and no client can connect before this loop runs, so no earlier frame needs a
    * wake-up. */
   xt_ring_set_notify(&s->ring, ring_pushed, s);
-  while (!atomic_load(&s->quit)) lws_service(s->lws, 0);
+  const uint64_t spin = (uint64_t)s->cfg.stream_spin_us * 1000u;
+  while (!atomic_load(&s->quit)) {
+    /* --stream-spin-us: from a render's start (xt_ring_expect, which also woke this thread) until
+     * its frame is pushed, or for at most that long, the sockets are polled without sleeping and
+     * the ring looked at between polls, so the frame goes to the clients at once rather than
+     * after this thread's wake-up (xtwin_stream_wake_seconds, ~0.9 ms p50 on a 16-core GPU host) */
+    const uint64_t te = spin ? atomic_load(&s->ring.t_expect_ns) : 0;
+    if (te && clients && te > atomic_load(&s->ring.t_push_ns) && xt_now_ns() - te < spin) {
+      lws_service(s->lws, -1); /* no wait: only what is pending */
+      if (atomic_load(&s->ring.t_push_ns) > last_push) on_wake(s, s->lws);
+    } else
+      lws_service(s->lws, 0);
+  }
   /* Shutting down: every client gets a close frame (GOINGAWAY), then a bounded wait for them to
    * answer it, so nothing hangs on a client that does not. */
   for (client *c = clients; c; c = c->next) {

@@ -75,13 +75,15 @@ def q(name, p):
             return (lo_le + (le - lo_le) * (p * n - lo_c) / max(c - lo_c, 1e-9)) * 1e3
         lo_le, lo_c = le, c
     return float("inf")
-for name, what in (("xtwin_frame_handoff_seconds", "render done -> the service thread starts the send"),
+for name, what in (("xtwin_frame_publish_seconds", "render done -> published (the worker)"),
+                   ("xtwin_stream_wake_seconds", "published -> the service thread running"),
+                   ("xtwin_frame_handoff_seconds", "render done -> the service thread starts the send"),
                    ("xtwin_frame_send_seconds", "render done -> last byte sent")):
     m = re.search(r'^%s_count (\S+)' % name, text, re.M)
     if not m:
         print("no %s in /metrics (a server from before it)" % name)
         continue
-    print("%s (%s, %d sends): p50 %.2f ms, p99 %.2f ms" % (what, name, float(m.group(1)), q(name, 0.5), q(name, 0.99)))
+    print("%s (%s, %d counts): p50 %.2f ms, p99 %.2f ms" % (what, name, float(m.group(1)), q(name, 0.5), q(name, 0.99)))
 PY
 }
 

@@ -15,7 +15,8 @@ order. The slow client must be sent whole frames and have the others counted as 
 frames_dropped, /metrics); the stalled one must be dropped by --peer-timeout; the fast ones must go
 on getting frames throughout (neither holds a sender), and the server must stop cleanly on SIGTERM
 with frames on their way. Run with sender threads (auto: 4 for the 5 clients; and 1 for all of
-them) and without (0: the service thread writes, the path TLS uses), with the same checks.
+them) and without (0: the service thread writes, the path TLS uses), with the same checks; and both
+ways again with the service thread polling while frames are made (--stream-spin-us).
 
     /usr/bin/python3 tests/server/test_senders.py --server build/server/xtwin-server [test ...]
 
@@ -309,6 +310,10 @@ TESTS = [
     (senders("auto"), ARGS),
     (senders("1"), ARGS + ["--stream-senders", "1"]),
     (senders("0"), ARGS + ["--stream-senders", "0"]),
+    # the service thread polling without sleeping while a frame is made (--stream-spin-us): it hands
+    # frames on from its own loop, between polls, not from a wake-up callback
+    (senders("spin"), ARGS + ["--stream-spin-us", "20000"]),
+    (senders("spin_0"), ARGS + ["--stream-spin-us", "20000", "--stream-senders", "0"]),
     (test_tls_refuses_a_sender_count, None),
 ]
 

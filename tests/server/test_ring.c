@@ -134,6 +134,32 @@ XT_TEST(frame_reuse_forgets_encodings) {
   xt_ring_destroy(&r);
 }
 
+/* What the stream's polling service thread (--stream-spin-us) reads: a render's start stamps
+ * t_expect_ns and wakes the reader; the frame's push stamps t_push_ns after it, under the ring's lock,
+ * so a reader that sees the new stamp finds the frame. */
+static int woken;
+static void count_wake(void *ctx) { (void)ctx, woken++; }
+
+XT_TEST(expect_and_push_stamps) {
+  xt_ring r;
+  xt_ring_init(&r);
+  xt_ring_set_notify(&r, count_wake, NULL);
+  woken = 0;
+  XT_CHECK(atomic_load(&r.t_expect_ns) == 0 && atomic_load(&r.t_push_ns) == 0);
+  xt_ring_expect(&r);
+  const uint64_t te = atomic_load(&r.t_expect_ns);
+  XT_CHECK(te > 0 && woken == 1 && atomic_load(&r.t_push_ns) == 0);
+  const uint64_t pub = push(&r, 0, 0);
+  const uint64_t tp = atomic_load(&r.t_push_ns);
+  XT_CHECK(tp >= te && atomic_load(&r.t_expect_ns) == te);
+  uint64_t last[2] = {0, 0};
+  XT_CHECK(next(&r, last, 1, NULL) == pub);
+  xt_ring_set_notify(&r, NULL, NULL);
+  xt_ring_expect(&r); /* no reader: only the stamp */
+  XT_CHECK(woken == 1 && atomic_load(&r.t_expect_ns) >= tp);
+  xt_ring_destroy(&r);
+}
+
 XT_TEST(wire_names) {
   xt_msg m;
   unsigned mask = 0;
@@ -178,4 +204,4 @@ XT_TEST(codecs_round_trip) {
 XT_TEST_MAIN(XT_ENTRY(single_plane_latest_wins) XT_ENTRY(plane_b_only_gets_nothing_from_plane_a)
              XT_ENTRY(both_planes_older_first_no_starvation) XT_ENTRY(lockstep_in_order_per_plane)
              XT_ENTRY(ppub_counts_each_plane) XT_ENTRY(frame_reuse_forgets_encodings) XT_ENTRY(wire_names)
-             XT_ENTRY(codecs_round_trip))
+             XT_ENTRY(codecs_round_trip) XT_ENTRY(expect_and_push_stamps))

@@ -819,7 +819,7 @@ static double pool_mu_max(const xt_nvdb_bricks_host *h) {
   return m;
 }
 
-/* bricks7's content hull (xt_hull.h) on grid nm: each slab must hold every domain voxel whose mu
+/* bricks7's content hull (xt_hull.h, bricks8's too) on grid nm: each slab must hold every domain voxel whose mu
  * differs from the background (found here voxel by voxel) and be tight (within twice the margin).
  * Rays lying in planes of each slab's direction (n.p constant), through the voxel that is extreme
  * along n: `depth` cells (of n.p) inside the extreme (grazing: they cross that voxel's corner or edge)
@@ -914,21 +914,24 @@ static void bricks_hull_check(const xt_model *nm, const char *what) {
           int st64 = 0, st32 = 0;
           const double b64 = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64, inv, mode);
           const double b32 = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32, inv, mode);
-          const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
-          if (sc > 0) worst64 = fmax(worst64, fabs(ref - b64) / sc);
-          worst32 = fmax(worst32, fabs(ref - b32));
+          int st64b8 = 0, st32b8 = 0; /* bricks8: the same clip, the dense-shaped march */
+          const double b64b8 = xt_nvdb_bricks8_ray_f64(&h.b, o, q, s0, s1, &st64b8, inv);
+          const double b32b8 = (double)xt_nvdb_bricks8_ray_f32(&h.b, o, q, s0, s1, &st32b8, inv);
+          const double sc = fmax(fmax(fmax(fabs(ref), fabs(b64)), fabs(b64b8)), mu1);
+          if (sc > 0) worst64 = fmax(worst64, fmax(fabs(ref - b64), fabs(ref - b64b8)) / sc);
+          worst32 = fmax(worst32, fmax(fabs(ref - b32), fabs(ref - b32b8)));
           mx = fmax(mx, fabs(ref));
           const double bgint = (double)h.b.bgmu * (s1 - s0);
           if (d == 0) met += fabs(ref - bgint) > 1e-9 * fmax(1.0, fabs(ref));
           if (d == 3) {
             missed++;
-            stepped += st64 != 0 || st32 != 0;
+            stepped += st64 != 0 || st32 != 0 || st64b8 != 0 || st32b8 != 0;
           }
         }
-  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7 grazing rays, double march vs the reference: max relative %.3g", what,
+  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7/8 grazing rays, double march vs the reference: max relative %.3g", what,
                worst64);
-  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7 grazing rays, float march: max %.3g (largest %.3g)", what,
-               worst32, mx);
+  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7/8 grazing rays, float march: max %.3g (largest %.3g)",
+               what, worst32, mx);
   XT_CHECK_MSG(stepped == 0 && missed > 0, "%s: %d of %d rays outside the hull stepped into the grid", what, stepped,
                missed);
   XT_CHECK_MSG(met > rays / 8, "%s: %d grazing rays of %d met content", what, met, rays);
@@ -940,9 +943,10 @@ static void bricks_hull_check(const xt_model *nm, const char *what) {
  * 1e-12 relative (of the integral, or of one cell of the largest mu: pool_mu_max), and in the float
  * march (the CUDA kernel's own code) within float rounding:
  * relative L2 < 1e-5 and max |diff| <= 1e-4 of the largest integral, the GPU tests' bound. The same
- * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2 .. bricks7), of which bricks2 ..
- * bricks4 must also take the first march's number of steps on every ray; and bricks7's content hull
- * (bricks_hull_check). */
+ * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2 .. bricks8), of which bricks2 ..
+ * bricks4 must also take the first march's number of steps on every ray, and bricks8 the same
+ * number of cells in both precisions (its trip count is settled in double); and bricks7's content
+ * hull (bricks_hull_check). */
 static void bricks_check(const xt_model *nm, int rays, const char *what) {
   bricks_hull_check(nm, what);
   const xt_nvdb *g = xt_model_nvdb(nm);
@@ -968,10 +972,10 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
   const double mu1 = pool_mu_max(&h);
-  enum { NV = 7 }; /* bricks, bricks2 .. bricks7 */
+  enum { NV = 8 }; /* bricks, bricks2 .. bricks8 */
   double worst64v[NV] = {0}, worst32v[NV] = {0}, sev[NV] = {0};
   int badsteps[NV] = {0};
-  int hit = 0;
+  int hit = 0, badcells = 0;
   for (int r = 0; r < rays; r++) {
     double p0[3], p1[3], o[3], q[3], len = 0;
     const int kind = r % 4; /* 0,1 random; 2 axis-parallel; 3 in a voxel plane (integer coordinate) */
@@ -1023,6 +1027,11 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
       b64[2 + m] = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64[2 + m], iv, mode[m]);
       b32[2 + m] = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32[2 + m], iv, mode[m]);
     }
+    /* bricks8: bricks7's clip, then the dense kernel's march: its trip count, settled in double, is
+     * the same in both precisions */
+    b64[7] = xt_nvdb_bricks8_ray_f64(&h.b, o, q, s0, s1, &st64[7], inv);
+    b32[7] = (double)xt_nvdb_bricks8_ray_f32(&h.b, o, q, s0, s1, &st32[7], inv);
+    badcells += st64[7] != st32[7];
     for (int v = 0; v < NV; v++) {
       const double sc = fmax(fmax(fabs(ref), fabs(b64[v])), mu1);
       if (sc > 0) worst64v[v] = fmax(worst64v[v], fabs(ref - b64[v]) / sc);
@@ -1045,6 +1054,7 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     XT_CHECK_MSG(badsteps[v] == 0, "%s: bricks%d: %d rays in a different number of steps than bricks", what, v + 1,
                  badsteps[v]);
   }
+  XT_CHECK_MSG(badcells == 0, "%s: bricks8: %d rays of different cell counts in float and double", what, badcells);
   XT_CHECK_MSG(hit > rays / 4 && mx > 0, "%s: %d of %d rays hit (max integral %g)", what, hit, rays, mx);
   XT_CHECK_MSG(worst64 <= 1e-12, "%s: double march vs the reference: max relative difference %.3g", what, worst64);
   XT_CHECK_MSG(worst32 <= 1e-4 * mx && sqrt(se) <= 1e-5 * sqrt(sr),
@@ -1124,9 +1134,122 @@ XT_TEST(bricks7_hull_grazing) {
   }
 }
 
+/* bricks8's march has no exit test: a rounding swap of two crossings within rounding of the end may
+ * take one step past the domain, whose value must still be read from the table and the pool
+ * (xt_nvdb_bricks_flat.inc: the table index clamped, the brick offset wrapped). Here the arrays are
+ * copies inside a margin of NaN (table entries naming a NaN palette entry, NaN floats around the
+ * pool), so a read outside them makes the integral NaN. Grids of 64^3 voxels (domain faces on block
+ * boundaries, where a step past the face leaves the table) and of 8..72 per axis. Rays: out through
+ * a face within 1e-6 cells of an inner plane of the other axes (where the swap happens: tens of
+ * steps out of the table per grid, found by instrumenting the march), through the box's corners,
+ * edges and faces along diagonals, nearly in a plane (the trip count's settle) and random; each to
+ * the reference as bricks_check (the nearly-in-plane ones to bricks7, below). */
+XT_TEST(bricks8_reads_in_bounds) {
+  srand(2904);
+  for (int t = 0; t < 6; t++) {
+    const int labels = t == 5, sz = t < 3 ? 64 : 8;
+    xt_model *vm = tn_sparse_model(labels, sz, t < 3 ? 64 : 72, labels ? 0.0025 : (t % 2 ? 0.0 : 0.002));
+    XT_REQUIRE(vm);
+    xt_msg msg = {{0}};
+    xt_model *nm = tn_nvdb_of(vm, labels ? XT_NVDB_Q_INT16 : (t == 1 ? XT_NVDB_Q_INDEX : XT_NVDB_Q_FLOAT),
+                              labels ? 0.0 : (t % 2 ? 0.0 : 0.002), 0.0, &msg);
+    XT_REQUIRE_MSG_(nm, msg);
+    const xt_nvdb *g = xt_model_nvdb(nm);
+    xt_nvdb_bricks_host h;
+    XT_REQUIRE_MSG_(xt_nvdb_bricks_build(g, &h, &msg) == 0, msg);
+    const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
+    enum { GT = 4096, GP = 2048 }; /* margins: table entries, pool floats */
+    int32_t *tab = malloc((h.ntable + 2 * GT) * sizeof *tab);
+    float *pool = malloc((h.nbricks * 512 + 2 * GP) * sizeof *pool), *pal = malloc((h.npalette + 1) * sizeof *pal);
+    XT_REQUIRE(tab && pool && pal);
+    for (size_t i = 0; i < h.ntable + 2 * GT; i++)
+      tab[i] = i < GT || i >= GT + h.ntable ? -1 - (int32_t)h.npalette : h.table[i - GT];
+    for (size_t i = 0; i < h.nbricks * 512 + 2 * GP; i++)
+      pool[i] = i < GP || i >= GP + h.nbricks * 512 ? NAN : h.pool[i - GP];
+    memcpy(pal, h.palette, h.npalette * sizeof *pal);
+    pal[h.npalette] = NAN;
+    xt_nvdb_bricks b = h.b;
+    b.table = tab + GT;
+    b.pool = pool + GP;
+    b.palette = pal;
+    const double mu1 = pool_mu_max(&h), big = 2.0 * (n[0] + n[1] + n[2]);
+    double worst64 = 0, worst32 = 0, mx = 0;
+    int nan = 0, hit = 0;
+    for (int r = 0; r < 8000; r++) {
+      double p[3], q[3], o[3], ql = 0;
+      const int kind = r % 5 < 2 ? 0 : r % 5 - 1;
+      if (kind == 0) { /* out through a face of axis ax where the other axes are within 1e-6 cells of
+                        * an inner plane: the march's float t (~1e-5 cells of rounding) may swap
+                        * that plane's crossing with the face's, the step past the domain */
+        const int ax = rand() % 3;
+        for (int a = 0; a < 3; a++) {
+          q[a] = (rand() % 2 ? 1.0 : -1.0) * tn_urand(0.2, 1.0);
+          p[a] = a == ax ? (q[a] > 0 ? n[a] : 0.0)
+                         : rand() % (n[a] - 1) + 1.0 + tn_urand(-1, 1) * (rand() % 2 ? 1e-6 : 1e-7);
+        }
+      } else if (kind == 3) { /* nearly in an inner plane of axis ax (q ~ 1e-17, as a 90 degree pose's
+                               * map gives), crossing it at p: one ulp of o + s q there is ~100 cells
+                               * of s, so only the planes' parameters settle the count (ray_setup) */
+        const int ax = rand() % 3;
+        for (int a = 0; a < 3; a++) {
+          q[a] = a == ax ? (rand() % 2 ? 1.0 : -1.0) * tn_urand(1e-18, 1e-16) : tn_urand(-1, 1);
+          p[a] = a == ax ? (double)(1 + rand() % (n[a] - 1)) : tn_urand(0, n[a]);
+        }
+      } else {
+        for (int a = 0; a < 3; a++) { /* 1: through the box's corners, edges and faces, diagonals; 2: random */
+          const int at = rand() % 3;
+          p[a] = kind == 2 ? tn_urand(0, n[a]) : (at == 0 ? 0.0 : (at == 1 ? rand() % n[a] + 0.5 : n[a]));
+          q[a] = kind == 2 ? tn_urand(-1, 1) : (rand() % 3 == 0 && a ? 0.0 : (rand() % 2 ? 1.0 : -1.0));
+        }
+      }
+      for (int a = 0; a < 3; a++) ql += q[a] * q[a];
+      if (ql == 0) continue;
+      ql = sqrt(ql);
+      for (int a = 0; a < 3; a++) {
+        q[a] /= ql;
+        o[a] = p[a] - big * q[a];
+      }
+      /* ends: past the box, at p, just before it, or (nearly in a plane) within 60 cells of p */
+      const double len = big + (kind == 3 ? tn_urand(-60, 60) : (r % 7 == 0 ? 0.0 : (r % 7 == 1 ? -1e-9 : big)));
+      double s0, s1, inv[3] = {0, 0, 0};
+      if (!xt_clip_box_inv_f64(o, q, n, len, &s0, &s1, inv)) continue;
+      hit++;
+      /* nearly in a plane, the oracle is bricks7 (its double march): the reference, after a
+       * constant region, places the ray by floor(o + s q), whose last ulp is there ~100 cells of s,
+       * where the brick marches place it by the planes' parameters (both within the problem's
+       * conditioning; elsewhere they agree to 1e-12) */
+      double ref = 0;
+      if (kind == 3)
+        ref = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, NULL, inv,
+                                      XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION | XT_BR_HULL);
+      else
+        xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
+      const double b64 = xt_nvdb_bricks8_ray_f64(&b, o, q, s0, s1, NULL, inv);
+      const double b32 = (double)xt_nvdb_bricks8_ray_f32(&b, o, q, s0, s1, NULL, inv);
+      nan += !isfinite(b64) || !isfinite(b32);
+      const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
+      if (sc > 0 && isfinite(b64)) worst64 = fmax(worst64, fabs(ref - b64) / sc);
+      if (isfinite(b32)) worst32 = fmax(worst32, fabs(ref - b32));
+      mx = fmax(mx, fabs(ref));
+    }
+    XT_CHECK_MSG(nan == 0, "trial %d (%dx%dx%d): %d of %d bricks8 rays read outside the table or pool", t, n[0], n[1],
+                 n[2], nan, hit);
+    XT_CHECK_MSG(worst64 <= 1e-12, "trial %d: bricks8 double march vs the reference: max relative %.3g", t, worst64);
+    XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "trial %d: bricks8 float march: max %.3g (largest %.3g)", t, worst32,
+                 mx);
+    XT_CHECK_MSG(hit > 1000, "trial %d: %d rays hit", t, hit);
+    free(tab);
+    free(pool);
+    free(pal);
+    xt_nvdb_bricks_free(&h);
+    xt_model_free(nm);
+    xt_model_free(vm);
+  }
+}
+
 XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_index) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(mixed_scene_is_the_sum) XT_ENTRY(quantised_error)
                      XT_ENTRY(file_roundtrip_and_grid_names) XT_ENTRY(bad_files) XT_ENTRY(bad_index_grids) XT_ENTRY(independent_writer)
                          XT_ENTRY(channels_equal_the_source_volume) XT_ENTRY(mixed_scene_channels_reproduce_mono)
                              XT_ENTRY(bricks_equal_reference) XT_ENTRY(bricks_equal_reference_long)
-                                 XT_ENTRY(bricks7_hull_grazing))
+                                 XT_ENTRY(bricks7_hull_grazing) XT_ENTRY(bricks8_reads_in_bounds))

@@ -227,7 +227,12 @@ static __device__ __forceinline__ int ray_setup(const dev_model &md, const doubl
     if (np < 0) np = 0;
     rs->nplanes[a] = (float)np;
     rs->total += np;
-    rs->tn0[a] = np > 0 ? (float)(snext - s0) : INFINITY;
+    /* >= 0: for q < 0 within rounding of an integer o's plane (q ~ 1e-17, a 90 deg pose), o + s0 q
+     * can round onto the plane, so the entry cell is the one above it and its "next" plane lies at
+     * s = 0 < s0; the reference (proj_cpu_voxel.c) adds nothing for that crossing (se > s fails)
+     * and goes on from s0 in the cell below, which a 0 here does too; a negative value would add
+     * -s0 x mu to the first cell and +s0 x mu to the next (found by the bricks8 tests' grazing rays) */
+    rs->tn0[a] = np > 0 ? (float)fmax(snext - s0, 0.0) : INFINITY;
     rs->dt[a] = (float)dt;
   }
   rs->tend = (float)(s1 - s0);

@@ -237,6 +237,45 @@ XT_TEST(rays_on_planes) {
   xt_model_free(m);
 }
 
+/* rays_on_planes' volume turned about z by +-1e-18 rad (and +-3e-19): the central column's rays
+ * then cross the plane x = 16 cells (its origin within rounding of 16, exactly 16.0 in double) with
+ * a direction component of ~1e-18 cells/mm, so o + s0 q rounds onto the plane and, for q < 0, the
+ * entry cell (16, above the plane) and the plane's parameter (s = 0, before the entry) disagree.
+ * The reference adds nothing for that crossing and integrates the whole ray in cell 15; the kernel's
+ * set-up once put the first plane at t = -s0 and added -s0 x mu to cell 16 and +s0 x mu to cell 15
+ * (ray_setup's clamp; ~70 against ~0.3 here). */
+XT_TEST(rays_a_hair_off_a_plane) {
+  double sp[3] = {1, 1, 1};
+  xt_volume *v;
+  XT_REQUIRE(xt_volume_create(32, 32, 32, sp, XT_VOXEL_F32, &v, NULL) == 0);
+  for (int k = 0; k < 32; k++)
+    for (int j = 0; j < 32; j++)
+      for (int i = 0; i < 32; i++) ((float *)v->data)[i + 32 * (j + 32 * k)] = i < 16 ? 0.01f : 0.1f;
+  xt_model *m;
+  XT_REQUIRE(xt_model_from_volume(v, "hair", &m, NULL) == 0);
+  const double tilt[4] = {1e-18, -1e-18, 3e-19, -3e-19};
+  for (int t = 0; t < 4; t++) {
+    m->placement = xt_aff_rot(2, tilt[t]);
+    xt_detector_mode mode = xt_mode_custom("odd", 101, 81, 0.5, 0.5, 800, 1200);
+    xt_pose pose = xt_pose_default(&mode);
+    xt_geometry g;
+    XT_REQUIRE(xt_geom_compute(&pose, &mode, &g, NULL) == 0);
+    xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+    xt_proj *p;
+    xt_msg msg;
+    XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
+    XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
+    float *out = poisoned((size_t)mode.cols * mode.rows);
+    XT_REQUIRE(out);
+    XT_CHECK(xt_proj_render(p, &g, out, &msg) == 0);
+    const xt_model *ms[1] = {m};
+    XT_CHECK_MSG(compare("rays a hair off a plane", ms, 1, &g, out) == 0, "tilt %g rad", tilt[t]);
+    free(out);
+    xt_proj_destroy(p);
+  }
+  xt_model_free(m);
+}
+
 /* The batch tests' scene: a random model (seeded), n random poses on a 200 x 150 detector and a
  * CUDA projector holding the model; NULL (and nothing to free) on failure. */
 static xt_proj *batch_scene(unsigned seed, int labels, int n, xt_detector_mode *mode, xt_geometry *g, xt_model **m) {
@@ -545,7 +584,7 @@ XT_TEST(errors) {
 int main(int argc, char **argv) {
   xt_test_require_cuda(argv[0]);
   static const xt_test_entry tests[] = {
-      XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
+      XT_ENTRY(errors) XT_ENTRY(rays_on_planes) XT_ENTRY(rays_a_hair_off_a_plane) XT_ENTRY(random_dense) XT_ENTRY(random_labels)
           XT_ENTRY(variants_multi_model) XT_ENTRY(batch_equals_single) XT_ENTRY(alternating_detectors) XT_ENTRY(batch_into_host_memory) XT_ENTRY(thesis_head_labels)
               XT_ENTRY(thesis_head_mu) XT_ENTRY(blocky_exact) XT_ENTRY(hull_extremes)
                   XT_ENTRY(auto_storage_per_view)};

@@ -201,39 +201,49 @@ XT_TEST(auto_storage_per_view) {
   xt_model_free(m);
 }
 
+/* A 32^3 volume of 1 mm voxels centred on the isocentre: mu 0.01 for x < 16 cells, 0.1 beyond,
+ * times zfac for z >= 16 cells. */
+static xt_model *slab_model(float zfac, const char *name) {
+  double sp[3] = {1, 1, 1};
+  xt_volume *v;
+  if (xt_volume_create(32, 32, 32, sp, XT_VOXEL_F32, &v, NULL)) return NULL;
+  for (int k = 0; k < 32; k++)
+    for (int j = 0; j < 32; j++)
+      for (int i = 0; i < 32; i++)
+        ((float *)v->data)[i + 32 * (j + 32 * k)] = (i < 16 ? 0.01f : 0.1f) * (k < 16 ? 1.0f : zfac);
+  xt_model *m;
+  return xt_model_from_volume(v, name, &m, NULL) ? NULL : m;
+}
+
+/* m through the CUDA projector on an odd 101 x 81 detector at primary angle deg, against the
+ * reference; non-zero on any failure. */
+static int odd_detector_matches(const xt_model *m, double deg, const char *what) {
+  xt_detector_mode mode = xt_mode_custom("odd", 101, 81, 0.5, 0.5, 800, 1200);
+  xt_pose pose = xt_pose_default(&mode);
+  pose.primary_deg = deg;
+  xt_geometry g;
+  xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
+  xt_proj *p = NULL;
+  xt_msg msg;
+  float *out = poisoned((size_t)mode.cols * mode.rows);
+  int fail = !out || xt_geom_compute(&pose, &mode, &g, NULL) || xt_proj_create(&po, &p, &msg) ||
+             xt_proj_add_model(p, m, &msg) || xt_proj_render(p, &g, out, &msg);
+  const xt_model *ms[1] = {m};
+  if (!fail) fail = compare(what, ms, 1, &g, out) != 0;
+  free(out);
+  xt_proj_destroy(p);
+  return fail;
+}
+
 /* An axis-aligned volume with even dims centred on the isocentre, an odd detector at 0/0: the
  * central column's rays lie exactly in the plane x = 0 between two voxel slabs that differ by
  * 10x, and the central row's in z = 0. Half-open cells put them in the + slab, as on the CPU. */
 XT_TEST(rays_on_planes) {
-  double sp[3] = {1, 1, 1};
-  xt_volume *v;
-  XT_REQUIRE(xt_volume_create(32, 32, 32, sp, XT_VOXEL_F32, &v, NULL) == 0);
-  for (int k = 0; k < 32; k++)
-    for (int j = 0; j < 32; j++)
-      for (int i = 0; i < 32; i++)
-        ((float *)v->data)[i + 32 * (j + 32 * k)] = (i < 16 ? 0.01f : 0.1f) * (k < 16 ? 1.0f : 2.0f);
-  xt_model *m;
-  XT_REQUIRE(xt_model_from_volume(v, "planes", &m, NULL) == 0);
-  for (int angle = 0; angle < 4; angle++) {
-    xt_detector_mode mode = xt_mode_custom("odd", 101, 81, 0.5, 0.5, 800, 1200);
-    xt_pose pose = xt_pose_default(&mode);
-    pose.primary_deg = 90.0 * angle - (angle == 3 ? 360 : 0) + (angle == 2 ? 0 : 0);
-    if (pose.primary_deg > 180) pose.primary_deg -= 360;
-    xt_geometry g;
-    XT_REQUIRE(xt_geom_compute(&pose, &mode, &g, NULL) == 0);
-    xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
-    xt_proj *p;
-    xt_msg msg;
-    XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
-    XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
-    float *out = poisoned((size_t)mode.cols * mode.rows);
-    XT_REQUIRE(out);
-    XT_CHECK(xt_proj_render(p, &g, out, &msg) == 0);
-    const xt_model *ms[1] = {m};
-    XT_CHECK_MSG(compare("rays on planes", ms, 1, &g, out) == 0, "angle %g", pose.primary_deg);
-    free(out);
-    xt_proj_destroy(p);
-  }
+  xt_model *m = slab_model(2.0f, "planes");
+  XT_REQUIRE(m);
+  const double deg[4] = {0, 90, 180, -90};
+  for (int a = 0; a < 4; a++)
+    XT_CHECK_MSG(odd_detector_matches(m, deg[a], "rays on planes") == 0, "angle %g", deg[a]);
   xt_model_free(m);
 }
 
@@ -245,33 +255,12 @@ XT_TEST(rays_on_planes) {
  * set-up once put the first plane at t = -s0 and added -s0 x mu to cell 16 and +s0 x mu to cell 15
  * (ray_setup's clamp; ~70 against ~0.3 here). */
 XT_TEST(rays_a_hair_off_a_plane) {
-  double sp[3] = {1, 1, 1};
-  xt_volume *v;
-  XT_REQUIRE(xt_volume_create(32, 32, 32, sp, XT_VOXEL_F32, &v, NULL) == 0);
-  for (int k = 0; k < 32; k++)
-    for (int j = 0; j < 32; j++)
-      for (int i = 0; i < 32; i++) ((float *)v->data)[i + 32 * (j + 32 * k)] = i < 16 ? 0.01f : 0.1f;
-  xt_model *m;
-  XT_REQUIRE(xt_model_from_volume(v, "hair", &m, NULL) == 0);
+  xt_model *m = slab_model(1.0f, "hair");
+  XT_REQUIRE(m);
   const double tilt[4] = {1e-18, -1e-18, 3e-19, -3e-19};
   for (int t = 0; t < 4; t++) {
     m->placement = xt_aff_rot(2, tilt[t]);
-    xt_detector_mode mode = xt_mode_custom("odd", 101, 81, 0.5, 0.5, 800, 1200);
-    xt_pose pose = xt_pose_default(&mode);
-    xt_geometry g;
-    XT_REQUIRE(xt_geom_compute(&pose, &mode, &g, NULL) == 0);
-    xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
-    xt_proj *p;
-    xt_msg msg;
-    XT_REQUIRE(xt_proj_create(&po, &p, &msg) == 0);
-    XT_CHECK(xt_proj_add_model(p, m, &msg) == 0);
-    float *out = poisoned((size_t)mode.cols * mode.rows);
-    XT_REQUIRE(out);
-    XT_CHECK(xt_proj_render(p, &g, out, &msg) == 0);
-    const xt_model *ms[1] = {m};
-    XT_CHECK_MSG(compare("rays a hair off a plane", ms, 1, &g, out) == 0, "tilt %g rad", tilt[t]);
-    free(out);
-    xt_proj_destroy(p);
+    XT_CHECK_MSG(odd_detector_matches(m, 0, "rays a hair off a plane") == 0, "tilt %g rad", tilt[t]);
   }
   xt_model_free(m);
 }

@@ -261,7 +261,6 @@ static void frame_failed(xt_server *s, const xt_job *j, const xt_msg *msg) {
 static void render_chain_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
-  if (s->cfg.stream_spin_us > 0) xt_ring_expect(&s->ring);
   frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q = j->req;
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];
@@ -309,11 +308,11 @@ static void render_chain_frame(xt_worker *w, const xt_job *j) {
 static void render_frame(xt_worker *w, const xt_job *j) {
   xt_server *s = w->srv;
   xt_msg msg;
+  if (s->cfg.stream_spin_us > 0) xt_ring_expect(&s->ring); /* a frame is on its way (--stream-spin-us) */
   if (j->req.chain && !s->cfg.synthetic) {
     render_chain_frame(w, j);
     return;
   }
-  if (s->cfg.stream_spin_us > 0) xt_ring_expect(&s->ring);
   frame_ctx fc = {w, NULL, NULL};
   xt_acq_request q = j->req;
   xt_acq_shape shapes[XT_SRV_MAX_INSTR];

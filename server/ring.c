@@ -4,8 +4,8 @@
  * event texts beside them; and the notifier a reader registers to be woken by a push. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "srv_clock.h"
 #include "srv_ring.h"
 #include "xt_proj.h"
 
@@ -99,12 +99,6 @@ void xt_frame_unref(xt_ring *r, xt_frame *f) {
   xt_frame_free(spill);
 }
 
-static uint64_t mono_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 void xt_ring_push(xt_ring *r, xt_frame *f) {
   pthread_mutex_lock(&r->mu);
   f->pub = r->next_pub++;
@@ -114,7 +108,7 @@ void xt_ring_push(xt_ring *r, xt_frame *f) {
   *slot = f;
   xt_frame *spill = old && atomic_fetch_sub(&old->refs, 1) == 1 ? xt_frame_release_locked(r, old) : NULL;
   /* under the lock: a reader that sees the new stamp and then takes the lock finds the frame */
-  atomic_store(&r->t_push_ns, mono_ns());
+  atomic_store(&r->t_push_ns, xt_now_ns());
   pthread_mutex_unlock(&r->mu);
   xt_frame_free(spill);
 }
@@ -156,7 +150,7 @@ void xt_ring_notify(xt_ring *r) {
 }
 
 void xt_ring_expect(xt_ring *r) {
-  atomic_store(&r->t_expect_ns, mono_ns());
+  atomic_store(&r->t_expect_ns, xt_now_ns());
   xt_ring_notify(r);
 }
 

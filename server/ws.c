@@ -946,10 +946,11 @@ static int on_closed(xt_server *s, client *c) {
   return 0;
 }
 
-/* The loop was woken from another thread (xt_ws_wake: a new frame, or shutdown): every client
- * is asked for a writable callback, the only place it may send from. */
 static uint64_t last_push; /* the ring's t_push_ns when on_wake last ran */
 
+/* The loop was woken from another thread (xt_ws_wake: a new frame, or shutdown), or, polling
+ * (--stream-spin-us, xt_ws_run), saw a new frame pushed: every client is asked for a writable
+ * callback, the only place it may send from. */
 static int on_wake(xt_server *s, struct lws_context *ctx) {
   /* the first wake-up after a frame was pushed: how long the service thread took to run */
   if (s) {

@@ -82,6 +82,31 @@ void xt__nvdb_traverse(const xt_nvdb *g, const double o[3], const double q[3], c
 /* floor(x / 8) for any int (a right shift of a negative int is implementation-defined in C). */
 static XT_INLINE XT_HOSTDEV int xt_nvdb_coarse(int x) { return x >= 0 ? x / 8 : -((7 - x) / 8); }
 
+/* The part [*c0, *c1] of [s0, s1] of the ray o + s q inside the pool's content: its hull (hull != 0:
+ * bricks7, bricks8; in float, conservatively, xt_hull.h) or its box (bricks5, bricks6). Outside it
+ * every block is the background (bgmu). Returns 0 when none of [s0, s1] is inside. */
+static XT_INLINE XT_HOSTDEV int xt_nvdb_bricks_content(const xt_nvdb_bricks *b, const double o[3], const double q[3],
+                                                       double s0, double s1, int hull, double *c0, double *c1) {
+  *c0 = 0;
+  *c1 = 0;
+  if (hull) { /* unbounded but for the hull */
+    const float of[3] = {(float)o[0], (float)o[1], (float)o[2]}, qf[3] = {(float)q[0], (float)q[1], (float)q[2]};
+    float h0 = -INFINITY, h1 = INFINITY;
+    if (b->hull && xt_hull_clip_f32(of, qf, b->hlo, b->hhi, &h0, &h1, 1)) {
+      *c0 = (double)h0 > s0 ? (double)h0 : s0;
+      *c1 = (double)h1 < s1 ? (double)h1 : s1;
+    }
+  } else {
+    const double oc[3] = {o[0] - b->clo[0], o[1] - b->clo[1], o[2] - b->clo[2]};
+    const int nb[3] = {b->chi[0] - b->clo[0], b->chi[1] - b->clo[1], b->chi[2] - b->clo[2]};
+    if (b->content && xt_clip_box_f64(oc, q, nb, s1, c0, c1)) {
+      *c0 = *c0 > s0 ? *c0 : s0;
+      *c1 = *c1 < s1 ? *c1 : s1;
+    }
+  }
+  return *c1 > *c0;
+}
+
 /* Double arithmetic of the set-up, never contracted into FMAs, so the device's set-up is the
  * host's to the bit (as in proj_nvdb.cu). */
 #if defined(__CUDA_ARCH__)

@@ -405,6 +405,7 @@ int xt_acq_expose(xt_acq_plane *plane, xt_acq_renderer *r, const xt_acq_request 
     xt_chain_get_info(r->chain, &f->info);
     xt_chain_drc_last(r->chain, &f->field);
     xt_chain_window_last(r->chain, &f->window, &f->level);
+    f->saturated_px = xt_chain_saturated_last(r->chain);
     if ((rc = plane_account(plane, q, f, msg))) return rc;
   }
   f->step = XT_ACQ_STEP_DONE;

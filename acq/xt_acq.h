@@ -196,6 +196,7 @@ typedef struct xt_acq_frame {
   double window, level;            /* the processing's window and level for this frame (the automatic
                                     * window's with `window` 0: xt_chain_window_last) */
   double measured_ngy;             /* the loop's measurement of this frame (0 with the loop off) */
+  uint32_t saturated_px;           /* raw pixels at the ADC's full scale (xt_chain_saturated_last) */
   xt_dose dose;                    /* this frame's dose */
   xt_dose_totals totals;           /* the run's totals after it */
   xt_drc drc;                      /* the loop's state after it */

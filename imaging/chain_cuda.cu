@@ -10,7 +10,8 @@
  *   k_blur                    X -> D (rows, columns)         (stage_blur.cu)
  *   k_readout                 D -> raw; lag state; Y at      (stage_readout.cu; the flat field
  *                             non-defective pixels when       evaluated, xt_stage_flat_adu)
- *                             processed (pass 1 of processing)
+ *                             processed (pass 1 of processing);
+ *                             the count of saturated codes
  *   k_auto_hist, k_auto_pick  Y -> histogram -> window/level (stage_process.cu; the automatic
  *                                                             window, `window` 0: the default)
  *   k_process_out             raw -> Y at defects -> proc    (stage_process.cu; the defects' lists
@@ -19,7 +20,7 @@
  *   k_drc_field, k_drc_step   raw -> field sum -> the loop   (stage_drc.cu; drc on; the step
  *                                                             rewrites the live tables last)
  *   one cudaMemcpyAsync       [raw | proc] -> pinned host memory (and the loop's 80-byte record,
- *                             the automatic window's 8 bytes)
+ *                             the automatic window's 8 bytes, the saturated count's 4)
  *
  * Everything is queued on the chain's own stream; the only synchronisation is the wait for that
  * copy. Scratch is allocated once per detector size (never per frame). The spectral tables live in
@@ -56,6 +57,7 @@ typedef struct chain_dev {
   xt_drc_bank *bank;
   xt_drc_dev *loop;
   unsigned long long *fsum; /* the measuring field's code sum */
+  uint32_t *nsat;           /* the frame's raw codes at the ADC's full scale (zeroed as a frame starts) */
   xt_chain_drc_frame *rec;  /* the step's record of the frame */
   /* the automatic window: its histogram (kept zero between frames) and the frame's window, level */
   uint32_t *whist;
@@ -66,6 +68,7 @@ typedef struct chain_dev {
   float *h_f;
   xt_chain_drc_frame *h_rec;
   unsigned long long *h_fsum;
+  uint32_t *h_nsat;
   xt_drc_dev *h_loop;
 } chain_dev;
 
@@ -110,9 +113,11 @@ extern "C" void xt_chain_cuda_destroy(xt_chain *c) {
   cudaFree(d->bank);
   cudaFree(d->loop);
   cudaFree(d->fsum);
+  cudaFree(d->nsat);
   cudaFree(d->rec);
   cudaFreeHost(d->h_rec);
   cudaFreeHost(d->h_fsum);
+  cudaFreeHost(d->h_nsat);
   cudaFreeHost(d->h_loop);
   cudaFree(d->whist);
   cudaFree(d->wl);
@@ -237,11 +242,13 @@ extern "C" int xt_chain_cuda_create(xt_chain *c, xt_msg *msg) {
   CK(cudaMalloc((void **)&d->loop, sizeof(xt_drc_dev)));
   CK(cudaMalloc((void **)&d->fsum, sizeof(unsigned long long)));
   CK(cudaMalloc((void **)&d->rec, sizeof(xt_chain_drc_frame)));
+  CK(cudaMalloc((void **)&d->nsat, sizeof(uint32_t)));
   CK(cudaMemset(d->bank, 0, sizeof(xt_drc_bank)));
   CK(cudaMemset(d->fsum, 0, sizeof(unsigned long long)));
   CK(cudaMemset(d->rec, 0, sizeof(xt_chain_drc_frame)));
   CK(cudaHostAlloc((void **)&d->h_rec, sizeof(xt_chain_drc_frame), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_fsum, sizeof(unsigned long long), cudaHostAllocDefault));
+  CK(cudaHostAlloc((void **)&d->h_nsat, sizeof(uint32_t), cudaHostAllocDefault));
   CK(cudaHostAlloc((void **)&d->h_loop, sizeof(xt_drc_dev), cudaHostAllocDefault));
   CK(cudaMalloc((void **)&d->whist, XT_AUTO_BINS * sizeof(uint32_t)));
   CK(cudaMalloc((void **)&d->wl, 2 * sizeof(float)));
@@ -353,6 +360,8 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   xt_chain_frame_const_make(c, g, frame, &fc);
   if ((rc = ensure_scratch(c, d, &fc, msg))) return rc;
   fc.pc.first = c->first;
+  /* here, not beside the readout: between two kernels it would hold the readout's early start back */
+  CK(cudaMemsetAsync(d->nsat, 0, sizeof(uint32_t), d->st));
   const size_t no = (size_t)fc.ocols * fc.orows;
   uint16_t *raw = d->out;
   const int loop = c->drc_attached && c->prm.drc;
@@ -366,7 +375,7 @@ static int queue_frame(xt_chain *c, chain_dev *d, const xt_geometry *g, uint64_t
   if ((rc = queue_detect(c, d, g, &fc, tab, loop ? 0 : c->tab->nbins, expected ? d->S : NULL, msg)) ||
       (rc = xt_stage_blur_cuda(&fc, d->X, d->D, d->st, msg)) ||
       (rc = xt_stage_readout_cuda(tab, &fc, d->gain, d->offset, d->defect, d->D, d->lag, raw, proc ? d->Y : NULL, d->Yd,
-                                  d->st, msg)))
+                                  d->nsat, d->st, msg)))
     return rc;
   /* processed before the attached loop's step, which rewrites the live tables (tab) for the next
    * frame: the defective pixels' flat field is then this frame's, as the readout's */
@@ -426,7 +435,9 @@ extern "C" int xt_chain_cuda_frame(xt_chain *c, const xt_geometry *g, uint64_t f
   if (autowl) CK(cudaMemcpyAsync(d->h_wl, d->wl, 2 * sizeof(float), cudaMemcpyDeviceToHost, d->st));
   if (loop) CK(cudaMemcpyAsync(d->h_rec, d->rec, sizeof *d->h_rec, cudaMemcpyDeviceToHost, d->st));
   else if (c->prm.drc) CK(cudaMemcpyAsync(d->h_fsum, d->fsum, sizeof *d->h_fsum, cudaMemcpyDeviceToHost, d->st));
+  CK(cudaMemcpyAsync(d->h_nsat, d->nsat, sizeof *d->h_nsat, cudaMemcpyDeviceToHost, d->st));
   CK(cudaStreamSynchronize(d->st));
+  c->saturated = *d->h_nsat;
   if (raw_staged) memcpy(out->raw, d->h_out, nb);
   if (proc_staged) memcpy(out->proc, d->h_out + no, nb);
   if (autowl) {

@@ -409,6 +409,8 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   if (out->signal) memcpy(out->signal, c->D, sizeof(float) * fc.cols * fc.rows);
   run_stage(c, tab, &fc, out, ST_READOUT, fc.orows);
   if (out->raw) memcpy(out->raw, c->raw, sizeof(uint16_t) * fc.ocols * fc.orows);
+  c->saturated = 0;
+  for (size_t i = 0, n = (size_t)fc.ocols * fc.orows; i < n; i++) c->saturated += (float)c->raw[i] >= fc.ro.adc_max;
   if (c->prm.drc) { /* the measuring field (issue 11); the attached loop's step */
     memset(&c->rec, 0, sizeof c->rec);
     c->rec.kv = kv;
@@ -441,6 +443,8 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
   }
   return 0;
 }
+
+uint32_t xt_chain_saturated_last(const xt_chain *c) { return c->saturated; }
 
 void xt_chain_window_last(const xt_chain *c, double *window, double *level) {
   *window = c->wl[0];

@@ -177,6 +177,9 @@ int xt_chain_frame(xt_chain *c, const xt_geometry *g, uint64_t frame, const xt_c
  * parameters', or with `window` 0 the automatic window's from that frame's histogram (on a GPU
  * they came back with the frame). Zeros before a processed frame. */
 void xt_chain_window_last(const xt_chain *c, double *window, double *level);
+/* The last frame's raw pixels at the ADC's full scale (2^adc_bits - 1): the panel saturated (or a
+ * hot pixel). On a GPU counted there and returned with the frame. */
+uint32_t xt_chain_saturated_last(const xt_chain *c);
 
 /* Dose-rate control inside the chain (issue 11; xt_drc.h states the loop). Attached, with the
  * `drc` parameter on, each xt_chain_frame exposes the frame at the loop's point on its curve,

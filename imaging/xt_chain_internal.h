@@ -109,6 +109,7 @@ struct xt_chain {
   int dsa_valid; /* M holds this run's mask */
   uint32_t whist[XT_AUTO_BINS]; /* the automatic window's histogram (CPU) */
   float wl[2];                  /* the window and level the last processed frame had */
+  uint32_t saturated;           /* the last frame's raw codes at the ADC's full scale */
   uint16_t *raw;
   /* the CUDA pipeline (chain_cuda.cu), when the projector is on a GPU */
   void *dev;

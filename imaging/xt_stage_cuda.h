@@ -89,10 +89,11 @@ int xt_stage_drc_step_cuda(xt_drc_dev *L, const xt_drc_bank *bank, const xt_chai
 int xt_stage_blur_cuda(const xt_chain_frame_const *fc, const float *in, float *out, cudaStream_t st, xt_msg *msg);
 /* readout: D -> raw (ADC codes); lag state updated; Y (non-NULL when the frame is processed): the
  * processing's pass 1 at the non-defective pixels, and Yd: Y's value (the state before this frame)
- * copied at the defective ones, which k_process_out computes */
+ * copied at the defective ones, which k_process_out computes; the codes at the ADC's full scale
+ * added to *nsat (device memory, zeroed by the caller) */
 int xt_stage_readout_cuda(const xt_chain_tables *d_tab, const xt_chain_frame_const *fc, const float *gain,
                           const float *offset, const unsigned char *defect, const float *D, float *lag, uint16_t *raw,
-                          float *Y, float *Yd, cudaStream_t st, xt_msg *msg);
+                          float *Y, float *Yd, uint32_t *nsat, cudaStream_t st, xt_msg *msg);
 
 /* The flat field an output pixel (r, c) collects, in ADU: xt_flat_expect over its bin (the same
  * sums in the same order wherever it is evaluated: readout and defect interpolation). */

@@ -145,6 +145,7 @@ typedef struct both {
   float *S[2], *D[2];
   uint16_t *raw[2], *proc[2];
   double w[2], l[2]; /* the last frame's window and level (the automatic window's: each backend's own) */
+  uint32_t sat[2];   /* the last frame's saturated pixels, as each chain counted them */
 } both;
 
 /* The processed frames' GPU/CPU bar in codes for windows w0, w1 and levels l0, l1: 2 codes at a
@@ -179,6 +180,7 @@ static int run_both_models(xt_model *const *ms, int nm, const xt_chain_params *p
     for (int f = 0; f < frames; f++)
       if (xt_chain_frame(c, &g, (uint64_t)f, &out, NULL)) return -1;
     xt_chain_window_last(c, &o->w[b], &o->l[b]);
+    o->sat[b] = xt_chain_saturated_last(c);
     xt_chain_destroy(c);
     xt_proj_destroy(p);
   }
@@ -234,6 +236,12 @@ static void chain_matches_cpu(xt_model *const *ms, int nm, double psf_mm, int bi
   XT_CHECK_MSG(es <= 2e-5, "expected signal: worst relative difference %g", es);
   XT_CHECK_MSG(ed <= 2e-5, "blurred signal: worst relative difference %g", ed);
   XT_CHECK_MSG(draw <= 1, "raw: worst difference %d ADU", draw);
+  /* the saturated pixels each chain counted (the GPU's in its readout kernel) against its raw codes */
+  for (int b = 0; b < 2; b++) {
+    uint32_t want = 0;
+    for (size_t i = 0; i < no; i++) want += o.raw[b][i] >= (1u << prm.adc_bits) - 1u;
+    XT_CHECK_MSG(o.sat[b] == want, "backend %d: %u saturated pixels counted, the raw frame has %u", b, o.sat[b], want);
+  }
   const int bar = proc_bar(o.w[0], o.l[0], o.w[1], o.l[1]);
   XT_CHECK_MSG(dproc <= bar, "processed: worst difference %d (bar %d, window %.4f)", dproc, bar, o.w[0]);
   free_both(&o);

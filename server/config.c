@@ -83,6 +83,10 @@ static const cfg_entry cfg_table[] = {
      "microseconds the stream's service thread polls its sockets without sleeping from a render's start until the "
      "frame is published, so that it hands the frame on at once instead of being woken (a core busy meanwhile; "
      "0: it sleeps until woken)"},
+    {"pacer_spin_us", CT_INT, N(pacer_spin_us), "0", 0, 5000, NULL, 0,
+     "microseconds before each exposure's deadline the pacer stops sleeping and polls the clock, so that an exposure "
+     "starts on time however late the host wakes a sleeping thread (a core busy that long per exposure; 0: it sleeps "
+     "until the deadline)"},
     {"scenario", CT_STRING, S(scenario), "", 0, 0, NULL, 0,
      "a scenario file (JSON timeline of commands and faults at frame numbers or times) played from the start "
      "(docs/device.md, Scenarios)"},

@@ -801,7 +801,17 @@ static void *pacer_main(void *arg) {
         continue;
       }
       if (now < wake) {
-        struct timespec ts = ts_of(wake);
+        /* --pacer-spin-us: the last stretch polled with st_mu let go, as a sleeping thread's wake-up
+         * can come a millisecond late on a host in power saving (exposure jitter p99 0.84 ms on one
+         * H100 machine, 0.05 ms on another); a change meanwhile is seen when it is over */
+        const uint64_t spin = (uint64_t)s->cfg.pacer_spin_us * 1000u;
+        if (spin && wake - now <= spin) {
+          pthread_mutex_unlock(&s->st_mu);
+          while (xt_dev_now_ns() < wake) xt_cpu_relax();
+          pthread_mutex_lock(&s->st_mu);
+          continue;
+        }
+        struct timespec ts = ts_of(spin ? wake - spin : wake);
         pthread_cond_timedwait(&s->st_cv, &s->st_mu, &ts);
         continue; /* re-check the state and the clock */
       }

@@ -13,6 +13,15 @@
 
 uint64_t xt_now_ns(void); /* CLOCK_MONOTONIC */
 
+/* A polling loop's pause: lets the core's other thread run and saves power while it polls. */
+static inline void xt_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 uint64_t xt_dev_now_ns(void);
 /* From now on the device's clock is virtual, starting at start_ns (before any thread starts). */
 void xt_dev_clock_virtual(uint64_t start_ns);

@@ -61,6 +61,7 @@ typedef struct xt_srv_config {
   int stream_senders; /* threads writing stream frames: -1 auto (min(4, max_clients)), 0 the service thread */
   int stream_spin_us; /* the stream's service thread polls without sleeping this long from a render's start until
                        * its frame is published (0: it sleeps until woken) */
+  int pacer_spin_us;  /* the pacer polls the clock instead of sleeping this long before each exposure (0: sleeps) */
   char ports_file[XT_SRV_STR];
   char scenario[XT_SRV_STR];     /* a scenario file played from the start (srv_scenario.h) */
   char clock[16];               /* real | virtual: the device's clock (srv_clock.h) */

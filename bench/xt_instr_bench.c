@@ -16,6 +16,7 @@
  * what the compact splat would do with it (pre-test survivors, batches of 32).
  * XT_INSTR_FUSED=1 in the environment: the instruments fused into the spectral projection (read by
  * the CUDA projector at create); the output says which path each scene's chain frames took.
+ * XT_INSTR_SIDE=1: the splat on a side stream beside the voxel render (cuda_pipeline.cu, render_side).
  * XT_INSTR_SPLAT=compact: the splat kernel that batches the sub-rays meeting the tube across pixels
  * (k_instr_splat_compact, proj_instr.cu; default: k_instr_splat), also read at create; with or
  * without XT_INSTR_FUSED. The output's path line names both settings.
@@ -414,10 +415,11 @@ int main(int argc, char **argv) {
     if (cath) printf(" %9.1f%%", 100.0 * (with.inject / base.e2e - 1.0));
     printf("   (target: e2e <= 10 %%)\n");
     if (b == XT_BACKEND_CUDA)
-      printf("  path: thorax %s, thorax + instruments %s (XT_INSTR_FUSED=%s, XT_INSTR_SPLAT=%s)\n",
+      printf("  path: thorax %s, thorax + instruments %s (XT_INSTR_FUSED=%s, XT_INSTR_SPLAT=%s, XT_INSTR_SIDE=%s)\n",
              base.fused ? "fused" : "planes", with.fused ? "fused" : "planes",
              getenv("XT_INSTR_FUSED") ? getenv("XT_INSTR_FUSED") : "unset",
-             getenv("XT_INSTR_SPLAT") ? getenv("XT_INSTR_SPLAT") : "unset");
+             getenv("XT_INSTR_SPLAT") ? getenv("XT_INSTR_SPLAT") : "unset",
+             getenv("XT_INSTR_SIDE") ? getenv("XT_INSTR_SIDE") : "unset");
   }
   for (int i = 0; i < nm; i++) xt_model_free(models[i]);
   free(pts);

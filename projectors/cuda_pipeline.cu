@@ -69,6 +69,12 @@ struct xt_cuda_proj {
   /* XT_INSTR_FUSED=1 at create: a scene of voxel models and instruments takes the spectral sums
    * (render_fused) instead of failing them over to the planes */
   int instr_fused;
+  /* XT_INSTR_SIDE=1 at create: a frame of instruments and other kinds queues the instruments' splat
+   * on s_side, forked from the frame's stream before the other kinds and joined before its finish
+   * (render_side), so that the FP64 splat runs beside the voxel march instead of after it */
+  int instr_side;
+  cudaStream_t s_side;
+  cudaEvent_t ev_fork, ev_join;
 };
 
 extern "C" xt_cuda_options xt_cuda_default_options(void) {
@@ -195,6 +201,9 @@ extern "C" void xt_cuda_destroy(xt_cuda_proj *p) {
   if (p->ev_b) cudaEventDestroy(p->ev_b);
   if (p->s_render) cudaStreamDestroy(p->s_render);
   if (p->s_copy) cudaStreamDestroy(p->s_copy);
+  if (p->s_side) cudaStreamDestroy(p->s_side);
+  if (p->ev_fork) cudaEventDestroy(p->ev_fork);
+  if (p->ev_join) cudaEventDestroy(p->ev_join);
   free(p);
 }
 
@@ -210,9 +219,14 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   p->opt = *opt;
   const char *fz = getenv("XT_INSTR_FUSED");
   p->instr_fused = fz && fz[0] == '1' && !fz[1];
+  const char *sd = getenv("XT_INSTR_SIDE");
+  p->instr_side = sd && sd[0] == '1' && !sd[1];
   cudaError_t e = cudaSetDevice(opt->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_render, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->s_copy, cudaStreamNonBlocking);
+  if (e == cudaSuccess && p->instr_side) e = cudaStreamCreateWithFlags(&p->s_side, cudaStreamNonBlocking);
+  if (e == cudaSuccess && p->instr_side) e = cudaEventCreateWithFlags(&p->ev_fork, cudaEventDisableTiming);
+  if (e == cudaSuccess && p->instr_side) e = cudaEventCreateWithFlags(&p->ev_join, cudaEventDisableTiming);
   for (int i = 0; i < 2 && e == cudaSuccess; i++) {
     e = cudaEventCreateWithFlags(&p->ev_k[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&p->ev_c[i], cudaEventDisableTiming);
@@ -459,6 +473,60 @@ static int render_fused(xt_cuda_proj *p, const xt_geometry *g, int cols, int row
   return 0;
 }
 
+/* Instruments and some other kind: what render_side is for. */
+static int side_scene(const xt_cuda_proj *p) {
+  int instr = 0, other = 0;
+  for (int k = 0; k < NKINDS; k++)
+    if (active(p, k)) *(kinds[k]->splat ? &instr : &other) = 1;
+  return instr && other;
+}
+
+/* One frame of instruments and other kinds (XT_INSTR_SIDE): the instruments' splat on s_side, forked
+ * from st before the other kinds render (it writes only its own accumulator), its finish on st after
+ * them and the join. The same sums as render_kinds_sp's, bit for bit (the splat's are integer). */
+static int render_side(xt_cuda_proj *p, const xt_geometry *g, int cols, int rows, const unsigned char *d_block,
+                       float *d_out, int nch, cudaStream_t st, xt_msg *msg) {
+  const unsigned char *blk[NKINDS] = {NULL};
+  int ik = -1;
+  for (int k = 0; k < NKINDS; k++) {
+    if (!active(p, k)) continue;
+    blk[k] = d_block;
+    d_block += kinds[k]->frame_bytes(p->kst[k]);
+    if (kinds[k]->splat) ik = k;
+  }
+  xt_cuda_launch L;
+  memset(&L, 0, sizeof L);
+  L.nf = 1;
+  L.cols = cols;
+  L.rows = rows;
+  L.g = g;
+  L.d_out = d_out;
+  L.nch = nch;
+  L.d_desc = blk[ik];
+  L.stream = p->s_side;
+  CK(cudaEventRecord(p->ev_fork, st));
+  CK(cudaStreamWaitEvent(p->s_side, p->ev_fork, 0));
+  xt_cuda_instr_acc ia;
+  int rc = kinds[ik]->splat(p->kst[ik], &L, &ia, msg);
+  /* joined even when the splat failed: st's next frame must not overtake what s_side queued */
+  CK(cudaEventRecord(p->ev_join, p->s_side));
+  int written = 0;
+  for (int k = 0; k < NKINDS && !rc; k++) {
+    if (!active(p, k) || k == ik) continue;
+    xt_cuda_launch K = L;
+    K.d_desc = blk[k];
+    K.accumulate = written;
+    K.stream = st;
+    rc = kinds[k]->render(p->kst[k], &K, msg);
+    written = 1;
+  }
+  CK(cudaStreamWaitEvent(st, p->ev_join, 0));
+  if (rc) return rc;
+  L.stream = st;
+  L.accumulate = written;
+  return kinds[ik]->finish(p->kst[ik], &L, msg);
+}
+
 static int render_kinds(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows, const unsigned char *d_block,
                         float *d_out, int count, int nch, cudaStream_t st, xt_msg *msg) {
   return render_kinds_sp(p, g, nf, cols, rows, d_block, d_out, count, nch, NULL, st, msg);
@@ -649,6 +717,7 @@ static int render_device(xt_cuda_proj *p, const xt_geometry *g, int channels, co
   if (p->desc_bytes) CK(cudaMemcpyAsync(p->d_dslot[b], p->h_dslot[b], p->desc_bytes, cudaMemcpyHostToDevice, st));
   CK(cudaEventRecord(p->ev_dslot[b], st));
   if (fused) return render_fused(p, g, cols, rows, p->d_dslot[b], d_out, p->cs.n, sp, st, msg);
+  if (p->instr_side && !sp && side_scene(p)) return render_side(p, g, cols, rows, p->d_dslot[b], d_out, channels ? p->cs.n : 0, st, msg);
   return render_kinds_sp(p, g, 1, cols, rows, p->d_dslot[b], d_out, 0, channels ? p->cs.n : 0, sp, st, msg);
 }
 

@@ -691,7 +691,7 @@ static int gmm_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io, 
 
 const xt_cuda_kind_ops xt_cuda_kind_gmm = {
     "gmm", gmm_accepts, gmm_create, gmm_add_model, gmm_nmodels, gmm_frame_bytes, gmm_fill_frame, gmm_prepare,
-    gmm_render, gmm_destroy, gmm_set_channels, NULL, gmm_set_iodine, NULL,
+    gmm_render, gmm_destroy, gmm_set_channels, NULL, gmm_set_iodine, NULL, NULL,
 };
 
 /* ------------------------------------------------------------------------------------------ */

@@ -782,6 +782,11 @@ static void splat_launch(const instr_state *s, const xt_cuda_launch *L, const un
   }
 }
 
+static void finish_launch(const instr_state *s, const xt_cuda_launch *L, float *out, int tcols, int ntiles, int planes) {
+  k_instr_finish<<<ntiles, TILE * TILE, 0, L->stream>>>(s->d_acc, out, s->d_flag, L->cols, L->rows, tcols, planes,
+                                                       L->accumulate);
+}
+
 static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   instr_state *s = (instr_state *)st;
   const size_t plane = (size_t)L->rows * L->cols, planes = L->nch ? (size_t)L->nch : 1;
@@ -803,21 +808,21 @@ static int instr_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
       splat_launch(s, L, desc, &tab, tcols);
       CK(cudaGetLastError());
     }
-    k_instr_finish<<<ntiles, TILE * TILE, 0, L->stream>>>(s->d_acc, L->d_out + plane * planes * (size_t)j, s->d_flag,
-                                                         L->cols, L->rows, tcols, (int)planes, L->accumulate);
+    finish_launch(s, L, L->d_out + plane * planes * (size_t)j, tcols, ntiles, (int)planes);
     CK(cudaGetLastError());
   }
   return 0;
 }
 
-/* The splat of one frame's channels without its finish (xt_cuda_kind_ops.splat): the voxel kernel
- * consumes the accumulator where the flags say, and the pipeline clears the flags. */
+/* The splat of one frame without its finish (xt_cuda_kind_ops.splat): fused, the voxel kernel
+ * consumes the accumulator where the flags say and the pipeline clears the flags; beside the other
+ * kinds (XT_INSTR_SIDE), instr_finish follows. */
 static int instr_splat(void *st, const xt_cuda_launch *L, xt_cuda_instr_acc *out, xt_msg *msg) {
   instr_state *s = (instr_state *)st;
-  if (L->nf != 1 || !L->nch || L->count || L->nch != s->nch)
-    return xt_fail(msg, XT_EINTERNAL, "cuda instruments: a fused splat is one frame of the set channels");
+  if (L->nf != 1 || L->count || (L->nch && L->nch != s->nch))
+    return xt_fail(msg, XT_EINTERNAL, "cuda instruments: a splat alone is one frame of the set channels");
   const int tcols = (L->cols + TILE - 1) / TILE, ntiles = tcols * ((L->rows + TILE - 1) / TILE);
-  int rc = instr_ensure(s, L, (size_t)L->nch, ntiles, msg);
+  int rc = instr_ensure(s, L, L->nch ? (size_t)L->nch : 1, ntiles, msg);
   instr_tab tab;
   if (!rc) rc = instr_upload(s, L, &tab, msg);
   if (rc) return rc;
@@ -829,6 +834,15 @@ static int instr_splat(void *st, const xt_cuda_launch *L, xt_cuda_instr_acc *out
   out->flag = s->d_flag;
   out->tcols = tcols;
   out->nflags = ntiles;
+  return 0;
+}
+
+static int instr_finish(void *st, const xt_cuda_launch *L, xt_msg *msg) {
+  const instr_state *s = (const instr_state *)st;
+  const int tcols = (L->cols + TILE - 1) / TILE, ntiles = tcols * ((L->rows + TILE - 1) / TILE);
+  if (L->nf != 1 || !s->d_acc) return xt_fail(msg, XT_EINTERNAL, "cuda instruments: a finish without its splat");
+  finish_launch(s, L, L->d_out, tcols, ntiles, L->nch ? L->nch : 1);
+  CK(cudaGetLastError());
   return 0;
 }
 
@@ -895,5 +909,5 @@ static int instr_set_iodine(void *st, const xt_model *m, const xt_iodine_tab *io
 const xt_cuda_kind_ops xt_cuda_kind_instr = {
     "instrument", instr_accepts, instr_create, instr_add_model, instr_nmodels, instr_frame_bytes, instr_fill_frame,
     NULL,         instr_render,  instr_destroy, instr_set_channels, instr_set_shape, instr_set_iodine,
-    instr_splat,
+    instr_splat,  instr_finish,
 };

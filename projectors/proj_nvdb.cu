@@ -572,5 +572,5 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
 const xt_cuda_kind_ops xt_cuda_kind_nvdb = {
     "nvdb",           nvdb_accepts,    nvdb_create, nvdb_add_model, nvdb_nmodels,
     nvdb_frame_bytes, nvdb_fill_frame, NULL,        nvdb_render,    nvdb_destroy,
-    nvdb_set_channels, NULL, NULL, NULL,
+    nvdb_set_channels, NULL, NULL, NULL, NULL,
 };

@@ -1128,5 +1128,5 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
 const xt_cuda_kind_ops xt_cuda_kind_voxel = {
     "voxel",           voxel_accepts,    voxel_create, voxel_add_model, voxel_nmodels,      voxel_frame_bytes,
     voxel_fill_frame,  NULL,             voxel_render, voxel_destroy,   voxel_set_channels, NULL,
-    voxel_set_iodine,  NULL,
+    voxel_set_iodine,  NULL,             NULL,
 };

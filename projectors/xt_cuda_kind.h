@@ -79,10 +79,14 @@ typedef struct xt_cuda_kind_ops {
    * and channel rows, uploaded before the next frame; XT_ENOTFOUND when m is not one of the kind's.
    * NULL: the kind takes no contrast. */
   int (*set_iodine)(void *st, const xt_model *m, const xt_iodine_tab *io, xt_msg *msg);
-  /* Instruments fused into the spectral sums: queues the splat of L's one frame of L->nch channels
-   * into the kind's accumulator, without its finish, and says where it is (xt_cuda_instr_acc).
-   * NULL: every kind but the instruments. */
+  /* Instruments fused into the spectral sums, or splatted beside the other kinds (XT_INSTR_SIDE):
+   * queues the splat of L's one frame (of L->nch channels, or line integrals) into the kind's
+   * accumulator, without its finish, and says where it is (xt_cuda_instr_acc). NULL: every kind but
+   * the instruments. */
   int (*splat)(void *st, const xt_cuda_launch *L, xt_cuda_instr_acc *out, xt_msg *msg);
+  /* The splat's finish (after splat, on L's stream): its accumulator into L's one frame (written or
+   * added, as L->accumulate says) and back to zero. NULL where splat is. */
+  int (*finish)(void *st, const xt_cuda_launch *L, xt_msg *msg);
 } xt_cuda_kind_ops;
 
 extern const xt_cuda_kind_ops xt_cuda_kind_voxel; /* proj_voxel.cu: dense and label volumes */

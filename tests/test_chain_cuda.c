@@ -644,9 +644,11 @@ static void wire_arc(int k, int n, double *pts) {
   }
 }
 
-/* splat: the instruments' splat kernel for all three runs (XT_INSTR_SPLAT, NULL: the default). */
+/* splat: the instruments' splat kernel for all four runs (XT_INSTR_SPLAT, NULL: the default). Runs:
+ * fused, fused with the separate detect stage, unfused, unfused with the splat beside the voxels on
+ * a side stream (XT_INSTR_SIDE): every frame of the four the same bit for bit. */
 static void fused_with_instruments(const char *splat) {
-  enum { NPTS = 2000, NW = 3, NF = 3 };
+  enum { NPTS = 2000, NW = 3, NF = 3, NRUN = 4 };
   xt_model *ms[1 + NW] = {NULL};
   XT_REQUIRE(xt_phantom_thorax_model(4.0, &ms[0], NULL) == 0);
   xt_instr_device gw;
@@ -666,13 +668,17 @@ static void fused_with_instruments(const char *splat) {
   char *saved = old ? strdup(old) : NULL;
   const char *olds = getenv("XT_INSTR_SPLAT");
   char *saveds = olds ? strdup(olds) : NULL;
+  const char *oldside = getenv("XT_INSTR_SIDE");
+  char *savedside = oldside ? strdup(oldside) : NULL;
   if (splat) setenv("XT_INSTR_SPLAT", splat, 1);
   else unsetenv("XT_INSTR_SPLAT");
-  float *S[3][NF], *D[3][NF];
-  uint16_t *raw[3][NF], *proc[3][NF];
-  for (int run = 0; run < 3; run++) {
+  float *S[NRUN][NF], *D[NRUN][NF];
+  uint16_t *raw[NRUN][NF], *proc[NRUN][NF];
+  for (int run = 0; run < NRUN; run++) {
     if (run < 2) setenv("XT_INSTR_FUSED", "1", 1); /* read when the projector is created */
     else unsetenv("XT_INSTR_FUSED");
+    if (run == 3) setenv("XT_INSTR_SIDE", "1", 1);
+    else unsetenv("XT_INSTR_SIDE");
     xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1 + NW);
     xt_chain *c = NULL;
     xt_chain_params prm = xt_chain_params_default();
@@ -701,7 +707,10 @@ static void fused_with_instruments(const char *splat) {
   if (saveds) setenv("XT_INSTR_SPLAT", saveds, 1);
   else unsetenv("XT_INSTR_SPLAT");
   free(saveds);
-  for (int run = 1; run < 3; run++)
+  if (savedside) setenv("XT_INSTR_SIDE", savedside, 1);
+  else unsetenv("XT_INSTR_SIDE");
+  free(savedside);
+  for (int run = 1; run < NRUN; run++)
     for (int f = 0; f < NF; f++) {
       XT_CHECK_MSG(memcmp(S[0][f], S[run][f], np * sizeof(float)) == 0, "run %d frame %d: expected signals differ", run, f);
       XT_CHECK_MSG(memcmp(D[0][f], D[run][f], np * sizeof(float)) == 0, "run %d frame %d: blurred signals differ", run, f);
@@ -726,7 +735,7 @@ static void fused_with_instruments(const char *splat) {
     xt_chain_destroy(c);
     xt_proj_destroy(p);
   }
-  for (int run = 0; run < 3; run++)
+  for (int run = 0; run < NRUN; run++)
     for (int f = 0; f < NF; f++) {
       free(S[run][f]);
       free(D[run][f]);

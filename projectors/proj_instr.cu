@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS, 4)
   xt_tube_lin_of(&P, t, x->dv, &F.lv);
   for (int i = 0; i < 6; i++) F.q[i] = h->q[i];
   /* xt_tube_mu_lumen with its test made once a warp: whether this segment's lumen is the region
-   * whose iodine the frame's descriptor carries (131 registers; picking per pixel, 134) */
+   * whose iodine the frame's descriptor carries (131 registers unbounded, where picking per pixel took 134) */
   const int io = t->lumen == x->lumen_io;
   const double fe = whole ? 1.0 : fmin(1.0, fmx);
   const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;

@@ -300,7 +300,12 @@ typedef struct instr_tab {
   const float *w[XT_CUDA_MAX_INSTR];
 } instr_tab;
 
-#define SPLAT_WARPS 4 /* warps per block, one segment each; launch bounds of 4 such blocks an SM hold the kernel at 128 registers (it took 131 unbounded): 4 warps in each of the SM's four register files instead of 3 (ncu, H100: 17 % occupancy, latency-bound on its FP64 chains) */
+#define SPLAT_WARPS 4 /* warps per block, one segment each */
+/* Blocks an SM (the launch bound): with the segment's constants in shared memory 96 registers and no
+ * spills, so 5 warps in each of the SM's four register files (20 an SM). Unbounded, with the
+ * constants in registers, it took 131: 3 warps a register file (ncu, H100: 17 % occupancy,
+ * latency-bound on its FP64 chains; 4 blocks bounded it to 128, 16 warps; 6 blocks spill) */
+#define SPLAT_BLOCKS_SM 5
 #define TILE XT_CUDA_INSTR_TILE /* the finish's tiles: TILE x TILE pixels, one flag each */
 #define FULL 0xffffffffu
 
@@ -317,7 +322,7 @@ static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __
  * flagged for the finish. The per-pixel double sums group the sub-rays differently from the CPU
  * reference (a tree here, in order there): the same terms, rounding apart by ~1e-16 relative, far
  * below the 2^-32 of the accumulator. */
-__global__ void __launch_bounds__(32 * SPLAT_WARPS, 4)
+__global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
     k_instr_splat(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
                   int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
   const int lane = threadIdx.x & 31;
@@ -390,13 +395,22 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS, 4)
    * numbers are l(M w0) + xs l(M wu) + ys l(M wv), and its squared world length a quadratic in
    * (xs, ys): a sub-ray that misses the tube costs 4 FMAs and ~6 FP64 operations, one that meets it
    * ~60 more, instead of forming and mapping a unit ray and moving its origin (~235). */
-  xt_tube_pre P;
-  xt_tube_fam F; /* of M w0, M wu, M wv, and the quadratic of |w|^2: the frame's, formed on the host */
-  xt_tube_prep(t, x->o, &P);
-  xt_tube_lin_of(&P, t, x->d0, &F.l0);
-  xt_tube_lin_of(&P, t, x->du, &F.lu);
-  xt_tube_lin_of(&P, t, x->dv, &F.lv);
-  for (int i = 0; i < 6; i++) F.q[i] = h->q[i];
+  /* of M w0, M wu, M wv, and the quadratic of |w|^2: the frame's, formed on the host; in shared
+   * memory, the warp's own, read where the closed form needs them (held in registers, they took
+   * 52 of the kernel's 131 and held it to 12 warps an SM) */
+  __shared__ xt_tube_pre sP[SPLAT_WARPS];
+  __shared__ xt_tube_fam sF[SPLAT_WARPS];
+  const int wi = threadIdx.x >> 5;
+  if (lane == 0) {
+    xt_tube_prep(t, x->o, &sP[wi]);
+    xt_tube_lin_of(&sP[wi], t, x->d0, &sF[wi].l0);
+    xt_tube_lin_of(&sP[wi], t, x->du, &sF[wi].lu);
+    xt_tube_lin_of(&sP[wi], t, x->dv, &sF[wi].lv);
+    for (int i = 0; i < 6; i++) sF[wi].q[i] = h->q[i];
+  }
+  __syncwarp();
+  const xt_tube_pre &P = sP[wi];
+  const xt_tube_fam &F = sF[wi];
   /* xt_tube_mu_lumen with its test made once a warp: whether this segment's lumen is the region
    * whose iodine the frame's descriptor carries (131 registers unbounded, where picking per pixel took 134) */
   const int io = t->lumen == x->lumen_io;

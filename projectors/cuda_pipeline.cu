@@ -430,6 +430,20 @@ static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int co
   return 0;
 }
 
+/* A launch of one frame of cols x rows into d_out on st (render_fused's and render_side's). */
+static xt_cuda_launch one_frame(const xt_geometry *g, int cols, int rows, float *d_out, int nch, cudaStream_t st) {
+  xt_cuda_launch L;
+  memset(&L, 0, sizeof L);
+  L.nf = 1;
+  L.cols = cols;
+  L.rows = rows;
+  L.g = g;
+  L.d_out = d_out;
+  L.nch = nch;
+  L.stream = st;
+  return L;
+}
+
 /* The spectral sums of one frame of voxel models and instruments (XT_INSTR_FUSED): the instruments'
  * splat into their accumulator, then the voxel kernel, which adds the flagged tiles' sums to its
  * channels before the spectral epilogue and zeroes them, then the flags cleared. The voxel kind
@@ -447,15 +461,7 @@ static int render_fused(xt_cuda_proj *p, const xt_geometry *g, int cols, int row
     else if (kinds[k]->splat) ik = k;
   }
   if (vk < 0 || ik < 0) return xt_fail(msg, XT_EINTERNAL, "cuda projector: a fused frame needs voxels and instruments");
-  xt_cuda_launch L;
-  memset(&L, 0, sizeof L);
-  L.nf = 1;
-  L.cols = cols;
-  L.rows = rows;
-  L.g = g;
-  L.d_out = d_out;
-  L.nch = nch;
-  L.stream = st;
+  xt_cuda_launch L = one_frame(g, cols, rows, d_out, nch, st);
   xt_cuda_instr_acc ia;
   L.d_desc = blk[ik];
   int rc = kinds[ik]->splat(p->kst[ik], &L, &ia, msg);
@@ -494,16 +500,8 @@ static int render_side(xt_cuda_proj *p, const xt_geometry *g, int cols, int rows
     d_block += kinds[k]->frame_bytes(p->kst[k]);
     if (kinds[k]->splat) ik = k;
   }
-  xt_cuda_launch L;
-  memset(&L, 0, sizeof L);
-  L.nf = 1;
-  L.cols = cols;
-  L.rows = rows;
-  L.g = g;
-  L.d_out = d_out;
-  L.nch = nch;
+  xt_cuda_launch L = one_frame(g, cols, rows, d_out, nch, p->s_side);
   L.d_desc = blk[ik];
-  L.stream = p->s_side;
   CK(cudaEventRecord(p->ev_fork, st));
   CK(cudaStreamWaitEvent(p->s_side, p->ev_fork, 0));
   xt_cuda_instr_acc ia;

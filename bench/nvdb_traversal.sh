@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The NanoVDB kind's GPU traversals side by side (issue 29), on the GPU machine: the tree march
 # (the default), the brick pool (XT_NVDB_TRAVERSAL=bricks, projectors/xt_nvdb_bricks.h) and its
-# other loop shapes bricks2 .. bricks9 (projectors/xt_nvdb_bricks_flat.inc), all in one run:
+# other loop shapes bricks2 .. bricks8 (projectors/xt_nvdb_bricks_flat.inc), all in one run:
 #   0. the SASS of k_nvdb_bricks per variant (cuobjdump, when the machine has it; no GPU time):
 #      $OUT/sass-<kernel>.txt, and each loop's instruction count (backward branches);
 #   1. test_nvdb_cuda under each (every brick march must pass the same bounds against the CPU
@@ -29,9 +29,9 @@ ct=()
 [ -s .device/data/cranium.raw ] && ct=(--real-ct .device/data/cranium.raw)
 nvidia-smi -L | tee "$OUT/gpu.txt"
 echo "commit $(cat .device/COMMIT 2>/dev/null)"
-TRS=${NVDB_TRAVERSALS:-tree bricks bricks2 bricks3 bricks4 bricks5 bricks6 bricks7 bricks8 bricks9}
+TRS=${NVDB_TRAVERSALS:-tree bricks bricks2 bricks3 bricks4 bricks5 bricks6 bricks7 bricks8}
 if command -v cuobjdump >/dev/null; then
-  echo "== SASS of k_nvdb_bricks (mu launches; template <OUT, TR>: OUT 0 mu, TR 1..9 = bricks, bricks2..9) and the dense k_render"
+  echo "== SASS of k_nvdb_bricks (mu launches; template <OUT, TR>: OUT 0 mu, TR 1..8 = bricks, bricks2..8) and the dense k_render"
   sass=$(mktemp) # the whole binary's SASS: too large to bring back
   cuobjdump --dump-sass $D/test_nvdb_cuda >"$sass" 2>&1
   # per kernel: the instructions, and every loop (a branch back to a label) with its length

@@ -11,7 +11,7 @@
  *       timing), its surroundings made background as nvdb-convert does by default (models/
  *       xt_ct_body.h), dense (the classified volume) against NanoVDB Float and Fp8 (tolerance 0:
  *       exact), at fd20-1024.
- * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree, bricks, bricks2 .. bricks9,
+ * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree, bricks, bricks2 .. bricks8,
  * proj_nvdb.cu), or each of XT_BENCH_NVDB_TRAVERSALS in turn on the same models (a row each).
  *
  * Per model: bytes (dense: the linear voxel copy; the default AUTO storage adds a texture copy of

@@ -23,7 +23,7 @@
  * once at the end.
  *
  * Two traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
- * default, the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks9",
+ * default, the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks8",
  * xt_nvdb_bricks_flat.inc, on the same pool, to be measured against it): at add_model the grid is also flattened into a brick pool
  * (projectors/xt_nvdb_bricks.h: 8^3 float bricks of the leaves, a table over the coarse cells, a
  * palette of the constant blocks), and k_nvdb_bricks marches it - a dense step (one float load at
@@ -291,12 +291,12 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, OUT == OUT_CH ? NVDB_CH
 /* The brick marches (XT_NVDB_TRAVERSAL): the first (xt_nvdb_bricks_march.inc) and its other loop
  * shapes (xt_nvdb_bricks_flat.inc), all on the same pool. */
 enum { TR_TREE = 0, TR_BRICKS = 1, TR_BRICKS2 = 2, TR_BRICKS3 = 3, TR_BRICKS4 = 4, TR_BRICKS5 = 5, TR_BRICKS6 = 6,
-       TR_BRICKS7 = 7, TR_BRICKS8 = 8, TR_BRICKS9 = 9, TR_N = 10 };
+       TR_BRICKS7 = 7, TR_BRICKS8 = 8, TR_N = 9 };
 
 /* Thread mapping: k_nvdb's (one thread per pixel, blockIdx.z the frame). In: the frame
  * descriptors, the grid's brick pool. Out: out[z][row][col] written (0 where the grid is not hit)
  * or added to; OUT_COUNT the cells and blocks crossed. The ray's set-up is k_nvdb's, in double;
- * TR picks the march (TR_BRICKS..TR_BRICKS9). */
+ * TR picks the march (TR_BRICKS..TR_BRICKS8). */
 template <int OUT, int TR>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb_bricks(const __grid_constant__ dev_launch L) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -315,15 +315,14 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb
       q[k] = da(da(dm(fm.m[k][0], w[0]), dm(fm.m[k][1], w[1])), dm(fm.m[k][2], w[2]));
       o[k] = fm.o[k];
     }
-    /* bricks7 .. bricks9: the clip's 1 / q kept for the set-up (the same FP64 reciprocals, computed once) */
+    /* bricks7, bricks8: the clip's 1 / q kept for the set-up (the same FP64 reciprocals, computed once) */
     double inv[3] = {0, 0, 0};
-    if (TR == TR_BRICKS7 || TR == TR_BRICKS8 || TR == TR_BRICKS9 ? xt_clip_box_inv_f64(o, q, L.grid.br.n, len, &s0, &s1, inv)
+    if (TR == TR_BRICKS7 || TR == TR_BRICKS8 ? xt_clip_box_inv_f64(o, q, L.grid.br.n, len, &s0, &s1, inv)
                          : xt_clip_box_f64(o, q, L.grid.br.n, len, &s0, &s1)) {
       int steps = 0;
       if (TR == TR_BRICKS) a = xt_nvdb_bricks_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
       else if (TR == TR_BRICKS2) a = xt_nvdb_bricks2_ray_f32(&L.grid.br, o, q, s0, s1, &steps);
       else if (TR == TR_BRICKS8) a = xt_nvdb_bricks8_ray_f32(&L.grid.br, o, q, s0, s1, &steps, inv);
-      else if (TR == TR_BRICKS9) a = xt_nvdb_bricks9_ray_f32(&L.grid.br, o, q, s0, s1, &steps, inv);
       else
         a = xt_nvdb_bricks3_ray_f32(&L.grid.br, o, q, s0, s1, &steps, TR == TR_BRICKS7 ? inv : NULL,
                                     TR == TR_BRICKS3   ? 0
@@ -354,7 +353,7 @@ typedef struct nvdb_kind {
   void *d_bricks[XT_CUDA_MAX_MODELS][4]; /* bricks traversal: table, pool, palette, level */
   int chan_models;                  /* models the channel tables cover */
   int debug_sync;
-  int bricks; /* XT_NVDB_TRAVERSAL=bricks, bricks2..9 (TR_*): mu and count launches march the brick pool */
+  int bricks; /* XT_NVDB_TRAVERSAL=bricks, bricks2..8 (TR_*): mu and count launches march the brick pool */
 } nvdb_kind;
 
 static void nvdb_destroy(void *st) {
@@ -377,13 +376,13 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
   const char *tr = getenv("XT_NVDB_TRAVERSAL");
   static const char *const names[TR_N] = {"tree",    "bricks",  "bricks2", "bricks3",
-                                          "bricks4", "bricks5", "bricks6", "bricks7", "bricks8", "bricks9"};
+                                          "bricks4", "bricks5", "bricks6", "bricks7", "bricks8"};
   p->bricks = -1;
   for (int k = 0; k < TR_N; k++)
     if ((!tr || !*tr) ? k == TR_TREE : !strcmp(tr, names[k])) p->bricks = k;
   if (p->bricks < 0) {
     free(p);
-    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, bricks or bricks2 .. bricks9", tr);
+    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, bricks or bricks2 .. bricks8", tr);
   }
   *st = p;
   return 0;
@@ -501,7 +500,6 @@ template <int OUT> static kernel_fn pick_bricks_out(int tr) {
   case TR_BRICKS6: return k_nvdb_bricks<OUT, TR_BRICKS6>;
   case TR_BRICKS7: return k_nvdb_bricks<OUT, TR_BRICKS7>;
   case TR_BRICKS8: return k_nvdb_bricks<OUT, TR_BRICKS8>;
-  case TR_BRICKS9: return k_nvdb_bricks<OUT, TR_BRICKS9>;
   }
   return NULL;
 }

@@ -17,7 +17,7 @@
  * the CUDA kernel runs it (the kernel calls the same function), and in double, whose result
  * equals the exact CPU reference (proj_cpu_nvdb.c) to 1e-12 relative (test_nvdb bricks_*). The
  * material channels are not marched here (they keep the tree kernel). The same march in other loop
- * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks9, to be measured against it) is in
+ * shapes (XT_NVDB_TRAVERSAL=bricks2 .. bricks8, to be measured against it) is in
  * xt_nvdb_bricks_flat.inc, compiled and tested the same way.
  *
  * Bytes: table 4 per 512 voxels of the domain (and the level array 1), pool 2,048 per leaf (a
@@ -133,10 +133,7 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_bricks_content(const xt_nvdb_bricks *b, 
  * computed it for [s0, s1] (the set-up then divides no more: bricks7).
  * xt_nvdb_bricks8_ray_* (bricks8, qinv as bricks7's): bricks7's clip, then the dense kernel's march
  * (proj_voxel.cu) through the pool: the exact number of plane crossings settled at set-up, one cell
- * a step in bricks and constant blocks alike (*steps: the cells); the same segments.
- * xt_nvdb_bricks9_ray_* (bricks9): bricks8 with each run of constant blocks crossed one block a step
- * where bricks8 reads the table, resuming the cell loop in the state bricks8 reaches at the run's
- * end (*steps: the cells stepped in bricks and the blocks crossed); the same segments. */
+ * a step in bricks and constant blocks alike (*steps: the cells); the same segments. */
 #define XT_BR_NEST 1
 #define XT_BR_CLIP 2
 #define XT_BR_REGION 4 /* bricks6: whole regions of one value (xt_nvdb_bricks.level) in one step */
@@ -154,7 +151,6 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_bricks_content(const xt_nvdb_bricks *b, 
 #define XT_BR_NAME2 xt_nvdb_bricks2_ray_f32
 #define XT_BR_NAME3 xt_nvdb_bricks3_ray_f32
 #define XT_BR_NAME8 xt_nvdb_bricks8_ray_f32
-#define XT_BR_NAME9 xt_nvdb_bricks9_ray_f32
 #include "xt_nvdb_bricks_flat.inc"
 #define XT_BR_T double
 #define XT_BR_FMA fma
@@ -169,7 +165,6 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_bricks_content(const xt_nvdb_bricks *b, 
 #define XT_BR_NAME2 xt_nvdb_bricks2_ray_f64
 #define XT_BR_NAME3 xt_nvdb_bricks3_ray_f64
 #define XT_BR_NAME8 xt_nvdb_bricks8_ray_f64
-#define XT_BR_NAME9 xt_nvdb_bricks9_ray_f64
 #include "xt_nvdb_bricks_flat.inc"
 
 #endif /* XT_NVDB_BRICKS_H */

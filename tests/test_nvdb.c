@@ -819,7 +819,7 @@ static double pool_mu_max(const xt_nvdb_bricks_host *h) {
   return m;
 }
 
-/* bricks7's content hull (xt_hull.h, bricks8's and bricks9's too) on grid nm: each slab must hold every domain voxel whose mu
+/* bricks7's content hull (xt_hull.h, bricks8's too) on grid nm: each slab must hold every domain voxel whose mu
  * differs from the background (found here voxel by voxel) and be tight (within twice the margin).
  * Rays lying in planes of each slab's direction (n.p constant), through the voxel that is extreme
  * along n: `depth` cells (of n.p) inside the extreme (grazing: they cross that voxel's corner or edge)
@@ -914,25 +914,23 @@ static void bricks_hull_check(const xt_model *nm, const char *what) {
           int st64 = 0, st32 = 0;
           const double b64 = xt_nvdb_bricks3_ray_f64(&h.b, o, q, s0, s1, &st64, inv, mode);
           const double b32 = (double)xt_nvdb_bricks3_ray_f32(&h.b, o, q, s0, s1, &st32, inv, mode);
-          int st64b8 = 0, st32b8 = 0, st64b9 = 0, st32b9 = 0; /* bricks8, bricks9: the same clip */
+          int st64b8 = 0, st32b8 = 0; /* bricks8: the same clip, the dense-shaped march */
           const double b64b8 = xt_nvdb_bricks8_ray_f64(&h.b, o, q, s0, s1, &st64b8, inv);
           const double b32b8 = (double)xt_nvdb_bricks8_ray_f32(&h.b, o, q, s0, s1, &st32b8, inv);
-          const double b64b9 = xt_nvdb_bricks9_ray_f64(&h.b, o, q, s0, s1, &st64b9, inv);
-          const double b32b9 = (double)xt_nvdb_bricks9_ray_f32(&h.b, o, q, s0, s1, &st32b9, inv);
-          const double sc = fmax(fmax(fmax(fmax(fabs(ref), fabs(b64)), fabs(b64b8)), fabs(b64b9)), mu1);
-          if (sc > 0) worst64 = fmax(worst64, fmax(fmax(fabs(ref - b64), fabs(ref - b64b8)), fabs(ref - b64b9)) / sc);
-          worst32 = fmax(worst32, fmax(fmax(fabs(ref - b32), fabs(ref - b32b8)), fabs(ref - b32b9)));
+          const double sc = fmax(fmax(fmax(fabs(ref), fabs(b64)), fabs(b64b8)), mu1);
+          if (sc > 0) worst64 = fmax(worst64, fmax(fabs(ref - b64), fabs(ref - b64b8)) / sc);
+          worst32 = fmax(worst32, fmax(fabs(ref - b32), fabs(ref - b32b8)));
           mx = fmax(mx, fabs(ref));
           const double bgint = (double)h.b.bgmu * (s1 - s0);
           if (d == 0) met += fabs(ref - bgint) > 1e-9 * fmax(1.0, fabs(ref));
           if (d == 3) {
             missed++;
-            stepped += st64 != 0 || st32 != 0 || st64b8 != 0 || st32b8 != 0 || st64b9 != 0 || st32b9 != 0;
+            stepped += st64 != 0 || st32 != 0 || st64b8 != 0 || st32b8 != 0;
           }
         }
-  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7/8/9 grazing rays, double march vs the reference: max relative %.3g", what,
+  XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks7/8 grazing rays, double march vs the reference: max relative %.3g", what,
                worst64);
-  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7/8/9 grazing rays, float march: max %.3g (largest %.3g)",
+  XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "%s: bricks7/8 grazing rays, float march: max %.3g (largest %.3g)",
                what, worst32, mx);
   XT_CHECK_MSG(stepped == 0 && missed > 0, "%s: %d of %d rays outside the hull stepped into the grid", what, stepped,
                missed);
@@ -945,13 +943,11 @@ static void bricks_hull_check(const xt_model *nm, const char *what) {
  * 1e-12 relative (of the integral, or of one cell of the largest mu: pool_mu_max), and in the float
  * march (the CUDA kernel's own code) within float rounding:
  * relative L2 < 1e-5 and max |diff| <= 1e-4 of the largest integral, the GPU tests' bound. The same
- * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2 .. bricks9), of which bricks2 ..
+ * for each loop shape of the march (XT_NVDB_TRAVERSAL=bricks2 .. bricks8), of which bricks2 ..
  * bricks4 must also take the first march's number of steps on every ray, and bricks8 the same
- * number of cells in both precisions (its trip count is settled in double); bricks9 no more steps
- * than bricks8 on any ray (each constant block it crosses in one step replaces >= 1 cell steps),
- * in both precisions; and bricks7's content hull (bricks_hull_check). *skips (may be NULL): the
- * rays on which bricks9's double march took fewer steps than bricks8's (it crossed a block). */
-static void bricks_check_n(const xt_model *nm, int rays, const char *what, int *skips) {
+ * number of cells in both precisions (its trip count is settled in double); and bricks7's content
+ * hull (bricks_hull_check). */
+static void bricks_check(const xt_model *nm, int rays, const char *what) {
   bricks_hull_check(nm, what);
   const xt_nvdb *g = xt_model_nvdb(nm);
   xt_nvdb_bricks_host h;
@@ -976,10 +972,10 @@ static void bricks_check_n(const xt_model *nm, int rays, const char *what, int *
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
   const double mu1 = pool_mu_max(&h);
-  enum { NV = 9 }; /* bricks, bricks2 .. bricks9 */
+  enum { NV = 8 }; /* bricks, bricks2 .. bricks8 */
   double worst64v[NV] = {0}, worst32v[NV] = {0}, sev[NV] = {0};
   int badsteps[NV] = {0};
-  int hit = 0, badcells = 0, more9 = 0, fewer9 = 0;
+  int hit = 0, badcells = 0;
   for (int r = 0; r < rays; r++) {
     double p0[3], p1[3], o[3], q[3], len = 0;
     const int kind = r % 4; /* 0,1 random; 2 axis-parallel; 3 in a voxel plane (integer coordinate) */
@@ -1036,11 +1032,6 @@ static void bricks_check_n(const xt_model *nm, int rays, const char *what, int *
     b64[7] = xt_nvdb_bricks8_ray_f64(&h.b, o, q, s0, s1, &st64[7], inv);
     b32[7] = (double)xt_nvdb_bricks8_ray_f32(&h.b, o, q, s0, s1, &st32[7], inv);
     badcells += st64[7] != st32[7];
-    /* bricks9: bricks8 with runs of constant blocks crossed a block a step */
-    b64[8] = xt_nvdb_bricks9_ray_f64(&h.b, o, q, s0, s1, &st64[8], inv);
-    b32[8] = (double)xt_nvdb_bricks9_ray_f32(&h.b, o, q, s0, s1, &st32[8], inv);
-    more9 += st64[8] > st64[7] || st32[8] > st32[7];
-    fewer9 += st64[8] < st64[7];
     for (int v = 0; v < NV; v++) {
       const double sc = fmax(fmax(fabs(ref), fabs(b64[v])), mu1);
       if (sc > 0) worst64v[v] = fmax(worst64v[v], fabs(ref - b64[v]) / sc);
@@ -1064,8 +1055,6 @@ static void bricks_check_n(const xt_model *nm, int rays, const char *what, int *
                  badsteps[v]);
   }
   XT_CHECK_MSG(badcells == 0, "%s: bricks8: %d rays of different cell counts in float and double", what, badcells);
-  XT_CHECK_MSG(more9 == 0, "%s: bricks9: %d rays in more steps than bricks8", what, more9);
-  if (skips) *skips += fewer9;
   XT_CHECK_MSG(hit > rays / 4 && mx > 0, "%s: %d of %d rays hit (max integral %g)", what, hit, rays, mx);
   XT_CHECK_MSG(worst64 <= 1e-12, "%s: double march vs the reference: max relative difference %.3g", what, worst64);
   XT_CHECK_MSG(worst32 <= 1e-4 * mx && sqrt(se) <= 1e-5 * sqrt(sr),
@@ -1073,8 +1062,6 @@ static void bricks_check_n(const xt_model *nm, int rays, const char *what, int *
                worst32 / mx, sqrt(se / sr));
   xt_nvdb_bricks_free(&h);
 }
-
-static void bricks_check(const xt_model *nm, int rays, const char *what) { bricks_check_n(nm, rays, what, NULL); }
 
 XT_TEST(bricks_equal_reference) {
   srand(2901);
@@ -1147,7 +1134,7 @@ XT_TEST(bricks7_hull_grazing) {
   }
 }
 
-/* bricks8's march (and bricks9's) has no exit test: a rounding swap of two crossings within rounding of the end may
+/* bricks8's march has no exit test: a rounding swap of two crossings within rounding of the end may
  * take one step past the domain, whose value must still be read from the table and the pool
  * (xt_nvdb_bricks_flat.inc: the table index clamped, the brick offset wrapped). Here the arrays are
  * copies inside a margin of NaN (table entries naming a NaN palette entry, NaN floats around the
@@ -1237,22 +1224,18 @@ XT_TEST(bricks8_reads_in_bounds) {
                                       XT_BR_NEST | XT_BR_CLIP | XT_BR_REGION | XT_BR_HULL);
       else
         xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-      for (int v = 0; v < 2; v++) { /* bricks8, bricks9 */
-        const double b64 = v ? xt_nvdb_bricks9_ray_f64(&b, o, q, s0, s1, NULL, inv)
-                             : xt_nvdb_bricks8_ray_f64(&b, o, q, s0, s1, NULL, inv);
-        const double b32 = v ? (double)xt_nvdb_bricks9_ray_f32(&b, o, q, s0, s1, NULL, inv)
-                             : (double)xt_nvdb_bricks8_ray_f32(&b, o, q, s0, s1, NULL, inv);
-        nan += !isfinite(b64) || !isfinite(b32);
-        const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
-        if (sc > 0 && isfinite(b64)) worst64 = fmax(worst64, fabs(ref - b64) / sc);
-        if (isfinite(b32)) worst32 = fmax(worst32, fabs(ref - b32));
-      }
+      const double b64 = xt_nvdb_bricks8_ray_f64(&b, o, q, s0, s1, NULL, inv);
+      const double b32 = (double)xt_nvdb_bricks8_ray_f32(&b, o, q, s0, s1, NULL, inv);
+      nan += !isfinite(b64) || !isfinite(b32);
+      const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
+      if (sc > 0 && isfinite(b64)) worst64 = fmax(worst64, fabs(ref - b64) / sc);
+      if (isfinite(b32)) worst32 = fmax(worst32, fabs(ref - b32));
       mx = fmax(mx, fabs(ref));
     }
-    XT_CHECK_MSG(nan == 0, "trial %d (%dx%dx%d): %d of %d bricks8/9 marches read outside the table or pool", t, n[0], n[1],
+    XT_CHECK_MSG(nan == 0, "trial %d (%dx%dx%d): %d of %d bricks8 rays read outside the table or pool", t, n[0], n[1],
                  n[2], nan, hit);
-    XT_CHECK_MSG(worst64 <= 1e-12, "trial %d: bricks8/9 double march vs the reference: max relative %.3g", t, worst64);
-    XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "trial %d: bricks8/9 float march: max %.3g (largest %.3g)", t, worst32,
+    XT_CHECK_MSG(worst64 <= 1e-12, "trial %d: bricks8 double march vs the reference: max relative %.3g", t, worst64);
+    XT_CHECK_MSG(worst32 <= 1e-4 * fmax(mx, 1e-3), "trial %d: bricks8 float march: max %.3g (largest %.3g)", t, worst32,
                  mx);
     XT_CHECK_MSG(hit > 1000, "trial %d: %d rays hit", t, hit);
     free(tab);
@@ -1264,121 +1247,9 @@ XT_TEST(bricks8_reads_in_bounds) {
   }
 }
 
-/* bricks9 crosses runs of constant blocks a block a step, resuming bricks8's cell loop in the next
- * brick: a volume of 8^3 blocks (aligned as the grid's leaves), most of them constant at one of
- * four values (tiles of the grid, some runs of one value, some of alternating ones; every other
- * trial 32^3 regions of one value, the grid's lower-node tiles), a few noisy bricks between them;
- * the domain's faces on block boundaries or not. Through bricks_check (every march, all its ray
- * kinds), then rays that stress the skip: along the axes on block edges and faces, along exact
- * diagonals through block corners (the three exits tie: the loop's axis order decides), between
- * points on block faces, at block corners and inside constant blocks (rays starting and ending in
- * a run), each to the reference to 1e-12 (double) and within the float bound; and the skip must
- * happen (bricks9 in fewer steps than bricks8 on most of these rays), so that the check is not
- * passed by a march that never leaves the cell loop. */
-static xt_model *tn_runs_model(int regions, int aligned, float bg) {
-  int n[3];
-  for (int a = 0; a < 3; a++) n[a] = aligned ? 8 * (6 + rand() % 5) : 40 + rand() % 41;
-  const double sp[3] = {0.9, 1.1, 1.0};
-  xt_volume *v;
-  if (xt_volume_create(n[0], n[1], n[2], sp, XT_VOXEL_F32, &v, NULL)) return NULL;
-  float *f = (float *)v->data;
-  static const float vals[4] = {0.0f, 0.02f, 0.05f, 0.11f};
-  const int nb[3] = {(n[0] + 7) / 8, (n[1] + 7) / 8, (n[2] + 7) / 8};
-  for (int bz = 0; bz < nb[2]; bz++)
-    for (int by = 0; by < nb[1]; by++)
-      for (int bx = 0; bx < nb[0]; bx++) {
-        const int r = rand() % 16;
-        /* a brick 1 in 8; else runs along x of one value (r < 8) or alternating values */
-        /* the outer blocks the background: the content hull inside the box (bricks_hull_check) */
-        const int edge = !bx || !by || !bz || bx == nb[0] - 1 || by == nb[1] - 1 || bz == nb[2] - 1;
-        const int brick = r < 2, val = regions ? ((bx / 4 + by / 4 + bz / 4) % 4) : (r < 9 ? (by + bz) % 4 : r % 4);
-        for (int z = 8 * bz; z < 8 * bz + 8 && z < n[2]; z++)
-          for (int y = 8 * by; y < 8 * by + 8 && y < n[1]; y++)
-            for (int x = 8 * bx; x < 8 * bx + 8 && x < n[0]; x++)
-              f[(size_t)x + (size_t)n[0] * ((size_t)y + (size_t)n[1] * (size_t)z)] =
-                  edge ? bg : (brick ? (float)tn_urand(0.0, 0.1) : vals[val]);
-      }
-  xt_model *m;
-  if (xt_model_from_volume(v, "runs", &m, NULL)) return NULL;
-  tn_random_placement(m);
-  return m;
-}
-
-XT_TEST(bricks9_constant_runs) {
-  srand(2905);
-  for (int t = 0; t < 6; t++) {
-    const double bg = t == 2 ? 0.02 : 0.0;
-    xt_model *vm = tn_runs_model(t % 2, t < 4, (float)bg);
-    XT_REQUIRE(vm);
-    xt_msg msg = {{0}};
-    xt_model *nm = tn_nvdb_of(vm, t == 3 ? XT_NVDB_Q_INDEX : XT_NVDB_Q_FLOAT, bg, 0.0, &msg);
-    XT_REQUIRE_MSG_(nm, msg);
-    char what[48];
-    int skips = 0;
-    snprintf(what, sizeof what, "runs trial %d", t);
-    bricks_check_n(nm, 600, what, &skips);
-    XT_CHECK_MSG(skips > 100, "%s: bricks9 crossed constant blocks on only %d of 600 random rays", what, skips);
-    const xt_nvdb *g = xt_model_nvdb(nm);
-    xt_nvdb_bricks_host h;
-    XT_REQUIRE_MSG_(xt_nvdb_bricks_build(g, &h, &msg) == 0, msg);
-    const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
-    const double mu1 = pool_mu_max(&h), big = 2.0 * (n[0] + n[1] + n[2]);
-    double worst64 = 0, worst32 = 0, mx = 0;
-    int rays = 0, fewer = 0, more = 0;
-    for (int r = 0; r < 3000; r++) {
-      double p0[3], p1[3], q[3], o[3], len = 0;
-      const int kind = r % 4;
-      for (int a = 0; a < 3; a++) { /* block corners, face points and block interiors */
-        const int nb = (n[a] + 7) / 8;
-        p0[a] = 8.0 * (rand() % (nb + 1)) + (rand() % 3 ? 0.0 : tn_urand(0, 8));
-        p1[a] = 8.0 * (rand() % (nb + 1)) + (rand() % 3 ? 0.0 : tn_urand(0, 8));
-      }
-      if (kind == 0) { /* along an axis, on block edges or faces */
-        const int ax = rand() % 3;
-        for (int a = 0; a < 3; a++)
-          if (a != ax) p1[a] = p0[a];
-      } else if (kind == 1) { /* an exact diagonal: all the planes of two or three axes tie */
-        const int skip = rand() % 4;
-        const double d = 8.0 * (1 + rand() % 6) + (rand() % 2 ? 0.0 : tn_urand(0, 8));
-        for (int a = 0; a < 3; a++) p1[a] = p0[a] + (a == skip ? 0.0 : (rand() % 2 ? d : -d));
-      }
-      /* kind 2, 3: between block corners, face points and interiors (start and end in runs) */
-      for (int a = 0; a < 3; a++) len += (p1[a] - p0[a]) * (p1[a] - p0[a]);
-      len = sqrt(len);
-      if (len < 1e-3) continue;
-      for (int a = 0; a < 3; a++) q[a] = (p1[a] - p0[a]) / len;
-      const int whole = r % 8 == 7; /* the whole line through both points */
-      for (int a = 0; a < 3; a++) o[a] = whole ? p0[a] - big * q[a] : p0[a];
-      double s0, s1, inv[3] = {0, 0, 0};
-      if (!xt_clip_box_inv_f64(o, q, n, whole ? 2 * big : len, &s0, &s1, inv)) continue;
-      rays++;
-      double ref = 0;
-      xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-      int st8 = 0, st64 = 0, st32 = 0;
-      (void)xt_nvdb_bricks8_ray_f64(&h.b, o, q, s0, s1, &st8, inv);
-      const double b64 = xt_nvdb_bricks9_ray_f64(&h.b, o, q, s0, s1, &st64, inv);
-      const double b32 = (double)xt_nvdb_bricks9_ray_f32(&h.b, o, q, s0, s1, &st32, inv);
-      const double sc = fmax(fmax(fabs(ref), fabs(b64)), mu1);
-      if (sc > 0) worst64 = fmax(worst64, fabs(ref - b64) / sc);
-      worst32 = fmax(worst32, fabs(ref - b32));
-      mx = fmax(mx, fabs(ref));
-      fewer += st64 < st8;
-      more += st64 > st8 || st32 > st8;
-    }
-    XT_CHECK_MSG(worst64 <= 1e-12, "%s: bricks9 double march vs the reference: max relative %.3g", what, worst64);
-    XT_CHECK_MSG(worst32 <= 1e-4 * mx, "%s: bricks9 float march: max %.3g (largest %.3g)", what, worst32, mx);
-    XT_CHECK_MSG(more == 0 && fewer > rays / 2, "%s: bricks9 in fewer steps than bricks8 on %d of %d rays, more on %d",
-                 what, fewer, rays, more);
-    xt_nvdb_bricks_free(&h);
-    xt_model_free(nm);
-    xt_model_free(vm);
-  }
-}
-
 XT_TEST_MAIN(XT_ENTRY(voxels_roundtrip) XT_ENTRY(builder_prune_repair) XT_ENTRY(render_equals_dense_float) XT_ENTRY(render_equals_dense_index) XT_ENTRY(render_equals_dense_tolerance) XT_ENTRY(render_equals_dense_long)
                  XT_ENTRY(render_equals_dense_labels) XT_ENTRY(mixed_scene_is_the_sum) XT_ENTRY(quantised_error)
                      XT_ENTRY(file_roundtrip_and_grid_names) XT_ENTRY(bad_files) XT_ENTRY(bad_index_grids) XT_ENTRY(independent_writer)
                          XT_ENTRY(channels_equal_the_source_volume) XT_ENTRY(mixed_scene_channels_reproduce_mono)
                              XT_ENTRY(bricks_equal_reference) XT_ENTRY(bricks_equal_reference_long)
-                                 XT_ENTRY(bricks7_hull_grazing) XT_ENTRY(bricks8_reads_in_bounds)
-                                     XT_ENTRY(bricks9_constant_runs))
+                                 XT_ENTRY(bricks7_hull_grazing) XT_ENTRY(bricks8_reads_in_bounds))

@@ -8,7 +8,7 @@
  * one frame; test_nvdb's mixed_scene_is_the_sum holds the CPU reference of such scenes equal to the
  * sum of its models rendered alone); the batch entry point; grids whose content sits well inside
  * their box (the brick march's content hull, bricks7); the traversal names. Every test runs under
- * the traversal XT_NVDB_TRAVERSAL names (tree by default; bricks .. bricks9).
+ * the traversal XT_NVDB_TRAVERSAL names (tree by default; bricks .. bricks8).
  * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
  * and max |gpu - ref| <= 1e-4 of the frame's max.
  *
@@ -254,7 +254,7 @@ XT_TEST(mixed_scene_with_gmm) {
 }
 
 /* Grids whose content sits well inside their box (tn_inner_model: under XT_NVDB_TRAVERSAL=bricks7
- * .. bricks9 most rays clip to the content hull, many miss it or graze it, and the background around
+ * and bricks8 most rays clip to the content hull, many miss it or graze it, and the background around
  * the content is integrated by length), and with a tile in a corner: mu with and without a background
  * mu, labels, Float and the index form. */
 XT_TEST(content_inside_box) {
@@ -276,13 +276,13 @@ XT_TEST(content_inside_box) {
 }
 
 /* XT_NVDB_TRAVERSAL: every traversal name is taken at create, an unknown one refused with a
- * message naming the field and listing the names (bricks9 the last). */
+ * message naming the field and listing the names (bricks8 the last). */
 XT_TEST(traversal_names) {
   const char *was = getenv("XT_NVDB_TRAVERSAL");
   char saved[32] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
   static const char *const ok[] = {"tree",    "bricks",  "bricks2", "bricks3", "bricks4",
-                                   "bricks5", "bricks6", "bricks7", "bricks8", "bricks9"};
+                                   "bricks5", "bricks6", "bricks7", "bricks8"};
   xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
   xt_proj *p = NULL;
   xt_msg msg = {{0}};
@@ -292,10 +292,10 @@ XT_TEST(traversal_names) {
     XT_CHECK_MSG(rc == 0, "XT_NVDB_TRAVERSAL=%s: %s", ok[k], msg.text);
     if (!rc) xt_proj_destroy(p);
   }
-  setenv("XT_NVDB_TRAVERSAL", "bricks10", 1);
+  setenv("XT_NVDB_TRAVERSAL", "bricks9", 1);
   const int rc = xt_proj_create(&po, &p, &msg);
-  XT_CHECK_MSG(rc == XT_EINVAL && strstr(msg.text, "XT_NVDB_TRAVERSAL=bricks10") && strstr(msg.text, "bricks9"),
-               "bricks10: rc %d, %s", rc, msg.text);
+  XT_CHECK_MSG(rc == XT_EINVAL && strstr(msg.text, "XT_NVDB_TRAVERSAL=bricks9") && strstr(msg.text, "bricks8"),
+               "bricks9: rc %d, %s", rc, msg.text);
   if (!rc) xt_proj_destroy(p);
   if (was) setenv("XT_NVDB_TRAVERSAL", saved, 1);
   else unsetenv("XT_NVDB_TRAVERSAL");

@@ -305,7 +305,11 @@ def senders(n):
     return t
 
 
-ARGS = ["--synthetic", "--mode", "fd20", "--fps", "5", "--phantom-dim", "32", "--peer-timeout", "2"]
+# --peer-timeout 5: the stalled client's drop within the checks' 30 s, with room for a fast client's
+# reader that a loaded machine starves for a while (with 2 s, one ASan run of the clean-clone CI had
+# a fast client's connection reset while two suites shared its 2 cores: the kernel gives up on a
+# peer whose window stays shut that long)
+ARGS = ["--synthetic", "--mode", "fd20", "--fps", "5", "--phantom-dim", "32", "--peer-timeout", "5"]
 TESTS = [
     (senders("auto"), ARGS),
     (senders("1"), ARGS + ["--stream-senders", "1"]),

@@ -105,6 +105,10 @@ if(TARGET xtwin-server)
       COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_replay.py --server $<TARGET_FILE:xtwin-server>
         --xtwin $<TARGET_FILE:xtwin>)
     set_tests_properties(test_server_replay PROPERTIES TIMEOUT 300 LABELS "cpu;server" SKIP_RETURN_CODE 77)
+    # --pacer-spin-us: refused over its limit; exposures, a REST change and SIGTERM while it polls
+    add_test(NAME test_server_pacer_spin
+      COMMAND ${XT_PY3} ${CMAKE_CURRENT_SOURCE_DIR}/server/test_pacer_spin.py --server $<TARGET_FILE:xtwin-server>)
+    set_tests_properties(test_server_pacer_spin PROPERTIES TIMEOUT 300 LABELS "cpu;server")
     # Virtual time: the frames of a free run on --clock virtual exactly on their deadlines, none
     # dropped, byte-identical to the real clock's but for the times.
     add_test(NAME test_server_virtual_clock

@@ -186,6 +186,8 @@ static void queue_text(client *c, char *t, int event) {
     free(t);
     if (event) return;
     /* The client sends commands faster than it reads replies: drop it rather than grow. */
+    if (c->srv->cfg.verbose)
+      fprintf(stderr, "xtwin-server: stream client %u: %d replies unsent, dropped\n", c->id, XT_WS_MAX_TEXTS);
     c->closing = 1;
     lws_callback_on_writable(c->wsi);
     return;
@@ -999,7 +1001,10 @@ static int on_wake(xt_server *s, struct lws_context *ctx) {
         if (k->tx_raw || k->tx_f || k->tn || k->closing || lws_partial_buffered(k->wsi)) continue;
         int b;
         while ((b = begin_frame(k)) < 0) {}
-        if (b > 0 && hand_to_senders(k)) k->closing = 1; /* its writable callback closes it */
+        if (b > 0 && hand_to_senders(k)) { /* its writable callback closes it */
+          if (s->cfg.verbose) fprintf(stderr, "xtwin-server: stream client %u: the sender threads refused its frame\n", k->id);
+          k->closing = 1;
+        }
       }
       publish_caught_up(s);
     }

@@ -305,11 +305,12 @@ def senders(n):
     return t
 
 
-# --peer-timeout 5: the stalled client's drop within the checks' 30 s, with room for a fast client's
-# reader that a loaded machine starves for a while (with 2 s, one ASan run of the clean-clone CI had
-# a fast client's connection reset while two suites shared its 2 cores: the kernel gives up on a
-# peer whose window stays shut that long)
-ARGS = ["--synthetic", "--mode", "fd20", "--fps", "5", "--phantom-dim", "32", "--peer-timeout", "5"]
+# --verbose 1: the server says why it closes a client (its output is printed when a test fails).
+# A known defect (2026-12-07): in 3 of about 17 runs of this file under ASan, a fast client's connection is
+# closed right after the stalled client is dropped by --peer-timeout (seen at 2, 5 and 12 s, so not
+# the timeout's length); the server now names the reason it drops a client (a reply queue full,
+# the sender threads refusing a frame, a send failing), so that the next failure says which.
+ARGS = ["--synthetic", "--mode", "fd20", "--fps", "5", "--phantom-dim", "32", "--peer-timeout", "2", "--verbose", "1"]
 TESTS = [
     (senders("auto"), ARGS),
     (senders("1"), ARGS + ["--stream-senders", "1"]),

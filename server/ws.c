@@ -902,8 +902,10 @@ static int on_writable(xt_server *s, client *c, struct lws *wsi) {
   } else {
     int b;
     while ((b = begin_frame(c)) < 0) {}
-    if (b > 0 && senders) rc = hand_to_senders(c);
-    else if (b > 0) {
+    if (b > 0 && senders) {
+      if ((rc = hand_to_senders(c)) && s->cfg.verbose)
+        fprintf(stderr, "xtwin-server: stream client %u: the sender threads refused its frame\n", c->id);
+    } else if (b > 0) {
       stamp_shared(c);
       rc = send_fragments(c);
     }
@@ -992,22 +994,13 @@ static int on_wake(xt_server *s, struct lws_context *ctx) {
         queue_text(k, t, 1);
       }
     }
-    /* A client with nothing to write before it gets its frame now, from this wake-up, not from
-     * the writable callback that asking libwebsockets would bring one poll round later: the
-     * threads wait for room themselves. The others (a text first, a frame still going, bytes
-     * libwebsockets holds) go the usual way. */
-    if (senders && !atomic_load(&s->quit)) {
-      for (client *k = clients; k; k = k->next) {
-        if (k->tx_raw || k->tx_f || k->tn || k->closing || lws_partial_buffered(k->wsi)) continue;
-        int b;
-        while ((b = begin_frame(k)) < 0) {}
-        if (b > 0 && hand_to_senders(k)) { /* its writable callback closes it */
-          if (s->cfg.verbose) fprintf(stderr, "xtwin-server: stream client %u: the sender threads refused its frame\n", k->id);
-          k->closing = 1;
-        }
-      }
-      publish_caught_up(s);
-    }
+    /* Every client gets its frame from its writable callback, never from here: libwebsockets
+     * answers a ping it has read with a pong that it writes at the socket's next POLLOUT, before
+     * that callback and without asking us, and no API says one is pending. Handed to the sender
+     * threads from here (as 930a6d8 did), a client whose ping had just been read got that pong
+     * written into the middle of its frame (a corrupt frame; the client stopped reading and the
+     * peer timeout dropped it: test_server_senders' "fast client reset"). By its writable
+     * callback the pong is out. */
     lws_callback_on_writable_all_protocol(ctx, &protocols[0]);
   }
   return 0;

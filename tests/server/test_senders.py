@@ -212,7 +212,10 @@ async def test_parallel_senders_keep_frames_whole(srv):
     # the flood is over a ping must be answered (sent again every half second until one is: a bound).
     last = [[] for _ in fast]
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (len(slow.frames) < 2 or any(
+    # and the slow client reads on until a header counts frames dropped for it: how soon depends on
+    # the machine's load (under ASan with the cores busy a frame can take longer to make than the slow
+    # client takes to read one), not whether (one failure in ~20 loaded runs checked after 2 frames)
+    while time.monotonic() < deadline and (len(slow.frames) < 2 or slow.frames[-1][1] == 0 or any(
             not (c.pongs and c.pongs[-1] in last[i]) or
             len([t for t in c.texts if t.get("type") == "ack"]) < len(ids[i]) for i, c in enumerate(fast))):
         for i, c in enumerate(fast):

@@ -14,9 +14,11 @@
  * With --backend cpu the same scenes run on the CPU backend (e2e and reshape only), e.g. at fd20-256.
  * With --count nothing is timed: the splat's work per frame, counted on the host (count_work), and
  * what the compact splat would do with it (pre-test survivors, batches of 32).
- * XT_INSTR_FUSED=1 in the environment: the instruments fused into the spectral projection (read by
- * the CUDA projector at create); the output says which path each scene's chain frames took.
- * XT_INSTR_SIDE=1: the splat on a side stream beside the voxel render (cuda_pipeline.cu, render_side).
+ * The instruments are fused into the spectral projection by default; XT_INSTR_FUSED=0 in the
+ * environment: not (the planes and the chain's separate detect stage; read by the CUDA projector at
+ * create); the output says which path each scene's chain frames took.
+ * XT_INSTR_SIDE=1 with XT_INSTR_FUSED=0: the splat on a side stream beside the voxel render
+ * (cuda_pipeline.cu, render_side).
  * XT_INSTR_SPLAT=compact: the splat kernel that batches the sub-rays meeting the tube across pixels
  * (k_instr_splat_compact, proj_instr.cu; default: k_instr_splat), also read at create; with or
  * without XT_INSTR_FUSED. The output's path line names both settings.
@@ -152,6 +154,7 @@ typedef struct work {
   double near_passes;                /* the halves' tests, 32 pixels a warp pass */
   double dev_max;                    /* max |factored - xt_tube_chords| over the sub-rays, mm */
   double surv, batches, maybe_missed; /* XT_INSTR_SPLAT=compact: pre-test survivors, batches of 32 */
+  double gated, gated_px;             /* the default splat: halves and pixels with a pre-test survivor */
 } work;
 
 static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, work *wk, unsigned char *tile) {
@@ -257,7 +260,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
           }
           wk->cand += on[0] || on[1];
           double sw = 0, sl = 0;
-          int bad = 0, pass_met[2] = {0, 0};
+          int bad = 0, pass_met[2] = {0, 0}, gate[2] = {0, 0};
           for (int sj = 0; sj < S; sj++)
             for (int si = 0; si < S; si++) {
               const xt_vec3 ds = xt_v3_sub(xt_geom_pixel_pos(g, cl + (si + 0.5) / S - 0.5, r + (sj + 0.5) / S - 0.5), g->source);
@@ -274,6 +277,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
               if (on[sj >= S / 2]) {
                 const int mb = xt_tube_fac_maybe(&P, &F, &mbc, xs, ys);
                 surv += mb;
+                gate[sj >= S / 2] |= mb;
                 wk->maybe_missed += !mb && (fo != 0.0 || fi != 0.0);
               }
               bad += !on[sj >= S / 2] && (co != 0.0 || ci != 0.0);
@@ -282,6 +286,8 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
             }
           wk->refused += bad; /* sub-rays the kernel skips with a non-zero chord: must stay 0 */
           wk->passes_met += pass_met[0] + pass_met[1];
+          wk->gated += gate[0] + gate[1];
+          wk->gated_px += gate[0] || gate[1];
           if (sw == 0.0 && sl == 0.0) continue;
           wk->lost += !ref; /* a non-zero sum outside the CPU reference's candidates: must stay 0 */
           wk->hit++;
@@ -324,6 +330,8 @@ static int count_work(const char *mode, xt_model *const *instr, int ni, int nch)
   printf("  compact splat (XT_INSTR_SPLAT) %12.0f  pre-test survivors, in %.0f batches of 32 (%.1f %% of lanes busy; "
          "the default's %.1f %%); chords refused by the pre-test: %.0f (must be 0)\n", w.surv / n, w.batches / n,
          100.0 * w.surv / fmax(1, 32 * w.batches), 100.0 * w.met / fmax(1, w.subrays), w.maybe_missed);
+  printf("  default splat's gate          %12.0f  candidate halves with a pre-test survivor: the closed form's passes "
+         "(of %.0f); candidate pixels summed and reduced: %.0f\n", w.gated / n, w.subrays / n / 32, w.gated_px / n);
   printf("  factored closed form          max |xt_tube_fac_chords - xt_tube_chords| %.3g mm over all sub-rays; "
          "halves judged otherwise by xt_tube_fac_near: %.0f\n", w.dev_max, w.near_diff);
   printf("  pixel sums non-zero           %12.0f  (atomics: %.0f)\n", w.hit / n, w.hit / n * planes);

@@ -66,8 +66,8 @@ struct xt_cuda_proj {
   const xt_model **added;
   xt_model **view;
   xt_affine *base;
-  /* XT_INSTR_FUSED=1 at create: a scene of voxel models and instruments takes the spectral sums
-   * (render_fused) instead of failing them over to the planes */
+  /* a scene of voxel models and instruments takes the spectral sums (render_fused) instead of
+   * failing them over to the planes; XT_INSTR_FUSED=0 at create: it does not */
   int instr_fused;
   /* XT_INSTR_SIDE=1 at create: a frame of instruments and other kinds queues the instruments' splat
    * on s_side, forked from the frame's stream before the other kinds and joined before its finish
@@ -218,7 +218,7 @@ extern "C" int xt_cuda_create(const xt_cuda_options *opt, xt_cuda_proj **out, xt
   if (!p) return xt_fail(msg, XT_ENOMEM, "backend cuda: out of memory");
   p->opt = *opt;
   const char *fz = getenv("XT_INSTR_FUSED");
-  p->instr_fused = fz && fz[0] == '1' && !fz[1];
+  p->instr_fused = !(fz && fz[0] == '0' && !fz[1]); /* since the accumulator holds a pixel's sums together */
   const char *sd = getenv("XT_INSTR_SIDE");
   p->instr_side = sd && sd[0] == '1' && !sd[1];
   cudaError_t e = cudaSetDevice(opt->device);

@@ -5,29 +5,32 @@
  *           gives the pixels any of whose sub-rays can meet it; the lanes test 32 of them at a time
  *           (whether the centre ray of each half of the pixel passes within its sub-rays' spread
  *           of the tube: xt_tube_fac_near), then split the XT_INSTR_AREA_SAMPLES^2 rays through
- *           the sub-pixel centres of a candidate's halves that passed, each the closed form of
- *           xt_tube.h in double, in its factored form (xt_tube_fac_chords: the segment's constants
- *           for the source once, then four numbers affine in the sub-pixel centre per ray),
- *           summed into the wall's and the lumen's
+ *           the sub-pixel centres of a candidate's halves that passed, each first through the closed
+ *           form's division-free bound (xt_tube_fac_maybe) and, where a lane of the warp passed it,
+ *           the closed form of xt_tube.h in double, in its factored form (xt_tube_fac_chords: the
+ *           segment's constants for the source once, then four numbers affine in the sub-pixel
+ *           centre per ray), summed into the wall's and the lumen's
  *           chord lengths; the pixel's mean - its line integral, or each channel's areal density -
- *           is added to a 64-bit fixed-point accumulator (2^-32 units) by an integer atomic, so the
- *           sum does not depend on the order threads finish in: frames are reproducible bit for
- *           bit; and the pixel's 16 x 16 tile is flagged;
+ *           is added to a 64-bit fixed-point accumulator (2^-32 units, a pixel's planes side by
+ *           side) by an integer atomic, so the sum does not depend on the order threads finish in:
+ *           frames are reproducible bit for bit; and the pixel's 16 x 16 tile is flagged;
  *   finish  one block per tile: a flagged tile's accumulator into the float output (written or
  *           added, as the pipeline says) and back to zero with its flag for the next frame; an
  *           unflagged tile is skipped when adding and written 0 when writing, so a frame touches
  *           the accumulator only where instruments are (about 13 % of fd20-1024's tiles with ten
  *           wires, docs/BENCHMARKS.md);
- *   fused   (XT_INSTR_FUSED=1, the spectral sums of voxel models and instruments: instr_splat) the
- *           splat alone; the voxel kind's channels kernel consumes and zeroes the flagged tiles'
- *           accumulators and the pipeline clears the flags (cuda_pipeline.cu, render_fused).
+ *   fused   (the spectral sums of voxel models and instruments, the default since 2026-12-07;
+ *           XT_INSTR_FUSED=0: not; instr_splat) the splat alone; the voxel kind's channels kernel
+ *           consumes and zeroes the flagged tiles' accumulators and the pipeline clears the flags
+ *           (cuda_pipeline.cu, render_fused).
  *   compact (XT_INSTR_SPLAT=compact at create; default: the splat above) the same sums with less
  *           of the warp idle: each candidate half's 32 sub-rays get only a cheap bound of the
  *           closed form (xt_tube_fac_maybe, loosened: it refuses no sub-ray with a chord), the survivors
  *           are queued across pixels in a per-warp ring and evaluated 32 at a time, each pixel's
  *           run summed by a segmented scan per batch and added by the run's last lane
  *           (k_instr_splat_compact: its comment). Works for line integrals, channels and fused.
- *           Not measured on a GPU (docs/BENCHMARKS.md).
+ *           Measured no faster than the default (docs/BENCHMARKS.md), which now takes the same
+ *           bound per sub-ray without the queue.
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
  * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32 (the
@@ -40,14 +43,15 @@
  * no allocation per frame or per shape. The splat finds each instrument's segments through a table
  * passed by value (instr_tab): nothing is uploaded for it.
  *
- * Per frame only the descriptor goes up (with the pipeline's, as every kind's): 192 bytes of camera
+ * Per frame only the descriptor goes up (with the pipeline's, as every kind's): 208 bytes of camera
  * (instr_head) and 312 per instrument (instr_xf: its maps, its sub-ray constants, and its lumen's
- * iodine, 16 bytes), 3,312 bytes for ten instruments. Segments go up only with a new shape. Contrast
+ * iodine, 16 bytes), 3,328 bytes for ten instruments. Segments go up only with a new shape. Contrast
  * in a lumen (instr_set_iodine) rewrites no segment: the frame's instr_xf carries the lumen region's
  * entry and mu, the splat picks it for that lumen's segments; the channel rows' iodine column (1 KB
  * an instrument) goes up only when it changed. */
 #include <cuda_runtime.h>
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,6 +68,7 @@ extern "C" {
 #define XT_CUDA_MAX_INSTR 32
 #define FIX_SCALE 4294967296.0 /* 2^32 */
 #define CK XT_CK
+#define FULL 0xffffffffu /* every lane of a warp */
 
 typedef struct instr_xf {
   double w2m[12]; /* world -> model: m[3][3] row-major, then t[3] */
@@ -80,7 +85,9 @@ typedef struct instr_xf {
 typedef struct instr_head {
   xt_cuda_camera cam;
   double nrm[3]; /* the detector's normal u x v */
-  double pad;
+  /* reciprocals for the footprint's projection (d_project: multiplications, not divisions): of
+   * (det0 - src).nrm, of a column's and a row's pitch */
+  double ien, ipu, ipv;
   /* the squared world length of the ray to continuous pixel (x, y): with w0 = det0 - src, wu = u pu,
    * wv = v pv, |w0 + x wu + y wv|^2 = q[0] + x (q[1] + x q[3] + y q[4]) + y (q[2] + y q[5]) */
   double q[6];
@@ -106,7 +113,7 @@ typedef struct instr_state {
   int device;
   int n;
   instr_one in[XT_CUDA_MAX_INSTR];
-  unsigned long long *d_acc; /* 64-bit fixed point, planes x pixels; zero between frames */
+  unsigned long long *d_acc; /* 64-bit fixed point, pixels x planes (a pixel's together); zero between frames */
   unsigned char *d_flag;     /* one per TILE x TILE tile: the splat touched it; zero between frames */
   size_t acc_n, flag_n;
   int nch;
@@ -229,6 +236,10 @@ static void instr_fill_frame(const void *st, const xt_geometry *g, void *desc) {
   h->nrm[0] = n.x;
   h->nrm[1] = n.y;
   h->nrm[2] = n.z;
+  h->ien = 1.0 / ((h->cam.det0[0] - h->cam.src[0]) * n.x + (h->cam.det0[1] - h->cam.src[1]) * n.y +
+                  (h->cam.det0[2] - h->cam.src[2]) * n.z);
+  h->ipu = 1.0 / h->cam.pu;
+  h->ipv = 1.0 / h->cam.pv;
   const xt_cuda_camera *c = &h->cam;
   const xt_vec3 src = xt_v3(c->src[0], c->src[1], c->src[2]);
   const xt_vec3 w0 = xt_v3_sub(xt_v3(c->det0[0], c->det0[1], c->det0[2]), src);
@@ -272,7 +283,9 @@ static __device__ __forceinline__ void d_apply(const double *a, const double p[3
 
 /* The detector position (continuous pixel coordinates) of world point p, and its depth *f: where
  * it lies on the rays from the source to the detector (0 at the source, 1 on the detector plane);
- * 0 when p is not in front of the source. */
+ * 0 when p is not in front of the source. For the footprint only, which the candidates' exact test
+ * refines: multiplications by the frame's reciprocals (instr_head) instead of four divisions, a few
+ * ulps apart, far inside the footprint's sub-pixel slack (splat_footprint). */
 static __device__ __forceinline__ int d_project(const instr_head *h, const double p[3], double *col, double *row,
                                                 double *f) {
   const xt_cuda_camera &c = h->cam;
@@ -281,12 +294,57 @@ static __device__ __forceinline__ int d_project(const instr_head *h, const doubl
   const double qn = q[0] * h->nrm[0] + q[1] * h->nrm[1] + q[2] * h->nrm[2];
   const double en = e[0] * h->nrm[0] + e[1] * h->nrm[1] + e[2] * h->nrm[2];
   if (!(qn * en > 0.0)) return 0;
-  const double t = en / qn;
-  *f = qn / en;
+  const double t = en * __drcp_rn(qn);
+  *f = qn * h->ien;
   const double x[3] = {c.src[0] + t * q[0] - c.det0[0], c.src[1] + t * q[1] - c.det0[1], c.src[2] + t * q[2] - c.det0[2]};
-  *col = (x[0] * c.u[0] + x[1] * c.u[1] + x[2] * c.u[2]) / c.pu;
-  *row = (x[0] * c.v[0] + x[1] * c.v[1] + x[2] * c.v[2]) / c.pv;
+  *col = (x[0] * c.u[0] + x[1] * c.u[1] + x[2] * c.u[2]) * h->ipu;
+  *row = (x[0] * c.v[0] + x[1] * c.v[1] + x[2] * c.v[2]) * h->ipv;
   return 1;
+}
+
+/* The footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected
+ * onto the detector, as the pixels ca..cb x ra..rb (fp) that any of its points falls in (a pixel's
+ * sub-rays lie 1/16 of a pixel inside its edges: the slack for the projection's rounding), and the
+ * box's largest depth *fe (at most 1); 0 when nothing of it reaches the detector. Lanes 0-7 project
+ * one corner each; the bounds by integer reductions (one instruction each, where double min/max
+ * butterflies took ~160 a warp: ncu). A corner behind the source gives the whole detector at depth
+ * 1, a NaN corner the whole row or column range. The whole warp returns the same. */
+static __device__ __forceinline__ int splat_footprint(const instr_head *h, const instr_xf *x, const xt_tube_seg *t,
+                                                      int lane, int cols, int rows, int fp[4], double *fe) {
+  const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
+  const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
+  int clo = INT_MAX, chi = INT_MIN, rlo = INT_MAX, rhi = INT_MIN, behind = 0;
+  unsigned fb = 0u;
+  if (lane < 8) {
+    double pm[3];
+    for (int q = 0; q < 3; q++) {
+      const double a = t->p0[q], e = t->p0[q] + t->len * t->d[q];
+      pm[q] = (lane >> q) & 1 ? fmax(a, e) + grow : fmin(a, e) - grow;
+    }
+    double pw[3], cc, rr, f;
+    d_apply(x->m2w, pm, pw, 0);
+    if (d_project(h, pw, &cc, &rr, &f)) {
+      const double L = 1e9; /* within int; NaN -> the whole range */
+      clo = (int)floor(fmax(cc - 0.5, -L));
+      chi = (int)ceil(fmin(cc + 0.5, L));
+      rlo = (int)floor(fmax(rr - 0.5, -L));
+      rhi = (int)ceil(fmin(rr + 0.5, L));
+      fb = __float_as_uint(__double2float_ru(f)); /* f > 0: its bits order as its values, rounded up */
+    } else {
+      behind = 1;
+    }
+  }
+  if (__any_sync(FULL, behind)) {
+    fp[0] = 0, fp[1] = cols - 1, fp[2] = 0, fp[3] = rows - 1;
+    *fe = 1.0;
+    return 1;
+  }
+  fp[0] = max(0, __reduce_min_sync(FULL, clo));
+  fp[1] = min(cols - 1, __reduce_max_sync(FULL, chi));
+  fp[2] = max(0, __reduce_min_sync(FULL, rlo));
+  fp[3] = min(rows - 1, __reduce_max_sync(FULL, rhi));
+  *fe = fmin(1.0, (double)__uint_as_float(__reduce_max_sync(FULL, fb)));
+  return fp[0] <= fp[1] && fp[2] <= fp[3];
 }
 
 /* The splat's view of the instruments, passed by value as the kernel's parameter (__grid_constant__:
@@ -307,27 +365,28 @@ typedef struct instr_tab {
  * latency-bound on its FP64 chains; 4 blocks bounded it to 128, 16 warps; 6 blocks spill) */
 #define SPLAT_BLOCKS_SM 5
 #define TILE XT_CUDA_INSTR_TILE /* the finish's tiles: TILE x TILE pixels, one flag each */
-#define FULL 0xffffffffu
 
 static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
 
-/* One warp per segment, all instruments' segments in one launch (tab). The footprint (the
- * segment's box projected, as the CPU reference bounds it): lanes 0-7 project one corner each,
- * min/max by shuffles. The footprint's pixels, 32 at a time: each lane asks whether its pixel's
- * two halves' centre rays pass near the segment (xt_tube_fac_near, below); then for each candidate
+/* One warp per segment, all instruments' segments in one launch (tab). The footprint
+ * (splat_footprint). The footprint's pixels, 32 at a time: each lane asks whether its pixel's two
+ * halves' centre rays pass near the segment (xt_tube_fac_near, below); then for each candidate
  * pixel (two ballots' bits, in order) the 32 lanes split the S x S sub-rays of its halves that
- * passed (S = 8: one half a pass, a refused half skipped by the warp), a butterfly sums them (every lane
- * ends with the same bits: the tree is fixed and + commutes), lane 0 (line integrals) or lane c
- * (channel c) adds the pixel's mean into the fixed-point accumulator, and the pixel's tile is
- * flagged for the finish. The per-pixel double sums group the sub-rays differently from the CPU
- * reference (a tree here, in order there): the same terms, rounding apart by ~1e-16 relative, far
- * below the 2^-32 of the accumulator. */
-__global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
-    k_instr_splat(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
-                  int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
+ * passed (S = 8: one half a pass, a refused half skipped by the warp). Each lane's sub-ray first
+ * takes the closed form's division-free bound (xt_tube_fac_maybe: the cylinder, its span within the
+ * ray, the mitres), which refuses no sub-ray with a chord; the closed form follows only where a lane
+ * passed it, and only for those lanes (ncu: the short segments' cylinders are met by 70 % of the
+ * passes, whose mitres then clip most of them to nothing), and a pixel none of whose sub-rays passed
+ * is left there. A butterfly sums the rest (every lane ends with the same bits: the tree is fixed
+ * and + commutes), lane 0 (line integrals) or lane c (channel c) adds the pixel's mean into the
+ * fixed-point accumulator, and the pixel's tile is flagged for the finish. A refused sub-ray's
+ * chords are exactly 0, so the sums are bit for bit those of every sub-ray's closed form. The
+ * per-pixel double sums group the sub-rays differently from the CPU reference (a tree here, in order
+ * there): the same terms, rounding apart by ~1e-16 relative, far below the 2^-32 of the accumulator. */
+static __device__ __forceinline__ void splat_segment(int k, const unsigned char *desc, const instr_tab &tab, int nch,
+                                                     int cols, int rows, int tcols, unsigned long long *__restrict__ acc,
+                                                     unsigned char *__restrict__ flag) {
   const int lane = threadIdx.x & 31;
-  const int k = blockIdx.x * SPLAT_WARPS + (threadIdx.x >> 5);
-  if (k >= tab.total) return; /* the whole warp */
   int mi = 0;
   while (k >= tab.first[mi + 1]) mi++;
   const instr_head *h = (const instr_head *)desc;
@@ -335,119 +394,112 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
   const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
   const float *w = tab.w[mi];
   if (!(x->scale > 0.0)) return; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
-  /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
-  const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
-  const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
-  double lo[3], hi[3];
-  for (int q = 0; q < 3; q++) {
-    const double a = t->p0[q], e = t->p0[q] + t->len * t->d[q];
-    lo[q] = fmin(a, e) - grow;
-    hi[q] = fmax(a, e) + grow;
-  }
-  double cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30, fmx = 0.0;
-  int behind = 0;
-  if (lane < 8) {
-    const double pm[3] = {lane & 1 ? hi[0] : lo[0], lane & 2 ? hi[1] : lo[1], lane & 4 ? hi[2] : lo[2]};
-    double pw[3], cc, rr;
-    d_apply(x->m2w, pm, pw, 0);
-    if (d_project(h, pw, &cc, &rr, &fmx)) cmin = cmax = cc, rmin = rmax = rr;
-    else behind = 1;
-  }
-  const int whole = __any_sync(FULL, behind);
-  for (int m = 1; m < 8; m <<= 1) { /* lanes 0-7 hold the corners; min and max are exact in any order */
-    cmin = fmin(cmin, d_shfl_xor(cmin, m));
-    cmax = fmax(cmax, d_shfl_xor(cmax, m));
-    rmin = fmin(rmin, d_shfl_xor(rmin, m));
-    rmax = fmax(rmax, d_shfl_xor(rmax, m));
-    fmx = fmax(fmx, d_shfl_xor(fmx, m));
-  }
-  cmin = __shfl_sync(FULL, cmin, 0);
-  cmax = __shfl_sync(FULL, cmax, 0);
-  rmin = __shfl_sync(FULL, rmin, 0);
-  rmax = __shfl_sync(FULL, rmax, 0);
-  fmx = __shfl_sync(FULL, fmx, 0);
-  int ca = 0, cb = cols - 1, ra = 0, rb = rows - 1;
-  if (!whole) {
-    if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) return; /* the whole warp */
-    ca = max(0, (int)floor(cmin - 0.5));
-    cb = min(cols - 1, (int)ceil(cmax + 0.5));
-    ra = max(0, (int)floor(rmin - 0.5));
-    rb = min(rows - 1, (int)ceil(rmax + 0.5));
-  }
-  if (ca > cb || ra > rb) return;
+  int fp[4];
+  double fe;
+  if (!splat_footprint(h, x, t, lane, cols, rows, fp, &fe)) return; /* the whole warp */
+  const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
   const xt_cuda_camera &c = h->cam;
   const int S = XT_INSTR_AREA_SAMPLES;
+  static_assert(XT_INSTR_AREA_SAMPLES == 8, "k_instr_splat: a half's sub-rays are one pass of 32 lanes");
   const double inv = 1.0 / ((double)S * S);
-  const size_t plane = (size_t)rows * cols;
   /* The candidates, by halves: the pixels one of whose halves (sub-pixel rows sj < S/2, then the
    * rest) has a centre ray passing within e of the segment's tube (xt_tube_fac_near). A sub-ray and
    * its half's centre ray start at the source and end on the detector plane at most
    * hypot(pu/2, pv/4) apart, so at depth f (d_project's) they are at most f x that apart (world mm;
-   * x scale in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fmx
-   * (its corners' largest; depth is affine): a sub-ray that meets the tube passes within e of its
-   * half's centre ray at the same depth. So a half refused has sub-rays whose chords are all
+   * x scale in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fe
+   * (its corners' largest, rounded up; depth is affine): a sub-ray that meets the tube passes within
+   * e of its half's centre ray at the same depth. So a half refused has sub-rays whose chords are all
    * exactly 0, and skipping it leaves every sum as it was; the CPU reference's candidates (a box
    * grown by a whole diagonal, proj_cpu_instr.c) are more, the extra ones adding the same zeros:
-   * both sum the same non-zero terms. fmx <= 1 on the rays' span; the margins cover rounding. */
+   * both sum the same non-zero terms. fe <= 1 on the rays' span; the margins cover rounding. */
   /* The sub-rays' factored closed form (xt_tube.h): the segment's constants for this source; the
    * ray to the sub-pixel centre (xs, ys) is D = M (w0 + xs wu + ys wv) (w0 the source to the
    * detector's origin, wu and wv a column's and a row's step, M w2m's linear part), so its four
    * numbers are l(M w0) + xs l(M wu) + ys l(M wv), and its squared world length a quadratic in
    * (xs, ys): a sub-ray that misses the tube costs 4 FMAs and ~6 FP64 operations, one that meets it
    * ~60 more, instead of forming and mapping a unit ray and moving its origin (~235). */
-  /* of M w0, M wu, M wv, and the quadratic of |w|^2: the frame's, formed on the host; in shared
-   * memory, the warp's own, read where the closed form needs them (held in registers, they took
-   * 52 of the kernel's 131 and held it to 12 warps an SM) */
+  /* of M w0, M wu, M wv, the quadratic of |w|^2 and the bound's constants: the warp's own, in
+   * shared memory, read where the closed form needs them (held in registers, they took 52 of the
+   * kernel's 131 and held it to 12 warps an SM) */
   __shared__ xt_tube_pre sP[SPLAT_WARPS];
   __shared__ xt_tube_fam sF[SPLAT_WARPS];
+  __shared__ xt_tube_maybe sM[SPLAT_WARPS];
   const int wi = threadIdx.x >> 5;
-  if (lane == 0) {
-    xt_tube_prep(t, x->o, &sP[wi]);
-    xt_tube_lin_of(&sP[wi], t, x->d0, &sF[wi].l0);
-    xt_tube_lin_of(&sP[wi], t, x->du, &sF[wi].lu);
-    xt_tube_lin_of(&sP[wi], t, x->dv, &sF[wi].lv);
-    for (int i = 0; i < 6; i++) sF[wi].q[i] = h->q[i];
+  if (lane == 0) xt_tube_prep(t, x->o, &sP[wi]);
+  __syncwarp();
+  /* the three directions' numbers on three lanes at once, the quadratic on six more */
+  if (lane < 3) {
+    const double *D = lane == 0 ? x->d0 : lane == 1 ? x->du : x->dv;
+    xt_tube_lin_of(&sP[wi], t, D, lane == 0 ? &sF[wi].l0 : lane == 1 ? &sF[wi].lu : &sF[wi].lv);
+  } else if (lane < 9) {
+    sF[wi].q[lane - 3] = h->q[lane - 3];
+  }
+  __syncwarp();
+  if (lane == 0) { /* the bound's constants: the sub-pixel centres' largest |x| and |y|, the centre */
+    const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
+    xt_tube_fac_maybe_prep(&sP[wi], &sF[wi], xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &sM[wi]);
   }
   __syncwarp();
   const xt_tube_pre &P = sP[wi];
   const xt_tube_fam &F = sF[wi];
+  const xt_tube_maybe &MB = sM[wi];
   /* xt_tube_mu_lumen with its test made once a warp: whether this segment's lumen is the region
    * whose iodine the frame's descriptor carries (131 registers unbounded, where picking per pixel took 134) */
   const int io = t->lumen == x->lumen_io;
-  const double fe = whole ? 1.0 : fmin(1.0, fmx);
   const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   const int fw = cb - ca + 1;
   const long long np = (long long)fw * (rb - ra + 1);
+  /* the lumen's chords are all 0 for a solid segment (a guidewire): its sums and butterfly skipped,
+   * the same for the whole warp */
+  const int lum = P.ri2 > 0.0;
+  /* lane c's channel rows of the wall and the lumen, read once a segment instead of after every
+   * candidate's butterfly, where two dependent loads stood before its atomic */
+  const float ww = lane < nch ? w[t->wall * XT_MAX_CHANNELS + lane] : 0.f;
+  const float wl = lane < nch ? w[t->lumen * XT_MAX_CHANNELS + lane] : 0.f;
+  /* the lane's sub-pixel centre in either half, as offsets from the pixel's centre: column
+   * lane % S, row lane / S or S / 2 more (q = lane + 32 half: si = q % S, sj = q / S); exact
+   * multiples of 1 / 16, so cl + ox equals the reference's cl + (si + 0.5) / S - 0.5 bit for bit */
+  const double ox = ((lane % S) + 0.5) / S - 0.5, oy = ((lane / S) + 0.5) / S - 0.5; /* the second half: oy + 1/2 */
   for (long long base = 0; base < np; base += 32) {
+    /* the lane's pixel, kept for the candidates' broadcast below (a 64-bit division per candidate
+     * pixel was a long dependent chain on every lane); a 32-bit one where the footprint allows */
+    int pcl, prw;
+    if (np <= INT_MAX) {
+      const unsigned pi = (unsigned)(base + lane);
+      pcl = ca + (int)(pi % (unsigned)fw);
+      prw = ra + (int)(pi / (unsigned)fw);
+    } else {
+      pcl = ca + (int)((base + lane) % fw);
+      prw = ra + (int)((base + lane) / fw);
+    }
     int near0 = 0, near1 = 0;
     if (base + lane < np) {
-      const int cl = ca + (int)((base + lane) % fw), r = ra + (int)((base + lane) / fw);
-      for (int hh = 0; hh < 2; hh++) { /* the halves' centres: rows r - 1/4 and r + 1/4 */
-        const int nr = xt_tube_fac_near(&P, &F, cl, r - 0.25 + 0.5 * hh, e);
-        if (hh) near1 = nr;
-        else near0 = nr;
-      }
+      near0 = xt_tube_fac_near(&P, &F, pcl, prw - 0.25, e); /* the halves' centres: rows r -+ 1/4 */
+      near1 = xt_tube_fac_near(&P, &F, pcl, prw + 0.25, e);
     }
     const unsigned h0 = __ballot_sync(FULL, near0), h1 = __ballot_sync(FULL, near1);
     for (unsigned bits = h0 | h1; bits; bits &= bits - 1) {
       const int bi = __ffs(bits) - 1;
-      const long long p = base + bi;
-      const int cl = ca + (int)(p % fw), r = ra + (int)(p / fw);
-      const int on0 = (h0 >> bi) & 1, on1 = (h1 >> bi) & 1;
+      const int cl = __shfl_sync(FULL, pcl, bi), r = __shfl_sync(FULL, prw, bi);
       double sw = 0.0, sl = 0.0;
-      for (int q = lane; q < S * S; q += 32) { /* S = 8: a pass of 32 lanes is one half, skipped as one */
-        const int si = q % S, sj = q / S;
-        if (!(sj < S / 2 ? on0 : on1)) continue;
-        const double xs = cl + (si + 0.5) / S - 0.5, ys = r + (sj + 0.5) / S - 0.5;
-        double co, ci;
-        xt_tube_fac_chords(&P, &F, xs, ys, &co, &ci);
-        sw += co - ci;
-        sl += ci;
+      int any = 0;
+      for (int hh = 0; hh < 2; hh++) {
+        if (!((hh ? h1 : h0) >> bi & 1)) continue; /* a refused half: the whole warp */
+        const double xs = cl + ox, ys = r + (oy + 0.5 * hh);
+        const int mb = xt_tube_fac_maybe(&P, &F, &MB, xs, ys);
+        if (!__any_sync(FULL, mb)) continue; /* no sub-ray of the half can meet the tube */
+        any = 1;
+        if (mb) {
+          double co, ci;
+          xt_tube_fac_chords(&P, &F, xs, ys, &co, &ci);
+          sw += co - ci;
+          sl += ci;
+        }
       }
-      for (int m = 16; m; m >>= 1) {
-        sw += d_shfl_xor(sw, m);
-        sl += d_shfl_xor(sl, m);
-      }
+      if (!any) continue; /* every chord of the pixel is 0: the whole warp */
+      for (int m = 16; m; m >>= 1) sw += d_shfl_xor(sw, m);
+      if (lum)
+        for (int m = 16; m; m >>= 1) sl += d_shfl_xor(sl, m);
       if (sw == 0.0 && sl == 0.0) continue; /* the same bits in every lane: the whole warp */
       const size_t px = (size_t)r * cols + cl;
       if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
@@ -457,11 +509,21 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
           atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
         }
       } else if (lane < nch) {
-        const double v = (sw * (double)w[t->wall * XT_MAX_CHANNELS + lane] + sl * (double)w[t->lumen * XT_MAX_CHANNELS + lane]) * inv;
-        if (v != 0.0) atomicAdd(&acc[lane * plane + px], (unsigned long long)llrint(v * FIX_SCALE));
+        const double v = (sw * (double)ww + sl * (double)wl) * inv;
+        if (v != 0.0) atomicAdd(&acc[px * nch + lane], (unsigned long long)llrint(v * FIX_SCALE));
       }
     }
   }
+}
+
+/* A warp per segment. (A grid of a few blocks an SM whose warps went on to further segments, to
+ * share the SMs with the voxel kernel under XT_INSTR_SIDE, was measured slower: 2026-12-07,
+ * docs/BENCHMARKS.md.) */
+__global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
+    k_instr_splat(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
+                  int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
+  const int k = blockIdx.x * SPLAT_WARPS + (threadIdx.x >> 5);
+  if (k < tab.total) splat_segment(k, desc, tab, nch, cols, rows, tcols, acc, flag);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -484,8 +546,7 @@ typedef struct splat_seg {
   long long np;
 } splat_seg;
 
-/* The footprint (the segment's box projected, as the CPU reference bounds it): lanes 0-7 project
- * one corner each, min/max by shuffles; the whole warp returns the same. */
+/* The footprint (splat_footprint) and the segment's constants; the whole warp returns the same. */
 static __device__ __forceinline__ int splat_setup(const unsigned char *desc, const instr_tab &tab, int cols, int rows,
                                                   int k, int lane, splat_seg *g) {
   int mi = 0;
@@ -496,46 +557,10 @@ static __device__ __forceinline__ int splat_setup(const unsigned char *desc, con
   g->mi = mi;
   g->t = t;
   if (!(x->scale > 0.0)) return 0; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
-  /* the footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected */
-  const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
-  const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
-  double lo[3], hi[3];
-  for (int q = 0; q < 3; q++) {
-    const double a = t->p0[q], e = t->p0[q] + t->len * t->d[q];
-    lo[q] = fmin(a, e) - grow;
-    hi[q] = fmax(a, e) + grow;
-  }
-  double cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30, fmx = 0.0;
-  int behind = 0;
-  if (lane < 8) {
-    const double pm[3] = {lane & 1 ? hi[0] : lo[0], lane & 2 ? hi[1] : lo[1], lane & 4 ? hi[2] : lo[2]};
-    double pw[3], cc, rr;
-    d_apply(x->m2w, pm, pw, 0);
-    if (d_project(h, pw, &cc, &rr, &fmx)) cmin = cmax = cc, rmin = rmax = rr;
-    else behind = 1;
-  }
-  const int whole = __any_sync(FULL, behind);
-  for (int m = 1; m < 8; m <<= 1) { /* lanes 0-7 hold the corners; min and max are exact in any order */
-    cmin = fmin(cmin, d_shfl_xor(cmin, m));
-    cmax = fmax(cmax, d_shfl_xor(cmax, m));
-    rmin = fmin(rmin, d_shfl_xor(rmin, m));
-    rmax = fmax(rmax, d_shfl_xor(rmax, m));
-    fmx = fmax(fmx, d_shfl_xor(fmx, m));
-  }
-  cmin = __shfl_sync(FULL, cmin, 0);
-  cmax = __shfl_sync(FULL, cmax, 0);
-  rmin = __shfl_sync(FULL, rmin, 0);
-  rmax = __shfl_sync(FULL, rmax, 0);
-  fmx = __shfl_sync(FULL, fmx, 0);
-  int ca = 0, cb = cols - 1, ra = 0, rb = rows - 1;
-  if (!whole) {
-    if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) return 0; /* the whole warp */
-    ca = max(0, (int)floor(cmin - 0.5));
-    cb = min(cols - 1, (int)ceil(cmax + 0.5));
-    ra = max(0, (int)floor(rmin - 0.5));
-    rb = min(rows - 1, (int)ceil(rmax + 0.5));
-  }
-  if (ca > cb || ra > rb) return 0;
+  int fp[4];
+  double fe;
+  if (!splat_footprint(h, x, t, lane, cols, rows, fp, &fe)) return 0;
+  const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
   const xt_cuda_camera &c = h->cam;
   /* the candidates' margin and the factored closed form's constants: k_instr_splat's comments */
   xt_tube_prep(t, x->o, &g->P);
@@ -544,7 +569,6 @@ static __device__ __forceinline__ int splat_setup(const unsigned char *desc, con
   xt_tube_lin_of(&g->P, t, x->dv, &g->F.lv);
   for (int i = 0; i < 6; i++) g->F.q[i] = h->q[i];
   g->io = t->lumen == x->lumen_io;
-  const double fe = whole ? 1.0 : fmin(1.0, fmx);
   g->e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   g->ca = ca, g->cb = cb, g->ra = ra, g->rb = rb;
   g->fw = cb - ca + 1;
@@ -567,7 +591,7 @@ static __device__ __forceinline__ void splat_emit(const unsigned char *desc, con
   if (sw == 0.0 && sl == 0.0) return;
   const double inv = 1.0 / ((double)XT_INSTR_AREA_SAMPLES * XT_INSTR_AREA_SAMPLES);
   const int cl = g.ca + p % g.fw, r = g.ra + p / g.fw;
-  const size_t px = (size_t)r * cols + cl, plane = (size_t)rows * cols;
+  const size_t px = (size_t)r * cols + cl;
   flag[(r / TILE) * tcols + cl / TILE] = 1;
   const xt_tube_seg *t = g.t;
   if (!nch) {
@@ -580,7 +604,7 @@ static __device__ __forceinline__ void splat_emit(const unsigned char *desc, con
     const float *w = tab.w[g.mi];
     const double v =
         (sw * (double)w[t->wall * XT_MAX_CHANNELS + c] + sl * (double)w[t->lumen * XT_MAX_CHANNELS + c]) * inv;
-    if (v != 0.0) atomicAdd(&acc[c * plane + px], (unsigned long long)llrint(v * FIX_SCALE));
+    if (v != 0.0) atomicAdd(&acc[px * nch + c], (unsigned long long)llrint(v * FIX_SCALE));
   }
 }
 
@@ -716,7 +740,9 @@ __global__ void __launch_bounds__(32 * COMPACT_WARPS)
 
 /* One block per TILE x TILE tile of every plane. A flagged tile: the accumulator into the float
  * output (written or added, as the pipeline says), then back to zero with its flag for the next
- * frame. An unflagged tile's accumulator is zero already: added, nothing to do; written, zeros. */
+ * frame. An unflagged tile's accumulator is zero already: added, nothing to do; written, zeros.
+ * The accumulator holds a pixel's planes together (the fused voxel kernel's reads and the splat's
+ * atomics want them so), the output plane by plane: each thread reads its pixel's planes. */
 __global__ void __launch_bounds__(TILE * TILE)
     k_instr_finish(unsigned long long *__restrict__ acc, float *__restrict__ out, unsigned char *__restrict__ flag,
                    int cols, int rows, int tcols, int planes, int accumulate) {
@@ -729,14 +755,14 @@ __global__ void __launch_bounds__(TILE * TILE)
   if (cl >= cols || r >= rows) return;
   const size_t plane = (size_t)rows * cols, px = (size_t)r * cols + cl;
   for (int p = 0; p < planes; p++) {
-    const size_t i = p * plane + px;
+    const size_t i = p * plane + px, ia = px * planes + p;
     if (!on) {
       out[i] = 0.0f;
       continue;
     }
-    const float v = (float)((double)(long long)acc[i] * (1.0 / FIX_SCALE));
+    const float v = (float)((double)(long long)acc[ia] * (1.0 / FIX_SCALE));
     out[i] = accumulate ? out[i] + v : v;
-    acc[i] = 0ull;
+    acc[ia] = 0ull;
   }
 }
 

@@ -631,12 +631,12 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
        * the planes this kernel would have written (a float add of the same two floats: the unfused
        * path's planes bit for bit), and zeroed for the next frame: this kernel visits every pixel
        * of the frame, hit or not, and the splat touches no other */
-      unsigned long long *const ia = sc.instr_acc + (size_t)row * sc.cols + col;
+      unsigned long long *const ia = sc.instr_acc + ((size_t)row * sc.cols + col) * sc.nch; /* its planes together */
 #pragma unroll
       for (int c = 0; c < XT_MAX_CHANNELS; c++)
         if (c < sc.nch) {
-          a[c] = a[c] + (float)((double)(long long)ia[c * plane] * (1.0 / 4294967296.0));
-          ia[c * plane] = 0ull;
+          a[c] = a[c] + (float)((double)(long long)ia[c] * (1.0 / 4294967296.0));
+          ia[c] = 0ull;
         }
     }
     const int nbp = XT_SPEC_PAD(sc.spec_nbins);

@@ -22,9 +22,10 @@ extern "C" {
 
 /* Instruments fused into the voxel kind's spectral sums (XT_INSTR_FUSED=1, cuda_pipeline.cu): the
  * instrument kind's splat has queued one frame's channel sums into acc (64-bit fixed point, 2^-32
- * units, nch planes of rows x cols) and flagged the XT_CUDA_INSTR_TILE-square tiles it touched; the
- * voxel kernel adds a flagged tile's pixel sums to its channels (as the instrument kind's finish
- * converts and adds them) and zeroes them; the pipeline clears the nflags flags after it. */
+ * units, rows x cols pixels of nch sums each, a pixel's together) and flagged the
+ * XT_CUDA_INSTR_TILE-square tiles it touched; the voxel kernel adds a flagged tile's pixel sums to
+ * its channels (as the instrument kind's finish converts and adds them) and zeroes them; the
+ * pipeline clears the nflags flags after it. */
 #define XT_CUDA_INSTR_TILE 16
 typedef struct xt_cuda_instr_acc {
   unsigned long long *acc;

@@ -625,11 +625,11 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
   xt_model_free(m);
 }
 
-/* Instruments fused into the spectral projection (XT_INSTR_FUSED=1, cuda_pipeline.cu render_fused):
- * the thorax (4 mm labels) and three guidewires of 2,000 points, the third 600 mm to the side (outside
+/* Instruments fused into the spectral projection (the default, cuda_pipeline.cu render_fused): the
+ * thorax (4 mm labels) and three guidewires of 2,000 points, the third 600 mm to the side (outside
  * every frame's field: its segments flag nothing), through the chain at fd20-256 with noise. Run 0
- * takes the fused path, run 1 the chain's separate stage (the planes, instruments added by their own
- * finish), run 2 the same without XT_INSTR_FUSED (the default: not fused): signals, raw and processed
+ * takes the fused path (XT_INSTR_FUSED unset), run 1 the chain's separate stage (the planes,
+ * instruments added by their own finish), run 2 the same with XT_INSTR_FUSED=0: signals, raw and processed
  * frames bit for bit. The frames are poses A, B, A with the seeds 7, 8, 7: frame 2's expected and
  * blurred signals equal frame 0's bit for bit (its raw and processed frames carry lag and the
  * temporal filter's state), so the accumulators the voxel kernel consumed were back at zero. With
@@ -645,8 +645,9 @@ static void wire_arc(int k, int n, double *pts) {
 }
 
 /* splat: the instruments' splat kernel for all four runs (XT_INSTR_SPLAT, NULL: the default). Runs:
- * fused, fused with the separate detect stage, unfused, unfused with the splat beside the voxels on
- * a side stream (XT_INSTR_SIDE): every frame of the four the same bit for bit. */
+ * fused (the default), fused with the separate detect stage, unfused (XT_INSTR_FUSED=0), unfused
+ * with the splat beside the voxels on a side stream (XT_INSTR_SIDE): every frame of the four the
+ * same bit for bit. */
 static void fused_with_instruments(const char *splat) {
   enum { NPTS = 2000, NW = 3, NF = 3, NRUN = 4 };
   xt_model *ms[1 + NW] = {NULL};
@@ -675,8 +676,8 @@ static void fused_with_instruments(const char *splat) {
   float *S[NRUN][NF], *D[NRUN][NF];
   uint16_t *raw[NRUN][NF], *proc[NRUN][NF];
   for (int run = 0; run < NRUN; run++) {
-    if (run < 2) setenv("XT_INSTR_FUSED", "1", 1); /* read when the projector is created */
-    else unsetenv("XT_INSTR_FUSED");
+    if (run == 0) unsetenv("XT_INSTR_FUSED"); /* read when the projector is created */
+    else setenv("XT_INSTR_FUSED", run == 1 ? "1" : "0", 1);
     if (run == 3) setenv("XT_INSTR_SIDE", "1", 1);
     else unsetenv("XT_INSTR_SIDE");
     xt_proj *p = proj(XT_BACKEND_CUDA, ms, 1 + NW);

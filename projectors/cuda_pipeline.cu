@@ -400,6 +400,22 @@ static int ensure_scratch(xt_cuda_proj *p, int cols, int rows, int need_frames, 
   return 0;
 }
 
+/* A launch of nf frames of cols x rows into d_out on st; the rest of it zero (none written, no
+ * count, no spectral sums, no instruments' accumulator). */
+static xt_cuda_launch launch_of(const xt_geometry *g, int nf, int cols, int rows, float *d_out, int nch,
+                                cudaStream_t st) {
+  xt_cuda_launch L;
+  memset(&L, 0, sizeof L);
+  L.nf = nf;
+  L.cols = cols;
+  L.rows = rows;
+  L.g = g;
+  L.d_out = d_out;
+  L.nch = nch;
+  L.stream = st;
+  return L;
+}
+
 /* Every active kind renders the nf frames whose descriptor block is at d_block into d_out: the
  * first writes, the rest add. A scene without models gives zeros. */
 static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int cols, int rows,
@@ -408,19 +424,11 @@ static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int co
   int written = 0;
   for (int k = 0; k < NKINDS; k++) {
     if (!active(p, k)) continue;
-    xt_cuda_launch L;
-    L.nf = nf;
-    L.cols = cols;
-    L.rows = rows;
-    L.g = g;
+    xt_cuda_launch L = launch_of(g, nf, cols, rows, d_out, nch, st);
     L.d_desc = d_block;
-    L.d_out = d_out;
     L.accumulate = written;
     L.count = count;
-    L.nch = nch;
     L.spectral = sp;
-    L.instr = NULL;
-    L.stream = st;
     int rc = kinds[k]->render(p->kst[k], &L, msg);
     if (rc) return rc;
     written = 1;
@@ -428,20 +436,6 @@ static int render_kinds_sp(xt_cuda_proj *p, const xt_geometry *g, int nf, int co
   }
   if (!written) CK(cudaMemsetAsync(d_out, 0, (size_t)nf * (nch ? nch : 1) * rows * cols * sizeof(float), st));
   return 0;
-}
-
-/* A launch of one frame of cols x rows into d_out on st (render_fused's and render_side's). */
-static xt_cuda_launch one_frame(const xt_geometry *g, int cols, int rows, float *d_out, int nch, cudaStream_t st) {
-  xt_cuda_launch L;
-  memset(&L, 0, sizeof L);
-  L.nf = 1;
-  L.cols = cols;
-  L.rows = rows;
-  L.g = g;
-  L.d_out = d_out;
-  L.nch = nch;
-  L.stream = st;
-  return L;
 }
 
 /* The spectral sums of one frame of voxel models and instruments (XT_INSTR_FUSED): the instruments'
@@ -461,7 +455,7 @@ static int render_fused(xt_cuda_proj *p, const xt_geometry *g, int cols, int row
     else if (kinds[k]->splat) ik = k;
   }
   if (vk < 0 || ik < 0) return xt_fail(msg, XT_EINTERNAL, "cuda projector: a fused frame needs voxels and instruments");
-  xt_cuda_launch L = one_frame(g, cols, rows, d_out, nch, st);
+  xt_cuda_launch L = launch_of(g, 1, cols, rows, d_out, nch, st);
   xt_cuda_instr_acc ia;
   L.d_desc = blk[ik];
   int rc = kinds[ik]->splat(p->kst[ik], &L, &ia, msg);
@@ -500,7 +494,7 @@ static int render_side(xt_cuda_proj *p, const xt_geometry *g, int cols, int rows
     d_block += kinds[k]->frame_bytes(p->kst[k]);
     if (kinds[k]->splat) ik = k;
   }
-  xt_cuda_launch L = one_frame(g, cols, rows, d_out, nch, p->s_side);
+  xt_cuda_launch L = launch_of(g, 1, cols, rows, d_out, nch, p->s_side);
   L.d_desc = blk[ik];
   CK(cudaEventRecord(p->ev_fork, st));
   CK(cudaStreamWaitEvent(p->s_side, p->ev_fork, 0));

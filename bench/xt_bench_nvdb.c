@@ -12,7 +12,9 @@
  *       xt_ct_body.h), dense (the classified volume) against NanoVDB Float and Fp8 (tolerance 0:
  *       exact), at fd20-1024.
  * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree, bricks, bricks2 .. bricks8,
- * proj_nvdb.cu), or each of XT_BENCH_NVDB_TRAVERSALS in turn on the same models (a row each).
+ * dense, dense-each: proj_nvdb.cu), or each of XT_BENCH_NVDB_TRAVERSALS in turn on the same models
+ * (a row each). Under dense the timed frames march the working set decoded in the warm-up; under
+ * dense-each every frame decodes it first (a patient switch per frame).
  *
  * Per model: bytes (dense: the linear voxel copy; the default AUTO storage adds a texture copy of
  * the same size for volumes larger than L2, printed too), median kernel time per angle, the steps

@@ -1,6 +1,7 @@
 /* How many patients of one CT's size fit in one GPU's memory, per model form (issue 29):
  * dense float, NanoVDB Float / Fp16 / Fp8 of the classified CT (nvdb-convert's default, models/
- * xt_ct_body.h), with and without the brick pool of the bricks traversal, and a Gaussian mixture - each from the device bytes its model kind states (the
+ * xt_ct_body.h), with and without the brick pool of the bricks traversal or the one working set per GPU
+ * of the dense traversal, and a Gaussian mixture - each from the device bytes its model kind states (the
  * figure GET /v1/models reports), so no GPU is needed. Render times are measured on the GPU
  * separately (xtwin-bench; docs/BENCHMARKS.md).
  *
@@ -34,11 +35,16 @@ static const struct {
 
 static double reserve_gib = 2.0;
 
-static void row(const char *form, uint64_t bytes, uint64_t dense, const char *note) {
+/* shared: bytes per GPU beside the reserve that every patient shares (a projector's working set) */
+static void row_shared(const char *form, uint64_t bytes, uint64_t dense, uint64_t shared, const char *note) {
   printf("| %s | %llu | %.1f %% |", form, (unsigned long long)bytes, 100.0 * (double)bytes / (double)dense);
   for (size_t c = 0; c < sizeof cards / sizeof cards[0]; c++)
-    printf(" %.0f |", floor((cards[c].gib - reserve_gib) * GIB / (double)bytes));
+    printf(" %.0f |", floor(((cards[c].gib - reserve_gib) * GIB - (double)shared) / (double)bytes));
   printf(" %s |\n", note);
+}
+
+static void row(const char *form, uint64_t bytes, uint64_t dense, const char *note) {
+  row_shared(form, bytes, dense, 0, note);
 }
 
 /* The device bytes of the grid of v (a converted copy, exactly as nvdb-convert builds it) and,
@@ -142,6 +148,17 @@ int main(int argc, char **argv) {
   row("NanoVDB Float + bricks", f32 + br32, dense, "XT_NVDB_TRAVERSAL=bricks: the grid and its brick pool (float bricks)");
   row("NanoVDB Fp8 + bricks", f8 + br8, dense, "the same for Fp8: the pool holds decoded floats");
   row("NanoVDB index + bricks", fix + brix, dense, "the same for the index form");
+  /* XT_NVDB_TRAVERSAL=dense: one working set per projector, the domain (here the CT's box) as floats
+   * with the voxel kind's guard bands, and a texture copy of it above the L2 size (50 MiB assumed:
+   * H100 and H200) */
+  const uint64_t slice = (uint64_t)v->dim[0] * v->dim[1];
+  uint64_t ws = (xt_volume_voxels(v) + 2 * (slice + 1)) * sizeof(float);
+  if (xt_volume_voxels(v) * sizeof(float) > 50ull << 20) ws += xt_volume_voxels(v) * sizeof(float);
+  char wnote[200];
+  snprintf(wnote, sizeof wnote, "XT_NVDB_TRAVERSAL=dense: the grid, and one working set of %llu bytes per GPU for all",
+           (unsigned long long)ws);
+  row_shared("NanoVDB index + working set", fix, dense, ws, wnote);
+  row_shared("NanoVDB Fp8 + working set", f8, dense, ws, "the same for Fp8 (the working set holds decoded floats)");
   row("GMM", gb, dense, gnote);
   rc = 0;
   goto done;

@@ -100,6 +100,9 @@ double xt_nvdb_active_fraction(const xt_nvdb *g);
 /* mu (1/mm) of voxel ijk as the renderers see it: inactive = background, labels through the table,
  * outside the domain 0. */
 double xt_nvdb_mu(const xt_nvdb *g, int i, int j, int k);
+/* The domain as a dense float volume, x fastest (dst: xt_nvdb_domain_voxels floats): voxel
+ * (i, j, k) of dst is xt_nvdb_mu(g, lo + (i, j, k)), as float. */
+void xt_nvdb_decode(const xt_nvdb *g, float *dst);
 /* "float", "fp8", ... */
 const char *xt_nvdb_type_name(uint32_t grid_type);
 

@@ -114,4 +114,34 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_label(float v) {
   return (int)r;
 }
 
+/* The domain (first voxel lo, n voxels per axis) as a dense float array, x fastest: the CUDA kind's
+ * dense working set (proj_nvdb.cu, a thread per run) and xt_nvdb_decode (every run in turn). A run
+ * is the part of a row that lies in one 8-voxel block of x (a leaf's row, so the accessor finds
+ * each node once); runs of a row first, then rows (y, then z). */
+static XT_INLINE XT_HOSTDEV int xt_nvdb_block8(int x) { return x >= 0 ? x / 8 : -((7 - x) / 8); } /* floor(x / 8) */
+
+static XT_INLINE XT_HOSTDEV int xt_nvdb_decode_nrun(const int lo[3], const int n[3]) {
+  return xt_nvdb_block8(lo[0] + n[0] - 1) - xt_nvdb_block8(lo[0]) + 1;
+}
+
+/* Run t (< nrun n[1] n[2]) of the decode into dst (the domain's first voxel at dst[0]). The values
+ * are those the renderers integrate (xt_nvdb_mu within the domain: inactive = background;
+ * label ids through lut, NULL for mu grids). */
+static XT_INLINE XT_HOSTDEV void xt_nvdb_decode_run(pnanovdb_uint32_t gt, pnanovdb_buf_t buf, pnanovdb_readaccessor_t *acc,
+                                                    const int lo[3], const int n[3], int nrun, unsigned long long t,
+                                                    float background, const float *lut, float *dst) {
+  const int r = (int)(t % (unsigned long long)nrun);
+  const unsigned long long row = t / (unsigned long long)nrun;
+  const int y = (int)(row % (unsigned long long)n[1]), z = (int)(row / (unsigned long long)n[1]);
+  const int b = 8 * (xt_nvdb_block8(lo[0]) + r), last = lo[0] + n[0] - 1;
+  const int x0 = b > lo[0] ? b : lo[0], x1 = b + 7 < last ? b + 7 : last;
+  float *d = dst + (x0 - lo[0]) + (unsigned long long)n[0] * ((unsigned long long)y + (unsigned long long)n[1] * z);
+  for (int x = x0; x <= x1; x++) {
+    const pnanovdb_coord_t c = {x, y + lo[1], z + lo[2]};
+    int dim;
+    const float v = xt_nvdb_probe(gt, buf, acc, &c, background, &dim);
+    d[x - x0] = lut ? lut[xt_nvdb_label(v)] : v;
+  }
+}
+
 #endif /* XT_NVDB_ACCESS_H */

@@ -22,13 +22,17 @@
  * row (two 16-byte loads), or for mu grids the optical depth of the value's HU class, weighted
  * once at the end.
  *
- * Two traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
+ * The traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
  * default, the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks8",
  * xt_nvdb_bricks_flat.inc, on the same pool, to be measured against it): at add_model the grid is also flattened into a brick pool
  * (projectors/xt_nvdb_bricks.h: 8^3 float bricks of the leaves, a table over the coarse cells, a
  * palette of the constant blocks), and k_nvdb_bricks marches it - a dense step (one float load at
  * a running offset) per voxel inside a brick, one step per constant block - with the march the CPU
- * tests run (xt_nvdb_bricks_march.inc). Channel launches keep the tree kernel. */
+ * tests run (xt_nvdb_bricks_march.inc). "dense" and "dense-each" keep no pool: a launch marches the
+ * projector's dense working set (one model's domain at a time, decoded on the device by
+ * k_nvdb_decode when another model is needed; "dense-each" at every launch) with the voxel kind's
+ * kernel (xt_cuda_voxel_render_view), so that a step costs a dense step. Channel launches keep the
+ * tree kernel. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -75,19 +79,10 @@ typedef struct dev_grid {
   xt_nvdb_bricks br; /* the brick pool (device pointers), when the projector marches bricks */
 } dev_grid;
 
-/* Per frame and model: world->cell map (linear part) and the source in cell space, in double. */
-typedef struct dev_frame_model {
-  double m[3][3];
-  double o[3];
-  int ok;
-  int pad_;
-} dev_frame_model;
-
-typedef struct dev_frame {
-  xt_cuda_camera cam;
-  dev_frame_model fm[XT_CUDA_MAX_MODELS];
-} dev_frame;
-static_assert(sizeof(dev_frame) % 16 == 0, "descriptors are 16-byte multiples");
+/* Per frame: the camera, and per model the world->cell map (linear part) and the source in cell
+ * space, in double (xt_cuda_kind.h: the voxel kind's layout, which the dense traversal relies on). */
+typedef xt_cuda_model_map dev_frame_model;
+typedef xt_cuda_frame dev_frame;
 
 /* Kernel parameters (by value). */
 typedef struct dev_launch {
@@ -291,7 +286,7 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, OUT == OUT_CH ? NVDB_CH
 /* The brick marches (XT_NVDB_TRAVERSAL): the first (xt_nvdb_bricks_march.inc) and its other loop
  * shapes (xt_nvdb_bricks_flat.inc), all on the same pool. */
 enum { TR_TREE = 0, TR_BRICKS = 1, TR_BRICKS2 = 2, TR_BRICKS3 = 3, TR_BRICKS4 = 4, TR_BRICKS5 = 5, TR_BRICKS6 = 6,
-       TR_BRICKS7 = 7, TR_BRICKS8 = 8, TR_N = 9 };
+       TR_BRICKS7 = 7, TR_BRICKS8 = 8, TR_DENSE = 9, TR_DENSE_EACH = 10, TR_N = 11 };
 
 /* Thread mapping: k_nvdb's (one thread per pixel, blockIdx.z the frame). In: the frame
  * descriptors, the grid's brick pool. Out: out[z][row][col] written (0 where the grid is not hit)
@@ -337,6 +332,25 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb
   *o = L.accumulate ? *o + a : a;
 }
 
+/* The dense working set (TR_DENSE): the grid's domain decoded into dst (x fastest), voxel by voxel as
+ * the tree march reads it. Thread mapping: one thread per run of xt_nvdb_decode_run (a row's voxels
+ * in one 8-voxel block of x). Out: every domain voxel of dst written once. */
+template <int GT>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS) k_nvdb_decode(const __grid_constant__ dev_grid gd, float *dst,
+                                                                       int nrun, unsigned long long nthreads) {
+  const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= nthreads) return;
+  pnanovdb_buf_t buf;
+  buf.data = (uint32_t *)gd.words;
+  pnanovdb_readaccessor_t acc;
+  {
+    pnanovdb_grid_handle_t grid = {pnanovdb_address_null()};
+    pnanovdb_readaccessor_init(&acc, pnanovdb_tree_get_root(buf, pnanovdb_grid_get_tree(buf, grid)));
+  }
+  xt_nvdb_decode_run((pnanovdb_uint32_t)GT, buf, &acc, gd.lo, gd.n, nrun, t, gd.background, gd.labels ? gd.lut : NULL,
+                     dst);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Host side: the kind                                                                        */
 /* ------------------------------------------------------------------------------------------ */
@@ -353,8 +367,35 @@ typedef struct nvdb_kind {
   void *d_bricks[XT_CUDA_MAX_MODELS][4]; /* bricks traversal: table, pool, palette, level */
   int chan_models;                  /* models the channel tables cover */
   int debug_sync;
-  int bricks; /* XT_NVDB_TRAVERSAL=bricks, bricks2..8 (TR_*): mu and count launches march the brick pool */
+  int bricks; /* XT_NVDB_TRAVERSAL=bricks, bricks2..8 (TR_*): mu and count launches march the brick pool;
+               * dense, dense-each (TR_DENSE, TR_DENSE_EACH): they march the working set below */
+  /* The dense working set (TR_DENSE): one float copy of one model's domain at a time, with the
+   * voxel kind's guard bands, decoded on the device from the resident grid when a launch needs
+   * another model than it holds (ws_model; TR_DENSE_EACH: at every launch, to time a switch), and
+   * marched by the voxel kind's kernel (xt_cuda_voxel_render_view); sized at add_model for the
+   * largest domain and zeroed once (the guard bands stay finite). Models whose domain exceeds the
+   * L2 cache (AUTO; every model under XT_CUDA_VOX_TEXTURE) also get the texture copy, made after
+   * the decode as the voxel kind keeps one. Like the other kinds' scratch, it serves the launches
+   * of one stream at a time (xt_cuda_kind.h). */
+  float *ws;
+  size_t ws_cap; /* floats */
+  int ws_model;
+  cudaArray_t ws_arr;
+  cudaTextureObject_t ws_tex;
+  int ws_arr_n[3];
+  xt_cuda_dense_view view[XT_CUDA_MAX_MODELS]; /* per model: n and the hull (f32, tex: at launch) */
+  int want_tex[XT_CUDA_MAX_MODELS];
 } nvdb_kind;
+
+static size_t ws_guard(const int n[3]) { return (size_t)n[0] * n[1] + 1; }
+
+static void ws_free_tex(nvdb_kind *p) {
+  if (p->ws_tex) cudaDestroyTextureObject(p->ws_tex);
+  if (p->ws_arr) cudaFreeArray(p->ws_arr);
+  p->ws_tex = 0;
+  p->ws_arr = NULL;
+  memset(p->ws_arr_n, 0, sizeof p->ws_arr_n);
+}
 
 static void nvdb_destroy(void *st) {
   nvdb_kind *p = (nvdb_kind *)st;
@@ -365,6 +406,8 @@ static void nvdb_destroy(void *st) {
     cudaFree(p->d_chw[i]);
     for (int k = 0; k < 4; k++) cudaFree(p->d_bricks[i][k]);
   }
+  ws_free_tex(p);
+  cudaFree(p->ws);
   free(p);
 }
 
@@ -375,20 +418,117 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   const char *dbg = getenv("XT_CUDA_SYNC");
   p->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
   const char *tr = getenv("XT_NVDB_TRAVERSAL");
-  static const char *const names[TR_N] = {"tree",    "bricks",  "bricks2", "bricks3",
-                                          "bricks4", "bricks5", "bricks6", "bricks7", "bricks8"};
+  static const char *const names[TR_N] = {"tree",    "bricks",  "bricks2", "bricks3", "bricks4",   "bricks5",
+                                          "bricks6", "bricks7", "bricks8", "dense",   "dense-each"};
   p->bricks = -1;
   for (int k = 0; k < TR_N; k++)
     if ((!tr || !*tr) ? k == TR_TREE : !strcmp(tr, names[k])) p->bricks = k;
   if (p->bricks < 0) {
     free(p);
-    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, bricks or bricks2 .. bricks8", tr);
+    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, bricks, bricks2 .. bricks8, dense or dense-each",
+                   tr);
   }
+  p->ws_model = -1;
   *st = p;
   return 0;
 }
 
 static int nvdb_accepts(const xt_model *m) { return m->kind == XT_MODEL_NVDB; }
+
+/* TR_DENSE at add_model of slot i (grid g, the slot's device grid set): the slot's view (its domain
+ * and the content hull, xt_nvdb_bricks_build's, whose pool is dropped) and a working set large
+ * enough for it. */
+static int ws_add(nvdb_kind *p, int i, const xt_nvdb *g, const char *name, xt_msg *msg) {
+  xt_nvdb_bricks_host h;
+  int rc = xt_nvdb_bricks_build(g, &h, msg);
+  if (rc) return rc;
+  xt_cuda_dense_view *v = &p->view[i];
+  memset(v, 0, sizeof *v);
+  v->model = i;
+  memcpy(v->n, p->dg[i].n, sizeof v->n);
+  v->hull = h.b.hull ? 1 : 2;
+  v->mu_bg = h.b.bgmu;
+  memcpy(v->hlo, h.b.hlo, sizeof v->hlo);
+  memcpy(v->hhi, h.b.hhi, sizeof v->hhi);
+  xt_nvdb_bricks_free(&h);
+  const size_t nvox = (size_t)v->n[0] * v->n[1] * v->n[2];
+  if (nvox >= ((size_t)1 << 31)) /* the voxel kind's limit: 32-bit linear indices */
+    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: %zu domain voxels (limit 2^31)", name, nvox);
+  int lim = 0, l2 = 0;
+  XT_CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
+  XT_CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p->opt.device));
+  const size_t min_bytes = p->opt.dual_min_bytes >= 0 ? (size_t)p->opt.dual_min_bytes : (size_t)l2;
+  const int fits = v->n[0] <= lim && v->n[1] <= lim && v->n[2] <= lim;
+  p->want_tex[i] = fits && (p->opt.voxels == XT_CUDA_VOX_TEXTURE ||
+                            (p->opt.voxels == XT_CUDA_VOX_AUTO && nvox * sizeof(float) > min_bytes));
+  const size_t need = nvox + 2 * ws_guard(v->n);
+  if (need > p->ws_cap) {
+    cudaFree(p->ws);
+    p->ws = NULL;
+    p->ws_cap = 0;
+    p->ws_model = -1;
+    XT_CK(cudaMalloc((void **)&p->ws, need * sizeof(float)));
+    p->ws_cap = need;
+    XT_CK(cudaMemset(p->ws, 0, need * sizeof(float)));
+  }
+  return 0;
+}
+
+/* Slot i into the working set on L's stream (the decode, then the texture copy where the slot has
+ * one), unless it holds it already (TR_DENSE_EACH: always). */
+static int ws_load(nvdb_kind *p, int i, cudaStream_t stream, xt_msg *msg) {
+  if (p->ws_model == i && p->bricks != TR_DENSE_EACH) return 0;
+  const dev_grid *d = &p->dg[i];
+  p->ws_model = -1;
+  float *dst = p->ws + ws_guard(d->n);
+  const int nrun = xt_nvdb_decode_nrun(d->lo, d->n);
+  const unsigned long long nthreads = (unsigned long long)nrun * d->n[1] * d->n[2];
+  void (*k)(const dev_grid, float *, int, unsigned long long) = NULL;
+  switch (p->gt[i]) {
+  case XT_NVDB_FLOAT: k = k_nvdb_decode<XT_NVDB_FLOAT>; break;
+  case XT_NVDB_INT16: k = k_nvdb_decode<XT_NVDB_INT16>; break;
+  case XT_NVDB_FP4: k = k_nvdb_decode<XT_NVDB_FP4>; break;
+  case XT_NVDB_FP8: k = k_nvdb_decode<XT_NVDB_FP8>; break;
+  case XT_NVDB_FP16: k = k_nvdb_decode<XT_NVDB_FP16>; break;
+  case XT_NVDB_FPN: k = k_nvdb_decode<XT_NVDB_FPN>; break;
+  case XT_NVDB_INDEX: k = k_nvdb_decode<XT_NVDB_INDEX>; break;
+  }
+  if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);
+  const size_t nb = (nthreads + XT_CUDA_BLOCK_THREADS - 1) / XT_CUDA_BLOCK_THREADS;
+  if (nb > 0x7fffffffu) return xt_fail(msg, XT_ETOOLARGE, "cuda projector: decode of %llu runs", nthreads);
+  k<<<(unsigned)nb, XT_CUDA_BLOCK_THREADS, 0, stream>>>(*d, dst, nrun, nthreads);
+  XT_CK(cudaGetLastError());
+  if (p->want_tex[i]) {
+    if (memcmp(p->ws_arr_n, d->n, sizeof p->ws_arr_n) != 0) {
+      /* another size: the old array may still be read by queued launches of the last model */
+      XT_CK(cudaDeviceSynchronize());
+      ws_free_tex(p);
+      cudaChannelFormatDesc cd = cudaCreateChannelDesc<float>();
+      XT_CK(cudaMalloc3DArray(&p->ws_arr, &cd, make_cudaExtent((size_t)d->n[0], (size_t)d->n[1], (size_t)d->n[2])));
+      cudaResourceDesc rd;
+      memset(&rd, 0, sizeof rd);
+      rd.resType = cudaResourceTypeArray;
+      rd.res.array.array = p->ws_arr;
+      cudaTextureDesc td;
+      memset(&td, 0, sizeof td);
+      td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
+      td.filterMode = cudaFilterModePoint;
+      td.readMode = cudaReadModeElementType;
+      td.normalizedCoords = 0;
+      XT_CK(cudaCreateTextureObject(&p->ws_tex, &rd, &td, NULL));
+      memcpy(p->ws_arr_n, d->n, sizeof p->ws_arr_n);
+    }
+    cudaMemcpy3DParms cp;
+    memset(&cp, 0, sizeof cp);
+    cp.srcPtr = make_cudaPitchedPtr(dst, (size_t)d->n[0] * sizeof(float), (size_t)d->n[0], (size_t)d->n[1]);
+    cp.dstArray = p->ws_arr;
+    cp.extent = make_cudaExtent((size_t)d->n[0], (size_t)d->n[1], (size_t)d->n[2]);
+    cp.kind = cudaMemcpyDeviceToDevice;
+    XT_CK(cudaMemcpy3DAsync(&cp, stream));
+  }
+  p->ws_model = i;
+  return 0;
+}
 
 static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
   nvdb_kind *p = (nvdb_kind *)st;
@@ -420,7 +560,10 @@ static int nvdb_add_model(void *st, const xt_model *m, xt_msg *msg) {
   d->background = g->background;
   d->labels = g->labels;
   d->lut = p->d_lut[i];
-  if (p->bricks) { /* flattened on the host, uploaded, the host copy dropped */
+  if (p->bricks >= TR_DENSE) {
+    int rc = ws_add(p, i, g, m->name, msg);
+    if (rc) return rc;
+  } else if (p->bricks) { /* flattened on the host, uploaded, the host copy dropped */
     xt_nvdb_bricks_host h;
     int rc = xt_nvdb_bricks_build(g, &h, msg);
     if (rc) return rc;
@@ -546,6 +689,21 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   int first = 1;
   for (int i = 0; i < p->nmodels; i++) {
     if (!p->models[i]) continue;
+    if (p->bricks >= TR_DENSE && !L->nch) {
+      int rc = ws_load(p, i, L->stream, msg);
+      if (rc) return rc;
+      xt_cuda_dense_view v = p->view[i];
+      v.f32 = p->ws + ws_guard(v.n);
+      v.tex = p->want_tex[i] ? p->ws_tex : 0;
+      xt_cuda_launch l = *L;
+      l.accumulate = L->accumulate || !first;
+      xt_affine w2c;
+      const int ok = xt_nvdb_world_to_cell(p->models[i], &L->g[0].pose, &w2c);
+      if ((rc = xt_cuda_voxel_render_view(&v, &p->opt, ok ? &w2c : NULL, &l, msg))) return rc;
+      if (p->debug_sync) XT_CK(cudaStreamSynchronize(L->stream));
+      first = 0;
+      continue;
+    }
     kernel_fn k = L->nch ? pick<OUT_CH>(p->gt[i]) : (L->count ? pick<OUT_COUNT>(p->gt[i]) : pick<OUT_MU>(p->gt[i]));
     if (p->bricks && !L->nch) k = pick_bricks(p->bricks, L->count);
     if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);

@@ -83,22 +83,15 @@ typedef struct dev_model {
 #define XT_CHW_ROWS (256 + XT_CHW_EXTRA + 128)
 
 /* Per frame and model: the world->cell map's linear part and the source in cell space (double,
- * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does). */
-typedef struct dev_frame_model {
-  double m[3][3];
-  double o[3];
-  int ok;
-} dev_frame_model;
-
-/* The voxel kind's per-frame descriptor (xt_cuda_kind.h): the camera and every model's map. */
-typedef struct dev_frame {
-  xt_cuda_camera cam;
-  dev_frame_model fm[XT_CUDA_MAX_MODELS];
-} dev_frame;
+ * computed on the host by xt_world_to_cell and xt_aff_apply exactly as the reference does); the
+ * per-frame descriptor: the camera and every model's map (xt_cuda_kind.h). */
+typedef xt_cuda_model_map dev_frame_model;
+typedef xt_cuda_frame dev_frame;
 
 /* Kernel parameters (by value, __grid_constant__). */
 typedef struct dev_scene {
   int nmodels, cols, rows;
+  int first; /* k_render: the first model slot (a view of another kind's: its slot, nmodels = slot + 1) */
   dev_model model[XT_CUDA_MAX_MODELS];
   const dev_frame *frames; /* one per blockIdx.z */
   const float *luts;       /* XT_CUDA_MAX_MODELS * 256, device memory */
@@ -451,7 +444,7 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
   const dev_frame *f = sc.frames + blockIdx.z;
 
   float total = 0.f;
-  for (int mi = 0; mi < sc.nmodels; mi++) {
+  for (int mi = sc.first; mi < sc.nmodels; mi++) {
     if (!f->fm[mi].ok) continue;
     const dev_model &md = sc.model[mi];
     ray_start rs;
@@ -938,15 +931,19 @@ static kernel_fn pick_kernel(const voxel_kind *p, int vox, int count) {
  * detector's u direction (a warp's rays are 8 wide along u) runs within ~25 deg of model 0's x
  * rows, so the warp's fetches share cache lines; the block-linear texture otherwise. A batch
  * launch decides by its first frame. */
+int xt_cuda_voxel_storage(const xt_affine *w2c, const xt_geometry *g) {
+  const xt_vec3 uc = xt_aff_apply_dir(w2c, g->u);
+  const double n = xt_v3_norm(uc);
+  return n > 0 && fabs(uc.x) / n >= XT_CUDA_LINEAR_MIN_ALIGN ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
+}
+
 static int pick_vox(const voxel_kind *p, const xt_geometry *g) {
   if (p->opt.voxels != XT_CUDA_VOX_AUTO) return p->opt.voxels;
   for (int i = 0; i < p->nmodels; i++)
     if (!p->dm[i].tex || !(p->dm[i].f32 || p->dm[i].u8)) return XT_CUDA_VOX_LINEAR;
   xt_affine w2c;
   if (!p->nmodels || !xt_world_to_cell(p->models[0], &g->pose, &w2c)) return XT_CUDA_VOX_LINEAR;
-  const xt_vec3 uc = xt_aff_apply_dir(&w2c, g->u);
-  const double n = xt_v3_norm(uc);
-  return n > 0 && fabs(uc.x) / n >= XT_CUDA_LINEAR_MIN_ALIGN ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
+  return xt_cuda_voxel_storage(&w2c, g);
 }
 
 /* The packed channel table of every model onto cs, uploaded once (not per frame). */
@@ -1122,6 +1119,48 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   }
   XT_CK(cudaGetLastError());
   if (p->debug_sync) XT_CK(cudaStreamSynchronize(L->stream));
+  return 0;
+}
+
+int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options *opt, const xt_affine *w2c0,
+                              const xt_cuda_launch *L, xt_msg *msg) {
+  if (L->nch || L->spectral || L->instr)
+    return xt_fail(msg, XT_EINTERNAL, "cuda projector: a dense view marches line integrals only");
+  if (v->model < 0 || v->model >= XT_CUDA_MAX_MODELS || (!v->f32 && !v->tex))
+    return xt_fail(msg, XT_EINTERNAL, "cuda projector: dense view of slot %d without voxels", v->model);
+  dev_scene sc;
+  memset(&sc, 0, sizeof sc);
+  sc.first = v->model; /* the slots before it are not marched: their maps are other models' */
+  sc.nmodels = v->model + 1;
+  sc.cols = L->cols;
+  sc.rows = L->rows;
+  dev_model *d = &sc.model[v->model];
+  memcpy(d->n, v->n, sizeof d->n);
+  d->f32 = v->f32;
+  d->tex = v->tex;
+  d->hull = v->hull;
+  d->mu_bg = v->mu_bg;
+  memcpy(d->hlo, v->hlo, sizeof d->hlo);
+  memcpy(d->hhi, v->hhi, sizeof d->hhi);
+  sc.frames = (const dev_frame *)L->d_desc;
+  sc.out = L->d_out;
+  sc.accumulate = L->accumulate;
+  /* as pick_vox for a model of the kind's own with both copies */
+  int vox = v->f32 ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
+  if (v->f32 && v->tex) {
+    if (opt->voxels == XT_CUDA_VOX_TEXTURE) vox = XT_CUDA_VOX_TEXTURE;
+    else if (opt->voxels == XT_CUDA_VOX_AUTO && w2c0) vox = xt_cuda_voxel_storage(w2c0, &L->g[0]);
+  }
+  /* f32 voxels read no table: the constant-table variants, which copy none into shared memory */
+  const kernel_fn k = vox == XT_CUDA_VOX_LINEAR
+                          ? (L->count ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, true, true>
+                                      : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, true>)
+                          : (L->count ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, true, true>
+                                      : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, true>);
+  dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
+            (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
+  k<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
+  XT_CK(cudaGetLastError());
   return 0;
 }
 

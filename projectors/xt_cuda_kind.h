@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 extern "C" {
+#include "xt_cuda_config.h"
 #include "xt_proj_cuda.h"
 }
 
@@ -120,6 +121,49 @@ static inline void xt_cuda_camera_fill(const xt_geometry *g, xt_cuda_camera *c) 
   c->pu = g->mode.pitch_u_mm;
   c->pv = g->mode.pitch_v_mm;
 }
+
+/* The per-frame descriptor of the voxel and NanoVDB kinds (each fills its own): the camera and, per
+ * model slot, the world->cell map's linear part and the source in cell space, in double, as the CPU
+ * reference computes them. One layout, so that the NanoVDB kind's dense working set can be marched
+ * by the voxel kind's kernel on the NanoVDB kind's own descriptors (xt_cuda_voxel_render_view). */
+typedef struct xt_cuda_model_map {
+  double m[3][3];
+  double o[3];
+  int ok;
+  int pad_;
+} xt_cuda_model_map;
+
+typedef struct xt_cuda_frame {
+  xt_cuda_camera cam;
+  xt_cuda_model_map fm[XT_CUDA_MAX_MODELS];
+} xt_cuda_frame;
+static_assert(sizeof(xt_cuda_frame) % 16 == 0, "descriptors are 16-byte multiples");
+
+/* A dense float volume that another kind keeps on the device (the NanoVDB kind's working set,
+ * proj_nvdb.cu), marched by the voxel kind's k_render exactly as a resident dense model is. */
+typedef struct xt_cuda_dense_view {
+  int model; /* its map in the launch's descriptors: xt_cuda_frame.fm[model] */
+  int n[3];
+  const float *f32;        /* n[0] n[1] n[2] floats, x fastest, after a guard band of n[0] n[1] + 1 floats
+                            * and before another (finite values: the march may read one voxel past the
+                            * box, for a segment of ~1e-5 mm) */
+  cudaTextureObject_t tex; /* the same voxels as a 3D float texture (point sampling, clamped), or 0 */
+  /* the content hull in its cell space (xt_hull.h): 0 none, 1 the slabs, 2 all of it background;
+   * outside the hull the volume is mu_bg */
+  int hull;
+  float mu_bg;
+  float hlo[XT_HULL_DIRS], hhi[XT_HULL_DIRS];
+} xt_cuda_dense_view;
+
+/* Queues the march of view v for L (line integrals or, L->count, steps; not channels) on L->stream,
+ * writing L's frames or adding to them (L->accumulate). Reads the texture copy where the voxel kind
+ * would for a model of its own of this map (xt_cuda_voxel_storage), the linear copy otherwise;
+ * opt: the projector's options (voxels). */
+int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options *opt, const xt_affine *w2c0,
+                              const xt_cuda_launch *L, xt_msg *msg);
+/* Which copy of a volume with both the voxel kind reads for a launch whose first frame is g and whose
+ * model's world->cell map under it is w2c (XT_CUDA_VOX_LINEAR or XT_CUDA_VOX_TEXTURE). */
+int xt_cuda_voxel_storage(const xt_affine *w2c, const xt_geometry *g);
 
 #ifdef __CUDACC__
 /* FP64 without FMA contraction: the reference's own rounding, operation for operation. */

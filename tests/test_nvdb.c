@@ -102,15 +102,23 @@ XT_TEST(voxels_roundtrip) {
       XT_REQUIRE_MSG_(nm, msg);
       const xt_volume *v = xt_model_volume(vm);
       const xt_nvdb *g = xt_model_nvdb(nm);
-      size_t bad = 0, active = 0;
+      size_t bad = 0, active = 0, bad_decode = 0;
+      /* the CUDA kind's dense working set (XT_NVDB_TRAVERSAL=dense) decodes with this function's run */
+      float *dec = malloc(xt_nvdb_domain_voxels(g) * sizeof *dec);
+      XT_REQUIRE(dec);
+      xt_nvdb_decode(g, dec);
       for (int k = 0; k < v->dim[2]; k++)
         for (int j = 0; j < v->dim[1]; j++)
           for (int i = 0; i < v->dim[0]; i++) {
+            bad_decode += (double)dec[i + (size_t)v->dim[0] * (j + (size_t)v->dim[1] * k)] != xt_volume_mu(v, i, j, k);
             bad += xt_nvdb_mu(g, i, j, k) != xt_volume_mu(v, i, j, k);
             active += labels ? ((uint8_t *)v->data)[i + v->dim[0] * (j + v->dim[1] * k)] != 0
                              : ((float *)v->data)[i + v->dim[0] * (j + v->dim[1] * k)] != (float)bg;
           }
       XT_CHECK_MSG(bad == 0, "%s %s: %zu voxels differ", labels ? "labels" : "dense", xt_nvdb_type_name(g->grid_type), bad);
+      XT_CHECK_MSG(bad_decode == 0, "%s %s: %zu decoded voxels differ", labels ? "labels" : "dense",
+                   xt_nvdb_type_name(g->grid_type), bad_decode);
+      free(dec);
       /* the index form where asked, and auto's choice on a sparse grid (leaves not full) */
       XT_CHECK(g->grid_type == (q == XT_NVDB_Q_INDEX || q == XT_NVDB_Q_AUTO ? (uint32_t)XT_NVDB_INDEX : g->grid_type));
       XT_CHECK_MSG(g->active_voxels == active, "active %llu, expected %zu", (unsigned long long)g->active_voxels, active);
@@ -619,7 +627,9 @@ XT_TEST(independent_writer) {
            "(scripts/install-deps installs both)\n");
     return;
   }
-  char raw[600], vdb[600], nv[600], nz[600], py[600], cmd[4000];
+  char raw[600], vdb[600], nv[600], nz[600], py[600], vdbo[600], nvo[600], cmd[4000];
+  scratch("indo.vdb", vdbo, sizeof vdbo);
+  scratch("indo.nvdb", nvo, sizeof nvo);
   scratch("ind.raw", raw, sizeof raw);
   scratch("ind.vdb", vdb, sizeof vdb);
   scratch("ind.nvdb", nv, sizeof nv);
@@ -654,13 +664,17 @@ XT_TEST(independent_writer) {
           "g.copyFromArray(a)\n"
           "g.name = 'density'\n"
           "g.transform = pyopenvdb.createLinearTransform(voxelSize=%.17g)\n"
-          "pyopenvdb.write('%s', grids=[g])\n",
-          raw, nzz, ny, nx, vox, vdb);
+          "pyopenvdb.write('%s', grids=[g])\n"
+          "h = pyopenvdb.FloatGrid(0.0)\n" /* the same array from index (-14, 6, -21) */
+          "h.copyFromArray(a, ijk=(-14, 6, -21))\n"
+          "h.name = 'density'\n"
+          "pyopenvdb.write('%s', grids=[h])\n",
+          raw, nzz, ny, nx, vox, vdb, vdbo);
   fclose(fp);
   snprintf(cmd, sizeof cmd,
            "/usr/bin/python3 %s && /usr/bin/nanovdb_convert -f %s %s >/dev/null && "
-           "/usr/bin/nanovdb_convert -f -z %s %s >/dev/null",
-           py, vdb, nv, vdb, nz);
+           "/usr/bin/nanovdb_convert -f -z %s %s >/dev/null && /usr/bin/nanovdb_convert -f %s %s >/dev/null",
+           py, vdb, nv, vdb, nz, vdbo, nvo);
   XT_REQUIRE_MSG_(system(cmd) == 0, (xt_msg){"pyopenvdb / nanovdb_convert failed"});
   /* the dense twin: voxel centres at index * vox, as the OpenVDB transform says */
   v->index_to_model = xt_aff_identity();
@@ -695,7 +709,36 @@ XT_TEST(independent_writer) {
     }
     xt_model_free(m);
   }
-  xt_model_free(dm);
+  /* The offset grid: a domain from negative and unaligned indices, decoded (the CUDA kind's dense
+   * working set, XT_NVDB_TRAVERSAL=dense, takes the same runs) to the array's values, and to the
+   * background (0) where the domain reaches beyond the array. */
+  static const int off[3] = {-14, 6, -21};
+  xt_model *mo = NULL;
+  xt_msg msg = {{0}};
+  XT_REQUIRE_MSG_(xt_model_load(nvo, NULL, NULL, &mo, &msg) == 0, msg);
+  const xt_nvdb *go = xt_model_nvdb(mo);
+  XT_CHECK_MSG(go->lo[0] < 0 && go->lo[0] % 8 != 0 && go->lo[1] % 8 != 0 && go->lo[2] < 0,
+               "offset grid: domain from %d %d %d", go->lo[0], go->lo[1], go->lo[2]);
+  const int dn[3] = {go->hi[0] - go->lo[0] + 1, go->hi[1] - go->lo[1] + 1, go->hi[2] - go->lo[2] + 1};
+  float *dec = malloc(xt_nvdb_domain_voxels(go) * sizeof *dec);
+  XT_REQUIRE(dec);
+  for (size_t q = 0; q < xt_nvdb_domain_voxels(go); q++) dec[q] = NAN; /* an unwritten voxel fails */
+  xt_nvdb_decode(go, dec);
+  size_t bad = 0, inside = 0;
+  for (int k = 0; k < dn[2]; k++)
+    for (int j = 0; j < dn[1]; j++)
+      for (int i2 = 0; i2 < dn[0]; i2++) {
+        const int a[3] = {i2 + go->lo[0] - off[0], j + go->lo[1] - off[1], k + go->lo[2] - off[2]};
+        const int in = a[0] >= 0 && a[0] < nx && a[1] >= 0 && a[1] < ny && a[2] >= 0 && a[2] < nzz;
+        const float want = in ? f[a[0] + nx * (a[1] + ny * a[2])] : 0.f;
+        inside += in;
+        bad += !(dec[i2 + (size_t)dn[0] * (j + (size_t)dn[1] * k)] == want);
+      }
+  XT_CHECK_MSG(bad == 0 && inside > 0, "offset grid (domain from %d %d %d): %zu of %zu decoded voxels differ", go->lo[0],
+               go->lo[1], go->lo[2], bad, (size_t)dn[0] * dn[1] * dn[2]);
+  free(dec);
+  xt_model_free(mo);
+  xt_model_free(dm); /* frees f too */
 }
 
 /* ---- material channels ------------------------------------------------------------------------ */
@@ -954,7 +997,10 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   xt_msg msg = {{0}};
   XT_REQUIRE_MSG_(xt_nvdb_bricks_build(g, &h, &msg) == 0, msg);
   const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
-  size_t bad = 0;
+  size_t bad = 0, bad_decode = 0;
+  float *dec = malloc(xt_nvdb_domain_voxels(g) * sizeof *dec); /* the dense working set's values */
+  XT_REQUIRE(dec);
+  xt_nvdb_decode(g, dec);
   for (int k = 0; k < n[2]; k++)
     for (int j = 0; j < n[1]; j++)
       for (int i = 0; i < n[0]; i++) {
@@ -967,8 +1013,12 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
                                         64 * (size_t)(c[2] - 8 * cb[2])]
                                : h.palette[-1 - e];
         bad += (double)v != xt_nvdb_mu(g, c[0], c[1], c[2]);
+        bad_decode += memcmp(&v, &dec[i + (size_t)n[0] * (j + (size_t)n[1] * k)], sizeof v) != 0;
       }
+  free(dec);
   XT_CHECK_MSG(bad == 0, "%s: %zu voxels of the brick pool differ from the grid", what, bad);
+  XT_CHECK_MSG(bad_decode == 0, "%s: %zu decoded voxels differ from the brick pool (domain from %d %d %d)", what,
+               bad_decode, g->lo[0], g->lo[1], g->lo[2]);
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
   const double mu1 = pool_mu_max(&h);

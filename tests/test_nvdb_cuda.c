@@ -7,8 +7,9 @@
  * label and NanoVDB models, and with a Gaussian mixture too (the pipeline's three kinds adding into
  * one frame; test_nvdb's mixed_scene_is_the_sum holds the CPU reference of such scenes equal to the
  * sum of its models rendered alone); the batch entry point; grids whose content sits well inside
- * their box (the brick march's content hull, bricks7); the traversal names. Every test runs under
- * the traversal XT_NVDB_TRAVERSAL names (tree by default; bricks .. bricks8).
+ * their box (the brick march's content hull, bricks7); the dense working set's switches between
+ * grids; the traversal names. Every test runs under the traversal XT_NVDB_TRAVERSAL names (tree by
+ * default; bricks .. bricks8, dense, dense-each).
  * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
  * and max |gpu - ref| <= 1e-4 of the frame's max.
  *
@@ -275,14 +276,80 @@ XT_TEST(content_inside_box) {
   }
 }
 
+/* The dense working set (XT_NVDB_TRAVERSAL=dense, or dense-each where the run names it): three grids
+ * of different sizes and value types in one projector, so that every frame decodes each into the
+ * working set in turn (it holds one model at a time), and a fourth, larger one added after the first
+ * frames (the working set grows). With each voxel storage: linear, texture (the decode copied into a
+ * 3D array, re-made at each size) and AUTO with both copies forced (the copy read is picked per
+ * view). Every frame against the reference; a batch of frames equal to single renders bit for bit,
+ * and a frame rendered twice bit for bit the same (the decode is deterministic). */
+XT_TEST(dense_working_set) {
+  const char *was = getenv("XT_NVDB_TRAVERSAL");
+  char saved[32] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  if (!was || strncmp(was, "dense", 5) != 0) setenv("XT_NVDB_TRAVERSAL", "dense", 1);
+  srand(108);
+  xt_model *vm[4] = {tn_sparse_model(0, 20, 60, 0.002), tn_sparse_model(1, 12, 40, 0.0025), tn_sparse_model(0, 30, 50, 0.0),
+                     tn_sparse_model(0, 64, 80, 0.0)};
+  XT_REQUIRE(vm[0] && vm[1] && vm[2] && vm[3]);
+  xt_msg msg = {{0}};
+  static const int quant[4] = {XT_NVDB_Q_FLOAT, XT_NVDB_Q_INT16, XT_NVDB_Q_FP8, XT_NVDB_Q_INDEX};
+  xt_model *nm[4];
+  for (int i = 0; i < 4; i++) {
+    nm[i] = tn_nvdb_of(vm[i], quant[i], i == 0 ? 0.002 : 0.0, 0.0, &msg);
+    XT_REQUIRE_MSG(nm[i], "%s", msg.text);
+    nm[i]->placement = xt_aff_identity();
+    for (int a = 0; a < 3; a++) nm[i]->placement.t[a] = tn_urand(-25, 25);
+  }
+  const int nf = quick() ? 2 : 5;
+  xt_detector_mode mode = tmode(96, 72, 1.4);
+  xt_geometry g[5];
+  for (int f = 0; f < nf; f++) XT_REQUIRE(rgeom(&mode, &g[f]) == 0);
+  const size_t np = (size_t)mode.cols * mode.rows;
+  for (int vox = 0; vox < 3; vox++) { /* linear, texture, AUTO with both copies */
+    xt_cuda_options o = xt_cuda_default_options();
+    o.voxels = vox;
+    o.dual_min_bytes = 0;
+    xt_cuda_proj *p;
+    XT_REQUIRE(xt_cuda_create(&o, &p, &msg) == 0);
+    for (int i = 0; i < 3; i++) XT_CHECK_MSG(xt_cuda_add_model(p, nm[i], &msg) == 0, "%s", msg.text);
+    float *out = poisoned(np * nf), *again = poisoned(np), *batch = poisoned(np * nf);
+    XT_REQUIRE(out && again && batch);
+    for (int f = 0; f < nf; f++) {
+      const int all = f >= nf / 2; /* the fourth grid from the middle on */
+      if (f == nf / 2) XT_CHECK_MSG(xt_cuda_add_model(p, nm[3], &msg) == 0, "%s", msg.text);
+      XT_CHECK_MSG(xt_cuda_render(p, &g[f], out + f * np, &msg) == 0, "%s", msg.text);
+      char what[80];
+      snprintf(what, sizeof what, "working set, voxels %d, frame %d (%d grids)", vox, f, all ? 4 : 3);
+      XT_CHECK_MSG(compare(what, (const xt_model *const *)nm, all ? 4 : 3, &g[f], out + f * np) == 0, "%s", what);
+      XT_CHECK(xt_cuda_render(p, &g[f], again, &msg) == 0);
+      XT_CHECK_MSG(memcmp(again, out + f * np, np * sizeof(float)) == 0, "%s: rendered again, it differs", what);
+    }
+    XT_CHECK_MSG(xt_cuda_render_batch(p, g, nf, batch, &msg) == 0, "%s", msg.text);
+    size_t diff = 0;
+    for (int f = nf / 2; f < nf; f++) diff += memcmp(batch + f * np, out + f * np, np * sizeof(float)) != 0;
+    XT_CHECK_MSG(diff == 0, "voxels %d: %zu batch frames differ from single renders", vox, diff);
+    free(out);
+    free(again);
+    free(batch);
+    xt_cuda_destroy(p);
+  }
+  for (int i = 0; i < 4; i++) {
+    xt_model_free(nm[i]);
+    xt_model_free(vm[i]);
+  }
+  if (was) setenv("XT_NVDB_TRAVERSAL", saved, 1);
+  else unsetenv("XT_NVDB_TRAVERSAL");
+}
+
 /* XT_NVDB_TRAVERSAL: every traversal name is taken at create, an unknown one refused with a
- * message naming the field and listing the names (bricks8 the last). */
+ * message naming the field and listing the names (dense-each the last). */
 XT_TEST(traversal_names) {
   const char *was = getenv("XT_NVDB_TRAVERSAL");
   char saved[32] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
-  static const char *const ok[] = {"tree",    "bricks",  "bricks2", "bricks3", "bricks4",
-                                   "bricks5", "bricks6", "bricks7", "bricks8"};
+  static const char *const ok[] = {"tree",    "bricks",  "bricks2", "bricks3", "bricks4",  "bricks5",
+                                   "bricks6", "bricks7", "bricks8", "dense",   "dense-each"};
   xt_proj_options po = {XT_BACKEND_CUDA, 0, 0};
   xt_proj *p = NULL;
   xt_msg msg = {{0}};
@@ -294,7 +361,7 @@ XT_TEST(traversal_names) {
   }
   setenv("XT_NVDB_TRAVERSAL", "bricks9", 1);
   const int rc = xt_proj_create(&po, &p, &msg);
-  XT_CHECK_MSG(rc == XT_EINVAL && strstr(msg.text, "XT_NVDB_TRAVERSAL=bricks9") && strstr(msg.text, "bricks8"),
+  XT_CHECK_MSG(rc == XT_EINVAL && strstr(msg.text, "XT_NVDB_TRAVERSAL=bricks9") && strstr(msg.text, "dense-each"),
                "bricks9: rc %d, %s", rc, msg.text);
   if (!rc) xt_proj_destroy(p);
   if (was) setenv("XT_NVDB_TRAVERSAL", saved, 1);
@@ -341,4 +408,4 @@ XT_TEST(batch_matches_single) {
 XT_TEST_MAIN_CUDA(XT_ENTRY(random_float) XT_ENTRY(random_index) XT_ENTRY(random_quantised) XT_ENTRY(random_labels) XT_ENTRY(long_grids)
                  XT_ENTRY(head_angles) XT_ENTRY(mixed_scene) XT_ENTRY(mixed_scene_with_gmm)
                      XT_ENTRY(batch_matches_single) XT_ENTRY(content_inside_box)
-                         XT_ENTRY(traversal_names))
+                         XT_ENTRY(dense_working_set) XT_ENTRY(traversal_names))

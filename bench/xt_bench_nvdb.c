@@ -10,7 +10,7 @@
  *       (water from xraylib; the converter's bilinear map differs above 0 HU only, which changes no
  *       timing), its surroundings made background as nvdb-convert does by default (models/
  *       xt_ct_body.h), dense (the classified volume) against NanoVDB Float and Fp8 (tolerance 0:
- *       exact), at fd20-1024.
+ *       exact), at fd20-1024 and FD20 full resolution (the index form at fd20-1024).
  * The NanoVDB kind's traversal is the one XT_NVDB_TRAVERSAL names (tree, bricks, bricks2 .. bricks8,
  * dense, dense-each: proj_nvdb.cu), or each of XT_BENCH_NVDB_TRAVERSALS in turn on the same models
  * (a row each). Under dense the timed frames march the working set decoded in the warm-up; under
@@ -335,6 +335,7 @@ int xt_bench_nvdb(xt_bench_nvdb_ctx *c, xt_msg *msg) {
       for (int k = 0; k < 2 && !rc; k++) rc = nvdb_model_tol(dense, k ? XT_NVDB_Q_FP8 : XT_NVDB_Q_FLOAT, 0.0, &nv[k], msg);
       if (rc) goto done;
       if ((rc = scene(c, "(r) real head CT fd20-1024", dense, nv, "fd20-1024", msg))) goto done;
+      if ((rc = scene(c, "(r) real head CT FD20 full", dense, nv, "fd20", msg))) goto done; /* issue 29's second size */
       /* the index form (nvdb-convert's default for mu): exact like Float, 36 % of the bytes */
       xt_model_free(nv[0]);
       nv[0] = NULL;

@@ -140,7 +140,12 @@ static XT_INLINE XT_HOSTDEV void xt_nvdb_decode_run(pnanovdb_uint32_t gt, pnanov
     const pnanovdb_coord_t c = {x, y + lo[1], z + lo[2]};
     int dim;
     const float v = xt_nvdb_probe(gt, buf, acc, &c, background, &dim);
-    d[x - x0] = lut ? lut[xt_nvdb_label(v)] : v;
+    const float mu = lut ? lut[xt_nvdb_label(v)] : v;
+    d[x - x0] = mu;
+    if (dim >= 8) { /* a tile or the background: aligned to its edge, so it holds the whole run */
+      for (int k = x + 1; k <= x1; k++) d[k - x0] = mu;
+      break;
+    }
   }
 }
 

@@ -106,6 +106,7 @@ XT_TEST(voxels_roundtrip) {
       /* the CUDA kind's dense working set (XT_NVDB_TRAVERSAL=dense) decodes with this function's run */
       float *dec = malloc(xt_nvdb_domain_voxels(g) * sizeof *dec);
       XT_REQUIRE(dec);
+      for (size_t vi = 0; vi < xt_nvdb_domain_voxels(g); vi++) dec[vi] = NAN; /* an unwritten voxel fails */
       xt_nvdb_decode(g, dec);
       for (int k = 0; k < v->dim[2]; k++)
         for (int j = 0; j < v->dim[1]; j++)
@@ -627,7 +628,7 @@ XT_TEST(independent_writer) {
            "(scripts/install-deps installs both)\n");
     return;
   }
-  char raw[600], vdb[600], nv[600], nz[600], py[600], vdbo[600], nvo[600], cmd[4000];
+  char raw[600], vdb[600], nv[600], nz[600], py[600], vdbo[600], nvo[600], cmd[8192];
   scratch("indo.vdb", vdbo, sizeof vdbo);
   scratch("indo.nvdb", nvo, sizeof nvo);
   scratch("ind.raw", raw, sizeof raw);
@@ -1000,6 +1001,7 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   size_t bad = 0, bad_decode = 0;
   float *dec = malloc(xt_nvdb_domain_voxels(g) * sizeof *dec); /* the dense working set's values */
   XT_REQUIRE(dec);
+  for (size_t q = 0; q < xt_nvdb_domain_voxels(g); q++) dec[q] = NAN; /* an unwritten voxel fails */
   xt_nvdb_decode(g, dec);
   for (int k = 0; k < n[2]; k++)
     for (int j = 0; j < n[1]; j++)

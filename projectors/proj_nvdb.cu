@@ -31,8 +31,8 @@
  * tests run (xt_nvdb_bricks_march.inc). "dense" and "dense-each" keep no pool: a launch marches the
  * projector's dense working set (one model's domain at a time, decoded on the device by
  * k_nvdb_decode when another model is needed; "dense-each" at every launch) with the voxel kind's
- * kernel (xt_cuda_voxel_render_view), so that a step costs a dense step. Channel launches keep the
- * tree kernel. */
+ * kernel (xt_cuda_voxel_render_view), so that a step costs a dense step; channel launches of mu
+ * grids too (its k_channels); those of label grids keep the tree kernel. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -385,6 +385,7 @@ typedef struct nvdb_kind {
   int ws_arr_n[3];
   xt_cuda_dense_view view[XT_CUDA_MAX_MODELS]; /* per model: n and the hull (f32, tex: at launch) */
   int want_tex[XT_CUDA_MAX_MODELS];
+  float *d_vchw[XT_CUDA_MAX_MODELS]; /* mu grids' channel rows in the view's layout (set_channels) */
 } nvdb_kind;
 
 static size_t ws_guard(const int n[3]) { return (size_t)n[0] * n[1] + 1; }
@@ -405,6 +406,7 @@ static void nvdb_destroy(void *st) {
     cudaFree(p->d_lut[i]);
     cudaFree(p->d_chw[i]);
     for (int k = 0; k < 4; k++) cudaFree(p->d_bricks[i][k]);
+    cudaFree(p->d_vchw[i]);
   }
   ws_free_tex(p);
   cudaFree(p->ws);
@@ -676,6 +678,22 @@ static int nvdb_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
     p->dg[i].chw = (const float4 *)p->d_chw[i];
     p->dg[i].thr[0] = ch->thr[0];
     p->dg[i].thr[1] = ch->thr[1];
+    if (p->bricks >= TR_DENSE && !ch->labels) { /* the working set's channel launches (mu grids) */
+      xt_cuda_dense_view *v = &p->view[i];
+      float t[XT_CUDA_VIEW_CHW_ROWS][XT_MAX_CHANNELS];
+      memcpy(t, ch->cw, sizeof ch->cw);
+      const int k = v->mu_bg < ch->thr[0] ? 0 : (v->mu_bg < ch->thr[1] ? 1 : 2); /* as the march classes it */
+      for (int c = 0; c < XT_MAX_CHANNELS; c++) t[3][c] = v->mu_bg * ch->cw[k][c];
+      if (!p->d_vchw[i]) e = cudaMalloc((void **)&p->d_vchw[i], sizeof t);
+      if (e == cudaSuccess) e = cudaMemcpy(p->d_vchw[i], t, sizeof t, cudaMemcpyHostToDevice);
+      if (e != cudaSuccess) {
+        rc = xt_fail(msg, XT_EDEVICE, "cuda nvdb: channel table: %s", cudaGetErrorString(e));
+        break;
+      }
+      v->chw = p->d_vchw[i];
+      v->thr[0] = ch->thr[0];
+      v->thr[1] = ch->thr[1];
+    }
   }
   if (!rc) p->chan_models = p->nmodels;
   free(ch);
@@ -689,7 +707,7 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   int first = 1;
   for (int i = 0; i < p->nmodels; i++) {
     if (!p->models[i]) continue;
-    if (p->bricks >= TR_DENSE && !L->nch) {
+    if (p->bricks >= TR_DENSE && (!L->nch || p->view[i].chw)) { /* label grids' channels: the tree */
       int rc = ws_load(p, i, L->stream, msg);
       if (rc) return rc;
       xt_cuda_dense_view v = p->view[i];

@@ -91,7 +91,7 @@ typedef xt_cuda_frame dev_frame;
 /* Kernel parameters (by value, __grid_constant__). */
 typedef struct dev_scene {
   int nmodels, cols, rows;
-  int first; /* k_render: the first model slot (a view of another kind's: its slot, nmodels = slot + 1) */
+  int first; /* the first model slot (a view of another kind's: its slot, nmodels = slot + 1) */
   dev_model model[XT_CUDA_MAX_MODELS];
   const dev_frame *frames; /* one per blockIdx.z */
   const float *luts;       /* XT_CUDA_MAX_MODELS * 256, device memory */
@@ -570,7 +570,7 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
   float a[XT_MAX_CHANNELS];
 #pragma unroll
   for (int c = 0; c < XT_MAX_CHANNELS; c++) a[c] = 0.f;
-  for (int mi = 0; mi < sc.nmodels; mi++) {
+  for (int mi = sc.first; mi < sc.nmodels; mi++) {
     if (!f->fm[mi].ok) continue;
     const dev_model &md = sc.model[mi];
     const float *tab = (const float *)(s_chw + 2 * md.ch_off);
@@ -1124,10 +1124,12 @@ static int voxel_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
 
 int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options *opt, const xt_affine *w2c0,
                               const xt_cuda_launch *L, xt_msg *msg) {
-  if (L->nch || L->spectral || L->instr)
-    return xt_fail(msg, XT_EINTERNAL, "cuda projector: a dense view marches line integrals only");
+  if (L->spectral || L->instr || (L->nch && !v->chw))
+    return xt_fail(msg, XT_EINTERNAL, "cuda projector: a dense view marches line integrals or channel planes only");
   if (v->model < 0 || v->model >= XT_CUDA_MAX_MODELS || (!v->f32 && !v->tex))
     return xt_fail(msg, XT_EINTERNAL, "cuda projector: dense view of slot %d without voxels", v->model);
+  static_assert(XT_CUDA_VIEW_CHW_ROWS == 3 + 1 && XT_CHW_EXTRA == XT_CUDA_VIEW_CHW_ROWS,
+                "a view's table is a dense model's rows: three classes, then the background");
   dev_scene sc;
   memset(&sc, 0, sizeof sc);
   sc.first = v->model; /* the slots before it are not marched: their maps are other models' */
@@ -1142,14 +1144,29 @@ int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options
   d->mu_bg = v->mu_bg;
   memcpy(d->hlo, v->hlo, sizeof d->hlo);
   memcpy(d->hhi, v->hhi, sizeof d->hhi);
+  d->thr[0] = v->thr[0];
+  d->thr[1] = v->thr[1];
   sc.frames = (const dev_frame *)L->d_desc;
   sc.out = L->d_out;
   sc.accumulate = L->accumulate;
+  sc.nch = L->nch;
+  sc.chw = v->chw; /* the model's rows at 0: no label rows (ch_nlab 0), the classes, the background */
+  sc.chw_rows = XT_CUDA_VIEW_CHW_ROWS;
   /* as pick_vox for a model of the kind's own with both copies */
   int vox = v->f32 ? XT_CUDA_VOX_LINEAR : XT_CUDA_VOX_TEXTURE;
   if (v->f32 && v->tex) {
     if (opt->voxels == XT_CUDA_VOX_TEXTURE) vox = XT_CUDA_VOX_TEXTURE;
     else if (opt->voxels == XT_CUDA_VOX_AUTO && w2c0) vox = xt_cuda_voxel_storage(w2c0, &L->g[0]);
+  }
+  dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
+            (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
+  if (L->nch) { /* as voxel_render's planes (a count launch writes nothing there either) */
+    if (!L->count)
+      channels_kernel(vox == XT_CUDA_VOX_TEXTURE, 1, 0)<<<grid, XT_CUDA_BLOCK_THREADS,
+                                                          sizeof(float) * XT_MAX_CHANNELS * XT_CUDA_VIEW_CHW_ROWS,
+                                                          L->stream>>>(sc);
+    XT_CK(cudaGetLastError());
+    return 0;
   }
   /* f32 voxels read no table: the constant-table variants, which copy none into shared memory */
   const kernel_fn k = vox == XT_CUDA_VOX_LINEAR
@@ -1157,8 +1174,6 @@ int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options
                                       : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, true>)
                           : (L->count ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, true, true>
                                       : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, true>);
-  dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
-            (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
   k<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
   XT_CK(cudaGetLastError());
   return 0;

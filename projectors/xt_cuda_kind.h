@@ -153,12 +153,19 @@ typedef struct xt_cuda_dense_view {
   int hull;
   float mu_bg;
   float hlo[XT_HULL_DIRS], hhi[XT_HULL_DIRS];
+  /* material channels (the voxel kind's dense march: HU classes by mu): the class bounds, and on
+   * the device XT_CUDA_VIEW_CHW_ROWS rows of XT_MAX_CHANNELS floats, the three classes' weights per
+   * optical depth (xt_voxel_chan.cw) and the background's per mm (mu_bg times its class's row);
+   * chw NULL: the view takes no channel launch */
+  const float *chw;
+  float thr[2];
 } xt_cuda_dense_view;
+#define XT_CUDA_VIEW_CHW_ROWS 4
 
-/* Queues the march of view v for L (line integrals or, L->count, steps; not channels) on L->stream,
- * writing L's frames or adding to them (L->accumulate). Reads the texture copy where the voxel kind
- * would for a model of its own of this map (xt_cuda_voxel_storage), the linear copy otherwise;
- * opt: the projector's options (voxels). */
+/* Queues the march of view v for L (line integrals, L->count steps, or L->nch channel planes; no
+ * spectral sums) on L->stream, writing L's frames or adding to them (L->accumulate). Reads the
+ * texture copy where the voxel kind would for a model of its own of this map
+ * (xt_cuda_voxel_storage), the linear copy otherwise; opt: the projector's options (voxels). */
 int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options *opt, const xt_affine *w2c0,
                               const xt_cuda_launch *L, xt_msg *msg);
 /* Which copy of a volume with both the voxel kind reads for a launch whose first frame is g and whose

@@ -782,10 +782,11 @@ void xt_nvdb_decode(const xt_nvdb *g, float *dst) {
   pnanovdb_readaccessor_t acc;
   pnanovdb_readaccessor_init(&acc, pnanovdb_tree_get_root(buf, pnanovdb_grid_get_tree(buf, grid)));
   const int n[3] = {g->hi[0] - g->lo[0] + 1, g->hi[1] - g->lo[1] + 1, g->hi[2] - g->lo[2] + 1};
-  int nb[3];
-  const unsigned long long runs = xt_nvdb_decode_nrun(g->lo, n, nb);
+  const int nrun = xt_nvdb_decode_nrun(g->lo, n);
+  const unsigned long long runs = (unsigned long long)nrun * (unsigned long long)n[1] * (unsigned long long)n[2];
   for (unsigned long long t = 0; t < runs; t++)
-    xt_nvdb_decode_run(g->grid_type, buf, &acc, g->lo, n, nb, t, g->background, g->labels ? g->materials->mu : NULL, dst);
+    xt_nvdb_decode_run(g->grid_type, buf, &acc, g->lo, n, nrun, t, g->background, g->labels ? g->materials->mu : NULL,
+                       dst);
 }
 
 /* ------------------------------------------------------------------------------------------ */

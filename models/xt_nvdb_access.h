@@ -116,34 +116,24 @@ static XT_INLINE XT_HOSTDEV int xt_nvdb_label(float v) {
 
 /* The domain (first voxel lo, n voxels per axis) as a dense float array, x fastest: the CUDA kind's
  * dense working set (proj_nvdb.cu, a thread per run) and xt_nvdb_decode (every run in turn). A run
- * is the part of a row that lies in one 8^3 block (a leaf's row along x, so the accessor finds each
- * node once); the 64 runs of a block follow each other, z fastest, then y: a NanoVDB leaf stores its
- * voxels x-major (x 64 + y 8 + z), so the runs of 32 neighbouring threads read 32 neighbouring values
- * at each x, where row-major runs read at a stride of 64 floats (the decode took 4 ms on the 315 M
- * voxels of the bench's torso, an H100). */
+ * is the part of a row that lies in one 8-voxel block of x (a leaf's row, so the accessor finds
+ * each node once); runs of a row first, then rows (y, then z). */
 static XT_INLINE XT_HOSTDEV int xt_nvdb_block8(int x) { return x >= 0 ? x / 8 : -((7 - x) / 8); } /* floor(x / 8) */
 
-/* The 8^3 blocks the domain touches per axis (nb), and the decode's runs: 64 a block. */
-static XT_INLINE XT_HOSTDEV unsigned long long xt_nvdb_decode_nrun(const int lo[3], const int n[3], int nb[3]) {
-  for (int a = 0; a < 3; a++) nb[a] = xt_nvdb_block8(lo[a] + n[a] - 1) - xt_nvdb_block8(lo[a]) + 1;
-  return 64ull * (unsigned long long)nb[0] * (unsigned long long)nb[1] * (unsigned long long)nb[2];
+static XT_INLINE XT_HOSTDEV int xt_nvdb_decode_nrun(const int lo[3], const int n[3]) {
+  return xt_nvdb_block8(lo[0] + n[0] - 1) - xt_nvdb_block8(lo[0]) + 1;
 }
 
-/* Run t (< xt_nvdb_decode_nrun) of the decode into dst (the domain's first voxel at dst[0]); a run
- * whose row lies outside the domain (a block at its edge) writes nothing. The values are those the
- * renderers integrate (xt_nvdb_mu within the domain: inactive = background; label ids through lut,
- * NULL for mu grids). */
+/* Run t (< nrun n[1] n[2]) of the decode into dst (the domain's first voxel at dst[0]). The values
+ * are those the renderers integrate (xt_nvdb_mu within the domain: inactive = background;
+ * label ids through lut, NULL for mu grids). */
 static XT_INLINE XT_HOSTDEV void xt_nvdb_decode_run(pnanovdb_uint32_t gt, pnanovdb_buf_t buf, pnanovdb_readaccessor_t *acc,
-                                                    const int lo[3], const int n[3], const int nb[3],
-                                                    unsigned long long t, float background, const float *lut,
-                                                    float *dst) {
-  const unsigned long long blk = t >> 6;
-  const int bx = (int)(blk % (unsigned long long)nb[0]), by = (int)(blk / (unsigned long long)nb[0] % (unsigned long long)nb[1]),
-            bz = (int)(blk / ((unsigned long long)nb[0] * (unsigned long long)nb[1]));
-  const int y = 8 * (xt_nvdb_block8(lo[1]) + by) + (int)(t >> 3 & 7) - lo[1]; /* from the domain's first row */
-  const int z = 8 * (xt_nvdb_block8(lo[2]) + bz) + (int)(t & 7) - lo[2];
-  if (y < 0 || y >= n[1] || z < 0 || z >= n[2]) return;
-  const int b = 8 * (xt_nvdb_block8(lo[0]) + bx), last = lo[0] + n[0] - 1;
+                                                    const int lo[3], const int n[3], int nrun, unsigned long long t,
+                                                    float background, const float *lut, float *dst) {
+  const int r = (int)(t % (unsigned long long)nrun);
+  const unsigned long long row = t / (unsigned long long)nrun;
+  const int y = (int)(row % (unsigned long long)n[1]), z = (int)(row / (unsigned long long)n[1]);
+  const int b = 8 * (xt_nvdb_block8(lo[0]) + r), last = lo[0] + n[0] - 1;
   const int x0 = b > lo[0] ? b : lo[0], x1 = b + 7 < last ? b + 7 : last;
   float *d = dst + (x0 - lo[0]) + (unsigned long long)n[0] * ((unsigned long long)y + (unsigned long long)n[1] * z);
   for (int x = x0; x <= x1; x++) {

@@ -334,13 +334,12 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, NVDB_MIN_BLOCKS) k_nvdb
 
 /* The dense working set (TR_DENSE): the grid's domain decoded into dst (x fastest), voxel by voxel as
  * the tree march reads it. Thread mapping: one thread per run of xt_nvdb_decode_run (a row's voxels
- * in one 8^3 block; a block's 64 runs together, z fastest). Out: every domain voxel of dst written
- * once. */
+ * in one 8-voxel block of x). Out: every domain voxel of dst written once. */
 template <int GT>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS) k_nvdb_decode(const __grid_constant__ dev_grid gd, float *dst,
-                                                                       int nbx, int nby, int nbz, unsigned long long nruns) {
+                                                                       int nrun, unsigned long long nthreads) {
   const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= nruns) return;
+  if (t >= nthreads) return;
   pnanovdb_buf_t buf;
   buf.data = (uint32_t *)gd.words;
   pnanovdb_readaccessor_t acc;
@@ -348,8 +347,8 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS) k_nvdb_decode(const __g
     pnanovdb_grid_handle_t grid = {pnanovdb_address_null()};
     pnanovdb_readaccessor_init(&acc, pnanovdb_tree_get_root(buf, pnanovdb_grid_get_tree(buf, grid)));
   }
-  const int nb[3] = {nbx, nby, nbz};
-  xt_nvdb_decode_run((pnanovdb_uint32_t)GT, buf, &acc, gd.lo, gd.n, nb, t, gd.background, gd.labels ? gd.lut : NULL, dst);
+  xt_nvdb_decode_run((pnanovdb_uint32_t)GT, buf, &acc, gd.lo, gd.n, nrun, t, gd.background, gd.labels ? gd.lut : NULL,
+                     dst);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -503,9 +502,9 @@ static int ws_load(nvdb_kind *p, int i, cudaStream_t stream, xt_msg *msg) {
   const dev_grid *d = &p->dg[i];
   p->ws_model = -1;
   float *dst = p->ws + ws_guard(d->n);
-  int nb[3];
-  const unsigned long long nthreads = xt_nvdb_decode_nrun(d->lo, d->n, nb);
-  void (*k)(const dev_grid, float *, int, int, int, unsigned long long) = NULL;
+  const int nrun = xt_nvdb_decode_nrun(d->lo, d->n);
+  const unsigned long long nthreads = (unsigned long long)nrun * d->n[1] * d->n[2];
+  void (*k)(const dev_grid, float *, int, unsigned long long) = NULL;
   switch (p->gt[i]) {
   case XT_NVDB_FLOAT: k = k_nvdb_decode<XT_NVDB_FLOAT>; break;
   case XT_NVDB_INT16: k = k_nvdb_decode<XT_NVDB_INT16>; break;
@@ -516,9 +515,9 @@ static int ws_load(nvdb_kind *p, int i, cudaStream_t stream, xt_msg *msg) {
   case XT_NVDB_INDEX: k = k_nvdb_decode<XT_NVDB_INDEX>; break;
   }
   if (!k) return xt_fail(msg, XT_EINTERNAL, "cuda projector: grid type %u", p->gt[i]);
-  const unsigned long long nblk = (nthreads + XT_CUDA_BLOCK_THREADS - 1) / XT_CUDA_BLOCK_THREADS;
-  if (nblk > 0x7fffffffu) return xt_fail(msg, XT_ETOOLARGE, "cuda projector: decode of %llu runs", nthreads);
-  k<<<(unsigned)nblk, XT_CUDA_BLOCK_THREADS, 0, stream>>>(*d, dst, nb[0], nb[1], nb[2], nthreads);
+  const size_t nb = (nthreads + XT_CUDA_BLOCK_THREADS - 1) / XT_CUDA_BLOCK_THREADS;
+  if (nb > 0x7fffffffu) return xt_fail(msg, XT_ETOOLARGE, "cuda projector: decode of %llu runs", nthreads);
+  k<<<(unsigned)nb, XT_CUDA_BLOCK_THREADS, 0, stream>>>(*d, dst, nrun, nthreads);
   XT_CK(cudaGetLastError());
   if (p->want_tex[i]) {
     if (memcmp(p->ws_arr_n, d->n, sizeof p->ws_arr_n) != 0) {

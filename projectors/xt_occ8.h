@@ -35,12 +35,20 @@ typedef struct xt_occ8 {
 #define XT_OCC8_UNROLL
 #endif
 
+#if defined(__CUDA_ARCH__)
+#define XT_OCC8_RCP(x) __drcp_rn(x) /* correctly rounded, as 1.0 / x, without the division's slow path */
+#else
+#define XT_OCC8_RCP(x) (1.0 / (x))
+#endif
+
 /* From s_from towards s_to (> s_from) along o + s q: the parameter at which the ray enters the first
  * block holding content (s_from itself when it starts in one), or s_to when none before it; never
- * later than that entry (a float walk, then backed off by its rounding). The start block and each
- * axis's first plane of blocks in double; then, as the voxel march does, every plane's parameter from
- * the start from its integer count in float (t_a(k) = t0_a + k dt_a, one FMA, never accumulated),
- * so the state stays in a few registers beside the set-up's. */
+ * later than that entry (a float walk, then backed off by its rounding). As the voxel march's set-up:
+ * the start block and each axis's first plane of blocks in double (a reciprocal, not a division: the
+ * first version's six FP64 divisions a ray cost more than the 10 % of steps the trim saves on the
+ * real head CT, 1.02x the dense time on an H100), relative to the start; then every plane's
+ * parameter from its integer count in float (t_a(k) = t0_a + k dt_a, one FMA, never accumulated),
+ * so that the walk's state is a few registers beside the set-up's. */
 static XT_INLINE XT_HOSTDEV double xt_occ8_walk(const xt_occ8 *b, const double o[3], const double q[3], double s_from,
                                                 double s_to) {
   int kb[3];
@@ -48,11 +56,16 @@ static XT_INLINE XT_HOSTDEV double xt_occ8_walk(const xt_occ8 *b, const double o
   XT_OCC8_UNROLL
   for (int a = 0; a < 3; a++) {
     const double p = o[a] + s_from * q[a] + (double)b->lo[a];
-    kb[a] = (int)floor(p / 8.0);
+    kb[a] = (int)floor(p * 0.125);
     /* the next plane of blocks along the ray: 8 (kb + 1) going up, 8 kb going down */
-    const double inv = q[a] != 0.0 ? 1.0 / q[a] : 0.0;
-    t0[a] = q[a] != 0.0 ? (float)(((double)(8 * (kb[a] + (q[a] > 0.0)) - b->lo[a]) - o[a]) * inv - s_from) : INFINITY;
-    dt[a] = (float)(8.0 * fabs(inv));
+    if (q[a] != 0.0) {
+      const double inv = XT_OCC8_RCP(q[a]);
+      t0[a] = (float)(((double)(8 * (kb[a] + (q[a] > 0.0)) - b->lo[a]) - o[a]) * inv - s_from);
+      dt[a] = (float)(8.0 * fabs(inv));
+    } else {
+      t0[a] = INFINITY;
+      dt[a] = 0.f;
+    }
     kc[a] = 0.f;
   }
   const float end = (float)(s_to - s_from);
@@ -76,7 +89,7 @@ static XT_INLINE XT_HOSTDEV double xt_occ8_walk(const xt_occ8 *b, const double o
       }
   }
   /* back by the float parameters' rounding (a few ulps of the largest), so that no content is cut */
-  const double back = 4.0 * 1.2e-7 * ((double)fabsf(t) + (double)fabsf(end)) + 1e-9;
+  const double back = 8.0 * 1.2e-7 * ((double)fabsf(t) + (double)fabsf(end)) + 1e-9;
   const double s = s_from + (double)t - back;
   return s > s_from ? s : s_from;
 }

@@ -526,17 +526,7 @@ static int ws_load(nvdb_kind *p, int i, cudaStream_t stream, xt_msg *msg) {
       ws_free_tex(p);
       cudaChannelFormatDesc cd = cudaCreateChannelDesc<float>();
       XT_CK(cudaMalloc3DArray(&p->ws_arr, &cd, make_cudaExtent((size_t)d->n[0], (size_t)d->n[1], (size_t)d->n[2])));
-      cudaResourceDesc rd;
-      memset(&rd, 0, sizeof rd);
-      rd.resType = cudaResourceTypeArray;
-      rd.res.array.array = p->ws_arr;
-      cudaTextureDesc td;
-      memset(&td, 0, sizeof td);
-      td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
-      td.filterMode = cudaFilterModePoint;
-      td.readMode = cudaReadModeElementType;
-      td.normalizedCoords = 0;
-      XT_CK(cudaCreateTextureObject(&p->ws_tex, &rd, &td, NULL));
+      XT_CK(xt_cuda_point_texture(p->ws_arr, &p->ws_tex));
       memcpy(p->ws_arr_n, d->n, sizeof p->ws_arr_n);
     }
     cudaMemcpy3DParms cp;

@@ -809,18 +809,22 @@ static int upload_texture(voxel_kind *p, int i, const xt_volume *v, int labels, 
   cp.extent = ext;
   cp.kind = cudaMemcpyHostToDevice;
   XT_CK(cudaMemcpy3D(&cp));
+  XT_CK(xt_cuda_point_texture(p->arr[i], &d->tex));
+  return 0;
+}
+
+cudaError_t xt_cuda_point_texture(cudaArray_t arr, cudaTextureObject_t *tex) {
   cudaResourceDesc rd;
   memset(&rd, 0, sizeof rd);
   rd.resType = cudaResourceTypeArray;
-  rd.res.array.array = p->arr[i];
+  rd.res.array.array = arr;
   cudaTextureDesc td;
   memset(&td, 0, sizeof td);
   td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
   td.filterMode = cudaFilterModePoint;
   td.readMode = cudaReadModeElementType;
   td.normalizedCoords = 0;
-  XT_CK(cudaCreateTextureObject(&d->tex, &rd, &td, NULL));
-  return 0;
+  return cudaCreateTextureObject(tex, &rd, &td, NULL);
 }
 
 

@@ -172,6 +172,9 @@ typedef struct xt_cuda_dense_view {
  * (xt_cuda_voxel_storage), the linear copy otherwise; opt: the projector's options (voxels). */
 int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options *opt, const xt_affine *w2c0,
                               const xt_cuda_launch *L, xt_msg *msg);
+/* A texture object over a 3D array as the voxel kind reads its texture copies: point sampling,
+ * clamped, unnormalised coordinates, element type. */
+cudaError_t xt_cuda_point_texture(cudaArray_t arr, cudaTextureObject_t *tex);
 /* Which copy of a volume with both the voxel kind reads for a launch whose first frame is g and whose
  * model's world->cell map under it is w2c (XT_CUDA_VOX_LINEAR or XT_CUDA_VOX_TEXTURE). */
 int xt_cuda_voxel_storage(const xt_affine *w2c, const xt_geometry *g);

@@ -386,7 +386,6 @@ typedef struct nvdb_kind {
   xt_cuda_dense_view view[XT_CUDA_MAX_MODELS]; /* per model: n and the hull (f32, tex: at launch) */
   int want_tex[XT_CUDA_MAX_MODELS];
   float *d_vchw[XT_CUDA_MAX_MODELS]; /* mu grids' channel rows in the view's layout (set_channels) */
-  uint8_t *d_occ[XT_CUDA_MAX_MODELS]; /* each model's 8^3 blocks' content (the view's trim, xt_occ8.h) */
 } nvdb_kind;
 
 static size_t ws_guard(const int n[3]) { return (size_t)n[0] * n[1] + 1; }
@@ -408,7 +407,6 @@ static void nvdb_destroy(void *st) {
     cudaFree(p->d_chw[i]);
     for (int k = 0; k < 4; k++) cudaFree(p->d_bricks[i][k]);
     cudaFree(p->d_vchw[i]);
-    cudaFree(p->d_occ[i]);
   }
   ws_free_tex(p);
   cudaFree(p->ws);
@@ -439,9 +437,9 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
 
 static int nvdb_accepts(const xt_model *m) { return m->kind == XT_MODEL_NVDB; }
 
-/* TR_DENSE at add_model of slot i (grid g, the slot's device grid set): the slot's view (its domain,
- * the content hull and its blocks' content, from xt_nvdb_bricks_build, whose pool is dropped) and a
- * working set large enough for it. */
+/* TR_DENSE at add_model of slot i (grid g, the slot's device grid set): the slot's view (its domain
+ * and the content hull, xt_nvdb_bricks_build's, whose pool is dropped) and a working set large
+ * enough for it. */
 static int ws_add(nvdb_kind *p, int i, const xt_nvdb *g, const char *name, xt_msg *msg) {
   xt_nvdb_bricks_host h;
   int rc = xt_nvdb_bricks_build(g, &h, msg);
@@ -454,24 +452,7 @@ static int ws_add(nvdb_kind *p, int i, const xt_nvdb *g, const char *name, xt_ms
   v->mu_bg = h.b.bgmu;
   memcpy(v->hlo, h.b.hlo, sizeof v->hlo);
   memcpy(v->hhi, h.b.hhi, sizeof v->hhi);
-  uint8_t *occ = (uint8_t *)malloc(h.ntable ? h.ntable : 1);
-  cudaError_t e = occ ? cudaMalloc((void **)&p->d_occ[i], h.ntable ? h.ntable : 1) : cudaErrorMemoryAllocation;
-  if (e == cudaSuccess) {
-    xt_nvdb_bricks_occupancy(&h, occ);
-    e = cudaMemcpy(p->d_occ[i], occ, h.ntable, cudaMemcpyHostToDevice);
-  }
-  free(occ);
-  if (e == cudaSuccess) {
-    v->occ.occ = p->d_occ[i];
-    for (int a = 0; a < 3; a++) {
-      v->occ.lo[a] = h.b.lo[a];
-      v->occ.c0[a] = h.b.c0[a];
-      v->occ.nc[a] = h.b.nc[a];
-    }
-  }
   xt_nvdb_bricks_free(&h);
-  if (e != cudaSuccess)
-    return xt_fail(msg, XT_EDEVICE, "cuda projector: model %s: blocks' content: %s", name, cudaGetErrorString(e));
   const size_t nvox = (size_t)v->n[0] * v->n[1] * v->n[2];
   if (nvox >= ((size_t)1 << 31)) /* the voxel kind's limit: 32-bit linear indices */
     return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: %zu domain voxels (limit 2^31)", name, nvox);

@@ -41,7 +41,6 @@
 extern "C" {
 #include "xt_cuda_config.h"
 #include "xt_hull.h"
-#include "xt_occ8.h"
 #include "xt_raycast.h"
 }
 
@@ -71,7 +70,6 @@ typedef struct dev_model {
   int ch_nlab;  /* its label rows (the table's count for labels, 0 for dense) */
   int slots;    /* labels: 1 + the largest label present when at most XT_CH_SLOTS (acc_slots), else 0 */
   int ch_parts; /* labels without slots: the first row of its parts table (acc_parts) */
-  xt_occ8 occ;  /* a view's blocks with content (TRIM kernels: the ray trimmed to them), else occ.occ NULL */
 } dev_model;
 
 /* The channel table, all models' rows packed (XT_MAX_CHANNELS floats a row): per model ch_nlab rows
@@ -161,10 +159,7 @@ static __device__ __forceinline__ int hull_clip(const dev_model &md, const dev_f
 
 /* Clips and prepares the cell-space ray o + s q (s in [0, len]); 0 when nothing is to be marched.
  * With a hull, only [h0, h1] (hull_clip; empty when h0 > h1) is marched and *bg_len is the length
- * (mm) of the ray inside the box but outside it: background. TRIM (a view with its blocks' content,
- * xt_occ8.h): that part is cut further to the first and last block with content, the rest
- * background too. */
-template <bool TRIM>
+ * (mm) of the ray inside the box but outside it: background. */
 static __device__ __forceinline__ int ray_setup(const dev_model &md, const double o[3], const double q[3], double len,
                                                 bool hull, float h0, float h1, ray_start *rs, double *bg_len) {
   const int n[3] = {md.n[0], md.n[1], md.n[2]};
@@ -172,8 +167,8 @@ static __device__ __forceinline__ int ray_setup(const dev_model &md, const doubl
   *bg_len = 0.0;
   if (!xt_clip_box_f64(o, q, n, len, &s0, &s1)) return 0;
   if (hull) {
-    double c0 = fmax(s0, (double)h0), c1 = fmin(s1, (double)h1);
-    if (!(c1 > c0) || (TRIM && md.occ.occ && !xt_occ8_trim(&md.occ, o, q, &c0, &c1))) {
+    const double c0 = fmax(s0, (double)h0), c1 = fmin(s1, (double)h1);
+    if (!(c1 > c0)) {
       *bg_len = s1 - s0;
       return 0;
     }
@@ -409,7 +404,7 @@ static __device__ __forceinline__ void tile_pixel(int *col, int *row) {
 /* The march's start of pixel (col, row) through one model: the world ray as in proj_cpu.c's
  * frame_worker (recomputed per model, a few FP64 operations, so that no double stays live across a
  * march), clipped to the content hull. Returns ray_setup's hit; *bg_len as ray_setup. */
-template <bool HULL, bool TRIM = false>
+template <bool HULL>
 static __device__ __forceinline__ int model_ray(const dev_model &md, const dev_frame_model *fm, const xt_cuda_camera &cam,
                                                 int col, int row, ray_start *rs, double *bg_len) {
   double w[3];
@@ -426,7 +421,7 @@ static __device__ __forceinline__ int model_ray(const dev_model &md, const dev_f
     q[k] = da(da(dm(fm->m[k][0], w[0]), dm(fm->m[k][1], w[1])), dm(fm->m[k][2], w[2]));
     o[k] = fm->o[k];
   }
-  return ray_setup<TRIM>(md, o, q, len, HULL && md.hull, h0, h1, rs, bg_len);
+  return ray_setup(md, o, q, len, HULL && md.hull, h0, h1, rs, bg_len);
 }
 
 /* Thread mapping: one thread per detector pixel; a block is a TILE_W x TILE_H tile, each warp an
@@ -434,7 +429,7 @@ static __device__ __forceinline__ int model_ray(const dev_model &md, const dev_f
  * models and tables. Out: sc.out[z][row][col], every pixel written (0 where no model is hit) or,
  * with sc.accumulate, added to.
  * COUNT writes the number of voxels visited instead of the line integral. */
-template <int VOX, int LUT, bool COUNT, bool HULL, bool TRIM = false>
+template <int VOX, int LUT, bool COUNT, bool HULL>
 __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
     k_render(const __grid_constant__ dev_scene sc) {
   __shared__ float s_lut[LUT == XT_CUDA_LUT_SHARED ? XT_CUDA_MAX_MODELS * 256 : 1];
@@ -454,7 +449,7 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, XT_CUDA_MIN_BLOCKS)
     const dev_model &md = sc.model[mi];
     ray_start rs;
     double bg_len;
-    const int hit = model_ray<HULL, TRIM>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
+    const int hit = model_ray<HULL>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
     if (!COUNT) total = fmaf((float)bg_len, md.mu_bg, total);
     if (!hit) continue;
     if (COUNT) {
@@ -548,12 +543,9 @@ static __device__ __forceinline__ void spec_sum(const float4 *wt, const float4 *
  * Shared memory: the channel table, then (spectral) the bins' weights, transposed, k1 and k2; static,
  * the thread's slots (acc_slots; PARTS, a scene with a label volume of labels beyond them: acc_parts for
  * every label volume, at 3 blocks an SM, which its registers need). */
-/* (TRIM: the trim's walk beside the eight accumulators takes the texture variant's registers too:
- * at the linear one's 4 blocks an SM it spilled 64 bytes, ptxas sm_90) */
-template <int VOX, bool HULL, bool PARTS, bool TRIM = false>
-__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR && !PARTS && !TRIM
-                                                             ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
-                                                             : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
+template <int VOX, bool HULL, bool PARTS>
+__global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINEAR && !PARTS ? XT_CUDA_CH_MIN_BLOCKS_LINEAR
+                                                                                           : XT_CUDA_CH_MIN_BLOCKS_TEXTURE)
     k_channels(const __grid_constant__ dev_scene sc) {
   extern __shared__ float4 s_chw[];
   __shared__ float s_slot[XT_CH_SLOTS * XT_CUDA_BLOCK_THREADS]; /* acc_slots */
@@ -585,7 +577,7 @@ __global__ void __launch_bounds__(XT_CUDA_BLOCK_THREADS, VOX == XT_CUDA_VOX_LINE
     const float *cw = tab + md.ch_nlab * XT_MAX_CHANNELS, *bgw = cw + 3 * XT_MAX_CHANNELS;
     ray_start rs;
     double bg_len;
-    const int hit = model_ray<HULL, TRIM>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
+    const int hit = model_ray<HULL>(md, &f->fm[mi], f->cam, col, row, &rs, &bg_len);
     const float bg = (float)bg_len;
     if (hit && md.labels && !PARTS) {
       voxels<VOX, XT_CUDA_LUT_SHARED, true> v;
@@ -1158,7 +1150,6 @@ int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options
   memcpy(d->hhi, v->hhi, sizeof d->hhi);
   d->thr[0] = v->thr[0];
   d->thr[1] = v->thr[1];
-  d->occ = v->occ;
   sc.frames = (const dev_frame *)L->d_desc;
   sc.out = L->d_out;
   sc.accumulate = L->accumulate;
@@ -1173,30 +1164,20 @@ int xt_cuda_voxel_render_view(const xt_cuda_dense_view *v, const xt_cuda_options
   }
   dim3 grid((unsigned)((L->cols + XT_CUDA_TILE_W - 1) / XT_CUDA_TILE_W),
             (unsigned)((L->rows + XT_CUDA_TILE_H - 1) / XT_CUDA_TILE_H), (unsigned)L->nf);
-  /* the hull and, where the view has its blocks' content, the trim to them (TRIM) */
-  const bool trim = v->occ.occ != NULL;
   if (L->nch) { /* as voxel_render's planes (a count launch writes nothing there either) */
-    const kernel_fn kc = vox == XT_CUDA_VOX_LINEAR
-                             ? (trim ? k_channels<XT_CUDA_VOX_LINEAR, true, false, true>
-                                     : k_channels<XT_CUDA_VOX_LINEAR, true, false, false>)
-                             : (trim ? k_channels<XT_CUDA_VOX_TEXTURE, true, false, true>
-                                     : k_channels<XT_CUDA_VOX_TEXTURE, true, false, false>);
     if (!L->count)
-      kc<<<grid, XT_CUDA_BLOCK_THREADS, sizeof(float) * XT_MAX_CHANNELS * XT_CUDA_VIEW_CHW_ROWS, L->stream>>>(sc);
+      channels_kernel(vox == XT_CUDA_VOX_TEXTURE, 1, 0)<<<grid, XT_CUDA_BLOCK_THREADS,
+                                                          sizeof(float) * XT_MAX_CHANNELS * XT_CUDA_VIEW_CHW_ROWS,
+                                                          L->stream>>>(sc);
     XT_CK(cudaGetLastError());
     return 0;
   }
   /* f32 voxels read no table: the constant-table variants, which copy none into shared memory */
-  const kernel_fn k =
-      vox == XT_CUDA_VOX_LINEAR
-          ? (L->count ? (trim ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, true, true, true>
-                              : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, true, true>)
-                      : (trim ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, true, true>
-                              : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, true>))
-          : (L->count ? (trim ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, true, true, true>
-                              : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, true, true>)
-                      : (trim ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, true, true>
-                              : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, true>));
+  const kernel_fn k = vox == XT_CUDA_VOX_LINEAR
+                          ? (L->count ? k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, true, true>
+                                      : k_render<XT_CUDA_VOX_LINEAR, XT_CUDA_LUT_CONST, false, true>)
+                          : (L->count ? k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, true, true>
+                                      : k_render<XT_CUDA_VOX_TEXTURE, XT_CUDA_LUT_CONST, false, true>);
   k<<<grid, XT_CUDA_BLOCK_THREADS, 0, L->stream>>>(sc);
   XT_CK(cudaGetLastError());
   return 0;

@@ -18,7 +18,6 @@
 
 extern "C" {
 #include "xt_cuda_config.h"
-#include "xt_occ8.h"
 #include "xt_proj_cuda.h"
 }
 
@@ -160,9 +159,6 @@ typedef struct xt_cuda_dense_view {
    * chw NULL: the view takes no channel launch */
   const float *chw;
   float thr[2];
-  /* its 8^3 blocks' content on the device (xt_occ8.h): each ray is cut to the first and last block
-   * with content (occ.occ NULL: to the hull only) */
-  xt_occ8 occ;
 } xt_cuda_dense_view;
 #define XT_CUDA_VIEW_CHW_ROWS 4
 

@@ -213,18 +213,3 @@ void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h) {
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h) {
   return (uint64_t)h->ntable * 5 + (uint64_t)h->nbricks * 2048 + (uint64_t)(h->npalette ? h->npalette : 1) * 4;
 }
-
-void xt_nvdb_bricks_occupancy(const xt_nvdb_bricks_host *h, uint8_t *occ) {
-  const float bg = h->b.bgmu;
-  for (size_t e = 0; e < h->ntable; e++) {
-    const int32_t t = h->table[e];
-    if (t < 0) {
-      occ[e] = memcmp(&h->palette[-1 - t], &bg, sizeof bg) != 0;
-      continue;
-    }
-    const float *v = h->pool + (size_t)t * 512;
-    int any = 0;
-    for (int k = 0; k < 512 && !any; k++) any = memcmp(&v[k], &bg, sizeof bg) != 0;
-    occ[e] = (uint8_t)any;
-  }
-}

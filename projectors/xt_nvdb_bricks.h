@@ -69,10 +69,6 @@ extern "C" {
  * bricks or table entries. */
 int xt_nvdb_bricks_build(const xt_nvdb *g, xt_nvdb_bricks_host *out, xt_msg *msg);
 void xt_nvdb_bricks_free(xt_nvdb_bricks_host *h);
-/* occ[e] (h->ntable bytes) = 1 where table entry e's block holds a voxel whose mu differs from the
- * background's (bgmu, bit for bit: a brick with one, or a constant block of another value), else 0
- * (xt_occ8.h, the dense working set's trim). */
-void xt_nvdb_bricks_occupancy(const xt_nvdb_bricks_host *h, uint8_t *occ);
 /* Device bytes of the four arrays (table, pool, palette, and the level array bricks6 reads). */
 uint64_t xt_nvdb_bricks_bytes(const xt_nvdb_bricks_host *h);
 /* The exact CPU reference's walk (proj_cpu_nvdb.c; ch NULL: mu into out[0]), for tests. */

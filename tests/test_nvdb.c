@@ -19,7 +19,6 @@
 #include "xt_load.h"
 #include "xt_nvdb.h"
 #include "xt_nvdb_bricks.h"
-#include "xt_occ8.h"
 #include "xt_nvdb_build.h"
 #include "xt_phantom.h"
 #include "xt_proj.h"
@@ -854,9 +853,6 @@ XT_TEST(mixed_scene_channels_reproduce_mono) {
 
 /* ---- the brick traversal (projectors/xt_nvdb_bricks.h, issue 29) ------------------------------ */
 
-/* Rays of bricks_check whose hull part the trim (xt_occ8.h) met, and shortened. */
-static long occ8_rays, occ8_trimmed;
-
 /* The largest |mu| of a brick pool: one cell of it is the floor of the scale the double marches are
  * compared on (a ray that only grazes content, at a tie of planes or a hull's corner, integrates to
  * nearly 0, where both walks keep the rounding of s ~ 100 cells: ~1e-15 absolute). */
@@ -1026,12 +1022,6 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(bad_decode == 0, "%s: %zu decoded voxels differ from the brick pool (domain from %d %d %d)", what,
                bad_decode, g->lo[0], g->lo[1], g->lo[2]);
   XT_CHECK_MSG(h.nbricks == g->nodes[0], "%s: %zu bricks for %u leaves", what, h.nbricks, g->nodes[0]);
-  uint8_t *occ = malloc(h.ntable ? h.ntable : 1);
-  XT_REQUIRE(occ);
-  xt_nvdb_bricks_occupancy(&h, occ);
-  const xt_occ8 oc = {occ, {h.b.lo[0], h.b.lo[1], h.b.lo[2]}, {h.b.c0[0], h.b.c0[1], h.b.c0[2]},
-                      {h.b.nc[0], h.b.nc[1], h.b.nc[2]}};
-  double occ_worst = 0;
   double worst64 = 0, mx = 0, se = 0, sr = 0, worst32 = 0;
   const double mu1 = pool_mu_max(&h);
   enum { NV = 8 }; /* bricks, bricks2 .. bricks8 */
@@ -1071,22 +1061,6 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
     hit++;
     double ref = 0;
     xt__nvdb_traverse(g, o, q, n, s0, s1, NULL, &ref);
-    /* the dense working set's trim (xt_occ8.h): the hull's part of the ray cut to the blocks with
-     * content; what it removes integrates, in the reference, to the background's mu times its length */
-    double t0, t1;
-    if (xt_nvdb_bricks_content(&h.b, o, q, s0, s1, 1, &t0, &t1)) {
-      double u0 = t0, u1 = t1, in = 0;
-      const int any = xt_occ8_trim(&oc, o, q, &u0, &u1);
-      if (any) {
-        XT_CHECK_MSG(u0 >= t0 && u1 <= t1 && u0 <= u1, "%s ray %d: trimmed to [%.17g, %.17g] from [%.17g, %.17g]", what, r,
-                     u0, u1, t0, t1);
-        xt__nvdb_traverse(g, o, q, n, u0, u1, NULL, &in);
-      }
-      const double outside = (double)h.b.bgmu * ((s1 - s0) - (any ? u1 - u0 : 0.0));
-      occ_worst = fmax(occ_worst, fabs(ref - in - outside) / fmax(fabs(ref), mu1));
-      occ8_trimmed += (t1 - t0) - (any ? u1 - u0 : 0.0) > 1e-6;
-      occ8_rays++;
-    }
     /* the first march and its other loop shapes (bricks2 .. bricks7): every one to the reference,
      * each but bricks5 .. bricks7 (which start at the content box or hull, in a block of their own,
      * and bricks6 and bricks7 cross whole regions) in the same number of steps as the first */
@@ -1138,9 +1112,6 @@ static void bricks_check(const xt_model *nm, int rays, const char *what) {
   XT_CHECK_MSG(worst32 <= 1e-4 * mx && sqrt(se) <= 1e-5 * sqrt(sr),
                "%s: float march vs the reference: max %.3g of the largest integral, relative L2 %.3g", what,
                worst32 / mx, sqrt(se / sr));
-  XT_CHECK_MSG(occ_worst <= 1e-12, "%s: the trim to the blocks with content (xt_occ8.h) changes the integral by %.3g",
-               what, occ_worst);
-  free(occ);
   xt_nvdb_bricks_free(&h);
 }
 
@@ -1169,9 +1140,6 @@ XT_TEST(bricks_equal_reference) {
     }
     xt_model_free(vm);
   }
-  XT_CHECK_MSG(occ8_trimmed > occ8_rays / 10, "the trim shortened %ld of %ld rays (it must be tested)", occ8_trimmed,
-               occ8_rays);
-  printf("  occ8 trim: %ld of %ld rays shortened\n", occ8_trimmed, occ8_rays);
 }
 
 /* Long grids: rays across empty upper-node slots (128^3 tiles) and the root's background, which

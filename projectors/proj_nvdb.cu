@@ -22,8 +22,8 @@
  * row (two 16-byte loads), or for mu grids the optical depth of the value's HU class, weighted
  * once at the end.
  *
- * The traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
- * default, the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks8",
+ * The traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "dense" (the
+ * default since 2026-12-07, below), "tree" (the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks8",
  * xt_nvdb_bricks_flat.inc, on the same pool, to be measured against it): at add_model the grid is also flattened into a brick pool
  * (projectors/xt_nvdb_bricks.h: 8^3 float bricks of the leaves, a table over the coarse cells, a
  * palette of the constant blocks), and k_nvdb_bricks marches it - a dense step (one float load at
@@ -32,7 +32,8 @@
  * projector's dense working set (one model's domain at a time, decoded on the device by
  * k_nvdb_decode when another model is needed; "dense-each" at every launch) with the voxel kind's
  * kernel (xt_cuda_voxel_render_view), so that a step costs a dense step; channel launches of mu
- * grids too (its k_channels); those of label grids keep the tree kernel. */
+ * grids too (its k_channels); those of label grids keep the tree kernel, and so does a model whose
+ * domain the working set cannot hold (2^31 voxels, or device memory refused at add_model). */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -385,6 +386,7 @@ typedef struct nvdb_kind {
   int ws_arr_n[3];
   xt_cuda_dense_view view[XT_CUDA_MAX_MODELS]; /* per model: n and the hull (f32, tex: at launch) */
   int want_tex[XT_CUDA_MAX_MODELS];
+  int ws_ok[XT_CUDA_MAX_MODELS]; /* the working set holds this model's domain; 0: it takes the tree */
   float *d_vchw[XT_CUDA_MAX_MODELS]; /* mu grids' channel rows in the view's layout (set_channels) */
 } nvdb_kind;
 
@@ -424,10 +426,10 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
                                           "bricks6", "bricks7", "bricks8", "dense",   "dense-each"};
   p->bricks = -1;
   for (int k = 0; k < TR_N; k++)
-    if ((!tr || !*tr) ? k == TR_TREE : !strcmp(tr, names[k])) p->bricks = k;
+    if ((!tr || !*tr) ? k == TR_DENSE : !strcmp(tr, names[k])) p->bricks = k;
   if (p->bricks < 0) {
     free(p);
-    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, bricks, bricks2 .. bricks8, dense or dense-each",
+    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: dense, tree, bricks, bricks2 .. bricks8 or dense-each",
                    tr);
   }
   p->ws_model = -1;
@@ -454,8 +456,7 @@ static int ws_add(nvdb_kind *p, int i, const xt_nvdb *g, const char *name, xt_ms
   memcpy(v->hhi, h.b.hhi, sizeof v->hhi);
   xt_nvdb_bricks_free(&h);
   const size_t nvox = (size_t)v->n[0] * v->n[1] * v->n[2];
-  if (nvox >= ((size_t)1 << 31)) /* the voxel kind's limit: 32-bit linear indices */
-    return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: %zu domain voxels (limit 2^31)", name, nvox);
+  if (nvox >= ((size_t)1 << 31)) return 0; /* the voxel kind's limit, 32-bit linear indices: the tree */
   int lim = 0, l2 = 0;
   XT_CK(cudaDeviceGetAttribute(&lim, cudaDevAttrMaxTexture3DWidth, p->opt.device));
   XT_CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p->opt.device));
@@ -465,14 +466,20 @@ static int ws_add(nvdb_kind *p, int i, const xt_nvdb *g, const char *name, xt_ms
                             (p->opt.voxels == XT_CUDA_VOX_AUTO && nvox * sizeof(float) > min_bytes));
   const size_t need = nvox + 2 * ws_guard(v->n);
   if (need > p->ws_cap) {
-    cudaFree(p->ws);
-    p->ws = NULL;
-    p->ws_cap = 0;
-    p->ws_model = -1;
-    XT_CK(cudaMalloc((void **)&p->ws, need * sizeof(float)));
+    float *w = NULL;
+    /* not there (a sparse grid of a huge domain, a full device): this model takes the tree, the
+     * others keep the working set they had */
+    if (cudaMalloc((void **)&w, need * sizeof(float)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    XT_CK(cudaMemset(w, 0, need * sizeof(float)));
+    XT_CK(cudaFree(p->ws));
+    p->ws = w;
     p->ws_cap = need;
-    XT_CK(cudaMemset(p->ws, 0, need * sizeof(float)));
+    p->ws_model = -1;
   }
+  p->ws_ok[i] = 1;
   return 0;
 }
 
@@ -697,7 +704,7 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
   int first = 1;
   for (int i = 0; i < p->nmodels; i++) {
     if (!p->models[i]) continue;
-    if (p->bricks >= TR_DENSE && (!L->nch || p->view[i].chw)) { /* label grids' channels: the tree */
+    if (p->bricks >= TR_DENSE && p->ws_ok[i] && (!L->nch || p->view[i].chw)) { /* label grids' channels: the tree */
       int rc = ws_load(p, i, L->stream, msg);
       if (rc) return rc;
       xt_cuda_dense_view v = p->view[i];

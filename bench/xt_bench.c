@@ -274,7 +274,7 @@ static void usage(void) {
   printf("usage: xtwin bench [--frames N] [--warmup N] [--scenes abcdsefghr] [--no-variants] [--quick]\n"
          "                   [--inst-per-step X] [--gmm FITTED_HEAD.xgmm] [--real-ct cranium.raw]\n"
          "  (r): the real head CT (scripts/real-ct OUTDIR makes OUTDIR/cranium.raw); the NanoVDB scenes use\n"
-         "  the traversal XT_NVDB_TRAVERSAL names (tree, the default, dense, bricks, bricks2 .. bricks8\n"
+         "  the traversal XT_NVDB_TRAVERSAL names (dense, the default, tree, bricks, bricks2 .. bricks8\n"
          "  or dense-each), or each of XT_BENCH_NVDB_TRAVERSALS=\"tree dense ...\" in turn on the same\n"
          "  models (a row per traversal)\n");
 }

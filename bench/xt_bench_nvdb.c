@@ -260,7 +260,7 @@ static int scene(xt_bench_nvdb_ctx *c, const char *tag, const xt_model *dense, x
   for (int k = 0; k < nm && !rc; k++) {
     const int kind = k == 0 ? 0 : 1 + (k - 1) % 2; /* 0 dense, 1 Float (or index), 2 Fp8 */
     const xt_model *m = kind == 0 ? dense : nv[kind - 1];
-    const char *trname = k == 0 ? "-" : (ntr ? trn[(k - 1) / 2] : (tr0 && *tr0 ? tr0 : "tree"));
+    const char *trname = k == 0 ? "-" : (ntr ? trn[(k - 1) / 2] : (tr0 && *tr0 ? tr0 : "dense"));
     const double bytes = kind == 0 ? dbytes : (double)xt_model_nvdb(m)->bytes;
     char err[96] = "-";
     double rel, mxr;

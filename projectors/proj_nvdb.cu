@@ -22,9 +22,8 @@
  * row (two 16-byte loads), or for mu grids the optical depth of the value's HU class, weighted
  * once at the end.
  *
- * The traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "tree" (the
- * default, the march above), "dense" (below: to become the default once the GPU goldens, whose
- * r06 is a NanoVDB render, are re-recorded with it) or "bricks" (and its loop shapes "bricks2" .. "bricks8",
+ * The traversals (issue 29), chosen per projector by XT_NVDB_TRAVERSAL at create: "dense" (the
+ * default since 2026-12-08, below), "tree" (the march above) or "bricks" (and its loop shapes "bricks2" .. "bricks8",
  * xt_nvdb_bricks_flat.inc, on the same pool, to be measured against it): at add_model the grid is also flattened into a brick pool
  * (projectors/xt_nvdb_bricks.h: 8^3 float bricks of the leaves, a table over the coarse cells, a
  * palette of the constant blocks), and k_nvdb_bricks marches it - a dense step (one float load at
@@ -427,10 +426,10 @@ static int nvdb_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
                                           "bricks6", "bricks7", "bricks8", "dense",   "dense-each"};
   p->bricks = -1;
   for (int k = 0; k < TR_N; k++)
-    if ((!tr || !*tr) ? k == TR_TREE : !strcmp(tr, names[k])) p->bricks = k;
+    if ((!tr || !*tr) ? k == TR_DENSE : !strcmp(tr, names[k])) p->bricks = k;
   if (p->bricks < 0) {
     free(p);
-    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: tree, dense, bricks, bricks2 .. bricks8 or dense-each",
+    return xt_fail(msg, XT_EINVAL, "backend cuda: XT_NVDB_TRAVERSAL=%s: dense, tree, bricks, bricks2 .. bricks8 or dense-each",
                    tr);
   }
   p->ws_model = -1;

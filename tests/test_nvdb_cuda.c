@@ -8,8 +8,8 @@
  * one frame; test_nvdb's mixed_scene_is_the_sum holds the CPU reference of such scenes equal to the
  * sum of its models rendered alone); the batch entry point; grids whose content sits well inside
  * their box (the brick march's content hull, bricks7); the dense working set's switches between
- * grids; the traversal names. Every test runs under the traversal XT_NVDB_TRAVERSAL names (tree
- * by default; dense, dense-each, bricks .. bricks8).
+ * grids; the traversal names. Every test runs under the traversal XT_NVDB_TRAVERSAL names (dense
+ * by default; tree, bricks .. bricks8, dense-each).
  * Each frame is poisoned with NaN first, so an unwritten pixel fails. Pass: relative L2 < 1e-5
  * and max |gpu - ref| <= 1e-4 of the frame's max.
  *

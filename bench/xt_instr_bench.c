@@ -378,7 +378,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] "
                       "[--backend cuda|cpu] [--catheters] [--count]\n"
                       "  environment, read by the CUDA projector at create: XT_INSTR_FUSED=1 (instruments fused\n"
-                      "  into the spectral projection), XT_INSTR_SPLAT=default|compact|split (the splat kernel)\n");
+                      "  into the spectral projection), XT_INSTR_SPLAT=default|compact (the splat kernel)\n");
       return 2;
     }
   }

@@ -31,10 +31,6 @@
  *           (k_instr_splat_compact: its comment). Works for line integrals, channels and fused.
  *           Measured no faster than the default (docs/BENCHMARKS.md), which now takes the same
  *           bound per sub-ray without the queue.
- *   split   (XT_INSTR_SPLAT=split) the default's sums with its per-segment preamble (footprint,
- *           the closed form's and the bound's constants) moved into a kernel of its own, a thread
- *           a segment (k_instr_prep, records of 328 bytes), so that the splat's warps start on
- *           the pixels (k_instr_splat_pre) instead of waiting on chains one to eight lanes run.
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
  * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32 (the
@@ -122,12 +118,8 @@ typedef struct instr_state {
   size_t acc_n, flag_n;
   int nch;
   int ci; /* the iodine channel of the last set_channels, -1: none */
-  int splat;   /* XT_INSTR_SPLAT at create: SPLAT_DEFAULT, SPLAT_COMPACT or SPLAT_SPLIT */
-  struct splat_pre *d_pre; /* SPLAT_SPLIT: k_instr_prep's records, one a segment of every instrument's capacity */
-  int pre_cap;
+  int compact; /* XT_INSTR_SPLAT=compact at create: k_instr_splat_compact */
 } instr_state;
-
-enum { SPLAT_DEFAULT, SPLAT_COMPACT, SPLAT_SPLIT };
 
 static size_t frame_bytes_n(int n) {
   const size_t b = sizeof(instr_head) + sizeof(instr_xf) * (size_t)n;
@@ -141,16 +133,13 @@ static int instr_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   if (!s) return xt_fail(msg, XT_ENOMEM, "cuda instruments: out of memory");
   s->device = opt->device;
   /* the splat's kernel, read once here like XT_INSTR_FUSED (cuda_pipeline.cu): unset, "" or
-   * "default" the one-pass-per-candidate-pixel kernel, "compact" the survivor-batched one, "split"
-   * the default's with its per-segment preamble in a kernel of its own */
+   * "default" the one-pass-per-candidate-pixel kernel, "compact" the survivor-batched one */
   const char *sp = getenv("XT_INSTR_SPLAT");
-  if (!sp || !*sp || !strcmp(sp, "default")) s->splat = SPLAT_DEFAULT;
-  else if (!strcmp(sp, "compact")) s->splat = SPLAT_COMPACT;
-  else if (!strcmp(sp, "split")) s->splat = SPLAT_SPLIT;
-  else {
+  if (sp && *sp && strcmp(sp, "default") != 0 && strcmp(sp, "compact") != 0) {
     free(s);
-    return xt_fail(msg, XT_EINVAL, "XT_INSTR_SPLAT: '%.40s' is not default, compact or split", sp);
+    return xt_fail(msg, XT_EINVAL, "XT_INSTR_SPLAT: '%.40s' is neither default nor compact", sp);
   }
+  s->compact = sp && strcmp(sp, "compact") == 0;
   *st = s;
   return 0;
 }
@@ -168,28 +157,7 @@ static void instr_destroy(void *st) {
   }
   cudaFree(s->d_acc);
   cudaFree(s->d_flag);
-  cudaFree(s->d_pre);
   free(s);
-}
-
-static size_t pre_bytes(int n);
-
-/* The split splat's records for every instrument's capacity (set_shape never exceeds it), grown at
- * add_model, never per frame. A failure leaves the instrument added and the projector as it was
- * (its render fails): the caller destroys it. */
-static int pre_ensure(instr_state *s, const xt_model *m, xt_msg *msg) {
-  if (s->splat != SPLAT_SPLIT) return 0;
-  long long cap = 0;
-  for (int i = 0; i < s->n; i++) cap += s->in[i].geom.cap_seg;
-  if (cap <= s->pre_cap) return 0;
-  if (cap > INT_MAX) return xt_fail(msg, XT_ETOOLARGE, "cuda projector: model %s: too many segments", m->name);
-  cudaFree(s->d_pre);
-  s->d_pre = NULL;
-  s->pre_cap = 0;
-  const cudaError_t e = cudaMalloc((void **)&s->d_pre, pre_bytes((int)cap));
-  if (e != cudaSuccess) return xt_fail(msg, XT_EDEVICE, "cuda projector: model %s: %s", m->name, cudaGetErrorString(e));
-  s->pre_cap = (int)cap;
-  return 0;
 }
 
 static int instr_add_model(void *st, const xt_model *m, xt_msg *msg) {
@@ -230,7 +198,7 @@ static int instr_add_model(void *st, const xt_model *m, xt_msg *msg) {
   }
   o->nseg = o->geom.nseg;
   s->n++;
-  return pre_ensure(s, m, msg);
+  return 0;
 }
 
 static int instr_set_shape(void *st, const xt_model *m, const double *pts, int n, xt_msg *msg) {
@@ -341,85 +309,42 @@ static __device__ __forceinline__ int d_project(const instr_head *h, const doubl
  * one corner each; the bounds by integer reductions (one instruction each, where double min/max
  * butterflies took ~160 a warp: ncu). A corner behind the source gives the whole detector at depth
  * 1, a NaN corner the whole row or column range. The whole warp returns the same. */
-static __device__ __forceinline__ double footprint_grow(const xt_tube_seg *t) {
+static __device__ __forceinline__ int splat_footprint(const instr_head *h, const instr_xf *x, const xt_tube_seg *t,
+                                                      int lane, int cols, int rows, int fp[4], double *fe) {
   const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
-  return t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
-}
-
-/* Corner q (0-7) of the segment's box grown by grow: the pixels cr = {clo, chi, rlo, rhi} its
- * projection's neighbourhood covers and its depth's bits *fb; 0 when it is behind the source. */
-static __device__ __forceinline__ int footprint_corner(const instr_head *h, const instr_xf *x, const xt_tube_seg *t,
-                                                       double grow, int q, int cr[4], unsigned *fb) {
-  double pm[3];
-  for (int i = 0; i < 3; i++) {
-    const double a = t->p0[i], e = t->p0[i] + t->len * t->d[i];
-    pm[i] = (q >> i) & 1 ? fmax(a, e) + grow : fmin(a, e) - grow;
+  const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
+  int clo = INT_MAX, chi = INT_MIN, rlo = INT_MAX, rhi = INT_MIN, behind = 0;
+  unsigned fb = 0u;
+  if (lane < 8) {
+    double pm[3];
+    for (int q = 0; q < 3; q++) {
+      const double a = t->p0[q], e = t->p0[q] + t->len * t->d[q];
+      pm[q] = (lane >> q) & 1 ? fmax(a, e) + grow : fmin(a, e) - grow;
+    }
+    double pw[3], cc, rr, f;
+    d_apply(x->m2w, pm, pw, 0);
+    if (d_project(h, pw, &cc, &rr, &f)) {
+      const double L = 1e9; /* within int; NaN -> the whole range */
+      clo = (int)floor(fmax(cc - 0.5, -L));
+      chi = (int)ceil(fmin(cc + 0.5, L));
+      rlo = (int)floor(fmax(rr - 0.5, -L));
+      rhi = (int)ceil(fmin(rr + 0.5, L));
+      fb = __float_as_uint(__double2float_ru(f)); /* f > 0: its bits order as its values, rounded up */
+    } else {
+      behind = 1;
+    }
   }
-  double pw[3], cc, rr, f;
-  d_apply(x->m2w, pm, pw, 0);
-  if (!d_project(h, pw, &cc, &rr, &f)) return 0;
-  const double L = 1e9; /* within int; NaN -> the whole range */
-  cr[0] = (int)floor(fmax(cc - 0.5, -L));
-  cr[1] = (int)ceil(fmin(cc + 0.5, L));
-  cr[2] = (int)floor(fmax(rr - 0.5, -L));
-  cr[3] = (int)ceil(fmin(rr + 0.5, L));
-  *fb = __float_as_uint(__double2float_ru(f)); /* f > 0: its bits order as its values, rounded up */
-  return 1;
-}
-
-/* The footprint's pixel ranges fp from the corners' (or the whole detector at depth 1 when a corner
- * is behind the source); 0 when nothing of it lies on the detector. */
-static __device__ __forceinline__ int footprint_clip(int behind, const int lo_hi[4], unsigned fb, int cols, int rows,
-                                                     int fp[4], double *fe) {
-  if (behind) {
+  if (__any_sync(FULL, behind)) {
     fp[0] = 0, fp[1] = cols - 1, fp[2] = 0, fp[3] = rows - 1;
     *fe = 1.0;
     return 1;
   }
-  fp[0] = max(0, lo_hi[0]);
-  fp[1] = min(cols - 1, lo_hi[1]);
-  fp[2] = max(0, lo_hi[2]);
-  fp[3] = min(rows - 1, lo_hi[3]);
-  *fe = fmin(1.0, (double)__uint_as_float(fb));
+  fp[0] = max(0, __reduce_min_sync(FULL, clo));
+  fp[1] = min(cols - 1, __reduce_max_sync(FULL, chi));
+  fp[2] = max(0, __reduce_min_sync(FULL, rlo));
+  fp[3] = min(rows - 1, __reduce_max_sync(FULL, rhi));
+  *fe = fmin(1.0, (double)__uint_as_float(__reduce_max_sync(FULL, fb)));
   return fp[0] <= fp[1] && fp[2] <= fp[3];
-}
-
-/* The footprint: the segment's box (xt_instr_seg_box's, as the CPU reference culls with), projected
- * onto the detector, as the pixels ca..cb x ra..rb (fp) that any of its points falls in (a pixel's
- * sub-rays lie 1/16 of a pixel inside its edges: the slack for the projection's rounding), and the
- * box's largest depth *fe (at most 1); 0 when nothing of it reaches the detector. Lanes 0-7 project
- * one corner each; the bounds by integer reductions (one instruction each, where double min/max
- * butterflies took ~160 a warp: ncu). A corner behind the source gives the whole detector at depth
- * 1, a NaN corner the whole row or column range. The whole warp returns the same. */
-static __device__ __forceinline__ int splat_footprint(const instr_head *h, const instr_xf *x, const xt_tube_seg *t,
-                                                      int lane, int cols, int rows, int fp[4], double *fe) {
-  const double grow = footprint_grow(t);
-  int cr[4] = {INT_MAX, INT_MIN, INT_MAX, INT_MIN}, behind = 0;
-  unsigned fb = 0u;
-  if (lane < 8) behind = !footprint_corner(h, x, t, grow, lane, cr, &fb);
-  const int all[4] = {__reduce_min_sync(FULL, cr[0]), __reduce_max_sync(FULL, cr[1]), __reduce_min_sync(FULL, cr[2]),
-                      __reduce_max_sync(FULL, cr[3])};
-  return footprint_clip(__any_sync(FULL, behind), all, __reduce_max_sync(FULL, fb), cols, rows, fp, fe);
-}
-
-/* The same footprint by one thread, its corners in turn (k_instr_prep). */
-static __device__ __forceinline__ int footprint_serial(const instr_head *h, const instr_xf *x, const xt_tube_seg *t,
-                                                       int cols, int rows, int fp[4], double *fe) {
-  const double grow = footprint_grow(t);
-  int all[4] = {INT_MAX, INT_MIN, INT_MAX, INT_MIN}, behind = 0;
-  unsigned fb = 0u;
-#pragma unroll
-  for (int q = 0; q < 8; q++) {
-    int cr[4];
-    unsigned f;
-    if (!footprint_corner(h, x, t, grow, q, cr, &f)) {
-      behind = 1;
-      continue;
-    }
-    all[0] = min(all[0], cr[0]), all[1] = max(all[1], cr[1]), all[2] = min(all[2], cr[2]), all[3] = max(all[3], cr[3]);
-    fb = max(fb, f);
-  }
-  return footprint_clip(behind, all, fb, cols, rows, fp, fe);
 }
 
 /* The splat's view of the instruments, passed by value as the kernel's parameter (__grid_constant__:
@@ -443,18 +368,85 @@ typedef struct instr_tab {
 
 static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
 
-/* The footprint's pixels of one segment (ca..cb x ra..rb), 32 at a time, for a warp whose
- * constants P, F, MB are its own in shared memory: the candidates, their sub-rays and the sums into
- * the accumulator (splat_segment's comments). e: the candidates' margin; io: the segment's lumen is
- * the region whose iodine the frame carries. */
-static __device__ __forceinline__ void splat_pixels(const xt_tube_pre &P, const xt_tube_fam &F, const xt_tube_maybe &MB,
-                                                    double e, int ca, int cb, int ra, int rb, int io,
-                                                    const xt_tube_seg *t, const instr_xf *x, const float *w, int nch,
-                                                    int cols, int tcols, unsigned long long *__restrict__ acc,
-                                                    unsigned char *__restrict__ flag) {
+/* One warp per segment, all instruments' segments in one launch (tab). The footprint
+ * (splat_footprint). The footprint's pixels, 32 at a time: each lane asks whether its pixel's two
+ * halves' centre rays pass near the segment (xt_tube_fac_near, below); then for each candidate
+ * pixel (two ballots' bits, in order) the 32 lanes split the S x S sub-rays of its halves that
+ * passed (S = 8: one half a pass, a refused half skipped by the warp). Each lane's sub-ray first
+ * takes the closed form's division-free bound (xt_tube_fac_maybe: the cylinder, its span within the
+ * ray, the mitres), which refuses no sub-ray with a chord; the closed form follows only where a lane
+ * passed it, and only for those lanes (ncu: the short segments' cylinders are met by 70 % of the
+ * passes, whose mitres then clip most of them to nothing), and a pixel none of whose sub-rays passed
+ * is left there. A butterfly sums the rest (every lane ends with the same bits: the tree is fixed
+ * and + commutes), lane 0 (line integrals) or lane c (channel c) adds the pixel's mean into the
+ * fixed-point accumulator, and the pixel's tile is flagged for the finish. A refused sub-ray's
+ * chords are exactly 0, so the sums are bit for bit those of every sub-ray's closed form. The
+ * per-pixel double sums group the sub-rays differently from the CPU reference (a tree here, in order
+ * there): the same terms, rounding apart by ~1e-16 relative, far below the 2^-32 of the accumulator. */
+static __device__ __forceinline__ void splat_segment(int k, const unsigned char *desc, const instr_tab &tab, int nch,
+                                                     int cols, int rows, int tcols, unsigned long long *__restrict__ acc,
+                                                     unsigned char *__restrict__ flag) {
   const int lane = threadIdx.x & 31;
+  int mi = 0;
+  while (k >= tab.first[mi + 1]) mi++;
+  const instr_head *h = (const instr_head *)desc;
+  const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
+  const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
+  const float *w = tab.w[mi];
+  if (!(x->scale > 0.0)) return; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
+  int fp[4];
+  double fe;
+  if (!splat_footprint(h, x, t, lane, cols, rows, fp, &fe)) return; /* the whole warp */
+  const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
+  const xt_cuda_camera &c = h->cam;
   const int S = XT_INSTR_AREA_SAMPLES;
+  static_assert(XT_INSTR_AREA_SAMPLES == 8, "k_instr_splat: a half's sub-rays are one pass of 32 lanes");
   const double inv = 1.0 / ((double)S * S);
+  /* The candidates, by halves: the pixels one of whose halves (sub-pixel rows sj < S/2, then the
+   * rest) has a centre ray passing within e of the segment's tube (xt_tube_fac_near). A sub-ray and
+   * its half's centre ray start at the source and end on the detector plane at most
+   * hypot(pu/2, pv/4) apart, so at depth f (d_project's) they are at most f x that apart (world mm;
+   * x scale in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fe
+   * (its corners' largest, rounded up; depth is affine): a sub-ray that meets the tube passes within
+   * e of its half's centre ray at the same depth. So a half refused has sub-rays whose chords are all
+   * exactly 0, and skipping it leaves every sum as it was; the CPU reference's candidates (a box
+   * grown by a whole diagonal, proj_cpu_instr.c) are more, the extra ones adding the same zeros:
+   * both sum the same non-zero terms. fe <= 1 on the rays' span; the margins cover rounding. */
+  /* The sub-rays' factored closed form (xt_tube.h): the segment's constants for this source; the
+   * ray to the sub-pixel centre (xs, ys) is D = M (w0 + xs wu + ys wv) (w0 the source to the
+   * detector's origin, wu and wv a column's and a row's step, M w2m's linear part), so its four
+   * numbers are l(M w0) + xs l(M wu) + ys l(M wv), and its squared world length a quadratic in
+   * (xs, ys): a sub-ray that misses the tube costs 4 FMAs and ~6 FP64 operations, one that meets it
+   * ~60 more, instead of forming and mapping a unit ray and moving its origin (~235). */
+  /* of M w0, M wu, M wv, the quadratic of |w|^2 and the bound's constants: the warp's own, in
+   * shared memory, read where the closed form needs them (held in registers, they took 52 of the
+   * kernel's 131 and held it to 12 warps an SM) */
+  __shared__ xt_tube_pre sP[SPLAT_WARPS];
+  __shared__ xt_tube_fam sF[SPLAT_WARPS];
+  __shared__ xt_tube_maybe sM[SPLAT_WARPS];
+  const int wi = threadIdx.x >> 5;
+  if (lane == 0) xt_tube_prep(t, x->o, &sP[wi]);
+  __syncwarp();
+  /* the three directions' numbers on three lanes at once, the quadratic on six more */
+  if (lane < 3) {
+    const double *D = lane == 0 ? x->d0 : lane == 1 ? x->du : x->dv;
+    xt_tube_lin_of(&sP[wi], t, D, lane == 0 ? &sF[wi].l0 : lane == 1 ? &sF[wi].lu : &sF[wi].lv);
+  } else if (lane < 9) {
+    sF[wi].q[lane - 3] = h->q[lane - 3];
+  }
+  __syncwarp();
+  if (lane == 0) { /* the bound's constants: the sub-pixel centres' largest |x| and |y|, the centre */
+    const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
+    xt_tube_fac_maybe_prep(&sP[wi], &sF[wi], xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &sM[wi]);
+  }
+  __syncwarp();
+  const xt_tube_pre &P = sP[wi];
+  const xt_tube_fam &F = sF[wi];
+  const xt_tube_maybe &MB = sM[wi];
+  /* xt_tube_mu_lumen with its test made once a warp: whether this segment's lumen is the region
+   * whose iodine the frame's descriptor carries (131 registers unbounded, where picking per pixel took 134) */
+  const int io = t->lumen == x->lumen_io;
+  const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   const int fw = cb - ca + 1;
   const long long np = (long long)fw * (rb - ra + 1);
   /* the lumen's chords are all 0 for a solid segment (a guidewire): its sums and butterfly skipped,
@@ -524,86 +516,6 @@ static __device__ __forceinline__ void splat_pixels(const xt_tube_pre &P, const 
   }
 }
 
-/* One warp per segment, all instruments' segments in one launch (tab). The footprint
- * (splat_footprint). The footprint's pixels, 32 at a time: each lane asks whether its pixel's two
- * halves' centre rays pass near the segment (xt_tube_fac_near, below); then for each candidate
- * pixel (two ballots' bits, in order) the 32 lanes split the S x S sub-rays of its halves that
- * passed (S = 8: one half a pass, a refused half skipped by the warp). Each lane's sub-ray first
- * takes the closed form's division-free bound (xt_tube_fac_maybe: the cylinder, its span within the
- * ray, the mitres), which refuses no sub-ray with a chord; the closed form follows only where a lane
- * passed it, and only for those lanes (ncu: the short segments' cylinders are met by 70 % of the
- * passes, whose mitres then clip most of them to nothing), and a pixel none of whose sub-rays passed
- * is left there. A butterfly sums the rest (every lane ends with the same bits: the tree is fixed
- * and + commutes), lane 0 (line integrals) or lane c (channel c) adds the pixel's mean into the
- * fixed-point accumulator, and the pixel's tile is flagged for the finish. A refused sub-ray's
- * chords are exactly 0, so the sums are bit for bit those of every sub-ray's closed form. The
- * per-pixel double sums group the sub-rays differently from the CPU reference (a tree here, in order
- * there): the same terms, rounding apart by ~1e-16 relative, far below the 2^-32 of the accumulator. */
-static __device__ __forceinline__ void splat_segment(int k, const unsigned char *desc, const instr_tab &tab, int nch,
-                                                     int cols, int rows, int tcols, unsigned long long *__restrict__ acc,
-                                                     unsigned char *__restrict__ flag) {
-  const int lane = threadIdx.x & 31;
-  int mi = 0;
-  while (k >= tab.first[mi + 1]) mi++;
-  const instr_head *h = (const instr_head *)desc;
-  const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
-  const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
-  const float *w = tab.w[mi];
-  if (!(x->scale > 0.0)) return; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
-  int fp[4];
-  double fe;
-  if (!splat_footprint(h, x, t, lane, cols, rows, fp, &fe)) return; /* the whole warp */
-  const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
-  const xt_cuda_camera &c = h->cam;
-  static_assert(XT_INSTR_AREA_SAMPLES == 8, "k_instr_splat: a half's sub-rays are one pass of 32 lanes");
-  /* The candidates, by halves: the pixels one of whose halves (sub-pixel rows sj < S/2, then the
-   * rest) has a centre ray passing within e of the segment's tube (xt_tube_fac_near). A sub-ray and
-   * its half's centre ray start at the source and end on the detector plane at most
-   * hypot(pu/2, pv/4) apart, so at depth f (d_project's) they are at most f x that apart (world mm;
-   * x scale in model mm). Every point of the segment's box, hence of its tube, lies at depth <= fe
-   * (its corners' largest, rounded up; depth is affine): a sub-ray that meets the tube passes within
-   * e of its half's centre ray at the same depth. So a half refused has sub-rays whose chords are all
-   * exactly 0, and skipping it leaves every sum as it was; the CPU reference's candidates (a box
-   * grown by a whole diagonal, proj_cpu_instr.c) are more, the extra ones adding the same zeros:
-   * both sum the same non-zero terms. fe <= 1 on the rays' span; the margins cover rounding. */
-  /* The sub-rays' factored closed form (xt_tube.h): the segment's constants for this source; the
-   * ray to the sub-pixel centre (xs, ys) is D = M (w0 + xs wu + ys wv) (w0 the source to the
-   * detector's origin, wu and wv a column's and a row's step, M w2m's linear part), so its four
-   * numbers are l(M w0) + xs l(M wu) + ys l(M wv), and its squared world length a quadratic in
-   * (xs, ys): a sub-ray that misses the tube costs 4 FMAs and ~6 FP64 operations, one that meets it
-   * ~60 more, instead of forming and mapping a unit ray and moving its origin (~235). */
-  /* of M w0, M wu, M wv, the quadratic of |w|^2 and the bound's constants: the warp's own, in
-   * shared memory, read where the closed form needs them (held in registers, they took 52 of the
-   * kernel's 131 and held it to 12 warps an SM) */
-  __shared__ xt_tube_pre sP[SPLAT_WARPS];
-  __shared__ xt_tube_fam sF[SPLAT_WARPS];
-  __shared__ xt_tube_maybe sM[SPLAT_WARPS];
-  const int wi = threadIdx.x >> 5;
-  if (lane == 0) xt_tube_prep(t, x->o, &sP[wi]);
-  __syncwarp();
-  /* the three directions' numbers on three lanes at once, the quadratic on six more */
-  if (lane < 3) {
-    const double *D = lane == 0 ? x->d0 : lane == 1 ? x->du : x->dv;
-    xt_tube_lin_of(&sP[wi], t, D, lane == 0 ? &sF[wi].l0 : lane == 1 ? &sF[wi].lu : &sF[wi].lv);
-  } else if (lane < 9) {
-    sF[wi].q[lane - 3] = h->q[lane - 3];
-  }
-  __syncwarp();
-  if (lane == 0) { /* the bound's constants: the sub-pixel centres' largest |x| and |y|, the centre */
-    const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
-    xt_tube_fac_maybe_prep(&sP[wi], &sF[wi], xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &sM[wi]);
-  }
-  __syncwarp();
-  const xt_tube_pre &P = sP[wi];
-  const xt_tube_fam &F = sF[wi];
-  const xt_tube_maybe &MB = sM[wi];
-  /* xt_tube_mu_lumen with its test made once a warp: whether this segment's lumen is the region
-   * whose iodine the frame's descriptor carries (131 registers unbounded, where picking per pixel took 134) */
-  const int io = t->lumen == x->lumen_io;
-  const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
-  splat_pixels(P, F, MB, e, ca, cb, ra, rb, io, t, x, w, nch, cols, tcols, acc, flag);
-}
-
 /* A warp per segment. (A grid of a few blocks an SM whose warps went on to further segments, to
  * share the SMs with the voxel kernel under XT_INSTR_SIDE, was measured slower: 2026-12-07,
  * docs/BENCHMARKS.md.) */
@@ -612,88 +524,6 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
                   int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
   const int k = blockIdx.x * SPLAT_WARPS + (threadIdx.x >> 5);
   if (k < tab.total) splat_segment(k, desc, tab, nch, cols, rows, tcols, acc, flag);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The split splat (XT_INSTR_SPLAT=split)                                                     */
-/* ------------------------------------------------------------------------------------------ */
-
-/* A segment's constants for one frame, as k_instr_splat's preamble forms them in its warp's shared
- * memory: its footprint (fp: ca, cb, ra, rb; ca > cb: nothing of it reaches the detector), the
- * factored closed form's (P, F), the bound's (MB), the candidates' margin e. */
-typedef struct splat_pre {
-  xt_tube_pre P;
-  xt_tube_fam F;
-  xt_tube_maybe MB;
-  double e;
-  int fp[4];
-  int mi, io; /* its instrument; its lumen is the region whose iodine the frame carries */
-} splat_pre;
-static_assert(sizeof(splat_pre) % 8 == 0, "splat_pre: copied as 8-byte words");
-#define PRE_WORDS ((int)(sizeof(splat_pre) / 8))
-#define PREP_THREADS 128
-static size_t pre_bytes(int n) { return sizeof(splat_pre) * (size_t)n; }
-
-/* The split splat's first kernel: a thread per segment forms what k_instr_splat's warp forms in its
- * preamble (the corners' projections, the closed form's and the bound's constants) - the same
- * functions on the same numbers, so the same bits - where a warp spent most of a segment's latency
- * on chains that one to eight of its lanes ran while the rest waited. */
-__global__ void __launch_bounds__(PREP_THREADS)
-    k_instr_prep(const unsigned char *desc, const __grid_constant__ instr_tab tab, int cols, int rows,
-                 splat_pre *__restrict__ pre) {
-  const int k = blockIdx.x * PREP_THREADS + threadIdx.x;
-  if (k >= tab.total) return;
-  int mi = 0;
-  while (k >= tab.first[mi + 1]) mi++;
-  const instr_head *h = (const instr_head *)desc;
-  const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
-  const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
-  splat_pre g;
-  g.mi = mi;
-  int fp[4];
-  double fe;
-  if (!(x->scale > 0.0) || !footprint_serial(h, x, t, cols, rows, fp, &fe)) {
-    pre[k].fp[0] = 1, pre[k].fp[1] = 0; /* nothing */
-    return;
-  }
-  const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
-  xt_tube_prep(t, x->o, &g.P);
-  xt_tube_lin_of(&g.P, t, x->d0, &g.F.l0);
-  xt_tube_lin_of(&g.P, t, x->du, &g.F.lu);
-  xt_tube_lin_of(&g.P, t, x->dv, &g.F.lv);
-  for (int i = 0; i < 6; i++) g.F.q[i] = h->q[i];
-  const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
-  xt_tube_fac_maybe_prep(&g.P, &g.F, xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &g.MB);
-  g.e = hypot(0.5 * h->cam.pu, 0.25 * h->cam.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
-  for (int i = 0; i < 4; i++) g.fp[i] = fp[i];
-  g.io = t->lumen == x->lumen_io;
-  pre[k] = g;
-}
-
-/* The split splat's second kernel: a warp per segment, as k_instr_splat, its constants copied from
- * k_instr_prep's record into the warp's shared memory (a word a lane), then straight to the
- * footprint's pixels (splat_pixels): the same sums (bit for bit where both kernels' compilers
- * contracted the constants' FMAs alike; else a pixel's last bits, as the compact splat's). 96
- * registers unbounded (ptxas, sm_90): the pixels' loop, not the preamble, sets the count. */
-__global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
-    k_instr_splat_pre(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int tcols,
-                      const splat_pre *__restrict__ pre, unsigned long long *__restrict__ acc,
-                      unsigned char *__restrict__ flag) {
-  __shared__ splat_pre sg[SPLAT_WARPS];
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-  const int k = blockIdx.x * SPLAT_WARPS + wi;
-  if (k >= tab.total) return; /* the whole warp */
-  if (pre[k].fp[0] > pre[k].fp[1]) return;
-  const unsigned long long *src = (const unsigned long long *)&pre[k];
-  unsigned long long *dst = (unsigned long long *)&sg[wi];
-  for (int i = lane; i < PRE_WORDS; i += 32) dst[i] = src[i];
-  __syncwarp();
-  const splat_pre &g = sg[wi];
-  const int mi = g.mi;
-  const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
-  const xt_tube_seg *t = tab.seg[mi] + (k - tab.first[mi]);
-  splat_pixels(g.P, g.F, g.MB, g.e, g.fp[0], g.fp[1], g.fp[2], g.fp[3], g.io, t, x, tab.w[mi], nch, cols, tcols, acc,
-               flag);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -975,24 +805,16 @@ static int instr_upload(instr_state *s, const xt_cuda_launch *L, instr_tab *tab,
   }
   for (int i = s->n; i < XT_CUDA_MAX_INSTR; i++) tab->first[i + 1] = tab->first[s->n]; /* the scan stops at n */
   tab->total = tab->first[s->n];
-  if (s->splat == SPLAT_SPLIT && tab->total > s->pre_cap)
-    return xt_fail(msg, XT_EDEVICE, "cuda instruments: no room for the split splat's records (add_model failed)");
   return 0;
 }
 
 /* One frame's splat, by the kernel chosen at create (XT_INSTR_SPLAT); the caller checks the launch. */
 static void splat_launch(const instr_state *s, const xt_cuda_launch *L, const unsigned char *desc, const instr_tab *tab,
                          int tcols) {
-  if (s->splat == SPLAT_COMPACT) {
+  if (s->compact) {
     const int blocks = (tab->total + COMPACT_WARPS - 1) / COMPACT_WARPS;
     k_instr_splat_compact<<<blocks, 32 * COMPACT_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols,
                                                                          s->d_acc, s->d_flag);
-  } else if (s->splat == SPLAT_SPLIT) {
-    k_instr_prep<<<(tab->total + PREP_THREADS - 1) / PREP_THREADS, PREP_THREADS, 0, L->stream>>>(desc, *tab, L->cols,
-                                                                                                 L->rows, s->d_pre);
-    const int blocks = (tab->total + SPLAT_WARPS - 1) / SPLAT_WARPS;
-    k_instr_splat_pre<<<blocks, 32 * SPLAT_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, tcols, s->d_pre,
-                                                                  s->d_acc, s->d_flag);
   } else {
     const int blocks = (tab->total + SPLAT_WARPS - 1) / SPLAT_WARPS;
     k_instr_splat<<<blocks, 32 * SPLAT_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols, s->d_acc,

@@ -712,8 +712,10 @@ static int nvdb_render(void *st, const xt_cuda_launch *L, xt_msg *msg) {
       v.tex = p->want_tex[i] ? p->ws_tex : 0;
       xt_cuda_launch l = *L;
       l.accumulate = L->accumulate || !first;
+      /* the map only where the view picks its storage by it (both copies under AUTO), as the voxel
+       * kind's pick_vox: host work inside every launch, and the frame is timed from before it */
       xt_affine w2c;
-      const int ok = xt_nvdb_world_to_cell(p->models[i], &L->g[0].pose, &w2c);
+      const int ok = v.tex && p->opt.voxels == XT_CUDA_VOX_AUTO && xt_nvdb_world_to_cell(p->models[i], &L->g[0].pose, &w2c);
       if ((rc = xt_cuda_voxel_render_view(&v, &p->opt, ok ? &w2c : NULL, &l, msg))) return rc;
       if (p->debug_sync) XT_CK(cudaStreamSynchronize(L->stream));
       first = 0;

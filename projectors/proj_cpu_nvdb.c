@@ -35,7 +35,7 @@ static inline void add_segment(const xt_nvdb *g, const xt_voxel_chan *ch, double
     const float *w = ch->w[xt_nvdb_label(v)];
     for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)w[c];
   } else {
-    const int k = v < ch->thr[0] ? 0 : (v < ch->thr[1] ? 1 : 2);
+    const int k = xt_voxel_chan_class(ch, v);
     for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)v * (double)ch->cw[k][c];
   }
 }

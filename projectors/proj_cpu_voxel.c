@@ -59,7 +59,7 @@ static inline void traverse(const xt_volume *v, const float *lut, const double o
         for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)w[c];
       } else {
         const float mu = fdata[lin];
-        const int k = mu < ch->thr[0] ? 0 : (mu < ch->thr[1] ? 1 : 2);
+        const int k = xt_voxel_chan_class(ch, mu);
         for (int c = 0; c < XT_MAX_CHANNELS; c++) acc[c] += seg * (double)mu * (double)ch->cw[k][c];
       }
       s = se;

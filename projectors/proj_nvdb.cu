@@ -679,7 +679,7 @@ static int nvdb_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
       xt_cuda_dense_view *v = &p->view[i];
       float t[XT_CUDA_VIEW_CHW_ROWS][XT_MAX_CHANNELS];
       memcpy(t, ch->cw, sizeof ch->cw);
-      const int k = v->mu_bg < ch->thr[0] ? 0 : (v->mu_bg < ch->thr[1] ? 1 : 2); /* as the march classes it */
+      const int k = xt_voxel_chan_class(ch, v->mu_bg); /* as the march classes it */
       for (int c = 0; c < XT_MAX_CHANNELS; c++) t[3][c] = v->mu_bg * ch->cw[k][c];
       if (!p->d_vchw[i]) e = cudaMalloc((void **)&p->d_vchw[i], sizeof t);
       if (e == cudaSuccess) e = cudaMemcpy(p->d_vchw[i], t, sizeof t, cudaMemcpyHostToDevice);

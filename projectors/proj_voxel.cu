@@ -997,7 +997,7 @@ static int voxel_set_channels(void *st, const xt_chanset *cs, xt_msg *msg) {
       nparts_rows = (nlab + 1) / 2;
     }
     /* the background voxel per mm: its label's row, or mu_bg times its class's row */
-    const int k = d->mu_bg < vc->thr[0] ? 0 : (d->mu_bg < vc->thr[1] ? 1 : 2);
+    const int k = xt_voxel_chan_class(vc, d->mu_bg);
     for (size_t c = 0; c < rowsz; c++)
       t[rowsz * (nlab + 3) + c] = d->labels ? vc->w[d->mu_bg_label][c] : d->mu_bg * vc->cw[k][c];
     rows += nlab + XT_CHW_EXTRA + nparts_rows;

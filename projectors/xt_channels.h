@@ -57,6 +57,12 @@ typedef struct xt_voxel_chan {
   float cw[3][XT_MAX_CHANNELS];
 } xt_voxel_chan;
 
+/* The class (0 air, 1 soft tissue, 2 bone) of a dense voxel of mu, whose optical depth feeds row
+ * cw[class]: one rule for the references, the CUDA kinds' background rows and their marches. */
+static inline int xt_voxel_chan_class(const xt_voxel_chan *ch, float mu) {
+  return mu < ch->thr[0] ? 0 : (mu < ch->thr[1] ? 1 : 2);
+}
+
 /* Builds the map of voxel model m (dense or labels, or a NanoVDB grid of mu or labels) onto the set cs, which must hold m's materials. */
 int xt_voxel_chan_build(const xt_chanset *cs, const xt_model *m, xt_voxel_chan *out, xt_msg *msg);
 

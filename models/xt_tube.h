@@ -14,6 +14,7 @@
 #define XT_TUBE_H
 
 #include <math.h>
+#include <string.h>
 
 #include "xt_vec.h"
 
@@ -435,6 +436,180 @@ static XT_INLINE XT_HOSTDEV void xt_tube_fac_maybe_prep(const xt_tube_pre *p, co
   if (!(c > 0.0 && c < 1e300)) c = p->ro * pm > 0.0 ? p->ro * pm : 1.0; /* any c > 0 bounds */
   m->c = c;
   m->ic = 1.0 / c;
+}
+
+/* ---- Runs: consecutive segments a warp takes together (the CUDA splat, proj_instr.cu) ----
+ *
+ * On a wire laid out finely (the bench's: 0.08-0.13 mm segments, pixels ~0.19 mm at the isocentre)
+ * a pixel's sub-rays meet one or two of the segments near them; a splat that tests every sub-ray
+ * against every nearby segment spends most of its work on pairs that meet nothing. So the splat
+ * takes up to XT_TUBE_RUN consecutive segments of one material (wall, lumen, their mu) together, a
+ * run, and each sub-ray picks the segments it can meet:
+ *   v      a bounding segment: straight along the run's chord a, cut square at both ends
+ *          (n0 = n1 = a), radius rho, holding every segment's solid; the splat's footprint and
+ *          candidate halves are v's, as they were each segment's;
+ *   tlo, thi  each segment's extent along a, from v's p0 (floats rounded outward): a sub-ray meets
+ *          segment j only at points inside v whose axial position lies in [tlo_j, thi_j];
+ *   bin    v's length in XT_TUBE_RUN_BINS equal bins, each the segments whose extents meet it
+ *          (widened by 1e-6 of a bin, far beyond the rounding of the bin a position falls in).
+ * xt_tube_fac_span gives a sub-ray's axial positions inside v's cylinder, xt_tube_run_pick the
+ * segments of the bins they fall in whose extents they reach; the closed form then runs for those
+ * only.
+ * The bounds (xt_tube_run_make): a segment's solid, its cylinder between its mitre planes, lies in
+ * the hull of its two cut ellipses (a point inside lies on a line along the axis between the two
+ * planes). An ellipse of centre c in the plane of normal m (d.m > 0) has the points c + u + lambda d,
+ * u across d, |u| <= r, lambda = -u.m / d.m: its extent along a is c.a -+ r |x|, x the part across d
+ * of a - (d.a / d.m) m, and its points lie within r / d.m (its semi-major axis) of c. So the solid's
+ * extent along a is the two ellipses' and its distance from the chord's line at most a centre's plus
+ * r / d.m. Each bound grows by 1e-9 (1 + the run's coordinates) mm, thousands of times the rounding
+ * of forming it and of the closed forms that test against it (~1e-13 mm, docs/instruments.md). */
+#define XT_TUBE_RUN 16
+#define XT_TUBE_RUN_BINS 64
+typedef struct xt_tube_run {
+  xt_tube_seg v; /* the bounding segment, with the run's materials */
+  double ib;     /* bins per mm along v's axis (0: every segment in bin 0) */
+  int first, n;  /* the instrument's segments first .. first + n - 1 */
+  int lum;       /* one of them is hollow */
+  int pad;
+  float tlo[XT_TUBE_RUN], thi[XT_TUBE_RUN];
+  unsigned short bin[XT_TUBE_RUN_BINS]; /* bit j: segment j meets the bin */
+} xt_tube_run;
+
+/* The run of the n (1 .. XT_TUBE_RUN) segments s, the first of them the instrument's segment first. */
+static inline void xt_tube_run_make(const xt_tube_seg *s, int n, int first, xt_tube_run *r) {
+  memset(r, 0, sizeof *r);
+  const double *ps = s[0].p0;
+  const xt_tube_seg *last = &s[n - 1];
+  double a[3], size = 1.0;
+  for (int k = 0; k < 3; k++) a[k] = last->p0[k] + last->len * last->d[k] - ps[k];
+  const double al = sqrt(xt_tube_dot(a, a));
+  for (int k = 0; k < 3; k++) a[k] = al > 0.0 ? a[k] / al : s[0].d[k]; /* any unit a bounds; the chord bounds tightly */
+  for (int j = 0; j < n; j++)
+    for (int k = 0; k < 3; k++) {
+      const double e = fabs(s[j].p0[k]) + s[j].len + s[j].r_out;
+      size = e > size ? e : size;
+    }
+  const double slack = 1e-9 * size;
+  double rho = 0.0, lo[XT_TUBE_RUN], hi[XT_TUBE_RUN], lall = HUGE_VAL, hall = -HUGE_VAL;
+  for (int j = 0; j < n; j++) {
+    const xt_tube_seg *t = &s[j];
+    lo[j] = HUGE_VAL, hi[j] = -HUGE_VAL;
+    for (int end = 0; end < 2; end++) {
+      const double *m = end ? t->n1 : t->n0;
+      double dm = xt_tube_dot(t->d, m), c[3], x[3];
+      dm = dm > 1e-300 ? dm : 1e-300; /* > 0 for every mitre the layout allows */
+      const double q = xt_tube_dot(t->d, a) / dm;
+      for (int k = 0; k < 3; k++) {
+        c[k] = t->p0[k] + (end ? t->len * t->d[k] : 0.0) - ps[k];
+        x[k] = a[k] - q * m[k];
+      }
+      const double xd = xt_tube_dot(x, t->d);
+      for (int k = 0; k < 3; k++) x[k] -= xd * t->d[k];
+      const double ext = t->r_out * sqrt(xt_tube_dot(x, x)), tc = xt_tube_dot(c, a);
+      lo[j] = tc - ext < lo[j] ? tc - ext : lo[j];
+      hi[j] = tc + ext > hi[j] ? tc + ext : hi[j];
+      const double cp[3] = {c[0] - tc * a[0], c[1] - tc * a[1], c[2] - tc * a[2]};
+      const double dist = sqrt(xt_tube_dot(cp, cp)) + t->r_out / dm;
+      rho = dist > rho ? dist : rho;
+    }
+    lo[j] -= slack, hi[j] += slack;
+    lall = lo[j] < lall ? lo[j] : lall;
+    hall = hi[j] > hall ? hi[j] : hall;
+  }
+  xt_tube_seg *v = &r->v;
+  for (int k = 0; k < 3; k++) v->p0[k] = ps[k] + lall * a[k], v->d[k] = v->n0[k] = v->n1[k] = a[k];
+  v->len = hall - lall;
+  v->r_out = rho + slack;
+  v->r_in = 0.0;
+  v->wall = s[0].wall, v->lumen = s[0].lumen, v->mu_wall = s[0].mu_wall, v->mu_lumen = s[0].mu_lumen;
+  r->first = first, r->n = n;
+  r->ib = v->len > 0.0 ? XT_TUBE_RUN_BINS / v->len : 0.0;
+  for (int j = 0; j < n; j++) {
+    float fl = (float)(lo[j] - lall), fh = (float)(hi[j] - lall);
+    if ((double)fl > lo[j] - lall) fl = nextafterf(fl, -HUGE_VALF);
+    if ((double)fh < hi[j] - lall) fh = nextafterf(fh, HUGE_VALF);
+    r->tlo[j] = fl, r->thi[j] = fh;
+    r->lum |= s[j].r_in > 0.0;
+    const double b0 = (lo[j] - lall) * r->ib - 1e-6, b1 = (hi[j] - lall) * r->ib + 1e-6;
+    const int i0 = b0 > 0.0 ? (int)b0 : 0, i1 = b1 < XT_TUBE_RUN_BINS - 1 ? (int)b1 : XT_TUBE_RUN_BINS - 1;
+    for (int b = i0; b <= i1; b++) r->bin[b] |= (unsigned short)(1u << j);
+  }
+}
+
+/* The runs of an instrument's n segments s into out (at most cap): up to XT_TUBE_RUN consecutive
+ * segments of one material each. Their count, or -1 when cap is too small; n / XT_TUBE_RUN + 2 + the
+ * instrument's sections always suffice (a material changes only where a section ends). */
+static inline int xt_tube_runs(const xt_tube_seg *s, int n, xt_tube_run *out, int cap) {
+  int nr = 0;
+  for (int k = 0; k < n;) {
+    int m = 1;
+    while (k + m < n && m < XT_TUBE_RUN && s[k + m].wall == s[k].wall && s[k + m].lumen == s[k].lumen &&
+           s[k + m].mu_wall == s[k].mu_wall && s[k + m].mu_lumen == s[k].mu_lumen)
+      m++;
+    if (nr == cap) return -1;
+    xt_tube_run_make(s + k, m, k, &out[nr++]);
+    k += m;
+  }
+  return nr;
+}
+
+/* The axial positions (along v's axis, from its p0) of the family's ray (x, y) within v's cylinder
+ * and its span from the source to the detector, [*t0, *t1]; 0 when the ray misses the cylinder. The
+ * cylinder and the span as xt_tube_fac_maybe's (m: xt_tube_fac_maybe_prep's constants for v and the
+ * footprint), division-free; then one reciprocal takes the span's ends (u = s A) to positions
+ * a0 + s b0, widened by m's mitre tolerance k0 (1e-9 of their terms). Degenerate rays (A = 0, NaN)
+ * get the whole axis. */
+static XT_INLINE XT_HOSTDEV int xt_tube_fac_span(const xt_tube_pre *p, const xt_tube_fam *f, const xt_tube_maybe *m,
+                                                 double x, double y, double *t0, double *t1) {
+  const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
+  const double A = p1 * p1 + p2 * p2, T = p->g1 * p2 - p->g2 * p1;
+  const double v = p->ro2 * A - T * T + m->kappa;
+  if (v < 0.0) return 0; /* off the cylinder (NaN passes) */
+  if (!(A > 0.0)) {
+    *t0 = -HUGE_VAL, *t1 = HUGE_VAL;
+    return 1;
+  }
+  const double B = p->g1 * p1 + p->g2 * p2, w = 0.5 * (v * m->ic + m->c);
+  double L = -B - w, H = -B + w;
+  L = (L > 0.0 ? L : 0.0) - m->delta;
+  H = (H < A ? H : A) + m->delta;
+  if (L > H) return 0;
+  const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, iA = xt_tube__rcp(A);
+  const double u0 = p->a0 + (L * iA) * b0, u1 = p->a0 + (H * iA) * b0;
+  *t0 = (u0 < u1 ? u0 : u1) - m->k0;
+  *t1 = (u0 < u1 ? u1 : u0) + m->k0;
+  return 1;
+}
+
+/* The segments of a run that axial positions [t0, t1] reach, as bits: those of the bins t0 .. t1
+ * fall in (bin, ib: the run's, wherever the caller keeps them) whose extents (tlo, thi) [t0, t1]
+ * meets; all n when t0 or t1 is NaN. Positions beyond v's ends take its end bins (no segment
+ * reaches beyond them); t0, t1 are rounded outward to floats for the extents, so no bit is lost. */
+static XT_INLINE XT_HOSTDEV unsigned xt_tube_run_pick(const unsigned short *bin, double ib, const float *tlo,
+                                                      const float *thi, int n, double t0, double t1) {
+  if (!(t0 <= t1)) return (1u << n) - 1u;
+  double b0 = t0 * ib, b1 = t1 * ib;
+  b0 = b0 > 0.0 ? (b0 < XT_TUBE_RUN_BINS - 1 ? b0 : XT_TUBE_RUN_BINS - 1) : 0.0;
+  b1 = b1 > 0.0 ? (b1 < XT_TUBE_RUN_BINS - 1 ? b1 : XT_TUBE_RUN_BINS - 1) : 0.0;
+  unsigned cand = 0u;
+  for (int b = (int)b0; b <= (int)b1; b++) cand |= bin[b];
+#ifdef __CUDA_ARCH__
+  const float f0 = __double2float_rd(t0), f1 = __double2float_ru(t1);
+#else
+  float f0 = (float)t0, f1 = (float)t1;
+  if ((double)f0 > t0) f0 = nextafterf(f0, -HUGE_VALF);
+  if ((double)f1 < t1) f1 = nextafterf(f1, HUGE_VALF);
+#endif
+  unsigned bits = 0u;
+  for (; cand; cand &= cand - 1) {
+#ifdef __CUDA_ARCH__
+    const int j = __ffs(cand) - 1;
+#else
+    const int j = __builtin_ctz(cand);
+#endif
+    bits |= (unsigned)(thi[j] >= f0 && tlo[j] <= f1) << j;
+  }
+  return bits;
 }
 
 #endif /* XT_TUBE_H */

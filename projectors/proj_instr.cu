@@ -99,6 +99,9 @@ typedef struct instr_one {
   xt_instr_geom geom;  /* host layout of the latest shape */
   xt_tube_seg *h_seg;  /* pinned staging */
   xt_tube_seg *d_seg;  /* device, capacity geom.cap_seg */
+  xt_tube_run *h_run;  /* pinned staging of the runs (xt_tube_runs), with h_seg's */
+  xt_tube_run *d_run;  /* device, capacity cap_run */
+  int cap_run, nrun, pending_run; /* the runs on the device, staged with pending */
   float *d_w;          /* channel rows, medium subtracted: 256 x XT_MAX_CHANNELS */
   int nseg;            /* segments on the device */
   int pending;         /* staged segments not yet uploaded, -1: none */
@@ -118,8 +121,10 @@ typedef struct instr_state {
   size_t acc_n, flag_n;
   int nch;
   int ci; /* the iodine channel of the last set_channels, -1: none */
-  int compact; /* XT_INSTR_SPLAT=compact at create: k_instr_splat_compact */
+  int splat; /* XT_INSTR_SPLAT at create: SPLAT_SEGMENT (k_instr_splat), SPLAT_RUN, SPLAT_COMPACT */
 } instr_state;
+
+enum { SPLAT_RUN, SPLAT_SEGMENT, SPLAT_COMPACT };
 
 static size_t frame_bytes_n(int n) {
   const size_t b = sizeof(instr_head) + sizeof(instr_xf) * (size_t)n;
@@ -133,13 +138,16 @@ static int instr_create(const xt_cuda_options *opt, void **st, xt_msg *msg) {
   if (!s) return xt_fail(msg, XT_ENOMEM, "cuda instruments: out of memory");
   s->device = opt->device;
   /* the splat's kernel, read once here like XT_INSTR_FUSED (cuda_pipeline.cu): unset, "" or
-   * "default" the one-pass-per-candidate-pixel kernel, "compact" the survivor-batched one */
+   * "default" a warp per segment, "run" a block per run of segments, "compact" the survivor-batched
+   * one */
   const char *sp = getenv("XT_INSTR_SPLAT");
-  if (sp && *sp && strcmp(sp, "default") != 0 && strcmp(sp, "compact") != 0) {
+  if (!sp || !*sp || strcmp(sp, "default") == 0) s->splat = SPLAT_SEGMENT;
+  else if (strcmp(sp, "run") == 0) s->splat = SPLAT_RUN;
+  else if (strcmp(sp, "compact") == 0) s->splat = SPLAT_COMPACT;
+  else {
     free(s);
-    return xt_fail(msg, XT_EINVAL, "XT_INSTR_SPLAT: '%.40s' is neither default nor compact", sp);
+    return xt_fail(msg, XT_EINVAL, "XT_INSTR_SPLAT: '%.40s' is none of default, run, compact", sp);
   }
-  s->compact = sp && strcmp(sp, "compact") == 0;
   *st = s;
   return 0;
 }
@@ -152,6 +160,8 @@ static void instr_destroy(void *st) {
     if (o->ev) cudaEventSynchronize(o->ev), cudaEventDestroy(o->ev);
     cudaFreeHost(o->h_seg);
     cudaFree(o->d_seg);
+    cudaFreeHost(o->h_run);
+    cudaFree(o->d_run);
     cudaFree(o->d_w);
     xt_instr_geom_free(&o->geom);
   }
@@ -175,9 +185,13 @@ static int instr_add_model(void *st, const xt_model *m, xt_msg *msg) {
   int rc = xt_instr_geom_alloc(&o->dev, &o->geom, msg);
   if (!rc) rc = xt_instr_geom_build(&o->dev, I->points, I->npoints, m->name, &o->geom, msg);
   const size_t bytes = sizeof(xt_tube_seg) * (size_t)o->geom.cap_seg;
+  o->cap_run = o->geom.cap_seg / XT_TUBE_RUN + 2 + o->dev.nsections; /* xt_tube_runs' bound */
+  const size_t rbytes = sizeof(xt_tube_run) * (size_t)o->cap_run;
   cudaError_t e = cudaSuccess;
   if (!rc) {
     e = cudaHostAlloc((void **)&o->h_seg, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&o->h_run, rbytes, cudaHostAllocDefault);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&o->d_run, rbytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&o->d_seg, bytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&o->d_w, sizeof(float) * 256 * XT_MAX_CHANNELS);
     if (e == cudaSuccess) e = cudaMemset(o->d_w, 0, sizeof(float) * 256 * XT_MAX_CHANNELS);
@@ -187,10 +201,19 @@ static int instr_add_model(void *st, const xt_model *m, xt_msg *msg) {
     if (e != cudaSuccess)
       rc = xt_fail(msg, XT_EDEVICE, "cuda projector: model %s: %s", m->name, cudaGetErrorString(e));
   }
+  /* the runs only for the splat that reads them: no layout or upload of them otherwise */
+  if (!rc && s->splat == SPLAT_RUN && (o->nrun = xt_tube_runs(o->geom.seg, o->geom.nseg, o->h_run, o->cap_run)) < 0)
+    rc = xt_fail(msg, XT_EINTERNAL, "cuda projector: model %s: more runs than %d", m->name, o->cap_run);
+  if (!rc && o->nrun > 0) {
+    e = cudaMemcpy(o->d_run, o->h_run, sizeof(xt_tube_run) * (size_t)o->nrun, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) rc = xt_fail(msg, XT_EDEVICE, "cuda projector: model %s: %s", m->name, cudaGetErrorString(e));
+  }
   if (rc) {
     if (o->ev) cudaEventDestroy(o->ev);
     cudaFreeHost(o->h_seg);
     cudaFree(o->d_seg);
+    cudaFreeHost(o->h_run);
+    cudaFree(o->d_run);
     cudaFree(o->d_w);
     xt_instr_geom_free(&o->geom);
     memset(o, 0, sizeof *o);
@@ -208,9 +231,12 @@ static int instr_set_shape(void *st, const xt_model *m, const double *pts, int n
     if (o->m != m) continue;
     int rc = xt_instr_geom_build(&o->dev, pts, n, m->name, &o->geom, msg);
     if (rc) return rc;
-    CK(cudaEventSynchronize(o->ev)); /* the staging buffer's last upload is done */
+    CK(cudaEventSynchronize(o->ev)); /* the staging buffers' last upload is done */
+    const int nr = s->splat == SPLAT_RUN ? xt_tube_runs(o->geom.seg, o->geom.nseg, o->h_run, o->cap_run) : 0;
+    if (nr < 0) return xt_fail(msg, XT_EINTERNAL, "cuda projector: model %s: more runs than %d", m->name, o->cap_run);
     memcpy(o->h_seg, o->geom.seg, sizeof(xt_tube_seg) * (size_t)o->geom.nseg);
     o->pending = o->geom.nseg;
+    o->pending_run = nr;
     return 0;
   }
   return XT_ENOTFOUND;
@@ -356,6 +382,10 @@ typedef struct instr_tab {
   int first[XT_CUDA_MAX_INSTR + 1];
   const xt_tube_seg *seg[XT_CUDA_MAX_INSTR];
   const float *w[XT_CUDA_MAX_INSTR];
+  /* the runs (xt_tube_run), as the segments: run k of the frame is run k - rfirst[i] of instrument i */
+  int rtotal;
+  int rfirst[XT_CUDA_MAX_INSTR + 1];
+  const xt_tube_run *run[XT_CUDA_MAX_INSTR];
 } instr_tab;
 
 #define SPLAT_WARPS 4 /* warps per block, one segment each */
@@ -524,6 +554,155 @@ __global__ void __launch_bounds__(32 * SPLAT_WARPS, SPLAT_BLOCKS_SM)
                   int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
   const int k = blockIdx.x * SPLAT_WARPS + (threadIdx.x >> 5);
   if (k < tab.total) splat_segment(k, desc, tab, nch, cols, rows, tcols, acc, flag);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The run splat (XT_INSTR_SPLAT=run)                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+#define RUN_WARPS 4     /* a block per run: its warps split the footprint */
+#define RUN_BLOCKS_SM 4 /* 122 registers (ptxas -v, sm_90), no spills; 5 blocks spilled 44 bytes */
+
+/* A block's shared part of the run splat: its segments' factored closed forms (xt_tube_pre, the
+ * family's numbers), the bounding segment's and its span test's constants, the pick's table. */
+typedef struct run_smem {
+  xt_tube_pre P[XT_TUBE_RUN];
+  xt_tube_fam F[XT_TUBE_RUN];
+  xt_tube_pre vP;
+  xt_tube_fam vF;
+  xt_tube_maybe vM;
+  double ib;
+  float tlo[XT_TUBE_RUN], thi[XT_TUBE_RUN];
+  unsigned short bin[XT_TUBE_RUN_BINS];
+} run_smem;
+
+/* A block per run (xt_tube.h: up to XT_TUBE_RUN consecutive segments of one material); on the bench's
+ * ten wires ~1,260 runs, ~820 of them in the field: a warp each would be less than one wave of an
+ * H100's warp slots, so the kernel would wait on its largest footprints. The footprint and the
+ * candidate halves are the run's bounding segment v's, as k_instr_splat's are a segment's (v holds
+ * every segment's solid, so a half refused for v has no sub-ray that meets any of them); every warp
+ * forms the footprint (the same numbers), and warp w takes its passes of 32 pixels w, w + RUN_WARPS,
+ * ... The preamble runs on the threads at once: thread j forms segment j's closed-form constants for
+ * this source, the second warp's lane 0 v's and its span test's, its lanes the pick's table. Then for
+ * each candidate half each lane takes one sub-ray: its axial positions within v's cylinder
+ * (xt_tube_fac_span) pick the one or two segments whose extents it reaches (xt_tube_run_pick), and
+ * only those get the closed form, from their constants in shared memory; a segment not picked has
+ * chords exactly 0 for that sub-ray. The pixel's sums over its halves' sub-rays and the run's
+ * segments then take one butterfly and one atomic (or one a channel), where k_instr_splat paid a
+ * pass of the warp per (half, segment) and a butterfly per (pixel, segment): on the bench's scene
+ * 62,000 passes a frame for 286,000, 21,000 pixel sums for 63,000 (xtwin-instr-bench --count). The
+ * sums: each lane's chords in the order of its halves and segments, then the fixed butterfly tree,
+ * so frames are reproducible bit for bit; the same non-zero terms as the CPU reference, grouped
+ * otherwise (a pixel's mean to ~1e-16 relative, then 2^-32). */
+__global__ void __launch_bounds__(32 * RUN_WARPS, RUN_BLOCKS_SM)
+    k_instr_splat_run(const unsigned char *desc, const __grid_constant__ instr_tab tab, int nch, int cols, int rows,
+                      int tcols, unsigned long long *__restrict__ acc, unsigned char *__restrict__ flag) {
+  const int k = blockIdx.x, lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  if (k >= tab.rtotal) return; /* the whole block */
+  int mi = 0;
+  while (k >= tab.rfirst[mi + 1]) mi++;
+  const instr_head *h = (const instr_head *)desc;
+  const instr_xf *x = (const instr_xf *)(desc + sizeof(instr_head)) + mi;
+  const xt_tube_run *R = tab.run[mi] + (k - tab.rfirst[mi]);
+  const xt_tube_seg *v = &R->v;
+  const float *w = tab.w[mi];
+  if (!(x->scale > 0.0)) return; /* a singular placement (instr_fill_frame zeroes w2m): nothing, as the CPU */
+  int fp[4];
+  double fe;
+  if (!splat_footprint(h, x, v, lane, cols, rows, fp, &fe)) return; /* every warp alike: the whole block */
+  const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
+  const xt_cuda_camera &c = h->cam;
+  const int S = XT_INSTR_AREA_SAMPLES;
+  static_assert(XT_INSTR_AREA_SAMPLES == 8, "the run splat: a half's sub-rays are one pass of 32 lanes");
+  static_assert(XT_TUBE_RUN <= 32 && RUN_WARPS >= 2 && XT_TUBE_RUN_BINS == 64,
+                "the run splat's preamble: the first warp's lanes the segments, the second's v and the bins");
+  const double inv = 1.0 / ((double)S * S);
+  __shared__ run_smem sm;
+  const int n = R->n;
+  if (wi == 0 && lane < n) { /* segment lane's constants for this source */
+    const xt_tube_seg *t = tab.seg[mi] + R->first + lane;
+    xt_tube_prep(t, x->o, &sm.P[lane]);
+    xt_tube_lin_of(&sm.P[lane], t, x->d0, &sm.F[lane].l0);
+    xt_tube_lin_of(&sm.P[lane], t, x->du, &sm.F[lane].lu);
+    xt_tube_lin_of(&sm.P[lane], t, x->dv, &sm.F[lane].lv);
+    for (int i = 0; i < 6; i++) sm.F[lane].q[i] = h->q[i];
+    sm.tlo[lane] = R->tlo[lane];
+    sm.thi[lane] = R->thi[lane];
+  } else if (wi == 1) {
+    ((unsigned *)sm.bin)[lane] = ((const unsigned *)R->bin)[lane]; /* two bins a lane */
+    if (lane == 0) { /* v's, and the span test's for the footprint's sub-pixel centres */
+      sm.ib = R->ib;
+      xt_tube_prep(v, x->o, &sm.vP);
+      xt_tube_lin_of(&sm.vP, v, x->d0, &sm.vF.l0);
+      xt_tube_lin_of(&sm.vP, v, x->du, &sm.vF.lu);
+      xt_tube_lin_of(&sm.vP, v, x->dv, &sm.vF.lv);
+      for (int i = 0; i < 6; i++) sm.vF.q[i] = h->q[i];
+      const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
+      xt_tube_fac_maybe_prep(&sm.vP, &sm.vF, xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &sm.vM);
+    }
+  }
+  __syncthreads();
+  const int io = v->lumen == x->lumen_io; /* the run's one lumen (xt_tube_mu_lumen) */
+  const double e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
+  const int fw = cb - ca + 1;
+  const long long np = (long long)fw * (rb - ra + 1);
+  const int lum = R->lum;
+  const float ww = lane < nch ? w[v->wall * XT_MAX_CHANNELS + lane] : 0.f;
+  const float wl = lane < nch ? w[v->lumen * XT_MAX_CHANNELS + lane] : 0.f;
+  const double ox = ((lane % S) + 0.5) / S - 0.5, oy = ((lane / S) + 0.5) / S - 0.5; /* k_instr_splat's */
+  for (long long base = 32 * wi; base < np; base += 32 * RUN_WARPS) {
+    int pcl, prw;
+    if (np <= INT_MAX) {
+      const unsigned pi = (unsigned)(base + lane);
+      pcl = ca + (int)(pi % (unsigned)fw);
+      prw = ra + (int)(pi / (unsigned)fw);
+    } else {
+      pcl = ca + (int)((base + lane) % fw);
+      prw = ra + (int)((base + lane) / fw);
+    }
+    int near0 = 0, near1 = 0;
+    if (base + lane < np) {
+      near0 = xt_tube_fac_near(&sm.vP, &sm.vF, pcl, prw - 0.25, e);
+      near1 = xt_tube_fac_near(&sm.vP, &sm.vF, pcl, prw + 0.25, e);
+    }
+    const unsigned h0 = __ballot_sync(FULL, near0), h1 = __ballot_sync(FULL, near1);
+    for (unsigned bits = h0 | h1; bits; bits &= bits - 1) {
+      const int bi = __ffs(bits) - 1;
+      const int cl = __shfl_sync(FULL, pcl, bi), r = __shfl_sync(FULL, prw, bi);
+      double sw = 0.0, sl = 0.0;
+      for (int hh = 0; hh < 2; hh++) {
+        if (!((hh ? h1 : h0) >> bi & 1)) continue; /* a refused half: the whole warp */
+        const double xs = cl + ox, ys = r + (oy + 0.5 * hh);
+        double t0, t1;
+        unsigned pick = 0u;
+        if (xt_tube_fac_span(&sm.vP, &sm.vF, &sm.vM, xs, ys, &t0, &t1))
+          pick = xt_tube_run_pick(sm.bin, sm.ib, sm.tlo, sm.thi, n, t0, t1);
+        for (; pick; pick &= pick - 1) { /* this lane's segments, in order */
+          const int j = __ffs(pick) - 1;
+          double co, ci;
+          xt_tube_fac_chords(&sm.P[j], &sm.F[j], xs, ys, &co, &ci);
+          sw += co - ci;
+          sl += ci;
+        }
+      }
+      if (!__any_sync(FULL, sw != 0.0 || sl != 0.0)) continue; /* every chord of the pixel is 0 */
+      for (int m = 16; m; m >>= 1) sw += d_shfl_xor(sw, m);
+      if (lum)
+        for (int m = 16; m; m >>= 1) sl += d_shfl_xor(sl, m);
+      if (sw == 0.0 && sl == 0.0) continue; /* the same bits in every lane: the whole warp */
+      const size_t px = (size_t)r * cols + cl;
+      if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
+      if (!nch) {
+        if (lane == 0) {
+          const double val = (v->mu_wall * sw + (io ? x->mu_io : v->mu_lumen) * sl) * inv;
+          atomicAdd(&acc[px], (unsigned long long)llrint(val * FIX_SCALE));
+        }
+      } else if (lane < nch) {
+        const double val = (sw * (double)ww + sl * (double)wl) * inv;
+        if (val != 0.0) atomicAdd(&acc[px * nch + lane], (unsigned long long)llrint(val * FIX_SCALE));
+      }
+    }
+  }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -795,23 +974,36 @@ static int instr_upload(instr_state *s, const xt_cuda_launch *L, instr_tab *tab,
     instr_one *o = &s->in[i];
     if (o->pending >= 0) {
       CK(cudaMemcpyAsync(o->d_seg, o->h_seg, sizeof(xt_tube_seg) * (size_t)o->pending, cudaMemcpyHostToDevice, L->stream));
+      if (o->pending_run > 0)
+        CK(cudaMemcpyAsync(o->d_run, o->h_run, sizeof(xt_tube_run) * (size_t)o->pending_run, cudaMemcpyHostToDevice,
+                           L->stream));
       CK(cudaEventRecord(o->ev, L->stream));
       o->nseg = o->pending;
+      o->nrun = o->pending_run;
       o->pending = -1;
     }
     tab->seg[i] = o->d_seg;
+    tab->run[i] = o->d_run;
     tab->w[i] = o->d_w;
     tab->first[i + 1] = tab->first[i] + (o->nseg > 0 ? o->nseg : 0);
+    tab->rfirst[i + 1] = tab->rfirst[i] + (o->nrun > 0 ? o->nrun : 0);
   }
-  for (int i = s->n; i < XT_CUDA_MAX_INSTR; i++) tab->first[i + 1] = tab->first[s->n]; /* the scan stops at n */
+  for (int i = s->n; i < XT_CUDA_MAX_INSTR; i++) { /* the scans stop at n */
+    tab->first[i + 1] = tab->first[s->n];
+    tab->rfirst[i + 1] = tab->rfirst[s->n];
+  }
   tab->total = tab->first[s->n];
+  tab->rtotal = tab->rfirst[s->n];
   return 0;
 }
 
 /* One frame's splat, by the kernel chosen at create (XT_INSTR_SPLAT); the caller checks the launch. */
 static void splat_launch(const instr_state *s, const xt_cuda_launch *L, const unsigned char *desc, const instr_tab *tab,
                          int tcols) {
-  if (s->compact) {
+  if (s->splat == SPLAT_RUN) {
+    k_instr_splat_run<<<tab->rtotal, 32 * RUN_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols, s->d_acc,
+                                                              s->d_flag);
+  } else if (s->splat == SPLAT_COMPACT) {
     const int blocks = (tab->total + COMPACT_WARPS - 1) / COMPACT_WARPS;
     k_instr_splat_compact<<<blocks, 32 * COMPACT_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols,
                                                                          s->d_acc, s->d_flag);

@@ -633,7 +633,7 @@ XT_TEST(cuda_fused_detect_in_a_ragged_frame) {
  * frames bit for bit. The frames are poses A, B, A with the seeds 7, 8, 7: frame 2's expected and
  * blurred signals equal frame 0's bit for bit (its raw and processed frames carry lag and the
  * temporal filter's state), so the accumulators the voxel kernel consumed were back at zero. With
- * each splat kernel (XT_INSTR_SPLAT unset and compact). */
+ * each splat kernel (XT_INSTR_SPLAT unset, compact and run). */
 static void wire_arc(int k, int n, double *pts) {
   const double R = 60.0 + 6.0 * k, y = -40.0 + 8.0 * k, a0 = 0.3 * k;
   for (int i = 0; i < n; i++) {
@@ -751,6 +751,8 @@ XT_TEST(cuda_fused_detect_with_instruments_equals_the_separate_stage) { fused_wi
 /* The same with the compact splat (XT_INSTR_SPLAT=compact, proj_instr.cu): fused and separate agree
  * bit for bit with it too. */
 XT_TEST(cuda_fused_detect_with_compact_splat_equals_the_separate_stage) { fused_with_instruments("compact"); }
+/* And with the run splat (XT_INSTR_SPLAT=run: a block per run of segments). */
+XT_TEST(cuda_fused_detect_with_run_splat_equals_the_separate_stage) { fused_with_instruments("run"); }
 
 XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_panel_faults_match_cpu) XT_ENTRY(cuda_channels_match_the_reference) XT_ENTRY(cuda_channels_of_large_labels_match_the_reference)
                  XT_ENTRY(cuda_chain_matches_cpu_without_noise) XT_ENTRY(cuda_defect_interpolation_follows_the_defect_map)
@@ -759,4 +761,5 @@ XT_TEST_MAIN_CUDA(XT_ENTRY(cuda_panel_faults_match_cpu) XT_ENTRY(cuda_channels_m
                  XT_ENTRY(cuda_fused_detect_equals_the_separate_stage) XT_ENTRY(cuda_fused_detect_in_a_ragged_frame)
                  XT_ENTRY(cuda_automatic_window_matches_cpu)
                  XT_ENTRY(cuda_fused_detect_with_instruments_equals_the_separate_stage)
-                 XT_ENTRY(cuda_fused_detect_with_compact_splat_equals_the_separate_stage))
+                 XT_ENTRY(cuda_fused_detect_with_compact_splat_equals_the_separate_stage)
+                 XT_ENTRY(cuda_fused_detect_with_run_splat_equals_the_separate_stage))

@@ -3,7 +3,7 @@
  * chain frame (the fused spectral path of a voxel-only scene) whose aorta holds iodine against the
  * same device's frame of the static scene whose aorta is iodine_contrast; a catheter whose lumen is
  * a contrast region against the CPU reference, through iodine changes and a shape set after one.
- * Every test runs with both instrument splat kernels (the default, then XT_INSTR_SPLAT=compact).
+ * Every test runs with each instrument splat kernel (the default, then XT_INSTR_SPLAT=run and compact).
  * Label gpu: exits 77 without a usable device. */
 #include <math.h>
 #include <stdint.h>
@@ -292,8 +292,8 @@ XT_TEST(cuda_mixture_region_matches_cpu) {
   xt_model_free(m);
 }
 
-/* both splat kernels (proj_instr.cu): the default, then XT_INSTR_SPLAT=compact */
-#define SPLATS {NULL, "compact"}
+/* every splat kernel (proj_instr.cu): the default, then XT_INSTR_SPLAT=run and compact */
+#define SPLATS {NULL, "run", "compact"}
 XT_TEST_MAIN_CUDA_ENV("XT_INSTR_SPLAT", SPLATS,
                       XT_ENTRY(cuda_iodine_matches_cpu) XT_ENTRY(cuda_chain_region_equals_static_scene)
                       XT_ENTRY(cuda_catheter_lumen_matches_cpu)

@@ -4,8 +4,8 @@
  * pitch (the splat's sums against the reference's, 1e-6), and the one-launch splat's indexing and
  * tile-flagged finish (instruments of any length, one out of the field, batches, channels, a
  * detector not a multiple of the tiles, a moved shape's old pixels written 0). Every test runs
- * twice: with the default splat kernel and with XT_INSTR_SPLAT=compact (k_instr_splat_compact);
- * a bad XT_INSTR_SPLAT is refused at create. */
+ * with each splat kernel: the default, XT_INSTR_SPLAT=run (k_instr_splat_run) and compact
+ * (k_instr_splat_compact); a bad XT_INSTR_SPLAT is refused at create. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,8 +276,8 @@ XT_TEST(bad_splat_setting_is_refused) {
   free(saved);
 }
 
-/* both splat kernels (proj_instr.cu): the default, then XT_INSTR_SPLAT=compact */
-#define SPLATS {NULL, "compact"}
+/* every splat kernel (proj_instr.cu): the default, then XT_INSTR_SPLAT=run and compact */
+#define SPLATS {NULL, "run", "compact"}
 XT_TEST_MAIN_CUDA_ENV("XT_INSTR_SPLAT", SPLATS,
                       XT_ENTRY(gpu_matches_cpu_with_a_head_and_instruments) XT_ENTRY(thin_wire_at_fd20_1024_pitch)
                       XT_ENTRY(one_launch_for_instruments_of_any_length) XT_ENTRY(bad_splat_setting_is_refused))

@@ -21,9 +21,11 @@
  * create); the output says which path each scene's chain frames took.
  * XT_INSTR_SIDE=1 with XT_INSTR_FUSED=0: the splat on a side stream beside the voxel render
  * (cuda_pipeline.cu, render_side).
- * XT_INSTR_SPLAT=compact: the splat kernel that batches the sub-rays meeting the tube across pixels
- * (k_instr_splat_compact, proj_instr.cu; default: k_instr_splat), also read at create; with or
- * without XT_INSTR_FUSED. The output's path line names both settings.
+ * XT_INSTR_SPLAT=run: the splat kernel that takes a block per run of consecutive segments, each
+ * sub-ray picking the segments it can meet (k_instr_splat_run, proj_instr.cu; default: k_instr_splat);
+ * XT_INSTR_SPLAT=compact: the one that batches the sub-rays meeting the tube across pixels
+ * (k_instr_splat_compact); read at create; with or without XT_INSTR_FUSED. The output's path line
+ * names both settings. --count mirrors the default and the run splat on the host.
  * Usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] [--backend cuda|cpu]
  *                          [--catheters] [--count] */
 #include <math.h>
@@ -175,13 +177,145 @@ typedef struct work {
   double dev_max;                    /* max |factored - xt_tube_chords| over the sub-rays, mm */
   double surv, batches, maybe_missed; /* XT_INSTR_SPLAT=compact: pre-test survivors, batches of 32 */
   double gated, gated_px;             /* the default splat: halves and pixels with a pre-test survivor */
+  /* the run splat (count_runs) */
+  double runs, runs_seen, r_near_passes, r_halves, r_forms, r_iters, r_met, r_lost, r_hit;
 } work;
+
+/* The footprint of segment t's box (xt_instr_seg_box's) on the detector, as the kernel's
+ * splat_footprint: pixels ca..cb x ra..rb (fp), the corners' largest depth *fmx, *whole when a
+ * corner lies behind the source (the whole detector); 0 when it misses the detector. */
+static int footprint(const xt_geometry *g, const xt_affine *m2w, const xt_tube_seg *t, int fp[4], double lo[3],
+                     double hi[3], double *fmx, int *whole) {
+  const int cols = g->mode.cols, rows = g->mode.rows;
+  const xt_vec3 nrm = xt_v3_cross(g->u, g->v), e0 = xt_v3_sub(g->det_origin, g->source);
+  const double en = xt_v3_dot(e0, nrm);
+  const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
+  const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
+  double cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30;
+  *fmx = 0;
+  *whole = 0;
+  for (int q = 0; q < 3; q++) {
+    lo[q] = fmin(t->p0[q], t->p0[q] + t->len * t->d[q]) - grow;
+    hi[q] = fmax(t->p0[q], t->p0[q] + t->len * t->d[q]) + grow;
+  }
+  for (int q = 0; q < 8; q++) {
+    const xt_vec3 pw = xt_aff_apply(m2w, xt_v3(q & 1 ? hi[0] : lo[0], q & 2 ? hi[1] : lo[1], q & 4 ? hi[2] : lo[2]));
+    const xt_vec3 d = xt_v3_sub(pw, g->source);
+    const double qn = xt_v3_dot(d, nrm);
+    if (!(qn * en > 0.0)) {
+      *whole = 1;
+      continue;
+    }
+    const xt_vec3 x = xt_v3_sub(xt_v3_add(g->source, xt_v3_scale(d, en / qn)), g->det_origin);
+    const double cc = xt_v3_dot(x, g->u) / g->mode.pitch_u_mm, rr = xt_v3_dot(x, g->v) / g->mode.pitch_v_mm;
+    cmin = fmin(cmin, cc);
+    cmax = fmax(cmax, cc);
+    rmin = fmin(rmin, rr);
+    rmax = fmax(rmax, rr);
+    *fmx = fmax(*fmx, qn / en);
+  }
+  fp[0] = 0, fp[1] = cols - 1, fp[2] = 0, fp[3] = rows - 1;
+  if (!*whole) {
+    if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) return 0;
+    fp[0] = (int)fmax(0, floor(cmin - 0.5));
+    fp[1] = (int)fmin(cols - 1, ceil(cmax + 0.5));
+    fp[2] = (int)fmax(0, floor(rmin - 0.5));
+    fp[3] = (int)fmin(rows - 1, ceil(rmax + 0.5));
+  }
+  return fp[0] <= fp[1] && fp[2] <= fp[3];
+}
+
+/* The kernel's factored constants of segment t for the source o (model frame): the rays to the
+ * detector's origin and a column's and a row's step, and the squared world length's quadratic. */
+static void family(const xt_geometry *g, const xt_affine *w2m, const xt_tube_seg *t, const double o[3], xt_tube_pre *P,
+                   xt_tube_fam *F) {
+  xt_tube_prep(t, o, P);
+  const double pu = g->mode.pitch_u_mm, pv = g->mode.pitch_v_mm;
+  const xt_vec3 w0 = xt_v3_sub(g->det_origin, g->source), wu = xt_v3_scale(g->u, pu), wv = xt_v3_scale(g->v, pv);
+  const xt_vec3 m0 = xt_aff_apply_dir(w2m, w0), mu = xt_aff_apply_dir(w2m, wu), mv = xt_aff_apply_dir(w2m, wv);
+  const double a0[3] = {m0.x, m0.y, m0.z}, au[3] = {mu.x, mu.y, mu.z}, av[3] = {mv.x, mv.y, mv.z};
+  xt_tube_lin_of(P, t, a0, &F->l0);
+  xt_tube_lin_of(P, t, au, &F->lu);
+  xt_tube_lin_of(P, t, av, &F->lv);
+  F->q[0] = xt_v3_dot(w0, w0);
+  F->q[1] = 2.0 * xt_v3_dot(w0, wu);
+  F->q[2] = 2.0 * xt_v3_dot(w0, wv);
+  F->q[3] = xt_v3_dot(wu, wu);
+  F->q[4] = 2.0 * xt_v3_dot(wu, wv);
+  F->q[5] = xt_v3_dot(wv, wv);
+}
+
+/* The run splat (k_instr_splat_run) of instrument G's segments on the host: per run (a warp) its
+ * bounding segment's footprint and candidate halves, and per candidate half each sub-ray's pick
+ * (xt_tube_fac_span, xt_tube_run_pick): the closed forms it runs (the picks' sizes), the warp's
+ * iterations (the largest pick of the 32 lanes), the pixels it sums. Every footprint sub-ray's chords
+ * with every segment of the run are formed too, so it also counts the non-zero chords the run
+ * splat would skip (a refused half, or a segment not picked): must be 0. */
+static void count_runs(const xt_geometry *g, const xt_instr_geom *G, const xt_affine *m2w, const xt_affine *w2m,
+                       double scale, const double o[3], work *wk) {
+  const int S = XT_INSTR_AREA_SAMPLES, cap = G->nseg / XT_TUBE_RUN + 2 + 64;
+  xt_tube_run *run = malloc(sizeof *run * (size_t)cap);
+  const int nr = run ? xt_tube_runs(G->seg, G->nseg, run, cap) : -1;
+  if (nr < 0) {
+    wk->r_lost += 1e9; /* cannot happen: reported as skipped chords */
+    free(run);
+    return;
+  }
+  const double pu = g->mode.pitch_u_mm, pv = g->mode.pitch_v_mm;
+  for (int k = 0; k < nr; k++) {
+    const xt_tube_run *R = &run[k];
+    wk->runs++;
+    int fp[4], whole;
+    double lo[3], hi[3], fmx;
+    if (!footprint(g, m2w, &R->v, fp, lo, hi, &fmx, &whole)) continue;
+    wk->runs_seen++;
+    const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
+    wk->r_near_passes += ceil((double)(cb - ca + 1) * (rb - ra + 1) / 32.0);
+    const double e = hypot(0.5 * pu, 0.25 * pv) * scale * (whole ? 1.0 : fmin(1.0, fmx)) * (1.0 + 1e-9) + 1e-9;
+    xt_tube_pre vP, P[XT_TUBE_RUN];
+    xt_tube_fam vF, F[XT_TUBE_RUN];
+    family(g, w2m, &R->v, o, &vP, &vF);
+    for (int j = 0; j < R->n; j++) family(g, w2m, &G->seg[R->first + j], o, &P[j], &F[j]);
+    const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
+    xt_tube_maybe vM;
+    xt_tube_fac_maybe_prep(&vP, &vF, xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &vM);
+    for (int r = ra; r <= rb; r++)
+      for (int cl = ca; cl <= cb; cl++) {
+        int on[2], any = 0;
+        for (int hh = 0; hh < 2; hh++) on[hh] = xt_tube_fac_near(&vP, &vF, cl, r - 0.25 + 0.5 * hh, e);
+        wk->r_halves += on[0] + on[1];
+        for (int hh = 0; hh < 2; hh++) {
+          int most = 0;
+          for (int q = 0; q < 32; q++) {
+            const int si = q % S, sj = q / S + hh * (S / 2);
+            const double xs = cl + (si + 0.5) / S - 0.5, ys = r + (sj + 0.5) / S - 0.5;
+            unsigned pick = 0u;
+            double t0, t1;
+            if (on[hh] && xt_tube_fac_span(&vP, &vF, &vM, xs, ys, &t0, &t1)) pick = xt_tube_run_pick(R->bin, R->ib, R->tlo, R->thi, R->n, t0, t1);
+            const int np = __builtin_popcount(pick);
+            wk->r_forms += np;
+            most = np > most ? np : most;
+            for (int j = 0; j < R->n; j++) {
+              double fo, fi;
+              xt_tube_fac_chords(&P[j], &F[j], xs, ys, &fo, &fi);
+              if (fo != 0.0 || fi != 0.0) {
+                any = 1;
+                wk->r_met += (pick >> j) & 1;
+                wk->r_lost += !((pick >> j) & 1);
+              }
+            }
+          }
+          wk->r_iters += most;
+        }
+        wk->r_hit += any;
+      }
+  }
+  free(run);
+}
 
 static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, work *wk, unsigned char *tile) {
   const int cols = g->mode.cols, rows = g->mode.rows, tcols = (cols + 15) / 16, S = XT_INSTR_AREA_SAMPLES;
   const double pu = g->mode.pitch_u_mm, pv = g->mode.pitch_v_mm;
-  const xt_vec3 nrm = xt_v3_cross(g->u, g->v), e0 = xt_v3_sub(g->det_origin, g->source);
-  const double en = xt_v3_dot(e0, nrm);
   memset(tile, 0, (size_t)tcols * ((rows + 15) / 16));
   const xt_affine p2w = xt_geom_patient_to_world(&g->pose);
   for (int k = 0; k < ni; k++) {
@@ -195,63 +329,21 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
     const double scale = sqrt(f2);
     const xt_vec3 om = xt_aff_apply(&w2m, g->source);
     const double o[3] = {om.x, om.y, om.z};
+    count_runs(g, G, &m2w, &w2m, scale, o, wk);
     for (int i = 0; i < G->nseg; i++) {
       const xt_tube_seg *t = &G->seg[i];
       wk->segs++;
-      const double c0 = xt_tube_dot(t->n0, t->d), c1 = xt_tube_dot(t->n1, t->d);
-      const double grow = t->r_out / (c0 < c1 ? c0 : c1) * (1.0 + 1e-12) + 1e-12;
-      double lo[3], hi[3], cmin = 1e30, cmax = -1e30, rmin = 1e30, rmax = -1e30, fmx = 0;
-      for (int q = 0; q < 3; q++) {
-        lo[q] = fmin(t->p0[q], t->p0[q] + t->len * t->d[q]) - grow;
-        hi[q] = fmax(t->p0[q], t->p0[q] + t->len * t->d[q]) + grow;
-      }
-      int whole = 0;
-      for (int q = 0; q < 8; q++) {
-        const xt_vec3 pw = xt_aff_apply(&m2w, xt_v3(q & 1 ? hi[0] : lo[0], q & 2 ? hi[1] : lo[1], q & 4 ? hi[2] : lo[2]));
-        const xt_vec3 d = xt_v3_sub(pw, g->source);
-        const double qn = xt_v3_dot(d, nrm);
-        if (!(qn * en > 0.0)) {
-          whole = 1;
-          continue;
-        }
-        const xt_vec3 x = xt_v3_sub(xt_v3_add(g->source, xt_v3_scale(d, en / qn)), g->det_origin);
-        const double cc = xt_v3_dot(x, g->u) / pu, rr = xt_v3_dot(x, g->v) / pv;
-        cmin = fmin(cmin, cc);
-        cmax = fmax(cmax, cc);
-        rmin = fmin(rmin, rr);
-        rmax = fmax(rmax, rr);
-        fmx = fmax(fmx, qn / en);
-      }
-      int ca = 0, cb = cols - 1, ra = 0, rb = rows - 1;
-      if (!whole) {
-        if (cmax < -1.0 || rmax < -1.0 || cmin > cols || rmin > rows) continue;
-        ca = (int)fmax(0, floor(cmin - 0.5));
-        cb = (int)fmin(cols - 1, ceil(cmax + 0.5));
-        ra = (int)fmax(0, floor(rmin - 0.5));
-        rb = (int)fmin(rows - 1, ceil(rmax + 0.5));
-      }
-      if (ca > cb || ra > rb) continue;
+      int fp[4], whole;
+      double lo[3], hi[3], fmx;
+      if (!footprint(g, &m2w, t, fp, lo, hi, &fmx, &whole)) continue;
+      const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
       wk->seen++;
       wk->near_passes += ceil((double)(cb - ca + 1) * (rb - ra + 1) / 32.0);
       const double e = hypot(0.5 * pu, 0.25 * pv) * scale * (whole ? 1.0 : fmin(1.0, fmx)) * (1.0 + 1e-9) + 1e-9;
       const double eref = hypot(pu, pv) * scale;
-      /* the kernel's factored constants (proj_instr.cu): the rays to the detector's origin and a
-       * column's and a row's step, in the model frame, and the squared world length's quadratic */
       xt_tube_pre P;
       xt_tube_fam F;
-      xt_tube_prep(t, o, &P);
-      const xt_vec3 w0 = xt_v3_sub(g->det_origin, g->source), wu = xt_v3_scale(g->u, pu), wv = xt_v3_scale(g->v, pv);
-      const xt_vec3 m0 = xt_aff_apply_dir(&w2m, w0), mu = xt_aff_apply_dir(&w2m, wu), mv = xt_aff_apply_dir(&w2m, wv);
-      const double a0[3] = {m0.x, m0.y, m0.z}, au[3] = {mu.x, mu.y, mu.z}, av[3] = {mv.x, mv.y, mv.z};
-      xt_tube_lin_of(&P, t, a0, &F.l0);
-      xt_tube_lin_of(&P, t, au, &F.lu);
-      xt_tube_lin_of(&P, t, av, &F.lv);
-      F.q[0] = xt_v3_dot(w0, w0);
-      F.q[1] = 2.0 * xt_v3_dot(w0, wu);
-      F.q[2] = 2.0 * xt_v3_dot(w0, wv);
-      F.q[3] = xt_v3_dot(wu, wu);
-      F.q[4] = 2.0 * xt_v3_dot(wu, wv);
-      F.q[5] = xt_v3_dot(wv, wv);
+      family(g, &w2m, t, o, &P, &F);
       /* the compact kernel's pre-test slack (k_instr_splat_compact) and its survivors, queued
        * across the segment's pixels: batches of 32 and one partial at the end */
       const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
@@ -357,6 +449,16 @@ static int count_work(const char *mode, xt_model *const *instr, int ni, int nch)
   printf("  pixel sums non-zero           %12.0f  (atomics: %.0f)\n", w.hit / n, w.hit / n * planes);
   printf("  non-zero chords skipped       %12.0f  (by the kernel's halves: must be 0; sums outside the CPU's candidates: "
          "%.0f)\n", w.refused, w.lost);
+  printf("  run splat: runs (blocks)      %12.0f  (%.0f in the field; %d segments at most)\n", w.runs / n,
+         w.runs_seen / n, XT_TUBE_RUN);
+  printf("    candidate halves (passes)   %12.0f  (near passes %.0f; the segment splat: %.0f passes)\n", w.r_halves / n,
+         w.r_near_passes / n, w.subrays / n / 32);
+  printf("    closed forms                %12.0f  (%.0f of them with a chord; %.2f a sub-ray; the warp's iterations "
+         "%.0f, %.2f a pass)\n", w.r_forms / n, w.r_met / n, w.r_forms / fmax(1, 32 * w.r_halves),
+         w.r_iters / n, w.r_iters / fmax(1, w.r_halves));
+  printf("    pixel sums                  %12.0f  (the segment splat's: %.0f pixel-segment sums)\n", w.r_hit / n,
+         w.gated_px / n);
+  printf("    non-zero chords skipped     %12.0f  (must be 0)\n", w.r_lost);
   printf("  tiles flagged                 %12.0f of %d  (finish: %.2f MB read+written of %.1f MB)\n", w.tiles / n,
          ntiles, w.tiles / n * 256 * planes * (8 + 8 + 4 + 4) / 1e6, (double)cols * rows * planes * (8 + 8 + 4 + 4) / 1e6);
   return 0;
@@ -378,7 +480,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: xtwin-instr-bench [--frames N] [--instruments N] [--points N] [--mode M] "
                       "[--backend cuda|cpu] [--catheters] [--count]\n"
                       "  environment, read by the CUDA projector at create: XT_INSTR_FUSED=1 (instruments fused\n"
-                      "  into the spectral projection), XT_INSTR_SPLAT=default|compact (the splat kernel)\n");
+                      "  into the spectral projection), XT_INSTR_SPLAT=default|run|compact (the splat kernel)\n");
       return 2;
     }
   }

@@ -31,6 +31,11 @@
  *           (k_instr_splat_compact: its comment). Works for line integrals, channels and fused.
  *           Measured no faster than the default (docs/BENCHMARKS.md), which now takes the same
  *           bound per sub-ray without the queue.
+ *   run     (XT_INSTR_SPLAT=run at create) a block per run of up to 16 consecutive segments of one
+ *           material (xt_tube.h, laid out with each shape): candidates by the run's bounding
+ *           segment, each sub-ray's closed forms only for the segments its axial position picks,
+ *           one butterfly and atomic per pixel and run (k_instr_splat_run: its comment). Not yet
+ *           run on a GPU (docs/instruments.md).
  *
  * The same sums as the CPU reference (proj_cpu_instr.c), grouped differently: segments per pixel
  * there, pixels per segment here; a pixel equals the reference to float rounding plus 2^-32 (the
@@ -398,6 +403,33 @@ typedef struct instr_tab {
 
 static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
 
+/* A candidate pixel's sums into the accumulator, by the whole warp: sw and sl (the wall's and the
+ * lumen's chords over each lane's sub-rays; sl all 0 unless lum) reduced by a fixed butterfly, so
+ * every lane ends with the same bits (the tree is fixed and + commutes); nothing when both are 0.
+ * Otherwise the pixel's tile is flagged, and lane 0 adds its mean (line integrals: t's mu_wall, the
+ * lumen's mu_lumen) or lane c channel c's (the rows ww, wl) into the 64-bit fixed point. */
+static __device__ __forceinline__ void splat_pixel(double sw, double sl, int lum, int lane, int cl, int r, int cols,
+                                                   int tcols, int nch, const xt_tube_seg *t, double mu_lumen, float ww,
+                                                   float wl, unsigned long long *__restrict__ acc,
+                                                   unsigned char *__restrict__ flag) {
+  const double inv = 1.0 / ((double)XT_INSTR_AREA_SAMPLES * XT_INSTR_AREA_SAMPLES);
+  for (int m = 16; m; m >>= 1) sw += d_shfl_xor(sw, m);
+  if (lum)
+    for (int m = 16; m; m >>= 1) sl += d_shfl_xor(sl, m);
+  if (sw == 0.0 && sl == 0.0) return; /* the same bits in every lane: the whole warp */
+  const size_t px = (size_t)r * cols + cl;
+  if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
+  if (!nch) {
+    if (lane == 0) {
+      const double v = (t->mu_wall * sw + mu_lumen * sl) * inv;
+      atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
+    }
+  } else if (lane < nch) {
+    const double v = (sw * (double)ww + sl * (double)wl) * inv;
+    if (v != 0.0) atomicAdd(&acc[px * nch + lane], (unsigned long long)llrint(v * FIX_SCALE));
+  }
+}
+
 /* One warp per segment, all instruments' segments in one launch (tab). The footprint
  * (splat_footprint). The footprint's pixels, 32 at a time: each lane asks whether its pixel's two
  * halves' centre rays pass near the segment (xt_tube_fac_near, below); then for each candidate
@@ -431,7 +463,6 @@ static __device__ __forceinline__ void splat_segment(int k, const unsigned char 
   const xt_cuda_camera &c = h->cam;
   const int S = XT_INSTR_AREA_SAMPLES;
   static_assert(XT_INSTR_AREA_SAMPLES == 8, "k_instr_splat: a half's sub-rays are one pass of 32 lanes");
-  const double inv = 1.0 / ((double)S * S);
   /* The candidates, by halves: the pixels one of whose halves (sub-pixel rows sj < S/2, then the
    * rest) has a centre ray passing within e of the segment's tube (xt_tube_fac_near). A sub-ray and
    * its half's centre ray start at the source and end on the detector plane at most
@@ -527,21 +558,7 @@ static __device__ __forceinline__ void splat_segment(int k, const unsigned char 
         }
       }
       if (!any) continue; /* every chord of the pixel is 0: the whole warp */
-      for (int m = 16; m; m >>= 1) sw += d_shfl_xor(sw, m);
-      if (lum)
-        for (int m = 16; m; m >>= 1) sl += d_shfl_xor(sl, m);
-      if (sw == 0.0 && sl == 0.0) continue; /* the same bits in every lane: the whole warp */
-      const size_t px = (size_t)r * cols + cl;
-      if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
-      if (!nch) {
-        if (lane == 0) {
-          const double v = (t->mu_wall * sw + (io ? x->mu_io : t->mu_lumen) * sl) * inv;
-          atomicAdd(&acc[px], (unsigned long long)llrint(v * FIX_SCALE));
-        }
-      } else if (lane < nch) {
-        const double v = (sw * (double)ww + sl * (double)wl) * inv;
-        if (v != 0.0) atomicAdd(&acc[px * nch + lane], (unsigned long long)llrint(v * FIX_SCALE));
-      }
+      splat_pixel(sw, sl, lum, lane, cl, r, cols, tcols, nch, t, io ? x->mu_io : t->mu_lumen, ww, wl, acc, flag);
     }
   }
 }
@@ -616,7 +633,6 @@ __global__ void __launch_bounds__(32 * RUN_WARPS, RUN_BLOCKS_SM)
   static_assert(XT_INSTR_AREA_SAMPLES == 8, "the run splat: a half's sub-rays are one pass of 32 lanes");
   static_assert(XT_TUBE_RUN <= 32 && RUN_WARPS >= 2 && XT_TUBE_RUN_BINS == 64,
                 "the run splat's preamble: the first warp's lanes the segments, the second's v and the bins");
-  const double inv = 1.0 / ((double)S * S);
   __shared__ run_smem sm;
   const int n = R->n;
   if (wi == 0 && lane < n) { /* segment lane's constants for this source */
@@ -686,21 +702,7 @@ __global__ void __launch_bounds__(32 * RUN_WARPS, RUN_BLOCKS_SM)
         }
       }
       if (!__any_sync(FULL, sw != 0.0 || sl != 0.0)) continue; /* every chord of the pixel is 0 */
-      for (int m = 16; m; m >>= 1) sw += d_shfl_xor(sw, m);
-      if (lum)
-        for (int m = 16; m; m >>= 1) sl += d_shfl_xor(sl, m);
-      if (sw == 0.0 && sl == 0.0) continue; /* the same bits in every lane: the whole warp */
-      const size_t px = (size_t)r * cols + cl;
-      if (lane == 0) flag[(r / TILE) * tcols + cl / TILE] = 1;
-      if (!nch) {
-        if (lane == 0) {
-          const double val = (v->mu_wall * sw + (io ? x->mu_io : v->mu_lumen) * sl) * inv;
-          atomicAdd(&acc[px], (unsigned long long)llrint(val * FIX_SCALE));
-        }
-      } else if (lane < nch) {
-        const double val = (sw * (double)ww + sl * (double)wl) * inv;
-        if (val != 0.0) atomicAdd(&acc[px * nch + lane], (unsigned long long)llrint(val * FIX_SCALE));
-      }
+      splat_pixel(sw, sl, lum, lane, cl, r, cols, tcols, nch, v, io ? x->mu_io : v->mu_lumen, ww, wl, acc, flag);
     }
   }
 }
@@ -1001,6 +1003,7 @@ static int instr_upload(instr_state *s, const xt_cuda_launch *L, instr_tab *tab,
 static void splat_launch(const instr_state *s, const xt_cuda_launch *L, const unsigned char *desc, const instr_tab *tab,
                          int tcols) {
   if (s->splat == SPLAT_RUN) {
+    if (tab->rtotal < 1) return; /* every instrument has a segment, so a run: not reached */
     k_instr_splat_run<<<tab->rtotal, 32 * RUN_WARPS, 0, L->stream>>>(desc, *tab, L->nch, L->cols, L->rows, tcols, s->d_acc,
                                                               s->d_flag);
   } else if (s->splat == SPLAT_COMPACT) {

@@ -162,8 +162,10 @@ int xt_instr_geom_build(const xt_instr_device *dev, const double *pts, int n, co
         return xt_fail(msg, XT_EINVAL, "%s: point %d: the centreline turns by %.1f degrees there (at most %g)", what,
                        last, acos(c < -1 ? -1 : c) * 180.0 / XT_PI, XT_INSTR_MAX_BEND_DEG);
       }
-      /* the mitre at this joint takes r tan(half bend) of both segments' lengths */
-      const double half = 0.5 * acos(c > 1 ? 1 : c), tn = tan(half);
+      /* the mitre at this joint takes r tan(half bend) of both segments' lengths; tan(b / 2) =
+       * sqrt((1 - cos b) / (1 + cos b)), cos b >= cos_max > 0 here (acos and tan were a fifth of a
+       * shape's layout) */
+      const double cb = c > 1 ? 1 : c, tn = sqrt((1.0 - cb) / (1.0 + cb));
       if (rmax * (prev_tan + tn) > prev_len) {
         const int from = keep[m - 2];
         free(keep);
@@ -199,20 +201,16 @@ int xt_instr_geom_build(const xt_instr_device *dev, const double *pts, int n, co
     dev_len += dev->sec[i].length_mm;
   }
   const float mu_med = dev->mt.mu[dev->medium];
+  double n_prev[3] = {0, 0, 0};
   for (int j = 0; j + 1 < m && arc < dev_len; j++) {
     const double *a = pts + 3 * keep[j], *b = pts + 3 * keep[j + 1];
     double d[3] = {b[0] - a[0], b[1] - a[1], b[2] - a[2]};
     const double L = sqrt(xt_tube_dot(d, d));
     for (int k = 0; k < 3; k++) d[k] /= L;
+    /* the joint's mitre normal: the previous piece's outgoing one, the same numbers (unit_between of
+     * the same two directions), formed once a joint */
     double n_in[3], n_out[3];
-    if (j == 0) memcpy(n_in, d, sizeof d);
-    else {
-      const double *z = pts + 3 * keep[j - 1];
-      double dz[3] = {a[0] - z[0], a[1] - z[1], a[2] - z[2]};
-      const double lz = sqrt(xt_tube_dot(dz, dz));
-      for (int k = 0; k < 3; k++) dz[k] /= lz;
-      unit_between(dz, d, n_in);
-    }
+    memcpy(n_in, j == 0 ? d : n_prev, sizeof d);
     if (j + 2 >= m) memcpy(n_out, d, sizeof d);
     else {
       const double *c = pts + 3 * keep[j + 2];
@@ -221,6 +219,7 @@ int xt_instr_geom_build(const xt_instr_device *dev, const double *pts, int n, co
       for (int k = 0; k < 3; k++) dc[k] /= lc;
       unit_between(d, dc, n_out);
     }
+    memcpy(n_prev, n_out, sizeof n_out);
     double s = 0; /* along this piece */
     while (s < L && arc < dev_len) {
       while (arc >= sec_end && sec + 1 < dev->nsections) {

@@ -251,9 +251,10 @@ static void family(const xt_geometry *g, const xt_affine *w2m, const xt_tube_seg
  * iterations (the largest pick of the 32 lanes), the pixels it sums. Every footprint sub-ray's chords
  * with every segment of the run are formed too, so it also counts the non-zero chords the run
  * splat would skip (a refused half, or a segment not picked): must be 0. */
-static void count_runs(const xt_geometry *g, const xt_instr_geom *G, const xt_affine *m2w, const xt_affine *w2m,
+static void count_runs(const xt_geometry *g, const xt_instr *I, const xt_affine *m2w, const xt_affine *w2m,
                        double scale, const double o[3], work *wk) {
-  const int S = XT_INSTR_AREA_SAMPLES, cap = G->nseg / XT_TUBE_RUN + 2 + 64;
+  const xt_instr_geom *G = &I->geom;
+  const int S = XT_INSTR_AREA_SAMPLES, cap = xt_tube_runs_cap(G->nseg, I->dev.nsections);
   xt_tube_run *run = malloc(sizeof *run * (size_t)cap);
   const int nr = run ? xt_tube_runs(G->seg, G->nseg, run, cap) : -1;
   if (nr < 0) {
@@ -329,7 +330,7 @@ static void count_frame(const xt_geometry *g, xt_model *const *instr, int ni, wo
     const double scale = sqrt(f2);
     const xt_vec3 om = xt_aff_apply(&w2m, g->source);
     const double o[3] = {om.x, om.y, om.z};
-    count_runs(g, G, &m2w, &w2m, scale, o, wk);
+    count_runs(g, xt_model_instr(instr[k]), &m2w, &w2m, scale, o, wk);
     for (int i = 0; i < G->nseg; i++) {
       const xt_tube_seg *t = &G->seg[i];
       wk->segs++;

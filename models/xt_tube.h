@@ -390,18 +390,38 @@ typedef struct xt_tube_maybe {
   double k0, k1; /* the mitre tests' tolerances per unit of A */
 } xt_tube_maybe;
 
+/* xt_tube_fac_maybe's cylinder and its span within the ray, in u = s A (by value: the CUDA
+ * splats keep it in registers): c 0 off the cylinder or an empty span, 1 a span [L, H] (A > 0),
+ * 2 a degenerate ray (A = 0 or NaN: the caller lets it pass). Shared with xt_tube_fac_span (runs,
+ * below). */
+typedef struct xt_tube_cyl_span {
+  int c;
+  double A, L, H;
+} xt_tube_cyl_span;
+
+static XT_INLINE XT_HOSTDEV xt_tube_cyl_span xt_tube__fac_cyl(const xt_tube_pre *p, const xt_tube_maybe *m, double p1,
+                                                              double p2) {
+  xt_tube_cyl_span r;
+  r.A = p1 * p1 + p2 * p2;
+  r.L = r.H = 0.0;
+  const double T = p->g1 * p2 - p->g2 * p1;
+  const double v = p->ro2 * r.A - T * T + m->kappa;
+  if (v < 0.0) return r.c = 0, r; /* off the cylinder (NaN passes) */
+  if (!(r.A > 0.0)) return r.c = 2, r;
+  const double B = p->g1 * p1 + p->g2 * p2, w = 0.5 * (v * m->ic + m->c);
+  const double l = -B - w, h = -B + w;
+  r.L = (l > 0.0 ? l : 0.0) - m->delta;
+  r.H = (h < r.A ? h : r.A) + m->delta;
+  r.c = r.L <= r.H;
+  return r;
+}
+
 static XT_INLINE XT_HOSTDEV int xt_tube_fac_maybe(const xt_tube_pre *p, const xt_tube_fam *f, const xt_tube_maybe *m,
                                                   double x, double y) {
   const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
-  const double A = p1 * p1 + p2 * p2, T = p->g1 * p2 - p->g2 * p1;
-  const double v = p->ro2 * A - T * T + m->kappa;
-  if (v < 0.0) return 0; /* off the cylinder (NaN passes) */
-  if (!(A > 0.0)) return 1;
-  const double B = p->g1 * p1 + p->g2 * p2, w = 0.5 * (v * m->ic + m->c);
-  double L = -B - w, H = -B + w;
-  L = (L > 0.0 ? L : 0.0) - m->delta;
-  H = (H < A ? H : A) + m->delta;
-  if (L > H) return 0;
+  const xt_tube_cyl_span cs = xt_tube__fac_cyl(p, m, p1, p2);
+  if (cs.c != 1) return cs.c != 0;
+  const double A = cs.A, L = cs.L, H = cs.H;
   const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, b1 = f->l0.b1 + x * f->lu.b1 + y * f->lv.b1;
   const double A0 = p->a0 * A, A1 = p->a1 * A, t0 = m->k0 * A, t1 = m->k1 * A;
   if (A0 + L * b0 < -t0 && A0 + H * b0 < -t0) return 0; /* behind the first mitre all along */
@@ -536,9 +556,13 @@ static inline void xt_tube_run_make(const xt_tube_seg *s, int n, int first, xt_t
   }
 }
 
-/* The runs of an instrument's n segments s into out (at most cap): up to XT_TUBE_RUN consecutive
- * segments of one material each. Their count, or -1 when cap is too small; n / XT_TUBE_RUN + 2 + the
- * instrument's sections always suffice (a material changes only where a section ends). */
+/* How many runs an instrument of at most nseg segments and nsections sections can have: each
+ * stretch of one material gives at most its length / XT_TUBE_RUN + 1, and a material changes only
+ * where a section ends. */
+static inline int xt_tube_runs_cap(int nseg, int nsections) { return nseg / XT_TUBE_RUN + 2 + nsections; }
+
+/* The runs of an instrument's n segments s into out (at most cap, xt_tube_runs_cap): up to
+ * XT_TUBE_RUN consecutive segments of one material each. Their count, or -1 when cap is too small. */
 static inline int xt_tube_runs(const xt_tube_seg *s, int n, xt_tube_run *out, int cap) {
   int nr = 0;
   for (int k = 0; k < n;) {
@@ -562,18 +586,13 @@ static inline int xt_tube_runs(const xt_tube_seg *s, int n, xt_tube_run *out, in
 static XT_INLINE XT_HOSTDEV int xt_tube_fac_span(const xt_tube_pre *p, const xt_tube_fam *f, const xt_tube_maybe *m,
                                                  double x, double y, double *t0, double *t1) {
   const double p1 = f->l0.p1 + x * f->lu.p1 + y * f->lv.p1, p2 = f->l0.p2 + x * f->lu.p2 + y * f->lv.p2;
-  const double A = p1 * p1 + p2 * p2, T = p->g1 * p2 - p->g2 * p1;
-  const double v = p->ro2 * A - T * T + m->kappa;
-  if (v < 0.0) return 0; /* off the cylinder (NaN passes) */
-  if (!(A > 0.0)) {
+  const xt_tube_cyl_span cs = xt_tube__fac_cyl(p, m, p1, p2);
+  const double A = cs.A, L = cs.L, H = cs.H;
+  if (cs.c == 0) return 0;
+  if (cs.c == 2) {
     *t0 = -HUGE_VAL, *t1 = HUGE_VAL;
     return 1;
   }
-  const double B = p->g1 * p1 + p->g2 * p2, w = 0.5 * (v * m->ic + m->c);
-  double L = -B - w, H = -B + w;
-  L = (L > 0.0 ? L : 0.0) - m->delta;
-  H = (H < A ? H : A) + m->delta;
-  if (L > H) return 0;
   const double b0 = f->l0.b0 + x * f->lu.b0 + y * f->lv.b0, iA = xt_tube__rcp(A);
   const double u0 = p->a0 + (L * iA) * b0, u1 = p->a0 + (H * iA) * b0;
   *t0 = (u0 < u1 ? u0 : u1) - m->k0;

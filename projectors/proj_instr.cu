@@ -190,7 +190,7 @@ static int instr_add_model(void *st, const xt_model *m, xt_msg *msg) {
   int rc = xt_instr_geom_alloc(&o->dev, &o->geom, msg);
   if (!rc) rc = xt_instr_geom_build(&o->dev, I->points, I->npoints, m->name, &o->geom, msg);
   const size_t bytes = sizeof(xt_tube_seg) * (size_t)o->geom.cap_seg;
-  o->cap_run = o->geom.cap_seg / XT_TUBE_RUN + 2 + o->dev.nsections; /* xt_tube_runs' bound */
+  o->cap_run = xt_tube_runs_cap(o->geom.cap_seg, o->dev.nsections);
   const size_t rbytes = sizeof(xt_tube_run) * (size_t)o->cap_run;
   cudaError_t e = cudaSuccess;
   if (!rc) {
@@ -403,6 +403,43 @@ typedef struct instr_tab {
 
 static __device__ __forceinline__ double d_shfl_xor(double v, int m) { return __shfl_xor_sync(FULL, v, m); }
 
+/* Segment t's factored closed-form constants for the frame's source (instrument x, camera h): its
+ * xt_tube_pre and its family's numbers for the rays to the detector's origin, a column's and a
+ * row's step, with the camera's quadratic of the rays' squared world length. One thread. */
+static __device__ __forceinline__ void splat_family(const xt_tube_seg *t, const instr_xf *x, const instr_head *h,
+                                                    xt_tube_pre *P, xt_tube_fam *F) {
+  xt_tube_prep(t, x->o, P);
+  xt_tube_lin_of(P, t, x->d0, &F->l0);
+  xt_tube_lin_of(P, t, x->du, &F->lu);
+  xt_tube_lin_of(P, t, x->dv, &F->lv);
+  for (int i = 0; i < 6; i++) F->q[i] = h->q[i];
+}
+
+/* The candidate halves of the footprint's 32 pixels from base (ca..cb x ra..rb, fw columns, np
+ * pixels; lane i's pixel (*pcl, *prw) kept for the candidates' broadcast): bit i of *h0 (*h1) when
+ * pixel i's upper (lower) half's centre ray, row r -+ 1/4, passes within e of the segment (P, F:
+ * xt_tube_fac_near). The index division is 32-bit where the footprint allows (a 64-bit one per
+ * candidate pixel was a long dependent chain on every lane). */
+static __device__ __forceinline__ void splat_candidates(const xt_tube_pre *P, const xt_tube_fam *F, double e,
+                                                        long long base, long long np, int fw, int ca, int ra, int lane,
+                                                        int *pcl, int *prw, unsigned *h0, unsigned *h1) {
+  if (np <= INT_MAX) {
+    const unsigned pi = (unsigned)(base + lane);
+    *pcl = ca + (int)(pi % (unsigned)fw);
+    *prw = ra + (int)(pi / (unsigned)fw);
+  } else {
+    *pcl = ca + (int)((base + lane) % fw);
+    *prw = ra + (int)((base + lane) / fw);
+  }
+  int near0 = 0, near1 = 0;
+  if (base + lane < np) {
+    near0 = xt_tube_fac_near(P, F, *pcl, *prw - 0.25, e);
+    near1 = xt_tube_fac_near(P, F, *pcl, *prw + 0.25, e);
+  }
+  *h0 = __ballot_sync(FULL, near0);
+  *h1 = __ballot_sync(FULL, near1);
+}
+
 /* A candidate pixel's sums into the accumulator, by the whole warp: sw and sl (the wall's and the
  * lumen's chords over each lane's sub-rays; sl all 0 unless lum) reduced by a fixed butterfly, so
  * every lane ends with the same bits (the tree is fixed and + commutes); nothing when both are 0.
@@ -522,23 +559,9 @@ static __device__ __forceinline__ void splat_segment(int k, const unsigned char 
    * multiples of 1 / 16, so cl + ox equals the reference's cl + (si + 0.5) / S - 0.5 bit for bit */
   const double ox = ((lane % S) + 0.5) / S - 0.5, oy = ((lane / S) + 0.5) / S - 0.5; /* the second half: oy + 1/2 */
   for (long long base = 0; base < np; base += 32) {
-    /* the lane's pixel, kept for the candidates' broadcast below (a 64-bit division per candidate
-     * pixel was a long dependent chain on every lane); a 32-bit one where the footprint allows */
     int pcl, prw;
-    if (np <= INT_MAX) {
-      const unsigned pi = (unsigned)(base + lane);
-      pcl = ca + (int)(pi % (unsigned)fw);
-      prw = ra + (int)(pi / (unsigned)fw);
-    } else {
-      pcl = ca + (int)((base + lane) % fw);
-      prw = ra + (int)((base + lane) / fw);
-    }
-    int near0 = 0, near1 = 0;
-    if (base + lane < np) {
-      near0 = xt_tube_fac_near(&P, &F, pcl, prw - 0.25, e); /* the halves' centres: rows r -+ 1/4 */
-      near1 = xt_tube_fac_near(&P, &F, pcl, prw + 0.25, e);
-    }
-    const unsigned h0 = __ballot_sync(FULL, near0), h1 = __ballot_sync(FULL, near1);
+    unsigned h0, h1;
+    splat_candidates(&P, &F, e, base, np, fw, ca, ra, lane, &pcl, &prw, &h0, &h1);
     for (unsigned bits = h0 | h1; bits; bits &= bits - 1) {
       const int bi = __ffs(bits) - 1;
       const int cl = __shfl_sync(FULL, pcl, bi), r = __shfl_sync(FULL, prw, bi);
@@ -636,23 +659,14 @@ __global__ void __launch_bounds__(32 * RUN_WARPS, RUN_BLOCKS_SM)
   __shared__ run_smem sm;
   const int n = R->n;
   if (wi == 0 && lane < n) { /* segment lane's constants for this source */
-    const xt_tube_seg *t = tab.seg[mi] + R->first + lane;
-    xt_tube_prep(t, x->o, &sm.P[lane]);
-    xt_tube_lin_of(&sm.P[lane], t, x->d0, &sm.F[lane].l0);
-    xt_tube_lin_of(&sm.P[lane], t, x->du, &sm.F[lane].lu);
-    xt_tube_lin_of(&sm.P[lane], t, x->dv, &sm.F[lane].lv);
-    for (int i = 0; i < 6; i++) sm.F[lane].q[i] = h->q[i];
+    splat_family(tab.seg[mi] + R->first + lane, x, h, &sm.P[lane], &sm.F[lane]);
     sm.tlo[lane] = R->tlo[lane];
     sm.thi[lane] = R->thi[lane];
   } else if (wi == 1) {
     ((unsigned *)sm.bin)[lane] = ((const unsigned *)R->bin)[lane]; /* two bins a lane */
     if (lane == 0) { /* v's, and the span test's for the footprint's sub-pixel centres */
       sm.ib = R->ib;
-      xt_tube_prep(v, x->o, &sm.vP);
-      xt_tube_lin_of(&sm.vP, v, x->d0, &sm.vF.l0);
-      xt_tube_lin_of(&sm.vP, v, x->du, &sm.vF.lu);
-      xt_tube_lin_of(&sm.vP, v, x->dv, &sm.vF.lv);
-      for (int i = 0; i < 6; i++) sm.vF.q[i] = h->q[i];
+      splat_family(v, x, h, &sm.vP, &sm.vF);
       const double xm = fmax(fabs(ca - 0.5), fabs(cb + 0.5)), ym = fmax(fabs(ra - 0.5), fabs(rb + 0.5));
       xt_tube_fac_maybe_prep(&sm.vP, &sm.vF, xm, ym, 0.5 * (ca + cb), 0.5 * (ra + rb), &sm.vM);
     }
@@ -668,20 +682,8 @@ __global__ void __launch_bounds__(32 * RUN_WARPS, RUN_BLOCKS_SM)
   const double ox = ((lane % S) + 0.5) / S - 0.5, oy = ((lane / S) + 0.5) / S - 0.5; /* k_instr_splat's */
   for (long long base = 32 * wi; base < np; base += 32 * RUN_WARPS) {
     int pcl, prw;
-    if (np <= INT_MAX) {
-      const unsigned pi = (unsigned)(base + lane);
-      pcl = ca + (int)(pi % (unsigned)fw);
-      prw = ra + (int)(pi / (unsigned)fw);
-    } else {
-      pcl = ca + (int)((base + lane) % fw);
-      prw = ra + (int)((base + lane) / fw);
-    }
-    int near0 = 0, near1 = 0;
-    if (base + lane < np) {
-      near0 = xt_tube_fac_near(&sm.vP, &sm.vF, pcl, prw - 0.25, e);
-      near1 = xt_tube_fac_near(&sm.vP, &sm.vF, pcl, prw + 0.25, e);
-    }
-    const unsigned h0 = __ballot_sync(FULL, near0), h1 = __ballot_sync(FULL, near1);
+    unsigned h0, h1;
+    splat_candidates(&sm.vP, &sm.vF, e, base, np, fw, ca, ra, lane, &pcl, &prw, &h0, &h1);
     for (unsigned bits = h0 | h1; bits; bits &= bits - 1) {
       const int bi = __ffs(bits) - 1;
       const int cl = __shfl_sync(FULL, pcl, bi), r = __shfl_sync(FULL, prw, bi);
@@ -744,11 +746,7 @@ static __device__ __forceinline__ int splat_setup(const unsigned char *desc, con
   const int ca = fp[0], cb = fp[1], ra = fp[2], rb = fp[3];
   const xt_cuda_camera &c = h->cam;
   /* the candidates' margin and the factored closed form's constants: k_instr_splat's comments */
-  xt_tube_prep(t, x->o, &g->P);
-  xt_tube_lin_of(&g->P, t, x->d0, &g->F.l0);
-  xt_tube_lin_of(&g->P, t, x->du, &g->F.lu);
-  xt_tube_lin_of(&g->P, t, x->dv, &g->F.lv);
-  for (int i = 0; i < 6; i++) g->F.q[i] = h->q[i];
+  splat_family(t, x, h, &g->P, &g->F);
   g->io = t->lumen == x->lumen_io;
   g->e = hypot(0.5 * c.pu, 0.25 * c.pv) * x->scale * fe * (1.0 + 1e-9) + 1e-9;
   g->ca = ca, g->cb = cb, g->ra = ra, g->rb = rb;

@@ -846,7 +846,7 @@ XT_TEST(runs_pick_every_segment_a_ray_meets) {
     xt_msg msg;
     XT_REQUIRE_MSG(xt_model_from_instr(&dev, pts, np, "w", &m, &msg) == 0, "%s", msg.text);
     const xt_instr_geom *g = &xt_model_instr(m)->geom;
-    const int cap = g->nseg / XT_TUBE_RUN + 2 + dev.nsections;
+    const int cap = xt_tube_runs_cap(g->nseg, dev.nsections);
     xt_tube_run *run = malloc(sizeof *run * (size_t)cap);
     XT_REQUIRE(run);
     const int nr = xt_tube_runs(g->seg, g->nseg, run, cap);
